@@ -1,0 +1,58 @@
+# xdproce — build, test and demo. Every target installs what it needs on a fresh Debian machine.
+GO          ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOTESTFLAGS ?= -count=1 -timeout 30m
+SUDO        := $(if $(filter 0,$(shell id -u)),,sudo)
+# Packages holding BPF C sources whose bpf2go output is committed.
+BPF_PKGS    := ./bpf/... ./impair/...
+
+.PHONY: all build deps deps-bpf generate check-generate lint test unit bench fuzz demo clean
+
+all: build
+
+deps:
+	@command -v ip >/dev/null || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq iproute2)
+	$(GO) mod download
+
+# clang/llvm/libbpf headers are needed only to regenerate the committed BPF objects.
+deps-bpf:
+	@command -v clang >/dev/null && command -v llvm-strip >/dev/null && test -f /usr/include/bpf/bpf_helpers.h || \
+		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq clang llvm libbpf-dev linux-libc-dev)
+
+build: deps
+	CGO_ENABLED=0 $(GO) build ./...
+	CGO_ENABLED=0 $(GO) build -o bin/xdproce ./cmd/xdproce
+
+generate: deps deps-bpf
+	$(GO) generate $(BPF_PKGS)
+
+# The committed BPF objects must be reproducible from their C sources.
+check-generate: generate
+	@git diff --exit-code --stat -- bpf impair || \
+		(echo "generated BPF objects differ from the committed ones: run 'make generate' and commit"; exit 1)
+
+lint: deps
+	@fmt=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb]\.go$$')); \
+		if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+# Every test: unit, golden-pcap, fuzz seeds and the network-namespace tests (these need root).
+test: deps check-generate lint build
+	$(SUDO) env "PATH=$$PATH" CI=$${CI:-} $(GO) test $(GOTESTFLAGS) ./...
+
+unit: deps
+	$(GO) test $(GOTESTFLAGS) -short ./...
+
+bench: deps
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench . -benchmem ./...
+
+fuzz: deps
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./wire
+
+# The main job: two network namespaces, xdproce in each, measured against kernel TCP.
+demo: build
+	$(SUDO) ./bin/xdproce demo
+
+clean:
+	rm -rf bin

@@ -1,0 +1,110 @@
+// Command xdproce runs and inspects xdproce software RoCEv2 devices.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand of the CLI.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout io.Writer) error
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"version": {"print the version", runVersion},
+		"devinfo": {"show a device like ibv_devinfo -v", runDevinfo},
+		"demo":    {"run the end-to-end demo between two network namespaces", runDemo},
+	}
+}
+
+// errUsage marks a command-line mistake: the caller prints usage and exits 2.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "xdproce: unknown command %q\n", args[0])
+		usage(stderr, cmds)
+		return 2
+	}
+	if err := cmd.run(ctx, args[1:], stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "xdproce %s: %v\n", args[0], err)
+		if errors.Is(err, errUsage) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	fmt.Fprintln(w, "usage: xdproce <command> [flags]")
+	fmt.Fprintln(w, "commands:")
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	}
+}
+
+// version is set at link time (-ldflags "-X main.version=v1.2.3"); otherwise the module build info is used.
+var version = ""
+
+func runVersion(_ context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	v := version
+	rev := ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				rev = s.Value
+			}
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	fmt.Fprintf(stdout, "xdproce %s", v)
+	if rev != "" {
+		fmt.Fprintf(stdout, " (%s)", rev)
+	}
+	fmt.Fprintln(stdout)
+	return nil
+}

@@ -1,0 +1,123 @@
+package loader
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestGuardBlocksSecondBind(t *testing.T) {
+	ns := newNS(t)
+	err := ns.do(func() error {
+		g, err := BindGuard()
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		for _, network := range []string{"udp4", "udp6"} {
+			c, err := net.ListenPacket(network, ":4791")
+			if err == nil {
+				c.Close()
+				return errors.New(network + ": second bind to 4791 succeeded")
+			}
+			if !errors.Is(err, unix.EADDRINUSE) {
+				return err
+			}
+		}
+		if _, err := BindGuard(); !errors.Is(err, unix.EADDRINUSE) {
+			return errors.New("second BindGuard: want EADDRINUSE, got " + errString(err))
+		}
+		if err := g.Close(); err != nil {
+			return err
+		}
+		if err := g.Close(); err != nil {
+			return errors.New("second Close: " + err.Error())
+		}
+		g2, err := BindGuard()
+		if err != nil {
+			return errors.New("BindGuard after Close: " + err.Error())
+		}
+		return g2.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return err.Error()
+}
+
+func TestGuardInvalidPort(t *testing.T) {
+	for _, p := range []int{0, -1, 65536} {
+		if _, err := GuardPort(p); err == nil {
+			t.Errorf("GuardPort(%d) succeeded", p)
+		}
+	}
+}
+
+// Without a guard the kernel answers a datagram to a closed port with ICMP
+// port unreachable, which a connected sender sees as ECONNREFUSED; with the
+// guard it stays silent.
+func TestGuardSuppressesPortUnreachable(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	const port = 14791 // GuardPort on another port keeps the test independent of 4791
+	refused := func() bool {
+		t.Helper()
+		var got bool
+		p.B.run(t, func() error {
+			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.AAddr, port)))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			// Several tries: the first may wait for ARP.
+			for range 5 {
+				if _, err := c.Write([]byte("roce")); err != nil {
+					if errors.Is(err, unix.ECONNREFUSED) {
+						got = true
+						return nil
+					}
+					return err
+				}
+				_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+				_, err := c.Read(make([]byte, 16))
+				if errors.Is(err, unix.ECONNREFUSED) {
+					got = true
+					return nil
+				}
+				if err != nil && !errors.Is(err, unix.EAGAIN) && !isTimeout(err) {
+					return err
+				}
+			}
+			return nil
+		})
+		return got
+	}
+	if !refused() {
+		t.Fatal("no port unreachable without the guard: the test cannot see the difference")
+	}
+	var g io.Closer
+	p.A.run(t, func() error {
+		var err error
+		g, err = GuardPort(port)
+		return err
+	})
+	defer g.Close()
+	if refused() {
+		t.Error("port unreachable despite the guard")
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

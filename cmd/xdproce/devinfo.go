@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/xdproce/xdproce/loader"
+)
+
+// portInfo is what devinfo prints about the device's single port.
+type portInfo struct {
+	link      loader.Link
+	gids      []loader.GID
+	activeMTU int
+}
+
+func runDevinfo(_ context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("devinfo", flag.ContinueOnError)
+	dev := fs.String("dev", "", "network interface the device runs on (required)")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *dev == "" {
+		return fmt.Errorf("%w: --dev IFACE is required", errUsage)
+	}
+	link, err := loader.LinkInfo(*dev)
+	if err != nil {
+		return err
+	}
+	gids, err := loader.GIDTable(*dev)
+	if err != nil {
+		return err
+	}
+	return writeDevinfo(stdout, portInfo{link: link, gids: gids, activeMTU: loader.ActiveMTU(link.MTU)})
+}
+
+// ibMTUEnum maps an IB MTU in bytes to its ibv_mtu value.
+func ibMTUEnum(mtu int) int {
+	for e, m := 1, 256; m <= 4096; e, m = e+1, m*2 {
+		if m == mtu {
+			return e
+		}
+	}
+	return 0
+}
+
+// nodeGUID derives the node GUID from the MAC address as rxe does (modified EUI-64).
+func nodeGUID(mac net.HardwareAddr) string {
+	if len(mac) != 6 {
+		return "0000:0000:0000:0000"
+	}
+	g := [8]byte{mac[0] ^ 2, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]}
+	return fmt.Sprintf("%02x%02x:%02x%02x:%02x%02x:%02x%02x", g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7])
+}
+
+// writeDevinfo prints the device in the layout of `ibv_devinfo -v`.
+func writeDevinfo(w io.Writer, p portInfo) error {
+	state, phys := "PORT_DOWN (1)", "DISABLED (3)"
+	if p.link.Up && (p.link.OperState == "up" || p.link.OperState == "unknown") {
+		state, phys = "PORT_ACTIVE (4)", "LINK_UP (5)"
+	}
+	guid := nodeGUID(p.link.MAC)
+	var b strings.Builder
+	fmt.Fprintf(&b, "hca_id:\txdproce_%s\n", p.link.Name)
+	fmt.Fprintf(&b, "\ttransport:\t\t\tInfiniBand (0)\n")
+	fmt.Fprintf(&b, "\tnetdev:\t\t\t\t%s\n", p.link.Name)
+	fmt.Fprintf(&b, "\tnode_guid:\t\t\t%s\n", guid)
+	fmt.Fprintf(&b, "\tsys_image_guid:\t\t\t%s\n", guid)
+	fmt.Fprintf(&b, "\tphys_port_cnt:\t\t\t1\n")
+	fmt.Fprintf(&b, "\t\tport:\t1\n")
+	fmt.Fprintf(&b, "\t\t\tstate:\t\t\t%s\n", state)
+	fmt.Fprintf(&b, "\t\t\tmax_mtu:\t\t4096 (5)\n")
+	fmt.Fprintf(&b, "\t\t\tactive_mtu:\t\t%d (%d)\n", p.activeMTU, ibMTUEnum(p.activeMTU))
+	fmt.Fprintf(&b, "\t\t\tsm_lid:\t\t\t0\n\t\t\tport_lid:\t\t0\n\t\t\tport_lmc:\t\t0x00\n")
+	fmt.Fprintf(&b, "\t\t\tlink_layer:\t\tEthernet\n")
+	fmt.Fprintf(&b, "\t\t\tphys_state:\t\t%s\n", phys)
+	fmt.Fprintf(&b, "\t\t\tnetdev_mtu:\t\t%d\n", p.link.MTU)
+	fmt.Fprintf(&b, "\t\t\trx_queues:\t\t%d\n", p.link.NumRXQueues)
+	for i, g := range p.gids {
+		fmt.Fprintf(&b, "\t\t\tGID[%3d]:\t\t%s, RoCE v2\n", i, formatGID(g))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// formatGID prints a GID as ibv_devinfo does: IPv4-mapped ones as ::ffff:a.b.c.d,
+// others as eight groups of four hex digits.
+func formatGID(g loader.GID) string {
+	if a := g.Addr(); a.Is4() {
+		return "::ffff:" + a.String()
+	}
+	parts := make([]string, 8)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("%02x%02x", g[2*i], g[2*i+1])
+	}
+	return strings.Join(parts, ":")
+}

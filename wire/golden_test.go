@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xdproce/xdproce/wire/internal/pcap"
+	"github.com/xdproce/xdproce/internal/pcap"
 )
 
 // goldenFiles lists the captures of real Linux rxe (kernel 6.1) and scapy

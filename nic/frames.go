@@ -66,8 +66,9 @@ func Transmit(ctx context.Context, s *ring.Socket, frames [][]byte) error {
 const minFrameLen = 60
 
 // Receive reads packets from s and hands each whole frame to fn until fn
-// returns false or ctx ends. The frame is valid only during the call.
-func Receive(ctx context.Context, s *ring.Socket, fn func(frame []byte) bool) error {
+// returns false or ctx ends. The frame is valid only during the call. When
+// nothing has arrived, idle (if not nil) is called; it returns false to stop.
+func Receive(ctx context.Context, s *ring.Socket, fn func(frame []byte) bool, idle func() bool) error {
 	pkts := make([]ring.Packet, batch)
 	scratch := make([]byte, ring.MaxChunkSize*ring.MaxSegments)
 	for {
@@ -96,6 +97,9 @@ func Receive(ctx context.Context, s *ring.Socket, fn func(frame []byte) bool) er
 		if n == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
+			}
+			if idle != nil && !idle() {
+				return nil
 			}
 			if _, err := s.Wait(5 * time.Millisecond); err != nil {
 				return fmt.Errorf("nic: wait: %w", err)

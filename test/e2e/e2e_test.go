@@ -86,7 +86,7 @@ func (p *pair) receiveDecoded(t *testing.T, ctx context.Context, n int) [][]byte
 			got = append(got, bytes.Clone(frame))
 		}
 		return len(got)+len(bad) < n
-	})
+	}, nil)
 	if err != nil {
 		t.Fatalf("receive at %s: got %d of %d frames: %v", p.b.Name, len(got), n, err)
 	}

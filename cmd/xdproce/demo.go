@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/xdproce/xdproce/loader"
 	"github.com/xdproce/xdproce/nic"
 	"github.com/xdproce/xdproce/ring"
 	"github.com/xdproce/xdproce/test/netns"
@@ -34,7 +35,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if pmtu := activeMTUFor(cfg.mtu); cfg.payload < 0 || cfg.payload > pmtu {
+	if pmtu := loader.ActiveMTU(cfg.mtu); cfg.payload < 0 || cfg.payload > pmtu {
 		return fmt.Errorf("%w: --size %d does not fit path MTU %d at link MTU %d", errUsage, cfg.payload, pmtu, cfg.mtu)
 	}
 	if _, err := netns.Sweep("xdpdemo"); err != nil {
@@ -99,15 +100,6 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("RoCEv2 path failed: %d received, %d bad", roce.received, roce.bad)
 	}
 	return nil
-}
-
-func activeMTUFor(linkMTU int) int {
-	for m := 4096; m >= 256; m /= 2 {
-		if m <= linkMTU-80 {
-			return m
-		}
-	}
-	return 256
 }
 
 // throughput is what one contender moved.

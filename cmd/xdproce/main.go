@@ -25,6 +25,7 @@ func commands() map[string]command {
 		"version": {"print the version", runVersion},
 		"devinfo": {"show a device like ibv_devinfo -v", runDevinfo},
 		"demo":    {"run the end-to-end demo between two network namespaces", runDemo},
+		"impair":  {"drop, duplicate, corrupt or reorder RoCEv2 packets on a forwarding port", runImpair},
 	}
 }
 

@@ -1,0 +1,70 @@
+package nic
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/xdproce/xdproce/loader"
+	"github.com/xdproce/xdproce/test/netns"
+)
+
+func TestOpenMissingLinkFails(t *testing.T) {
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, Queues: 1})
+	err := topo.Hosts[0].Do(func() error {
+		_, err := Open(t.Context(), Config{Ifname: "nosuchlink0"})
+		return err
+	})
+	if !errors.Is(err, loader.ErrLinkNotFound) {
+		t.Fatalf("Open of a missing link: %v, want ErrLinkNotFound", err)
+	}
+	if _, err := Open(t.Context(), Config{}); err == nil {
+		t.Fatal("Open without an interface name succeeded")
+	}
+}
+
+// TestOpenCloseLeavesNothing opens a port twice on every queue of a two-queue
+// link at a multi-buffer MTU: the second Open works only if the first Close
+// released the guard port, the XDP attachment and every queue's socket.
+func TestOpenCloseLeavesNothing(t *testing.T) {
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, Queues: 2, MTU: 9000})
+	h := topo.Hosts[0]
+	for round := range 2 {
+		err := h.Do(func() error {
+			p, err := Open(t.Context(), Config{Ifname: h.Link})
+			if err != nil {
+				return err
+			}
+			if n := len(p.Sockets()); n != 2 {
+				t.Errorf("round %d: %d sockets, want one per queue (2)", round, n)
+			}
+			if !p.Sockets()[0].MultiBuffer() {
+				t.Errorf("round %d: MTU 9000 port without XDP_USE_SG", round)
+			}
+			if p.ActiveMTU() != 4096 || len(p.GIDs()) < 2 {
+				t.Errorf("round %d: active MTU %d, %d GIDs", round, p.ActiveMTU(), len(p.GIDs()))
+			}
+			if err := p.Close(); err != nil {
+				return err
+			}
+			return p.Close()
+		})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		info, err := linkInfoIn(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.XDPProgramID != 0 {
+			t.Fatalf("round %d: XDP program %d still attached after Close", round, info.XDPProgramID)
+		}
+	}
+}
+
+func linkInfoIn(h *netns.Host) (l loader.Link, err error) {
+	err = h.Do(func() error {
+		l, err = loader.LinkInfo(h.Link)
+		return err
+	})
+	return l, err
+}

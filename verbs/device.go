@@ -1,0 +1,207 @@
+package verbs
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// DeviceConfig describes the port a device runs on.
+type DeviceConfig struct {
+	MAC net.HardwareAddr
+	// GIDs is the port's GID table (index 0 the link-local GID, then IPv4
+	// addresses as IPv4 or ::ffff:a.b.c.d, then IPv6), as loader.GIDTable.
+	GIDs []netip.Addr
+	// ActiveMTU is the port's IB MTU in bytes (256..4096).
+	ActiveMTU int
+	// Resolve finds the MAC address of a destination (ARP/ND); Modify to RTR
+	// calls it when the AH has no DMAC.
+	Resolve func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
+	// Clock tells the transport's timers the time; default the real clock.
+	Clock Clock
+	// BusyPoll keeps the engine spinning instead of sleeping when idle.
+	BusyPoll bool
+}
+
+// DeviceAttr are the device's capabilities (a subset of ibv_device_attr).
+type DeviceAttr struct {
+	MaxQP, MaxQPWR, MaxSGE, MaxCQE, MaxInlineData int
+	MaxMRSize, MaxMsgSize                         uint64
+	MaxQPRdAtom, MaxQPInitRdAtom                  int
+	NodeGUID                                      uint64
+}
+
+// PortAttr describes the device's port (a subset of ibv_port_attr).
+type PortAttr struct {
+	State     string // "ACTIVE"
+	MaxMTU    MTU
+	ActiveMTU MTU
+	GIDTblLen int
+}
+
+// Device is an RNIC: the verbs objects and the engine goroutine that runs the
+// transport for all its QPs. The engine owns all transport state; the API
+// hands it work through per-QP queues and a doorbell, and control operations
+// (creating and modifying QPs, deregistering memory) through a command
+// channel, so that no operation races with a packet in flight.
+type Device struct {
+	cfg   DeviceConfig
+	link  Link
+	clock Clock
+	rng   *rand.Rand // key bytes; used by the engine goroutine only (under cmds)
+
+	cmds     chan func()
+	doorbell chan struct{}
+	done     chan struct{}
+	stopped  chan struct{}
+	closeMu  sync.Mutex
+	closed   bool
+
+	e engine
+}
+
+// NewDevice starts a device on link. Close stops it.
+func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
+	if MTUFromBytes(cfg.ActiveMTU) == 0 {
+		return nil, fmt.Errorf("verbs: active MTU %d is not an IB MTU: %w", cfg.ActiveMTU, ErrInvalid)
+	}
+	if len(cfg.MAC) != 6 || len(cfg.GIDs) == 0 {
+		return nil, fmt.Errorf("verbs: a device needs a MAC address and a GID table: %w", ErrInvalid)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("verbs: seeding keys: %w", err)
+	}
+	d := &Device{
+		cfg: cfg, link: link, clock: cfg.Clock,
+		rng:      rand.New(rand.NewChaCha8(seed)),
+		cmds:     make(chan func(), 16),
+		doorbell: make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	d.e.init(d)
+	go d.run()
+	return d, nil
+}
+
+// Close stops the engine. Outstanding work is abandoned, as when a device is
+// removed; QPs, CQs and MRs become unusable.
+func (d *Device) Close() error {
+	d.closeMu.Lock()
+	if d.closed {
+		d.closeMu.Unlock()
+		return nil
+	}
+	d.closed = true
+	close(d.done)
+	d.closeMu.Unlock()
+	<-d.stopped
+	return nil
+}
+
+// do runs fn on the engine goroutine and waits for it.
+func (d *Device) do(fn func() error) error {
+	errc := make(chan error, 1)
+	select {
+	case d.cmds <- func() { errc <- fn() }:
+	case <-d.done:
+		return ErrClosed
+	}
+	d.ring()
+	select {
+	case err := <-errc:
+		return err
+	case <-d.stopped:
+		return ErrClosed
+	}
+}
+
+// ring wakes the engine.
+func (d *Device) ring() {
+	select {
+	case d.doorbell <- struct{}{}:
+	default:
+	}
+}
+
+// QueryDevice returns the device's capabilities.
+func (d *Device) QueryDevice() DeviceAttr {
+	var guid uint64
+	if m := d.cfg.MAC; len(m) == 6 {
+		guid = binary.BigEndian.Uint64([]byte{m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]})
+	}
+	return DeviceAttr{
+		MaxQP: MaxQP, MaxQPWR: MaxQPWR, MaxSGE: MaxSGE, MaxCQE: MaxCQE, MaxInlineData: MaxInlineData,
+		MaxMRSize: MaxMRSize, MaxMsgSize: MaxMsgSize, MaxQPRdAtom: MaxRdAtomic, MaxQPInitRdAtom: MaxRdAtomic,
+		NodeGUID: guid,
+	}
+}
+
+// QueryPort describes port 1.
+func (d *Device) QueryPort() PortAttr {
+	return PortAttr{State: "ACTIVE", MaxMTU: MTU4096, ActiveMTU: MTUFromBytes(d.cfg.ActiveMTU), GIDTblLen: len(d.cfg.GIDs)}
+}
+
+// QueryGID returns GID index i of port 1.
+func (d *Device) QueryGID(i int) (netip.Addr, error) {
+	if i < 0 || i >= len(d.cfg.GIDs) {
+		return netip.Addr{}, fmt.Errorf("verbs: GID index %d of %d: %w", i, len(d.cfg.GIDs), ErrInvalid)
+	}
+	return d.cfg.GIDs[i], nil
+}
+
+// Counters returns the transport's counters (rxe's names).
+func (d *Device) Counters() (Counters, error) {
+	var c Counters
+	err := d.do(func() error { c = d.e.counters; return nil })
+	return c, err
+}
+
+// Counters are the device's transport counters under rxe's hw_counters names.
+type Counters struct {
+	SentPkts, RcvdPkts                         uint64
+	DuplicateRequest, OutOfSeqRequest          uint64
+	RcvdSeqErr, RcvdRNRErr, SendRNRErr         uint64
+	CompleterRetryErr, RetryExceededErr        uint64
+	RetryRNRExceededErr                        uint64
+	RDMASends, RDMARecvs                       uint64
+	DroppedMalformed, DroppedNoQP, AckDeferred uint64
+}
+
+// run is the engine goroutine.
+func (d *Device) run() {
+	defer close(d.stopped)
+	for {
+		select {
+		case <-d.done:
+			return
+		case cmd := <-d.cmds:
+			cmd()
+			continue
+		default:
+		}
+		busy := d.e.step()
+		if !busy {
+			wait := d.e.nextTimer()
+			if d.cfg.BusyPoll {
+				wait = 0
+			}
+			if wait > 0 {
+				d.link.Wait(d.doorbell, wait)
+			}
+		}
+	}
+}
+
+// idleWait is how long the engine sleeps when nothing is due.
+const idleWait = 2 * time.Millisecond

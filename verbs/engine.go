@@ -1,0 +1,338 @@
+package verbs
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/xdproce/xdproce/wire"
+)
+
+// engine is the transport of one device. Only the device's engine goroutine
+// touches it.
+type engine struct {
+	dev      *Device
+	qps      []*QP // by QPN; nil where free
+	live     []*QP // QPs that exist, in creation order
+	nextQPN  uint32
+	mrs      mrTable
+	pdSeq    uint32
+	counters Counters
+
+	rx   wire.Packet // the packet being handled
+	tx   wire.Packet // the packet being built
+	bufs [][]byte    // frame buffers, one per frame of a flush
+	out  [][]byte
+}
+
+// rxBatch and txBatch bound the frames handled per step.
+const (
+	rxBatch = 64
+	txBatch = 128
+)
+
+func (e *engine) init(d *Device) {
+	e.dev = d
+	e.nextQPN = firstUserQPN
+	e.bufs = make([][]byte, txBatch)
+	for i := range e.bufs {
+		e.bufs[i] = make([]byte, d.link.MaxFrame())
+	}
+	e.out = make([][]byte, 0, txBatch)
+}
+
+func (e *engine) addQP(qp *QP) error {
+	qpn := uint32(0)
+	for i := 0; i < MaxQP; i++ {
+		c := e.nextQPN
+		e.nextQPN++
+		if e.nextQPN >= MaxQP {
+			e.nextQPN = firstUserQPN
+		}
+		if int(c) >= len(e.qps) || e.qps[c] == nil {
+			qpn = c
+			break
+		}
+	}
+	if qpn == 0 {
+		return fmt.Errorf("verbs: all %d QPs in use: %w", MaxQP, ErrNoMem)
+	}
+	for int(qpn) >= len(e.qps) {
+		e.qps = append(e.qps, nil)
+	}
+	qp.qpn = qpn
+	qp.t.reset(qp)
+	e.qps[qpn] = qp
+	e.live = append(e.live, qp)
+	return nil
+}
+
+func (e *engine) removeQP(qp *QP) {
+	if int(qp.qpn) < len(e.qps) && e.qps[qp.qpn] == qp {
+		e.qps[qp.qpn] = nil
+	}
+	for i, q := range e.live {
+		if q == qp {
+			e.live = append(e.live[:i], e.live[i+1:]...)
+			break
+		}
+	}
+	qp.t.state = StateReset
+	qp.state.Store(uint32(StateReset))
+}
+
+// step does one round of work and reports whether there was any.
+func (e *engine) step() bool {
+	n, _ := e.dev.link.Receive(rxBatch, e.handleFrame)
+	busy := n > 0
+	now := e.dev.clock.Now()
+	for _, qp := range e.live {
+		e.takePosts(qp)
+		e.checkTimers(qp, now)
+		if e.requester(qp) {
+			busy = true
+		}
+	}
+	if len(e.out) > 0 {
+		e.flush()
+		busy = true
+	}
+	return busy
+}
+
+// nextTimer is how long the engine may sleep.
+func (e *engine) nextTimer() time.Duration {
+	wait := idleWait
+	now := e.dev.clock.Now()
+	for _, qp := range e.live {
+		for _, at := range [2]time.Time{qp.t.timerAt, qp.t.rnrAt} {
+			if !at.IsZero() {
+				wait = min(wait, max(at.Sub(now), 0))
+			}
+		}
+	}
+	return wait
+}
+
+// takePosts moves what the application posted into the engine's queues.
+func (e *engine) takePosts(qp *QP) {
+	qp.postMu.Lock()
+	if len(qp.postSend) == 0 && len(qp.postRecv) == 0 {
+		qp.postMu.Unlock()
+		return
+	}
+	qp.t.sq = append(qp.t.sq, qp.postSend...)
+	qp.t.rq = append(qp.t.rq, qp.postRecv...)
+	qp.postSend = qp.postSend[:0]
+	qp.postRecv = qp.postRecv[:0]
+	qp.postMu.Unlock()
+	if qp.t.state == StateErr {
+		e.flushQueues(qp)
+	}
+}
+
+// frame returns a buffer for the next outgoing frame, flushing if needed.
+func (e *engine) frame() []byte {
+	if len(e.out) == cap(e.out) {
+		e.flush()
+	}
+	return e.bufs[len(e.out)]
+}
+
+// queue adds the frame of n bytes built in the last frame() buffer.
+func (e *engine) queue(n int) {
+	b := e.bufs[len(e.out)][:n]
+	for ; n < wire.MinFrameLen; n++ {
+		b = append(b, 0)
+	}
+	e.out = append(e.out, b)
+	e.counters.SentPkts++
+}
+
+func (e *engine) flush() {
+	if len(e.out) == 0 {
+		return
+	}
+	_ = e.dev.link.Send(e.out) // a failed send is a lost packet: the transport recovers
+	e.out = e.out[:0]
+}
+
+// header prepares e.tx for a packet of qp with the given BTH fields.
+func (e *engine) header(qp *QP, op wire.Opcode, psn uint32, ackReq bool) *wire.Packet {
+	p := &e.tx
+	t := &qp.t
+	p.Eth = wire.Ethernet{Dst: t.dmac, Src: t.smac}
+	p.IP = wire.IP{V6: t.v6, Src: t.sip, Dst: t.dip, TOS: t.attr.AH.TrafficClass, TTL: 64, DF: !t.v6}
+	p.UDP = wire.UDP{SrcPort: t.sport, DstPort: wire.UDPPort}
+	p.BTH = wire.BTH{Opcode: op, PKey: 0xffff, DestQP: t.attr.DestQPN, AckReq: ackReq, PSN: psn & 0xffffff}
+	p.Payload = nil
+	return p
+}
+
+// send encodes e.tx with payloadLen bytes gathered by fill and queues it.
+func (e *engine) send(payloadLen int, fill func(dst []byte)) {
+	buf := e.frame()
+	hdr, err := wire.EncodeHeaders(buf, &e.tx, payloadLen)
+	if err != nil {
+		panic(fmt.Sprintf("verbs: building a %v packet: %v", e.tx.BTH.Opcode, err)) // a transport bug, not input
+	}
+	if payloadLen > 0 {
+		fill(buf[hdr : hdr+payloadLen])
+	}
+	n, err := wire.Seal(buf, hdr, payloadLen)
+	if err != nil {
+		panic(fmt.Sprintf("verbs: sealing a %v packet: %v", e.tx.BTH.Opcode, err))
+	}
+	e.queue(n)
+}
+
+// handleFrame is called for every received frame.
+func (e *engine) handleFrame(frame []byte) {
+	p := &e.rx
+	if err := wire.Decode(frame, p); err != nil {
+		e.counters.DroppedMalformed++
+		return
+	}
+	qpn := p.BTH.DestQP
+	if int(qpn) >= len(e.qps) || e.qps[qpn] == nil {
+		e.counters.DroppedNoQP++
+		return
+	}
+	qp := e.qps[qpn]
+	info, _ := p.BTH.Opcode.Info()
+	t := &qp.t
+	wantTransport := wire.TransportRC
+	if qp.typ == QPTypeUC {
+		wantTransport = wire.TransportUC
+	}
+	// rxe's check_type_state and check_addr: the right transport, from the
+	// connected peer to our address; anything else is dropped silently.
+	if p.BTH.Opcode.Transport() != wantTransport || p.IP.Src != t.dip || p.IP.Dst != t.sip {
+		e.counters.DroppedNoQP++
+		return
+	}
+	e.counters.RcvdPkts++
+	if info.Flags&wire.FlagRequest != 0 {
+		if t.state == StateRTR || t.state == StateRTS || t.state == StateSQD {
+			e.responder(qp, p, info)
+		}
+		return
+	}
+	if t.state == StateRTS || t.state == StateSQD {
+		e.completer(qp, p, info)
+	}
+}
+
+// modify applies a validated Modify on the engine goroutine.
+func (e *engine) modify(qp *QP, a QPAttr, mask AttrMask, next QPState, dmac net.HardwareAddr) {
+	t := &qp.t
+	if mask&AttrAccessFlags != 0 {
+		t.attr.AccessFlags = a.AccessFlags
+	}
+	if mask&AttrQKey != 0 {
+		t.attr.QKey = a.QKey
+	}
+	if mask&AttrAV != 0 {
+		t.attr.AH = a.AH
+		copy(t.dmac[:], dmac)
+		copy(t.smac[:], e.dev.cfg.MAC)
+		t.sip = gidAddr(e.dev.cfg.GIDs[a.AH.SGIDIndex])
+		t.dip = gidAddr(a.AH.DGID)
+		t.v6 = !t.dip.Is4()
+	}
+	if mask&AttrPathMTU != 0 {
+		t.attr.PathMTU = a.PathMTU
+		t.mtu = a.PathMTU.Bytes()
+	}
+	if mask&AttrTimeout != 0 {
+		t.attr.Timeout = a.Timeout
+	}
+	if mask&AttrRetryCnt != 0 {
+		t.attr.RetryCnt, t.retryLeft = a.RetryCnt, a.RetryCnt
+	}
+	if mask&AttrRNRRetry != 0 {
+		t.attr.RNRRetry, t.rnrLeft = a.RNRRetry, a.RNRRetry
+	}
+	if mask&AttrRQPSN != 0 {
+		t.attr.RQPSN, t.ePSN = a.RQPSN, a.RQPSN
+	}
+	if mask&AttrSQPSN != 0 {
+		t.attr.SQPSN, t.reqPSN, t.compPSN = a.SQPSN, a.SQPSN, a.SQPSN
+	}
+	if mask&AttrMaxQPRdAtomic != 0 {
+		t.attr.MaxRdAtomic = a.MaxRdAtomic
+	}
+	if mask&AttrMaxDestRdAtomic != 0 {
+		t.attr.MaxDestRdAtomic = a.MaxDestRdAtomic
+		t.res = make([]respResource, max(1, roundPow2(int(a.MaxDestRdAtomic))))
+	}
+	if mask&AttrMinRNRTimer != 0 {
+		t.attr.MinRNRTimer = a.MinRNRTimer
+	}
+	if mask&AttrDestQPN != 0 {
+		t.attr.DestQPN = a.DestQPN
+	}
+	if mask&(AttrAV|AttrDestQPN) != 0 {
+		t.sport = wire.UDPSourcePort(t.attr.AH.FlowLabel, qp.qpn, t.attr.DestQPN)
+	}
+	switch next {
+	case StateReset:
+		t.reset(qp)
+		qp.postMu.Lock()
+		qp.postSend, qp.postRecv = qp.postSend[:0], qp.postRecv[:0]
+		qp.sqUsed.Store(0)
+		qp.rqUsed.Store(0)
+		qp.postMu.Unlock()
+	case StateErr:
+		t.state = StateErr
+		qp.state.Store(uint32(StateErr))
+		e.takePosts(qp)
+		e.flushQueues(qp)
+		return
+	}
+	t.state = next
+	qp.state.Store(uint32(next))
+}
+
+func roundPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+// toError moves a QP to the error state and flushes its queues.
+func (e *engine) toError(qp *QP) {
+	if qp.t.state == StateErr {
+		return
+	}
+	qp.t.state = StateErr
+	qp.state.Store(uint32(StateErr))
+	e.flushQueues(qp)
+}
+
+// flushQueues completes every outstanding work request with WR_FLUSH_ERR
+// (always, signaled or not), as a QP in the error state does.
+func (e *engine) flushQueues(qp *QP) {
+	t := &qp.t
+	for len(t.sq) > 0 {
+		e.retire(qp, WCWRFlushErr)
+	}
+	if t.recv.active {
+		qp.rcq.push(WorkCompletion{WRID: t.recv.wr.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
+		qp.rqUsed.Add(-1)
+	}
+	for _, r := range t.rq {
+		qp.rcq.push(WorkCompletion{WRID: r.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
+		qp.rqUsed.Add(-1)
+	}
+	t.rq = t.rq[:0]
+	t.timerAt, t.rnrAt = time.Time{}, time.Time{}
+	t.reqIdx, t.rdAtomicOut = 0, 0
+	t.recv = recvState{}
+	t.respOp = respNone
+}
+
+// psnCmp compares 24-bit PSNs as rxe's psn_compare: <0, 0 or >0.
+func psnCmp(a, b uint32) int32 { return int32((a - b) << 8) }

@@ -1,0 +1,179 @@
+package verbs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// node is one side of a test connection: a device with a PD, CQs, a QP and a buffer.
+type node struct {
+	dev      *Device
+	pd       *PD
+	scq, rcq *CQ
+	qp       *QP
+	mr       *MR
+}
+
+var (
+	macA = net.HardwareAddr{2, 0, 0, 0, 0, 1}
+	macB = net.HardwareAddr{2, 0, 0, 0, 0, 2}
+	ipA  = netip.MustParseAddr("198.18.0.1")
+	ipB  = netip.MustParseAddr("198.18.0.2")
+)
+
+func newDevice(t *testing.T, link Link, mac net.HardwareAddr, ip netip.Addr, mtu int) *Device {
+	t.Helper()
+	d, err := NewDevice(link, DeviceConfig{
+		MAC: mac, GIDs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, ActiveMTU: mtu,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+func newNode(t *testing.T, d *Device, bufSize int) *node {
+	t.Helper()
+	n := &node{dev: d}
+	var err error
+	if n.pd, err = d.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if n.scq, err = d.CreateCQ(4096); err != nil {
+		t.Fatal(err)
+	}
+	if n.rcq, err = d.CreateCQ(4096); err != nil {
+		t.Fatal(err)
+	}
+	if n.qp, err = n.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: n.scq, RecvCQ: n.rcq,
+		Cap: QPCap{MaxSendWR: 1024, MaxRecvWR: 1024, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}}); err != nil {
+		t.Fatal(err)
+	}
+	if n.mr, err = n.pd.AllocMR(bufSize, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+type connOpts struct {
+	mtu        MTU
+	psnA, psnB uint32
+	timeout    uint8
+	retry, rnr uint8
+	minRNR     uint8
+}
+
+// connect takes both QPs to RTS facing each other.
+func connect(t *testing.T, a, b *node, aIP, bIP netip.Addr, aMAC, bMAC net.HardwareAddr, o connOpts) {
+	t.Helper()
+	if o.mtu == 0 {
+		o.mtu = MTU1024
+	}
+	if o.timeout == 0 {
+		o.timeout = 10
+	}
+	if o.minRNR == 0 {
+		o.minRNR = 1
+	}
+	access := AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	for _, s := range []struct {
+		n      *node
+		peer   *node
+		dgid   netip.Addr
+		dmac   net.HardwareAddr
+		sq, rq uint32
+	}{{a, b, bIP, bMAC, o.psnA, o.psnB}, {b, a, aIP, aMAC, o.psnB, o.psnA}} {
+		must(t, s.n.qp.Modify(QPAttr{State: StateInit, Port: 1, AccessFlags: access}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags))
+		must(t, s.n.qp.Modify(QPAttr{State: StateRTR, AH: AH{DGID: s.dgid, SGIDIndex: 1, HopLimit: 64, DMAC: s.dmac},
+			PathMTU: o.mtu, DestQPN: s.peer.qp.QPN(), RQPSN: s.rq, MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR},
+			AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer))
+		must(t, s.n.qp.Modify(QPAttr{State: StateRTS, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnr, SQPSN: s.sq, MaxRdAtomic: 16},
+			AttrState|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrSQPSN|AttrMaxQPRdAtomic))
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pair builds two connected nodes over an in-memory link.
+func pair(t *testing.T, o connOpts, bufSize int) (*node, *node, *MemLink, *MemLink) {
+	t.Helper()
+	la, lb := NewMemLinkPair(4096 + 200)
+	a := newNode(t, newDevice(t, la, macA, ipA, 4096), bufSize)
+	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), bufSize)
+	if o.retry == 0 {
+		o.retry = 7
+	}
+	if o.rnr == 0 {
+		o.rnr = 7
+	}
+	connect(t, a, b, ipA, ipB, macA, macB, o)
+	return a, b, la, lb
+}
+
+// poll waits for n completions on cq.
+func poll(t *testing.T, cq *CQ, n int, timeout time.Duration) []WorkCompletion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out := make([]WorkCompletion, 0, n)
+	buf := make([]WorkCompletion, 64)
+	for len(out) < n {
+		k := cq.Poll(buf[:min(len(buf), n-len(out))])
+		out = append(out, buf[:k]...)
+		if k == 0 {
+			if ctx.Err() != nil {
+				t.Fatalf("got %d of %d completions before the timeout: %+v", len(out), n, out)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return out
+}
+
+func fill(b []byte, seed int) {
+	for i := range b {
+		b[i] = byte(seed + i*13 + i>>8)
+	}
+}
+
+func sge(mr *MR, off, n int) []SGE {
+	return []SGE{{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}}
+}
+
+func postSend(t *testing.T, n *node, wrs ...SendWR) {
+	t.Helper()
+	if i, err := n.qp.PostSend(wrs); err != nil {
+		t.Fatalf("PostSend: WR %d: %v", i, err)
+	}
+}
+
+func postRecv(t *testing.T, n *node, wrs ...RecvWR) {
+	t.Helper()
+	if i, err := n.qp.PostRecv(wrs); err != nil {
+		t.Fatalf("PostRecv: WR %d: %v", i, err)
+	}
+}
+
+func equalBytes(t *testing.T, what string, got, want []byte) {
+	t.Helper()
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && i < len(want) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("%s: %d bytes differ from the %d expected, first at offset %d", what, len(got), len(want), i)
+	}
+}
+
+func isErr(err, target error) bool { return errors.Is(err, target) }

@@ -1,0 +1,184 @@
+package verbs
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Link is the engine's only view of the network: it sends and receives whole
+// Ethernet frames. AF_XDP sockets implement it for real devices; MemLink pairs
+// do it in memory for tests.
+type Link interface {
+	// Send transmits the frames; they may be reused when Send returns.
+	Send(frames [][]byte) error
+	// Receive hands each frame that has arrived to fn, up to max frames,
+	// without blocking, and returns how many it handed. A frame is valid only
+	// during its call.
+	Receive(max int, fn func(frame []byte)) (int, error)
+	// Wait blocks until a frame may be ready, wake is signalled, or d passes.
+	Wait(wake <-chan struct{}, d time.Duration)
+	// MaxFrame is the largest frame Send accepts.
+	MaxFrame() int
+}
+
+// Clock tells the engine the time; tests inject a fake one.
+type Clock interface {
+	Now() time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Impairment says what a MemLink does to frames it carries, per frame, from a
+// seeded generator: the same seed and frame sequence give the same faults.
+type Impairment struct {
+	Drop, Duplicate, Corrupt, Reorder float64
+	Seed                              uint64
+}
+
+// MemLink is one end of an in-memory link made by NewMemLinkPair.
+type MemLink struct {
+	peer   *MemLink
+	mu     sync.Mutex
+	queue  [][]byte // frames waiting to be received here
+	held   []byte   // a frame held back to be delivered after the next one
+	free   [][]byte
+	signal chan struct{}
+	imp    Impairment
+	rng    *rand.Rand
+	max    int
+	stats  MemLinkStats
+}
+
+// MemLinkStats counts what a MemLink did to the frames sent through it.
+type MemLinkStats struct {
+	Sent, Dropped, Duplicated, Corrupted, Reordered uint64
+}
+
+// NewMemLinkPair returns two connected in-memory links carrying frames of up
+// to maxFrame bytes.
+func NewMemLinkPair(maxFrame int) (*MemLink, *MemLink) {
+	a := &MemLink{signal: make(chan struct{}, 1), max: maxFrame}
+	b := &MemLink{signal: make(chan struct{}, 1), max: maxFrame}
+	a.peer, b.peer = b, a
+	a.SetImpairment(Impairment{})
+	b.SetImpairment(Impairment{})
+	return a, b
+}
+
+// SetImpairment sets the faults applied to frames sent from this end.
+func (l *MemLink) SetImpairment(imp Impairment) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.imp = imp
+	l.rng = rand.New(rand.NewPCG(imp.Seed, imp.Seed^0x9e3779b97f4a7c15))
+}
+
+// Stats returns what this end did to the frames it sent.
+func (l *MemLink) Stats() MemLinkStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stats
+}
+
+// Send implements Link.
+func (l *MemLink) Send(frames [][]byte) error {
+	l.mu.Lock()
+	var out [][]byte
+	for _, f := range frames {
+		l.stats.Sent++
+		if l.imp.Drop > 0 && l.rng.Float64() < l.imp.Drop {
+			l.stats.Dropped++
+			continue
+		}
+		c := l.peer.copyFrame(f)
+		if l.imp.Corrupt > 0 && l.rng.Float64() < l.imp.Corrupt && len(c) > 60 {
+			c[42+l.rng.IntN(len(c)-42)] ^= 1 << l.rng.IntN(8)
+			l.stats.Corrupted++
+		}
+		dup := l.imp.Duplicate > 0 && l.rng.Float64() < l.imp.Duplicate
+		if l.imp.Reorder > 0 && l.held == nil && l.rng.Float64() < l.imp.Reorder {
+			l.held = c
+			l.stats.Reordered++
+		} else {
+			out = append(out, c)
+			if l.held != nil {
+				out = append(out, l.held)
+				l.held = nil
+			}
+		}
+		if dup {
+			out = append(out, l.peer.copyFrame(f))
+			l.stats.Duplicated++
+		}
+	}
+	if l.held != nil && len(frames) == 0 {
+		out, l.held = append(out, l.held), nil
+	}
+	l.mu.Unlock()
+	if len(out) > 0 {
+		l.peer.deliver(out)
+	}
+	return nil
+}
+
+// Flush delivers a frame held back for reordering.
+func (l *MemLink) Flush() { _ = l.Send(nil) }
+
+func (l *MemLink) copyFrame(f []byte) []byte {
+	l.mu.Lock()
+	var b []byte
+	if n := len(l.free); n > 0 {
+		b, l.free = l.free[n-1][:0], l.free[:n-1]
+	}
+	l.mu.Unlock()
+	return append(b, f...)
+}
+
+func (l *MemLink) deliver(frames [][]byte) {
+	l.mu.Lock()
+	l.queue = append(l.queue, frames...)
+	l.mu.Unlock()
+	select {
+	case l.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Receive implements Link.
+func (l *MemLink) Receive(max int, fn func(frame []byte)) (int, error) {
+	l.mu.Lock()
+	n := min(max, len(l.queue))
+	batch := append([][]byte(nil), l.queue[:n]...)
+	l.queue = append(l.queue[:0], l.queue[n:]...)
+	l.mu.Unlock()
+	for _, f := range batch {
+		fn(f)
+	}
+	l.mu.Lock()
+	l.free = append(l.free, batch...)
+	l.mu.Unlock()
+	return n, nil
+}
+
+// Wait implements Link.
+func (l *MemLink) Wait(wake <-chan struct{}, d time.Duration) {
+	l.mu.Lock()
+	ready := len(l.queue) > 0
+	l.mu.Unlock()
+	if ready {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-l.signal:
+	case <-wake:
+	case <-t.C:
+	}
+}
+
+// MaxFrame implements Link.
+func (l *MemLink) MaxFrame() int { return l.max }

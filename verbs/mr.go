@@ -1,0 +1,154 @@
+package verbs
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// PD is a protection domain: QPs reach only memory regions of their own PD.
+type PD struct {
+	dev *Device
+	id  uint32
+}
+
+// AllocPD creates a protection domain.
+func (d *Device) AllocPD() (*PD, error) {
+	pd := &PD{dev: d}
+	err := d.do(func() error {
+		d.e.pdSeq++
+		pd.id = d.e.pdSeq
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return pd, nil
+}
+
+// MR is a registered memory region.
+type MR struct {
+	pd     *PD
+	buf    []byte
+	addr   uint64
+	access Access
+	lkey   uint32
+	rkey   uint32
+	valid  bool // engine-owned
+}
+
+// Addr is the address of the region's first byte, the base of SGE and
+// remote addresses into it.
+func (m *MR) Addr() uint64 { return m.addr }
+
+// Len is the region's length in bytes.
+func (m *MR) Len() int { return len(m.buf) }
+
+// LKey is the local key that SGEs name.
+func (m *MR) LKey() uint32 { return m.lkey }
+
+// RKey is the remote key peers name in RDMA and atomic requests.
+func (m *MR) RKey() uint32 { return m.rkey }
+
+// Bytes is the registered memory.
+func (m *MR) Bytes() []byte { return m.buf }
+
+// RegMR registers buf with the given access. Remote write or atomic access
+// needs local write, as ibverbs requires.
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	if len(buf) == 0 || uint64(len(buf)) > MaxMRSize {
+		return nil, fmt.Errorf("verbs: register %d bytes: %w", len(buf), ErrInvalid)
+	}
+	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic) != 0 {
+		return nil, fmt.Errorf("verbs: unknown access flags %#x: %w", uint32(access), ErrInvalid)
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("verbs: remote write or atomic access needs local write: %w", ErrInvalid)
+	}
+	mr := &MR{pd: pd, buf: buf, access: access, addr: uint64(uintptr(unsafe.Pointer(&buf[0])))}
+	err := pd.dev.do(func() error { return pd.dev.e.addMR(mr) })
+	if err != nil {
+		return nil, err
+	}
+	return mr, nil
+}
+
+// AllocMR registers n bytes of device-allocated memory.
+func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("verbs: allocate %d bytes: %w", n, ErrInvalid)
+	}
+	return pd.RegMR(make([]byte, n), access)
+}
+
+// Dereg deregisters the region. When it returns, no packet will touch the
+// memory any more: the engine removes the keys between two packets. Requests
+// naming the keys afterwards get a remote access error.
+func (m *MR) Dereg() error {
+	return m.pd.dev.do(func() error {
+		if !m.valid {
+			return fmt.Errorf("verbs: MR already deregistered: %w", ErrInvalid)
+		}
+		m.pd.dev.e.removeMR(m)
+		return nil
+	})
+}
+
+// mrTable maps key indexes to regions; keys are index<<8 | a random byte, so
+// a stale or guessed key rarely names a live region (as rxe).
+type mrTable struct {
+	mrs  []*MR // index 0 unused
+	free []uint32
+}
+
+func (e *engine) addMR(mr *MR) error {
+	t := &e.mrs
+	var idx uint32
+	if n := len(t.free); n > 0 {
+		idx, t.free = t.free[n-1], t.free[:n-1]
+	} else {
+		if len(t.mrs) == 0 {
+			t.mrs = append(t.mrs, nil)
+		}
+		if len(t.mrs) >= 1<<24 {
+			return fmt.Errorf("verbs: too many memory regions: %w", ErrNoMem)
+		}
+		idx = uint32(len(t.mrs))
+		t.mrs = append(t.mrs, nil)
+	}
+	key := idx<<8 | uint32(e.dev.rng.IntN(256))
+	mr.lkey, mr.rkey, mr.valid = key, key, true
+	t.mrs[idx] = mr
+	return nil
+}
+
+func (e *engine) removeMR(mr *MR) {
+	idx := mr.lkey >> 8
+	e.mrs.mrs[idx] = nil
+	e.mrs.free = append(e.mrs.free, idx)
+	mr.valid = false
+}
+
+// lookupMR returns the live region with this key, or nil.
+func (e *engine) lookupMR(key uint32) *MR {
+	idx := key >> 8
+	if idx == 0 || int(idx) >= len(e.mrs.mrs) {
+		return nil
+	}
+	mr := e.mrs.mrs[idx]
+	if mr == nil || mr.lkey != key {
+		return nil
+	}
+	return mr
+}
+
+// slice returns the region's bytes [addr, addr+n) if they lie inside it.
+func (m *MR) slice(addr uint64, n uint32) ([]byte, bool) {
+	if addr < m.addr {
+		return nil, false
+	}
+	off := addr - m.addr
+	if off > uint64(len(m.buf)) || uint64(n) > uint64(len(m.buf))-off {
+		return nil, false
+	}
+	return m.buf[off : off+uint64(n)], true
+}

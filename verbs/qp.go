@@ -1,0 +1,396 @@
+package verbs
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// QPInitAttr creates a QP (struct ibv_qp_init_attr).
+type QPInitAttr struct {
+	Type   QPType
+	SendCQ *CQ
+	RecvCQ *CQ
+	Cap    QPCap
+	// SigAll makes every send WR signaled.
+	SigAll bool
+}
+
+// QP is a queue pair. Its transport state belongs to the device's engine.
+type QP struct {
+	dev    *Device
+	pd     *PD
+	qpn    uint32
+	typ    QPType
+	scq    *CQ
+	rcq    *CQ
+	cap    QPCap
+	sigAll bool
+
+	// Posting: the application appends under postMu; the engine takes the
+	// whole batch at once.
+	postMu   sync.Mutex
+	postSend []sendWQE
+	postRecv []RecvWR
+	sqUsed   atomic.Int32 // send WQEs posted and not yet retired
+	rqUsed   atomic.Int32
+	state    atomic.Uint32 // QPState, mirrored for the posting checks
+
+	t qpTransport // engine-owned
+}
+
+// CreateQP creates a queue pair in pd.
+func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
+	if attr.Type != QPTypeRC && attr.Type != QPTypeUC {
+		return nil, fmt.Errorf("verbs: QP type %d not supported (RC and UC are): %w", attr.Type, ErrInvalid)
+	}
+	if attr.SendCQ == nil || attr.RecvCQ == nil {
+		return nil, fmt.Errorf("verbs: a QP needs a send and a receive CQ: %w", ErrInvalid)
+	}
+	c := attr.Cap
+	if c.MaxSendWR < 1 || c.MaxSendWR > MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > MaxQPWR ||
+		c.MaxSendSGE < 0 || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > MaxSGE ||
+		c.MaxInlineData < 0 || c.MaxInlineData > MaxInlineData {
+		return nil, fmt.Errorf("verbs: QP capabilities %+v exceed the device's: %w", c, ErrInvalid)
+	}
+	if c.MaxSendSGE == 0 {
+		c.MaxSendSGE = 1
+	}
+	if c.MaxRecvSGE == 0 {
+		c.MaxRecvSGE = 1
+	}
+	qp := &QP{dev: pd.dev, pd: pd, typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, cap: c, sigAll: attr.SigAll}
+	err := pd.dev.do(func() error { return pd.dev.e.addQP(qp) })
+	if err != nil {
+		return nil, err
+	}
+	return qp, nil
+}
+
+// QPN is the QP's number.
+func (qp *QP) QPN() uint32 { return qp.qpn }
+
+// State is the QP's current state.
+func (qp *QP) State() QPState { return QPState(qp.state.Load()) }
+
+// Destroy removes the QP. Outstanding work is dropped without completions, as
+// ibv_destroy_qp.
+func (qp *QP) Destroy() error {
+	return qp.dev.do(func() error { qp.dev.e.removeQP(qp); return nil })
+}
+
+// Query returns the QP's attributes.
+func (qp *QP) Query() (QPAttr, error) {
+	var a QPAttr
+	err := qp.dev.do(func() error {
+		a = qp.t.attr
+		a.State = qp.t.state
+		a.CurState = qp.t.state
+		a.Cap = qp.cap
+		return nil
+	})
+	return a, err
+}
+
+// attrRule lists the attributes a transition requires and allows, per QP type.
+type attrRule struct {
+	valid    bool
+	req, opt [QPTypeUD + 1]AttrMask
+}
+
+// transitions is ibverbs' (and the kernel's qp_state_table) legal
+// transitions with their required and optional attributes.
+var transitions = func() (t [StateErr + 1][StateErr + 1]attrRule) {
+	rc, uc, ud := QPTypeRC, QPTypeUC, QPTypeUD
+	set := func(from, to QPState, req, opt map[QPType]AttrMask) {
+		r := attrRule{valid: true}
+		for k, v := range req {
+			r.req[k] = v
+		}
+		for k, v := range opt {
+			r.opt[k] = v
+		}
+		t[from][to] = r
+	}
+	for s := StateReset; s <= StateErr; s++ {
+		set(s, StateReset, nil, nil)
+		set(s, StateErr, nil, nil)
+	}
+	set(StateReset, StateInit, map[QPType]AttrMask{
+		rc: AttrPKeyIndex | AttrPort | AttrAccessFlags, uc: AttrPKeyIndex | AttrPort | AttrAccessFlags,
+		ud: AttrPKeyIndex | AttrPort | AttrQKey}, nil)
+	set(StateInit, StateInit, nil, map[QPType]AttrMask{
+		rc: AttrPKeyIndex | AttrPort | AttrAccessFlags, uc: AttrPKeyIndex | AttrPort | AttrAccessFlags,
+		ud: AttrPKeyIndex | AttrPort | AttrQKey})
+	set(StateInit, StateRTR, map[QPType]AttrMask{
+		rc: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer,
+		uc: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN},
+		map[QPType]AttrMask{
+			rc: AttrAltPath | AttrAccessFlags | AttrPKeyIndex, uc: AttrAltPath | AttrAccessFlags | AttrPKeyIndex,
+			ud: AttrPKeyIndex | AttrQKey})
+	set(StateRTR, StateRTS, map[QPType]AttrMask{
+		rc: AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrSQPSN | AttrMaxQPRdAtomic,
+		uc: AttrSQPSN, ud: AttrSQPSN},
+		map[QPType]AttrMask{
+			rc: AttrCurState | AttrAltPath | AttrAccessFlags | AttrMinRNRTimer | AttrPathMigState,
+			uc: AttrCurState | AttrAltPath | AttrAccessFlags | AttrPathMigState,
+			ud: AttrCurState | AttrQKey})
+	rtsOpt := map[QPType]AttrMask{
+		rc: AttrCurState | AttrAccessFlags | AttrAltPath | AttrPathMigState | AttrMinRNRTimer,
+		uc: AttrCurState | AttrAccessFlags | AttrAltPath | AttrPathMigState,
+		ud: AttrCurState | AttrQKey}
+	set(StateRTS, StateRTS, nil, rtsOpt)
+	set(StateSQD, StateRTS, nil, rtsOpt)
+	sqdOpt := map[QPType]AttrMask{rc: AttrEnSQDAsyncNotify, uc: AttrEnSQDAsyncNotify, ud: AttrEnSQDAsyncNotify}
+	set(StateRTS, StateSQD, nil, sqdOpt)
+	set(StateSQD, StateSQD, nil, map[QPType]AttrMask{
+		rc: AttrPort | AttrAV | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic |
+			AttrMaxDestRdAtomic | AttrAltPath | AttrAccessFlags | AttrPKeyIndex | AttrMinRNRTimer | AttrPathMigState,
+		uc: AttrPort | AttrAV | AttrAltPath | AttrAccessFlags | AttrPKeyIndex | AttrPathMigState,
+		ud: AttrPKeyIndex | AttrQKey})
+	set(StateSQE, StateRTS, nil, map[QPType]AttrMask{uc: AttrCurState | AttrAccessFlags, ud: AttrCurState | AttrQKey})
+	return t
+}()
+
+// checkTransition validates a Modify against the transition table.
+func checkTransition(typ QPType, cur, next QPState, mask AttrMask) error {
+	if next > StateErr {
+		return fmt.Errorf("verbs: unknown QP state %d: %w", next, ErrInvalid)
+	}
+	r := transitions[cur][next]
+	if !r.valid {
+		return fmt.Errorf("verbs: QP transition %v -> %v is not allowed: %w", cur, next, ErrInvalid)
+	}
+	if missing := r.req[typ] &^ mask; missing != 0 {
+		return fmt.Errorf("verbs: QP transition %v -> %v needs attributes %#x: %w", cur, next, uint32(missing), ErrInvalid)
+	}
+	if extra := mask &^ (r.req[typ] | r.opt[typ] | AttrState); extra != 0 {
+		return fmt.Errorf("verbs: QP transition %v -> %v does not take attributes %#x: %w", cur, next, uint32(extra), ErrInvalid)
+	}
+	return nil
+}
+
+// Modify changes the QP's state and attributes, as ibv_modify_qp: the
+// transition must be legal and the mask must hold exactly the required
+// attributes plus optional ones.
+func (qp *QP) Modify(attr QPAttr, mask AttrMask) error {
+	if err := qp.checkAttrValues(attr, mask); err != nil {
+		return err
+	}
+	var dmac net.HardwareAddr
+	if mask&AttrAV != 0 {
+		var err error
+		if dmac, err = qp.resolveAH(attr.AH); err != nil {
+			return err
+		}
+	}
+	return qp.dev.do(func() error {
+		cur := qp.t.state
+		next := cur
+		if mask&AttrState != 0 {
+			next = attr.State
+		}
+		if mask&AttrCurState != 0 && attr.CurState != cur {
+			return fmt.Errorf("verbs: current state is %v, not %v: %w", cur, attr.CurState, ErrInvalid)
+		}
+		if err := checkTransition(qp.typ, cur, next, mask); err != nil {
+			return err
+		}
+		qp.dev.e.modify(qp, attr, mask, next, dmac)
+		return nil
+	})
+}
+
+// checkAttrValues rejects attribute values out of range (rxe_qp_chk_attr).
+func (qp *QP) checkAttrValues(a QPAttr, mask AttrMask) error {
+	bad := func(what string, v any) error {
+		return fmt.Errorf("verbs: QP attribute %s = %v: %w", what, v, ErrInvalid)
+	}
+	switch {
+	case mask&AttrPort != 0 && a.Port != 1:
+		return bad("port", a.Port)
+	case mask&AttrPKeyIndex != 0 && a.PKeyIndex != 0:
+		return bad("pkey_index", a.PKeyIndex)
+	case mask&AttrPathMTU != 0 && (a.PathMTU.Bytes() == 0 || a.PathMTU.Bytes() > qp.dev.cfg.ActiveMTU):
+		return bad("path_mtu (port active MTU "+fmt.Sprint(qp.dev.cfg.ActiveMTU)+")", a.PathMTU)
+	case mask&AttrTimeout != 0 && a.Timeout > 31:
+		return bad("timeout", a.Timeout)
+	case mask&AttrRetryCnt != 0 && a.RetryCnt > 7:
+		return bad("retry_cnt", a.RetryCnt)
+	case mask&AttrRNRRetry != 0 && a.RNRRetry > 7:
+		return bad("rnr_retry", a.RNRRetry)
+	case mask&AttrMinRNRTimer != 0 && a.MinRNRTimer > 31:
+		return bad("min_rnr_timer", a.MinRNRTimer)
+	case mask&AttrRQPSN != 0 && a.RQPSN > 0xffffff:
+		return bad("rq_psn", a.RQPSN)
+	case mask&AttrSQPSN != 0 && a.SQPSN > 0xffffff:
+		return bad("sq_psn", a.SQPSN)
+	case mask&AttrDestQPN != 0 && a.DestQPN > 0xffffff:
+		return bad("dest_qp_num", a.DestQPN)
+	case mask&AttrMaxQPRdAtomic != 0 && int(a.MaxRdAtomic) > MaxRdAtomic:
+		return bad("max_rd_atomic", a.MaxRdAtomic)
+	case mask&AttrMaxDestRdAtomic != 0 && int(a.MaxDestRdAtomic) > MaxRdAtomic:
+		return bad("max_dest_rd_atomic", a.MaxDestRdAtomic)
+	case mask&AttrAccessFlags != 0 && a.AccessFlags&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic) != 0:
+		return bad("qp_access_flags", a.AccessFlags)
+	}
+	if mask&AttrAV != 0 {
+		if !a.AH.DGID.IsValid() {
+			return bad("ah_attr.grh.dgid", a.AH.DGID)
+		}
+		if a.AH.SGIDIndex < 0 || a.AH.SGIDIndex >= len(qp.dev.cfg.GIDs) {
+			return bad("ah_attr.grh.sgid_index", a.AH.SGIDIndex)
+		}
+		sgid := qp.dev.cfg.GIDs[a.AH.SGIDIndex].Unmap()
+		if sgid.Is4() != a.AH.DGID.Unmap().Is4() {
+			return fmt.Errorf("verbs: source GID %v and destination GID %v are of different IP versions: %w", sgid, a.AH.DGID, ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// resolveAH finds the destination MAC of an address vector.
+func (qp *QP) resolveAH(ah AH) (net.HardwareAddr, error) {
+	if len(ah.DMAC) == 6 {
+		return ah.DMAC, nil
+	}
+	if qp.dev.cfg.Resolve == nil {
+		return nil, fmt.Errorf("verbs: no MAC for %v and no resolver: %w", ah.DGID, ErrInvalid)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	mac, err := qp.dev.cfg.Resolve(ctx, ah.DGID.Unmap())
+	if err != nil {
+		return nil, fmt.Errorf("verbs: resolving %v: %w", ah.DGID, err)
+	}
+	return mac, nil
+}
+
+// PostSend queues send work requests. On error it returns the index of the
+// first request not queued (ibv_post_send's bad_wr); the ones before it are queued.
+func (qp *QP) PostSend(wrs []SendWR) (int, error) {
+	st := qp.State()
+	if st == StateReset || st == StateInit || st == StateRTR {
+		return 0, fmt.Errorf("verbs: post send in state %v: %w", st, ErrInvalid)
+	}
+	ws := make([]sendWQE, 0, len(wrs))
+	var checkErr error
+	for i := range wrs {
+		w, err := qp.checkSendWR(&wrs[i])
+		if err != nil {
+			checkErr = err
+			break
+		}
+		ws = append(ws, w)
+	}
+	qp.postMu.Lock()
+	defer qp.postMu.Unlock()
+	for i, w := range ws {
+		if int(qp.sqUsed.Load()) >= qp.cap.MaxSendWR {
+			qp.dev.ring()
+			return i, fmt.Errorf("verbs: send queue full (%d WRs): %w", qp.cap.MaxSendWR, ErrNoMem)
+		}
+		qp.sqUsed.Add(1)
+		qp.postSend = append(qp.postSend, w)
+	}
+	qp.dev.ring()
+	if checkErr != nil {
+		return len(ws), checkErr
+	}
+	return len(wrs), nil
+}
+
+// copyInline copies an INLINE request's data now, so the caller may reuse
+// its buffers when PostSend returns (as ibverbs promises).
+func (qp *QP) copyInline(w *sendWQE) error {
+	return qp.dev.do(func() error {
+		w.inline = make([]byte, 0, w.length)
+		for _, s := range w.wr.SGList {
+			mr := qp.dev.e.lookupMR(s.LKey)
+			if mr == nil || mr.pd != qp.pd {
+				return fmt.Errorf("verbs: inline send WR %d: bad lkey %#x: %w", w.wr.ID, s.LKey, ErrInvalid)
+			}
+			b, ok := mr.slice(s.Addr, s.Length)
+			if !ok {
+				return fmt.Errorf("verbs: inline send WR %d: SGE outside its region: %w", w.wr.ID, ErrInvalid)
+			}
+			w.inline = append(w.inline, b...)
+		}
+		return nil
+	})
+}
+
+func (qp *QP) checkSendWR(wr *SendWR) (sendWQE, error) {
+	w := sendWQE{wr: *wr}
+	bad := func(why string) (sendWQE, error) {
+		return w, fmt.Errorf("verbs: send WR %d: %s: %w", wr.ID, why, ErrInvalid)
+	}
+	switch wr.Opcode {
+	case WRSend, WRSendWithImm, WRRDMAWrite, WRRDMAWriteWithImm:
+	case WRSendWithInv, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAdd:
+		if qp.typ != QPTypeRC {
+			return bad("opcode needs an RC QP")
+		}
+	default:
+		return bad(fmt.Sprintf("unknown opcode %d", wr.Opcode))
+	}
+	if len(wr.SGList) > qp.cap.MaxSendSGE {
+		return bad(fmt.Sprintf("%d SGEs, QP allows %d", len(wr.SGList), qp.cap.MaxSendSGE))
+	}
+	var total uint64
+	for _, s := range wr.SGList {
+		total += uint64(s.Length)
+	}
+	if total > MaxMsgSize {
+		return bad(fmt.Sprintf("message of %d bytes", total))
+	}
+	w.length = uint32(total)
+	if wr.Opcode == WRAtomicCmpAndSwp || wr.Opcode == WRAtomicFetchAdd {
+		if len(wr.SGList) != 1 || wr.SGList[0].Length != 8 || wr.RemoteAddr%8 != 0 {
+			return bad("an atomic needs one 8-byte SGE and an 8-byte aligned remote address")
+		}
+	}
+	if wr.Flags&SendInline != 0 {
+		if wr.Opcode.isReadOrAtomic() || int(total) > qp.cap.MaxInlineData {
+			return bad(fmt.Sprintf("inline %d bytes (max %d) or on a READ/atomic", total, qp.cap.MaxInlineData))
+		}
+	}
+	// The engine owns the SG list from now on.
+	w.wr.SGList = append([]SGE(nil), wr.SGList...)
+	if wr.Flags&SendInline != 0 {
+		if err := qp.copyInline(&w); err != nil {
+			return w, err
+		}
+	}
+	return w, nil
+}
+
+// PostRecv queues receive work requests; see PostSend for the return values.
+func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
+	if st := qp.State(); st == StateReset {
+		return 0, fmt.Errorf("verbs: post receive in state %v: %w", st, ErrInvalid)
+	}
+	qp.postMu.Lock()
+	defer qp.postMu.Unlock()
+	for i := range wrs {
+		if len(wrs[i].SGList) > qp.cap.MaxRecvSGE {
+			return i, fmt.Errorf("verbs: receive WR %d: %d SGEs, QP allows %d: %w", wrs[i].ID, len(wrs[i].SGList), qp.cap.MaxRecvSGE, ErrInvalid)
+		}
+		if int(qp.rqUsed.Load()) >= qp.cap.MaxRecvWR {
+			return i, fmt.Errorf("verbs: receive queue full (%d WRs): %w", qp.cap.MaxRecvWR, ErrNoMem)
+		}
+		qp.rqUsed.Add(1)
+		w := wrs[i]
+		w.SGList = append([]SGE(nil), w.SGList...)
+		qp.postRecv = append(qp.postRecv, w)
+	}
+	qp.dev.ring()
+	return len(wrs), nil
+}
+
+// gidAddr returns the IP address a GID stands for.
+func gidAddr(g netip.Addr) netip.Addr { return g.Unmap() }

@@ -1,0 +1,346 @@
+package verbs
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"time"
+
+	"github.com/xdproce/xdproce/wire"
+)
+
+// qpTransport is a QP's transport state, owned by the engine goroutine.
+type qpTransport struct {
+	state QPState
+	attr  QPAttr
+
+	smac, dmac [6]byte
+	sip, dip   netip.Addr
+	v6         bool
+	sport      uint16
+	mtu        int
+
+	// Requester and completer.
+	sq          []sendWQE // outstanding, oldest first
+	reqIdx      int       // next WQE of sq to transmit from
+	reqPSN      uint32    // next PSN to send
+	compPSN     uint32    // oldest PSN not yet acknowledged
+	rdAtomicOut int       // READs and atomics in flight
+	noackPkts   int       // packets since the last AckReq
+	retryLeft   uint8
+	rnrLeft     uint8
+	timerAt     time.Time // retransmission deadline; zero when off
+	rnrAt       time.Time // end of an RNR wait; zero when none
+
+	// Responder.
+	rq      []RecvWR
+	ePSN    uint32 // expected request PSN
+	msn     uint32
+	respOp  respOp
+	recv    recvState
+	write   writeState
+	nakSent bool
+	res     []respResource
+	resNext int
+}
+
+// sendWQE is a posted send work request and its progress.
+type sendWQE struct {
+	wr       SendWR
+	length   uint32
+	segs     [][]byte // the local memory of its SG list, resolved when it starts
+	started  bool
+	firstPSN uint32
+	lastPSN  uint32
+	sentOff  uint32 // SEND/WRITE bytes packetised
+	sentAll  bool
+	readDone uint32 // READ bytes received
+	inline   []byte // INLINE data, copied when posted
+}
+
+func (t *qpTransport) reset(qp *QP) {
+	*t = qpTransport{attr: QPAttr{PathMTU: MTU256}, mtu: 256, res: make([]respResource, 1)}
+	qp.state.Store(uint32(StateReset))
+}
+
+// npkts is how many packets (PSNs) a message of n bytes takes.
+func (t *qpTransport) npkts(n uint32) uint32 {
+	if n == 0 {
+		return 1
+	}
+	return (n + uint32(t.mtu) - 1) / uint32(t.mtu)
+}
+
+// requester sends what the QP's window allows; it reports whether it sent.
+func (e *engine) requester(qp *QP) bool {
+	t := &qp.t
+	if t.state != StateRTS || !t.rnrAt.IsZero() {
+		return false
+	}
+	sent := false
+	for t.reqIdx < len(t.sq) && len(e.out) < cap(e.out) {
+		if qp.typ == QPTypeRC && psnCmp(t.reqPSN, t.compPSN+MaxUnackedPSNs) >= 0 {
+			break
+		}
+		w := &t.sq[t.reqIdx]
+		if !w.started {
+			rdAtomic := w.wr.Opcode.isReadOrAtomic()
+			if w.wr.Flags&SendFence != 0 && t.rdAtomicOut > 0 {
+				break
+			}
+			if rdAtomic && t.rdAtomicOut >= max(1, int(t.attr.MaxRdAtomic)) {
+				break
+			}
+			if !e.resolveLocal(qp, w) {
+				return true
+			}
+			w.started = true
+			w.firstPSN = t.reqPSN
+			n := uint32(1)
+			if w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAdd {
+				n = t.npkts(w.length)
+			}
+			w.lastPSN = (w.firstPSN + n - 1) & 0xffffff
+			if rdAtomic {
+				t.rdAtomicOut++
+			}
+		}
+		e.sendNext(qp, w)
+		sent = true
+		if w.sentAll {
+			t.reqIdx++
+			if qp.typ == QPTypeUC {
+				// UC completes when the last packet is handed to the link.
+				e.retireSent(qp)
+			}
+		}
+		if qp.typ == QPTypeRC && t.timerAt.IsZero() && t.attr.Timeout > 0 {
+			t.timerAt = e.dev.clock.Now().Add(ackTimeout(t.attr.Timeout))
+		}
+	}
+	return sent
+}
+
+// retireSent completes UC WQEs whose packets all left.
+func (e *engine) retireSent(qp *QP) {
+	for len(qp.t.sq) > 0 && qp.t.sq[0].sentAll && qp.t.reqIdx > 0 {
+		e.retire(qp, WCSuccess)
+	}
+}
+
+// ackTimeout is the local ACK timeout: 4.096 µs × 2^timeout.
+func ackTimeout(code uint8) time.Duration { return time.Duration(4096<<code) * time.Nanosecond }
+
+// resolveLocal checks the WQE's SG list against the local keys and fetches
+// its memory. On a bad key the WQE completes with LOC_PROT_ERR and the QP
+// goes to the error state, as rxe.
+func (e *engine) resolveLocal(qp *QP, w *sendWQE) bool {
+	if w.wr.Flags&SendInline != 0 {
+		// Inline data was copied at post time.
+		w.segs = append(w.segs[:0], w.inline)
+		return true
+	}
+	needWrite := w.wr.Opcode.isReadOrAtomic()
+	w.segs = w.segs[:0]
+	for _, s := range w.wr.SGList {
+		mr := e.lookupMR(s.LKey)
+		if mr == nil || mr.pd != qp.pd || (needWrite && mr.access&AccessLocalWrite == 0) {
+			e.failHead(qp, WCLocProtErr)
+			return false
+		}
+		b, ok := mr.slice(s.Addr, s.Length)
+		if !ok {
+			e.failHead(qp, WCLocProtErr)
+			return false
+		}
+		w.segs = append(w.segs, b)
+	}
+	return true
+}
+
+// failHead completes the oldest WQE with an error status and moves the QP to
+// the error state, which flushes the rest.
+func (e *engine) failHead(qp *QP, status WCStatus) {
+	if len(qp.t.sq) > 0 {
+		e.retire(qp, status)
+	}
+	e.toError(qp)
+}
+
+// sendNext emits the next packet of w (a READ or atomic request is one packet).
+func (e *engine) sendNext(qp *QP, w *sendWQE) {
+	t := &qp.t
+	wr := &w.wr
+	switch wr.Opcode {
+	case WRRDMARead:
+		// After go-back-N a READ resumes where its responses stopped.
+		psn := (w.firstPSN + w.readDone/uint32(t.mtu)) & 0xffffff
+		p := e.header(qp, wire.RCReadRequest, psn, true)
+		p.RETH = wire.RETH{VA: wr.RemoteAddr + uint64(w.readDone), RKey: wr.RKey, Len: w.length - w.readDone}
+		e.send(0, nil)
+		w.sentAll = true
+		t.reqPSN = (w.lastPSN + 1) & 0xffffff
+		t.noackPkts = 0
+		return
+	case WRAtomicCmpAndSwp, WRAtomicFetchAdd:
+		op := wire.RCFetchAdd
+		p := e.header(qp, op, w.firstPSN, true)
+		p.AtomicETH = wire.AtomicETH{VA: wr.RemoteAddr, RKey: wr.RKey, SwapAdd: wr.CompareAdd}
+		if wr.Opcode == WRAtomicCmpAndSwp {
+			p.BTH.Opcode = wire.RCCompareSwap
+			p.AtomicETH.SwapAdd, p.AtomicETH.Compare = wr.Swap, wr.CompareAdd
+		}
+		e.send(0, nil)
+		w.sentAll = true
+		t.reqPSN = (w.firstPSN + 1) & 0xffffff
+		t.noackPkts = 0
+		return
+	}
+	mtu := uint32(t.mtu)
+	off := w.sentOff
+	n := min(mtu, w.length-off)
+	first, last := off == 0, off+n == w.length
+	op := dataOpcode(wr.Opcode, first, last, qp.typ == QPTypeUC)
+	psn := (w.firstPSN + off/mtu) & 0xffffff
+	t.noackPkts++
+	ackReq := qp.typ == QPTypeRC && (last || t.noackPkts > MaxPktsPerAck)
+	if ackReq {
+		t.noackPkts = 0
+	}
+	p := e.header(qp, op, psn, ackReq)
+	info, _ := op.Info()
+	if info.Headers&wire.HasRETH != 0 {
+		p.RETH = wire.RETH{VA: wr.RemoteAddr, RKey: wr.RKey, Len: w.length}
+	}
+	if info.Headers&wire.HasImmDt != 0 {
+		p.ImmDt = wr.ImmData
+	}
+	if info.Headers&wire.HasIETH != 0 {
+		p.IETH = wr.InvRKey
+	}
+	if last && wr.Flags&SendSolicited != 0 && (wr.Opcode != WRRDMAWrite) {
+		p.BTH.SE = true
+	}
+	e.send(int(n), func(dst []byte) { gather(dst, w.segs, off) })
+	w.sentOff = off + n
+	w.sentAll = last
+	t.reqPSN = (psn + 1) & 0xffffff
+	if first && wr.Opcode != WRRDMAWrite && wr.Opcode != WRRDMAWriteWithImm {
+		e.counters.RDMASends++
+	}
+}
+
+// dataOpcode picks the SEND or WRITE opcode for a packet's place in its message.
+func dataOpcode(op WROpcode, first, last, uc bool) wire.Opcode {
+	var o wire.Opcode
+	switch op {
+	case WRSend, WRSendWithImm, WRSendWithInv:
+		switch {
+		case first && last:
+			o = wire.RCSendOnly
+		case first:
+			o = wire.RCSendFirst
+		case last:
+			o = wire.RCSendLast
+		default:
+			o = wire.RCSendMiddle
+		}
+		if last && op == WRSendWithImm {
+			o++ // SEND_LAST → LAST_WITH_IMM, SEND_ONLY → ONLY_WITH_IMM
+		}
+		if last && op == WRSendWithInv {
+			if first {
+				o = wire.RCSendOnlyInv
+			} else {
+				o = wire.RCSendLastInv
+			}
+		}
+	default:
+		switch {
+		case first && last:
+			o = wire.RCWriteOnly
+		case first:
+			o = wire.RCWriteFirst
+		case last:
+			o = wire.RCWriteLast
+		default:
+			o = wire.RCWriteMiddle
+		}
+		if last && op == WRRDMAWriteWithImm {
+			o++
+		}
+	}
+	if uc {
+		o |= 0x20
+	}
+	return o
+}
+
+// gather copies len(dst) bytes of the message, starting at offset off, from segs.
+func gather(dst []byte, segs [][]byte, off uint32) {
+	for _, s := range segs {
+		if len(dst) == 0 {
+			return
+		}
+		if uint32(len(s)) <= off {
+			off -= uint32(len(s))
+			continue
+		}
+		n := copy(dst, s[off:])
+		dst = dst[n:]
+		off = 0
+	}
+}
+
+// scatter copies src into segs starting at message offset off; false if it does not fit.
+func scatter(segs [][]byte, off uint32, src []byte) bool {
+	for _, s := range segs {
+		if len(src) == 0 {
+			return true
+		}
+		if uint32(len(s)) <= off {
+			off -= uint32(len(s))
+			continue
+		}
+		n := copy(s[off:], src)
+		src = src[n:]
+		off = 0
+	}
+	return len(src) == 0
+}
+
+// retire completes the oldest send WQE with status.
+func (e *engine) retire(qp *QP, status WCStatus) {
+	t := &qp.t
+	w := &t.sq[0]
+	if w.started && w.wr.Opcode.isReadOrAtomic() && t.rdAtomicOut > 0 {
+		t.rdAtomicOut--
+	}
+	if status != WCSuccess || qp.sigAll || w.wr.Flags&SendSignaled != 0 {
+		wc := WorkCompletion{WRID: w.wr.ID, Status: status, Opcode: w.wr.Opcode.completion(), QPNum: qp.qpn}
+		if status == WCSuccess {
+			wc.ByteLen = w.length
+		}
+		if !qp.scq.push(wc, false) && t.state != StateErr {
+			t.sq = t.sq[1:]
+			qp.sqUsed.Add(-1)
+			if t.reqIdx > 0 {
+				t.reqIdx--
+			}
+			e.toError(qp)
+			return
+		}
+	}
+	t.sq[0] = sendWQE{}
+	t.sq = t.sq[1:]
+	qp.sqUsed.Add(-1)
+	if t.reqIdx > 0 {
+		t.reqIdx--
+	}
+}
+
+// putAtomicResult stores an atomic's original value into its 8-byte SGE.
+func putAtomicResult(w *sendWQE, orig uint64) {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], orig)
+	scatter(w.segs, 0, b[:])
+}

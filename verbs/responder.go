@@ -1,0 +1,448 @@
+package verbs
+
+import (
+	"encoding/binary"
+
+	"github.com/xdproce/xdproce/wire"
+)
+
+// respOp is the message the responder is in the middle of.
+type respOp uint8
+
+const (
+	respNone respOp = iota
+	respSend
+	respWrite
+)
+
+// recvState is the receive WQE a multi-packet SEND is filling.
+type recvState struct {
+	active  bool
+	wr      RecvWR
+	segs    [][]byte
+	written uint32
+}
+
+// writeState is where a multi-packet RDMA WRITE is going.
+type writeState struct {
+	mr    *MR
+	va    uint64
+	resid uint32
+	total uint32
+}
+
+// respResource remembers a READ or atomic request so that a duplicate is
+// replayed (READ, re-reading memory) or answered from the saved result
+// (atomics, never executed twice), as rxe's responder resources.
+type respResource struct {
+	valid    bool
+	atomic   bool
+	firstPSN uint32
+	lastPSN  uint32
+	va       uint64
+	rkey     uint32
+	length   uint32
+	mr       *MR
+	orig     uint64
+}
+
+// responder handles a request packet, as rxe_resp.c.
+func (e *engine) responder(qp *QP, p *wire.Packet, info wire.OpInfo) {
+	t := &qp.t
+	psn := p.BTH.PSN
+	rc := qp.typ == QPTypeRC
+	if d := psnCmp(psn, t.ePSN); d != 0 {
+		if !rc {
+			// UC: a lost packet loses its message; resynchronise on a start.
+			if info.Flags&wire.FlagStart == 0 {
+				t.respOp = respNone
+				t.recv = recvState{}
+				return
+			}
+			t.ePSN = psn
+			t.respOp = respNone
+		} else if d > 0 {
+			e.counters.OutOfSeqRequest++
+			if !t.nakSent {
+				t.nakSent = true
+				e.sendAck(qp, t.ePSN, wire.NAKSyndrome(wire.NAKPSNSequenceError))
+			}
+			return
+		} else {
+			e.counters.DuplicateRequest++
+			e.duplicate(qp, p, info)
+			return
+		}
+	}
+	t.nakSent = false
+	isSend := info.Flags&wire.FlagSend != 0
+	isWrite := info.Flags&wire.FlagWrite != 0
+	// Opcode sequence (check_op_seq).
+	switch t.respOp {
+	case respSend:
+		if !isSend || info.Flags&wire.FlagStart != 0 {
+			e.respError(qp, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
+			return
+		}
+	case respWrite:
+		if !isWrite || info.Flags&wire.FlagStart != 0 {
+			e.respError(qp, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
+			return
+		}
+	default:
+		if info.Flags&wire.FlagStart == 0 {
+			e.respError(qp, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
+			return
+		}
+	}
+	// The QP's access rights (check_op_valid).
+	need := Access(0)
+	switch {
+	case isWrite:
+		need = AccessRemoteWrite
+	case info.Flags&wire.FlagRead != 0:
+		need = AccessRemoteRead
+	case info.Flags&wire.FlagAtomic != 0:
+		need = AccessRemoteAtomic
+	}
+	if t.attr.AccessFlags&need != need {
+		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
+		return
+	}
+	// Payload lengths (check_length): FIRST/MIDDLE carry exactly one MTU.
+	n := uint32(len(p.Payload))
+	if n > uint32(t.mtu) || (info.Flags&wire.FlagEnd == 0 && n != uint32(t.mtu)) {
+		e.respError(qp, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
+		return
+	}
+	switch {
+	case isSend:
+		e.execSend(qp, p, info)
+	case isWrite:
+		e.execWrite(qp, p, info)
+	case info.Flags&wire.FlagRead != 0:
+		e.execRead(qp, p)
+	case info.Flags&wire.FlagAtomic != 0:
+		e.execAtomic(qp, p)
+	}
+}
+
+// takeRecv starts a receive WQE; false (after an RNR NAK for RC) if none is posted.
+func (e *engine) takeRecv(qp *QP, psn uint32) bool {
+	t := &qp.t
+	if len(t.rq) == 0 {
+		if qp.typ == QPTypeRC {
+			e.counters.SendRNRErr++
+			e.sendAck(qp, psn, wire.RNRNAKSyndrome(t.attr.MinRNRTimer))
+		}
+		return false
+	}
+	wr := t.rq[0]
+	t.rq = t.rq[1:]
+	t.recv = recvState{active: true, wr: wr}
+	for _, s := range wr.SGList {
+		mr := e.lookupMR(s.LKey)
+		b, ok := []byte(nil), false
+		if mr != nil && mr.pd == qp.pd && mr.access&AccessLocalWrite != 0 {
+			b, ok = mr.slice(s.Addr, s.Length)
+		}
+		if !ok {
+			e.completeRecv(qp, WCLocProtErr, 0, 0)
+			e.respError(qp, psn, wire.NAKRemoteOperationalError, 0)
+			return false
+		}
+		t.recv.segs = append(t.recv.segs, b)
+	}
+	return true
+}
+
+// completeRecv retires the active receive WQE.
+func (e *engine) completeRecv(qp *QP, status WCStatus, op WCOpcode, flags WCFlags) bool {
+	t := &qp.t
+	wc := WorkCompletion{WRID: t.recv.wr.ID, Status: status, Opcode: op, QPNum: qp.qpn, SrcQP: t.attr.DestQPN}
+	if status == WCSuccess {
+		wc.ByteLen = t.recv.written
+		wc.Flags = flags | WCWithGRH
+		wc.ImmData = e.rx.ImmDt
+		if op == WCRecvRDMAWithImm {
+			wc.ByteLen = t.write.total
+		}
+	}
+	t.recv = recvState{}
+	qp.rqUsed.Add(-1)
+	e.counters.RDMARecvs++
+	if !qp.rcq.push(wc, e.rx.BTH.SE) {
+		e.toError(qp)
+		return false
+	}
+	return true
+}
+
+func (e *engine) execSend(qp *QP, p *wire.Packet, info wire.OpInfo) {
+	t := &qp.t
+	psn := p.BTH.PSN
+	if info.Flags&wire.FlagStart != 0 && !e.takeRecv(qp, psn) {
+		return
+	}
+	if !scatter(t.recv.segs, t.recv.written, p.Payload) {
+		// The message does not fit the receive buffers.
+		e.completeRecvErr(qp, WCLocLenErr)
+		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
+		return
+	}
+	t.recv.written += uint32(len(p.Payload))
+	t.ePSN = (psn + 1) & 0xffffff
+	if info.Flags&wire.FlagEnd == 0 {
+		t.respOp = respSend
+		e.ackIfAsked(qp, p)
+		return
+	}
+	t.respOp = respNone
+	t.msn = (t.msn + 1) & 0xffffff
+	e.ackIfAsked(qp, p)
+	flags := WCFlags(0)
+	if info.Headers&wire.HasImmDt != 0 {
+		flags |= WCWithImm
+	}
+	if info.Headers&wire.HasIETH != 0 {
+		// xdproce has no memory windows: as rxe for a key that names no
+		// window, the SEND is acknowledged, then the receive fails and the
+		// QP goes to the error state without a NAK.
+		e.completeRecvErr(qp, WCRemInvReqErr)
+		e.toError(qp)
+		return
+	}
+	e.completeRecv(qp, WCSuccess, WCRecv, flags)
+}
+
+func (e *engine) completeRecvErr(qp *QP, status WCStatus) {
+	if qp.t.recv.active {
+		e.completeRecv(qp, status, WCRecv, 0)
+	}
+}
+
+func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
+	t := &qp.t
+	psn := p.BTH.PSN
+	if info.Flags&wire.FlagStart != 0 {
+		r := p.RETH
+		if r.Len > MaxMsgSize {
+			e.respError(qp, psn, wire.NAKInvalidRequest, 0)
+			return
+		}
+		t.write = writeState{va: r.VA, resid: r.Len, total: r.Len}
+		if r.Len > 0 {
+			mr, ok := e.checkRKey(qp, r.RKey, r.VA, r.Len, AccessRemoteWrite)
+			if !ok {
+				e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
+				return
+			}
+			t.write.mr = mr
+		}
+	}
+	n := uint32(len(p.Payload))
+	w := &t.write
+	last := info.Flags&wire.FlagEnd != 0
+	if (last && n != w.resid) || (!last && n >= w.resid) {
+		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
+		return
+	}
+	// A WRITE with immediate needs a receive WQE before anything is written.
+	if last && info.Headers&wire.HasImmDt != 0 && !e.takeRecv(qp, psn) {
+		return
+	}
+	if n > 0 {
+		dst, _ := w.mr.slice(w.va, n) // inside the region: checked against RETH length
+		copy(dst, p.Payload)
+		w.va += uint64(n)
+		w.resid -= n
+	}
+	t.ePSN = (psn + 1) & 0xffffff
+	if !last {
+		t.respOp = respWrite
+		e.ackIfAsked(qp, p)
+		return
+	}
+	t.respOp = respNone
+	t.msn = (t.msn + 1) & 0xffffff
+	e.ackIfAsked(qp, p)
+	if info.Headers&wire.HasImmDt != 0 {
+		e.completeRecv(qp, WCSuccess, WCRecvRDMAWithImm, WCWithImm)
+	}
+}
+
+// checkRKey finds the region an rkey names and checks PD, rights and range.
+func (e *engine) checkRKey(qp *QP, rkey uint32, va uint64, n uint32, need Access) (*MR, bool) {
+	mr := e.lookupMR(rkey)
+	if mr == nil || mr.pd != qp.pd || mr.access&need != need {
+		return nil, false
+	}
+	if _, ok := mr.slice(va, n); !ok {
+		return nil, false
+	}
+	return mr, true
+}
+
+func (e *engine) execRead(qp *QP, p *wire.Packet) {
+	t := &qp.t
+	psn := p.BTH.PSN
+	r := p.RETH
+	if r.Len > MaxMsgSize || t.attr.MaxDestRdAtomic == 0 {
+		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
+		return
+	}
+	var mr *MR
+	if r.Len > 0 {
+		var ok bool
+		if mr, ok = e.checkRKey(qp, r.RKey, r.VA, r.Len, AccessRemoteRead); !ok {
+			e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
+			return
+		}
+	}
+	res := e.newResource(qp)
+	*res = respResource{valid: true, firstPSN: psn, lastPSN: (psn + t.npkts(r.Len) - 1) & 0xffffff,
+		va: r.VA, rkey: r.RKey, length: r.Len, mr: mr}
+	t.msn = (t.msn + 1) & 0xffffff
+	t.ePSN = (res.lastPSN + 1) & 0xffffff
+	e.readReply(qp, res, psn)
+}
+
+// readReply sends the READ responses of res from PSN from on.
+func (e *engine) readReply(qp *QP, res *respResource, from uint32) {
+	t := &qp.t
+	mtu := uint32(t.mtu)
+	off := ((from - res.firstPSN) & 0xffffff) * mtu
+	for psn := from; ; psn = (psn + 1) & 0xffffff {
+		n := min(mtu, res.length-off)
+		first, last := psn == res.firstPSN, off+n == res.length
+		op := wire.RCReadResponseMiddle
+		switch {
+		case first && last:
+			op = wire.RCReadResponseOnly
+		case first:
+			op = wire.RCReadResponseFirst
+		case last:
+			op = wire.RCReadResponseLast
+		}
+		pkt := e.header(qp, op, psn, false)
+		pkt.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: t.msn}
+		var src []byte
+		if n > 0 {
+			src, _ = res.mr.slice(res.va+uint64(off), n)
+		}
+		e.send(int(n), func(dst []byte) { copy(dst, src) })
+		off += n
+		if last {
+			return
+		}
+	}
+}
+
+func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
+	t := &qp.t
+	psn := p.BTH.PSN
+	a := p.AtomicETH
+	if t.attr.MaxDestRdAtomic == 0 || a.VA%8 != 0 {
+		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
+		return
+	}
+	mr, ok := e.checkRKey(qp, a.RKey, a.VA, 8, AccessRemoteAtomic)
+	if !ok {
+		e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
+		return
+	}
+	b, _ := mr.slice(a.VA, 8)
+	// Atomics operate on the 64-bit value in the responder's byte order (rxe: host order).
+	orig := binary.LittleEndian.Uint64(b)
+	if p.BTH.Opcode == wire.RCCompareSwap {
+		if orig == a.Compare {
+			binary.LittleEndian.PutUint64(b, a.SwapAdd)
+		}
+	} else {
+		binary.LittleEndian.PutUint64(b, orig+a.SwapAdd)
+	}
+	res := e.newResource(qp)
+	*res = respResource{valid: true, atomic: true, firstPSN: psn, lastPSN: psn, orig: orig}
+	t.msn = (t.msn + 1) & 0xffffff
+	t.ePSN = (psn + 1) & 0xffffff
+	e.atomicAck(qp, psn, orig)
+}
+
+func (e *engine) atomicAck(qp *QP, psn uint32, orig uint64) {
+	pkt := e.header(qp, wire.RCAtomicAck, psn, false)
+	pkt.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: qp.t.msn}
+	pkt.AtomicAck = orig
+	e.send(0, nil)
+}
+
+func (e *engine) newResource(qp *QP) *respResource {
+	t := &qp.t
+	r := &t.res[t.resNext%len(t.res)]
+	t.resNext++
+	return r
+}
+
+// duplicate answers a request PSN the responder has already executed.
+func (e *engine) duplicate(qp *QP, p *wire.Packet, info wire.OpInfo) {
+	t := &qp.t
+	psn := p.BTH.PSN
+	if info.Flags&(wire.FlagRead|wire.FlagAtomic) == 0 {
+		// SEND/WRITE: acknowledge the last good PSN again, never re-execute (C9-105).
+		e.sendAck(qp, (t.ePSN-1)&0xffffff, wire.ACKSyndrome(ackCreditsInval))
+		return
+	}
+	for i := range t.res {
+		r := &t.res[i]
+		if !r.valid || psnCmp(psn, r.firstPSN) < 0 || psnCmp(psn, r.lastPSN) > 0 {
+			continue
+		}
+		if r.atomic {
+			if info.Flags&wire.FlagAtomic != 0 && psn == r.firstPSN {
+				e.atomicAck(qp, psn, r.orig)
+			}
+			return
+		}
+		if info.Flags&wire.FlagRead != 0 && p.RETH.RKey == r.rkey {
+			e.readReply(qp, r, psn)
+		}
+		return
+	}
+	// No resource any more: drop silently (class D), as rxe.
+}
+
+// ackIfAsked acknowledges a SEND/WRITE packet that asks for it (rxe coalesces
+// this way: one ACK per AckReq).
+func (e *engine) ackIfAsked(qp *QP, p *wire.Packet) {
+	if qp.typ == QPTypeRC && p.BTH.AckReq {
+		e.sendAck(qp, p.BTH.PSN, wire.ACKSyndrome(ackCreditsInval))
+	} else if qp.typ == QPTypeRC {
+		e.counters.AckDeferred++
+	}
+}
+
+// sendAck sends an ACKNOWLEDGE with the syndrome and the current MSN.
+func (e *engine) sendAck(qp *QP, psn uint32, syndrome uint8) {
+	pkt := e.header(qp, wire.RCAck, psn, false)
+	pkt.AETH = wire.AETH{Syndrome: syndrome, MSN: qp.t.msn}
+	e.send(0, nil)
+}
+
+// respError is a class C/D error: RC sends the NAK and the QP goes to the
+// error state; the receive in progress fails with status (if non-zero).
+// UC drops the message.
+func (e *engine) respError(qp *QP, psn uint32, code wire.NAKCode, status WCStatus) {
+	t := &qp.t
+	if qp.typ != QPTypeRC {
+		t.respOp = respNone
+		if t.recv.active {
+			t.rq = append([]RecvWR{t.recv.wr}, t.rq...)
+			t.recv = recvState{}
+		}
+		return
+	}
+	if status != 0 && t.recv.active {
+		e.completeRecv(qp, status, WCRecv, 0)
+	}
+	e.sendAck(qp, psn, wire.NAKSyndrome(code))
+	e.toError(qp)
+}

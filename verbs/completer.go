@@ -110,8 +110,12 @@ func (e *engine) ackThrough(qp *QP, psn uint32) {
 		}
 		e.retire(qp, WCSuccess)
 	}
-	if psnCmp(psn+1, t.compPSN) > 0 && psnCmp(psn, t.reqPSN) < 0 {
+	if psnCmp(psn+1, t.compPSN) > 0 && psnCmp(psn, t.nextPSN) < 0 {
 		t.compPSN = (psn + 1) & 0xffffff
+	}
+	if psnCmp(t.reqPSN, t.compPSN) < 0 {
+		// An ACK for packets sent before a go-back-N: nothing below it needs resending.
+		t.reqPSN = t.compPSN
 	}
 	e.progress(qp)
 }
@@ -123,7 +127,17 @@ func (e *engine) implicitAck(qp *QP, psn uint32) {
 	for len(t.sq) > 0 && t.sq[0].started && !t.sq[0].wr.Opcode.isReadOrAtomic() && psnCmp(t.sq[0].lastPSN, psn) < 0 {
 		e.retire(qp, WCSuccess)
 	}
-	if psnCmp(psn, t.compPSN) > 0 && psnCmp(psn, t.reqPSN) <= 0 {
+	if psnCmp(psn, t.nextPSN) > 0 {
+		return // names a PSN never sent: ignore
+	}
+	if len(t.sq) > 0 && t.sq[0].started && t.sq[0].wr.Opcode.isReadOrAtomic() {
+		// Only the READ/atomic's own responses acknowledge its PSNs.
+		if psnCmp(t.sq[0].firstPSN, t.compPSN) > 0 && psnCmp(t.sq[0].firstPSN, psn) <= 0 {
+			t.compPSN = t.sq[0].firstPSN
+		}
+		return
+	}
+	if psnCmp(psn, t.compPSN) > 0 {
 		t.compPSN = psn
 	}
 }

@@ -83,11 +83,15 @@ func (e *engine) removeQP(qp *QP) {
 
 // step does one round of work and reports whether there was any.
 func (e *engine) step() bool {
+	// Posted receives are taken before packets are handled, so a SEND that
+	// follows its receive's post never meets an empty queue.
+	for _, qp := range e.live {
+		e.takePosts(qp)
+	}
 	n, _ := e.dev.link.Receive(rxBatch, e.handleFrame)
 	busy := n > 0
 	now := e.dev.clock.Now()
 	for _, qp := range e.live {
-		e.takePosts(qp)
 		e.checkTimers(qp, now)
 		if e.requester(qp) {
 			busy = true
@@ -257,7 +261,7 @@ func (e *engine) modify(qp *QP, a QPAttr, mask AttrMask, next QPState, dmac net.
 		t.attr.RQPSN, t.ePSN = a.RQPSN, a.RQPSN
 	}
 	if mask&AttrSQPSN != 0 {
-		t.attr.SQPSN, t.reqPSN, t.compPSN = a.SQPSN, a.SQPSN, a.SQPSN
+		t.attr.SQPSN, t.reqPSN, t.nextPSN, t.compPSN = a.SQPSN, a.SQPSN, a.SQPSN, a.SQPSN
 	}
 	if mask&AttrMaxQPRdAtomic != 0 {
 		t.attr.MaxRdAtomic = a.MaxRdAtomic

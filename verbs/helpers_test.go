@@ -177,3 +177,18 @@ func equalBytes(t *testing.T, what string, got, want []byte) {
 }
 
 func isErr(err, target error) bool { return errors.Is(err, target) }
+
+// pollWait waits until cq has a completion without taking it; nil on timeout.
+func pollWait(cq *CQ, timeout time.Duration) *CQ {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		cq.mu.Lock()
+		n := cq.n
+		cq.mu.Unlock()
+		if n > 0 {
+			return cq
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return nil
+}

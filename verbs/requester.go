@@ -22,7 +22,8 @@ type qpTransport struct {
 	// Requester and completer.
 	sq          []sendWQE // outstanding, oldest first
 	reqIdx      int       // next WQE of sq to transmit from
-	reqPSN      uint32    // next PSN to send
+	reqPSN      uint32    // next PSN to transmit (rewound by go-back-N)
+	nextPSN     uint32    // first PSN of the next new WQE (never rewound)
 	compPSN     uint32    // oldest PSN not yet acknowledged
 	rdAtomicOut int       // READs and atomics in flight
 	noackPkts   int       // packets since the last AckReq
@@ -94,12 +95,13 @@ func (e *engine) requester(qp *QP) bool {
 				return true
 			}
 			w.started = true
-			w.firstPSN = t.reqPSN
+			w.firstPSN = t.nextPSN
 			n := uint32(1)
 			if w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAdd {
 				n = t.npkts(w.length)
 			}
 			w.lastPSN = (w.firstPSN + n - 1) & 0xffffff
+			t.nextPSN = (w.lastPSN + 1) & 0xffffff
 			if rdAtomic {
 				t.rdAtomicOut++
 			}

@@ -192,3 +192,7 @@ func pollWait(cq *CQ, timeout time.Duration) *CQ {
 	}
 	return nil
 }
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}

@@ -62,6 +62,7 @@ type Device struct {
 	stopped  chan struct{}
 	closeMu  sync.Mutex
 	closed   bool
+	onClose  func() error // releases what Open set up, after the engine stops
 
 	e engine
 }
@@ -106,6 +107,9 @@ func (d *Device) Close() error {
 	close(d.done)
 	d.closeMu.Unlock()
 	<-d.stopped
+	if d.onClose != nil {
+		return d.onClose()
+	}
 	return nil
 }
 

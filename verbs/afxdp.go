@@ -1,0 +1,185 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/xdproce/xdproce/loader"
+	"github.com/xdproce/xdproce/nic"
+	"github.com/xdproce/xdproce/ring"
+)
+
+// Options tune Open.
+type Options struct {
+	// XDPMode forces native or generic XDP; the default tries native first.
+	XDPMode loader.Mode
+	// Queues limits the RX queues served; 0 serves all of the link's.
+	Queues int
+	// BusyPoll keeps the engine spinning on the rings instead of sleeping.
+	BusyPoll bool
+	// Logger receives setup notes. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Open starts a device on the network interface ifname of the calling OS
+// thread's network namespace: it attaches the XDP steering program, opens
+// one AF_XDP socket per RX queue, and runs the transport on them. Close
+// undoes all of it.
+func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
+	port, err := nic.Open(ctx, nic.Config{Ifname: ifname, XDPMode: opts.XDPMode, Queues: opts.Queues, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	ns, err := netns.Get()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("verbs: current network namespace: %w", err), port.Close())
+	}
+	gids := make([]netip.Addr, len(port.GIDs()))
+	for i, g := range port.GIDs() {
+		gids[i] = netip.AddrFrom16(g)
+	}
+	link := newXSKLink(port)
+	cfg := DeviceConfig{
+		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), BusyPoll: opts.BusyPoll,
+		Resolve: func(ctx context.Context, ip netip.Addr) (mac net.HardwareAddr, err error) {
+			err = inNamespace(ns, func() error {
+				mac, err = loader.ResolveNeighbor(ctx, ifname, ip)
+				return err
+			})
+			return mac, err
+		},
+	}
+	d, err := NewDevice(link, cfg)
+	if err != nil {
+		return nil, errors.Join(err, port.Close(), ns.Close())
+	}
+	d.onClose = func() error { return errors.Join(port.Close(), ns.Close()) }
+	return d, nil
+}
+
+// inNamespace runs fn on a thread switched into ns.
+func inNamespace(ns netns.NsHandle, fn func() error) error {
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer orig.Close()
+	if err := netns.Set(ns); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	ferr := fn()
+	if err := netns.Set(orig); err != nil {
+		// Leave the thread locked: the runtime discards it when this goroutine ends.
+		return errors.Join(ferr, err)
+	}
+	runtime.UnlockOSThread()
+	return ferr
+}
+
+// xskLink is a Link over a port's AF_XDP sockets: it receives from every
+// queue and transmits on the first. Only the engine goroutine uses it.
+type xskLink struct {
+	socks   []*ring.Socket
+	pkts    []ring.Packet
+	tx      []ring.TXFrame
+	scratch []byte
+	max     int
+}
+
+func newXSKLink(p *nic.Port) *xskLink {
+	return &xskLink{
+		socks:   p.Sockets(),
+		pkts:    make([]ring.Packet, rxBatch),
+		tx:      make([]ring.TXFrame, txBatch),
+		scratch: make([]byte, ring.MaxChunkSize*ring.MaxSegments),
+		max:     p.Link().MTU + 18,
+	}
+}
+
+// MaxFrame implements Link.
+func (l *xskLink) MaxFrame() int { return l.max }
+
+// Send implements Link: frames are copied into UMEM TX buffers. When the TX
+// ring stays full the rest are dropped, as a congested NIC would; the
+// transport retransmits.
+func (l *xskLink) Send(frames [][]byte) error {
+	s := l.socks[0]
+	for spins := 0; len(frames) > 0 && spins < 1000; spins++ {
+		s.Complete()
+		n := s.AllocTX(l.tx[:min(len(l.tx), len(frames))])
+		for i := range l.tx[:n] {
+			l.tx[i].Len = copy(l.tx[i].Buf(), frames[i])
+		}
+		sent, err := s.Submit(l.tx[:n])
+		if err != nil {
+			_ = s.FreeTX(l.tx[sent:n])
+			return fmt.Errorf("verbs: AF_XDP submit: %w", err)
+		}
+		frames = frames[sent:]
+		if err := s.Kick(); err != nil {
+			return fmt.Errorf("verbs: AF_XDP kick: %w", err)
+		}
+	}
+	for i := 0; s.TXPending() > 0 && i < 64; i++ {
+		if err := s.Kick(); err != nil {
+			return fmt.Errorf("verbs: AF_XDP kick: %w", err)
+		}
+	}
+	return nil
+}
+
+// Receive implements Link.
+func (l *xskLink) Receive(max int, fn func(frame []byte)) (int, error) {
+	total := 0
+	for _, s := range l.socks {
+		n := s.Receive(l.pkts[:min(len(l.pkts), max-total)])
+		for i := range l.pkts[:n] {
+			if f, err := l.pkts[i].Bytes(l.scratch); err == nil {
+				fn(f)
+			}
+		}
+		if err := s.Release(l.pkts[:n]); err != nil {
+			return total, fmt.Errorf("verbs: AF_XDP release: %w", err)
+		}
+		if _, err := s.Refill(); err != nil {
+			return total, fmt.Errorf("verbs: AF_XDP refill: %w", err)
+		}
+		total += n
+		if total >= max {
+			break
+		}
+	}
+	return total, nil
+}
+
+// waitSlice bounds one poll(2) so posted work (the doorbell) is noticed soon.
+const waitSlice = 100 * time.Microsecond
+
+// Wait implements Link.
+func (l *xskLink) Wait(wake <-chan struct{}, d time.Duration) {
+	end := time.Now().Add(d)
+	for {
+		select {
+		case <-wake:
+			return
+		default:
+		}
+		if ready, _ := l.socks[0].Wait(min(waitSlice, time.Until(end))); ready || !time.Now().Before(end) {
+			return
+		}
+		if len(l.socks) > 1 {
+			return // other queues are not polled here: look at them now
+		}
+	}
+}

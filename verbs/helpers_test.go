@@ -26,7 +26,7 @@ var (
 	ipB  = netip.MustParseAddr("198.18.0.2")
 )
 
-func newDevice(t *testing.T, link Link, mac net.HardwareAddr, ip netip.Addr, mtu int) *Device {
+func newDevice(t testing.TB, link Link, mac net.HardwareAddr, ip netip.Addr, mtu int) *Device {
 	t.Helper()
 	d, err := NewDevice(link, DeviceConfig{
 		MAC: mac, GIDs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, ActiveMTU: mtu,
@@ -38,7 +38,7 @@ func newDevice(t *testing.T, link Link, mac net.HardwareAddr, ip netip.Addr, mtu
 	return d
 }
 
-func newNode(t *testing.T, d *Device, bufSize int) *node {
+func newNode(t testing.TB, d *Device, bufSize int) *node {
 	t.Helper()
 	n := &node{dev: d}
 	var err error
@@ -70,7 +70,7 @@ type connOpts struct {
 }
 
 // connect takes both QPs to RTS facing each other.
-func connect(t *testing.T, a, b *node, aIP, bIP netip.Addr, aMAC, bMAC net.HardwareAddr, o connOpts) {
+func connect(t testing.TB, a, b *node, aIP, bIP netip.Addr, aMAC, bMAC net.HardwareAddr, o connOpts) {
 	t.Helper()
 	if o.mtu == 0 {
 		o.mtu = MTU1024
@@ -98,7 +98,7 @@ func connect(t *testing.T, a, b *node, aIP, bIP netip.Addr, aMAC, bMAC net.Hardw
 	}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

@@ -440,14 +440,9 @@ func (e *engine) respError(qp *QP, psn uint32, code wire.NAKCode, status WCStatu
 		}
 		return
 	}
-	if dbgResp != nil {
-		dbgResp(qp, psn, code, status)
-	}
 	if status != 0 && t.recv.active {
 		e.completeRecv(qp, status, WCRecv, 0)
 	}
 	e.sendAck(qp, psn, wire.NAKSyndrome(code))
 	e.toError(qp)
 }
-
-var dbgResp func(*QP, uint32, wire.NAKCode, WCStatus)

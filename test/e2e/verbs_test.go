@@ -23,7 +23,7 @@ type rnic struct {
 	mr       *verbs.MR
 }
 
-func openRNIC(t *testing.T, h *netns.Host, bufSize int) *rnic {
+func openRNIC(t testing.TB, h *netns.Host, bufSize int) *rnic {
 	t.Helper()
 	r := &rnic{host: h}
 	err := h.Do(func() error {
@@ -61,7 +61,7 @@ func openRNIC(t *testing.T, h *netns.Host, bufSize int) *rnic {
 }
 
 // connectRC takes both QPs to RTS; the MAC comes from ARP through the device's resolver.
-func connectRC(t *testing.T, a, b *rnic, mtu verbs.MTU, timeout uint8) {
+func connectRC(t testing.TB, a, b *rnic, mtu verbs.MTU, timeout uint8) {
 	t.Helper()
 	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	for _, s := range []struct{ me, peer *rnic }{{a, b}, {b, a}} {

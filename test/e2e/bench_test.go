@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/xdproce/xdproce/test/netns"
+	"github.com/xdproce/xdproce/verbs"
+)
+
+// benchTopology is a direct veth pair at MTU 4200 (RoCE path MTU 4096).
+func benchTopology(b *testing.B) *netns.Topology {
+	return netns.New(b, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
+}
+
+func benchRNICs(b *testing.B, size int) (*rnic, *rnic) {
+	topo := benchTopology(b)
+	a, p := openRNIC(b, topo.Hosts[0], size), openRNIC(b, topo.Hosts[1], size)
+	connectRC(b, a, p, verbs.MTU4096, 14)
+	return a, p
+}
+
+// BenchmarkXDPWrite64K streams 64 KiB RDMA WRITEs, 16 in flight, between two
+// namespaces through XDP and AF_XDP; compare with BenchmarkTCPStream64K.
+func BenchmarkXDPWrite64K(b *testing.B) {
+	const size, depth = 64 << 10, 16
+	a, p := benchRNICs(b, size)
+	wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: sgl(a.mr, 0, size), RemoteAddr: p.mr.Addr(), RKey: p.mr.RKey()}}
+	buf := make([]verbs.WorkCompletion, 64)
+	b.SetBytes(size)
+	b.ResetTimer()
+	posted, done := 0, 0
+	for done < b.N {
+		for posted < b.N && posted-done < depth {
+			if _, err := a.qp.PostSend(wr); err != nil {
+				b.Fatal(err)
+			}
+			posted++
+		}
+		k := a.scq.Poll(buf)
+		for _, wc := range buf[:k] {
+			if wc.Status != verbs.WCSuccess {
+				b.Fatalf("completion %+v", wc)
+			}
+		}
+		done += k
+	}
+	b.ReportMetric(float64(b.N)*size*8/b.Elapsed().Seconds()/1e9, "Gbit/s")
+}
+
+// BenchmarkTCPStream64K streams 64 KiB writes over kernel TCP on the same kind of pair.
+func BenchmarkTCPStream64K(b *testing.B) {
+	const size = 64 << 10
+	topo := benchTopology(b)
+	client, server := tcpPair(b, topo)
+	go func() { _, _ = io.Copy(io.Discard, server) }()
+	msg := make([]byte, size)
+	b.SetBytes(size)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := client.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)*size*8/b.Elapsed().Seconds()/1e9, "Gbit/s")
+}
+
+// BenchmarkXDPWriteRoundTrip8 is ib_write_lat's exchange: 8-byte WRITEs back
+// and forth, each side polling for its completion.
+func BenchmarkXDPWriteRoundTrip8(b *testing.B) {
+	a, p := benchRNICs(b, 4096)
+	buf := make([]verbs.WorkCompletion, 4)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, s := range [2][2]*rnic{{a, p}, {p, a}} {
+			if _, err := s[0].qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: sgl(s[0].mr, 0, 8), RemoteAddr: s[1].mr.Addr(), RKey: s[1].mr.RKey()}}); err != nil {
+				b.Fatal(err)
+			}
+			for s[0].scq.Poll(buf) == 0 {
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N), "µs/rtt")
+}
+
+// BenchmarkTCPPingPong8 is the kernel TCP (TCP_NODELAY) ping-pong of 8 bytes.
+func BenchmarkTCPPingPong8(b *testing.B) {
+	topo := benchTopology(b)
+	client, server := tcpPair(b, topo)
+	go func() {
+		m := make([]byte, 8)
+		for {
+			if _, err := io.ReadFull(server, m); err != nil {
+				return
+			}
+			if _, err := server.Write(m); err != nil {
+				return
+			}
+		}
+	}()
+	m := make([]byte, 8)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := client.Write(m); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(client, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N), "µs/rtt")
+}
+
+// tcpPair connects host 0 to host 1 over TCP (Go sets TCP_NODELAY by default).
+func tcpPair(b *testing.B, topo *netns.Topology) (net.Conn, net.Conn) {
+	a, p := topo.Hosts[0], topo.Hosts[1]
+	var ln net.Listener
+	if err := p.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(p.Addr, 0).String())
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	var c net.Conn
+	if err := a.Do(func() error {
+		var err error
+		c, err = net.Dial("tcp", ln.Addr().String())
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}

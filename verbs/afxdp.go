@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/xdproce/xdproce/loader"
 	"github.com/xdproce/xdproce/nic"
@@ -94,6 +95,7 @@ type xskLink struct {
 	pkts    []ring.Packet
 	tx      []ring.TXFrame
 	scratch []byte
+	fds     []unix.PollFd
 	max     int
 }
 
@@ -103,6 +105,7 @@ func newXSKLink(p *nic.Port) *xskLink {
 		pkts:    make([]ring.Packet, rxBatch),
 		tx:      make([]ring.TXFrame, txBatch),
 		scratch: make([]byte, ring.MaxChunkSize*ring.MaxSegments),
+		fds:     make([]unix.PollFd, len(p.Sockets())),
 		max:     p.Link().MTU + 18,
 	}
 }
@@ -163,10 +166,11 @@ func (l *xskLink) Receive(max int, fn func(frame []byte)) (int, error) {
 	return total, nil
 }
 
-// waitSlice bounds one poll(2) so posted work (the doorbell) is noticed soon.
-const waitSlice = 100 * time.Microsecond
+// waitSlice bounds one ppoll(2) so posted work (the doorbell) is noticed soon.
+const waitSlice = 50 * time.Microsecond
 
-// Wait implements Link.
+// Wait implements Link: ppoll on every queue's socket in slices of waitSlice
+// (poll(2)'s millisecond timeout would add up to a millisecond per post).
 func (l *xskLink) Wait(wake <-chan struct{}, d time.Duration) {
 	end := time.Now().Add(d)
 	for {
@@ -175,11 +179,16 @@ func (l *xskLink) Wait(wake <-chan struct{}, d time.Duration) {
 			return
 		default:
 		}
-		if ready, _ := l.socks[0].Wait(min(waitSlice, time.Until(end))); ready || !time.Now().Before(end) {
+		left := time.Until(end)
+		if left <= 0 {
 			return
 		}
-		if len(l.socks) > 1 {
-			return // other queues are not polled here: look at them now
+		for i, s := range l.socks {
+			l.fds[i] = unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN}
+		}
+		ts := unix.NsecToTimespec(int64(min(waitSlice, left)))
+		if n, _ := unix.Ppoll(l.fds, &ts, nil); n > 0 {
+			return
 		}
 	}
 }

@@ -15,9 +15,9 @@ func benchTopology(b *testing.B) *netns.Topology {
 	return netns.New(b, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
 }
 
-func benchRNICs(b *testing.B, size int) (*rnic, *rnic) {
+func benchRNICs(b *testing.B, size int, opts verbs.Options) (*rnic, *rnic) {
 	topo := benchTopology(b)
-	a, p := openRNIC(b, topo.Hosts[0], size), openRNIC(b, topo.Hosts[1], size)
+	a, p := openRNICWith(b, topo.Hosts[0], size, opts), openRNICWith(b, topo.Hosts[1], size, opts)
 	connectRC(b, a, p, verbs.MTU4096, 14)
 	return a, p
 }
@@ -26,7 +26,7 @@ func benchRNICs(b *testing.B, size int) (*rnic, *rnic) {
 // namespaces through XDP and AF_XDP; compare with BenchmarkTCPStream64K.
 func BenchmarkXDPWrite64K(b *testing.B) {
 	const size, depth = 64 << 10, 16
-	a, p := benchRNICs(b, size)
+	a, p := benchRNICs(b, size, verbs.Options{})
 	wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: sgl(a.mr, 0, size), RemoteAddr: p.mr.Addr(), RKey: p.mr.RKey()}}
 	buf := make([]verbs.WorkCompletion, 64)
 	b.SetBytes(size)
@@ -70,7 +70,7 @@ func BenchmarkTCPStream64K(b *testing.B) {
 // BenchmarkXDPWriteRoundTrip8 is ib_write_lat's exchange: 8-byte WRITEs back
 // and forth, each side polling for its completion.
 func BenchmarkXDPWriteRoundTrip8(b *testing.B) {
-	a, p := benchRNICs(b, 4096)
+	a, p := benchRNICs(b, 4096, verbs.Options{})
 	buf := make([]verbs.WorkCompletion, 4)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -25,10 +25,15 @@ type rnic struct {
 
 func openRNIC(t testing.TB, h *netns.Host, bufSize int) *rnic {
 	t.Helper()
+	return openRNICWith(t, h, bufSize, verbs.Options{})
+}
+
+func openRNICWith(t testing.TB, h *netns.Host, bufSize int, opts verbs.Options) *rnic {
+	t.Helper()
 	r := &rnic{host: h}
 	err := h.Do(func() error {
 		var err error
-		r.dev, err = verbs.Open(t.Context(), h.Link, verbs.Options{})
+		r.dev, err = verbs.Open(t.Context(), h.Link, opts)
 		return err
 	})
 	if err != nil {

@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/netip"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -241,26 +239,8 @@ func receiveLoop(ctx context.Context, s *ring.Socket, payload []byte, d time.Dur
 // streamTCP streams bytes from a to b over kernel TCP for d.
 func streamTCP(ctx context.Context, a, b *netns.Host, d time.Duration) (throughput, error) {
 	var res throughput
-	var ln net.Listener
-	if err := b.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(b.Addr, 0).String())
-		return err
-	}); err != nil {
-		return res, err
-	}
-	defer ln.Close()
-	var conn net.Conn
-	if err := a.Do(func() error {
-		var err error
-		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", ln.Addr().String())
-		return err
-	}); err != nil {
-		return res, err
-	}
-	srv, err := ln.Accept()
+	conn, srv, err := netns.TCPPair(ctx, a, b)
 	if err != nil {
-		conn.Close()
 		return res, err
 	}
 	defer srv.Close()

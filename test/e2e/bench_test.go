@@ -3,7 +3,6 @@ package e2e
 import (
 	"io"
 	"net"
-	"net/netip"
 	"testing"
 
 	"github.com/xdproce/xdproce/test/netns"
@@ -113,27 +112,9 @@ func BenchmarkTCPPingPong8(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N), "µs/rtt")
 }
 
-// tcpPair connects host 0 to host 1 over TCP (Go sets TCP_NODELAY by default).
+// tcpPair connects host 0 to host 1 over TCP.
 func tcpPair(b *testing.B, topo *netns.Topology) (net.Conn, net.Conn) {
-	a, p := topo.Hosts[0], topo.Hosts[1]
-	var ln net.Listener
-	if err := p.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(p.Addr, 0).String())
-		return err
-	}); err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	var c net.Conn
-	if err := a.Do(func() error {
-		var err error
-		c, err = net.Dial("tcp", ln.Addr().String())
-		return err
-	}); err != nil {
-		b.Fatal(err)
-	}
-	s, err := ln.Accept()
+	c, s, err := netns.TCPPair(b.Context(), topo.Hosts[0], topo.Hosts[1])
 	if err != nil {
 		b.Fatal(err)
 	}

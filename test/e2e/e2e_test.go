@@ -8,8 +8,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -244,33 +242,16 @@ func pattern(seed, n int) []byte {
 
 // tcpExchange streams n bytes over TCP from a to b and checks they arrive intact.
 func tcpExchange(ctx context.Context, a, b *netns.Host, n int) error {
-	var ln net.Listener
-	if err := b.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(b.Addr, 0).String())
+	conn, srv, err := netns.TCPPair(ctx, a, b)
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("listen: %w", err)
 	}
-	defer ln.Close()
-	var conn net.Conn
-	if err := a.Do(func() error {
-		var err error
-		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", ln.Addr().String())
-		return err
-	}); err != nil {
-		return fmt.Errorf("dial: %w", err)
-	}
+	defer srv.Close()
 	want := pattern(7, n)
 	go func() {
 		defer conn.Close()
 		_, _ = conn.Write(want)
 	}()
-	srv, err := ln.Accept()
-	if err != nil {
-		return fmt.Errorf("accept: %w", err)
-	}
-	defer srv.Close()
 	if d, ok := ctx.Deadline(); ok {
 		_ = srv.SetDeadline(d)
 	}

@@ -210,6 +210,12 @@ func TestCQOverflowMovesQPToError(t *testing.T) {
 	if a.qp.State() != StateErr || !small.Overflowed() {
 		t.Fatalf("after overflowing a 2-entry CQ: QP %v, overflowed %v", a.qp.State(), small.Overflowed())
 	}
+	ctx, cancel := contextWithTimeout(5 * time.Second)
+	defer cancel()
+	ev, err := a.dev.GetAsyncEvent(ctx)
+	if err != nil || ev.Type != EventCQErr || ev.CQ != small {
+		t.Fatalf("async event %+v (%v), want CQ_ERR on the overflowed CQ", ev, err)
+	}
 }
 
 func TestCompletionChannel(t *testing.T) {

@@ -54,3 +54,38 @@ func BenchmarkWriteRoundTrip8(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(b.N), "µs/rtt")
 }
+
+// BenchmarkSend64 keeps 64 SENDs of 64 bytes in flight, the receiver
+// reposting a receive for each one it completes.
+func BenchmarkSend64(b *testing.B) {
+	const size, depth = 64, 64
+	a, peer := benchPair(b, 1<<16)
+	recv := []RecvWR{{SGList: sge(peer.mr, 0, size)}}
+	for range 2 * depth {
+		if _, err := peer.qp.PostRecv(recv); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(size)
+	b.ReportAllocs()
+	buf := make([]WorkCompletion, 64)
+	wr := []SendWR{{Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, size)}}
+	posted, done := 0, 0
+	b.ResetTimer()
+	for done < b.N {
+		for posted < b.N && posted-done < depth {
+			if _, err := a.qp.PostSend(wr); err != nil {
+				b.Fatal(err)
+			}
+			posted++
+		}
+		for range peer.rcq.Poll(buf) {
+			if _, err := peer.qp.PostRecv(recv); err != nil {
+				b.Fatal(err)
+			}
+		}
+		done += a.scq.Poll(buf)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
+}

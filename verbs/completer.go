@@ -64,7 +64,8 @@ func (e *engine) completer(qp *QP, p *wire.Packet, info wire.OpInfo) {
 		if off != w.readDone || uint32(len(p.Payload)) > w.length-off {
 			return
 		}
-		if !scatter(w.segs, off, p.Payload) {
+		var one [1][]byte
+		if !scatter(w.local(&one), off, p.Payload) {
 			e.failHead(qp, WCLocProtErr)
 			return
 		}

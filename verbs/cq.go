@@ -65,6 +65,9 @@ func (cq *CQ) push(wc WorkCompletion, solicited bool) bool {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.err || cq.n == len(cq.ring) {
+		if !cq.err {
+			cq.dev.e.events.post(AsyncEvent{Type: EventCQErr, CQ: cq})
+		}
 		cq.err = true
 		return false
 	}

@@ -18,10 +18,12 @@ type engine struct {
 	mrs      mrTable
 	pdSeq    uint32
 	counters Counters
+	events   eventQueue // asynchronous events, read by Device.GetAsyncEvent
 
-	rx   wire.Packet // the packet being handled
-	tx   wire.Packet // the packet being built
-	bufs [][]byte    // frame buffers, one per frame of a flush
+	rx   wire.Packet  // the packet being handled
+	tx   wire.Packet  // the packet being built
+	bufs [][]byte     // frame buffers, one per frame of a flush
+	rxFn func([]byte) // e.handleFrame, bound once: a method value per step would allocate
 	out  [][]byte
 }
 
@@ -34,6 +36,8 @@ const (
 func (e *engine) init(d *Device) {
 	e.dev = d
 	e.nextQPN = firstUserQPN
+	e.events.ready = make(chan struct{}, 1)
+	e.rxFn = e.handleFrame
 	e.bufs = make([][]byte, txBatch)
 	for i := range e.bufs {
 		e.bufs[i] = make([]byte, d.link.MaxFrame())
@@ -88,7 +92,7 @@ func (e *engine) step() bool {
 	for _, qp := range e.live {
 		e.takePosts(qp)
 	}
-	n, _ := e.dev.link.Receive(rxBatch, e.handleFrame)
+	n, _ := e.dev.link.Receive(rxBatch, e.rxFn)
 	busy := n > 0
 	now := e.dev.clock.Now()
 	for _, qp := range e.live {
@@ -120,7 +124,11 @@ func (e *engine) nextTimer() time.Duration {
 
 // takePosts moves what the application posted into the engine's queues.
 func (e *engine) takePosts(qp *QP) {
+	if !qp.pending.Load() {
+		return // nothing posted: no lock taken for an idle QP
+	}
 	qp.postMu.Lock()
+	qp.pending.Store(false)
 	if len(qp.postSend) == 0 && len(qp.postRecv) == 0 {
 		qp.postMu.Unlock()
 		return
@@ -325,7 +333,7 @@ func (e *engine) flushQueues(qp *QP) {
 	}
 	if t.recv.active {
 		qp.rcq.push(WorkCompletion{WRID: t.recv.wr.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
-		qp.rqUsed.Add(-1)
+		qp.recvRetired()
 	}
 	for _, r := range t.rq {
 		qp.rcq.push(WorkCompletion{WRID: r.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
@@ -334,7 +342,7 @@ func (e *engine) flushQueues(qp *QP) {
 	t.rq = t.rq[:0]
 	t.timerAt, t.rnrAt = time.Time{}, time.Time{}
 	t.reqIdx, t.rdAtomicOut = 0, 0
-	t.recv = recvState{}
+	t.recv.reset()
 	t.respOp = respNone
 }
 

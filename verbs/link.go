@@ -49,6 +49,15 @@ type MemLink struct {
 	rng    *rand.Rand
 	max    int
 	stats  MemLinkStats
+
+	// Frame buffers are recycled so that the link itself does not allocate
+	// per frame (the engine benchmarks measure the engine). poolMu is a leaf
+	// lock: the sending end takes it while holding its own mu.
+	poolMu sync.Mutex
+	pool   [][]byte
+	// Receive-side scratch, used by the single receiving goroutine.
+	batch [][]byte
+	timer *time.Timer
 }
 
 // MemLinkStats counts what a MemLink did to the frames sent through it.
@@ -84,8 +93,9 @@ func (l *MemLink) Stats() MemLinkStats {
 
 // Send implements Link.
 func (l *MemLink) Send(frames [][]byte) error {
+	var small [32][]byte
+	out := small[:0]
 	l.mu.Lock()
-	var out [][]byte
 	for _, f := range frames {
 		l.stats.Sent++
 		if l.imp.Drop > 0 && l.rng.Float64() < l.imp.Drop {
@@ -126,9 +136,21 @@ func (l *MemLink) Send(frames [][]byte) error {
 // Flush delivers a frame held back for reordering.
 func (l *MemLink) Flush() { _ = l.Send(nil) }
 
-// copyFrame copies a frame in flight. It takes no lock: Send calls it while
-// holding its own, and the two ends send concurrently.
-func (l *MemLink) copyFrame(f []byte) []byte { return append([]byte(nil), f...) }
+// copyFrame copies a frame in flight into a recycled buffer of the receiving
+// end. It takes only the leaf poolMu: Send calls it while holding its own mu,
+// and the two ends send concurrently.
+func (l *MemLink) copyFrame(f []byte) []byte {
+	l.poolMu.Lock()
+	var b []byte
+	if n := len(l.pool); n > 0 {
+		b, l.pool = l.pool[n-1], l.pool[:n-1]
+	}
+	l.poolMu.Unlock()
+	if cap(b) < len(f) {
+		b = make([]byte, 0, max(len(f), l.max))
+	}
+	return append(b[:0], f...)
+}
 
 func (l *MemLink) deliver(frames [][]byte) {
 	l.mu.Lock()
@@ -144,12 +166,17 @@ func (l *MemLink) deliver(frames [][]byte) {
 func (l *MemLink) Receive(max int, fn func(frame []byte)) (int, error) {
 	l.mu.Lock()
 	n := min(max, len(l.queue))
-	batch := append([][]byte(nil), l.queue[:n]...)
+	l.batch = append(l.batch[:0], l.queue[:n]...)
 	l.queue = append(l.queue[:0], l.queue[n:]...)
 	l.mu.Unlock()
-	for _, f := range batch {
+	for _, f := range l.batch {
 		fn(f)
 	}
+	// A frame is valid only during fn: the buffers go back to the pool.
+	l.poolMu.Lock()
+	l.pool = append(l.pool, l.batch...)
+	l.poolMu.Unlock()
+	clear(l.batch)
 	return n, nil
 }
 
@@ -161,12 +188,16 @@ func (l *MemLink) Wait(wake <-chan struct{}, d time.Duration) {
 	if ready {
 		return
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
+	if l.timer == nil {
+		l.timer = time.NewTimer(d)
+	} else {
+		l.timer.Reset(d)
+	}
+	defer l.timer.Stop()
 	select {
 	case <-l.signal:
 	case <-wake:
-	case <-t.C:
+	case <-l.timer.C:
 	}
 }
 

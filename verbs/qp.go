@@ -18,6 +18,9 @@ type QPInitAttr struct {
 	Cap    QPCap
 	// SigAll makes every send WR signaled.
 	SigAll bool
+	// SRQ, if set, supplies the QP's receive WQEs; Cap.MaxRecvWR is then
+	// ignored and QP.PostRecv fails.
+	SRQ *SRQ
 }
 
 // QP is a queue pair. Its transport state belongs to the device's engine.
@@ -30,15 +33,17 @@ type QP struct {
 	rcq    *CQ
 	cap    QPCap
 	sigAll bool
+	srq    *SRQ
 
 	// Posting: the application appends under postMu; the engine takes the
 	// whole batch at once.
 	postMu   sync.Mutex
 	postSend []sendWQE
-	postRecv []RecvWR
+	postRecv []recvWQE
 	sqUsed   atomic.Int32 // send WQEs posted and not yet retired
 	rqUsed   atomic.Int32
 	state    atomic.Uint32 // QPState, mirrored for the posting checks
+	pending  atomic.Bool   // set (under postMu) when postSend/postRecv gain WRs
 
 	t qpTransport // engine-owned
 }
@@ -63,10 +68,19 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if c.MaxRecvSGE == 0 {
 		c.MaxRecvSGE = 1
 	}
-	qp := &QP{dev: pd.dev, pd: pd, typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, cap: c, sigAll: attr.SigAll}
+	if attr.SRQ != nil {
+		if attr.SRQ.dev != pd.dev {
+			return nil, fmt.Errorf("verbs: the SRQ belongs to another device: %w", ErrInvalid)
+		}
+		c.MaxRecvWR = 0
+	}
+	qp := &QP{dev: pd.dev, pd: pd, typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, cap: c, sigAll: attr.SigAll, srq: attr.SRQ}
 	err := pd.dev.do(func() error { return pd.dev.e.addQP(qp) })
 	if err != nil {
 		return nil, err
+	}
+	if qp.srq != nil {
+		qp.srq.attached.Add(1)
 	}
 	return qp, nil
 }
@@ -80,7 +94,20 @@ func (qp *QP) State() QPState { return QPState(qp.state.Load()) }
 // Destroy removes the QP. Outstanding work is dropped without completions, as
 // ibv_destroy_qp.
 func (qp *QP) Destroy() error {
-	return qp.dev.do(func() error { qp.dev.e.removeQP(qp); return nil })
+	err := qp.dev.do(func() error { qp.dev.e.removeQP(qp); return nil })
+	if err == nil && qp.srq != nil {
+		qp.srq.attached.Add(-1)
+	}
+	return err
+}
+
+// recvRetired releases the receive-queue slot of a completed receive WQE.
+func (qp *QP) recvRetired() {
+	if qp.srq != nil {
+		qp.srq.used.Add(-1)
+		return
+	}
+	qp.rqUsed.Add(-1)
 }
 
 // Query returns the QP's attributes.
@@ -277,7 +304,8 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	if st == StateReset || st == StateInit || st == StateRTR {
 		return 0, fmt.Errorf("verbs: post send in state %v: %w", st, ErrInvalid)
 	}
-	ws := make([]sendWQE, 0, len(wrs))
+	var small [8]sendWQE // posts of up to 8 WRs need no heap
+	ws := small[:0]
 	var checkErr error
 	for i := range wrs {
 		w, err := qp.checkSendWR(&wrs[i])
@@ -296,6 +324,7 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 		}
 		qp.sqUsed.Add(1)
 		qp.postSend = append(qp.postSend, w)
+		qp.pending.Store(true)
 	}
 	qp.dev.ring()
 	if checkErr != nil {
@@ -306,22 +335,23 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 
 // copyInline copies an INLINE request's data now, so the caller may reuse
 // its buffers when PostSend returns (as ibverbs promises).
-func (qp *QP) copyInline(w *sendWQE) error {
-	return qp.dev.do(func() error {
-		w.inline = make([]byte, 0, w.length)
-		for _, s := range w.wr.SGList {
+func (qp *QP) copyInline(wr *SendWR, length uint32) ([]byte, error) {
+	inline := make([]byte, 0, length)
+	err := qp.dev.do(func() error {
+		for _, s := range wr.SGList {
 			mr := qp.dev.e.lookupMR(s.LKey)
 			if mr == nil || mr.pd != qp.pd {
-				return fmt.Errorf("verbs: inline send WR %d: bad lkey %#x: %w", w.wr.ID, s.LKey, ErrInvalid)
+				return fmt.Errorf("verbs: inline send WR %d: bad lkey %#x: %w", wr.ID, s.LKey, ErrInvalid)
 			}
 			b, ok := mr.slice(s.Addr, s.Length)
 			if !ok {
-				return fmt.Errorf("verbs: inline send WR %d: SGE outside its region: %w", w.wr.ID, ErrInvalid)
+				return fmt.Errorf("verbs: inline send WR %d: SGE outside its region: %w", wr.ID, ErrInvalid)
 			}
-			w.inline = append(w.inline, b...)
+			inline = append(inline, b...)
 		}
 		return nil
 	})
+	return inline, err
 }
 
 func (qp *QP) checkSendWR(wr *SendWR) (sendWQE, error) {
@@ -359,10 +389,16 @@ func (qp *QP) checkSendWR(wr *SendWR) (sendWQE, error) {
 			return bad(fmt.Sprintf("inline %d bytes (max %d) or on a READ/atomic", total, qp.cap.MaxInlineData))
 		}
 	}
-	// The engine owns the SG list from now on.
-	w.wr.SGList = append([]SGE(nil), wr.SGList...)
+	// The engine owns the SG list from now on; the common single SGE is kept
+	// in the WQE itself, saving an allocation per WR.
+	if len(wr.SGList) == 1 {
+		w.sge1, w.single, w.wr.SGList = wr.SGList[0], true, nil
+	} else {
+		w.wr.SGList = append([]SGE(nil), wr.SGList...)
+	}
 	if wr.Flags&SendInline != 0 {
-		if err := qp.copyInline(&w); err != nil {
+		var err error
+		if w.inline, err = qp.copyInline(wr, w.length); err != nil {
 			return w, err
 		}
 	}
@@ -374,6 +410,9 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	if st := qp.State(); st == StateReset {
 		return 0, fmt.Errorf("verbs: post receive in state %v: %w", st, ErrInvalid)
 	}
+	if qp.srq != nil {
+		return 0, fmt.Errorf("verbs: the QP receives from an SRQ; post there: %w", ErrInvalid)
+	}
 	qp.postMu.Lock()
 	defer qp.postMu.Unlock()
 	for i := range wrs {
@@ -384,9 +423,8 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 			return i, fmt.Errorf("verbs: receive queue full (%d WRs): %w", qp.cap.MaxRecvWR, ErrNoMem)
 		}
 		qp.rqUsed.Add(1)
-		w := wrs[i]
-		w.SGList = append([]SGE(nil), w.SGList...)
-		qp.postRecv = append(qp.postRecv, w)
+		qp.postRecv = append(qp.postRecv, newRecvWQE(&wrs[i]))
+		qp.pending.Store(true)
 	}
 	qp.dev.ring()
 	return len(wrs), nil
@@ -394,3 +432,28 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 
 // gidAddr returns the IP address a GID stands for.
 func gidAddr(g netip.Addr) netip.Addr { return g.Unmap() }
+
+// recvWQE is a posted receive as the engine keeps it: the common single SGE
+// is held in the WQE, so posting one allocates nothing.
+type recvWQE struct {
+	ID     uint64
+	sgl    []SGE // a private copy when there are several SGEs
+	sge1   SGE
+	single bool
+}
+
+func newRecvWQE(wr *RecvWR) recvWQE {
+	if len(wr.SGList) == 1 {
+		return recvWQE{ID: wr.ID, sge1: wr.SGList[0], single: true}
+	}
+	return recvWQE{ID: wr.ID, sgl: append([]SGE(nil), wr.SGList...)}
+}
+
+// sges returns the WQE's SG list; buf backs the single-SGE case.
+func (w *recvWQE) sges(buf *[1]SGE) []SGE {
+	if !w.single {
+		return w.sgl
+	}
+	buf[0] = w.sge1
+	return buf[:]
+}

@@ -33,7 +33,7 @@ type qpTransport struct {
 	rnrAt       time.Time // end of an RNR wait; zero when none
 
 	// Responder.
-	rq      []RecvWR
+	rq      []recvWQE
 	ePSN    uint32 // expected request PSN
 	msn     uint32
 	respOp  respOp
@@ -49,6 +49,9 @@ type sendWQE struct {
 	wr       SendWR
 	length   uint32
 	segs     [][]byte // the local memory of its SG list, resolved when it starts
+	single   bool     // one SGE, kept in sge1 and resolved into seg1 (no allocation)
+	sge1     SGE
+	seg1     []byte
 	started  bool
 	firstPSN uint32
 	lastPSN  uint32
@@ -138,12 +141,16 @@ func ackTimeout(code uint8) time.Duration { return time.Duration(4096<<code) * t
 func (e *engine) resolveLocal(qp *QP, w *sendWQE) bool {
 	if w.wr.Flags&SendInline != 0 {
 		// Inline data was copied at post time.
-		w.segs = append(w.segs[:0], w.inline)
+		w.segs, w.seg1, w.single = nil, w.inline, true
 		return true
 	}
 	needWrite := w.wr.Opcode.isReadOrAtomic()
 	w.segs = w.segs[:0]
-	for _, s := range w.wr.SGList {
+	sgl := w.wr.SGList
+	if w.single {
+		sgl = []SGE{w.sge1}
+	}
+	for _, s := range sgl {
 		mr := e.lookupMR(s.LKey)
 		if mr == nil || mr.pd != qp.pd || (needWrite && mr.access&AccessLocalWrite == 0) {
 			e.failHead(qp, WCLocProtErr)
@@ -154,9 +161,22 @@ func (e *engine) resolveLocal(qp *QP, w *sendWQE) bool {
 			e.failHead(qp, WCLocProtErr)
 			return false
 		}
-		w.segs = append(w.segs, b)
+		if w.single {
+			w.seg1 = b
+		} else {
+			w.segs = append(w.segs, b)
+		}
 	}
 	return true
+}
+
+// local returns the WQE's resolved local memory; buf backs the single-SGE case.
+func (w *sendWQE) local(buf *[1][]byte) [][]byte {
+	if !w.single {
+		return w.segs
+	}
+	buf[0] = w.seg1
+	return buf[:]
 }
 
 // failHead completes the oldest WQE with an error status and moves the QP to
@@ -222,7 +242,9 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	if last && wr.Flags&SendSolicited != 0 && (wr.Opcode != WRRDMAWrite) {
 		p.BTH.SE = true
 	}
-	e.send(int(n), func(dst []byte) { gather(dst, w.segs, off) })
+	var one [1][]byte
+	segs := w.local(&one)
+	e.send(int(n), func(dst []byte) { gather(dst, segs, off) })
 	w.sentOff = off + n
 	w.sentAll = last
 	t.reqPSN = (psn + 1) & 0xffffff
@@ -344,5 +366,6 @@ func (e *engine) retire(qp *QP, status WCStatus) {
 func putAtomicResult(w *sendWQE, orig uint64) {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], orig)
-	scatter(w.segs, 0, b[:])
+	var one [1][]byte
+	scatter(w.local(&one), 0, b[:])
 }

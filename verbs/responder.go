@@ -18,9 +18,16 @@ const (
 // recvState is the receive WQE a multi-packet SEND is filling.
 type recvState struct {
 	active  bool
-	wr      RecvWR
+	wr      recvWQE
 	segs    [][]byte
 	written uint32
+}
+
+// reset ends the receive, keeping the segment slice's capacity so that the
+// next one allocates nothing.
+func (r *recvState) reset() {
+	clear(r.segs)
+	*r = recvState{segs: r.segs[:0]}
 }
 
 // writeState is where a multi-packet RDMA WRITE is going.
@@ -56,7 +63,7 @@ func (e *engine) responder(qp *QP, p *wire.Packet, info wire.OpInfo) {
 			// UC: a lost packet loses its message; resynchronise on a start.
 			if info.Flags&wire.FlagStart == 0 {
 				t.respOp = respNone
-				t.recv = recvState{}
+				t.recv.reset()
 				return
 			}
 			t.ePSN = psn
@@ -130,17 +137,25 @@ func (e *engine) responder(qp *QP, p *wire.Packet, info wire.OpInfo) {
 // takeRecv starts a receive WQE; false (after an RNR NAK for RC) if none is posted.
 func (e *engine) takeRecv(qp *QP, psn uint32) bool {
 	t := &qp.t
-	if len(t.rq) == 0 {
+	var wr recvWQE
+	ok := false
+	if qp.srq != nil {
+		wr, ok = e.takeSRQ(qp.srq)
+	} else if len(t.rq) > 0 {
+		wr, ok = t.rq[0], true
+		t.rq = t.rq[1:]
+	}
+	if !ok {
 		if qp.typ == QPTypeRC {
 			e.counters.SendRNRErr++
 			e.sendAck(qp, psn, wire.RNRNAKSyndrome(t.attr.MinRNRTimer))
 		}
 		return false
 	}
-	wr := t.rq[0]
-	t.rq = t.rq[1:]
-	t.recv = recvState{active: true, wr: wr}
-	for _, s := range wr.SGList {
+	t.recv.reset()
+	t.recv.active, t.recv.wr = true, wr
+	var one [1]SGE
+	for _, s := range wr.sges(&one) {
 		mr := e.lookupMR(s.LKey)
 		b, ok := []byte(nil), false
 		if mr != nil && mr.pd == qp.pd && mr.access&AccessLocalWrite != 0 {
@@ -168,8 +183,8 @@ func (e *engine) completeRecv(qp *QP, status WCStatus, op WCOpcode, flags WCFlag
 			wc.ByteLen = t.write.total
 		}
 	}
-	t.recv = recvState{}
-	qp.rqUsed.Add(-1)
+	t.recv.reset()
+	qp.recvRetired()
 	e.counters.RDMARecvs++
 	if !qp.rcq.push(wc, e.rx.BTH.SE) {
 		e.toError(qp)
@@ -435,8 +450,14 @@ func (e *engine) respError(qp *QP, psn uint32, code wire.NAKCode, status WCStatu
 	if qp.typ != QPTypeRC {
 		t.respOp = respNone
 		if t.recv.active {
-			t.rq = append([]RecvWR{t.recv.wr}, t.rq...)
-			t.recv = recvState{}
+			if qp.srq != nil {
+				qp.srq.mu.Lock()
+				qp.srq.q = append([]recvWQE{t.recv.wr}, qp.srq.q...)
+				qp.srq.mu.Unlock()
+			} else {
+				t.rq = append([]recvWQE{t.recv.wr}, t.rq...)
+			}
+			t.recv.reset()
 		}
 		return
 	}

@@ -1,0 +1,24 @@
+// Package verbs is xdproce's ibverbs-like API (devices, PDs, MRs, CQs, QPs,
+// SRQs, asynchronous events) and the RC/UC transport engine behind it
+// (requester, responder, completer), with Linux rxe's wire behaviour as the
+// reference.
+//
+// A Device runs one engine goroutine that owns all transport state; it talks
+// to the network only through a Link (batches of Ethernet frames), so the
+// transport runs over AF_XDP (Open) or in memory (NewMemLinkPair, with seeded
+// loss, duplication, reordering and corruption) with an injectable Clock
+// (FakeClock in tests).
+//
+// Choices where ibverbs leaves room, following rxe unless said otherwise:
+//   - retry_cnt 7 and rnr_retry 7 both mean "retry forever", as rxe does.
+//   - IPv4 ID is 0 on every packet (rxe hashes a non-zero one); DF is set,
+//     TTL 64. The ICRC covers the ID, so captures are compared with it patched.
+//   - MR.Dereg never fails with EBUSY (there are no memory windows): it runs
+//     on the engine goroutine between two packets, so when it returns no
+//     packet touches the memory again and later requests naming its keys get
+//     a remote access error. Keys are index<<8 | a random byte, as rxe's.
+//   - A CQ overflow raises EventCQErr and moves the QP that overflowed it to
+//     the error state. SRQ limits raise EventSRQLimitReached once, when a WQE
+//     taken leaves fewer than the limit, then disarm (as rxe's responder).
+//   - Every receive completion has WCWithGRH set, on RC/UC too, as rxe.
+package verbs

@@ -1,0 +1,145 @@
+package verbs
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// SRQInitAttr creates a shared receive queue (struct ibv_srq_init_attr).
+type SRQInitAttr struct {
+	MaxWR  int
+	MaxSGE int
+	// Limit arms the limit event at creation; 0 leaves it disarmed.
+	Limit int
+}
+
+// SRQAttr are an SRQ's attributes (struct ibv_srq_attr).
+type SRQAttr struct {
+	MaxWR  int
+	MaxSGE int
+	Limit  int
+}
+
+// SRQAttrMask selects what ModifySRQ changes (ibv_srq_attr_mask values).
+type SRQAttrMask uint32
+
+const (
+	SRQAttrMaxWR SRQAttrMask = 1 << 0 // IBV_SRQ_MAX_WR: resize
+	SRQAttrLimit SRQAttrMask = 1 << 1 // IBV_SRQ_LIMIT: arm the limit event
+)
+
+// SRQ is a shared receive queue: QPs created with it take their receive WQEs
+// from it. When the WQEs waiting in it drop below the armed limit, the device
+// raises EventSRQLimitReached once and disarms the limit, as rxe's responder
+// does when it takes a WQE.
+type SRQ struct {
+	dev    *Device
+	pd     *PD
+	maxSGE int
+
+	mu    sync.Mutex // guards post, maxWR and limit against the engine
+	post  []recvWQE  // posted by the application, not yet taken by the engine
+	maxWR int
+	limit int
+
+	used     atomic.Int32 // WQEs posted and not yet completed
+	attached atomic.Int32 // QPs using the SRQ
+
+	q []recvWQE // engine-owned: WQEs taken from post, in order
+}
+
+// CreateSRQ creates a shared receive queue in pd.
+func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
+	if attr.MaxWR < 1 || attr.MaxWR > MaxQPWR || attr.MaxSGE < 0 || attr.MaxSGE > MaxSGE || attr.Limit < 0 || attr.Limit > attr.MaxWR {
+		return nil, fmt.Errorf("verbs: SRQ attributes %+v exceed the device's: %w", attr, ErrInvalid)
+	}
+	return &SRQ{dev: pd.dev, pd: pd, maxSGE: max(attr.MaxSGE, 1), maxWR: attr.MaxWR, limit: attr.Limit}, nil
+}
+
+// PostRecv queues receive work requests on the SRQ; like QP.PostRecv it
+// returns how many were queued and, on failure, the index of the bad one is
+// that count.
+func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range wrs {
+		if len(wrs[i].SGList) > s.maxSGE {
+			return i, fmt.Errorf("verbs: SRQ receive WR %d: %d SGEs, SRQ allows %d: %w", wrs[i].ID, len(wrs[i].SGList), s.maxSGE, ErrInvalid)
+		}
+		if int(s.used.Load()) >= s.maxWR {
+			return i, fmt.Errorf("verbs: SRQ full (%d WRs): %w", s.maxWR, ErrNoMem)
+		}
+		s.used.Add(1)
+		s.post = append(s.post, newRecvWQE(&wrs[i]))
+	}
+	s.dev.ring()
+	return len(wrs), nil
+}
+
+// Modify resizes the SRQ (never below the WQEs it holds) or arms its limit
+// (ibv_modify_srq). A limit above MaxWR is EINVAL.
+func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
+	if mask&^(SRQAttrMaxWR|SRQAttrLimit) != 0 {
+		return fmt.Errorf("verbs: SRQ attribute mask %#x: %w", mask, ErrInvalid)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	maxWR := s.maxWR
+	if mask&SRQAttrMaxWR != 0 {
+		if attr.MaxWR < 1 || attr.MaxWR > MaxQPWR || attr.MaxWR < int(s.used.Load()) {
+			return fmt.Errorf("verbs: SRQ size %d (holding %d): %w", attr.MaxWR, s.used.Load(), ErrInvalid)
+		}
+		maxWR = attr.MaxWR
+	}
+	if mask&SRQAttrLimit != 0 && (attr.Limit < 0 || attr.Limit > maxWR) {
+		return fmt.Errorf("verbs: SRQ limit %d above its size %d: %w", attr.Limit, maxWR, ErrInvalid)
+	}
+	s.maxWR = maxWR
+	if mask&SRQAttrLimit != 0 {
+		s.limit = attr.Limit
+	}
+	return nil
+}
+
+// Query returns the SRQ's attributes; Limit is 0 once the event has fired.
+func (s *SRQ) Query() SRQAttr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return SRQAttr{MaxWR: s.maxWR, MaxSGE: s.maxSGE, Limit: s.limit}
+}
+
+// Destroy releases the SRQ; EBUSY while QPs still use it, as ibv_destroy_srq.
+func (s *SRQ) Destroy() error {
+	if n := s.attached.Load(); n > 0 {
+		return fmt.Errorf("verbs: SRQ used by %d QPs: %w", n, ErrBusy)
+	}
+	return nil
+}
+
+// take removes the next receive WQE for a QP of the SRQ (engine goroutine),
+// raising the limit event when the WQEs left drop below the armed limit.
+func (e *engine) takeSRQ(s *SRQ) (recvWQE, bool) {
+	s.mu.Lock()
+	if len(s.post) > 0 {
+		s.q = append(s.q, s.post...)
+		clear(s.post)
+		s.post = s.post[:0]
+	}
+	if len(s.q) == 0 {
+		s.mu.Unlock()
+		return recvWQE{}, false
+	}
+	wr := s.q[0]
+	s.q[0] = recvWQE{}
+	s.q = s.q[1:]
+	fire := s.limit > 0 && len(s.q) < s.limit
+	if fire {
+		s.limit = 0
+	}
+	s.mu.Unlock()
+	if fire {
+		e.events.post(AsyncEvent{Type: EventSRQLimitReached, SRQ: s})
+	}
+	return wr, true
+}

@@ -196,3 +196,5 @@ func pollWait(cq *CQ, timeout time.Duration) *CQ {
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

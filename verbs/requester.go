@@ -258,37 +258,18 @@ func dataOpcode(op WROpcode, first, last, uc bool) wire.Opcode {
 	var o wire.Opcode
 	switch op {
 	case WRSend, WRSendWithImm, WRSendWithInv:
-		switch {
-		case first && last:
-			o = wire.RCSendOnly
-		case first:
-			o = wire.RCSendFirst
-		case last:
-			o = wire.RCSendLast
-		default:
-			o = wire.RCSendMiddle
-		}
+		o = segmentOpcode(first, last, wire.RCSendOnly, wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendLast)
 		if last && op == WRSendWithImm {
 			o++ // SEND_LAST → LAST_WITH_IMM, SEND_ONLY → ONLY_WITH_IMM
 		}
 		if last && op == WRSendWithInv {
+			o = wire.RCSendLastInv
 			if first {
 				o = wire.RCSendOnlyInv
-			} else {
-				o = wire.RCSendLastInv
 			}
 		}
 	default:
-		switch {
-		case first && last:
-			o = wire.RCWriteOnly
-		case first:
-			o = wire.RCWriteFirst
-		case last:
-			o = wire.RCWriteLast
-		default:
-			o = wire.RCWriteMiddle
-		}
+		o = segmentOpcode(first, last, wire.RCWriteOnly, wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLast)
 		if last && op == WRRDMAWriteWithImm {
 			o++
 		}
@@ -297,6 +278,19 @@ func dataOpcode(op WROpcode, first, last, uc bool) wire.Opcode {
 		o |= 0x20
 	}
 	return o
+}
+
+// segmentOpcode picks ONLY, FIRST, MIDDLE or LAST for a packet's place in its message.
+func segmentOpcode(first, last bool, only, firstOp, middle, lastOp wire.Opcode) wire.Opcode {
+	switch {
+	case first && last:
+		return only
+	case first:
+		return firstOp
+	case last:
+		return lastOp
+	}
+	return middle
 }
 
 // gather copies len(dst) bytes of the message, starting at offset off, from segs.

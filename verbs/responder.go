@@ -330,15 +330,7 @@ func (e *engine) readReply(qp *QP, res *respResource, from uint32) {
 	for psn := from; ; psn = (psn + 1) & 0xffffff {
 		n := min(mtu, res.length-off)
 		first, last := psn == res.firstPSN, off+n == res.length
-		op := wire.RCReadResponseMiddle
-		switch {
-		case first && last:
-			op = wire.RCReadResponseOnly
-		case first:
-			op = wire.RCReadResponseFirst
-		case last:
-			op = wire.RCReadResponseLast
-		}
+		op := segmentOpcode(first, last, wire.RCReadResponseOnly, wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast)
 		pkt := e.header(qp, op, psn, false)
 		pkt.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: t.msn}
 		var src []byte

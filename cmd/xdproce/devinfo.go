@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/xdproce/xdproce/loader"
+	"github.com/xdproce/xdproce/verbs"
 )
 
 // portInfo is what devinfo prints about the device's single port.
@@ -71,11 +72,20 @@ func writeDevinfo(w io.Writer, p portInfo) error {
 	fmt.Fprintf(&b, "\tnode_guid:\t\t\t%s\n", guid)
 	fmt.Fprintf(&b, "\tsys_image_guid:\t\t\t%s\n", guid)
 	fmt.Fprintf(&b, "\tphys_port_cnt:\t\t\t1\n")
+	fmt.Fprintf(&b, "\tmax_mr_size:\t\t\t%#x\n", uint64(verbs.MaxMRSize))
+	fmt.Fprintf(&b, "\tmax_qp:\t\t\t\t%d\n", verbs.MaxQP)
+	fmt.Fprintf(&b, "\tmax_qp_wr:\t\t\t%d\n", verbs.MaxQPWR)
+	fmt.Fprintf(&b, "\tmax_sge:\t\t\t%d\n", verbs.MaxSGE)
+	fmt.Fprintf(&b, "\tmax_cqe:\t\t\t%d\n", verbs.MaxCQE)
+	fmt.Fprintf(&b, "\tmax_qp_rd_atom:\t\t\t%d\n", verbs.MaxRdAtomic)
+	fmt.Fprintf(&b, "\tmax_qp_init_rd_atom:\t\t%d\n", verbs.MaxRdAtomic)
+	fmt.Fprintf(&b, "\tatomic_cap:\t\t\tATOMIC_HCA (1)\n")
 	fmt.Fprintf(&b, "\t\tport:\t1\n")
 	fmt.Fprintf(&b, "\t\t\tstate:\t\t\t%s\n", state)
 	fmt.Fprintf(&b, "\t\t\tmax_mtu:\t\t4096 (5)\n")
 	fmt.Fprintf(&b, "\t\t\tactive_mtu:\t\t%d (%d)\n", p.activeMTU, ibMTUEnum(p.activeMTU))
 	fmt.Fprintf(&b, "\t\t\tsm_lid:\t\t\t0\n\t\t\tport_lid:\t\t0\n\t\t\tport_lmc:\t\t0x00\n")
+	fmt.Fprintf(&b, "\t\t\tmax_msg_sz:\t\t%#x\n", verbs.MaxMsgSize)
 	fmt.Fprintf(&b, "\t\t\tlink_layer:\t\tEthernet\n")
 	fmt.Fprintf(&b, "\t\t\tphys_state:\t\t%s\n", phys)
 	fmt.Fprintf(&b, "\t\t\tnetdev_mtu:\t\t%d\n", p.link.MTU)

@@ -33,6 +33,8 @@ func TestWriteDevinfoMatchesRxeLayout(t *testing.T) {
 		"GID[  0]:\t\tfe80:0000:0000:0000:5054:00ff:fe18:0001, RoCE v2",
 		"GID[  1]:\t\t::ffff:198.18.0.11, RoCE v2",
 		"link_layer:\t\tEthernet",
+		"max_qp_rd_atom:\t\t\t128",
+		"max_msg_sz:\t\t0x80000000",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("devinfo output lacks %q:\n%s", want, out)

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netns"
@@ -47,7 +49,10 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 	for i, g := range port.GIDs() {
 		gids[i] = netip.AddrFrom16(g)
 	}
-	link := newXSKLink(port)
+	link, err := newXSKLink(port)
+	if err != nil {
+		return nil, errors.Join(err, port.Close(), ns.Close())
+	}
 	cfg := DeviceConfig{
 		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), BusyPoll: opts.BusyPoll,
 		Resolve: func(ctx context.Context, ip netip.Addr) (mac net.HardwareAddr, err error) {
@@ -60,9 +65,9 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 	}
 	d, err := NewDevice(link, cfg)
 	if err != nil {
-		return nil, errors.Join(err, port.Close(), ns.Close())
+		return nil, errors.Join(err, link.close(), port.Close(), ns.Close())
 	}
-	d.onClose = func() error { return errors.Join(port.Close(), ns.Close()) }
+	d.onClose = func() error { return errors.Join(port.Close(), link.close(), ns.Close()) }
 	return d, nil
 }
 
@@ -95,19 +100,51 @@ type xskLink struct {
 	pkts    []ring.Packet
 	tx      []ring.TXFrame
 	scratch []byte
-	fds     []unix.PollFd
+	wakeFD  int      // eventfd: the doorbell
+	set     *os.File // epoll set of the sockets and wakeFD, in Go's poller
+	setConn syscall.RawConn
+	events  []unix.EpollEvent
 	max     int
 }
 
-func newXSKLink(p *nic.Port) *xskLink {
+func newXSKLink(p *nic.Port) (*xskLink, error) {
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("verbs: doorbell eventfd: %w", err)
+	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("verbs: epoll set: %w", err), unix.Close(efd))
+	}
+	fds := []int{efd}
+	for _, s := range p.Sockets() {
+		fds = append(fds, s.FD())
+	}
+	for _, fd := range fds {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			return nil, errors.Join(fmt.Errorf("verbs: epoll add: %w", err), unix.Close(epfd), unix.Close(efd))
+		}
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		return nil, errors.Join(fmt.Errorf("verbs: epoll set: %w", err), unix.Close(epfd), unix.Close(efd))
+	}
+	set := os.NewFile(uintptr(epfd), "xdproce-wait")
+	conn, err := set.SyscallConn()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("verbs: epoll set: %w", err), set.Close(), unix.Close(efd))
+	}
 	return &xskLink{
 		socks:   p.Sockets(),
 		pkts:    make([]ring.Packet, rxBatch),
 		tx:      make([]ring.TXFrame, txBatch),
 		scratch: make([]byte, ring.MaxChunkSize*ring.MaxSegments),
-		fds:     make([]unix.PollFd, len(p.Sockets())),
+		wakeFD:  efd,
+		set:     set,
+		setConn: conn,
+		events:  make([]unix.EpollEvent, len(fds)),
 		max:     p.Link().MTU + 18,
-	}
+	}, nil
 }
 
 // MaxFrame implements Link.
@@ -166,29 +203,28 @@ func (l *xskLink) Receive(max int, fn func(frame []byte)) (int, error) {
 	return total, nil
 }
 
-// waitSlice bounds one ppoll(2) so posted work (the doorbell) is noticed soon.
-const waitSlice = 50 * time.Microsecond
+// Wake implements Link: the eventfd in the wait set is the doorbell, so a
+// post wakes a sleeping engine at once.
+func (l *xskLink) Wake() {
+	one := [8]byte{1}
+	_, _ = unix.Write(l.wakeFD, one[:]) // EAGAIN means it is already signalled
+}
 
-// Wait implements Link: ppoll on every queue's socket in slices of waitSlice
-// (poll(2)'s millisecond timeout would add up to a millisecond per post).
-func (l *xskLink) Wait(wake <-chan struct{}, d time.Duration) {
-	end := time.Now().Add(d)
-	for {
-		select {
-		case <-wake:
-			return
-		default:
-		}
-		left := time.Until(end)
-		if left <= 0 {
-			return
-		}
-		for i, s := range l.socks {
-			l.fds[i] = unix.PollFd{Fd: int32(s.FD()), Events: unix.POLLIN}
-		}
-		ts := unix.NsecToTimespec(int64(min(waitSlice, left)))
-		if n, _ := unix.Ppoll(l.fds, &ts, nil); n > 0 {
-			return
-		}
-	}
+// Wait implements Link. The engine parks in Go's network poller on an epoll
+// set of every queue's socket and the doorbell, rather than blocking its
+// thread in poll(2): a parked goroutine gives its processor back at once, so
+// the other goroutines (the application, another device's engine) run
+// without waiting for the runtime to notice a blocked system call.
+func (l *xskLink) Wait(d time.Duration) {
+	_ = l.set.SetReadDeadline(time.Now().Add(d))
+	_ = l.setConn.Read(func(fd uintptr) bool {
+		n, err := unix.EpollWait(int(fd), l.events, 0)
+		return n > 0 || (err != nil && err != unix.EINTR)
+	})
+	var b [8]byte
+	_, _ = unix.Read(l.wakeFD, b[:]) // reset the doorbell; EAGAIN if it did not ring
+}
+
+func (l *xskLink) close() error {
+	return errors.Join(l.set.Close(), unix.Close(l.wakeFD))
 }

@@ -4,21 +4,30 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
-// CQ is a completion queue. The engine adds completions; the application
-// polls them, from any goroutine.
+// CQ is a completion queue: a ring the engine alone fills and applications
+// drain, from any goroutine. The engine never takes a lock to complete work;
+// an empty poll costs two atomic loads.
 type CQ struct {
-	dev   *Device
-	mu    sync.Mutex
-	ring  []WorkCompletion
-	head  int // next to poll
-	n     int // completions queued
-	err   bool
-	armed bool
-	solic bool // armed for solicited completions only
-	event chan struct{}
+	dev  *Device
+	ring []WorkCompletion
+	head atomic.Uint64 // completions polled (advanced under pollMu)
+	tail atomic.Uint64 // completions added (advanced by the engine only)
+	// pollMu orders concurrent pollers among themselves, as ibv_poll_cq's
+	// lock does; the engine never takes it.
+	pollMu sync.Mutex
+	err    atomic.Bool
+	armed  atomic.Uint32 // notifyOff, notifyAny or notifySolicited
+	event  chan struct{}
 }
+
+const (
+	notifyOff uint32 = iota
+	notifyAny
+	notifySolicited
+)
 
 // CreateCQ creates a completion queue holding up to depth completions.
 func (d *Device) CreateCQ(depth int) (*CQ, error) {
@@ -30,23 +39,32 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 
 // Poll moves up to len(wcs) completions into wcs and returns how many.
 func (cq *CQ) Poll(wcs []WorkCompletion) int {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	k := min(len(wcs), cq.n)
-	for i := range k {
-		wcs[i] = cq.ring[cq.head]
-		cq.head = (cq.head + 1) % len(cq.ring)
+	if len(wcs) == 0 {
+		return 0
 	}
-	cq.n -= k
+	if cq.tail.Load() == cq.head.Load() {
+		return 0
+	}
+	cq.pollMu.Lock()
+	h := cq.head.Load()
+	k := int(min(uint64(len(wcs)), cq.tail.Load()-h))
+	n := uint64(len(cq.ring))
+	for i := range k {
+		wcs[i] = cq.ring[(h+uint64(i))%n]
+	}
+	cq.head.Store(h + uint64(k))
+	cq.pollMu.Unlock()
 	return k
 }
 
 // ReqNotify arms the completion channel: the next completion added (with
 // solicitedOnly, the next solicited or error one) signals Wait once.
 func (cq *CQ) ReqNotify(solicitedOnly bool) {
-	cq.mu.Lock()
-	cq.armed, cq.solic = true, solicitedOnly
-	cq.mu.Unlock()
+	if solicitedOnly {
+		cq.armed.Store(notifySolicited)
+	} else {
+		cq.armed.Store(notifyAny)
+	}
 }
 
 // Wait blocks until the armed notification fires or ctx ends.
@@ -60,21 +78,20 @@ func (cq *CQ) Wait(ctx context.Context) error {
 }
 
 // push adds a completion; false means the CQ overflowed (it is then in error
-// and the caller moves the QP to the error state, as ibverbs).
+// and the caller moves the QP to the error state, as ibverbs). Only the
+// engine goroutine calls it.
 func (cq *CQ) push(wc WorkCompletion, solicited bool) bool {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	if cq.err || cq.n == len(cq.ring) {
-		if !cq.err {
+	t := cq.tail.Load()
+	if cq.err.Load() || t-cq.head.Load() >= uint64(len(cq.ring)) {
+		if !cq.err.Swap(true) {
 			cq.dev.e.events.post(AsyncEvent{Type: EventCQErr, CQ: cq})
 		}
-		cq.err = true
 		return false
 	}
-	cq.ring[(cq.head+cq.n)%len(cq.ring)] = wc
-	cq.n++
-	if cq.armed && (!cq.solic || solicited || wc.Status != WCSuccess) {
-		cq.armed = false
+	cq.ring[t%uint64(len(cq.ring))] = wc
+	cq.tail.Store(t + 1)
+	if a := cq.armed.Load(); a != notifyOff && (a == notifyAny || solicited || wc.Status != WCSuccess) &&
+		cq.armed.CompareAndSwap(a, notifyOff) {
 		select {
 		case cq.event <- struct{}{}:
 		default:
@@ -83,9 +100,8 @@ func (cq *CQ) push(wc WorkCompletion, solicited bool) bool {
 	return true
 }
 
+// pending is how many completions the CQ holds.
+func (cq *CQ) pending() int { return int(cq.tail.Load() - cq.head.Load()) }
+
 // Overflowed reports whether completions were lost because the CQ was full.
-func (cq *CQ) Overflowed() bool {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	return cq.err
-}
+func (cq *CQ) Overflowed() bool { return cq.err.Load() }

@@ -8,7 +8,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,13 +58,22 @@ type Device struct {
 	clock Clock
 	rng   *rand.Rand // key bytes; used by the engine goroutine only (under cmds)
 
-	cmds     chan func()
-	doorbell chan struct{}
-	done     chan struct{}
-	stopped  chan struct{}
-	closeMu  sync.Mutex
-	closed   bool
-	onClose  func() error // releases what Open set up, after the engine stops
+	cmds    chan func()
+	done    chan struct{}
+	stopped chan struct{}
+	closeMu sync.Mutex
+	closed  bool
+	onClose func() error // releases what Open set up, after the engine stops
+
+	// The doorbell. A poster sets work and wakes the link only when the
+	// engine said it is going to sleep; the engine says so, then looks at
+	// work once more before sleeping, so no post is missed and a busy engine
+	// costs posters no system call.
+	work     atomic.Bool
+	sleeping atomic.Bool
+	// QPs with new posts, appended once per engine pass (QP.queued guards).
+	postedMu sync.Mutex
+	posted   []*QP
 
 	e engine
 }
@@ -84,11 +95,10 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 	}
 	d := &Device{
 		cfg: cfg, link: link, clock: cfg.Clock,
-		rng:      rand.New(rand.NewChaCha8(seed)),
-		cmds:     make(chan func(), 16),
-		doorbell: make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		stopped:  make(chan struct{}),
+		rng:     rand.New(rand.NewChaCha8(seed)),
+		cmds:    make(chan func(), 16),
+		done:    make(chan struct{}),
+		stopped: make(chan struct{}),
 	}
 	d.e.init(d)
 	go d.run()
@@ -130,12 +140,31 @@ func (d *Device) do(fn func() error) error {
 	}
 }
 
-// ring wakes the engine.
+// ring tells the engine there is work, waking it if it sleeps.
 func (d *Device) ring() {
-	select {
-	case d.doorbell <- struct{}{}:
-	default:
+	d.work.Store(true)
+	if d.sleeping.Load() {
+		d.link.Wake()
 	}
+}
+
+// notePosted hands the engine a QP that gained posted work requests.
+func (d *Device) notePosted(qp *QP) {
+	if qp.queued.CompareAndSwap(false, true) {
+		d.postedMu.Lock()
+		d.posted = append(d.posted, qp)
+		d.postedMu.Unlock()
+	}
+	d.ring()
+}
+
+// takePosted swaps the list of QPs with new posts for the engine's spare one.
+func (d *Device) takePosted(spare []*QP) []*QP {
+	d.postedMu.Lock()
+	l := d.posted
+	d.posted = spare[:0]
+	d.postedMu.Unlock()
+	return l
 }
 
 // QueryDevice returns the device's capabilities.
@@ -194,16 +223,25 @@ func (d *Device) run() {
 			continue
 		default:
 		}
-		busy := d.e.step()
-		if !busy {
-			wait := d.e.nextTimer()
-			if d.cfg.BusyPoll {
-				wait = 0
-			}
-			if wait > 0 {
-				d.link.Wait(d.doorbell, wait)
-			}
+		d.work.Store(false)
+		if d.e.step() {
+			continue
 		}
+		if d.cfg.BusyPoll {
+			// Spinning, but the application's goroutines share the
+			// processors with this one.
+			runtime.Gosched()
+			continue
+		}
+		wait := d.e.nextTimer()
+		if wait <= 0 {
+			continue
+		}
+		d.sleeping.Store(true)
+		if !d.work.Load() && len(d.cmds) == 0 {
+			d.link.Wait(wait)
+		}
+		d.sleeping.Store(false)
 	}
 }
 

@@ -14,6 +14,8 @@ type engine struct {
 	dev      *Device
 	qps      []*QP // by QPN; nil where free
 	live     []*QP // QPs that exist, in creation order
+	active   []*QP // QPs with send work or timers: the only ones a step visits
+	posted   []*QP // spare list for Device.takePosted
 	nextQPN  uint32
 	mrs      mrTable
 	pdSeq    uint32
@@ -81,6 +83,15 @@ func (e *engine) removeQP(qp *QP) {
 			break
 		}
 	}
+	if qp.active {
+		for i, q := range e.active {
+			if q == qp {
+				e.active = append(e.active[:i], e.active[i+1:]...)
+				break
+			}
+		}
+		qp.active = false
+	}
 	qp.t.state = StateReset
 	qp.state.Store(uint32(StateReset))
 }
@@ -89,18 +100,25 @@ func (e *engine) removeQP(qp *QP) {
 func (e *engine) step() bool {
 	// Posted receives are taken before packets are handled, so a SEND that
 	// follows its receive's post never meets an empty queue.
-	for _, qp := range e.live {
-		e.takePosts(qp)
+	posted := e.dev.takePosted(e.posted)
+	for _, qp := range posted {
+		qp.queued.Store(false)
+		if int(qp.qpn) < len(e.qps) && e.qps[qp.qpn] == qp {
+			e.takePosts(qp)
+		}
 	}
+	clear(posted)
+	e.posted = posted
 	n, _ := e.dev.link.Receive(rxBatch, e.rxFn)
 	busy := n > 0
 	now := e.dev.clock.Now()
-	for _, qp := range e.live {
+	for _, qp := range e.active {
 		e.checkTimers(qp, now)
 		if e.requester(qp) {
 			busy = true
 		}
 	}
+	e.pruneActive()
 	if len(e.out) > 0 {
 		e.flush()
 		busy = true
@@ -108,38 +126,69 @@ func (e *engine) step() bool {
 	return busy
 }
 
+// activate makes the steps visit qp.
+func (e *engine) activate(qp *QP) {
+	if !qp.active {
+		qp.active = true
+		e.active = append(e.active, qp)
+	}
+}
+
+// pruneActive drops the QPs with nothing left to send or time.
+func (e *engine) pruneActive() {
+	keep := e.active[:0]
+	for _, qp := range e.active {
+		t := &qp.t
+		if len(t.sq) > 0 || !t.timerAt.IsZero() || !t.rnrAt.IsZero() {
+			keep = append(keep, qp)
+		} else {
+			qp.active = false
+		}
+	}
+	clear(e.active[len(keep):])
+	e.active = keep
+}
+
 // nextTimer is how long the engine may sleep.
 func (e *engine) nextTimer() time.Duration {
 	wait := idleWait
-	now := e.dev.clock.Now()
-	for _, qp := range e.live {
-		for _, at := range [2]time.Time{qp.t.timerAt, qp.t.rnrAt} {
-			if !at.IsZero() {
-				wait = min(wait, max(at.Sub(now), 0))
-			}
-		}
+	if due := e.nextDeadline(); !due.IsZero() {
+		wait = min(wait, max(due.Sub(e.dev.clock.Now()), 0))
 	}
 	return wait
 }
 
+// nextDeadline is the earliest armed timer of the active QPs; zero if none.
+func (e *engine) nextDeadline() time.Time {
+	var due time.Time
+	for _, qp := range e.active {
+		for _, at := range [2]time.Time{qp.t.timerAt, qp.t.rnrAt} {
+			if !at.IsZero() && (due.IsZero() || at.Before(due)) {
+				due = at
+			}
+		}
+	}
+	return due
+}
+
 // takePosts moves what the application posted into the engine's queues.
 func (e *engine) takePosts(qp *QP) {
-	if !qp.pending.Load() {
-		return // nothing posted: no lock taken for an idle QP
-	}
 	qp.postMu.Lock()
-	qp.pending.Store(false)
 	if len(qp.postSend) == 0 && len(qp.postRecv) == 0 {
 		qp.postMu.Unlock()
 		return
 	}
 	qp.t.sq = append(qp.t.sq, qp.postSend...)
 	qp.t.rq = append(qp.t.rq, qp.postRecv...)
+	clear(qp.postSend)
 	qp.postSend = qp.postSend[:0]
 	qp.postRecv = qp.postRecv[:0]
 	qp.postMu.Unlock()
 	if qp.t.state == StateErr {
 		e.flushQueues(qp)
+	}
+	if len(qp.t.sq) > 0 {
+		e.activate(qp)
 	}
 }
 

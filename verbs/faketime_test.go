@@ -89,8 +89,4 @@ func TestRNRTimerWithFakeTime(t *testing.T) {
 }
 
 // pending is how many completions cq holds, without taking them.
-func pending(cq *CQ) int {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	return cq.n
-}
+func pending(cq *CQ) int { return cq.pending() }

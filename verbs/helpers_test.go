@@ -182,10 +182,7 @@ func isErr(err, target error) bool { return errors.Is(err, target) }
 func pollWait(cq *CQ, timeout time.Duration) *CQ {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		cq.mu.Lock()
-		n := cq.n
-		cq.mu.Unlock()
-		if n > 0 {
+		if cq.pending() > 0 {
 			return cq
 		}
 		time.Sleep(100 * time.Microsecond)

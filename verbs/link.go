@@ -16,8 +16,11 @@ type Link interface {
 	// without blocking, and returns how many it handed. A frame is valid only
 	// during its call.
 	Receive(max int, fn func(frame []byte)) (int, error)
-	// Wait blocks until a frame may be ready, wake is signalled, or d passes.
-	Wait(wake <-chan struct{}, d time.Duration)
+	// Wait blocks until a frame may be ready, Wake is called, or d passes.
+	Wait(d time.Duration)
+	// Wake makes a Wait in progress, or the next one, return at once. Any
+	// goroutine may call it: it is the device's doorbell.
+	Wake()
 	// MaxFrame is the largest frame Send accepts.
 	MaxFrame() int
 }
@@ -42,8 +45,9 @@ type Impairment struct {
 type MemLink struct {
 	peer   *MemLink
 	mu     sync.Mutex
-	queue  [][]byte // frames waiting to be received here
-	held   []byte   // a frame held back to be delivered after the next one
+	woken  chan struct{} // Wake's signal, apart from frames' signal
+	queue  [][]byte      // frames waiting to be received here
+	held   []byte        // a frame held back to be delivered after the next one
 	signal chan struct{}
 	imp    Impairment
 	rng    *rand.Rand
@@ -68,8 +72,8 @@ type MemLinkStats struct {
 // NewMemLinkPair returns two connected in-memory links carrying frames of up
 // to maxFrame bytes.
 func NewMemLinkPair(maxFrame int) (*MemLink, *MemLink) {
-	a := &MemLink{signal: make(chan struct{}, 1), max: maxFrame}
-	b := &MemLink{signal: make(chan struct{}, 1), max: maxFrame}
+	a := &MemLink{signal: make(chan struct{}, 1), woken: make(chan struct{}, 1), max: maxFrame}
+	b := &MemLink{signal: make(chan struct{}, 1), woken: make(chan struct{}, 1), max: maxFrame}
 	a.peer, b.peer = b, a
 	a.SetImpairment(Impairment{})
 	b.SetImpairment(Impairment{})
@@ -180,8 +184,16 @@ func (l *MemLink) Receive(max int, fn func(frame []byte)) (int, error) {
 	return n, nil
 }
 
+// Wake implements Link.
+func (l *MemLink) Wake() {
+	select {
+	case l.woken <- struct{}{}:
+	default:
+	}
+}
+
 // Wait implements Link.
-func (l *MemLink) Wait(wake <-chan struct{}, d time.Duration) {
+func (l *MemLink) Wait(d time.Duration) {
 	l.mu.Lock()
 	ready := len(l.queue) > 0
 	l.mu.Unlock()
@@ -196,7 +208,7 @@ func (l *MemLink) Wait(wake <-chan struct{}, d time.Duration) {
 	defer l.timer.Stop()
 	select {
 	case <-l.signal:
-	case <-wake:
+	case <-l.woken:
 	case <-l.timer.C:
 	}
 }

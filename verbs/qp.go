@@ -43,7 +43,9 @@ type QP struct {
 	sqUsed   atomic.Int32 // send WQEs posted and not yet retired
 	rqUsed   atomic.Int32
 	state    atomic.Uint32 // QPState, mirrored for the posting checks
-	pending  atomic.Bool   // set (under postMu) when postSend/postRecv gain WRs
+	queued   atomic.Bool   // in the device's list of QPs with new posts
+
+	active bool // in the engine's active list (engine-owned)
 
 	t qpTransport // engine-owned
 }
@@ -316,17 +318,17 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 		ws = append(ws, w)
 	}
 	qp.postMu.Lock()
-	defer qp.postMu.Unlock()
 	for i, w := range ws {
 		if int(qp.sqUsed.Load()) >= qp.cap.MaxSendWR {
-			qp.dev.ring()
+			qp.postMu.Unlock()
+			qp.dev.notePosted(qp)
 			return i, fmt.Errorf("verbs: send queue full (%d WRs): %w", qp.cap.MaxSendWR, ErrNoMem)
 		}
 		qp.sqUsed.Add(1)
 		qp.postSend = append(qp.postSend, w)
-		qp.pending.Store(true)
 	}
-	qp.dev.ring()
+	qp.postMu.Unlock()
+	qp.dev.notePosted(qp)
 	if checkErr != nil {
 		return len(ws), checkErr
 	}
@@ -414,20 +416,30 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 		return 0, fmt.Errorf("verbs: the QP receives from an SRQ; post there: %w", ErrInvalid)
 	}
 	qp.postMu.Lock()
-	defer qp.postMu.Unlock()
 	for i := range wrs {
 		if len(wrs[i].SGList) > qp.cap.MaxRecvSGE {
+			qp.postMu.Unlock()
+			qp.notePostedRecv(i)
 			return i, fmt.Errorf("verbs: receive WR %d: %d SGEs, QP allows %d: %w", wrs[i].ID, len(wrs[i].SGList), qp.cap.MaxRecvSGE, ErrInvalid)
 		}
 		if int(qp.rqUsed.Load()) >= qp.cap.MaxRecvWR {
+			qp.postMu.Unlock()
+			qp.notePostedRecv(i)
 			return i, fmt.Errorf("verbs: receive queue full (%d WRs): %w", qp.cap.MaxRecvWR, ErrNoMem)
 		}
 		qp.rqUsed.Add(1)
 		qp.postRecv = append(qp.postRecv, newRecvWQE(&wrs[i]))
-		qp.pending.Store(true)
 	}
-	qp.dev.ring()
+	qp.postMu.Unlock()
+	qp.dev.notePosted(qp)
 	return len(wrs), nil
+}
+
+// notePostedRecv tells the engine about the n receives queued before a bad one.
+func (qp *QP) notePostedRecv(n int) {
+	if n > 0 {
+		qp.dev.notePosted(qp)
+	}
 }
 
 // gidAddr returns the IP address a GID stands for.

@@ -98,7 +98,8 @@ func inNamespace(ns netns.NsHandle, fn func() error) error {
 type xskLink struct {
 	socks   []*ring.Socket
 	pkts    []ring.Packet
-	tx      []ring.TXFrame
+	tx      []ring.TXFrame // tx[:ready] committed frames, then reserved buffers
+	ready   int
 	scratch []byte
 	wakeFD  int      // eventfd: the doorbell
 	set     *os.File // epoll set of the sockets and wakeFD, in Go's poller
@@ -150,33 +151,83 @@ func newXSKLink(p *nic.Port) (*xskLink, error) {
 // MaxFrame implements Link.
 func (l *xskLink) MaxFrame() int { return l.max }
 
-// Send implements Link: frames are copied into UMEM TX buffers. When the TX
-// ring stays full the rest are dropped, as a congested NIC would; the
-// transport retransmits.
+// Send implements Link: frames are copied into UMEM TX buffers. The engine
+// builds its frames in place through TXBuffer instead; Send serves callers
+// that hold frames elsewhere.
 func (l *xskLink) Send(frames [][]byte) error {
+	for _, f := range frames {
+		b := l.TXBuffer()
+		if b == nil {
+			break // congested: the rest are lost, the transport recovers
+		}
+		l.CommitTX(copy(b, f))
+	}
+	return l.FlushTX()
+}
+
+// TXBuffer implements frameLender: the next free UMEM transmit buffer, or
+// nil when all are in flight even after reaping completions.
+func (l *xskLink) TXBuffer() []byte {
+	if l.ready == len(l.tx) {
+		if err := l.FlushTX(); err != nil || l.ready == len(l.tx) {
+			return nil
+		}
+	}
+	f := &l.tx[l.ready]
+	if f.Buf() == nil {
+		s := l.socks[0]
+		// AllocTX reserves from here up to the first buffer still held.
+		if s.AllocTX(l.tx[l.ready:]) == 0 {
+			s.Complete()
+			if s.AllocTX(l.tx[l.ready:]) == 0 {
+				return nil
+			}
+		}
+	}
+	return f.Buf()
+}
+
+// CommitTX implements frameLender.
+func (l *xskLink) CommitTX(n int) {
+	l.tx[l.ready].Len = n
+	l.ready++
+}
+
+// FlushTX implements frameLender: submit the committed frames and kick the
+// kernel until they are sent or the TX ring stays full, when the rest are
+// dropped as a congested NIC would.
+func (l *xskLink) FlushTX() error {
 	s := l.socks[0]
-	for spins := 0; len(frames) > 0 && spins < 1000; spins++ {
+	var err error
+	for spins := 0; l.ready > 0 && spins < 1000; spins++ {
 		s.Complete()
-		n := s.AllocTX(l.tx[:min(len(l.tx), len(frames))])
-		for i := range l.tx[:n] {
-			l.tx[i].Len = copy(l.tx[i].Buf(), frames[i])
+		sent, serr := s.Submit(l.tx[:l.ready])
+		// Submitted entries are cleared; move the rest (committed, then
+		// merely reserved) to the front.
+		copy(l.tx, l.tx[sent:])
+		clear(l.tx[len(l.tx)-sent:])
+		l.ready -= sent
+		if serr != nil && !errors.Is(serr, ring.ErrRingFull) {
+			err = fmt.Errorf("verbs: AF_XDP submit: %w", serr)
+			break
 		}
-		sent, err := s.Submit(l.tx[:n])
-		if err != nil {
-			_ = s.FreeTX(l.tx[sent:n])
-			return fmt.Errorf("verbs: AF_XDP submit: %w", err)
+		if kerr := s.Kick(); kerr != nil {
+			err = fmt.Errorf("verbs: AF_XDP kick: %w", kerr)
+			break
 		}
-		frames = frames[sent:]
-		if err := s.Kick(); err != nil {
-			return fmt.Errorf("verbs: AF_XDP kick: %w", err)
-		}
+	}
+	if l.ready > 0 { // still no room: drop them
+		err = errors.Join(err, s.FreeTX(l.tx[:l.ready]))
+		copy(l.tx, l.tx[l.ready:])
+		clear(l.tx[len(l.tx)-l.ready:])
+		l.ready = 0
 	}
 	for i := 0; s.TXPending() > 0 && i < 64; i++ {
-		if err := s.Kick(); err != nil {
-			return fmt.Errorf("verbs: AF_XDP kick: %w", err)
+		if kerr := s.Kick(); kerr != nil {
+			return errors.Join(err, fmt.Errorf("verbs: AF_XDP kick: %w", kerr))
 		}
 	}
-	return nil
+	return err
 }
 
 // Receive implements Link.

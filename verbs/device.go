@@ -209,6 +209,7 @@ type Counters struct {
 	RetryRNRExceededErr                        uint64
 	RDMASends, RDMARecvs                       uint64
 	DroppedMalformed, DroppedNoQP, AckDeferred uint64
+	SendErr                                    uint64 // frames lost for want of a transmit buffer
 }
 
 // run is the engine goroutine.

@@ -26,7 +26,11 @@ type engine struct {
 	tx   wire.Packet  // the packet being built
 	bufs [][]byte     // frame buffers, one per frame of a flush
 	rxFn func([]byte) // e.handleFrame, bound once: a method value per step would allocate
-	out  [][]byte
+	out  [][]byte     // frames built in bufs, for Send
+	nout int          // frames queued since the last flush
+	// lender is the link when it lends transmit buffers (then bufs and out
+	// are unused and each frame is built in place).
+	lender frameLender
 }
 
 // rxBatch and txBatch bound the frames handled per step.
@@ -40,6 +44,10 @@ func (e *engine) init(d *Device) {
 	e.nextQPN = firstUserQPN
 	e.events.ready = make(chan struct{}, 1)
 	e.rxFn = e.handleFrame
+	if l, ok := d.link.(frameLender); ok {
+		e.lender = l
+		return
+	}
 	e.bufs = make([][]byte, txBatch)
 	for i := range e.bufs {
 		e.bufs[i] = make([]byte, d.link.MaxFrame())
@@ -119,7 +127,7 @@ func (e *engine) step() bool {
 		}
 	}
 	e.pruneActive()
-	if len(e.out) > 0 {
+	if e.nout > 0 {
 		e.flush()
 		busy = true
 	}
@@ -192,30 +200,47 @@ func (e *engine) takePosts(qp *QP) {
 	}
 }
 
-// frame returns a buffer for the next outgoing frame, flushing if needed.
+// frame returns a buffer for the next outgoing frame, flushing if needed:
+// the link's own transmit buffer when it lends them, else one of e.bufs.
+// nil means the link has no buffer free: the frame is lost, as on a
+// congested NIC, and the transport recovers.
 func (e *engine) frame() []byte {
-	if len(e.out) == cap(e.out) {
+	if e.nout == txBatch {
 		e.flush()
 	}
-	return e.bufs[len(e.out)]
+	if e.lender != nil {
+		return e.lender.TXBuffer()
+	}
+	return e.bufs[e.nout]
 }
 
 // queue adds the frame of n bytes built in the last frame() buffer.
-func (e *engine) queue(n int) {
-	b := e.bufs[len(e.out)][:n]
-	for ; n < wire.MinFrameLen; n++ {
-		b = append(b, 0)
+func (e *engine) queue(buf []byte, n int) {
+	if n < wire.MinFrameLen {
+		clear(buf[n:wire.MinFrameLen]) // the pad; a lent buffer holds old bytes
+		n = wire.MinFrameLen
 	}
-	e.out = append(e.out, b)
+	if e.lender != nil {
+		e.lender.CommitTX(n)
+	} else {
+		e.out = append(e.out, buf[:n])
+	}
+	e.nout++
 	e.counters.SentPkts++
 }
 
 func (e *engine) flush() {
-	if len(e.out) == 0 {
+	if e.nout == 0 {
 		return
 	}
-	_ = e.dev.link.Send(e.out) // a failed send is a lost packet: the transport recovers
-	e.out = e.out[:0]
+	// A failed send is a lost packet: the transport recovers.
+	if e.lender != nil {
+		_ = e.lender.FlushTX()
+	} else {
+		_ = e.dev.link.Send(e.out)
+		e.out = e.out[:0]
+	}
+	e.nout = 0
 }
 
 // header prepares e.tx for a packet of qp with the given BTH fields.
@@ -233,6 +258,10 @@ func (e *engine) header(qp *QP, op wire.Opcode, psn uint32, ackReq bool) *wire.P
 // send encodes e.tx with payloadLen bytes gathered by fill and queues it.
 func (e *engine) send(payloadLen int, fill func(dst []byte)) {
 	buf := e.frame()
+	if buf == nil {
+		e.counters.SendErr++
+		return
+	}
 	hdr, err := wire.EncodeHeaders(buf, &e.tx, payloadLen)
 	if err != nil {
 		panic(fmt.Sprintf("verbs: building a %v packet: %v", e.tx.BTH.Opcode, err)) // a transport bug, not input
@@ -244,7 +273,7 @@ func (e *engine) send(payloadLen int, fill func(dst []byte)) {
 	if err != nil {
 		panic(fmt.Sprintf("verbs: sealing a %v packet: %v", e.tx.BTH.Opcode, err))
 	}
-	e.queue(n)
+	e.queue(buf, n)
 }
 
 // handleFrame is called for every received frame.

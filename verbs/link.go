@@ -25,6 +25,19 @@ type Link interface {
 	MaxFrame() int
 }
 
+// frameLender is a Link that lends its own transmit buffers, so the engine
+// builds each frame where the NIC reads it (for AF_XDP, in UMEM) instead of
+// building it aside and having Send copy it.
+type frameLender interface {
+	// TXBuffer returns a buffer of at least MaxFrame bytes for the next
+	// frame, or nil when none is free.
+	TXBuffer() []byte
+	// CommitTX queues the frame of n bytes built in the last TXBuffer.
+	CommitTX(n int)
+	// FlushTX transmits the committed frames.
+	FlushTX() error
+}
+
 // Clock tells the engine the time; tests inject a fake one.
 type Clock interface {
 	Now() time.Time

@@ -81,7 +81,7 @@ func (e *engine) requester(qp *QP) bool {
 		return false
 	}
 	sent := false
-	for t.reqIdx < len(t.sq) && len(e.out) < cap(e.out) {
+	for t.reqIdx < len(t.sq) && e.nout < txBatch {
 		if qp.typ == QPTypeRC && psnCmp(t.reqPSN, t.compPSN+MaxUnackedPSNs) >= 0 {
 			break
 		}

@@ -16,6 +16,7 @@ type engine struct {
 	live     []*QP // QPs that exist, in creation order
 	active   []*QP // QPs with send work or timers: the only ones a step visits
 	posted   []*QP // spare list for Device.takePosted
+	acks     []*QP // QPs with an ACK deferred to the end of the receive batch
 	nextQPN  uint32
 	mrs      mrTable
 	pdSeq    uint32
@@ -118,6 +119,7 @@ func (e *engine) step() bool {
 	clear(posted)
 	e.posted = posted
 	n, _ := e.dev.link.Receive(rxBatch, e.rxFn)
+	e.sendDueAcks()
 	busy := n > 0
 	now := e.dev.clock.Now()
 	for _, qp := range e.active {

@@ -260,11 +260,25 @@ func TestGoldenRequesterReadMulti(t *testing.T) {
 // replay sends captured frames to the engine from the scripted peer.
 func replay(t *testing.T, l *MemLink, frames []capFrame) {
 	t.Helper()
-	out := make([][]byte, len(frames))
+	// One frame per receive batch, as rxe meets them: the engine would
+	// otherwise coalesce the ACKs of a burst.
 	for i := range frames {
-		out[i] = frames[i].raw
+		if err := l.Send([][]byte{frames[i].raw}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for l.peer.queued() > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("frame %d of %d not taken by the engine", i, len(frames))
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
 	}
-	if err := l.Send(out); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// queued is how many frames wait to be received here.
+func (l *MemLink) queued() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue)
 }

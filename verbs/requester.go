@@ -40,6 +40,8 @@ type qpTransport struct {
 	recv    recvState
 	write   writeState
 	nakSent bool
+	ackDue  bool // an ACK of ackPSN waits for the end of the receive batch
+	ackPSN  uint32
 	res     []respResource
 	resNext int
 }

@@ -331,6 +331,7 @@ func (e *engine) readReply(qp *QP, res *respResource, from uint32) {
 		n := min(mtu, res.length-off)
 		first, last := psn == res.firstPSN, off+n == res.length
 		op := segmentOpcode(first, last, wire.RCReadResponseOnly, wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast)
+		e.sendDueAck(qp)
 		pkt := e.header(qp, op, psn, false)
 		pkt.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: t.msn}
 		var src []byte
@@ -376,6 +377,7 @@ func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
 }
 
 func (e *engine) atomicAck(qp *QP, psn uint32, orig uint64) {
+	e.sendDueAck(qp)
 	pkt := e.header(qp, wire.RCAtomicAck, psn, false)
 	pkt.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: qp.t.msn}
 	pkt.AtomicAck = orig
@@ -417,18 +419,57 @@ func (e *engine) duplicate(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	// No resource any more: drop silently (class D), as rxe.
 }
 
-// ackIfAsked acknowledges a SEND/WRITE packet that asks for it (rxe coalesces
-// this way: one ACK per AckReq).
+// ackIfAsked acknowledges a SEND/WRITE packet that asks for it. The ACK is
+// deferred to the end of the receive batch, so a burst of requests gets one
+// cumulative ACK (as hardware RNICs coalesce); rxe, fed one packet at a
+// time, sends one per AckReq, and so do we when packets come one by one.
 func (e *engine) ackIfAsked(qp *QP, p *wire.Packet) {
-	if qp.typ == QPTypeRC && p.BTH.AckReq {
-		e.sendAck(qp, p.BTH.PSN, wire.ACKSyndrome(ackCreditsInval))
-	} else if qp.typ == QPTypeRC {
+	if qp.typ != QPTypeRC {
+		return
+	}
+	if !p.BTH.AckReq {
 		e.counters.AckDeferred++
+		return
+	}
+	t := &qp.t
+	if t.ackDue {
+		e.counters.AckDeferred++
+	} else {
+		t.ackDue = true
+		e.acks = append(e.acks, qp)
+	}
+	t.ackPSN = p.BTH.PSN
+}
+
+// sendDueAck sends qp's deferred ACK, if any. Every other response of the
+// QP goes after it, so responses stay in PSN order.
+func (e *engine) sendDueAck(qp *QP) {
+	t := &qp.t
+	if t.ackDue {
+		t.ackDue = false
+		e.sendAckNow(qp, t.ackPSN, wire.ACKSyndrome(ackCreditsInval))
 	}
 }
 
-// sendAck sends an ACKNOWLEDGE with the syndrome and the current MSN.
+// sendDueAcks ends a receive batch: the deferred ACKs go out.
+func (e *engine) sendDueAcks() {
+	for _, qp := range e.acks {
+		if int(qp.qpn) < len(e.qps) && e.qps[qp.qpn] == qp {
+			e.sendDueAck(qp)
+		}
+	}
+	clear(e.acks)
+	e.acks = e.acks[:0]
+}
+
+// sendAck sends an ACKNOWLEDGE (or NAK) with the syndrome and the current
+// MSN, after any deferred ACK.
 func (e *engine) sendAck(qp *QP, psn uint32, syndrome uint8) {
+	e.sendDueAck(qp)
+	e.sendAckNow(qp, psn, syndrome)
+}
+
+func (e *engine) sendAckNow(qp *QP, psn uint32, syndrome uint8) {
 	pkt := e.header(qp, wire.RCAck, psn, false)
 	pkt.AETH = wire.AETH{Syndrome: syndrome, MSN: qp.t.msn}
 	e.send(0, nil)

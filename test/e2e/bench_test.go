@@ -23,12 +23,19 @@ func benchRNICs(b *testing.B, size int, opts verbs.Options) (*rnic, *rnic) {
 
 // BenchmarkXDPWrite64K streams 64 KiB RDMA WRITEs, 16 in flight, between two
 // namespaces through XDP and AF_XDP; compare with BenchmarkTCPStream64K.
-func BenchmarkXDPWrite64K(b *testing.B) { benchXDPWrite(b, 64<<10, 16) }
+func BenchmarkXDPWrite64K(b *testing.B) { benchXDPWrite(b, 64<<10, 16, false) }
+
+// BenchmarkXDPWrite64KEvents is BenchmarkXDPWrite64K with the application
+// sleeping on the completion channel instead of spinning on the CQ.
+func BenchmarkXDPWrite64KEvents(b *testing.B) { benchXDPWrite(b, 64<<10, 16, true) }
 
 // BenchmarkXDPWrite64 is the 64-byte WRITE message rate, 64 in flight.
-func BenchmarkXDPWrite64(b *testing.B) { benchXDPWrite(b, 64, 64) }
+func BenchmarkXDPWrite64(b *testing.B) { benchXDPWrite(b, 64, 64, false) }
 
-func benchXDPWrite(b *testing.B, size, depth int) {
+// BenchmarkXDPWrite64Events is BenchmarkXDPWrite64 on the completion channel.
+func BenchmarkXDPWrite64Events(b *testing.B) { benchXDPWrite(b, 64, 64, true) }
+
+func benchXDPWrite(b *testing.B, size, depth int, events bool) {
 	a, p := benchRNICs(b, size, verbs.Options{})
 	wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: sgl(a.mr, 0, size), RemoteAddr: p.mr.Addr(), RKey: p.mr.RKey()}}
 	buf := make([]verbs.WorkCompletion, 64)
@@ -43,6 +50,15 @@ func benchXDPWrite(b *testing.B, size, depth int) {
 			posted++
 		}
 		k := a.scq.Poll(buf)
+		if k == 0 && events {
+			a.scq.ReqNotify(false)
+			if k = a.scq.Poll(buf); k == 0 {
+				if err := a.scq.Wait(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+				continue
+			}
+		}
 		for _, wc := range buf[:k] {
 			if wc.Status != verbs.WCSuccess {
 				b.Fatalf("completion %+v", wc)

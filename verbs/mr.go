@@ -58,7 +58,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if len(buf) == 0 || uint64(len(buf)) > MaxMRSize {
 		return nil, fmt.Errorf("verbs: register %d bytes: %w", len(buf), ErrInvalid)
 	}
-	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic) != 0 {
+	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessMWBind) != 0 {
 		return nil, fmt.Errorf("verbs: unknown access flags %#x: %w", uint32(access), ErrInvalid)
 	}
 	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {

@@ -14,6 +14,8 @@ const (
 	AccessRemoteWrite  Access = 1 << 1
 	AccessRemoteRead   Access = 1 << 2
 	AccessRemoteAtomic Access = 1 << 3
+	// AccessMWBind lets memory windows be bound to a region (IBV_ACCESS_MW_BIND).
+	AccessMWBind Access = 1 << 4
 )
 
 // QPType is the transport service of a QP.

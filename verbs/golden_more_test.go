@@ -26,6 +26,7 @@ type goldenEnd struct {
 	minRNR  uint8  // default 12, perftest's and verbs_peer.py's
 	clock   Clock  // default a stopped clock
 	bufSize int    // default 1 MiB
+	retry   uint8  // retry_cnt; 0 means 7 (forever), as perftest
 }
 
 // goldenSide builds a device with the MAC and IP of self (one of its frames)
@@ -47,6 +48,9 @@ func goldenSide(t *testing.T, link Link, self, peer capFrame, qpn, peerQPN, sqPS
 	}
 	if o.bufSize == 0 {
 		o.bufSize = 1 << 20
+	}
+	if o.retry == 0 {
+		o.retry = 7
 	}
 	d, err := NewDevice(link, DeviceConfig{
 		MAC: net.HardwareAddr(self.p.Eth.Src[:]), GIDs: []netip.Addr{netip.MustParseAddr("fe80::1"), self.p.IP.Src},
@@ -82,7 +86,7 @@ func goldenSide(t *testing.T, link Link, self, peer capFrame, qpn, peerQPN, sqPS
 	must(t, n.qp.Modify(QPAttr{State: StateInit, Port: 1, AccessFlags: access}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags))
 	must(t, n.qp.Modify(QPAttr{State: StateRTR, AH: ah, PathMTU: o.mtu, DestQPN: peerQPN, RQPSN: rqPSN, MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR},
 		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer))
-	must(t, n.qp.Modify(QPAttr{State: StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: sqPSN, MaxRdAtomic: 16},
+	must(t, n.qp.Modify(QPAttr{State: StateRTS, Timeout: 14, RetryCnt: o.retry, RNRRetry: 7, SQPSN: sqPSN, MaxRdAtomic: 16},
 		AttrState|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrSQPSN|AttrMaxQPRdAtomic))
 	return n
 }
@@ -557,4 +561,155 @@ func loadRequests(t *testing.T, name string) []capFrame {
 		t.Fatalf("capture %s: no RoCE frames", name)
 	}
 	return out
+}
+
+// placeMW gives a window of n's PD rxe's key index, so that binding it with
+// rxe's key byte reproduces rxe's rkey.
+func placeMW(t *testing.T, n *node, key uint32) *MW {
+	t.Helper()
+	mw, err := n.pd.AllocMW(MWType2)
+	must(t, err)
+	if !isMWKey(key) {
+		t.Fatalf("%#x is not a memory window key", key)
+	}
+	e := &n.dev.e
+	must(t, n.dev.do(func() error {
+		e.removeMW(mw)
+		i := key>>8 - mwFirstIndex
+		for uint32(len(e.mrs.mws)) <= i {
+			e.mrs.mwFree = append(e.mrs.mwFree, uint32(len(e.mrs.mws)))
+			e.mrs.mws = append(e.mrs.mws, nil)
+		}
+		e.mrs.mwFree = deleteIndex(e.mrs.mwFree, i)
+		mw.rkey.Store(key ^ 0x5a) // another key byte: the bind sets rxe's
+		mw.alive = true
+		e.mrs.mws[i] = mw
+		return nil
+	}))
+	return mw
+}
+
+// TestGoldenSendInvalidate plays rc_send_inv: SEND_ONLY_WITH_INV naming
+// window 0; a WRITE through window 1; a three-packet SEND_WITH_INV naming
+// window 1; then a WRITE through the dead window 1, answered by NAK
+// remote-access-error with MSN 3. Our responder binds its windows through
+// BIND_MW work requests with rxe's keys.
+func TestGoldenSendInvalidate(t *testing.T) {
+	req, resp := loadCapture(t, "rc_send_inv")
+	msgs := messages(req)
+	starts := startFrames(req)
+	if len(starts) != 4 || starts[0].p.IETH == 0 || starts[1].p.RETH.RKey == 0 {
+		t.Fatalf("capture: %d messages", len(starts))
+	}
+	mw0, mw1 := starts[0].p.IETH, starts[1].p.RETH.RKey
+	va := starts[1].p.RETH.VA
+	t.Run("requester", func(t *testing.T) {
+		la, peer := NewMemLinkPair(9000)
+		a := rcRequester(t, la, req, resp, goldenEnd{})
+		var wrs []SendWR
+		for i, first := range starts {
+			copy(a.mr.Bytes()[i*16384:], msgs[i])
+			w := SendWR{ID: uint64(i), Opcode: WRSendWithInv, Flags: SendSignaled, SGList: sge(a.mr, i*16384, len(msgs[i])),
+				InvRKey: endFrame(req, first).p.IETH}
+			if first.p.RETH.RKey != 0 {
+				w.Opcode, w.InvRKey, w.RemoteAddr, w.RKey = WRRDMAWrite, 0, first.p.RETH.VA, first.p.RETH.RKey
+			}
+			wrs = append(wrs, w)
+		}
+		postSend(t, a, wrs...)
+		compareFrames(t, peer, req)
+		replay(t, peer, resp)
+		wcs := poll(t, a.scq, 4, 5*time.Second)
+		for i, op := range []WCOpcode{WCSend, WCRDMAWrite, WCSend} {
+			checkWC(t, "send", wcs[i], uint64(i), WCSuccess, op)
+		}
+		checkWC(t, "WRITE through the invalidated window", wcs[3], 3, WCRemAccessErr, 0)
+	})
+	t.Run("responder", func(t *testing.T) {
+		peer, lb := NewMemLinkPair(9000)
+		b := rcResponder(t, lb, req, resp, goldenEnd{})
+		placeMR(t, b, va, b.mr.RKey())
+		for i, key := range []uint32{mw0, mw1} {
+			mw := placeMW(t, b, key)
+			postSend(t, b, SendWR{ID: uint64(10 + i), Opcode: WRBindMW, Flags: SendSignaled, Bind: &MWBind{
+				MW: mw, RKey: key, MR: b.mr, Addr: va, Length: uint64(b.mr.Len()), Access: AccessRemoteWrite | AccessRemoteRead}})
+			checkWC(t, "bind", poll(t, b.scq, 1, 5*time.Second)[0], uint64(10+i), WCSuccess, WCBindMW)
+			if mw.RKey() != key {
+				t.Fatalf("bound rkey %#x, want rxe's %#x", mw.RKey(), key)
+			}
+		}
+		const recvOff = 1 << 16
+		postRecv(t, b, RecvWR{ID: 1, SGList: sge(b.mr, recvOff, 16384)}, RecvWR{ID: 2, SGList: sge(b.mr, recvOff+16384, 16384)})
+		settle(t, b.dev)
+		replay(t, peer, req)
+		compareFrames(t, peer, resp)
+		wcs := poll(t, b.rcq, 2, 5*time.Second)
+		for i, k := range []int{0, 2} {
+			wc := wcs[i]
+			checkWC(t, "receive", wc, uint64(i+1), WCSuccess, WCRecv)
+			if want := endFrame(req, starts[k]).p.IETH; wc.Flags != WCWithGRH|WCWithInvalidate || wc.InvalidatedKey != want || wc.ByteLen != uint32(len(msgs[k])) {
+				t.Fatalf("receive %d: %+v, want flags 5 (rxe's) and key %#x", i, wc, want)
+			}
+			equalBytes(t, "received", b.mr.Bytes()[recvOff+i*16384:][:len(msgs[k])], msgs[k])
+		}
+		// The WRITE through window 1 landed before the window was invalidated.
+		equalBytes(t, "written", b.mr.Bytes()[:len(msgs[1])], msgs[1])
+		if b.qp.State() != StateErr {
+			t.Fatalf("responder QP %v after the NAK, want ERR", b.qp.State())
+		}
+	})
+}
+
+// TestGoldenSendInvalidateRegion plays rc_send_inv_mr: SEND_WITH_INV naming
+// a plain region's rkey is ACKed with MSN 0, the responder fails the receive
+// with REM_INV_REQ_ERR and silently enters the error state; the next SEND is
+// sent 1+retry_cnt (6) times at the transport timeout and fails with
+// RETRY_EXC_ERR.
+func TestGoldenSendInvalidateRegion(t *testing.T) {
+	req, resp := loadCapture(t, "rc_send_inv_mr")
+	msgs := messages(req)
+	if len(resp) != 1 || len(req) != 8 {
+		t.Fatalf("capture: %d requests, %d responses", len(req), len(resp))
+	}
+	t.Run("requester", func(t *testing.T) {
+		clk := NewFakeClock(time.Unix(1e9, 0))
+		la, peer := NewMemLinkPair(9000)
+		a := rcRequester(t, la, req, resp, goldenEnd{clock: clk, retry: 6})
+		copy(a.mr.Bytes(), msgs[0])
+		copy(a.mr.Bytes()[4096:], msgs[1])
+		postSend(t, a,
+			SendWR{ID: 1, Opcode: WRSendWithInv, Flags: SendSignaled, SGList: sge(a.mr, 0, len(msgs[0])), InvRKey: req[0].p.IETH},
+			SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 4096, len(msgs[1]))})
+		compareFrames(t, peer, req[:2])
+		replay(t, peer, resp)
+		checkWC(t, "SEND_WITH_INV", poll(t, a.scq, 1, 5*time.Second)[0], 1, WCSuccess, WCSend)
+		for i := 2; i < len(req); i++ {
+			clk.Advance(ackTimeout(14) + time.Microsecond)
+			compareFrames(t, peer, req[i:i+1])
+		}
+		if n := pending(a.scq); n != 0 {
+			t.Fatalf("%d completions before the retries ran out", n)
+		}
+		clk.Advance(ackTimeout(14) + time.Microsecond)
+		checkWC(t, "SEND to a dead responder", poll(t, a.scq, 1, 5*time.Second)[0], 2, WCRetryExcErr, 0)
+	})
+	t.Run("responder", func(t *testing.T) {
+		peer, lb := NewMemLinkPair(9000)
+		b := rcResponder(t, lb, req, resp, goldenEnd{})
+		placeMR(t, b, b.mr.Addr(), req[0].p.IETH)
+		postRecv(t, b, RecvWR{ID: 1, SGList: sge(b.mr, 0, 4096)}, RecvWR{ID: 2, SGList: sge(b.mr, 4096, 4096)})
+		settle(t, b.dev)
+		replay(t, peer, req)
+		compareFrames(t, peer, resp)
+		wcs := poll(t, b.rcq, 2, 5*time.Second)
+		checkWC(t, "receive", wcs[0], 1, WCRemInvReqErr, 0)
+		checkWC(t, "receive", wcs[1], 2, WCWRFlushErr, 0)
+		settle(t, b.dev)
+		if n, _ := peer.Receive(16, func([]byte) {}); n != 0 {
+			t.Fatalf("the responder in the error state answered with %d frames", n)
+		}
+		if ev := asyncEvent(t, b.dev); ev.Type != EventQPFatal || ev.QP != b.qp {
+			t.Fatalf("event %v, want QP_FATAL", ev.Type)
+		}
+	})
 }

@@ -340,3 +340,44 @@ func TestSendWithInvalidateOfARegion(t *testing.T) {
 		})
 	}
 }
+
+// TestDuplicateReadRechecksKey: a READ whose responses were lost is replayed
+// from the responder's resources only if its rkey still works (as rxe's
+// rxe_recheck_mr); after the window is invalidated or the region
+// deregistered the duplicate gets NAK remote-access-error instead of the
+// memory.
+func TestDuplicateReadRechecksKey(t *testing.T) {
+	for _, how := range []string{"window invalidated", "region deregistered"} {
+		t.Run(how, func(t *testing.T) {
+			a, b, _, lb := pair(t, connOpts{timeout: 10, retry: 7, rnr: 7}, 1<<16)
+			rkey := b.mr.RKey()
+			var mw *MW
+			if how == "window invalidated" {
+				mr, err := b.pd.AllocMR(1<<16, AccessLocalWrite|AccessMWBind)
+				must(t, err)
+				b.mr = mr
+				mw = mustBind(t, b, 0, 4096, AccessRemoteRead)
+				rkey = mw.RKey()
+			}
+			fill(b.mr.Bytes()[:4096], 5)
+			lb.SetImpairment(Impairment{Drop: 1}) // the READ responses are lost
+			postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 4096), RemoteAddr: b.mr.Addr(), RKey: rkey})
+			waitCounter(t, b.dev, "the READ response", func(c Counters) bool { return c.SentPkts >= 1 })
+			if mw != nil {
+				postSend(t, b, SendWR{ID: 2, Opcode: WRLocalInv, Flags: SendSignaled, InvRKey: rkey})
+				if wc := poll(t, b.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+					t.Fatalf("LOCAL_INV: %+v", wc)
+				}
+			} else {
+				must(t, b.mr.Dereg())
+			}
+			lb.SetImpairment(Impairment{})
+			if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRemAccessErr {
+				t.Fatalf("duplicate READ after the key died: %+v, want REM_ACCESS_ERR", wc)
+			}
+			if bytes.Equal(a.mr.Bytes()[:4096], b.mr.Bytes()[:4096]) {
+				t.Fatal("the duplicate READ returned the memory")
+			}
+		})
+	}
+}

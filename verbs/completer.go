@@ -1,99 +1,190 @@
 package verbs
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/xdproce/xdproce/wire"
 )
 
+// compState is a step of the completer's state machine, named after
+// rxe_comp.c's states.
+type compState uint8
+
+const (
+	compCheckAck   compState = iota // classify the response by opcode and AETH
+	compWriteSend                   // an ACK: complete SEND/WRITE WQEs through its PSN
+	compRNRNAK                      // an RNR NAK: count it against rnr_retry
+	compRNRRetry                    // wait the RNR timer, then resend from the NAKed PSN
+	compSeqNAK                      // a PSN sequence error NAK
+	compErrorRetry                  // a transport retry: go back N, or RETRY_EXC_ERR
+	compNAKError                    // a fatal NAK: the WQEs before its PSN are done, the next fails
+	compCheckPSN                    // a READ response or atomic ACK: is it the expected PSN of the head WQE?
+	compRead                        // place READ response data
+	compAtomic                      // place an atomic's original value
+	compCompWQE                     // complete the head WQE successfully
+	compError                       // complete the head WQE with an error; the QP goes to ERR
+	compDone
+)
+
+var compStateNames = [...]string{
+	compCheckAck: "CHECK_ACK", compWriteSend: "WRITE_SEND", compRNRNAK: "RNR_NAK", compRNRRetry: "RNR_RETRY",
+	compSeqNAK: "SEQ_NAK", compErrorRetry: "ERROR_RETRY", compNAKError: "NAK_ERROR", compCheckPSN: "CHECK_PSN",
+	compRead: "READ", compAtomic: "ATOMIC", compCompWQE: "COMP_WQE", compError: "ERROR", compDone: "DONE",
+}
+
+func (s compState) String() string {
+	if int(s) < len(compStateNames) {
+		return compStateNames[s]
+	}
+	return fmt.Sprintf("compState(%d)", uint8(s))
+}
+
+// completion is the completer's work on one response packet.
+type completion struct {
+	qp     *QP
+	p      *wire.Packet
+	info   wire.OpInfo
+	status WCStatus // of the head WQE, for compError
+}
+
 // completer handles a response (ACK, NAK, READ response, atomic ACK) for an
-// RC QP, as rxe_comp.c: in-order completion, implicit ACKs, go-back-N.
+// RC QP, as rxe_comp.c: in-order completion, implicit ACKs, go-back-N. It
+// runs the state machine from compCheckAck to compDone.
 func (e *engine) completer(qp *QP, p *wire.Packet, info wire.OpInfo) {
+	c := completion{qp: qp, p: p, info: info}
+	for s := compCheckAck; s != compDone; {
+		s = e.compStep(&c, s)
+	}
+}
+
+// compStep runs one state and returns the next.
+func (e *engine) compStep(c *completion, s compState) compState {
+	qp, p := c.qp, c.p
 	t := &qp.t
 	psn := p.BTH.PSN
+	switch s {
+	case compCheckAck:
+		return c.checkAck()
+	case compWriteSend:
+		e.ackThrough(qp, psn)
+		return compDone
+	case compRNRNAK:
+		e.counters.RcvdRNRErr++
+		e.implicitAck(qp, psn)
+		if t.rnrLeft == 0 {
+			e.counters.RetryRNRExceededErr++
+			c.status = WCRNRRetryExcErr
+			return compError
+		}
+		return compRNRRetry
+	case compRNRRetry:
+		if t.attr.RNRRetry != 7 {
+			t.rnrLeft--
+		}
+		t.rnrAt = e.dev.clock.Now().Add(p.AETH.RNRTimer())
+		t.timerAt = time.Time{}
+		return compDone
+	case compSeqNAK:
+		e.counters.RcvdSeqErr++
+		e.implicitAck(qp, psn)
+		return compErrorRetry
+	case compErrorRetry:
+		e.retry(qp)
+		return compDone
+	case compNAKError:
+		e.implicitAck(qp, psn)
+		return compError
+	case compCheckPSN:
+		e.implicitAck(qp, psn)
+		if len(t.sq) == 0 || psn != t.compPSN {
+			return compDone // duplicate or a gap: the timer or a NAK recovers
+		}
+		w := &t.sq[0]
+		wantRead := p.BTH.Opcode != wire.RCAtomicAck // only READ responses and atomic ACKs come here
+		isRead := w.wr.Opcode == WRRDMARead
+		isAtomic := w.wr.Opcode == WRAtomicCmpAndSwp || w.wr.Opcode == WRAtomicFetchAdd
+		if !w.started || (wantRead && !isRead) || (!wantRead && !isAtomic) {
+			c.status = WCFatalErr
+			return compError
+		}
+		if wantRead {
+			return compRead
+		}
+		return compAtomic
+	case compRead:
+		w := &t.sq[0]
+		off := ((psn - w.firstPSN) & 0xffffff) * uint32(t.mtu)
+		if off != w.readDone || uint32(len(p.Payload)) > w.length-off {
+			return compDone
+		}
+		var one [1][]byte
+		if !scatter(w.local(&one), off, p.Payload) {
+			c.status = WCLocProtErr
+			return compError
+		}
+		w.readDone += uint32(len(p.Payload))
+		t.compPSN = (psn + 1) & 0xffffff
+		e.progress(qp)
+		if c.info.Flags&wire.FlagEnd == 0 {
+			return compDone
+		}
+		if w.readDone != w.length {
+			c.status = WCBadRespErr
+			return compError
+		}
+		return compCompWQE
+	case compAtomic:
+		putAtomicResult(&t.sq[0], p.AtomicAck)
+		t.compPSN = (psn + 1) & 0xffffff
+		e.progress(qp)
+		return compCompWQE
+	case compCompWQE:
+		e.retire(qp, WCSuccess)
+		return compDone
+	case compError:
+		e.failHead(qp, c.status)
+		return compDone
+	}
+	return compDone
+}
+
+// checkAck classifies a response (rxe's check_ack).
+func (c *completion) checkAck() compState {
+	p := c.p
 	switch p.BTH.Opcode {
 	case wire.RCAck:
 		a := p.AETH
 		switch {
 		case a.IsACK():
-			e.ackThrough(qp, psn)
+			return compWriteSend
 		case a.IsRNRNAK():
-			e.counters.RcvdRNRErr++
-			e.implicitAck(qp, psn)
-			if t.rnrLeft == 0 {
-				e.counters.RetryRNRExceededErr++
-				e.failHead(qp, WCRNRRetryExcErr)
-				return
-			}
-			if t.attr.RNRRetry != 7 {
-				t.rnrLeft--
-			}
-			t.rnrAt = e.dev.clock.Now().Add(a.RNRTimer())
-			t.timerAt = time.Time{}
+			return compRNRNAK
 		case a.IsNAK():
 			switch a.NAKCode() {
 			case wire.NAKPSNSequenceError:
-				e.counters.RcvdSeqErr++
-				e.implicitAck(qp, psn)
-				e.retry(qp)
+				return compSeqNAK
 			case wire.NAKInvalidRequest:
-				e.nakHead(qp, psn, WCRemInvReqErr)
+				c.status = WCRemInvReqErr
 			case wire.NAKRemoteAccessError:
-				e.nakHead(qp, psn, WCRemAccessErr)
+				c.status = WCRemAccessErr
 			default:
-				e.nakHead(qp, psn, WCRemOpErr)
+				c.status = WCRemOpErr
 			}
-		default:
-			e.nakHead(qp, psn, WCRemOpErr)
+			return compNAKError
 		}
+		c.status = WCRemOpErr
+		return compNAKError
 	case wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast, wire.RCReadResponseOnly:
-		if info.Headers&wire.HasAETH != 0 && !p.AETH.IsACK() {
-			e.nakHead(qp, psn, WCRemOpErr)
-			return
+		if c.info.Headers&wire.HasAETH != 0 && !p.AETH.IsACK() {
+			c.status = WCRemOpErr
+			return compNAKError
 		}
-		e.implicitAck(qp, psn)
-		if len(t.sq) == 0 || psn != t.compPSN {
-			return // duplicate or a gap: the timer or a NAK recovers
-		}
-		w := &t.sq[0]
-		if !w.started || w.wr.Opcode != WRRDMARead {
-			e.failHead(qp, WCFatalErr)
-			return
-		}
-		off := ((psn - w.firstPSN) & 0xffffff) * uint32(t.mtu)
-		if off != w.readDone || uint32(len(p.Payload)) > w.length-off {
-			return
-		}
-		var one [1][]byte
-		if !scatter(w.local(&one), off, p.Payload) {
-			e.failHead(qp, WCLocProtErr)
-			return
-		}
-		w.readDone += uint32(len(p.Payload))
-		t.compPSN = (psn + 1) & 0xffffff
-		e.progress(qp)
-		if info.Flags&wire.FlagEnd != 0 {
-			if w.readDone != w.length {
-				e.failHead(qp, WCBadRespErr)
-				return
-			}
-			e.retire(qp, WCSuccess)
-		}
+		return compCheckPSN
 	case wire.RCAtomicAck:
-		e.implicitAck(qp, psn)
-		if len(t.sq) == 0 || psn != t.compPSN {
-			return
-		}
-		w := &t.sq[0]
-		if !w.started || (w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAdd) {
-			e.failHead(qp, WCFatalErr)
-			return
-		}
-		putAtomicResult(w, p.AtomicAck)
-		t.compPSN = (psn + 1) & 0xffffff
-		e.progress(qp)
-		e.retire(qp, WCSuccess)
+		return compCheckPSN
 	}
+	return compDone
 }
 
 // ackThrough handles an ACK of every PSN up to psn.
@@ -141,12 +232,6 @@ func (e *engine) implicitAck(qp *QP, psn uint32) {
 	if psnCmp(psn, t.compPSN) > 0 {
 		t.compPSN = psn
 	}
-}
-
-// nakHead ends the WQE a fatal NAK names with status; the QP goes to ERR.
-func (e *engine) nakHead(qp *QP, psn uint32, status WCStatus) {
-	e.implicitAck(qp, psn)
-	e.failHead(qp, status)
 }
 
 // progress notes forward progress: retry counters are reset and the timer

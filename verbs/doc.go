@@ -13,12 +13,17 @@
 //   - retry_cnt 7 and rnr_retry 7 both mean "retry forever", as rxe does.
 //   - IPv4 ID is 0 on every packet (rxe hashes a non-zero one); DF is set,
 //     TTL 64. The ICRC covers the ID, so captures are compared with it patched.
-//   - MR.Dereg never fails with EBUSY (there are no memory windows): it runs
-//     on the engine goroutine between two packets, so when it returns no
-//     packet touches the memory again and later requests naming its keys get
-//     a remote access error. Keys are index<<8 | a random byte, as rxe's.
+//   - MR.Dereg runs on the engine goroutine between two packets, so when it
+//     returns no packet touches the memory again and later requests naming
+//     its keys get a remote access error; it fails with EBUSY while memory
+//     windows are bound to the region. Keys are index<<8 | a random byte,
+//     with rxe's index ranges for regions and windows.
+//   - Memory windows are type 2 only. A BIND_MW or LOCAL_INV work request
+//     runs when every WR before it has completed (rxe runs it as soon as the
+//     requester reaches it; both complete in order).
 //   - A CQ overflow raises EventCQErr and moves the QP that overflowed it to
-//     the error state. SRQ limits raise EventSRQLimitReached once, when a WQE
-//     taken leaves fewer than the limit, then disarm (as rxe's responder).
+//     the error state with EventQPFatal, as does a request the responder
+//     rejects. SRQ limits raise EventSRQLimitReached once, when a WQE taken
+//     leaves fewer than the limit, then disarm (as rxe's responder).
 //   - Every receive completion has WCWithGRH set, on RC/UC too, as rxe.
 package verbs

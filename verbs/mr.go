@@ -34,6 +34,8 @@ type MR struct {
 	lkey   uint32
 	rkey   uint32
 	valid  bool // engine-owned
+	// boundMWs counts the memory windows bound to the region (engine-owned).
+	boundMWs int
 }
 
 // Addr is the address of the region's first byte, the base of SGE and
@@ -58,7 +60,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if len(buf) == 0 || uint64(len(buf)) > MaxMRSize {
 		return nil, fmt.Errorf("verbs: register %d bytes: %w", len(buf), ErrInvalid)
 	}
-	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic) != 0 {
+	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessMWBind) != 0 {
 		return nil, fmt.Errorf("verbs: unknown access flags %#x: %w", uint32(access), ErrInvalid)
 	}
 	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
@@ -82,22 +84,30 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 
 // Dereg deregisters the region. When it returns, no packet will touch the
 // memory any more: the engine removes the keys between two packets. Requests
-// naming the keys afterwards get a remote access error.
+// naming the keys afterwards get a remote access error. A region with memory
+// windows bound to it stays registered and Dereg fails with EBUSY.
 func (m *MR) Dereg() error {
 	return m.pd.dev.do(func() error {
 		if !m.valid {
 			return fmt.Errorf("verbs: MR already deregistered: %w", ErrInvalid)
+		}
+		if m.boundMWs > 0 {
+			return fmt.Errorf("verbs: %d memory windows are bound to the MR: %w", m.boundMWs, ErrBusy)
 		}
 		m.pd.dev.e.removeMR(m)
 		return nil
 	})
 }
 
-// mrTable maps key indexes to regions; keys are index<<8 | a random byte, so
-// a stale or guessed key rarely names a live region (as rxe).
+// mrTable maps key indexes to regions and memory windows; keys are
+// index<<8 | a random byte, so a stale or guessed key rarely names a live
+// region (as rxe). Window indexes start at mwFirstIndex.
 type mrTable struct {
 	mrs  []*MR // index 0 unused
 	free []uint32
+
+	mws    []*MW // mws[i] has index mwFirstIndex+i
+	mwFree []uint32
 }
 
 func (e *engine) addMR(mr *MR) error {
@@ -109,7 +119,7 @@ func (e *engine) addMR(mr *MR) error {
 		if len(t.mrs) == 0 {
 			t.mrs = append(t.mrs, nil)
 		}
-		if len(t.mrs) >= 1<<24 {
+		if len(t.mrs) > mrMaxIndex {
 			return fmt.Errorf("verbs: too many memory regions: %w", ErrNoMem)
 		}
 		idx = uint32(len(t.mrs))

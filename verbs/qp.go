@@ -363,6 +363,26 @@ func (qp *QP) checkSendWR(wr *SendWR) (sendWQE, error) {
 	}
 	switch wr.Opcode {
 	case WRSend, WRSendWithImm, WRRDMAWrite, WRRDMAWriteWithImm:
+	case WRLocalInv:
+		if wr.Flags&SendInline != 0 {
+			return bad("LOCAL_INV cannot be inline")
+		}
+		w.wr.SGList = nil // a local operation moves no data
+		return w, nil
+	case WRBindMW:
+		if wr.Bind == nil || wr.Bind.MW == nil {
+			return bad("BIND_MW without a memory window")
+		}
+		if wr.Bind.MW.pd.dev != qp.dev || (wr.Bind.MR != nil && wr.Bind.MR.pd.dev != qp.dev) {
+			return bad("memory window or region of another device")
+		}
+		if wr.Flags&SendInline != 0 {
+			return bad("BIND_MW cannot be inline")
+		}
+		b := *wr.Bind // the caller may reuse its MWBind once PostSend returns
+		w.wr.Bind = &b
+		w.wr.SGList = nil
+		return w, nil
 	case WRSendWithInv, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAdd:
 		if qp.typ != QPTypeRC {
 			return bad("opcode needs an RC QP")

@@ -88,6 +88,18 @@ func (e *engine) requester(qp *QP) bool {
 			break
 		}
 		w := &t.sq[t.reqIdx]
+		if w.wr.Opcode.isLocal() {
+			// A bind or local invalidate runs once every WR before it has
+			// completed, so it is ordered after them and before the WRs
+			// behind it (rxe runs it as the requester reaches it; both
+			// complete in order).
+			if t.reqIdx != 0 {
+				break
+			}
+			e.localOp(qp, w)
+			sent = true
+			continue
+		}
 		if !w.started {
 			rdAtomic := w.wr.Opcode.isReadOrAtomic()
 			if w.wr.Flags&SendFence != 0 && t.rdAtomicOut > 0 {
@@ -125,6 +137,26 @@ func (e *engine) requester(qp *QP) bool {
 		}
 	}
 	return sent
+}
+
+// localOp executes the BIND_MW or LOCAL_INV at the head of the send queue
+// and completes it; a failure completes it with rxe's status (MW_BIND_ERR,
+// LOC_QP_OP_ERR) and moves the QP to the error state.
+func (e *engine) localOp(qp *QP, w *sendWQE) {
+	ok := false
+	status := WCMWBindErr
+	switch w.wr.Opcode {
+	case WRBindMW:
+		ok = e.bindMW(qp, w.wr.Bind)
+	case WRLocalInv:
+		ok, status = e.invalidateRKey(qp, w.wr.InvRKey), WCLocQPOpErr
+	}
+	w.started, w.sentAll = true, true
+	if !ok {
+		e.failHead(qp, status)
+		return
+	}
+	e.retire(qp, WCSuccess)
 }
 
 // retireSent completes UC WQEs whose packets all left.
@@ -346,7 +378,7 @@ func (e *engine) retire(qp *QP, status WCStatus) {
 			if t.reqIdx > 0 {
 				t.reqIdx--
 			}
-			e.toError(qp)
+			e.fatal(qp)
 			return
 		}
 	}

@@ -179,6 +179,9 @@ func (e *engine) completeRecv(qp *QP, status WCStatus, op WCOpcode, flags WCFlag
 		wc.ByteLen = t.recv.written
 		wc.Flags = flags | WCWithGRH
 		wc.ImmData = e.rx.ImmDt
+		if flags&WCWithInvalidate != 0 {
+			wc.InvalidatedKey = e.rx.IETH
+		}
 		if op == WCRecvRDMAWithImm {
 			wc.ByteLen = t.write.total
 		}
@@ -187,7 +190,7 @@ func (e *engine) completeRecv(qp *QP, status WCStatus, op WCOpcode, flags WCFlag
 	qp.recvRetired()
 	e.counters.RDMARecvs++
 	if !qp.rcq.push(wc, e.rx.BTH.SE) {
-		e.toError(qp)
+		e.fatal(qp)
 		return false
 	}
 	return true
@@ -213,20 +216,24 @@ func (e *engine) execSend(qp *QP, p *wire.Packet, info wire.OpInfo) {
 		return
 	}
 	t.respOp = respNone
-	t.msn = (t.msn + 1) & 0xffffff
-	e.ackIfAsked(qp, p)
 	flags := WCFlags(0)
 	if info.Headers&wire.HasImmDt != 0 {
 		flags |= WCWithImm
 	}
 	if info.Headers&wire.HasIETH != 0 {
-		// xdproce has no memory windows: as rxe for a key that names no
-		// window, the SEND is acknowledged, then the receive fails and the
-		// QP goes to the error state without a NAK.
-		e.completeRecvErr(qp, WCRemInvReqErr)
-		e.toError(qp)
-		return
+		if !e.invalidateRKey(qp, p.IETH) {
+			// As rxe (class J) for a key that names no bound window: the
+			// SEND is acknowledged with the MSN unchanged, then the receive
+			// fails and the QP goes to the error state without a NAK.
+			e.ackIfAsked(qp, p)
+			e.completeRecvErr(qp, WCRemInvReqErr)
+			e.fatal(qp)
+			return
+		}
+		flags |= WCWithInvalidate
 	}
+	t.msn = (t.msn + 1) & 0xffffff
+	e.ackIfAsked(qp, p)
 	e.completeRecv(qp, WCSuccess, WCRecv, flags)
 }
 
@@ -286,8 +293,12 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	}
 }
 
-// checkRKey finds the region an rkey names and checks PD, rights and range.
+// checkRKey finds the region an rkey names, directly or through a memory
+// window, and checks PD, rights and range.
 func (e *engine) checkRKey(qp *QP, rkey uint32, va uint64, n uint32, need Access) (*MR, bool) {
+	if isMWKey(rkey) {
+		return e.checkMWAccess(qp, rkey, va, n, need)
+	}
 	mr := e.lookupMR(rkey)
 	if mr == nil || mr.pd != qp.pd || mr.access&need != need {
 		return nil, false
@@ -412,6 +423,16 @@ func (e *engine) duplicate(qp *QP, p *wire.Packet, info wire.OpInfo) {
 			return
 		}
 		if info.Flags&wire.FlagRead != 0 && p.RETH.RKey == r.rkey {
+			if r.length > 0 {
+				// The key may have been invalidated or deregistered since:
+				// check it again, as rxe_recheck_mr.
+				mr, ok := e.checkRKey(qp, r.rkey, r.va, r.length, AccessRemoteRead)
+				if !ok {
+					e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
+					return
+				}
+				r.mr = mr
+			}
 			e.readReply(qp, r, psn)
 		}
 		return
@@ -498,5 +519,5 @@ func (e *engine) respError(qp *QP, psn uint32, code wire.NAKCode, status WCStatu
 		e.completeRecv(qp, status, WCRecv, 0)
 	}
 	e.sendAck(qp, psn, wire.NAKSyndrome(code))
-	e.toError(qp)
+	e.fatal(qp)
 }

@@ -14,6 +14,8 @@ const (
 	AccessRemoteWrite  Access = 1 << 1
 	AccessRemoteRead   Access = 1 << 2
 	AccessRemoteAtomic Access = 1 << 3
+	// AccessMWBind lets memory windows be bound to a region (IBV_ACCESS_MW_BIND).
+	AccessMWBind Access = 1 << 4
 )
 
 // QPType is the transport service of a QP.
@@ -167,6 +169,8 @@ const (
 	WRRDMARead         WROpcode = 4
 	WRAtomicCmpAndSwp  WROpcode = 5
 	WRAtomicFetchAdd   WROpcode = 6
+	WRLocalInv         WROpcode = 7 // invalidate the memory window InvRKey names
+	WRBindMW           WROpcode = 8 // bind SendWR.Bind's type-2 memory window
 	WRSendWithInv      WROpcode = 9
 )
 
@@ -187,13 +191,15 @@ type SendWR struct {
 	Flags   SendFlags
 	SGList  []SGE
 	ImmData uint32 // WITH_IMM: as it appears on the wire (big-endian value)
-	InvRKey uint32 // SEND_WITH_INV
+	InvRKey uint32 // SEND_WITH_INV and LOCAL_INV
 	// RDMA and atomics: the remote address and key.
 	RemoteAddr uint64
 	RKey       uint32
 	// Atomics: CompareAdd is the compare value (CMP_AND_SWP) or the addend (FETCH_ADD).
 	CompareAdd uint64
 	Swap       uint64
+	// Bind is what a BIND_MW request binds; PostSend copies it.
+	Bind *MWBind
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).
@@ -211,6 +217,7 @@ const (
 	WCLocQPOpErr     WCStatus = 2
 	WCLocProtErr     WCStatus = 4
 	WCWRFlushErr     WCStatus = 5
+	WCMWBindErr      WCStatus = 6
 	WCBadRespErr     WCStatus = 7
 	WCLocAccessErr   WCStatus = 8
 	WCRemInvReqErr   WCStatus = 9
@@ -224,7 +231,7 @@ const (
 
 var wcStatusNames = map[WCStatus]string{
 	WCSuccess: "SUCCESS", WCLocLenErr: "LOC_LEN_ERR", WCLocQPOpErr: "LOC_QP_OP_ERR", WCLocProtErr: "LOC_PROT_ERR",
-	WCWRFlushErr: "WR_FLUSH_ERR", WCBadRespErr: "BAD_RESP_ERR", WCLocAccessErr: "LOC_ACCESS_ERR",
+	WCWRFlushErr: "WR_FLUSH_ERR", WCMWBindErr: "MW_BIND_ERR", WCBadRespErr: "BAD_RESP_ERR", WCLocAccessErr: "LOC_ACCESS_ERR",
 	WCRemInvReqErr: "REM_INV_REQ_ERR", WCRemAccessErr: "REM_ACCESS_ERR", WCRemOpErr: "REM_OP_ERR",
 	WCRetryExcErr: "RETRY_EXC_ERR", WCRNRRetryExcErr: "RNR_RETRY_EXC_ERR", WCFatalErr: "FATAL_ERR",
 	WCGeneralErr: "GENERAL_ERR",
@@ -246,6 +253,8 @@ const (
 	WCRDMARead        WCOpcode = 2
 	WCCompSwap        WCOpcode = 3
 	WCFetchAdd        WCOpcode = 4
+	WCBindMW          WCOpcode = 5
+	WCLocalInv        WCOpcode = 6
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
 )
@@ -275,7 +284,7 @@ type WorkCompletion struct {
 	Flags          WCFlags
 }
 
-// opcodeOf maps a send opcode to its completion opcode.
+// completion maps a send opcode to its completion opcode.
 func (o WROpcode) completion() WCOpcode {
 	switch o {
 	case WRRDMAWrite, WRRDMAWriteWithImm:
@@ -286,9 +295,16 @@ func (o WROpcode) completion() WCOpcode {
 		return WCCompSwap
 	case WRAtomicFetchAdd:
 		return WCFetchAdd
+	case WRBindMW:
+		return WCBindMW
+	case WRLocalInv:
+		return WCLocalInv
 	}
 	return WCSend
 }
+
+// isLocal reports the operations the requester executes itself, sending nothing.
+func (o WROpcode) isLocal() bool { return o == WRBindMW || o == WRLocalInv }
 
 func (o WROpcode) isReadOrAtomic() bool {
 	return o == WRRDMARead || o == WRAtomicCmpAndSwp || o == WRAtomicFetchAdd

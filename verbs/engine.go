@@ -188,8 +188,8 @@ func (e *engine) takePosts(qp *QP) {
 		qp.postMu.Unlock()
 		return
 	}
-	qp.t.sq = append(qp.t.sq, qp.postSend...)
-	qp.t.rq = append(qp.t.rq, qp.postRecv...)
+	qp.t.sq = appendQueue(&qp.t.sqBase, qp.t.sq, qp.postSend)
+	qp.t.rq = appendQueue(&qp.t.rqBase, qp.t.rq, qp.postRecv)
 	clear(qp.postSend)
 	qp.postSend = qp.postSend[:0]
 	qp.postRecv = qp.postRecv[:0]
@@ -200,6 +200,23 @@ func (e *engine) takePosts(qp *QP) {
 	if len(qp.t.sq) > 0 {
 		e.activate(qp)
 	}
+}
+
+// appendQueue appends add to the queue q, which is consumed from the front
+// (q = q[1:]). When q's capacity runs out it first slides q back to the start
+// of its array, base, so a queue in steady state never allocates.
+func appendQueue[T any](base *[]T, q, add []T) []T {
+	if len(q)+len(add) > cap(q) && len(q)+len(add) <= cap(*base) {
+		b := (*base)[:cap(*base)]
+		n := copy(b, q)
+		clear(b[n:]) // no stale references to memory regions
+		q = b[:n]
+	}
+	q = append(q, add...)
+	if cap(q) > cap(*base) { // a new array: it is the base from now on
+		*base = q[:0]
+	}
+	return q
 }
 
 // frame returns a buffer for the next outgoing frame, flushing if needed:

@@ -21,6 +21,7 @@ type qpTransport struct {
 
 	// Requester and completer.
 	sq          []sendWQE // outstanding, oldest first
+	sqBase      []sendWQE // sq's array (see appendQueue)
 	reqIdx      int       // next WQE of sq to transmit from
 	reqPSN      uint32    // next PSN to transmit (rewound by go-back-N)
 	nextPSN     uint32    // first PSN of the next new WQE (never rewound)
@@ -34,7 +35,8 @@ type qpTransport struct {
 
 	// Responder.
 	rq      []recvWQE
-	ePSN    uint32 // expected request PSN
+	rqBase  []recvWQE // rq's array (see appendQueue)
+	ePSN    uint32    // expected request PSN
 	msn     uint32
 	respOp  respOp
 	recv    recvState

@@ -89,8 +89,15 @@ func BenchmarkTCPStream64K(b *testing.B) {
 
 // BenchmarkXDPWriteRoundTrip8 is ib_write_lat's exchange: 8-byte WRITEs back
 // and forth, each side polling for its completion.
-func BenchmarkXDPWriteRoundTrip8(b *testing.B) {
-	a, p := benchRNICs(b, 4096, verbs.Options{})
+func BenchmarkXDPWriteRoundTrip8(b *testing.B) { benchXDPWriteRoundTrip8(b, verbs.Options{}) }
+
+// BenchmarkXDPWriteRoundTrip8BusyPoll is the same with busy-polling engines.
+func BenchmarkXDPWriteRoundTrip8BusyPoll(b *testing.B) {
+	benchXDPWriteRoundTrip8(b, verbs.Options{BusyPoll: true})
+}
+
+func benchXDPWriteRoundTrip8(b *testing.B, opts verbs.Options) {
+	a, p := benchRNICs(b, 4096, opts)
 	buf := make([]verbs.WorkCompletion, 4)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

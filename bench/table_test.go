@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFormatRatio(t *testing.T) {
+	for _, c := range []struct {
+		a, b     float64
+		okA, okB bool
+		want     string
+	}{
+		{5, 20, true, true, "0.25×"},
+		{30, 10, true, true, "3.00×"},
+		{1, 3, true, true, "0.33×"},
+		{1, 0, true, true, "-"},
+		{1, 2, false, true, "-"},
+		{1, 2, true, false, "-"},
+	} {
+		if got := FormatRatio(c.a, c.b, c.okA, c.okB); got != c.want {
+			t.Errorf("FormatRatio(%v, %v, %v, %v) = %q, want %q", c.a, c.b, c.okA, c.okB, got, c.want)
+		}
+	}
+}
+
+func TestFormatValue(t *testing.T) {
+	for v, want := range map[float64]string{1234.4: "1234", 22.66: "22.7", 5.304: "5.30", 0.0741: "0.074", 0: "0.000"} {
+		if got := formatValue(v, true); got != want {
+			t.Errorf("formatValue(%v) = %q, want %q", v, got, want)
+		}
+	}
+	if got := formatValue(1, false); got != "-" {
+		t.Errorf("missing value printed as %q", got)
+	}
+}
+
+func TestWriteTables(t *testing.T) {
+	results := append(sample(),
+		Result{Contender: Xdproce, Measure: RTT, Op: OpWrite, Size: 8, P50us: 6.25, P99us: 30, P999us: 95},
+		Result{Contender: TCP, Measure: MsgRate, Op: OpStream, Size: 64, QPs: 2, MmsgS: 0.2},
+	)
+	var out strings.Builder
+	if err := WriteTables(&out, results); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+Bandwidth, Gbit/s (xdproce: RC, one QP; TCP: one stream; TCP+XDP: xdproce's program attached; ratio: higher is better)
+    size  WRITE  SEND  READ   TCP  TCP+XDP  WRITE/TCP  SEND/TCP  READ/TCP
+  64 KiB   5.25     -     -  21.0     8.00      0.25×         -         -
+
+Round trip, µs: median / p99 / p99.9 (ratio of medians: lower is better)
+             exchange  size             xdproce                TCP  TCP+XDP  xdproce/TCP
+  WRITE (poll memory)   8 B  6.25 / 30.0 / 95.0  12.5 / 43.0 / 180        -        0.50×
+            SEND/RECV   8 B  10.5 / 20.0 / 40.0  12.5 / 43.0 / 180        -        0.84×
+
+Message rate, 64 B messages, million/s (xdproce: WRITE over N QPs; TCP: N streams)
+  N  xdproce    TCP  xdproce/TCP
+  2    0.500  0.200        2.50×
+  4        -  0.250            -
+
+CPU seconds per GB moved (process user+system plus all softirq time; ratio: lower is better)
+   size  WRITE  SEND  READ    TCP  TCP+XDP  WRITE/TCP  SEND/TCP  READ/TCP
+  1 MiB      -     -  1.50  0.500        -          -         -     3.00×
+`
+	if out.String() != want {
+		t.Errorf("tables:\n%s\nwant:\n%s", out.String(), want)
+	}
+}

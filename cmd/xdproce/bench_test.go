@@ -1,0 +1,126 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xdproce/xdproce/bench"
+	"github.com/xdproce/xdproce/test/netns"
+)
+
+// TestBenchRunsEndToEnd runs a tiny bench through real namespaces: every
+// figure of the configuration must be present and positive, the JSON must
+// follow the schema, the plot must be drawn, and nothing may be left behind.
+func TestBenchRunsEndToEnd(t *testing.T) {
+	netns.RequireRoot(t)
+	dir := t.TempDir()
+	jsonFile, plotFile := filepath.Join(dir, "bench.json"), filepath.Join(dir, "bench.svg")
+	var out, errOut strings.Builder
+	args := []string{"bench", "--sizes", "4K", "--lat-sizes", "8", "--qps", "1,2", "--time", "200ms", "--warmup", "50ms",
+		"--json", jsonFile, "--plot", plotFile}
+	if code := run(t.Context(), args, &out, &errOut); code != 0 {
+		t.Fatalf("bench exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+
+	f, err := os.Open(jsonFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	results, err := bench.ReadJSON(f)
+	if err != nil {
+		t.Fatalf("JSON does not follow the schema: %v", err)
+	}
+	type fig struct {
+		contender string
+		attached  bool
+		measure   string
+		op        string
+		size, qps int
+	}
+	got := map[fig]bench.Result{}
+	for _, r := range results {
+		k := fig{r.Contender, r.XDPAttached, r.Measure, r.Op, r.Size, r.QPs}
+		if _, dup := got[k]; dup {
+			t.Errorf("figure %+v twice", k)
+		}
+		got[k] = r
+	}
+	var want []fig
+	for _, op := range []string{"write", "send", "read"} {
+		want = append(want, fig{"xdproce", false, "bandwidth", op, 4096, 0}, fig{"xdproce", false, "cpu_per_gb", op, 4096, 0})
+	}
+	for _, attached := range []bool{false, true} {
+		want = append(want, fig{"tcp", attached, "bandwidth", "stream", 4096, 0}, fig{"tcp", attached, "cpu_per_gb", "stream", 4096, 0},
+			fig{"tcp", attached, "rtt", "pingpong", 8, 0})
+	}
+	want = append(want, fig{"xdproce", false, "rtt", "write", 8, 0}, fig{"xdproce", false, "rtt", "send", 8, 0})
+	for _, n := range []int{1, 2} {
+		want = append(want, fig{"xdproce", false, "msgrate", "write", 64, n}, fig{"tcp", false, "msgrate", "stream", 64, n})
+	}
+	for _, k := range want {
+		r, ok := got[k]
+		if !ok {
+			t.Errorf("no figure %+v", k)
+			continue
+		}
+		var values []float64
+		switch k.measure {
+		case "bandwidth":
+			values = []float64{r.GbitS}
+		case "cpu_per_gb":
+			values = []float64{r.CPUSPerGB}
+		case "rtt":
+			values = []float64{r.P50us, r.P99us, r.P999us}
+			if !(r.P50us <= r.P99us && r.P99us <= r.P999us) {
+				t.Errorf("%+v: percentiles out of order: %+v", k, r)
+			}
+		case "msgrate":
+			values = []float64{r.MmsgS}
+		}
+		for _, v := range values {
+			if !(v > 0) {
+				t.Errorf("%+v: figure %v is not positive", k, v)
+			}
+		}
+	}
+	if len(results) != len(want) {
+		t.Errorf("%d figures, want %d", len(results), len(want))
+	}
+
+	for _, title := range []string{"Bandwidth, Gbit/s", "Round trip, µs", "Message rate, 64 B", "CPU seconds per GB"} {
+		if !strings.Contains(out.String(), title) {
+			t.Errorf("stdout lacks the table %q:\n%s", title, out.String())
+		}
+	}
+	if !strings.Contains(errOut.String(), "[13/13]") {
+		t.Errorf("stderr lacks the progress of the last of 13 points:\n%s", errOut.String())
+	}
+	if b, err := os.ReadFile(plotFile); err != nil || !strings.Contains(string(b), "<svg") {
+		t.Errorf("plot not written as SVG (%v)", err)
+	}
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), fmt.Sprintf("xdpbench-%d-", os.Getpid())) {
+			t.Errorf("bench left namespace %s behind", e.Name())
+		}
+	}
+}
+
+func TestBenchRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--sizes", "4X"},
+		{"bench", "--qps", "0"},
+		{"bench", "--plot", "out.pdf"},
+		{"bench", "--msg-size", "64,128"},
+		{"bench", "extra"},
+	} {
+		var out, errOut strings.Builder
+		if code := run(t.Context(), args, &out, &errOut); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, code, errOut.String())
+		}
+	}
+}

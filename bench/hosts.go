@@ -71,8 +71,3 @@ func tcpPair(ctx context.Context, from, to *Host) (client, server net.Conn, err 
 	return client, server, nil
 }
 
-// existingHosts measures between two given interfaces, each "NETNS/IFNAME"
-// with NETNS a name under /run/netns.
-func existingHosts(a, b string) ([2]*Host, func() error, error) {
-	return [2]*Host{}, nil, errors.New("bench: --ifaces is not implemented yet")
-}

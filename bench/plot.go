@@ -52,9 +52,10 @@ func Plot(name string, results []Result) error {
 	p.Y.Label.Text = "Gbit/s"
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = sizeTicks(sizes)
-	p.Y.Min = 0
-	p.Legend.Top = true
-	p.Legend.Left = true
+	// Bandwidth spans three orders of magnitude from 64 B to 1 MiB.
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top = false // bottom right: small messages are low on the left
 	p.Add(plotter.NewGrid())
 
 	lines := []struct {
@@ -69,7 +70,7 @@ func Plot(name string, results []Result) error {
 		{"kernel TCP", key{contender: TCP, measure: Bandwidth, op: OpStream}, color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 255}, nil},
 		{"kernel TCP, XDP attached", key{contender: TCP, attached: true, measure: Bandwidth, op: OpStream}, color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 255}, []vg.Length{vg.Points(4), vg.Points(3)}},
 	}
-	ymax := 0.0
+	ymin, ymax := math.Inf(1), 0.0
 	for _, l := range lines {
 		var pts plotter.XYs
 		for _, s := range sizes {
@@ -77,7 +78,7 @@ func Plot(name string, results []Result) error {
 			k.size = s
 			if r, ok := f[k]; ok {
 				pts = append(pts, plotter.XY{X: float64(s), Y: r.GbitS})
-				ymax = math.Max(ymax, r.GbitS)
+				ymin, ymax = math.Min(ymin, r.GbitS), math.Max(ymax, r.GbitS)
 			}
 		}
 		if len(pts) == 0 {
@@ -92,7 +93,10 @@ func Plot(name string, results []Result) error {
 		p.Add(line, points)
 		p.Legend.Add(l.label, line, points)
 	}
-	p.Y.Max = ymax * 1.15
+	if !(ymin > 0) {
+		return fmt.Errorf("bench: bandwidth figures must be positive to plot on a log axis")
+	}
+	p.Y.Min, p.Y.Max = ymin/1.5, ymax*1.5
 	if len(sizes) == 1 {
 		// A log axis needs a range: pad a lone size by a factor of two.
 		p.X.Min, p.X.Max = float64(sizes[0])/2, float64(sizes[0])*2

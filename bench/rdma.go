@@ -209,7 +209,9 @@ func (p *rnicPair) stream(ctx context.Context, warmup, d time.Duration, op strin
 		return window{}, err
 	}
 	links, err := p.connect(n,
-		verbs.QPInitAttr{SendCQ: cqA, RecvCQ: cqA, Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}},
+		// Room for one request more than the depth: the application may see a
+		// completion before the device has freed its send-queue slot.
+		verbs.QPInitAttr{SendCQ: cqA, RecvCQ: cqA, Cap: verbs.QPCap{MaxSendWR: depth + 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}},
 		verbs.QPInitAttr{SendCQ: cqB, RecvCQ: cqB, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return window{}, err
@@ -302,14 +304,23 @@ func postLoop(ctx context.Context, stop <-chan struct{}, m *meter, cq poller, li
 				k++
 			}
 			if k > 0 {
-				if _, err := l.a.PostSend(wrs[:k]); err != nil {
-					return fmt.Errorf("posting: %w", err)
+				if posted, err := l.a.PostSend(wrs[:k]); err != nil {
+					if !errors.Is(err, verbs.ErrNoMem) {
+						return fmt.Errorf("posting: %w", err)
+					}
+					// The send queue is momentarily full: take back what was
+					// not queued and post it again after the next completion.
+					f.posted -= uint64(k - posted)
 				}
 			}
 			inflight += f.posted - f.done
 		}
 		if inflight == 0 {
-			return nil
+			if stopping {
+				return nil
+			}
+			runtime.Gosched() // every post was refused: the device is still freeing slots
+			continue
 		}
 		k, err := cq.wait(ctx, wcs)
 		if err != nil {

@@ -70,4 +70,3 @@ func tcpPair(ctx context.Context, from, to *Host) (client, server net.Conn, err 
 	}
 	return client, server, nil
 }
-

@@ -162,3 +162,49 @@ func WriteTables(w io.Writer, results []Result) error {
 	tw.Flush()
 	return nil
 }
+
+// WriteTargets prints issue 6's targets with what results show for each;
+// a target whose figures are missing from the run is left out.
+func WriteTargets(w io.Writer, results []Result) error {
+	f := index(results)
+	if _, err := fmt.Fprintln(w, "\nTargets (issue 6)"); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "target\tmeasured\theld")
+	held := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "no"
+	}
+	const big = 64 << 10
+	if x, ok := f[key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok {
+		if t, ok := f[key{TCP, false, Bandwidth, OpStream, big, 0}]; ok && t.GbitS > 0 {
+			r := x.GbitS / t.GbitS
+			fmt.Fprintf(tw, "RC WRITE 64 KiB bandwidth ≥ 1.0× TCP\t%.2f×\t%s\n", r, held(r >= 1))
+		}
+	}
+	if x, ok := f[key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok {
+		if t, ok := f[key{TCP, false, RTT, OpPingPong, 8, 0}]; ok && t.P50us > 0 {
+			r := x.P50us / t.P50us
+			fmt.Fprintf(tw, "8 B WRITE round trip (busy-poll) ≤ 0.35× TCP ping-pong, medians\t%.2f×\t%s\n", r, held(r <= 0.35))
+		}
+	}
+	best, n := 0.0, 0
+	for _, r := range results {
+		if r.Contender == Xdproce && r.Measure == MsgRate && r.Size == 64 && r.MmsgS > best {
+			best, n = r.MmsgS, r.QPs
+		}
+	}
+	if n > 0 {
+		fmt.Fprintf(tw, "64 B WRITE message rate ≥ 1 million/s\t%.3f M/s (%d QPs)\t%s\n", best, n, held(best >= 1))
+	}
+	if x, ok := f[key{Xdproce, false, CPUPerGB, OpWrite, big, 0}]; ok {
+		if t, ok := f[key{TCP, false, CPUPerGB, OpStream, big, 0}]; ok && t.CPUSPerGB > 0 {
+			r := x.CPUSPerGB / t.CPUSPerGB
+			fmt.Fprintf(tw, "CPU per GB ≤ TCP's (RC WRITE 64 KiB)\t%.2f×\t%s\n", r, held(r <= 1))
+		}
+	}
+	return tw.Flush()
+}

@@ -67,3 +67,40 @@ CPU seconds per GB moved (process user+system plus all softirq time; ratio: lowe
 		t.Errorf("tables:\n%s\nwant:\n%s", out.String(), want)
 	}
 }
+
+func TestWriteTargets(t *testing.T) {
+	results := []Result{
+		{Contender: Xdproce, Measure: Bandwidth, Op: OpWrite, Size: 65536, GbitS: 12},
+		{Contender: TCP, Measure: Bandwidth, Op: OpStream, Size: 65536, GbitS: 10},
+		{Contender: Xdproce, Measure: RTT, Op: OpWrite, Size: 8, P50us: 5, P99us: 6, P999us: 7},
+		{Contender: TCP, Measure: RTT, Op: OpPingPong, Size: 8, P50us: 10, P99us: 20, P999us: 30},
+		{Contender: Xdproce, Measure: MsgRate, Op: OpWrite, Size: 64, QPs: 1, MmsgS: 0.5},
+		{Contender: Xdproce, Measure: MsgRate, Op: OpWrite, Size: 64, QPs: 4, MmsgS: 1.25},
+		{Contender: Xdproce, Measure: CPUPerGB, Op: OpWrite, Size: 65536, CPUSPerGB: 0.9},
+		{Contender: TCP, Measure: CPUPerGB, Op: OpStream, Size: 65536, CPUSPerGB: 0.6},
+	}
+	var out strings.Builder
+	if err := WriteTargets(&out, results); err != nil {
+		t.Fatal(err)
+	}
+	// Compare with runs of blanks squeezed: the column widths are tabwriter's.
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		lines = append(lines, strings.Join(strings.Fields(l), " "))
+	}
+	want := []string{
+		"Targets (issue 6)",
+		"target measured held",
+		"RC WRITE 64 KiB bandwidth ≥ 1.0× TCP 1.20× yes",
+		"8 B WRITE round trip (busy-poll) ≤ 0.35× TCP ping-pong, medians 0.50× no",
+		"64 B WRITE message rate ≥ 1 million/s 1.250 M/s (4 QPs) yes",
+		"CPU per GB ≤ TCP's (RC WRITE 64 KiB) 1.50× no",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("targets:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	out.Reset()
+	if err := WriteTargets(&out, sample()[3:5]); err != nil || strings.Count(strings.TrimSpace(out.String()), "\n") != 1 {
+		t.Errorf("targets without their figures printed %q (%v)", out.String(), err)
+	}
+}

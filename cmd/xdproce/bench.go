@@ -87,6 +87,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := bench.WriteTables(stdout, results); err != nil {
 			return err
 		}
+		if err := bench.WriteTargets(stdout, results); err != nil {
+			return err
+		}
 	}
 	if runErr != nil {
 		return runErr

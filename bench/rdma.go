@@ -16,7 +16,10 @@ import (
 
 // rnic is one xdproce device with the memory region the benchmark moves.
 // The region's first half is the target of the peer's operations, its second
-// half the source of this side's.
+// half the source of this side's. As with a hardware RNIC, accesses to the
+// region are ordered by the transport (a completion or a polled byte means
+// the data is there), which the race detector cannot see: run the bench
+// without -race.
 type rnic struct {
 	host *Host
 	dev  *verbs.Device

@@ -32,7 +32,7 @@ type Config struct {
 }
 
 // Default is `xdproce bench` without flags: every size from 64 B to 1 MiB,
-// about two and a half minutes on a 2-core machine.
+// about two minutes on a 2-core machine.
 func Default() Config {
 	return Config{
 		Sizes:       PowersOf4(64, 1<<20),

@@ -22,13 +22,52 @@ type Config struct {
 	Depth       int           // operations in flight per QP in bandwidth and message-rate runs
 	Duration    time.Duration // measured time per point
 	Warmup      time.Duration // unmeasured time before each point
-	BusyPoll    bool          // engines spin (verbs.Options.BusyPoll) and applications spin on their CQs
+	BusyPoll    BusyPoll      // where engines spin (verbs.Options.BusyPoll) and applications spin on their CQs
 	MTU         int           // of the veth pair the run creates
 	// Ifaces, if set, are two existing interfaces ("NETNS/IFNAME") to measure
 	// between instead of a veth pair in fresh namespaces.
 	Ifaces []string
 	// Progress receives one line per measured point; nil discards them.
 	Progress io.Writer
+}
+
+// BusyPoll says which points run with busy-polling devices and applications.
+type BusyPoll int
+
+const (
+	BusyPollRTT    BusyPoll = iota // round-trip points only (the default): latency is what spinning buys
+	BusyPollNever                  // engines sleep between packets, applications wait on CQ events
+	BusyPollAlways                 // every point
+)
+
+// ParseBusyPoll reads "rtt", "off" or "on" ("false" and "true" as the last two).
+func ParseBusyPoll(s string) (BusyPoll, error) {
+	switch s {
+	case "rtt":
+		return BusyPollRTT, nil
+	case "off", "false", "never":
+		return BusyPollNever, nil
+	case "on", "true", "always":
+		return BusyPollAlways, nil
+	}
+	return 0, fmt.Errorf("bench: busy-poll %q: want rtt, off or on", s)
+}
+
+func (b BusyPoll) String() string {
+	switch b {
+	case BusyPollRTT:
+		return "rtt"
+	case BusyPollNever:
+		return "off"
+	case BusyPollAlways:
+		return "on"
+	}
+	return fmt.Sprintf("BusyPoll(%d)", int(b))
+}
+
+// busy reports whether a group of points (round trips or not) busy-polls.
+func (b BusyPoll) busy(rtt bool) bool {
+	return b == BusyPollAlways || b == BusyPollRTT && rtt
 }
 
 // Default is `xdproce bench` without flags: every size from 64 B to 1 MiB,
@@ -90,6 +129,7 @@ type step struct {
 // the device's lifetime, xdproce and TCP with XDP during it.
 type group struct {
 	plain, attached []step
+	rtt             bool // round-trip points
 }
 
 // Run measures everything cfg asks for and returns the figures in order.
@@ -137,11 +177,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		return nil
 	}
-	runAttached := func(steps []step) error {
+	runAttached := func(steps []step, busy bool) error {
 		if len(steps) == 0 {
 			return nil
 		}
-		p, err := openPair(ctx, hosts, maxSize, cfg.BusyPoll)
+		p, err := openPair(ctx, hosts, maxSize, busy)
 		if err != nil {
 			return err
 		}
@@ -149,7 +189,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	for i, g := range groups {
 		// Alternate which contender goes first so that drift hits both.
-		first, second := func() error { return runSteps(g.plain, nil) }, func() error { return runAttached(g.attached) }
+		first, second := func() error { return runSteps(g.plain, nil) }, func() error { return runAttached(g.attached, cfg.BusyPoll.busy(g.rtt)) }
 		if i%2 == 1 {
 			first, second = second, first
 		}
@@ -217,7 +257,7 @@ func plan(cfg Config, hosts [2]*Host) []group {
 		}}
 	}
 	for _, size := range cfg.LatSizes {
-		g := group{plain: []step{tcpRTT(size, false)}}
+		g := group{plain: []step{tcpRTT(size, false)}, rtt: true}
 		for _, op := range []string{OpWrite, OpSend} {
 			g.attached = append(g.attached, step{fmt.Sprintf("xdproce %s ping-pong %s", opName(op), FormatSize(size)), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
 				measure := p.writeLatency

@@ -90,3 +90,30 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestBusyPoll(t *testing.T) {
+	for s, want := range map[string]BusyPoll{"rtt": BusyPollRTT, "off": BusyPollNever, "false": BusyPollNever, "on": BusyPollAlways, "true": BusyPollAlways} {
+		if got, err := ParseBusyPoll(s); err != nil || got != want {
+			t.Errorf("ParseBusyPoll(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	if _, err := ParseBusyPoll("sometimes"); err == nil {
+		t.Error("\"sometimes\" accepted")
+	}
+	if Default().BusyPoll != BusyPollRTT {
+		t.Errorf("default busy-poll %v, want rtt", Default().BusyPoll)
+	}
+	for _, c := range []struct {
+		mode         BusyPoll
+		rtt, streams bool
+	}{{BusyPollRTT, true, false}, {BusyPollNever, false, false}, {BusyPollAlways, true, true}} {
+		if c.mode.busy(true) != c.rtt || c.mode.busy(false) != c.streams {
+			t.Errorf("%v: round trips busy %v, streams busy %v", c.mode, c.mode.busy(true), c.mode.busy(false))
+		}
+	}
+	for _, g := range plan(Default(), [2]*Host{}) {
+		if g.rtt != strings.Contains(g.plain[0].what, "ping-pong") {
+			t.Errorf("group of %q marked rtt=%v", g.plain[0].what, g.rtt)
+		}
+	}
+}

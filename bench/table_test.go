@@ -80,7 +80,7 @@ func TestWriteTargets(t *testing.T) {
 		{Contender: TCP, Measure: CPUPerGB, Op: OpStream, Size: 65536, CPUSPerGB: 0.6},
 	}
 	var out strings.Builder
-	if err := WriteTargets(&out, results); err != nil {
+	if err := WriteTargets(&out, results, true); err != nil {
 		t.Fatal(err)
 	}
 	// Compare with runs of blanks squeezed: the column widths are tabwriter's.
@@ -100,7 +100,11 @@ func TestWriteTargets(t *testing.T) {
 		t.Errorf("targets:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 	out.Reset()
-	if err := WriteTargets(&out, sample()[3:5]); err != nil || strings.Count(strings.TrimSpace(out.String()), "\n") != 1 {
+	if err := WriteTargets(&out, results[2:4], false); err != nil || !strings.Contains(out.String(), "(target busy-polls, this run did not)") {
+		t.Errorf("round trips without busy-poll: %q (%v)", out.String(), err)
+	}
+	out.Reset()
+	if err := WriteTargets(&out, sample()[3:5], true); err != nil || strings.Count(strings.TrimSpace(out.String()), "\n") != 1 {
 		t.Errorf("targets without their figures printed %q (%v)", out.String(), err)
 	}
 }

@@ -24,7 +24,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	dur := fs.Duration("time", 0, "measured time per point (default 2s, 400ms with --quick)")
 	warmup := fs.Duration("warmup", 0, "unmeasured time before each point (default 300ms, 100ms with --quick)")
 	depth := fs.Int("depth", 0, "operations in flight per QP (default 32)")
-	busy := fs.Bool("busy-poll", false, "engines and applications spin instead of sleeping (verbs.Options.BusyPoll)")
+	busy := busyFlag(bench.BusyPollRTT)
+	fs.Var(&busy, "busy-poll", "where engines and applications spin instead of sleeping (verbs.Options.BusyPoll): rtt (round trips only), off, or on (bare --busy-poll)")
 	mtu := fs.Int("mtu", 0, "MTU of the veth pair (default 4200: RoCE path MTU 4096)")
 	ifaces := fs.String("ifaces", "", "measure between two existing interfaces NETNS/IFNAME,NETNS/IFNAME instead of a fresh veth pair")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
@@ -70,7 +71,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *mtu != 0 {
 		cfg.MTU = *mtu
 	}
-	cfg.BusyPoll = *busy
+	cfg.BusyPoll = bench.BusyPoll(busy)
 	if *ifaces != "" {
 		cfg.Ifaces = strings.Split(*ifaces, ",")
 	}
@@ -87,7 +88,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := bench.WriteTables(stdout, results); err != nil {
 			return err
 		}
-		if err := bench.WriteTargets(stdout, results); err != nil {
+		if err := bench.WriteTargets(stdout, results, cfg.BusyPoll != bench.BusyPollNever); err != nil {
 			return err
 		}
 	}
@@ -118,4 +119,15 @@ func writeFile(name string, write func(io.Writer) error) error {
 		return fmt.Errorf("writing %s: %w", name, err)
 	}
 	return f.Close()
+}
+
+// busyFlag is --busy-poll: a mode, or on when given bare.
+type busyFlag bench.BusyPoll
+
+func (b *busyFlag) String() string   { return bench.BusyPoll(*b).String() }
+func (b *busyFlag) IsBoolFlag() bool { return true }
+func (b *busyFlag) Set(s string) error {
+	m, err := bench.ParseBusyPoll(s)
+	*b = busyFlag(m)
+	return err
 }

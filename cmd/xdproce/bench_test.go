@@ -143,6 +143,7 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{"bench", "--plot", "out.pdf"},
 		{"bench", "--msg-size", "64,128"},
 		{"bench", "extra"},
+		{"bench", "--busy-poll=sometimes"},
 	} {
 		var out, errOut strings.Builder
 		if code := run(t.Context(), args, &out, &errOut); code != 2 {

@@ -50,9 +50,10 @@ bench: deps
 fuzz: deps
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./wire
 
-# The main job: two network namespaces, xdproce in each, measured against kernel TCP.
+# The main job: two network namespaces, xdproce in each, measured against kernel TCP
+# (tables on stdout; figures in bin/bench.json, bandwidth plot in bin/bench.svg).
 demo: build
-	$(SUDO) ./bin/xdproce demo
+	$(SUDO) ./bin/xdproce bench --json bin/bench.json --plot bin/bench.svg
 
 clean:
 	rm -rf bin

@@ -20,11 +20,13 @@ type command struct {
 	run     func(ctx context.Context, args []string, stdout io.Writer) error
 }
 
-func commands() map[string]command {
+func commands(stderr io.Writer) map[string]command {
 	return map[string]command{
+		"bench": {"measure xdproce against kernel TCP between two network namespaces", func(ctx context.Context, args []string, stdout io.Writer) error {
+			return runBench(ctx, args, stdout, stderr)
+		}},
 		"version": {"print the version", runVersion},
 		"devinfo": {"show a device like ibv_devinfo -v", runDevinfo},
-		"demo":    {"run the end-to-end demo between two network namespaces", runDemo},
 		"impair":  {"drop, duplicate, corrupt or reorder RoCEv2 packets on a forwarding port", runImpair},
 	}
 }
@@ -39,7 +41,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmds := commands()
+	cmds := commands(stderr)
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr, cmds)
 		if len(args) == 0 {

@@ -1,0 +1,72 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/xdproce/xdproce/test/netns"
+)
+
+// Host is one end of the measured link: an interface with an IPv4 address in
+// a network namespace.
+type Host struct {
+	Name string
+	Link string
+	Addr netip.Addr
+	MTU  int
+	// do runs fn with the calling goroutine's OS thread in the host's namespace.
+	do func(fn func() error) error
+}
+
+// Do runs fn in the host's network namespace; sockets and devices created in
+// fn belong to it.
+func (h *Host) Do(fn func() error) error { return h.do(fn) }
+
+// namespacePrefix names the namespaces the benchmark creates.
+const namespacePrefix = "xdpbench"
+
+// buildHosts creates two namespaces joined by one veth pair (one queue each)
+// and returns their hosts and a function that removes everything.
+func buildHosts(mtu int) ([2]*Host, func() error, error) {
+	if _, err := netns.Sweep(namespacePrefix); err != nil {
+		return [2]*Host{}, nil, fmt.Errorf("bench: removing stale namespaces: %w", err)
+	}
+	topo, err := netns.Build(netns.Config{Prefix: namespacePrefix, Kind: netns.Direct, MTU: mtu, Queues: 1})
+	if err != nil {
+		return [2]*Host{}, nil, fmt.Errorf("bench: building namespaces: %w", err)
+	}
+	var hosts [2]*Host
+	for i, h := range topo.Hosts {
+		hosts[i] = &Host{Name: h.Namespace.Name(), Link: h.Link, Addr: h.Addr, MTU: h.MTU, do: h.Do}
+	}
+	return hosts, topo.Close, nil
+}
+
+// tcpPair connects a TCP socket in from's namespace to a listener on to's
+// address in to's namespace; Go sets TCP_NODELAY on both.
+func tcpPair(ctx context.Context, from, to *Host) (client, server net.Conn, err error) {
+	var ln net.Listener
+	if err := to.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(to.Addr, 0).String())
+		return err
+	}); err != nil {
+		return nil, nil, fmt.Errorf("bench: listen in %s: %w", to.Name, err)
+	}
+	defer ln.Close()
+	if err := from.Do(func() error {
+		var err error
+		client, err = (&net.Dialer{}).DialContext(ctx, "tcp", ln.Addr().String())
+		return err
+	}); err != nil {
+		return nil, nil, fmt.Errorf("bench: dial from %s: %w", from.Name, err)
+	}
+	server, err = ln.Accept()
+	if err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("bench: accept in %s: %w", to.Name, err), client.Close())
+	}
+	return client, server, nil
+}

@@ -1,0 +1,188 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Contenders, measures and operations as the JSON output names them.
+const (
+	Xdproce = "xdproce"
+	TCP     = "tcp"
+
+	Bandwidth = "bandwidth"
+	RTT       = "rtt"
+	MsgRate   = "msgrate"
+	CPUPerGB  = "cpu_per_gb"
+
+	OpWrite    = "write"
+	OpSend     = "send"
+	OpRead     = "read"
+	OpStream   = "stream"
+	OpPingPong = "pingpong"
+)
+
+// Result is one figure of a run.
+type Result struct {
+	Contender string // Xdproce or TCP
+	// XDPAttached marks a TCP figure measured with xdproce's XDP program
+	// attached to both ends of the link (JSON "xdp_attached": true).
+	XDPAttached bool
+	Measure     string
+	Op          string
+	Size        int // message bytes
+	QPs         int // queue pairs (xdproce) or connections (TCP); msgrate only
+
+	GbitS     float64 // bandwidth
+	P50us     float64 // rtt
+	P99us     float64
+	P999us    float64
+	MmsgS     float64 // msgrate
+	CPUSPerGB float64 // cpu_per_gb
+}
+
+// jsonResult is the wire form: a field is present exactly when it applies to
+// the figure's measure.
+type jsonResult struct {
+	Contender   string   `json:"contender"`
+	XDPAttached bool     `json:"xdp_attached,omitempty"`
+	Measure     string   `json:"measure"`
+	Op          string   `json:"op"`
+	Size        *int     `json:"size,omitempty"`
+	QPs         *int     `json:"qps,omitempty"`
+	GbitS       *float64 `json:"gbit_s,omitempty"`
+	P50us       *float64 `json:"p50_us,omitempty"`
+	P99us       *float64 `json:"p99_us,omitempty"`
+	P999us      *float64 `json:"p999_us,omitempty"`
+	MmsgS       *float64 `json:"mmsg_s,omitempty"`
+	CPUSPerGB   *float64 `json:"cpu_s_per_gb,omitempty"`
+}
+
+// MarshalJSON writes the fields that apply to r.Measure.
+func (r Result) MarshalJSON() ([]byte, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	j := jsonResult{Contender: r.Contender, XDPAttached: r.XDPAttached, Measure: r.Measure, Op: r.Op, Size: &r.Size}
+	switch r.Measure {
+	case Bandwidth:
+		j.GbitS = &r.GbitS
+	case RTT:
+		j.P50us, j.P99us, j.P999us = &r.P50us, &r.P99us, &r.P999us
+	case MsgRate:
+		j.QPs, j.MmsgS = &r.QPs, &r.MmsgS
+	case CPUPerGB:
+		j.CPUSPerGB = &r.CPUSPerGB
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads a figure and checks it against the schema: every field
+// of its measure present, no field of another.
+func (r *Result) UnmarshalJSON(b []byte) error {
+	var j jsonResult
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return err
+	}
+	*r = Result{Contender: j.Contender, XDPAttached: j.XDPAttached, Measure: j.Measure, Op: j.Op}
+	want := map[string]bool{"size": true}
+	switch j.Measure {
+	case Bandwidth:
+		want["gbit_s"] = true
+	case RTT:
+		want["p50_us"], want["p99_us"], want["p999_us"] = true, true, true
+	case MsgRate:
+		want["qps"], want["mmsg_s"] = true, true
+	case CPUPerGB:
+		want["cpu_s_per_gb"] = true
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+		copy func()
+	}{
+		{"size", j.Size != nil, func() { r.Size = *j.Size }},
+		{"qps", j.QPs != nil, func() { r.QPs = *j.QPs }},
+		{"gbit_s", j.GbitS != nil, func() { r.GbitS = *j.GbitS }},
+		{"p50_us", j.P50us != nil, func() { r.P50us = *j.P50us }},
+		{"p99_us", j.P99us != nil, func() { r.P99us = *j.P99us }},
+		{"p999_us", j.P999us != nil, func() { r.P999us = *j.P999us }},
+		{"mmsg_s", j.MmsgS != nil, func() { r.MmsgS = *j.MmsgS }},
+		{"cpu_s_per_gb", j.CPUSPerGB != nil, func() { r.CPUSPerGB = *j.CPUSPerGB }},
+	} {
+		if f.set != want[f.name] {
+			if f.set {
+				return fmt.Errorf("bench: %s figure has field %q", j.Measure, f.name)
+			}
+			return fmt.Errorf("bench: %s figure lacks field %q", j.Measure, f.name)
+		}
+		if f.set {
+			f.copy()
+		}
+	}
+	return r.Validate()
+}
+
+// Validate checks that r names a known contender, measure and operation, and
+// that the operation belongs to the contender and measure.
+func (r Result) Validate() error {
+	ops := map[string]map[string][]string{
+		Xdproce: {Bandwidth: {OpWrite, OpSend, OpRead}, RTT: {OpWrite, OpSend}, MsgRate: {OpWrite}, CPUPerGB: {OpWrite, OpSend, OpRead}},
+		TCP:     {Bandwidth: {OpStream}, RTT: {OpPingPong}, MsgRate: {OpStream}, CPUPerGB: {OpStream}},
+	}
+	byMeasure, ok := ops[r.Contender]
+	if !ok {
+		return fmt.Errorf("bench: unknown contender %q", r.Contender)
+	}
+	allowed, ok := byMeasure[r.Measure]
+	if !ok {
+		return fmt.Errorf("bench: unknown measure %q", r.Measure)
+	}
+	found := false
+	for _, op := range allowed {
+		found = found || op == r.Op
+	}
+	if !found {
+		return fmt.Errorf("bench: %s %s has no operation %q", r.Contender, r.Measure, r.Op)
+	}
+	if r.XDPAttached && r.Contender != TCP {
+		return errors.New("bench: only TCP figures are marked xdp_attached")
+	}
+	return nil
+}
+
+// Report is the JSON document `xdproce bench --json` writes.
+type Report struct {
+	Results []Result `json:"results"`
+}
+
+// WriteJSON writes results as {"results": [...]}.
+func WriteJSON(w io.Writer, results []Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if results == nil {
+		results = []Result{}
+	}
+	return enc.Encode(Report{Results: results})
+}
+
+// ReadJSON parses what WriteJSON wrote, checking every figure against the schema.
+func ReadJSON(r io.Reader) ([]Result, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var rep struct {
+		Results *[]Result `json:"results"`
+	}
+	if err := dec.Decode(&rep); err != nil {
+		return nil, fmt.Errorf("bench: reading results: %w", err)
+	}
+	if rep.Results == nil {
+		return nil, errors.New(`bench: no "results" array`)
+	}
+	return *rep.Results, nil
+}

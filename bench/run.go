@@ -1,0 +1,330 @@
+// Package bench measures xdproce against kernel TCP on the same link: RC
+// WRITE/SEND/READ bandwidth, round-trip latency, message rate and CPU per
+// byte, the figures of `xdproce bench`. It uses xdproce only through the
+// public verbs API, as an application would.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+)
+
+// Config says what a run measures.
+type Config struct {
+	Sizes       []int         // bandwidth and CPU-per-GB message sizes
+	LatSizes    []int         // round-trip message sizes
+	QPs         []int         // message rate: QP (and TCP connection) counts
+	MsgRateSize int           // message rate: message size
+	Depth       int           // operations in flight per QP in bandwidth and message-rate runs
+	Duration    time.Duration // measured time per point
+	Warmup      time.Duration // unmeasured time before each point
+	BusyPoll    BusyPoll      // where engines spin (verbs.Options.BusyPoll) and applications spin on their CQs
+	MTU         int           // of the veth pair the run creates
+	// Ifaces, if set, are two existing interfaces ("NETNS/IFNAME") to measure
+	// between instead of a veth pair in fresh namespaces.
+	Ifaces []string
+	// Progress receives one line per measured point; nil discards them.
+	Progress io.Writer
+}
+
+// BusyPoll says which points run with busy-polling devices and applications.
+type BusyPoll int
+
+const (
+	BusyPollRTT    BusyPoll = iota // round-trip points only (the default): latency is what spinning buys
+	BusyPollNever                  // engines sleep between packets, applications wait on CQ events
+	BusyPollAlways                 // every point
+)
+
+// ParseBusyPoll reads "rtt", "off" or "on" ("false" and "true" as the last two).
+func ParseBusyPoll(s string) (BusyPoll, error) {
+	switch s {
+	case "rtt":
+		return BusyPollRTT, nil
+	case "off", "false", "never":
+		return BusyPollNever, nil
+	case "on", "true", "always":
+		return BusyPollAlways, nil
+	}
+	return 0, fmt.Errorf("bench: busy-poll %q: want rtt, off or on", s)
+}
+
+func (b BusyPoll) String() string {
+	switch b {
+	case BusyPollRTT:
+		return "rtt"
+	case BusyPollNever:
+		return "off"
+	case BusyPollAlways:
+		return "on"
+	}
+	return fmt.Sprintf("BusyPoll(%d)", int(b))
+}
+
+// busy reports whether a group of points (round trips or not) busy-polls.
+func (b BusyPoll) busy(rtt bool) bool {
+	return b == BusyPollAlways || b == BusyPollRTT && rtt
+}
+
+// Default is `xdproce bench` without flags: every size from 64 B to 1 MiB,
+// about two minutes on a 2-core machine.
+func Default() Config {
+	return Config{
+		Sizes:       PowersOf4(64, 1<<20),
+		LatSizes:    []int{8, 4096},
+		QPs:         []int{1, 2, 4},
+		MsgRateSize: 64,
+		Depth:       32,
+		Duration:    2 * time.Second,
+		Warmup:      300 * time.Millisecond,
+		MTU:         4200,
+	}
+}
+
+// Quick is Default with short points: under a minute.
+func Quick() Config {
+	c := Default()
+	c.Duration, c.Warmup = 400*time.Millisecond, 100*time.Millisecond
+	return c
+}
+
+func (c Config) validate() error {
+	if len(c.Sizes) == 0 && len(c.LatSizes) == 0 && len(c.QPs) == 0 {
+		return errors.New("bench: nothing to measure")
+	}
+	for _, s := range slices.Concat(c.Sizes, c.LatSizes, []int{c.MsgRateSize}) {
+		if s <= 0 || s > 1<<30 {
+			return fmt.Errorf("bench: message size %d out of range", s)
+		}
+	}
+	for _, s := range c.LatSizes {
+		if s < 4 {
+			return fmt.Errorf("bench: round-trip size %d: at least 4 bytes (the last one carries the round's value)", s)
+		}
+	}
+	if c.Depth < 1 || c.Depth > 4096 {
+		return fmt.Errorf("bench: depth %d not in 1..4096", c.Depth)
+	}
+	if c.Duration <= 0 || c.Warmup < 0 {
+		return errors.New("bench: duration must be positive and warm-up not negative")
+	}
+	if len(c.Ifaces) != 0 && len(c.Ifaces) != 2 {
+		return fmt.Errorf("bench: --ifaces takes two interfaces, got %d", len(c.Ifaces))
+	}
+	return nil
+}
+
+// step is one measured point; attached steps run while both xdproce devices
+// are open (XDP program attached), plain ones while they are closed.
+type step struct {
+	what string
+	run  func(ctx context.Context, p *rnicPair) ([]Result, string, error)
+}
+
+// group is a set of points measured together: TCP without XDP on one side of
+// the device's lifetime, xdproce and TCP with XDP during it.
+type group struct {
+	plain, attached []step
+	rtt             bool // round-trip points
+}
+
+// Run measures everything cfg asks for and returns the figures in order.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	progress := cfg.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	var hosts [2]*Host
+	var closeHosts func() error
+	var err error
+	if len(cfg.Ifaces) == 2 {
+		hosts, closeHosts, err = existingHosts(cfg.Ifaces[0], cfg.Ifaces[1])
+	} else {
+		hosts, closeHosts, err = buildHosts(cfg.MTU)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closeHosts()
+	fmt.Fprintf(progress, "bench: %s %s (%s) <-> %s %s (%s), MTU %d, %v per point after %v warm-up, depth %d, busy-poll %v\n",
+		hosts[0].Name, hosts[0].Link, hosts[0].Addr, hosts[1].Name, hosts[1].Link, hosts[1].Addr, hosts[0].MTU,
+		cfg.Duration, cfg.Warmup, cfg.Depth, cfg.BusyPoll)
+
+	groups := plan(cfg, hosts)
+	total := 0
+	for _, g := range groups {
+		total += len(g.plain) + len(g.attached)
+	}
+	maxSize := slices.Max(slices.Concat(cfg.Sizes, cfg.LatSizes, []int{cfg.MsgRateSize}))
+	var results []Result
+	done := 0
+	runSteps := func(steps []step, p *rnicPair) error {
+		for _, s := range steps {
+			done++
+			rs, summary, err := s.run(ctx, p)
+			if err != nil {
+				return fmt.Errorf("bench: %s: %w", s.what, err)
+			}
+			fmt.Fprintf(progress, "bench: [%d/%d] %s: %s\n", done, total, s.what, summary)
+			results = append(results, rs...)
+		}
+		return nil
+	}
+	runAttached := func(steps []step, busy bool) error {
+		if len(steps) == 0 {
+			return nil
+		}
+		p, err := openPair(ctx, hosts, maxSize, busy)
+		if err != nil {
+			return err
+		}
+		return errors.Join(runSteps(steps, p), p.Close())
+	}
+	for i, g := range groups {
+		// Alternate which contender goes first so that drift hits both.
+		first, second := func() error { return runSteps(g.plain, nil) }, func() error { return runAttached(g.attached, cfg.BusyPoll.busy(g.rtt)) }
+		if i%2 == 1 {
+			first, second = second, first
+		}
+		if err := first(); err != nil {
+			return results, err
+		}
+		if err := second(); err != nil {
+			return results, err
+		}
+	}
+	return results, nil
+}
+
+// plan lists the groups of a run: one per bandwidth size, one per round-trip
+// size, one for message rate.
+func plan(cfg Config, hosts [2]*Host) []group {
+	var groups []group
+	w, d := cfg.Warmup, cfg.Duration
+	tcpBW := func(size int, attached bool) step {
+		name := "TCP"
+		if attached {
+			name = "TCP+XDP"
+		}
+		return step{fmt.Sprintf("%s stream %s", name, FormatSize(size)), func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
+			win, err := tcpStream(ctx, hosts, w, d, size, 1)
+			if err != nil {
+				return nil, "", err
+			}
+			return []Result{
+				{Contender: TCP, XDPAttached: attached, Measure: Bandwidth, Op: OpStream, Size: size, GbitS: win.gbitPerSec()},
+				{Contender: TCP, XDPAttached: attached, Measure: CPUPerGB, Op: OpStream, Size: size, CPUSPerGB: win.cpuPerGB()},
+			}, bwSummary(win), nil
+		}}
+	}
+	for _, size := range cfg.Sizes {
+		g := group{plain: []step{tcpBW(size, false)}}
+		for _, op := range []string{OpWrite, OpSend, OpRead} {
+			g.attached = append(g.attached, step{fmt.Sprintf("xdproce %s %s", opName(op), FormatSize(size)), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
+				win, err := p.stream(ctx, w, d, op, size, 1, cfg.Depth)
+				if err != nil {
+					return nil, "", err
+				}
+				return []Result{
+					{Contender: Xdproce, Measure: Bandwidth, Op: op, Size: size, GbitS: win.gbitPerSec()},
+					{Contender: Xdproce, Measure: CPUPerGB, Op: op, Size: size, CPUSPerGB: win.cpuPerGB()},
+				}, bwSummary(win), nil
+			}})
+			if op == OpWrite {
+				g.attached = append(g.attached, tcpBW(size, true))
+			}
+		}
+		groups = append(groups, g)
+	}
+	tcpRTT := func(size int, attached bool) step {
+		name := "TCP"
+		if attached {
+			name = "TCP+XDP"
+		}
+		return step{fmt.Sprintf("%s ping-pong %s", name, FormatSize(size)), func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
+			lat, err := tcpPingPong(ctx, hosts, w, d, size)
+			if err != nil {
+				return nil, "", err
+			}
+			return []Result{rttResult(TCP, attached, OpPingPong, size, lat)}, latSummary(lat), nil
+		}}
+	}
+	for _, size := range cfg.LatSizes {
+		g := group{plain: []step{tcpRTT(size, false)}, rtt: true}
+		for _, op := range []string{OpWrite, OpSend} {
+			g.attached = append(g.attached, step{fmt.Sprintf("xdproce %s ping-pong %s", opName(op), FormatSize(size)), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
+				measure := p.writeLatency
+				if op == OpSend {
+					measure = p.sendLatency
+				}
+				lat, err := measure(ctx, w, d, size)
+				if err != nil {
+					return nil, "", fmt.Errorf("xdproce %s ping-pong: %w", op, err)
+				}
+				return []Result{rttResult(Xdproce, false, op, size, lat)}, latSummary(lat), nil
+			}})
+			if op == OpWrite {
+				g.attached = append(g.attached, tcpRTT(size, true))
+			}
+		}
+		groups = append(groups, g)
+	}
+	if len(cfg.QPs) > 0 {
+		var g group
+		size := cfg.MsgRateSize
+		for _, n := range cfg.QPs {
+			g.plain = append(g.plain, step{fmt.Sprintf("TCP %s message rate, %d connection(s)", FormatSize(size), n), func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
+				win, err := tcpStream(ctx, hosts, w, d, size, n)
+				if err != nil {
+					return nil, "", err
+				}
+				return []Result{{Contender: TCP, Measure: MsgRate, Op: OpStream, Size: size, QPs: n, MmsgS: win.mmsgPerSec()}}, rateSummary(win), nil
+			}})
+			g.attached = append(g.attached, step{fmt.Sprintf("xdproce WRITE %s message rate, %d QP(s)", FormatSize(size), n), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
+				win, err := p.stream(ctx, w, d, OpWrite, size, n, cfg.Depth)
+				if err != nil {
+					return nil, "", err
+				}
+				return []Result{{Contender: Xdproce, Measure: MsgRate, Op: OpWrite, Size: size, QPs: n, MmsgS: win.mmsgPerSec()}}, rateSummary(win), nil
+			}})
+		}
+		groups = append(groups, g)
+	}
+	return groups
+}
+
+func rttResult(contender string, attached bool, op string, size int, lat Latencies) Result {
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	return Result{Contender: contender, XDPAttached: attached, Measure: RTT, Op: op, Size: size,
+		P50us: us(lat.P50), P99us: us(lat.P99), P999us: us(lat.P999)}
+}
+
+func bwSummary(w window) string {
+	return fmt.Sprintf("%.2f Gbit/s, %.2f CPU s/GB", w.gbitPerSec(), w.cpuPerGB())
+}
+
+func rateSummary(w window) string { return fmt.Sprintf("%.3f Mmsg/s", w.mmsgPerSec()) }
+
+func latSummary(l Latencies) string {
+	return fmt.Sprintf("median %v, p99 %v, p99.9 %v (%d round trips)", l.P50, l.P99, l.P999, l.N)
+}
+
+// opName is an operation as the tables print it.
+func opName(op string) string {
+	switch op {
+	case OpWrite:
+		return "WRITE"
+	case OpSend:
+		return "SEND"
+	case OpRead:
+		return "READ"
+	}
+	return op
+}

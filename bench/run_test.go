@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func countSteps(groups []group) (plain, attached int) {
+	for _, g := range groups {
+		plain += len(g.plain)
+		attached += len(g.attached)
+	}
+	return plain, attached
+}
+
+// TestPlan checks what a run measures: per bandwidth size TCP alone and
+// xdproce WRITE, SEND, READ with TCP+XDP; per round-trip size TCP alone and
+// xdproce WRITE, SEND with TCP+XDP; per QP count one point of each contender.
+func TestPlan(t *testing.T) {
+	cfg := Default()
+	groups := plan(cfg, [2]*Host{})
+	if want := len(cfg.Sizes) + len(cfg.LatSizes) + 1; len(groups) != want {
+		t.Fatalf("%d groups, want %d", len(groups), want)
+	}
+	plain, attached := countSteps(groups)
+	if want := len(cfg.Sizes) + len(cfg.LatSizes) + len(cfg.QPs); plain != want {
+		t.Errorf("%d points without XDP, want %d", plain, want)
+	}
+	if want := 4*len(cfg.Sizes) + 3*len(cfg.LatSizes) + len(cfg.QPs); attached != want {
+		t.Errorf("%d points with xdproce open, want %d", attached, want)
+	}
+	for _, g := range groups {
+		for _, s := range g.plain {
+			if !strings.HasPrefix(s.what, "TCP ") {
+				t.Errorf("point %q runs while no xdproce device is open", s.what)
+			}
+		}
+		for _, s := range g.attached {
+			if !strings.HasPrefix(s.what, "xdproce ") && !strings.HasPrefix(s.what, "TCP+XDP ") {
+				t.Errorf("point %q runs while the devices are open", s.what)
+			}
+		}
+	}
+	first := groups[0]
+	var names []string
+	for _, s := range first.attached {
+		names = append(names, s.what)
+	}
+	if got := strings.Join(names, ", "); got != "xdproce WRITE 64 B, TCP+XDP stream 64 B, xdproce SEND 64 B, xdproce READ 64 B" {
+		t.Errorf("first group with the devices open: %s", got)
+	}
+}
+
+// TestRunLengths checks by arithmetic, not by timing, that the default run
+// stays near the 3-minute budget and --quick under a minute, allowing one
+// second per group for opening and closing the devices.
+func TestRunLengths(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		max  time.Duration
+	}{{"default", Default(), 170 * time.Second}, {"quick", Quick(), 50 * time.Second}} {
+		groups := plan(c.cfg, [2]*Host{})
+		plain, attached := countSteps(groups)
+		est := time.Duration(plain+attached)*(c.cfg.Warmup+c.cfg.Duration) + time.Duration(len(groups))*time.Second
+		if est > c.max {
+			t.Errorf("%s run: %d points of %v plus %d groups ≈ %v, more than %v", c.name, plain+attached,
+				c.cfg.Warmup+c.cfg.Duration, len(groups), est, c.max)
+		}
+		if err := c.cfg.validate(); err != nil {
+			t.Errorf("%s config: %v", c.name, err)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for name, mod := range map[string]func(*Config){
+		"nothing":       func(c *Config) { c.Sizes, c.LatSizes, c.QPs = nil, nil, nil },
+		"zero size":     func(c *Config) { c.Sizes = []int{0} },
+		"tiny rtt size": func(c *Config) { c.LatSizes = []int{2} },
+		"depth":         func(c *Config) { c.Depth = 0 },
+		"duration":      func(c *Config) { c.Duration = 0 },
+		"one iface":     func(c *Config) { c.Ifaces = []string{"a/x"} },
+	} {
+		cfg := Default()
+		mod(&cfg)
+		if err := cfg.validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestBusyPoll(t *testing.T) {
+	for s, want := range map[string]BusyPoll{"rtt": BusyPollRTT, "off": BusyPollNever, "false": BusyPollNever, "on": BusyPollAlways, "true": BusyPollAlways} {
+		if got, err := ParseBusyPoll(s); err != nil || got != want {
+			t.Errorf("ParseBusyPoll(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	if _, err := ParseBusyPoll("sometimes"); err == nil {
+		t.Error("\"sometimes\" accepted")
+	}
+	if Default().BusyPoll != BusyPollRTT {
+		t.Errorf("default busy-poll %v, want rtt", Default().BusyPoll)
+	}
+	for _, c := range []struct {
+		mode         BusyPoll
+		rtt, streams bool
+	}{{BusyPollRTT, true, false}, {BusyPollNever, false, false}, {BusyPollAlways, true, true}} {
+		if c.mode.busy(true) != c.rtt || c.mode.busy(false) != c.streams {
+			t.Errorf("%v: round trips busy %v, streams busy %v", c.mode, c.mode.busy(true), c.mode.busy(false))
+		}
+	}
+	for _, g := range plan(Default(), [2]*Host{}) {
+		if g.rtt != strings.Contains(g.plain[0].what, "ping-pong") {
+			t.Errorf("group of %q marked rtt=%v", g.plain[0].what, g.rtt)
+		}
+	}
+}

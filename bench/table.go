@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// key finds one figure.
+type key struct {
+	contender string
+	attached  bool
+	measure   string
+	op        string
+	size, qps int
+}
+
+func keyOf(r Result) key {
+	return key{r.Contender, r.XDPAttached, r.Measure, r.Op, r.Size, r.QPs}
+}
+
+// figures indexes results for the tables.
+type figures map[key]Result
+
+func index(results []Result) figures {
+	f := make(figures, len(results))
+	for _, r := range results {
+		f[keyOf(r)] = r
+	}
+	return f
+}
+
+// sizesOf lists the sizes that have figures of a measure, ascending.
+func sizesOf(results []Result, measure string) []int {
+	var out []int
+	for _, r := range results {
+		if r.Measure == measure && !slices.Contains(out, r.Size) {
+			out = append(out, r.Size)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// FormatRatio prints a/b as "0.42×", or "-" when either is missing.
+func FormatRatio(a, b float64, okA, okB bool) string {
+	if !okA || !okB || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+// formatValue prints a figure with three significant digits, or "-".
+func formatValue(v float64, ok bool) string {
+	if !ok {
+		return "-"
+	}
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case v >= 1:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.3f", v)
+}
+
+// WriteTables prints one table per measure present in results, each with the
+// ratio xdproce/TCP (TCP without an XDP program attached).
+func WriteTables(w io.Writer, results []Result) error {
+	f := index(results)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t") }
+	get := func(k key, field func(Result) float64) (float64, bool) {
+		r, ok := f[k]
+		if !ok {
+			return 0, false
+		}
+		return field(r), true
+	}
+	title := func(s string) {
+		tw.Flush()
+		fmt.Fprintf(w, "\n%s\n", s)
+	}
+	xdpOps := []string{OpWrite, OpSend, OpRead}
+
+	perSize := func(measure string, field func(Result) float64, heading string) {
+		sizes := sizesOf(results, measure)
+		if len(sizes) == 0 {
+			return
+		}
+		title(heading)
+		row("size", "WRITE", "SEND", "READ", "TCP", "TCP+XDP", "WRITE/TCP", "SEND/TCP", "READ/TCP")
+		for _, s := range sizes {
+			cells := []string{FormatSize(s)}
+			var x [3]float64
+			var okX [3]bool
+			for i, op := range xdpOps {
+				x[i], okX[i] = get(key{Xdproce, false, measure, op, s, 0}, field)
+				cells = append(cells, formatValue(x[i], okX[i]))
+			}
+			t, okT := get(key{TCP, false, measure, OpStream, s, 0}, field)
+			tx, okTX := get(key{TCP, true, measure, OpStream, s, 0}, field)
+			cells = append(cells, formatValue(t, okT), formatValue(tx, okTX))
+			for i := range xdpOps {
+				cells = append(cells, FormatRatio(x[i], t, okX[i], okT))
+			}
+			row(cells...)
+		}
+	}
+	perSize(Bandwidth, func(r Result) float64 { return r.GbitS },
+		"Bandwidth, Gbit/s (xdproce: RC, one QP; TCP: one stream; TCP+XDP: xdproce's program attached; ratio: higher is better)")
+
+	if sizes := sizesOf(results, RTT); len(sizes) > 0 {
+		title("Round trip, µs: median / p99 / p99.9 (ratio of medians: lower is better)")
+		row("exchange", "size", "xdproce", "TCP", "TCP+XDP", "xdproce/TCP")
+		lat := func(k key) (string, float64, bool) {
+			r, ok := f[k]
+			if !ok {
+				return "-", 0, false
+			}
+			return fmt.Sprintf("%s / %s / %s", formatValue(r.P50us, true), formatValue(r.P99us, true), formatValue(r.P999us, true)), r.P50us, true
+		}
+		for _, op := range []string{OpWrite, OpSend} {
+			for _, s := range sizes {
+				x, xm, okX := lat(key{Xdproce, false, RTT, op, s, 0})
+				t, tm, okT := lat(key{TCP, false, RTT, OpPingPong, s, 0})
+				tx, _, _ := lat(key{TCP, true, RTT, OpPingPong, s, 0})
+				name := "WRITE (poll memory)"
+				if op == OpSend {
+					name = "SEND/RECV"
+				}
+				row(name, FormatSize(s), x, t, tx, FormatRatio(xm, tm, okX, okT))
+			}
+		}
+	}
+
+	var qps []int
+	msgSize := 0
+	for _, r := range results {
+		if r.Measure == MsgRate && !slices.Contains(qps, r.QPs) {
+			qps = append(qps, r.QPs)
+			msgSize = r.Size
+		}
+	}
+	if len(qps) > 0 {
+		slices.Sort(qps)
+		title(fmt.Sprintf("Message rate, %s messages, million/s (xdproce: WRITE over N QPs; TCP: N streams)", FormatSize(msgSize)))
+		row("N", "xdproce", "TCP", "xdproce/TCP")
+		for _, n := range qps {
+			x, okX := get(key{Xdproce, false, MsgRate, OpWrite, msgSize, n}, func(r Result) float64 { return r.MmsgS })
+			t, okT := get(key{TCP, false, MsgRate, OpStream, msgSize, n}, func(r Result) float64 { return r.MmsgS })
+			row(fmt.Sprint(n), formatValue(x, okX), formatValue(t, okT), FormatRatio(x, t, okX, okT))
+		}
+	}
+
+	perSize(CPUPerGB, func(r Result) float64 { return r.CPUSPerGB },
+		"CPU seconds per GB moved (process user+system plus all softirq time; ratio: lower is better)")
+	tw.Flush()
+	return nil
+}
+
+// WriteTargets prints issue 6's targets with what results show for each;
+// a target whose figures are missing from the run is left out. rttBusy says
+// whether the round trips were measured busy-polling, as the target asks.
+func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
+	f := index(results)
+	if _, err := fmt.Fprintln(w, "\nTargets (issue 6)"); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "target\tmeasured\theld")
+	held := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "no"
+	}
+	const big = 64 << 10
+	if x, ok := f[key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok {
+		if t, ok := f[key{TCP, false, Bandwidth, OpStream, big, 0}]; ok && t.GbitS > 0 {
+			r := x.GbitS / t.GbitS
+			fmt.Fprintf(tw, "RC WRITE 64 KiB bandwidth ≥ 1.0× TCP\t%.2f×\t%s\n", r, held(r >= 1))
+		}
+	}
+	if x, ok := f[key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok {
+		if t, ok := f[key{TCP, false, RTT, OpPingPong, 8, 0}]; ok && t.P50us > 0 {
+			r := x.P50us / t.P50us
+			how := "busy-poll"
+			if !rttBusy {
+				how = "target busy-polls, this run did not"
+			}
+			fmt.Fprintf(tw, "8 B WRITE round trip (%s) ≤ 0.35× TCP ping-pong, medians\t%.2f×\t%s\n", how, r, held(r <= 0.35))
+		}
+	}
+	best, n := 0.0, 0
+	for _, r := range results {
+		if r.Contender == Xdproce && r.Measure == MsgRate && r.Size == 64 && r.MmsgS > best {
+			best, n = r.MmsgS, r.QPs
+		}
+	}
+	if n > 0 {
+		fmt.Fprintf(tw, "64 B WRITE message rate ≥ 1 million/s\t%.3f M/s (%d QPs)\t%s\n", best, n, held(best >= 1))
+	}
+	if x, ok := f[key{Xdproce, false, CPUPerGB, OpWrite, big, 0}]; ok {
+		if t, ok := f[key{TCP, false, CPUPerGB, OpStream, big, 0}]; ok && t.CPUSPerGB > 0 {
+			r := x.CPUSPerGB / t.CPUSPerGB
+			fmt.Fprintf(tw, "CPU per GB ≤ TCP's (RC WRITE 64 KiB)\t%.2f×\t%s\n", r, held(r <= 1))
+		}
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,110 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFormatRatio(t *testing.T) {
+	for _, c := range []struct {
+		a, b     float64
+		okA, okB bool
+		want     string
+	}{
+		{5, 20, true, true, "0.25×"},
+		{30, 10, true, true, "3.00×"},
+		{1, 3, true, true, "0.33×"},
+		{1, 0, true, true, "-"},
+		{1, 2, false, true, "-"},
+		{1, 2, true, false, "-"},
+	} {
+		if got := FormatRatio(c.a, c.b, c.okA, c.okB); got != c.want {
+			t.Errorf("FormatRatio(%v, %v, %v, %v) = %q, want %q", c.a, c.b, c.okA, c.okB, got, c.want)
+		}
+	}
+}
+
+func TestFormatValue(t *testing.T) {
+	for v, want := range map[float64]string{1234.4: "1234", 22.66: "22.7", 5.304: "5.30", 0.0741: "0.074", 0: "0.000"} {
+		if got := formatValue(v, true); got != want {
+			t.Errorf("formatValue(%v) = %q, want %q", v, got, want)
+		}
+	}
+	if got := formatValue(1, false); got != "-" {
+		t.Errorf("missing value printed as %q", got)
+	}
+}
+
+func TestWriteTables(t *testing.T) {
+	results := append(sample(),
+		Result{Contender: Xdproce, Measure: RTT, Op: OpWrite, Size: 8, P50us: 6.25, P99us: 30, P999us: 95},
+		Result{Contender: TCP, Measure: MsgRate, Op: OpStream, Size: 64, QPs: 2, MmsgS: 0.2},
+	)
+	var out strings.Builder
+	if err := WriteTables(&out, results); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+Bandwidth, Gbit/s (xdproce: RC, one QP; TCP: one stream; TCP+XDP: xdproce's program attached; ratio: higher is better)
+    size  WRITE  SEND  READ   TCP  TCP+XDP  WRITE/TCP  SEND/TCP  READ/TCP
+  64 KiB   5.25     -     -  21.0     8.00      0.25×         -         -
+
+Round trip, µs: median / p99 / p99.9 (ratio of medians: lower is better)
+             exchange  size             xdproce                TCP  TCP+XDP  xdproce/TCP
+  WRITE (poll memory)   8 B  6.25 / 30.0 / 95.0  12.5 / 43.0 / 180        -        0.50×
+            SEND/RECV   8 B  10.5 / 20.0 / 40.0  12.5 / 43.0 / 180        -        0.84×
+
+Message rate, 64 B messages, million/s (xdproce: WRITE over N QPs; TCP: N streams)
+  N  xdproce    TCP  xdproce/TCP
+  2    0.500  0.200        2.50×
+  4        -  0.250            -
+
+CPU seconds per GB moved (process user+system plus all softirq time; ratio: lower is better)
+   size  WRITE  SEND  READ    TCP  TCP+XDP  WRITE/TCP  SEND/TCP  READ/TCP
+  1 MiB      -     -  1.50  0.500        -          -         -     3.00×
+`
+	if out.String() != want {
+		t.Errorf("tables:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+func TestWriteTargets(t *testing.T) {
+	results := []Result{
+		{Contender: Xdproce, Measure: Bandwidth, Op: OpWrite, Size: 65536, GbitS: 12},
+		{Contender: TCP, Measure: Bandwidth, Op: OpStream, Size: 65536, GbitS: 10},
+		{Contender: Xdproce, Measure: RTT, Op: OpWrite, Size: 8, P50us: 5, P99us: 6, P999us: 7},
+		{Contender: TCP, Measure: RTT, Op: OpPingPong, Size: 8, P50us: 10, P99us: 20, P999us: 30},
+		{Contender: Xdproce, Measure: MsgRate, Op: OpWrite, Size: 64, QPs: 1, MmsgS: 0.5},
+		{Contender: Xdproce, Measure: MsgRate, Op: OpWrite, Size: 64, QPs: 4, MmsgS: 1.25},
+		{Contender: Xdproce, Measure: CPUPerGB, Op: OpWrite, Size: 65536, CPUSPerGB: 0.9},
+		{Contender: TCP, Measure: CPUPerGB, Op: OpStream, Size: 65536, CPUSPerGB: 0.6},
+	}
+	var out strings.Builder
+	if err := WriteTargets(&out, results, true); err != nil {
+		t.Fatal(err)
+	}
+	// Compare with runs of blanks squeezed: the column widths are tabwriter's.
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		lines = append(lines, strings.Join(strings.Fields(l), " "))
+	}
+	want := []string{
+		"Targets (issue 6)",
+		"target measured held",
+		"RC WRITE 64 KiB bandwidth ≥ 1.0× TCP 1.20× yes",
+		"8 B WRITE round trip (busy-poll) ≤ 0.35× TCP ping-pong, medians 0.50× no",
+		"64 B WRITE message rate ≥ 1 million/s 1.250 M/s (4 QPs) yes",
+		"CPU per GB ≤ TCP's (RC WRITE 64 KiB) 1.50× no",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("targets:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	out.Reset()
+	if err := WriteTargets(&out, results[2:4], false); err != nil || !strings.Contains(out.String(), "(target busy-polls, this run did not)") {
+		t.Errorf("round trips without busy-poll: %q (%v)", out.String(), err)
+	}
+	out.Reset()
+	if err := WriteTargets(&out, sample()[3:5], true); err != nil || strings.Count(strings.TrimSpace(out.String()), "\n") != 1 {
+		t.Errorf("targets without their figures printed %q (%v)", out.String(), err)
+	}
+}

@@ -238,3 +238,31 @@ func TestCompletionChannel(t *testing.T) {
 		t.Fatalf("completions %+v", wcs)
 	}
 }
+
+// TestSendSlotFreeWhenCompleted: a QP with one send slot can post again as
+// soon as it has polled the completion of the previous request.
+func TestSendSlotFreeWhenCompleted(t *testing.T) {
+	a, b, _, _ := pair(t, connOpts{}, 4096)
+	qa, qb := *a, *b
+	for _, q := range []*node{&qa, &qb} {
+		var err error
+		q.qp, err = q.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: q.scq, RecvCQ: q.rcq, Cap: QPCap{MaxSendWR: 1, MaxSendSGE: 1}})
+		must(t, err)
+	}
+	connect(t, &qa, &qb, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
+	wr := SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	wcs := make([]WorkCompletion, 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := range 2000 {
+		wr.ID = uint64(i)
+		postSend(t, &qa, wr) // straight after the poll: the slot must be free already
+		for qa.scq.Poll(wcs) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("no completion for WR %d", i)
+			}
+		}
+		if wc := wcs[0]; wc.Status != WCSuccess || wc.WRID != uint64(i) {
+			t.Fatalf("completion %+v", wc)
+		}
+	}
+}

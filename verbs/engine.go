@@ -429,12 +429,12 @@ func (e *engine) flushQueues(qp *QP) {
 		e.retire(qp, WCWRFlushErr)
 	}
 	if t.recv.active {
-		qp.rcq.push(WorkCompletion{WRID: t.recv.wr.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
 		qp.recvRetired()
+		qp.rcq.push(WorkCompletion{WRID: t.recv.wr.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
 	}
 	for _, r := range t.rq {
-		qp.rcq.push(WorkCompletion{WRID: r.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
 		qp.rqUsed.Add(-1)
+		qp.rcq.push(WorkCompletion{WRID: r.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
 	}
 	t.rq = t.rq[:0]
 	t.timerAt, t.rnrAt = time.Time{}, time.Time{}

@@ -365,9 +365,17 @@ func scatter(segs [][]byte, off uint32, src []byte) bool {
 // retire completes the oldest send WQE with status.
 func (e *engine) retire(qp *QP, status WCStatus) {
 	t := &qp.t
-	w := &t.sq[0]
+	w := t.sq[0]
 	if w.started && w.wr.Opcode.isReadOrAtomic() && t.rdAtomicOut > 0 {
 		t.rdAtomicOut--
+	}
+	// The slot is free before the completion is visible: an application
+	// that polls it and posts at once must find room, as with ibverbs.
+	t.sq[0] = sendWQE{}
+	t.sq = t.sq[1:]
+	qp.sqUsed.Add(-1)
+	if t.reqIdx > 0 {
+		t.reqIdx--
 	}
 	if status != WCSuccess || qp.sigAll || w.wr.Flags&SendSignaled != 0 {
 		wc := WorkCompletion{WRID: w.wr.ID, Status: status, Opcode: w.wr.Opcode.completion(), QPNum: qp.qpn}
@@ -375,20 +383,8 @@ func (e *engine) retire(qp *QP, status WCStatus) {
 			wc.ByteLen = w.length
 		}
 		if !qp.scq.push(wc, false) && t.state != StateErr {
-			t.sq = t.sq[1:]
-			qp.sqUsed.Add(-1)
-			if t.reqIdx > 0 {
-				t.reqIdx--
-			}
 			e.fatal(qp)
-			return
 		}
-	}
-	t.sq[0] = sendWQE{}
-	t.sq = t.sq[1:]
-	qp.sqUsed.Add(-1)
-	if t.reqIdx > 0 {
-		t.reqIdx--
 	}
 }
 

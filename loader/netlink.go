@@ -26,7 +26,9 @@ type Link struct {
 	// it: "up", "down", "unknown", "lower-layer-down", "dormant", ...
 	OperState string
 	// Up reports whether the link is administratively up (IFF_UP).
-	Up          bool
+	Up bool
+	// NumRXQueues is how many RX queues the driver uses (its ethtool
+	// channels); where it does not report them, how many it allocated.
 	NumRXQueues int
 	NumTXQueues int
 	// XDPProgramID is the ID of the attached XDP program, 0 if none.
@@ -58,6 +60,11 @@ func LinkInfo(ifname string) (Link, error) {
 	}
 	if a.Xdp != nil && a.Xdp.Attached {
 		info.XDPProgramID = a.Xdp.ProgId
+	}
+	if n, ok, err := activeRXQueues(a.Name); err != nil {
+		return Link{}, err
+	} else if ok && n < info.NumRXQueues {
+		info.NumRXQueues = n
 	}
 	return info, nil
 }

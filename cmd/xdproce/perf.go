@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/xdproce/xdproce/perftest"
+	"github.com/xdproce/xdproce/verbs"
+)
+
+const perfUsage = `usage: xdproce perf TOOL -d IFACE [options] [SERVER]
+
+TOOL is one of perftest's RC tools: ib_send_bw ib_send_lat ib_write_bw
+ib_write_lat ib_read_bw ib_read_lat ib_atomic_bw ib_atomic_lat. Without
+SERVER it is the server; with it, the client of SERVER. Either side may be
+stock perftest (4.5 and later) on another RNIC: the out-of-band exchange on
+TCP port 18515, the QP attributes and the reports are perftest's.
+
+options (perftest's):
+`
+
+// runPerf is `xdproce perf`: perftest's tools on an xdproce device.
+func runPerf(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprint(stdout, perfUsage)
+			perfFlags(&perfArgs{}).SetOutput(stdout)
+			perfFlags(&perfArgs{}).PrintDefaults()
+			return flag.ErrHelp
+		}
+		return fmt.Errorf("%w: xdproce perf TOOL -d IFACE [options] [SERVER]", errUsage)
+	}
+	tool, err := perftest.ParseTool(args[0])
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	cfg, iface, err := parsePerfArgs(tool, args[1:], stdout)
+	if err != nil {
+		return err
+	}
+	dev, err := verbs.Open(ctx, iface, verbs.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return fmt.Errorf("opening xdproce on %s: %w", iface, err)
+	}
+	_, runErr := perftest.Run(ctx, dev, cfg, stdout)
+	return errors.Join(runErr, dev.Close())
+}
+
+// perfArgs holds the flags before they become a perftest.Config.
+type perfArgs struct {
+	iface, mtu, atomic                  string
+	port, size, iters, qps, tx, rx, cq  int
+	outReads, gid, inline, ibPort, secs int
+	all, gbits, verify, rdmaCM, version bool
+	connType                            string
+	timeout                             time.Duration
+}
+
+func perfFlags(a *perfArgs) *flag.FlagSet {
+	fs := flag.NewFlagSet("perf", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&a.iface, "d", "", "network interface xdproce runs on (perftest: the IB device)")
+	fs.IntVar(&a.port, "p", perftest.DefaultPort, "TCP port of the out-of-band exchange")
+	fs.IntVar(&a.size, "s", 0, "message size in bytes (default 65536 for bw, 2 for lat, 8 for atomics)")
+	fs.IntVar(&a.iters, "n", 0, "iterations (default 5000 for ib_write_bw, else 1000)")
+	fs.IntVar(&a.secs, "D", 0, "run for this many seconds instead of -n iterations")
+	fs.StringVar(&a.mtu, "m", "", "path MTU to offer: 256..4096 (default: the port's active MTU)")
+	fs.BoolVar(&a.all, "a", false, "run every size from 2 B to 8 MiB")
+	fs.IntVar(&a.qps, "q", 1, "number of QPs")
+	fs.IntVar(&a.tx, "t", 0, "send queue depth (default 128 for bw, 1 for lat)")
+	fs.IntVar(&a.rx, "r", 0, "receive queue depth of SEND tests (default 512)")
+	fs.IntVar(&a.cq, "Q", 0, "signal one request in this many (default 100)")
+	fs.IntVar(&a.outReads, "o", 0, "outstanding READs/atomics offered as responder (default: device maximum)")
+	fs.IntVar(&a.gid, "x", -1, "local GID index (default: the IPv4-mapped GID)")
+	fs.IntVar(&a.inline, "I", -1, "largest message sent inline")
+	fs.StringVar(&a.atomic, "A", "FETCH_AND_ADD", "atomic operation: FETCH_AND_ADD or CMP_AND_SWAP")
+	fs.BoolVar(&a.gbits, "report_gbits", false, "report bandwidth in Gb/s instead of MB/s")
+	fs.BoolVar(&a.verify, "verify", false, "fill with a pattern and check every byte that arrives (both sides xdproce)")
+	fs.DurationVar(&a.timeout, "timeout", 2*time.Minute, "bound on each out-of-band exchange and each wait for the peer")
+	fs.IntVar(&a.ibPort, "i", 1, "port number (xdproce devices have port 1)")
+	fs.StringVar(&a.connType, "c", "RC", "connection type (RC)")
+	fs.BoolVar(&a.rdmaCM, "R", false, "connect with rdma_cm (not supported)")
+	fs.BoolVar(&a.version, "V", false, "print the perftest version spoken")
+	fs.Bool("F", false, "accepted for compatibility (perftest: do not fail on CPU frequency)")
+	fs.Bool("report-gbits", false, "same as --report_gbits")
+	return fs
+}
+
+// parsePerfArgs parses perftest's command line. Like getopt, it accepts the
+// server's address before, between or after the options.
+func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (perftest.Config, string, error) {
+	var a perfArgs
+	fs := perfFlags(&a)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprint(stdout, perfUsage)
+				fs.SetOutput(stdout)
+				fs.PrintDefaults()
+				return perftest.Config{}, "", err
+			}
+			return perftest.Config{}, "", fmt.Errorf("%w: %v", errUsage, err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if a.version {
+		fmt.Fprintf(stdout, "Version: %s\n", perftest.Version)
+		return perftest.Config{}, "", flag.ErrHelp
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "report-gbits" {
+			a.gbits = true
+		}
+	})
+	switch {
+	case len(pos) > 1:
+		return perftest.Config{}, "", fmt.Errorf("%w: one server address at most, got %q", errUsage, pos)
+	case a.iface == "":
+		return perftest.Config{}, "", fmt.Errorf("%w: -d IFACE names the interface xdproce runs on", errUsage)
+	case a.rdmaCM:
+		return perftest.Config{}, "", fmt.Errorf("%w: -R (rdma_cm) is not supported; perftest's default TCP exchange is", errUsage)
+	case strings.ToUpper(a.connType) != "RC":
+		return perftest.Config{}, "", fmt.Errorf("%w: -c %s: only RC is supported", errUsage, a.connType)
+	case a.ibPort != 1:
+		return perftest.Config{}, "", fmt.Errorf("%w: -i %d: xdproce devices have one port, 1", errUsage, a.ibPort)
+	}
+	cfg := perftest.Config{Tool: tool, Port: a.port, Size: a.size, Iters: a.iters, AllSizes: a.all, QPs: a.qps,
+		TxDepth: a.tx, RxDepth: a.rx, CQMod: a.cq, OutReads: a.outReads, GIDIndex: a.gid, Inline: a.inline,
+		ReportGbits: a.gbits, Verify: a.verify, Timeout: a.timeout, Duration: time.Duration(a.secs) * time.Second}
+	if len(pos) == 1 {
+		cfg.Server = pos[0]
+	}
+	if a.mtu != "" {
+		if _, err := fmt.Sscanf(a.mtu, "%d", &cfg.MTU); err != nil {
+			return perftest.Config{}, "", fmt.Errorf("%w: -m %q: %v", errUsage, a.mtu, err)
+		}
+	}
+	var err error
+	if cfg.Atomic, err = perftest.ParseAtomicOp(a.atomic); err != nil {
+		return perftest.Config{}, "", fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if err := cfg.Normalize(); err != nil {
+		return perftest.Config{}, "", fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return cfg, a.iface, nil
+}

@@ -1,0 +1,285 @@
+package perftest
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Verb is the operation a test measures.
+type Verb int
+
+const (
+	Send Verb = iota
+	Write
+	Read
+	Atomic
+)
+
+var verbNames = [...]string{"send", "write", "read", "atomic"}
+
+func (v Verb) String() string { return verbNames[v] }
+
+// Test is what a tool measures: bandwidth or latency.
+type Test int
+
+const (
+	BW Test = iota
+	Lat
+)
+
+// Tool is one of perftest's eight RC tools, ib_<verb>_<test>.
+type Tool struct {
+	Verb Verb
+	Test Test
+}
+
+// Tools lists the tools xdproce perf speaks, in perftest's names.
+func Tools() []Tool {
+	var ts []Tool
+	for v := Send; v <= Atomic; v++ {
+		ts = append(ts, Tool{v, BW}, Tool{v, Lat})
+	}
+	return ts
+}
+
+func (t Tool) String() string {
+	s := "bw"
+	if t.Test == Lat {
+		s = "lat"
+	}
+	return "ib_" + t.Verb.String() + "_" + s
+}
+
+// ParseTool accepts a perftest tool name such as "ib_write_bw".
+func ParseTool(name string) (Tool, error) {
+	for _, t := range Tools() {
+		if t.String() == name {
+			return t, nil
+		}
+	}
+	return Tool{}, fmt.Errorf("perftest: unknown tool %q (want one of ib_{send,write,read,atomic}_{bw,lat})", name)
+}
+
+// AtomicOp is the operation of the atomic tests (-A).
+type AtomicOp int
+
+const (
+	FetchAndAdd AtomicOp = iota
+	CmpAndSwap
+)
+
+func (a AtomicOp) String() string {
+	if a == CmpAndSwap {
+		return "CMP_AND_SWAP"
+	}
+	return "FETCH_AND_ADD"
+}
+
+// ParseAtomicOp accepts -A's values.
+func ParseAtomicOp(s string) (AtomicOp, error) {
+	switch strings.ToUpper(s) {
+	case "FETCH_AND_ADD":
+		return FetchAndAdd, nil
+	case "CMP_AND_SWAP":
+		return CmpAndSwap, nil
+	}
+	return 0, fmt.Errorf("perftest: atomic type %q (want FETCH_AND_ADD or CMP_AND_SWAP)", s)
+}
+
+// perftest's defaults (perftest_parameters.h).
+const (
+	defSizeBW     = 65536
+	defSizeLat    = 2
+	defSizeAtomic = 8
+	defIters      = 1000
+	defItersWB    = 5000 // ib_write_bw
+	defTxBW       = 128
+	defTxLat      = 1
+	defRxSend     = 512
+	defRxRDMA     = 1
+	defCQMod      = 100
+	cqModLimit    = 8192 // above it every completion is signaled
+	maxSize       = 1 << 23
+	cycleBuffer   = 4096 // the page size perftest announces
+	cacheLine     = 64
+	minRNRTimer   = 12
+	qpTimeout     = 14
+	defInlineRC   = 236 // DEF_INLINE_SEND_RC_UC
+	defInlineW    = 220 // DEF_INLINE_WRITE
+	latencyTail   = 2   // LAT_MEASURE_TAIL: the slowest samples a latency report drops
+)
+
+// Config is one run of a tool, as perftest's command line sets it. Zero
+// values take perftest's defaults (Normalize).
+type Config struct {
+	Tool Tool
+	// Server is the server's address; empty runs the server side.
+	Server string
+	// Bind is the address the server listens on; empty is every address,
+	// as perftest's server.
+	Bind  string
+	Port  int
+	Size  int
+	Iters int
+	// Duration runs for that long instead of Iters iterations (-D).
+	Duration time.Duration
+	// MTU is the path MTU in bytes to offer; 0 offers the port's active MTU.
+	MTU      int
+	AllSizes bool // -a: every power of two from 2 to 8 MiB
+	QPs      int
+	TxDepth  int
+	RxDepth  int
+	CQMod    int
+	// OutReads bounds the outstanding READs/atomics this side accepts as
+	// responder; 0 is the device maximum.
+	OutReads int
+	// GIDIndex selects the local GID; a negative one picks the first
+	// IPv4-mapped GID, as perftest does on RoCEv2 without -x.
+	GIDIndex    int
+	Atomic      AtomicOp
+	ReportGbits bool
+	// Inline is the largest message sent inline; a negative one takes
+	// perftest's default (236 B for SEND, 220 B for WRITE).
+	Inline int
+	// Verify fills the source memory with a pattern and checks every byte
+	// that arrives. Both sides must be xdproce perf with Verify.
+	Verify bool
+	// Timeout bounds each out-of-band exchange and each wait for the peer.
+	Timeout time.Duration
+}
+
+// Normalize fills perftest's defaults and applies its dependencies between
+// options (force_dependecies), so both sides agree on what a run does.
+func (c *Config) Normalize() error {
+	bw := c.Tool.Test == BW
+	if c.Port == 0 {
+		c.Port = DefaultPort
+	}
+	if c.QPs == 0 {
+		c.QPs = 1
+	}
+	if c.Tool.Verb == Atomic {
+		if c.Size != 0 && c.Size != defSizeAtomic {
+			return errors.New("perftest: message size cannot be changed for atomic tests")
+		}
+		if c.AllSizes {
+			return errors.New("perftest: atomic tests have one size; -a does not apply")
+		}
+		c.Size = defSizeAtomic
+	}
+	if c.Size == 0 {
+		c.Size = defSizeLat
+		if bw {
+			c.Size = defSizeBW
+		}
+	}
+	if c.Size < 1 || c.Size > maxSize {
+		return fmt.Errorf("perftest: message size %d out of range 1..%d", c.Size, maxSize)
+	}
+	if c.Iters == 0 {
+		c.Iters = defIters
+		if bw && c.Tool.Verb == Write {
+			c.Iters = defItersWB
+		}
+	}
+	if c.Iters < 5 {
+		return fmt.Errorf("perftest: %d iterations; at least 5", c.Iters)
+	}
+	if c.TxDepth == 0 {
+		c.TxDepth = defTxLat
+		if bw {
+			c.TxDepth = defTxBW
+		}
+	}
+	if c.RxDepth == 0 {
+		c.RxDepth = defRxRDMA
+		if c.Tool.Verb == Send {
+			c.RxDepth = defRxSend
+		}
+	}
+	explicitCQMod := c.CQMod != 0
+	if c.CQMod == 0 {
+		c.CQMod = defCQMod
+	}
+	if c.Inline < 0 {
+		c.Inline = 0
+		switch {
+		case c.Tool.Verb == Send:
+			c.Inline = defInlineRC
+		case c.Tool.Verb == Write:
+			c.Inline = defInlineW
+		}
+	}
+	if c.Tool.Verb == Read || c.Tool.Verb == Atomic {
+		c.Inline = 0
+	}
+	if c.Duration > 0 {
+		if c.AllSizes {
+			return errors.New("perftest: duration mode does not run all sizes")
+		}
+		if c.Duration < time.Second {
+			return errors.New("perftest: duration must be at least one second")
+		}
+	} else {
+		c.TxDepth = min(c.TxDepth, c.Iters)
+		if c.Tool.Verb == Send {
+			c.RxDepth = min(c.RxDepth, c.Iters)
+		}
+	}
+	if c.AllSizes {
+		c.Size = maxSize
+	}
+	if c.Size > cqModLimit && !c.AllSizes && !explicitCQMod {
+		c.CQMod = 1
+	}
+	c.CQMod = min(c.CQMod, c.TxDepth)
+	if c.MTU != 0 && mtuEnum(c.MTU) == 0 {
+		return fmt.Errorf("perftest: MTU %d (want 256, 512, 1024, 2048 or 4096)", c.MTU)
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 2 * time.Minute
+	}
+	if c.QPs < 1 || c.QPs > 1024 {
+		return fmt.Errorf("perftest: %d QPs out of range 1..1024", c.QPs)
+	}
+	return nil
+}
+
+// mtuEnum is the ibv_mtu value of an MTU in bytes, 0 if there is none.
+func mtuEnum(bytes int) int {
+	for e, b := 1, 256; b <= 4096; e, b = e+1, b*2 {
+		if b == bytes {
+			return e
+		}
+	}
+	return 0
+}
+
+// mtuBytes is the MTU in bytes of an ibv_mtu value.
+func mtuBytes(e int) int { return 128 << e }
+
+// sizes is the message sizes a run measures: -a's sweep or the one size.
+func (c *Config) sizes() []int {
+	if !c.AllSizes {
+		return []int{c.Size}
+	}
+	var s []int
+	for i := 1; i < 24; i++ {
+		s = append(s, 1<<i)
+	}
+	return s
+}
+
+// slotSize is perftest's BUFF_SIZE: one QP's share of each half of the buffer.
+func slotSize(size, cycle int) int { return max(size, cycle) }
+
+// stride is perftest's INC: how far consecutive messages are apart in the
+// buffer (at least a cache line).
+func stride(size, line int) int {
+	if size > line {
+		return (size + line - 1) / line * line
+	}
+	return line
+}

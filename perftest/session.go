@@ -1,0 +1,303 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/xdproce/xdproce/verbs"
+)
+
+// Result is what one size of a run measured.
+type Result struct {
+	Size  int
+	Iters uint64
+	// Bandwidth tests, in bytes per second and messages per second; the
+	// server of a WRITE/READ/atomic test reports the client's figures.
+	PeakBps, AvgBps, MsgRate float64
+	// Latency tests: one-way for SEND and WRITE (half the round trip), the
+	// whole operation for READ and atomics, as perftest reports them.
+	Min, Max, Typical, Avg, Stdev, P99, P999 time.Duration
+	// Verified counts the bytes Verify checked.
+	Verified uint64
+}
+
+// session is one run of a tool against one peer: the out-of-band channel,
+// the verbs resources and both sides' key messages.
+type session struct {
+	cfg Config
+	dev *verbs.Device
+	out io.Writer
+	oob *oob
+
+	pd     *verbs.PD
+	sendCQ *verbs.CQ
+	recvCQ *verbs.CQ
+	mr     *verbs.MR
+	qps    []*verbs.QP
+	my     []Dest
+	rem    []Dest
+
+	mtu      int // negotiated ibv_mtu value
+	cycle    int // negotiated cycle buffer
+	line     int // negotiated cache line
+	slot     int // BUFF_SIZE: one QP's share of each half of the buffer
+	gidIndex int
+	// wrap, if set, wraps the out-of-band connection (tests record it).
+	wrap func(net.Conn) net.Conn
+}
+
+// Run runs cfg's tool on dev against one peer and prints perftest's report
+// to out. The server side waits for a client on cfg.Port.
+func Run(ctx context.Context, dev *verbs.Device, cfg Config, out io.Writer) ([]Result, error) {
+	return run(ctx, &session{cfg: cfg, dev: dev, out: out})
+}
+
+func run(ctx context.Context, s *session) ([]Result, error) {
+	if err := s.cfg.Normalize(); err != nil {
+		return nil, err
+	}
+	defer s.close()
+	if err := s.connectOOB(ctx); err != nil {
+		return nil, err
+	}
+	// A peer that stops answering must not hang the run: closing the
+	// connection fails the exchange under way.
+	stop := context.AfterFunc(ctx, func() { s.oob.conn.Close() })
+	defer stop()
+	if err := s.negotiate(); err != nil {
+		return nil, err
+	}
+	if err := s.setup(); err != nil {
+		return nil, err
+	}
+	return s.run(ctx)
+}
+
+func (s *session) server() bool { return s.cfg.Server == "" }
+
+func (s *session) connectOOB(ctx context.Context) error {
+	var conn net.Conn
+	var err error
+	if s.server() {
+		fmt.Fprintf(s.out, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+		conn, err = accept(ctx, s.cfg.Bind, s.cfg.Port)
+	} else {
+		dctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+		defer cancel()
+		conn, err = dial(dctx, net.JoinHostPort(s.cfg.Server, strconv.Itoa(s.cfg.Port)))
+	}
+	if err != nil {
+		return err
+	}
+	if s.wrap != nil {
+		conn = s.wrap(conn)
+	}
+	s.oob = &oob{conn: conn, server: s.server(), timeout: s.cfg.Timeout}
+	return nil
+}
+
+// negotiate runs perftest's opening exchanges: versions, the cycle buffer
+// and cache line (the larger wins), and the MTU (the smaller wins).
+func (s *session) negotiate() error {
+	var err error
+	if _, err = s.oob.versions(); err != nil {
+		return err
+	}
+	c, err := s.oob.int32s(cycleBuffer)
+	if err != nil {
+		return err
+	}
+	l, err := s.oob.int32s(cacheLine)
+	if err != nil {
+		return err
+	}
+	s.cycle, s.line = max(cycleBuffer, int(c)), max(cacheLine, int(l))
+	if s.cycle > 1<<20 || s.line > 4096 || s.line <= 0 {
+		return fmt.Errorf("perftest: the peer asks for a %d-byte cycle buffer and %d-byte cache lines", c, l)
+	}
+	mine := int(s.dev.QueryPort().ActiveMTU)
+	if s.cfg.MTU != 0 {
+		mine = mtuEnum(s.cfg.MTU)
+	}
+	s.mtu, err = s.oob.mtu(mine)
+	return err
+}
+
+// setup creates the PD, CQs, buffer and QPs (taken to INIT) and this
+// side's key messages, laid out as perftest lays out its buffer: QP i sends
+// from slot i and is the target of the peer's operations in slot QPs+i.
+func (s *session) setup() error {
+	c := &s.cfg
+	var err error
+	if s.pd, err = s.dev.AllocPD(); err != nil {
+		return fmt.Errorf("perftest: %w", err)
+	}
+	depth := 2*(c.TxDepth+c.RxDepth)*c.QPs + 64
+	if s.sendCQ, err = s.dev.CreateCQ(depth); err != nil {
+		return fmt.Errorf("perftest: send CQ: %w", err)
+	}
+	if s.recvCQ, err = s.dev.CreateCQ(depth); err != nil {
+		return fmt.Errorf("perftest: receive CQ: %w", err)
+	}
+	s.slot = slotSize(c.Size, s.cycle)
+	bufSize := stride(s.slot, s.line) * 2 * c.QPs
+	access := verbs.AccessLocalWrite
+	switch c.Tool.Verb {
+	case Write:
+		access |= verbs.AccessRemoteWrite
+	case Read:
+		access |= verbs.AccessRemoteRead
+	case Atomic:
+		access |= verbs.AccessRemoteAtomic
+	}
+	if s.mr, err = s.pd.AllocMR(bufSize, access); err != nil {
+		return fmt.Errorf("perftest: registering %d bytes: %w", bufSize, err)
+	}
+	s.fill()
+	if s.gidIndex, err = s.pickGID(); err != nil {
+		return err
+	}
+	gid, err := s.dev.QueryGID(s.gidIndex)
+	if err != nil {
+		return fmt.Errorf("perftest: GID %d: %w", s.gidIndex, err)
+	}
+	outReads := s.dev.QueryDevice().MaxQPRdAtom
+	if c.OutReads > 0 {
+		outReads = min(outReads, c.OutReads)
+	}
+	if c.Tool.Verb == Send || c.Tool.Verb == Write {
+		outReads = 1 // perftest offers 1 where no READ or atomic runs
+	}
+	for i := range c.QPs {
+		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
+			Cap: verbs.QPCap{MaxSendWR: 2 * c.TxDepth, MaxRecvWR: c.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1,
+				MaxInlineData: c.Inline}})
+		if err != nil {
+			return fmt.Errorf("perftest: creating QP %d: %w", i, err)
+		}
+		s.qps = append(s.qps, qp)
+		if err := qp.Modify(verbs.QPAttr{State: verbs.StateInit, Port: 1, AccessFlags: access},
+			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+			return fmt.Errorf("perftest: QP %d to INIT: %w", i, err)
+		}
+		d := Dest{OutReads: uint16(outReads), QPN: qp.QPN(), PSN: rand.Uint32() & 0xffffff,
+			RKey: s.mr.RKey(), VAddr: s.mr.Addr() + uint64((c.QPs+i)*s.slot), GID: gid.As16()}
+		s.my = append(s.my, d)
+	}
+	s.rem = make([]Dest, c.QPs)
+	return nil
+}
+
+// pickGID takes -x's index, or else the first IPv4-mapped GID (perftest's
+// choice on RoCEv2), or else GID 0.
+func (s *session) pickGID() (int, error) {
+	if s.cfg.GIDIndex >= 0 {
+		return s.cfg.GIDIndex, nil
+	}
+	for i := 0; i < s.dev.QueryPort().GIDTblLen; i++ {
+		g, err := s.dev.QueryGID(i)
+		if err != nil {
+			break
+		}
+		if g.Unmap().Is4() {
+			return i, nil
+		}
+	}
+	return 0, nil
+}
+
+// keys exchanges every QP's key message once.
+func (s *session) keys() error {
+	for i := range s.my {
+		r, err := s.oob.keys(s.my[i])
+		if err != nil {
+			return err
+		}
+		s.rem[i] = r
+	}
+	return nil
+}
+
+// barrier is one hand shake used as a synchronisation point.
+func (s *session) barrier() error { return s.oob.barrier(s.my[0]) }
+
+// connect takes every QP through RTR to RTS with perftest's attributes.
+func (s *session) connect() error {
+	for i, qp := range s.qps {
+		r, m := s.rem[i], s.my[i]
+		if r.Addr().Is4() != m.Addr().Is4() {
+			return errors.New("perftest: the peer's GID and ours are of different IP versions")
+		}
+		rtr := verbs.QPAttr{State: verbs.StateRTR, PathMTU: verbs.MTU(s.mtu), DestQPN: r.QPN, RQPSN: r.PSN,
+			MaxDestRdAtomic: uint8(min(int(m.OutReads), 255)), MinRNRTimer: minRNRTimer,
+			AH: verbs.AH{DGID: r.Addr(), SGIDIndex: s.gidIndex, HopLimit: 0xff}}
+		if err := qp.Modify(rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
+			verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
+			return fmt.Errorf("perftest: QP %#x to RTR: %w", qp.QPN(), err)
+		}
+		rts := verbs.QPAttr{State: verbs.StateRTS, SQPSN: m.PSN, Timeout: qpTimeout, RetryCnt: 7, RNRRetry: 7,
+			MaxRdAtomic: uint8(min(max(int(r.OutReads), 1), 255))}
+		if err := qp.Modify(rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|
+			verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic); err != nil {
+			return fmt.Errorf("perftest: QP %#x to RTS: %w", qp.QPN(), err)
+		}
+	}
+	return nil
+}
+
+// close destroys what setup created and closes the channel.
+func (s *session) close() {
+	for _, qp := range s.qps {
+		qp.Destroy()
+	}
+	if s.mr != nil {
+		s.mr.Dereg()
+	}
+	if s.oob != nil {
+		s.oob.conn.Close()
+	}
+}
+
+// exchangeReports swaps bandwidth reports (xchg_bw_reports): size, iters,
+// peak, average and message rate, big-endian, one exchange each.
+func (s *session) exchangeReports(mine Result) (Result, error) {
+	var r Result
+	size, err := s.oob.uint64s(uint64(mine.Size))
+	if err != nil {
+		return r, err
+	}
+	iters, err := s.oob.uint64s(mine.Iters)
+	if err != nil {
+		return r, err
+	}
+	unit := s.bwUnit()
+	peak, err := s.oob.float64s(mine.PeakBps / unit)
+	if err != nil {
+		return r, err
+	}
+	avg, err := s.oob.float64s(mine.AvgBps / unit)
+	if err != nil {
+		return r, err
+	}
+	rate, err := s.oob.float64s(mine.MsgRate / 1e6)
+	if err != nil {
+		return r, err
+	}
+	// The peer's figures are in its own unit, which perftest assumes is ours
+	// (both sides are run with the same --report_gbits).
+	return Result{Size: int(size), Iters: iters, PeakBps: peak * unit, AvgBps: avg * unit, MsgRate: rate * 1e6}, nil
+}
+
+// bwUnit is the bytes per second of the report's unit: MB/s (2^20) or Gb/s.
+func (s *session) bwUnit() float64 {
+	if s.cfg.ReportGbits {
+		return 125e6
+	}
+	return 1 << 20
+}

@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/test/netns"
+)
+
+// buildCLI builds the xdproce command into a test directory.
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "xdproce")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/xdproce/xdproce/cmd/xdproce")
+	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return out
+}
+
+// perfRun runs `xdproce perf` with the server on b and the client on a,
+// each in its namespace, and returns both outputs.
+func perfRun(t *testing.T, bin string, a, b *netns.Host, tool string, args ...string) (client, server string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	var sout, cout bytes.Buffer
+	srv := exec.CommandContext(ctx, bin, append([]string{"perf", tool, "-d", b.Link, "--timeout", "60s"}, args...)...)
+	srv.Stdout, srv.Stderr = &sout, &sout
+	if err := b.Start(srv); err != nil {
+		t.Fatal(err)
+	}
+	cli := exec.CommandContext(ctx, bin, append([]string{"perf", tool, "-d", a.Link, "--timeout", "60s"}, append(args, b.Addr.String())...)...)
+	cli.Stdout, cli.Stderr = &cout, &cout
+	if err := a.Start(cli); err != nil {
+		t.Fatal(err)
+	}
+	cerr := cli.Wait()
+	if cerr != nil {
+		srv.Process.Kill()
+	}
+	serr := srv.Wait()
+	if cerr != nil || serr != nil {
+		t.Fatalf("%s %q: client %v, server %v\nclient:\n%s\nserver:\n%s", tool, args, cerr, serr, &cout, &sout)
+	}
+	return cout.String(), sout.String()
+}
+
+var (
+	bwRow  = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
+	latRow = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
+)
+
+// Every perftest tool runs through the command line between two
+// namespaces, over XDP and AF_XDP, with --verify checking every byte that
+// arrives; the tables are perftest's.
+func TestPerfToolsOverXDP(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
+	a, b := topo.Hosts[0], topo.Hosts[1]
+	bin := buildCLI(t)
+	for _, verb := range []string{"send", "write", "read", "atomic"} {
+		for _, test := range []string{"bw", "lat"} {
+			tool := "ib_" + verb + "_" + test
+			t.Run(tool, func(t *testing.T) {
+				args := []string{"-n", "300", "--verify", "--report_gbits", "-m", "1024"}
+				if verb != "atomic" {
+					args = append(args, "-s", "5000")
+				}
+				cout, sout := perfRun(t, bin, a, b, tool, args...)
+				if test == "bw" {
+					for side, out := range map[string]string{"client": cout, "server": sout} {
+						m := bwRow.FindStringSubmatch(out)
+						if m == nil || m[2] != "300" || m[5] == "0.000000" {
+							t.Errorf("%s: no bandwidth row with 300 iterations and a message rate:\n%s", side, out)
+						}
+					}
+				} else if m := latRow.FindStringSubmatch(cout); m == nil || m[2] != "300" {
+					t.Errorf("no latency row with 300 iterations:\n%s", cout)
+				}
+				if !strings.Contains(cout+sout, "Data validation : every byte") && test == "bw" && verb != "send" {
+					t.Errorf("no side reported its data check:\n%s\n%s", cout, sout)
+				}
+			})
+		}
+	}
+	t.Run("ib_write_bw -a", func(t *testing.T) {
+		cout, _ := perfRun(t, bin, a, b, "ib_write_bw", "-a", "-n", "5", "--verify")
+		if n := len(bwRow.FindAllString(cout, -1)); n != 23 {
+			t.Errorf("%d rows, want 23 sizes:\n%s", n, cout)
+		}
+	})
+	t.Run("ib_write_bw -q 8", func(t *testing.T) {
+		cout, sout := perfRun(t, bin, a, b, "ib_write_bw", "-q", "8", "-n", "200", "-s", "8192", "--verify")
+		if m := bwRow.FindStringSubmatch(cout); m == nil || m[2] != "1600" {
+			t.Errorf("want 8×200 iterations:\n%s\n%s", cout, sout)
+		}
+	})
+}

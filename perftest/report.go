@@ -50,12 +50,11 @@ func (s *session) printInfo() {
 // printDest prints one side's key message as perftest does; the GID's bytes
 // in decimal, as perftest's "%02d" prints them.
 func (s *session) printDest(side string, d Dest) {
-	if s.cfg.Tool.Verb == Send {
-		fmt.Fprintf(s.out, " %s address: LID %#04x QPN %#06x PSN %#06x\n", side, d.LID, d.QPN, d.PSN)
-	} else {
-		fmt.Fprintf(s.out, " %s address: LID %#04x QPN %#06x PSN %#06x RKey %#08x VAddr %#016x\n",
-			side, d.LID, d.QPN, d.PSN, d.RKey, d.VAddr)
+	fmt.Fprintf(s.out, " %s address: LID %s QPN %s PSN %s", side, cHex(uint64(d.LID), 4), cHex(uint64(d.QPN), 6), cHex(uint64(d.PSN), 6))
+	if s.cfg.Tool.Verb != Send {
+		fmt.Fprintf(s.out, " RKey %s VAddr %s", cHex(uint64(d.RKey), 8), cHex(d.VAddr, 16))
 	}
+	fmt.Fprintln(s.out)
 	fmt.Fprint(s.out, " GID: ")
 	for i, b := range d.GID {
 		if i > 0 {
@@ -64,6 +63,15 @@ func (s *session) printDest(side string, d Dest) {
 		fmt.Fprintf(s.out, "%02d", b)
 	}
 	fmt.Fprintln(s.out)
+}
+
+// cHex formats v as C's "%#0<width>x": the width counts the "0x", and zero
+// gets no prefix.
+func cHex(v uint64, width int) string {
+	if v == 0 {
+		return fmt.Sprintf("%0*x", width, 0)
+	}
+	return fmt.Sprintf("0x%0*x", max(width-2, 1), v)
 }
 
 func (s *session) printLine() { fmt.Fprint(s.out, resultLine) }

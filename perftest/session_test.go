@@ -298,3 +298,55 @@ func TestToolsUnderLoss(t *testing.T) {
 		})
 	}
 }
+
+func TestCHexIsCsHashFormat(t *testing.T) {
+	// What perftest printed for the same values (rxe-peer's baseline).
+	for _, c := range []struct {
+		v     uint64
+		width int
+		want  string
+	}{{0, 4, "0000"}, {0x17, 6, "0x0017"}, {0xbdbe2e, 6, "0xbdbe2e"}, {0x8ac, 8, "0x0008ac"}, {0x7fc179c42000, 16, "0x007fc179c42000"}} {
+		if got := cHex(c.v, c.width); got != c.want {
+			t.Errorf("cHex(%#x, %d) = %q, want %q", c.v, c.width, got, c.want)
+		}
+	}
+}
+
+// ibv_rc_pingpong's address message round-trips, as rdma-core formats it.
+func TestPingPongDest(t *testing.T) {
+	d := pingPongDest{QPN: 0x11, PSN: 0xabcdef, GID: netip.MustParseAddr("::ffff:198.18.0.11").As16()}
+	b := d.marshal()
+	if want := "0000:000011:abcdef:00000000000000000000ffffc612000b\x00"; string(b) != want {
+		t.Fatalf("marshal = %q, want %q", b, want)
+	}
+	if got, err := parsePingPongDest(b); err != nil || got != d {
+		t.Fatalf("parse = %+v, %v", got, err)
+	}
+	if _, err := parsePingPongDest([]byte("0000:0000xx:abcdef:00000000000000000000ffffc612000b\x00")); err == nil {
+		t.Error("a malformed QPN parsed")
+	}
+}
+
+// Two xdproce devices play ibv_rc_pingpong with each other.
+func TestPingPong(t *testing.T) {
+	p := newMemPair(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cfg := PingPongConfig{Bind: "127.0.0.1", Port: port, Iters: 200, Size: 9000, GIDIndex: 1, Validate: true, Timeout: 30 * time.Second}
+	errc := make(chan error, 1)
+	var sout bytes.Buffer
+	go func(cfg PingPongConfig) { errc <- RunPingPong(t.Context(), p.b, cfg, &sout) }(cfg)
+	cfg.Server = "127.0.0.1"
+	var cout bytes.Buffer
+	cerr := RunPingPong(t.Context(), p.a, cfg, &cout)
+	if err := <-errc; err != nil || cerr != nil {
+		t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, &cout, err, &sout)
+	}
+	if !strings.Contains(cout.String(), "200 iters in") || !strings.Contains(sout.String(), "3600000 bytes in") {
+		t.Errorf("reports:\n%s\n%s", &cout, &sout)
+	}
+}

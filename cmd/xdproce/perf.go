@@ -21,6 +21,8 @@ ib_write_lat ib_read_bw ib_read_lat ib_atomic_bw ib_atomic_lat. Without
 SERVER it is the server; with it, the client of SERVER. Either side may be
 stock perftest (4.5 and later) on another RNIC: the out-of-band exchange on
 TCP port 18515, the QP attributes and the reports are perftest's.
+TOOL ibv_rc_pingpong is rdma-core's example instead (xdproce perf
+ibv_rc_pingpong -h lists its options).
 
 options (perftest's):
 `
@@ -35,6 +37,9 @@ func runPerf(ctx context.Context, args []string, stdout io.Writer) error {
 			return flag.ErrHelp
 		}
 		return fmt.Errorf("%w: xdproce perf TOOL -d IFACE [options] [SERVER]", errUsage)
+	}
+	if args[0] == "ibv_rc_pingpong" {
+		return runRCPingPong(ctx, args[1:], stdout)
 	}
 	tool, err := perftest.ParseTool(args[0])
 	if err != nil {
@@ -154,4 +159,49 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (perftes
 		return perftest.Config{}, "", fmt.Errorf("%w: %v", errUsage, err)
 	}
 	return cfg, a.iface, nil
+}
+
+// runRCPingPong is `xdproce perf ibv_rc_pingpong`, rdma-core's example.
+func runRCPingPong(ctx context.Context, args []string, stdout io.Writer) error {
+	var c perftest.PingPongConfig
+	var iface string
+	fs := flag.NewFlagSet("ibv_rc_pingpong", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&iface, "d", "", "network interface xdproce runs on")
+	fs.IntVar(&c.Port, "p", perftest.DefaultPort, "TCP port of the address exchange")
+	fs.IntVar(&c.Size, "s", 4096, "message size")
+	fs.IntVar(&c.MTU, "m", 1024, "path MTU")
+	fs.IntVar(&c.RxDepth, "r", 500, "receives posted at a time")
+	fs.IntVar(&c.Iters, "n", 1000, "exchanges")
+	fs.IntVar(&c.GIDIndex, "g", -1, "local GID index (RoCE needs one: 1 is the IPv4-mapped GID)")
+	fs.BoolVar(&c.Validate, "c", false, "validate the buffer that came back")
+	fs.DurationVar(&c.Timeout, "timeout", 2*time.Minute, "bound on the exchange and on each wait for the peer")
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintln(stdout, "usage: xdproce perf ibv_rc_pingpong -d IFACE -g GIDX [options] [SERVER]")
+				fs.SetOutput(stdout)
+				fs.PrintDefaults()
+				return err
+			}
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if iface == "" || len(pos) > 1 {
+		return fmt.Errorf("%w: xdproce perf ibv_rc_pingpong -d IFACE -g GIDX [options] [SERVER]", errUsage)
+	}
+	if len(pos) == 1 {
+		c.Server = pos[0]
+	}
+	dev, err := verbs.Open(ctx, iface, verbs.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return fmt.Errorf("opening xdproce on %s: %w", iface, err)
+	}
+	return errors.Join(perftest.RunPingPong(ctx, dev, c, stdout), dev.Close())
 }

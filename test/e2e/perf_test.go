@@ -32,12 +32,12 @@ func perfRun(t *testing.T, bin string, a, b *netns.Host, tool string, args ...st
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	var sout, cout bytes.Buffer
-	srv := exec.CommandContext(ctx, bin, append([]string{"perf", tool, "-d", b.Link, "--timeout", "60s"}, args...)...)
+	srv := exec.CommandContext(ctx, bin, append([]string{"perf", tool, "-d", b.Link, "-timeout", "60s"}, args...)...)
 	srv.Stdout, srv.Stderr = &sout, &sout
 	if err := b.Start(srv); err != nil {
 		t.Fatal(err)
 	}
-	cli := exec.CommandContext(ctx, bin, append([]string{"perf", tool, "-d", a.Link, "--timeout", "60s"}, append(args, b.Addr.String())...)...)
+	cli := exec.CommandContext(ctx, bin, append([]string{"perf", tool, "-d", a.Link, "-timeout", "60s"}, append(args, b.Addr.String())...)...)
 	cli.Stdout, cli.Stderr = &cout, &cout
 	if err := a.Start(cli); err != nil {
 		t.Fatal(err)
@@ -95,6 +95,12 @@ func TestPerfToolsOverXDP(t *testing.T) {
 		cout, _ := perfRun(t, bin, a, b, "ib_write_bw", "-a", "-n", "5", "--verify")
 		if n := len(bwRow.FindAllString(cout, -1)); n != 23 {
 			t.Errorf("%d rows, want 23 sizes:\n%s", n, cout)
+		}
+	})
+	t.Run("ibv_rc_pingpong", func(t *testing.T) {
+		cout, sout := perfRun(t, bin, a, b, "ibv_rc_pingpong", "-g", "1", "-n", "500", "-s", "6000", "-c")
+		if !strings.Contains(cout, "500 iters in") || !strings.Contains(sout, "6000000 bytes in") {
+			t.Errorf("reports:\n%s\n%s", cout, sout)
 		}
 	})
 	t.Run("ib_write_bw -q 8", func(t *testing.T) {

@@ -630,9 +630,10 @@ func (l *latency) mark(now time.Time) {
 	}
 }
 
-// writePingPong is run_iter_lat_write: the server answers the client's
-// first WRITE; each side writes the iteration number into the last byte of
-// its message and spins on the last byte of the message it receives.
+// writePingPong is run_iter_lat_write: the server writes first; each side
+// writes the iteration number into the last byte of its message and spins
+// on the last byte of the message it receives. The server's last step is
+// to wait for the client's last WRITE.
 func (s *session) writePingPong(ctx context.Context, size int) (Result, error) {
 	lat := s.newLatency(2)
 	src := s.mr.Bytes()[:size]
@@ -641,15 +642,25 @@ func (s *session) writePingPong(ctx context.Context, size int) (Result, error) {
 	w.Flags |= verbs.SendSignaled
 	wr := []verbs.SendWR{w}
 	wc := make([]verbs.WorkCompletion, 1)
-	var scnt, rcnt int
-	deadline := time.Now().Add(s.cfg.Timeout)
-	for s.more(lat, scnt) {
-		if !(scnt == 0 && s.server()) {
+	n := s.cfg.Iters
+	durational := s.cfg.Duration > 0
+	var scnt, rcnt, ccnt int
+	for scnt < n || rcnt < n || ccnt < n || durational {
+		if durational && lat.ck.over(time.Now()) {
+			break
+		}
+		if (rcnt < n || durational) && !(scnt == 0 && s.server()) {
 			rcnt++
+			deadline := time.Now().Add(s.cfg.Timeout)
 			for spins := 0; lastByte(dst) != byte(rcnt); spins++ {
 				if spins%1024 == 1023 {
 					if ctx.Err() != nil {
 						return Result{}, ctx.Err()
+					}
+					if durational && lat.ck.over(time.Now()) {
+						// Our time is up while the peer's answer is on
+						// its way: perftest's loop ends here too.
+						return lat.result(size, true), nil
 					}
 					if time.Now().After(deadline) {
 						return Result{}, fmt.Errorf("perftest: WRITE %d of %d bytes did not arrive within %v", rcnt, size, s.cfg.Timeout)
@@ -663,30 +674,25 @@ func (s *session) writePingPong(ctx context.Context, size int) (Result, error) {
 				}
 			}
 		}
-		scnt++
-		lat.mark(time.Now())
-		src[size-1] = byte(scnt)
-		if _, err := s.qps[0].PostSend(wr); err != nil {
-			return Result{}, fmt.Errorf("perftest: posting WRITE %d: %w", scnt, err)
-		}
-		if err := s.pollOne(ctx, s.sendCQ, wc); err != nil {
-			return Result{}, err
-		}
-		deadline = time.Now().Add(s.cfg.Timeout)
-	}
-	// The client's last WRITE is answered by the server's last one.
-	if !s.server() && s.cfg.Duration == 0 {
-		for spins := 0; lastByte(dst) != byte(scnt); spins++ {
-			if spins%1024 == 1023 && (ctx.Err() != nil || time.Now().After(deadline)) {
-				return Result{}, fmt.Errorf("perftest: the last WRITE did not arrive")
+		if scnt < n || durational {
+			scnt++
+			lat.mark(time.Now())
+			src[size-1] = byte(scnt)
+			if _, err := s.qps[0].PostSend(wr); err != nil {
+				return Result{}, fmt.Errorf("perftest: posting WRITE %d: %w", scnt, err)
 			}
-			runtime.Gosched()
+		}
+		if ccnt < n || durational {
+			if err := s.pollOne(ctx, s.sendCQ, wc); err != nil {
+				return Result{}, err
+			}
+			ccnt++
 		}
 	}
 	if s.cfg.Verify {
 		copyPattern(src, 0) // the counter byte back to the pattern
 	}
-	return lat.result(size, s.cfg.Duration > 0), nil
+	return lat.result(size, durational), nil
 }
 
 // sendPingPong is run_iter_lat_send: the server waits for a SEND and
@@ -700,7 +706,10 @@ func (s *session) sendPingPong(ctx context.Context, size int, r *receiver) (Resu
 	mod := s.cfg.CQMod
 	for s.more(lat, scnt) || s.cfg.Duration == 0 && rcnt < s.cfg.Iters {
 		if !(scnt == 0 && !s.server()) {
-			if err := s.pollRecv(ctx, r, wc); err != nil {
+			if err := s.pollRecv(ctx, r, wc, lat); err != nil {
+				if errors.Is(err, errTimeUp) {
+					break
+				}
 				return Result{}, fmt.Errorf("perftest: waiting for SEND %d: %w", rcnt+1, err)
 			}
 			rcnt++
@@ -732,13 +741,19 @@ func (s *session) sendPingPong(ctx context.Context, size int, r *receiver) (Resu
 	return lat.result(size, s.cfg.Duration > 0), nil
 }
 
+// errTimeUp ends a wait when a run in duration mode is over.
+var errTimeUp = errors.New("perftest: the run's time is up")
+
 // pollRecv waits for one receive completion and checks it.
-func (s *session) pollRecv(ctx context.Context, r *receiver, wc []verbs.WorkCompletion) error {
+func (s *session) pollRecv(ctx context.Context, r *receiver, wc []verbs.WorkCompletion, lat *latency) error {
 	deadline := time.Now().Add(s.cfg.Timeout)
 	for spins := 0; s.recvCQ.Poll(wc[:1]) == 0; spins++ {
 		if spins%1024 == 1023 {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if s.cfg.Duration > 0 && lat.ck.over(time.Now()) {
+				return errTimeUp
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("no SEND within %v", s.cfg.Timeout)

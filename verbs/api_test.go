@@ -96,21 +96,34 @@ func TestPostErrorsReportTheBadWR(t *testing.T) {
 }
 
 // remoteFault runs one request from a to b that b must refuse, and checks
-// the requester's status, that b wrote nothing, and that b's QP is in ERR.
-func remoteFault(t *testing.T, a, b *node, wr SendWR, want WCStatus) {
+// the requester's status, that neither b's buffer, a's buffer nor the
+// watched regions changed, and that both QPs are in ERR.
+func remoteFault(t *testing.T, a, b *node, wr SendWR, want WCStatus, watch ...*MR) {
 	t.Helper()
-	before := bytes.Clone(b.mr.Bytes())
-	postSend(t, a, wr)
+	checkFault(t, a, b, func() { postSend(t, a, wr) }, want, watch...)
+}
+
+// checkFault is remoteFault with the request posted by post.
+func checkFault(t *testing.T, a, b *node, post func(), want WCStatus, watch ...*MR) {
+	t.Helper()
+	watch = append([]*MR{a.mr, b.mr}, watch...)
+	before := make([][]byte, len(watch))
+	for i, mr := range watch {
+		before[i] = bytes.Clone(mr.Bytes())
+	}
+	post()
 	wcs := poll(t, a.scq, 1, 5*time.Second)
 	if wcs[0].Status != want {
 		t.Fatalf("completion %+v, want %v", wcs[0], want)
 	}
-	if !bytes.Equal(before, b.mr.Bytes()) {
-		t.Fatal("the responder's memory changed")
-	}
 	deadline := time.Now().Add(time.Second)
 	for b.qp.State() != StateErr && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
+	}
+	for i, mr := range watch {
+		if !bytes.Equal(before[i], mr.Bytes()) {
+			t.Fatalf("region %d (lkey %#x) changed", i, mr.LKey())
+		}
 	}
 	if a.qp.State() != StateErr || b.qp.State() != StateErr {
 		t.Fatalf("states after the fault: requester %v, responder %v; want ERR, ERR", a.qp.State(), b.qp.State())
@@ -141,7 +154,7 @@ func TestRemoteAccessFaultsWriteNothing(t *testing.T) {
 		a, b, _, _ := pair(t, connOpts{}, 1<<16)
 		ro, err := b.pd.AllocMR(4096, AccessRemoteRead)
 		must(t, err)
-		remoteFault(t, a, b, SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: data(a), RemoteAddr: ro.Addr(), RKey: ro.RKey()}, WCRemAccessErr)
+		remoteFault(t, a, b, SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: data(a), RemoteAddr: ro.Addr(), RKey: ro.RKey()}, WCRemAccessErr, ro)
 	})
 	t.Run("other PD", func(t *testing.T) {
 		a, b, _, _ := pair(t, connOpts{}, 1<<16)
@@ -149,11 +162,7 @@ func TestRemoteAccessFaultsWriteNothing(t *testing.T) {
 		must(t, err)
 		other, err := pd2.AllocMR(4096, AccessLocalWrite|AccessRemoteWrite)
 		must(t, err)
-		before := bytes.Clone(other.Bytes())
-		remoteFault(t, a, b, SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: data(a), RemoteAddr: other.Addr(), RKey: other.RKey()}, WCRemAccessErr)
-		if !bytes.Equal(before, other.Bytes()) {
-			t.Fatal("the other PD's region changed")
-		}
+		remoteFault(t, a, b, SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: data(a), RemoteAddr: other.Addr(), RKey: other.RKey()}, WCRemAccessErr, other)
 	})
 	t.Run("misaligned atomic", func(t *testing.T) {
 		a, b, _, _ := pair(t, connOpts{}, 1<<16)

@@ -14,10 +14,19 @@
 //   - IPv4 ID is 0 on every packet (rxe hashes a non-zero one); DF is set,
 //     TTL 64. The ICRC covers the ID, so captures are compared with it patched.
 //   - MR.Dereg runs on the engine goroutine between two packets, so when it
-//     returns no packet touches the memory again and later requests naming
-//     its keys get a remote access error; it fails with EBUSY while memory
-//     windows are bound to the region. Keys are index<<8 | a random byte,
-//     with rxe's index ranges for regions and windows.
+//     returns nil no packet touches the memory again and later requests
+//     naming its keys get a remote access error. It fails with EBUSY while
+//     the region is in use: memory windows are bound to it, a send WR not
+//     yet completed names its lkey, or a responder is in the middle of a
+//     multi-packet WRITE or SEND into it (rxe holds a reference for these).
+//     Keys are index<<8 | a random byte, with rxe's index ranges for regions
+//     and windows.
+//   - RTS -> SQD drains the send queue: WRs already started finish (and are
+//     retransmitted), none starts, and EventSQDrained follows the last
+//     completion if EnSQDAsyncNotify is set; until then only ERR may leave
+//     SQD, as rxe.
+//   - A receive WR with a bad SGE is a malformed WQE (class A): it completes
+//     with LOC_QP_OP_ERR and the requester gets REM_OP_ERR, as rxe.
 //   - Memory windows are type 2 only. A BIND_MW or LOCAL_INV work request
 //     runs when every WR before it has completed (rxe runs it as soon as the
 //     requester reaches it; both complete in order).

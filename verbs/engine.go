@@ -335,6 +335,10 @@ func (e *engine) handleFrame(frame []byte) {
 // modify applies a validated Modify on the engine goroutine.
 func (e *engine) modify(qp *QP, a QPAttr, mask AttrMask, next QPState, dmac net.HardwareAddr) {
 	t := &qp.t
+	prev := t.state
+	if mask&AttrEnSQDAsyncNotify != 0 {
+		t.attr.EnSQDAsyncNotify = a.EnSQDAsyncNotify
+	}
 	if mask&AttrAccessFlags != 0 {
 		t.attr.AccessFlags = a.AccessFlags
 	}
@@ -394,6 +398,7 @@ func (e *engine) modify(qp *QP, a QPAttr, mask AttrMask, next QPState, dmac net.
 		qp.postMu.Unlock()
 	case StateErr:
 		t.state = StateErr
+		t.draining = false
 		qp.state.Store(uint32(StateErr))
 		e.takePosts(qp)
 		e.flushQueues(qp)
@@ -401,6 +406,14 @@ func (e *engine) modify(qp *QP, a QPAttr, mask AttrMask, next QPState, dmac net.
 	}
 	t.state = next
 	qp.state.Store(uint32(next))
+	switch {
+	case prev == StateRTS && next == StateSQD:
+		// Drain: the WQEs already started finish, then EventSQDrained.
+		t.draining = true
+		e.checkDrained(qp)
+	case prev == StateSQD && next == StateRTS && len(t.sq) > 0:
+		e.activate(qp)
+	}
 }
 
 func roundPow2(n int) int {
@@ -417,6 +430,7 @@ func (e *engine) toError(qp *QP) {
 		return
 	}
 	qp.t.state = StateErr
+	qp.t.draining = false
 	qp.state.Store(uint32(StateErr))
 	e.flushQueues(qp)
 }

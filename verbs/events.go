@@ -12,6 +12,7 @@ type AsyncEventType uint8
 const (
 	EventCQErr           AsyncEventType = 0  // IBV_EVENT_CQ_ERR: a CQ overflowed
 	EventQPFatal         AsyncEventType = 1  // IBV_EVENT_QP_FATAL
+	EventSQDrained       AsyncEventType = 5  // IBV_EVENT_SQ_DRAINED: an SQD drain ended (en_sqd_async_notify)
 	EventSRQLimitReached AsyncEventType = 15 // IBV_EVENT_SRQ_LIMIT_REACHED
 )
 
@@ -21,6 +22,8 @@ func (t AsyncEventType) String() string {
 		return "CQ_ERR"
 	case EventQPFatal:
 		return "QP_FATAL"
+	case EventSQDrained:
+		return "SQ_DRAINED"
 	case EventSRQLimitReached:
 		return "SRQ_LIMIT_REACHED"
 	}

@@ -66,6 +66,8 @@ type MemLink struct {
 	rng    *rand.Rand
 	max    int
 	stats  MemLinkStats
+	// drop, if set, drops the frames it returns true for (tests' hook, under mu).
+	drop func(frame []byte) bool
 
 	// Frame buffers are recycled so that the link itself does not allocate
 	// per frame (the engine benchmarks measure the engine). poolMu is a leaf
@@ -115,6 +117,10 @@ func (l *MemLink) Send(frames [][]byte) error {
 	l.mu.Lock()
 	for _, f := range frames {
 		l.stats.Sent++
+		if l.drop != nil && l.drop(f) {
+			l.stats.Dropped++
+			continue
+		}
 		if l.imp.Drop > 0 && l.rng.Float64() < l.imp.Drop {
 			l.stats.Dropped++
 			continue

@@ -82,10 +82,20 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 	return pd.RegMR(make([]byte, n), access)
 }
 
-// Dereg deregisters the region. When it returns, no packet will touch the
-// memory any more: the engine removes the keys between two packets. Requests
-// naming the keys afterwards get a remote access error. A region with memory
-// windows bound to it stays registered and Dereg fails with EBUSY.
+// Dereg deregisters the region. It runs on the engine between two packets,
+// and when it returns nil no packet touches the memory again: requests
+// naming the keys afterwards get a remote access error, and send WRs naming
+// the lkey complete with LOC_PROT_ERR.
+//
+// The engine keeps the memory it resolved for a message until the message is
+// done, so Dereg fails with EBUSY, leaving the region registered, while it is
+// in use: a send WR posted on a QP of the device and not yet completed names
+// the lkey in its SG list (not INLINE), a responder is in the middle of a
+// multi-packet RDMA WRITE into the region or of a multi-packet SEND into a
+// receive WR naming it, or memory windows are bound to it. Completing the
+// WRs (or moving the QP to the error or reset state, which flushes them, or
+// destroying it) releases the region. rxe holds a reference for the same
+// uses; ibverbs leaves deregistering a region in use undefined.
 func (m *MR) Dereg() error {
 	return m.pd.dev.do(func() error {
 		if !m.valid {
@@ -94,9 +104,66 @@ func (m *MR) Dereg() error {
 		if m.boundMWs > 0 {
 			return fmt.Errorf("verbs: %d memory windows are bound to the MR: %w", m.boundMWs, ErrBusy)
 		}
+		if use := m.pd.dev.e.mrInUse(m); use != "" {
+			return fmt.Errorf("verbs: the MR is in use by %s: %w", use, ErrBusy)
+		}
 		m.pd.dev.e.removeMR(m)
 		return nil
 	})
+}
+
+// mrInUse says what in-flight work holds memory of mr, or "" if none. Only
+// QPs of the region's PD can have resolved its keys.
+func (e *engine) mrInUse(mr *MR) string {
+	for _, qp := range e.live {
+		if qp.pd != mr.pd {
+			continue
+		}
+		t := &qp.t
+		for i := range t.sq {
+			if t.sq[i].namesLKey(mr.lkey) {
+				return fmt.Sprintf("send WR %d of QP %#x", t.sq[i].wr.ID, qp.qpn)
+			}
+		}
+		qp.postMu.Lock()
+		for i := range qp.postSend {
+			if qp.postSend[i].namesLKey(mr.lkey) {
+				id := qp.postSend[i].wr.ID
+				qp.postMu.Unlock()
+				return fmt.Sprintf("send WR %d of QP %#x", id, qp.qpn)
+			}
+		}
+		qp.postMu.Unlock()
+		if t.respOp == respWrite && t.write.mr == mr {
+			return fmt.Sprintf("an RDMA WRITE in progress on QP %#x", qp.qpn)
+		}
+		if t.recv.active {
+			var one [1]SGE
+			for _, s := range t.recv.wr.sges(&one) {
+				if s.LKey == mr.lkey {
+					return fmt.Sprintf("a SEND in progress into receive WR %d of QP %#x", t.recv.wr.ID, qp.qpn)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// namesLKey reports whether the WQE's SG list names lkey (INLINE data was
+// copied when posted and names nothing).
+func (w *sendWQE) namesLKey(lkey uint32) bool {
+	if w.wr.Flags&SendInline != 0 {
+		return false
+	}
+	if w.single {
+		return w.sge1.LKey == lkey
+	}
+	for _, s := range w.wr.SGList {
+		if s.LKey == lkey {
+			return true
+		}
+	}
+	return false
 }
 
 // mrTable maps key indexes to regions and memory windows; keys are

@@ -119,6 +119,7 @@ func (qp *QP) Query() (QPAttr, error) {
 		a = qp.t.attr
 		a.State = qp.t.state
 		a.CurState = qp.t.state
+		a.SQDraining = qp.t.draining
 		a.Cap = qp.cap
 		return nil
 	})
@@ -205,7 +206,11 @@ func checkTransition(typ QPType, cur, next QPState, mask AttrMask) error {
 
 // Modify changes the QP's state and attributes, as ibv_modify_qp: the
 // transition must be legal and the mask must hold exactly the required
-// attributes plus optional ones.
+// attributes plus optional ones. RTS -> SQD drains the send queue: the WRs
+// already started finish (retransmitted as needed), no new one starts, and
+// when they have completed the drain ends, with EventSQDrained if
+// EnSQDAsyncNotify is set; until then only a move to ERR may leave SQD (as
+// rxe), and Query reports SQDraining.
 func (qp *QP) Modify(attr QPAttr, mask AttrMask) error {
 	if err := qp.checkAttrValues(attr, mask); err != nil {
 		return err
@@ -228,6 +233,10 @@ func (qp *QP) Modify(attr QPAttr, mask AttrMask) error {
 		}
 		if err := checkTransition(qp.typ, cur, next, mask); err != nil {
 			return err
+		}
+		if mask&AttrState != 0 && cur == StateSQD && qp.t.draining && next != StateErr {
+			// As rxe: only ERR may leave SQD before the drain ends.
+			return fmt.Errorf("verbs: QP transition %v -> %v while the send queue is still draining: %w", cur, next, ErrInvalid)
 		}
 		qp.dev.e.modify(qp, attr, mask, next, dmac)
 		return nil

@@ -30,6 +30,7 @@ type qpTransport struct {
 	noackPkts   int       // packets since the last AckReq
 	retryLeft   uint8
 	rnrLeft     uint8
+	draining    bool      // in SQD, WQEs already started are not all complete yet
 	timerAt     time.Time // retransmission deadline; zero when off
 	rnrAt       time.Time // end of an RNR wait; zero when none
 
@@ -79,9 +80,11 @@ func (t *qpTransport) npkts(n uint32) uint32 {
 }
 
 // requester sends what the QP's window allows; it reports whether it sent.
+// In SQD it finishes (and retransmits) the WQEs already started and starts
+// no new one.
 func (e *engine) requester(qp *QP) bool {
 	t := &qp.t
-	if t.state != StateRTS || !t.rnrAt.IsZero() {
+	if (t.state != StateRTS && t.state != StateSQD) || !t.rnrAt.IsZero() {
 		return false
 	}
 	sent := false
@@ -90,6 +93,9 @@ func (e *engine) requester(qp *QP) bool {
 			break
 		}
 		w := &t.sq[t.reqIdx]
+		if t.state == StateSQD && !w.started {
+			break
+		}
 		if w.wr.Opcode.isLocal() {
 			// A bind or local invalidate runs once every WR before it has
 			// completed, so it is ordered after them and before the WRs
@@ -385,6 +391,23 @@ func (e *engine) retire(qp *QP, status WCStatus) {
 		if !qp.scq.push(wc, false) && t.state != StateErr {
 			e.fatal(qp)
 		}
+	}
+	if status == WCSuccess {
+		e.checkDrained(qp) // an error completion moves the QP to ERR instead
+	}
+}
+
+// checkDrained ends an SQD drain once every WQE started before it has
+// completed, raising EventSQDrained if the QP asked for it
+// (en_sqd_async_notify).
+func (e *engine) checkDrained(qp *QP) {
+	t := &qp.t
+	if !t.draining || t.state != StateSQD || (len(t.sq) > 0 && t.sq[0].started) {
+		return
+	}
+	t.draining = false
+	if t.attr.EnSQDAsyncNotify {
+		e.events.post(AsyncEvent{Type: EventSQDrained, QP: qp})
 	}
 }
 

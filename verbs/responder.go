@@ -162,7 +162,10 @@ func (e *engine) takeRecv(qp *QP, psn uint32) bool {
 			b, ok = mr.slice(s.Addr, s.Length)
 		}
 		if !ok {
-			e.completeRecv(qp, WCLocProtErr, 0, 0)
+			// A malformed receive WQE (class A, as rxe): it completes with
+			// LOC_QP_OP_ERR and the requester gets NAK remote operational
+			// error (REM_OP_ERR).
+			e.completeRecv(qp, WCLocQPOpErr, 0, 0)
 			e.respError(qp, psn, wire.NAKRemoteOperationalError, 0)
 			return false
 		}

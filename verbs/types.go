@@ -138,7 +138,10 @@ type QPAttr struct {
 	MinRNRTimer      uint8
 	DestQPN          uint32
 	EnSQDAsyncNotify bool
-	Cap              QPCap
+	// SQDraining (Query only) is set while an SQD drain is in progress
+	// (sq_draining).
+	SQDraining bool
+	Cap        QPCap
 }
 
 // QPCap sizes a QP's queues.

@@ -33,6 +33,8 @@ func benchWrite(b *testing.B, size int) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
+	// Payload throughput in network units, next to SetBytes' MB/s.
+	b.ReportMetric(float64(b.N)*float64(size)*8/b.Elapsed().Seconds()/1e9, "Gbit/s")
 }
 
 func BenchmarkWrite64(b *testing.B)  { benchWrite(b, 64) }

@@ -86,11 +86,34 @@ func (e *engine) compStep(c *completion, s compState) compState {
 		t.timerAt = time.Time{}
 		return compDone
 	case compSeqNAK:
-		e.counters.RcvdSeqErr++
-		e.implicitAck(qp, psn)
+		// As rxe's check_psn and check_ack: the NAK completes the SEND/WRITE
+		// WQEs before its PSN; a stale NAK (below the oldest unacknowledged
+		// PSN) or one past a READ/atomic at the head is ignored; else the
+		// oldest unacknowledged PSN becomes the NAKed one and a retry
+		// starts from it.
+		e.retireBefore(qp, psn)
+		if len(t.sq) == 0 || !t.sq[0].started {
+			return compDone
+		}
+		d := psnCmp(psn, t.compPSN)
+		if d < 0 || (d > 0 && t.sq[0].wr.Opcode.isReadOrAtomic()) {
+			return compDone
+		}
+		if d > 0 {
+			// The NAK acknowledges every PSN before its own, past the oldest
+			// unacknowledged one: progress, which resets the retry counter
+			// as an ACK there would (rxe resets only on an explicit ACK, so
+			// there a loss rate above about one packet per AckReq interval
+			// exhausts a retry_cnt below 7 while data still moves). A NAK
+			// that repeats the oldest unacknowledged PSN is no progress:
+			// inside a retry episode it is ignored, as in rxe.
+			e.counters.RcvdSeqErr++
+			t.compPSN = psn
+			e.resetRetry(qp)
+		}
 		return compErrorRetry
 	case compErrorRetry:
-		e.retry(qp)
+		e.retry(qp, false)
 		return compDone
 	case compNAKError:
 		e.implicitAck(qp, psn)
@@ -108,6 +131,7 @@ func (e *engine) compStep(c *completion, s compState) compState {
 			c.status = WCFatalErr
 			return compError
 		}
+		e.resetRetry(qp) // the expected response of the oldest WQE (rxe's check_ack)
 		if wantRead {
 			return compRead
 		}
@@ -187,18 +211,33 @@ func (c *completion) checkAck() compState {
 	return compDone
 }
 
-// ackThrough handles an ACK of every PSN up to psn.
+// ackThrough handles an ACK of every PSN up to psn. As rxe's check_psn and
+// check_ack, the retry counters are reset by an ACK at or past the oldest
+// unacknowledged PSN and by each WQE it completes past its last PSN; an
+// older ACK (a duplicate's) resets nothing, so it cannot stretch a retry
+// episode.
 func (e *engine) ackThrough(qp *QP, psn uint32) {
 	t := &qp.t
+	fresh := psnCmp(psn, t.compPSN) >= 0
 	for len(t.sq) > 0 && t.sq[0].started {
 		w := &t.sq[0]
-		if psnCmp(w.lastPSN, psn) > 0 {
+		d := psnCmp(psn, w.lastPSN)
+		if w.wr.Opcode.isReadOrAtomic() {
+			if d >= 0 {
+				// Acknowledged past a READ/atomic whose response never came: lost, retry.
+				e.retry(qp, false)
+				return
+			}
+			if fresh {
+				e.resetRetry(qp)
+			}
 			break
 		}
-		if w.wr.Opcode.isReadOrAtomic() {
-			// Acknowledged past a READ/atomic whose response never came: lost, retry.
-			e.retry(qp)
-			return
+		if d > 0 || fresh {
+			e.resetRetry(qp)
+		}
+		if d < 0 {
+			break
 		}
 		e.retire(qp, WCSuccess)
 	}
@@ -212,13 +251,25 @@ func (e *engine) ackThrough(qp *QP, psn uint32) {
 	e.progress(qp)
 }
 
+// retireBefore completes the started SEND/WRITE WQEs at the head whose last
+// PSN is before psn: a response or NAK for psn acknowledges everything
+// before it. Each completion resets the retry counters (rxe's check_psn).
+func (e *engine) retireBefore(qp *QP, psn uint32) {
+	t := &qp.t
+	for len(t.sq) > 0 && t.sq[0].started && !t.sq[0].wr.Opcode.isReadOrAtomic() && psnCmp(t.sq[0].lastPSN, psn) < 0 {
+		if psnCmp(t.sq[0].lastPSN, t.compPSN) >= 0 {
+			t.compPSN = (t.sq[0].lastPSN + 1) & 0xffffff
+		}
+		e.resetRetry(qp)
+		e.retire(qp, WCSuccess)
+	}
+}
+
 // implicitAck completes SEND/WRITE WQEs that end before psn: a response or
 // NAK for psn acknowledges everything before it.
 func (e *engine) implicitAck(qp *QP, psn uint32) {
 	t := &qp.t
-	for len(t.sq) > 0 && t.sq[0].started && !t.sq[0].wr.Opcode.isReadOrAtomic() && psnCmp(t.sq[0].lastPSN, psn) < 0 {
-		e.retire(qp, WCSuccess)
-	}
+	e.retireBefore(qp, psn)
 	if psnCmp(psn, t.nextPSN) > 0 {
 		return // names a PSN never sent: ignore
 	}
@@ -234,16 +285,22 @@ func (e *engine) implicitAck(qp *QP, psn uint32) {
 	}
 }
 
-// progress notes forward progress: retry counters are reset and the timer
-// re-armed while anything is outstanding.
+// progress re-arms the retransmission timer while anything is outstanding.
 func (e *engine) progress(qp *QP) {
 	t := &qp.t
-	t.retryLeft, t.rnrLeft = t.attr.RetryCnt, t.attr.RNRRetry
 	if len(t.sq) > 0 && t.sq[0].started && t.attr.Timeout > 0 {
 		t.timerAt = e.dev.clock.Now().Add(ackTimeout(t.attr.Timeout))
 	} else {
 		t.timerAt = time.Time{}
 	}
+}
+
+// resetRetry restores the retry counters and ends a retry episode (rxe's
+// reset_retry_counters): the responder has shown progress.
+func (e *engine) resetRetry(qp *QP) {
+	t := &qp.t
+	t.retryLeft, t.rnrLeft = t.attr.RetryCnt, t.attr.RNRRetry
+	t.startedRetry = false
 }
 
 // checkTimers runs the retransmission and RNR timers of an RC QP.
@@ -263,14 +320,20 @@ func (e *engine) checkTimers(qp *QP, now time.Time) {
 		t.timerAt = time.Time{}
 		return
 	}
-	e.retry(qp)
+	e.retry(qp, true)
 }
 
 // retry counts a transport retry (timeout, sequence NAK, lost response) and
 // goes back to the oldest unacknowledged PSN; with none left the oldest WQE
-// fails with RETRY_EXC_ERR. retry_cnt 7 retries forever, as rxe does.
-func (e *engine) retry(qp *QP) {
+// fails with RETRY_EXC_ERR. retry_cnt 7 retries forever. As rxe's
+// COMPST_ERROR_RETRY, one retry episode counts once: until the responder
+// shows progress (resetRetry), further NAKs and lost responses neither
+// count nor rewind again; only the timer (timeout) starts another retry.
+func (e *engine) retry(qp *QP, timeout bool) {
 	t := &qp.t
+	if t.startedRetry && !timeout {
+		return
+	}
 	e.counters.CompleterRetryErr++
 	if t.retryLeft == 0 {
 		e.counters.RetryExceededErr++
@@ -280,7 +343,13 @@ func (e *engine) retry(qp *QP) {
 	if t.attr.RetryCnt != 7 {
 		t.retryLeft--
 	}
-	e.goBackN(qp)
+	if psnCmp(t.reqPSN, t.compPSN) > 0 {
+		t.startedRetry = true
+		e.goBackN(qp)
+		return
+	}
+	// Nothing sent is unacknowledged: no point in resending (rxe).
+	e.progress(qp)
 }
 
 // goBackN rewinds the requester to compPSN: every unacknowledged packet is

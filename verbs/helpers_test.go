@@ -67,6 +67,8 @@ type connOpts struct {
 	timeout    uint8
 	retry, rnr uint8
 	minRNR     uint8
+	// destRd and initRd are max_dest_rd_atomic and max_rd_atomic (0: 16).
+	destRd, initRd uint8
 }
 
 // connect takes both QPs to RTS facing each other.
@@ -81,6 +83,12 @@ func connect(t testing.TB, a, b *node, aIP, bIP netip.Addr, aMAC, bMAC net.Hardw
 	if o.minRNR == 0 {
 		o.minRNR = 1
 	}
+	if o.destRd == 0 {
+		o.destRd = 16
+	}
+	if o.initRd == 0 {
+		o.initRd = 16
+	}
 	access := AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 	for _, s := range []struct {
 		n      *node
@@ -91,9 +99,9 @@ func connect(t testing.TB, a, b *node, aIP, bIP netip.Addr, aMAC, bMAC net.Hardw
 	}{{a, b, bIP, bMAC, o.psnA, o.psnB}, {b, a, aIP, aMAC, o.psnB, o.psnA}} {
 		must(t, s.n.qp.Modify(QPAttr{State: StateInit, Port: 1, AccessFlags: access}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags))
 		must(t, s.n.qp.Modify(QPAttr{State: StateRTR, AH: AH{DGID: s.dgid, SGIDIndex: 1, HopLimit: 64, DMAC: s.dmac},
-			PathMTU: o.mtu, DestQPN: s.peer.qp.QPN(), RQPSN: s.rq, MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR},
+			PathMTU: o.mtu, DestQPN: s.peer.qp.QPN(), RQPSN: s.rq, MaxDestRdAtomic: o.destRd, MinRNRTimer: o.minRNR},
 			AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer))
-		must(t, s.n.qp.Modify(QPAttr{State: StateRTS, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnr, SQPSN: s.sq, MaxRdAtomic: 16},
+		must(t, s.n.qp.Modify(QPAttr{State: StateRTS, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnr, SQPSN: s.sq, MaxRdAtomic: o.initRd},
 			AttrState|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrSQPSN|AttrMaxQPRdAtomic))
 	}
 }

@@ -30,9 +30,12 @@ type qpTransport struct {
 	noackPkts   int       // packets since the last AckReq
 	retryLeft   uint8
 	rnrLeft     uint8
-	draining    bool      // in SQD, WQEs already started are not all complete yet
-	timerAt     time.Time // retransmission deadline; zero when off
-	rnrAt       time.Time // end of an RNR wait; zero when none
+	// startedRetry: a retry episode is under way; until the responder shows
+	// progress, NAKs neither count nor rewind again (rxe's started_retry).
+	startedRetry bool
+	draining     bool      // in SQD, WQEs already started are not all complete yet
+	timerAt      time.Time // retransmission deadline; zero when off
+	rnrAt        time.Time // end of an RNR wait; zero when none
 
 	// Responder.
 	rq      []recvWQE

@@ -154,11 +154,17 @@ func (e *engine) takeRecv(qp *QP, psn uint32) bool {
 	}
 	t.recv.reset()
 	t.recv.active, t.recv.wr = true, wr
+	// An SRQ's WQEs name memory of the SRQ's protection domain, which
+	// need not be the QP's (ibv_create_srq takes its own PD).
+	pd := qp.pd
+	if qp.srq != nil {
+		pd = qp.srq.pd
+	}
 	var one [1]SGE
 	for _, s := range wr.sges(&one) {
 		mr := e.lookupMR(s.LKey)
 		b, ok := []byte(nil), false
-		if mr != nil && mr.pd == qp.pd && mr.access&AccessLocalWrite != 0 {
+		if mr != nil && mr.pd == pd && mr.access&AccessLocalWrite != 0 {
 			b, ok = mr.slice(s.Addr, s.Length)
 		}
 		if !ok {

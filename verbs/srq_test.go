@@ -143,3 +143,56 @@ func TestSRQEmptyGivesRNRThenSucceeds(t *testing.T) {
 	}
 	equalBytes(t, "message", mr.Bytes()[:100], a.mr.Bytes()[:100])
 }
+
+// TestSRQWQEsUseTheSRQsPD: a QP in one PD takes its receives from an SRQ
+// created in another. The receive WQEs' lkeys are checked against the
+// SRQ's PD (ibverbs: the SRQ is created with its own PD): a buffer of the
+// SRQ's PD receives the SEND; one of the QP's PD (not the SRQ's) is a
+// malformed WQE: LOC_QP_OP_ERR here, REM_OP_ERR at the sender.
+func TestSRQWQEsUseTheSRQsPD(t *testing.T) {
+	for _, bufInSRQPD := range []bool{true, false} {
+		name := "buffer in the QP's PD"
+		if bufInSRQPD {
+			name = "buffer in the SRQ's PD"
+		}
+		t.Run(name, func(t *testing.T) {
+			la, lb := NewMemLinkPair(5000)
+			a := newNode(t, newDevice(t, la, macA, ipA, 4096), 1<<16)
+			devB := newDevice(t, lb, macB, ipB, 4096)
+			qpPD, err := devB.AllocPD()
+			must(t, err)
+			srqPD, err := devB.AllocPD()
+			must(t, err)
+			cq, err := devB.CreateCQ(64)
+			must(t, err)
+			srq, err := srqPD.CreateSRQ(SRQInitAttr{MaxWR: 8, MaxSGE: 1})
+			must(t, err)
+			qp, err := qpPD.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: QPCap{MaxSendWR: 8}})
+			must(t, err)
+			bufPD := qpPD
+			if bufInSRQPD {
+				bufPD = srqPD
+			}
+			mr, err := bufPD.AllocMR(1<<16, AccessLocalWrite)
+			must(t, err)
+			b := &node{dev: devB, pd: qpPD, scq: cq, rcq: cq, qp: qp, mr: mr}
+			connect(t, a, b, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
+			_, err = srq.PostRecv([]RecvWR{{ID: 9, SGList: sge(mr, 0, 100)}})
+			must(t, err)
+			fill(a.mr.Bytes()[:100], 5)
+			postSend(t, a, SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, 100)})
+			swc := poll(t, a.scq, 1, 5*time.Second)[0]
+			rwc := poll(t, cq, 1, 5*time.Second)[0]
+			if bufInSRQPD {
+				if swc.Status != WCSuccess || rwc.Status != WCSuccess || rwc.WRID != 9 || rwc.ByteLen != 100 {
+					t.Fatalf("send %+v, receive %+v: want both successful", swc, rwc)
+				}
+				equalBytes(t, "SEND into the SRQ's buffer", mr.Bytes()[:100], a.mr.Bytes()[:100])
+				return
+			}
+			if swc.Status != WCRemOpErr || rwc.Status != WCLocQPOpErr || rwc.WRID != 9 {
+				t.Fatalf("send %+v, receive %+v: want REM_OP_ERR and LOC_QP_OP_ERR", swc, rwc)
+			}
+		})
+	}
+}

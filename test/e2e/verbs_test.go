@@ -174,14 +174,51 @@ func TestVerbsEveryOperationOverXDP(t *testing.T) {
 			if binary.LittleEndian.Uint64(src) != 100 || binary.LittleEndian.Uint64(src[8:]) != 105 || binary.LittleEndian.Uint64(dst[64:]) != 1 {
 				t.Fatal("atomics returned or left the wrong values")
 			}
+			// SEND_WITH_INV: B binds a type-2 window, A's SEND invalidates it.
+			wmr, err := b.pd.AllocMR(1<<16, verbs.AccessLocalWrite|verbs.AccessMWBind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mw, err := b.pd.AllocMW(verbs.MWType2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.qp.PostSend([]verbs.SendWR{{ID: 50, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, Bind: &verbs.MWBind{
+				MW: mw, RKey: verbs.IncRKey(mw.RKey()), MR: wmr, Addr: wmr.Addr(), Length: 4096, Access: verbs.AccessRemoteWrite}}}); err != nil {
+				t.Fatal(err)
+			}
+			waitWC(t, b.scq, 1, 5*time.Second)
+			post(verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: sgl(a.mr, 0, 100), RemoteAddr: wmr.Addr(), RKey: mw.RKey()})
+			if !bytes.Equal(wmr.Bytes()[:100], src[:100]) {
+				t.Fatal("WRITE through the window: data differs")
+			}
+			if _, err := b.qp.PostRecv([]verbs.RecvWR{{ID: 4, SGList: sgl(b.mr, 0, 64)}}); err != nil {
+				t.Fatal(err)
+			}
+			post(verbs.SendWR{Opcode: verbs.WRSendWithInv, SGList: sgl(a.mr, 3, 40), InvRKey: mw.RKey()})
+			if wc := waitWC(t, b.rcq, 1, 5*time.Second)[0]; wc.WRID != 4 || wc.ByteLen != 40 || wc.Flags&verbs.WCWithInvalidate == 0 || wc.InvalidatedKey != mw.RKey() || !bytes.Equal(dst[:40], src[3:43]) {
+				t.Fatalf("SEND_WITH_INV completion %+v", wc)
+			}
 		})
+	}
+}
+
+// msgPattern fills b with message id's bytes: the id, then a sequence that
+// depends on it, so every message's content is its own.
+func msgPattern(b []byte, id int) {
+	binary.LittleEndian.PutUint64(b, uint64(id))
+	for i := 8; i < len(b); i++ {
+		b[i] = byte(id*7 + i*13 + id>>8)
 	}
 }
 
 // TestVerbsUnderLinkFaults moves 10^5 messages (WRITE, SEND, READ and
 // FETCH_ADD in turn) between two devices through a bridge that drops,
-// duplicates, corrupts and reorders 5% of RoCEv2 packets each, and checks
-// the bytes and that no atomic ran twice.
+// duplicates, corrupts and reorders 5% of RoCEv2 packets each. Every
+// message carries its own sequence-numbered bytes and each is checked as it
+// completes: a WRITE's target, a SEND's receive buffer, a READ's result
+// (it reads back the WRITE two messages before it), and each FETCH_ADD's
+// original value (the number of FETCH_ADDs before it: none ran twice).
 func TestVerbsUnderLinkFaults(t *testing.T) {
 	faults := &impair.Config{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.05, Reorder: 0.05, Seed: 42}
 	topo := netns.New(t, netns.Config{Kind: netns.Bridge, Queues: 1, Faults: faults})
@@ -190,48 +227,65 @@ func TestVerbsUnderLinkFaults(t *testing.T) {
 	const messages = 100000
 	const depth = 64
 	const size = 64
+	const slots = 4096 // WRITE/SEND source slots at A, WRITE target slots at B
+	const bufs = 256   // receive buffers at B, READ targets at A
 	src, dst := a.mr.Bytes(), b.mr.Bytes()
-	for i := range src {
-		src[i] = byte(i*31 + i>>8)
-	}
-	// B's second half is what A reads back; its counter at offset 0 of the
-	// second half takes the FETCH_ADDs.
+	// Layout: A [0, slots*size) sources, [half, ...) FETCH_ADD results, then
+	// READ targets; B [0, slots*size) WRITE targets, the counter at half,
+	// then receive buffers.
 	const half = 1 << 19
-	for i := half; i < len(dst); i++ {
-		dst[i] = byte(i * 3)
-	}
+	const fetchAt, readAt, recvAt = half, half + 8192, half + 4096
 	binary.LittleEndian.PutUint64(dst[half:], 0)
+	want := make([]byte, size)
+	check := func(what string, id int, got []byte) {
+		t.Helper()
+		msgPattern(want, id)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s %d: the bytes differ after the lossy link", what, id)
+		}
+	}
 	start := time.Now()
 	posted, done, sends, recvd, adds := 0, 0, 0, 0, 0
 	rbuf := make([]verbs.WorkCompletion, 256)
-	for done < messages {
-		// Drain B's receive completions as an application would; a full CQ
-		// would (rightly) put B's QP in the error state.
+	// Drain B's receive completions as an application would (a full CQ
+	// would, rightly, put B's QP in the error state), checking each SEND's
+	// bytes before its buffer is reposted: a receive completes before its
+	// SEND's ACK, so before A can post the SEND that reuses the buffer.
+	drain := func() {
 		for _, wc := range rbuf[:b.rcq.Poll(rbuf)] {
 			if wc.Status != verbs.WCSuccess || wc.ByteLen != size {
 				t.Fatalf("receive %+v", wc)
 			}
+			id := int(wc.WRID)
+			o := recvAt + id/4%bufs*size
+			check("SEND", id, dst[o:o+size])
 			recvd++
 		}
+	}
+	for done < messages {
+		drain()
 		var wrs []verbs.SendWR
 		for posted < messages && posted-done < depth {
-			slot := posted % 4096
-			wr := verbs.SendWR{ID: uint64(posted), Flags: verbs.SendSignaled, SGList: sgl(a.mr, slot*size, size), RKey: b.mr.RKey()}
-			switch posted % 4 {
+			id := posted
+			slot := id % slots
+			msgPattern(src[slot*size:slot*size+size], id)
+			wr := verbs.SendWR{ID: uint64(id), Flags: verbs.SendSignaled, SGList: sgl(a.mr, slot*size, size), RKey: b.mr.RKey()}
+			switch id % 4 {
 			case 0:
 				wr.Opcode, wr.RemoteAddr = verbs.WRRDMAWrite, b.mr.Addr()+uint64(slot*size)
 			case 1:
 				wr.Opcode = verbs.WRSend
-				if _, err := b.qp.PostRecv([]verbs.RecvWR{{ID: uint64(posted), SGList: sgl(b.mr, half+4096+slot%64*size, size)}}); err != nil {
+				if _, err := b.qp.PostRecv([]verbs.RecvWR{{ID: uint64(id), SGList: sgl(b.mr, recvAt+id/4%bufs*size, size)}}); err != nil {
 					t.Fatal(err)
 				}
 				sends++
 			case 2:
-				wr.Opcode, wr.RemoteAddr = verbs.WRRDMARead, b.mr.Addr()+half+8+uint64(slot%64*size)
-				wr.SGList = sgl(a.mr, half+slot%64*size, size)
+				// Read back what the WRITE two messages before wrote.
+				wr.Opcode, wr.RemoteAddr = verbs.WRRDMARead, b.mr.Addr()+uint64((id-2)%slots*size)
+				wr.SGList = sgl(a.mr, readAt+id/4%bufs*size, size)
 			case 3:
 				wr.Opcode, wr.RemoteAddr, wr.CompareAdd = verbs.WRAtomicFetchAdd, b.mr.Addr()+half, 1
-				wr.SGList = sgl(a.mr, half+8192+slot%64*8, 8)
+				wr.SGList = sgl(a.mr, fetchAt+id/4%bufs*8, 8)
 				adds++
 			}
 			wrs = append(wrs, wr)
@@ -242,33 +296,45 @@ func TestVerbsUnderLinkFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		wcs := waitWC(t, a.scq, 1, 30*time.Second)
-		done += len(wcs)
+		// Completions come in order; each message's memory is not reused
+		// before the next round posts (depth < slots, bufs).
+		for _, wc := range waitWC(t, a.scq, 1, 30*time.Second) {
+			id := int(wc.WRID)
+			if id != done {
+				t.Fatalf("completion of message %d, want %d", id, done)
+			}
+			switch id % 4 {
+			case 0:
+				o := id % slots * size
+				check("WRITE", id, dst[o:o+size])
+			case 2:
+				o := readAt + id/4%bufs*size
+				check("READ of the WRITE", id-2, src[o:o+size])
+			case 3:
+				if got := binary.LittleEndian.Uint64(src[fetchAt+id/4%bufs*8:]); got != uint64(id/4) {
+					t.Fatalf("FETCH_ADD %d returned %d, want %d: an atomic ran twice or never", id, got, id/4)
+				}
+			}
+			done++
+		}
 		if time.Since(start) > 240*time.Second {
 			t.Fatalf("only %d of %d messages after 4 minutes", done, messages)
-		}
-	}
-	for slot := 0; slot < 4096; slot += 4 { // the WRITEs' slots
-		if o := slot * size; !bytes.Equal(dst[o:o+size], src[o:o+size]) {
-			t.Fatalf("written slot %d differs after the lossy run", slot)
-		}
-	}
-	for slot := 2; slot < 64; slot += 4 { // the READs' slots
-		if o := slot * size; !bytes.Equal(src[half+o:half+o+size], dst[half+8+o:half+8+o+size]) {
-			t.Fatalf("read slot %d differs after the lossy run", slot)
 		}
 	}
 	if got := binary.LittleEndian.Uint64(dst[half:]); got != uint64(adds) {
 		t.Fatalf("the counter is %d after %d FETCH_ADDs: an atomic ran twice or never", got, adds)
 	}
-	for _, wc := range waitWC(t, b.rcq, sends-recvd, 10*time.Second) {
-		if wc.ByteLen != size {
-			t.Fatalf("receive %+v", wc)
+	deadline := time.Now().Add(10 * time.Second)
+	for recvd < sends {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d receives completed", recvd, sends)
 		}
+		drain()
+		time.Sleep(100 * time.Microsecond)
 	}
 	inj := topo.Injector(topo.Hosts[0]).Counters()
 	c, _ := a.dev.Counters()
-	t.Logf("%d WRITE/SEND/READ/FETCH_ADD in %v; injector %+v; requester retries %d", messages, time.Since(start), inj, c.CompleterRetryErr)
+	t.Logf("%d WRITE/SEND/READ/FETCH_ADD in %v, each checked; injector %+v; requester retries %d", messages, time.Since(start), inj, c.CompleterRetryErr)
 	if inj.Dropped == 0 || inj.Duplicate == 0 || inj.Corrupted == 0 || inj.Reordered == 0 {
 		t.Errorf("the injector did not exercise every fault: %+v", inj)
 	}

@@ -1,0 +1,87 @@
+package verbs
+
+import (
+	"runtime"
+	"testing"
+	"time"
+)
+
+// waitOne spins until cq yields one completion (no sleeping, no timers:
+// nothing here allocates) and returns it; ok is false after d.
+func waitOne(cq *CQ, buf []WorkCompletion, d time.Duration) (WorkCompletion, bool) {
+	deadline := time.Now().Add(d)
+	for cq.Poll(buf[:1]) == 0 {
+		if time.Now().After(deadline) {
+			return WorkCompletion{}, false
+		}
+		runtime.Gosched()
+	}
+	return buf[0], true
+}
+
+// TestHotPathAllocationFree: in steady state a WRITE's and a SEND's whole
+// cycle (post, both engines moving the packets and ACK over the in-memory
+// link, which recycles its frame buffers, completions polled) allocates
+// nothing: testing.AllocsPerRun counts every goroutine's allocations, so
+// the two engines' included.
+func TestHotPathAllocationFree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("timing-sensitive")
+	}
+	a, b, _, _ := pair(t, connOpts{mtu: MTU4096, timeout: 14}, 1<<16)
+	buf := make([]WorkCompletion, 1)
+	for _, tc := range []struct {
+		name string
+		size int
+	}{{"64 B", 64}, {"16 KiB (4 packets)", 16 << 10}} {
+		write := []SendWR{{Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, tc.size), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}}
+		send := []SendWR{{Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, tc.size)}}
+		recv := []RecvWR{{SGList: sge(b.mr, 0, tc.size)}}
+		for _, op := range []struct {
+			name  string
+			cycle func() bool
+		}{
+			{"WRITE", func() bool {
+				if _, err := a.qp.PostSend(write); err != nil {
+					return false
+				}
+				wc, ok := waitOne(a.scq, buf, 5*time.Second)
+				return ok && wc.Status == WCSuccess
+			}},
+			{"SEND", func() bool {
+				if _, err := b.qp.PostRecv(recv); err != nil {
+					return false
+				}
+				if _, err := a.qp.PostSend(send); err != nil {
+					return false
+				}
+				wc, ok := waitOne(a.scq, buf, 5*time.Second)
+				if !ok || wc.Status != WCSuccess {
+					return false
+				}
+				wc, ok = waitOne(b.rcq, buf, 5*time.Second)
+				return ok && wc.Status == WCSuccess
+			}},
+		} {
+			t.Run(op.name+" "+tc.name, func(t *testing.T) {
+				for range 200 { // warm-up: queues, CQ rings and link pools reach their size
+					if !op.cycle() {
+						t.Fatal("warm-up cycle failed")
+					}
+				}
+				failed := false
+				allocs := testing.AllocsPerRun(500, func() {
+					if !op.cycle() {
+						failed = true
+					}
+				})
+				if failed {
+					t.Fatal("a cycle failed")
+				}
+				if allocs != 0 {
+					t.Fatalf("%.2f allocations per %s of %d bytes; want 0", allocs, op.name, tc.size)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package verbs
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/wire"
+)
+
+// TestRetryCountUnderLoss: with retry_cnt 3 and 5% of the frames lost each
+// way, long multi-packet WRITEs (256 packets each, so every one meets many
+// losses and sequence-error NAKs) all complete successfully: as rxe's
+// completer, a retry episode counts once however many NAKs it draws, and
+// progress (an ACK at or past the oldest unacknowledged PSN, a response)
+// restores the counter. Counting every NAK exhausts retry_cnt 3 within a
+// few WRITEs.
+func TestRetryCountUnderLoss(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			const size, writes = 256 << 10, 6
+			a, b, la, lb := pair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 3}, 2*size)
+			la.SetImpairment(Impairment{Drop: 0.05, Seed: seed})
+			lb.SetImpairment(Impairment{Drop: 0.05, Seed: seed + 100})
+			for i := range writes {
+				src := a.mr.Bytes()[i%2*size:][:size]
+				fill(src, i)
+				postSend(t, a, SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, i%2*size, size),
+					RemoteAddr: b.mr.Addr() + uint64(i%2*size), RKey: b.mr.RKey()})
+				if pollWait(a.scq, 10*time.Second) == nil {
+					t.Fatalf("WRITE %d: no completion; A %s", i, dumpQP(a.qp))
+				}
+				if wc := poll(t, a.scq, 1, time.Second)[0]; wc.Status != WCSuccess || wc.WRID != uint64(i) {
+					c, _ := a.dev.Counters()
+					cb, _ := b.dev.Counters()
+					t.Fatalf("WRITE %d: completion %+v; counters %+v B %+v links %+v %+v", i, wc, c, cb, la.Stats(), lb.Stats())
+				}
+				equalBytes(t, fmt.Sprint("WRITE ", i), b.mr.Bytes()[i%2*size:][:size], src)
+			}
+			c, _ := a.dev.Counters()
+			if c.RcvdSeqErr < 4 || la.Stats().Dropped == 0 {
+				t.Errorf("the losses were not exercised: %d sequence-error NAKs, link %+v", c.RcvdSeqErr, la.Stats())
+			}
+			t.Logf("sequence-error NAKs %d, retries %d, link A %+v B %+v", c.RcvdSeqErr, c.CompleterRetryErr, la.Stats(), lb.Stats())
+		})
+	}
+}
+
+// TestRetryExhaustedMultiPacketDeadPeer: a WRITE of 8 packets to a peer that
+// is gone is sent once, then once more per expired timer for each of
+// retry_cnt 3 retries (fake time), and the next expiry fails it with
+// RETRY_EXC_ERR: 1+retry_cnt transmissions of every packet.
+func TestRetryExhaustedMultiPacketDeadPeer(t *testing.T) {
+	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 3, rnr: 7})
+	must(t, b.dev.Close())
+	base := waitCounter(t, a.dev, "setup", func(Counters) bool { return true }).SentPkts
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 8<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	waitCounter(t, a.dev, "first transmission", func(c Counters) bool { return c.SentPkts == base+8 })
+	for i := 1; i <= 3; i++ {
+		clk.Advance(ackTimeout(14) + time.Microsecond)
+		want := base + 8*uint64(1+i)
+		waitCounter(t, a.dev, "a retransmission", func(c Counters) bool { return c.SentPkts == want })
+		if n := pending(a.scq); n != 0 {
+			t.Fatalf("retry %d: a completion before retry_cnt ran out", i)
+		}
+	}
+	clk.Advance(ackTimeout(14) + time.Microsecond)
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRetryExcErr || wc.WRID != 1 {
+		t.Fatalf("completion %+v, want RETRY_EXC_ERR", wc)
+	}
+	if c := waitCounter(t, a.dev, "the end", func(Counters) bool { return true }); c.SentPkts != base+32 || c.RetryExceededErr != 1 {
+		t.Fatalf("counters %+v: want 4 transmissions of 8 packets and one retry_exceeded_err", c)
+	}
+}
+
+// TestRetryExhaustedWithoutProgress: the responder never gets PSN 5 of a
+// WRITE. Its one sequence-error NAK (which acknowledges PSNs 0-4: progress)
+// starts a retry; the resent PSN 5 is lost again and the responder, having
+// NAKed already, stays silent, so only the timer retries. With retry_cnt 3,
+// PSN 5 is sent 1+3 times and the WRITE fails with RETRY_EXC_ERR: NAKs
+// reset the counter only when they move the acknowledged PSN forward.
+func TestRetryExhaustedWithoutProgress(t *testing.T) {
+	a, b, la, _ := pair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 3}, 1<<16)
+	var sent5 atomic.Int32
+	la.mu.Lock()
+	la.drop = func(f []byte) bool {
+		var p wire.Packet
+		if wire.Decode(f, &p) == nil && p.BTH.PSN == 5 {
+			sent5.Add(1)
+			return true
+		}
+		return false
+	}
+	la.mu.Unlock()
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 16<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRetryExcErr {
+		t.Fatalf("completion %+v, want RETRY_EXC_ERR", wc)
+	}
+	c := counters(a.dev)
+	if n := sent5.Load(); n != 4 || c.RcvdSeqErr != 1 || c.RetryExceededErr != 1 {
+		t.Fatalf("PSN 5 sent %d times (want 1+retry_cnt = 4); counters %+v", n, c)
+	}
+}

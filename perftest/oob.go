@@ -37,13 +37,20 @@ type oob struct {
 	timeout time.Duration
 }
 
-// exchange sends out and returns the peer's message of the same size.
-func (o *oob) exchange(out []byte) ([]byte, error) {
+// exchange sends out and returns the peer's message of the same size,
+// within the channel's timeout.
+func (o *oob) exchange(out []byte) ([]byte, error) { return o.exchangeWithin(out, o.timeout) }
+
+// exchangeWithin is exchange with its own bound; 0 waits as long as the
+// connection lives (the run's context still ends it).
+func (o *oob) exchangeWithin(out []byte, timeout time.Duration) ([]byte, error) {
 	in := make([]byte, len(out))
-	if o.timeout > 0 {
-		if err := o.conn.SetDeadline(time.Now().Add(o.timeout)); err != nil {
-			return nil, err
-		}
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	if err := o.conn.SetDeadline(deadline); err != nil {
+		return nil, err
 	}
 	if o.server {
 		if _, err := io.ReadFull(o.conn, in); err != nil {
@@ -141,11 +148,18 @@ func (o *oob) barrier(d Dest) error {
 	return err
 }
 
+// awaitPeer is a hand shake that waits for however long the peer runs its
+// test first: a passive server meets its client only when the client is done.
+func (o *oob) awaitPeer(d Dest) error {
+	_, err := o.exchangeWithin(d.Marshal(), 0)
+	return err
+}
+
 // closeConn ends the conversation as perftest's ctx_close_connection: one
-// last hand shake, then each side writes "done" with its NUL and closes,
-// reading nothing.
+// last hand shake (the peer may still be running), then each side writes
+// "done" with its NUL and closes, reading nothing.
 func (o *oob) closeConn(d Dest) error {
-	if err := o.barrier(d); err != nil {
+	if err := o.awaitPeer(d); err != nil {
 		return err
 	}
 	_, err := o.conn.Write([]byte("done\x00"))

@@ -74,7 +74,7 @@ func (s *session) runRDMABW(ctx context.Context) ([]Result, error) {
 	}
 	s.printBWHeader()
 	if s.server() {
-		if err := s.barrier(); err != nil {
+		if err := s.oob.awaitPeer(s.my[0]); err != nil { // the client has run every size
 			return nil, err
 		}
 		rep, err := s.exchangeReports(Result{})
@@ -137,7 +137,7 @@ func (s *session) runSendBW(ctx context.Context) ([]Result, error) {
 		s.printBW(r)
 		results = append(results, r)
 		if s.cfg.AllSizes {
-			if err := s.barrier(); err != nil {
+			if err := s.oob.awaitPeer(s.my[0]); err != nil {
 				return nil, err
 			}
 		}

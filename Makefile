@@ -6,7 +6,7 @@ SUDO        := $(if $(filter 0,$(shell id -u)),,sudo)
 # Packages holding BPF C sources whose bpf2go output is committed.
 BPF_PKGS    := ./bpf/... ./impair/...
 
-.PHONY: all build deps deps-bpf generate check-generate lint test unit bench fuzz demo clean
+.PHONY: all build deps deps-bpf generate check-generate lint test unit bench fuzz demo interop interop-smoke clean
 
 all: build
 
@@ -37,9 +37,11 @@ lint: deps
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# Every test: unit, golden-pcap, fuzz seeds and the network-namespace tests (these need root).
+# Every test: unit, golden-pcap, fuzz seeds and the network-namespace tests (these need root),
+# then the interop smoke against stock perftest on Linux rxe in a VM (test/interop --smoke).
 test: deps check-generate lint build
 	$(SUDO) env "PATH=$$PATH" CI=$${CI:-} $(GO) test $(GOTESTFLAGS) ./...
+	$(SUDO) env "PATH=$$PATH" $(GO) run ./test/interop --smoke
 
 unit: deps
 	$(GO) test $(GOTESTFLAGS) -short ./...
@@ -54,6 +56,16 @@ fuzz: deps
 # (tables on stdout; figures in bin/bench.json, bandwidth plot in bin/bench.svg).
 demo: build
 	$(SUDO) ./bin/xdproce bench --json bin/bench.json --plot bin/bench.svg
+
+# Interoperability with stock perftest on Linux Soft-RoCE (rdma_rxe) in QEMU VMs, both
+# roles, plus an rxe<->rxe reference (test/interop; the first run builds the VM image,
+# a few minutes; slow under emulation). INTEROPFLAGS: e.g. --only REGEX --json FILE --keep.
+interop: build
+	$(SUDO) env "PATH=$$PATH" $(GO) run ./test/interop $(INTEROPFLAGS)
+
+# What CI runs: ib_write_bw and ib_send_lat, both directions, MTU 4096.
+interop-smoke: build
+	$(SUDO) env "PATH=$$PATH" $(GO) run ./test/interop --smoke $(INTEROPFLAGS)
 
 clean:
 	rm -rf bin

@@ -85,9 +85,15 @@ func (s *session) printBWHeader() {
 	}
 }
 
-// printBW prints one bandwidth row in perftest's REPORT_FMT.
+// printBW prints one bandwidth row in perftest's REPORT_FMT, or, below
+// 0.1 Gb/s, its six-decimal REPORT_FMT_EXT.
 func (s *session) printBW(r Result) {
 	u := s.bwUnit()
+	if s.cfg.ReportGbits && r.AvgBps/u < 0.1 {
+		fmt.Fprintf(s.out, " %-7d    %d           %-7.6f            %-7.6f            %-7.6f\n",
+			r.Size, r.Iters, r.PeakBps/u, r.AvgBps/u, r.MsgRate/1e6)
+		return
+	}
 	fmt.Fprintf(s.out, " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n",
 		r.Size, r.Iters, r.PeakBps/u, r.AvgBps/u, r.MsgRate/1e6)
 }

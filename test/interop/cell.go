@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// side is what one endpoint of a cell did.
+type side struct {
+	Endpoint string `json:"endpoint"`
+	Cmd      string `json:"cmd"`
+	Exit     int    `json:"exit"`
+	Error    string `json:"error,omitempty"`
+	Output   string `json:"output"`
+}
+
+// result is the outcome of one cell, as printed and written to --json.
+type result struct {
+	ID        string  `json:"id"`
+	Tool      string  `json:"tool"`
+	Direction string  `json:"direction"`
+	MTU       int     `json:"mtu"`
+	Sizes     string  `json:"sizes"`
+	QPs       int     `json:"qps"`
+	Loss      string  `json:"loss,omitempty"`
+	Status    string  `json:"status"` // pass, fail, skipped
+	Reason    string  `json:"reason,omitempty"`
+	BWGbps    float64 `json:"bw_avg_gbps,omitempty"`  // BW average of the largest size
+	TypicalUs float64 `json:"t_typical_us,omitempty"` // latency tests and ping-pong
+	Seconds   float64 `json:"seconds"`
+
+	BWRows   []bwRow         `json:"bw_rows,omitempty"`
+	LatRows  []latRow        `json:"lat_rows,omitempty"`
+	Pingpong *pingpongResult `json:"pingpong,omitempty"`
+	Server   *side           `json:"server,omitempty"`
+	Client   *side           `json:"client,omitempty"`
+}
+
+const (
+	statusPass    = "pass"
+	statusFail    = "fail"
+	statusSkipped = "skipped"
+)
+
+func newResult(c cell) result {
+	sizes := c.Size
+	if sizes == allSizes {
+		sizes = "2..8388608"
+	}
+	return result{ID: c.ID(), Tool: c.Tool, Direction: c.Direction(), MTU: c.MTU, Sizes: sizes, QPs: c.QPs, Loss: c.Loss}
+}
+
+// runCell runs the server, waits until it listens, runs the client, then
+// collects both sides and judges the outputs.
+func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
+	r = newResult(c)
+	start := time.Now()
+	defer func() { r.Seconds = time.Since(start).Round(100 * time.Millisecond).Seconds() }()
+
+	timeout := c.timeout()
+	srv := &side{Endpoint: c.Server.String()}
+	cli := &side{Endpoint: c.Client.String()}
+	r.Server, r.Client = srv, cli
+
+	// Server.
+	var (
+		vmSrv  *vmServer
+		xdpSrv *bgProc
+		err    error
+	)
+	srvArgv := h.argv(c, c.Server, "")
+	srv.Cmd = shellJoin(srvArgv)
+	if c.Server == xdp {
+		h.logf("$ ip netns exec %s %s &", netns, srv.Cmd)
+		xdpSrv, err = startBg(ctx, timeout+30*time.Second, "ip", append([]string{"netns", "exec", netns}, srvArgv...)...)
+		if err == nil {
+			err = h.waitXDPReady(ctx, xdpSrv, c.Port, 60*time.Second)
+		}
+	} else {
+		vmSrv, err = startVMServer(ctx, h.peer, c.Server.vm(), n, c.Port, srvArgv, timeout)
+		if err == nil {
+			err = vmSrv.waitReady(ctx, 90*time.Second)
+		}
+	}
+	serverUp := err == nil
+	if err != nil {
+		srv.Error = err.Error()
+	}
+
+	// Client, only once the server listens.
+	clientOK := false
+	if serverUp {
+		cliArgv := h.argv(c, c.Client, serverAddr(c.Server))
+		cli.Cmd = shellJoin(cliArgv)
+		var out string
+		if c.Client == xdp {
+			h.logf("$ ip netns exec %s %s", netns, cli.Cmd)
+			out, err = runCmd(ctx, timeout, "ip", append([]string{"netns", "exec", netns}, cliArgv...)...)
+		} else {
+			out, err = h.peer.exec(ctx, timeout, c.Client.vm(), cli.Cmd)
+		}
+		cli.Output, cli.Exit = out, exitCode(err)
+		if err != nil {
+			cli.Error = err.Error()
+		}
+		clientOK = err == nil
+	} else {
+		cli.Exit = -1
+		cli.Error = "not started: server not ready"
+	}
+
+	// Collect the server. A server whose client failed may wait forever for
+	// a peer that is gone, so it gets a short grace only.
+	grace := 60 * time.Second
+	if !clientOK {
+		grace = 10 * time.Second
+	}
+	// Collecting must happen even after Ctrl-C, to leave nothing running.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+2*time.Minute)
+	defer cancel()
+	switch {
+	case xdpSrv != nil:
+		out, err := xdpSrv.finish(grace)
+		srv.Output, srv.Exit = out, exitCode(err)
+		if err != nil && srv.Error == "" {
+			srv.Error = err.Error()
+		}
+	case vmSrv != nil:
+		out, code, err := vmSrv.finish(cctx, grace)
+		srv.Output, srv.Exit = out, code
+		if err != nil && srv.Error == "" {
+			srv.Error = err.Error()
+		}
+	default:
+		srv.Exit = -1
+	}
+
+	if ctx.Err() != nil {
+		r.Status, r.Reason = statusFail, "interrupted"
+		return r
+	}
+	judge(c, &r)
+	return r
+}
+
+// argv is the command line of one endpoint; addr is empty for a server.
+func (h *harness) argv(c cell, e endpoint, addr string) []string {
+	var a []string
+	if e == xdp {
+		a = []string{h.xdproce, "perf", c.Tool, "-d", hostIface}
+	} else {
+		// Line-buffered: perftest's stdout is a pipe, and a tool killed by
+		// its timeout would otherwise lose exactly the lines that explain why.
+		a = []string{"stdbuf", "-oL", c.Tool, "-d", vmDevice}
+	}
+	a = append(a, c.args()...)
+	if addr != "" {
+		a = append(a, addr)
+	}
+	return a
+}
+
+func serverAddr(e endpoint) string {
+	if e == xdp {
+		return hostAddr
+	}
+	return vmAddr(e.vm())
+}
+
+// waitXDPReady polls until the xdproce server listens on its OOB port in
+// the netns; it fails early when the server exits.
+func (h *harness) waitXDPReady(ctx context.Context, p *bgProc, port int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if p.exited() {
+			return errors.New("xdproce server exited before listening")
+		}
+		out, err := runCmd(ctx, 10*time.Second, "ip", "netns", "exec", netns, "ss", "-Hltn", fmt.Sprintf("sport = :%d", port))
+		if err != nil {
+			return fmt.Errorf("probe port %d: %w", port, err)
+		}
+		if strings.TrimSpace(out) != "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("xdproce server not listening on port %d after %v", port, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// reports says whether an endpoint in role server/client prints the result
+// table for tool (perftest 6.06 behaviour).
+func reports(tool string, server bool) bool {
+	switch {
+	case tool == pingpong:
+		return true
+	case strings.HasSuffix(tool, "_bw"):
+		// SEND: the server counts receives; WRITE/READ/ATOMIC: the client
+		// measures and sends the server its report.
+		return true
+	default:
+		// Latency: read/atomic responders are passive.
+		return !server || tool == "ib_send_lat" || tool == "ib_write_lat"
+	}
+}
+
+// judge sets the status, the reason and the figures of r from both outputs.
+func judge(c cell, r *result) {
+	var problems []string
+	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	for _, s := range []struct {
+		name string
+		sd   *side
+	}{{"server", r.Server}, {"client", r.Client}} {
+		if s.sd.Exit != 0 {
+			// The status says it all for a tool that failed by itself; the
+			// error explains timeouts and sides that never ran.
+			msg := fmt.Sprintf("%s (%s) exit %d", s.name, s.sd.Endpoint, s.sd.Exit)
+			switch {
+			case strings.Contains(s.sd.Error, "timed out"):
+				msg += " (timed out)"
+			case s.sd.Exit < 0 && s.sd.Error != "":
+				msg += ": " + firstLine(s.sd.Error)
+			}
+			fail("%s", msg)
+		}
+	}
+	for _, s := range []struct {
+		server bool
+		sd     *side
+	}{{true, r.Server}, {false, r.Client}} {
+		if !reports(c.Tool, s.server) || s.sd.Exit != 0 {
+			continue
+		}
+		role := "client"
+		if s.server {
+			role = "server"
+		}
+		switch {
+		case c.Tool == pingpong:
+			pp, ok := parsePingpong(s.sd.Output)
+			if !ok {
+				fail("%s: no \"iters in\" line", role)
+				continue
+			}
+			if r.Pingpong == nil || !s.server {
+				r.Pingpong = &pp
+				r.TypicalUs = pp.UsecPerIt
+			}
+		case c.isBW():
+			rows := parseBW(s.sd.Output)
+			if want := c.expectedRows(s.server); len(rows) != want {
+				fail("%s: %d bandwidth rows, want %d", role, len(rows), want)
+				continue
+			}
+			for _, row := range rows {
+				if row.AvgGbps <= 0 && row.MsgRateMpps <= 0 {
+					fail("%s: zero bandwidth at %d bytes", role, row.Bytes)
+				}
+			}
+			// The largest message is the headline: with small -n the
+			// small-message rows are noise (a SEND server measured
+			// 16 B at 1.28 Gb/s under TCG).
+			lr := rows[len(rows)-1]
+			last := lr.AvgGbps
+			if last <= 0 {
+				// Stock perftest prints small figures with 6 decimals, so
+				// "0.00" next to a message rate is a formatting difference.
+				fail("%s: BW average printed as 0 at %d bytes (msg rate %g Mpps)", role, lr.Bytes, lr.MsgRateMpps)
+			}
+			// The server's figures are the ones perftest reports for SEND.
+			if r.BWRows == nil || s.server {
+				r.BWRows, r.BWGbps = rows, last
+			}
+		default:
+			rows := parseLat(s.sd.Output)
+			if want := c.expectedRows(s.server); len(rows) != want {
+				fail("%s: %d latency rows, want %d", role, len(rows), want)
+				continue
+			}
+			if !s.server {
+				r.LatRows, r.TypicalUs = rows, rows[0].Typical
+			} else if r.LatRows == nil {
+				r.LatRows, r.TypicalUs = rows, rows[0].Typical
+			}
+		}
+	}
+	r.Status = statusPass
+	if len(problems) > 0 {
+		r.Status, r.Reason = statusFail, strings.Join(problems, "; ")
+	}
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}

@@ -1,0 +1,361 @@
+// Command interop checks that "xdproce perf" interoperates with stock
+// perftest 4.5 on Linux Soft-RoCE (rdma_rxe): it boots rxe-peer VMs, runs
+// every test with xdproce as the server and as the client, plus an rxe↔rxe
+// reference, and prints a pass/fail matrix with the figures.
+//
+//	sudo go run ./test/interop [--smoke] [--only REGEX] [--json FILE] [--keep]
+//
+// It needs root (network namespaces, XDP, QEMU). See test/interop/rxe-peer.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	smoke    bool
+	keep     bool
+	list     bool
+	verbose  bool
+	only     *regexp.Regexp
+	jsonPath string
+	xdproce  string
+	rxePeer  string
+	bwIters  int
+	latIters int
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	opts, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "interop:", err)
+		return 2
+	}
+	cells := selectCells(buildMatrix(matrixConfig{Smoke: opts.smoke, BWIters: opts.bwIters, LatIters: opts.latIters}), opts.only)
+	if opts.list {
+		for _, c := range cells {
+			fmt.Fprintf(stdout, "%-45s %s\n", c.ID(), shellJoin(c.args()))
+		}
+		return 0
+	}
+	if len(cells) == 0 {
+		fmt.Fprintln(stderr, "interop: no cell matches --only")
+		return 2
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(stderr, "interop: must run as root (network namespaces, XDP, QEMU); try sudo or make interop")
+		return 2
+	}
+	h := newHarness(opts, stdout)
+	results, err := h.runAll(ctx, cells)
+	if len(results) > 0 {
+		fmt.Fprintln(stdout)
+		printTable(stdout, results)
+	}
+	if opts.jsonPath != "" {
+		if werr := writeJSON(opts.jsonPath, results); werr != nil {
+			fmt.Fprintln(stderr, "interop:", werr)
+			err = errors.Join(err, werr)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "interop:", err)
+		return 1
+	}
+	if failed := countStatus(results, statusFail); failed > 0 {
+		fmt.Fprintf(stdout, "\n%d of %d cells failed\n", failed, len(results))
+		return 1
+	}
+	fmt.Fprintf(stdout, "\nall %d cells passed (%d skipped)\n", len(results), countStatus(results, statusSkipped))
+	return 0
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	var only string
+	fs := flag.NewFlagSet("interop", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.BoolVar(&o.smoke, "smoke", false, "only ib_write_bw and ib_send_lat, both directions, MTU 4096 (CI)")
+	fs.StringVar(&only, "only", "", "run only the cells whose ID matches this regexp (see --list)")
+	fs.StringVar(&o.jsonPath, "json", "", "write the results to this file")
+	fs.BoolVar(&o.keep, "keep", false, "leave the VMs and the netns up at the end (debugging)")
+	fs.BoolVar(&o.list, "list", false, "print the selected cells and exit")
+	fs.BoolVar(&o.verbose, "v", false, "trace every command")
+	fs.StringVar(&o.xdproce, "xdproce", "", "xdproce binary (default bin/xdproce of the repository, built if missing)")
+	fs.StringVar(&o.rxePeer, "rxe-peer", "", "rxe-peer script (default test/interop/rxe-peer/rxe-peer of the repository)")
+	fs.IntVar(&o.bwIters, "iters", 0, "-n of the bandwidth tests (default 25, smoke 20)")
+	fs.IntVar(&o.latIters, "lat-iters", 0, "-n of the latency tests (default 200, smoke 100)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if only != "" {
+		re, err := regexp.Compile(only)
+		if err != nil {
+			return o, fmt.Errorf("--only: %w", err)
+		}
+		o.only = re
+	}
+	// Small -n keeps a sweep within minutes under emulation.
+	if o.bwIters == 0 {
+		o.bwIters = 25
+		if o.smoke {
+			o.bwIters = 20
+		}
+	}
+	if o.latIters == 0 {
+		o.latIters = 200
+		if o.smoke {
+			o.latIters = 100
+		}
+	}
+	if o.bwIters < 1 || o.latIters < 1 {
+		return o, errors.New("--iters and --lat-iters must be positive")
+	}
+	return o, nil
+}
+
+func selectCells(cells []cell, only *regexp.Regexp) []cell {
+	if only == nil {
+		return cells
+	}
+	var sel []cell
+	for _, c := range cells {
+		if only.MatchString(c.ID()) {
+			sel = append(sel, c)
+		}
+	}
+	return sel
+}
+
+// harness holds what the cells share: the tools and the output.
+type harness struct {
+	opts     options
+	out      io.Writer
+	root     string
+	xdproce  string
+	peer     *rxePeer
+	xdpErr   error // why xdproce cannot run, if it cannot
+	pingpong bool  // xdproce perf has an rc_pingpong mode
+}
+
+func newHarness(opts options, out io.Writer) *harness {
+	h := &harness{opts: opts, out: out, root: repoRoot()}
+	h.xdproce = opts.xdproce
+	if h.xdproce == "" {
+		h.xdproce = filepath.Join(h.root, "bin", "xdproce")
+	}
+	script := opts.rxePeer
+	if script == "" {
+		script = filepath.Join(h.root, "test", "interop", "rxe-peer", "rxe-peer")
+	}
+	h.peer = &rxePeer{script: script, logf: h.logf}
+	return h
+}
+
+// logf prints a trace line with -v.
+func (h *harness) logf(format string, args ...any) {
+	if h.opts.verbose {
+		// One line per command: the VM-side scripts span several.
+		msg := strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", " ⏎ ")
+		fmt.Fprintf(h.out, "    %s\n", msg)
+	}
+}
+
+func (h *harness) progress(format string, args ...any) {
+	fmt.Fprintf(h.out, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// runAll sets up the peer, runs the cells and always tears down (unless
+// --keep), also after an error, a panic or Ctrl-C.
+func (h *harness) runAll(ctx context.Context, cells []cell) (results []result, err error) {
+	if !h.opts.keep {
+		defer func() {
+			if terr := h.teardown(); terr != nil {
+				err = errors.Join(err, terr)
+			}
+		}()
+	}
+	vms, needXDP := 0, false
+	for _, c := range cells {
+		vms = max(vms, c.Server.vm(), c.Client.vm())
+		needXDP = needXDP || c.hasXDP()
+	}
+	if err := h.setup(ctx, vms, needXDP); err != nil {
+		return nil, err
+	}
+
+	netem := ""
+	defer func() {
+		if netem != "" {
+			// Only matters with --keep; teardown discards the VMs anyway.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if _, nerr := h.peer.run(cctx, time.Minute, "netem", "1", "off"); nerr != nil {
+				err = errors.Join(err, nerr)
+			}
+		}
+	}()
+	for i, c := range cells {
+		if ctx.Err() != nil {
+			return results, fmt.Errorf("interrupted before %s", c.ID())
+		}
+		if c.Loss != netem {
+			arg := []string{"netem", "1", "off"}
+			if c.Loss != "" {
+				arg = []string{"netem", "1", "loss", c.Loss}
+			}
+			h.progress("netem on VM 1: %s", strings.Join(arg[2:], " "))
+			if _, err := h.peer.run(ctx, time.Minute, arg...); err != nil {
+				return results, err
+			}
+			netem = c.Loss
+		}
+		prefix := fmt.Sprintf("[%2d/%d] %-45s", i+1, len(cells), c.ID())
+		var r result
+		switch {
+		case c.hasXDP() && h.xdpErr != nil:
+			r = newResult(c)
+			r.Status, r.Reason = statusFail, h.xdpErr.Error()
+		case c.hasXDP() && c.Tool == pingpong && !h.pingpong:
+			r = newResult(c)
+			r.Status, r.Reason = statusSkipped, "skipped: xdproce has no rc_pingpong mode"
+		default:
+			h.progress("%s %s ...", prefix, c.Direction())
+			r = h.runCell(ctx, i+1, c)
+		}
+		results = append(results, r)
+		h.progress("%s %s", prefix, summary(r))
+		if r.Status == statusFail && r.Server != nil {
+			h.printSides(r)
+		}
+	}
+	return results, nil
+}
+
+// setup makes sure the image exists, boots the VMs, adds the veth and
+// checks the xdproce binary.
+func (h *harness) setup(ctx context.Context, vms int, needXDP bool) error {
+	h.progress("rxe-peer build (reuses the cached image; a fresh build takes minutes)")
+	if _, err := h.peer.run(ctx, 45*time.Minute, "build"); err != nil {
+		return err
+	}
+	h.progress("rxe-peer up %d (about a minute per VM under emulation)", vms)
+	if _, err := h.peer.run(ctx, 15*time.Minute, "up", fmt.Sprint(vms)); err != nil {
+		return err
+	}
+	if !needXDP {
+		return nil
+	}
+	if _, err := h.peer.run(ctx, time.Minute, "veth", hostIface, hostAddr+"/24"); err != nil {
+		return err
+	}
+	h.xdpErr = h.checkXDP(ctx)
+	if h.xdpErr != nil {
+		h.progress("xdproce unusable, its cells fail: %v", h.xdpErr)
+	}
+	return nil
+}
+
+// checkXDP builds the default binary if it is missing and asks it for its
+// perf modes.
+func (h *harness) checkXDP(ctx context.Context) error {
+	if _, err := os.Stat(h.xdproce); err != nil {
+		if h.opts.xdproce != "" {
+			return fmt.Errorf("--xdproce: %w", err)
+		}
+		h.progress("building %s", h.xdproce)
+		cmd := []string{"go", "build", "-o", h.xdproce, "./cmd/xdproce"}
+		out, err := runCmd(ctx, 10*time.Minute, "sh", "-c", "cd "+shellQuote(h.root)+" && CGO_ENABLED=0 "+shellJoin(cmd))
+		if err != nil {
+			return fmt.Errorf("go build ./cmd/xdproce: %w\n%s", err, lastLines(out, 10))
+		}
+	}
+	out, _ := runCmd(ctx, 30*time.Second, h.xdproce, "perf", "--help")
+	if strings.Contains(out, "unknown command") || !strings.Contains(out, "ib_write_bw") {
+		return fmt.Errorf("%s has no perf command (perf --help: %s)", h.xdproce, firstLine(out))
+	}
+	h.pingpong = strings.Contains(out, "rc_pingpong")
+	return nil
+}
+
+// teardown runs rxe-peer down, bounded and immune to the cancelled context.
+func (h *harness) teardown() error {
+	h.progress("rxe-peer down")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, err := h.peer.run(ctx, 3*time.Minute, "down")
+	return err
+}
+
+// printSides shows the end of both outputs of a failed cell.
+func (h *harness) printSides(r result) {
+	for _, s := range []struct {
+		name string
+		sd   *side
+	}{{"server", r.Server}, {"client", r.Client}} {
+		if s.sd == nil || (s.sd.Output == "" && s.sd.Cmd == "") {
+			continue
+		}
+		fmt.Fprintf(h.out, "    %s (%s, exit %d): %s\n", s.name, s.sd.Endpoint, s.sd.Exit, s.sd.Cmd)
+		if s.sd.Output != "" {
+			for _, l := range strings.Split(lastLines(s.sd.Output, 8), "\n") {
+				fmt.Fprintf(h.out, "      | %s\n", l)
+			}
+		}
+	}
+}
+
+// repoRoot is the enclosing Go module's directory, or "." when there is none.
+func repoRoot() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return dir
+		}
+	}
+}
+
+func writeJSON(path string, results []result) error {
+	b, err := json.MarshalIndent(struct {
+		Time    time.Time `json:"time"`
+		Results []result  `json:"results"`
+	}{time.Now().UTC(), results}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return nil
+}

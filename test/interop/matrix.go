@@ -1,0 +1,260 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// endpoint is where one side of a cell runs.
+type endpoint int
+
+const (
+	xdp endpoint = iota // bin/xdproce perf in the rxepeer netns, on the veth
+	vm1                 // stock perftest in VM 1 (198.18.0.11)
+	vm2                 // stock perftest in VM 2 (198.18.0.12)
+)
+
+func (e endpoint) String() string {
+	switch e {
+	case xdp:
+		return "xdproce"
+	case vm1:
+		return "vm1"
+	default:
+		return "vm2"
+	}
+}
+
+// vm is the VM index of a stock endpoint (0 for xdproce).
+func (e endpoint) vm() int {
+	switch e {
+	case vm1:
+		return 1
+	case vm2:
+		return 2
+	}
+	return 0
+}
+
+const (
+	pingpong  = "ibv_rc_pingpong"
+	allSizes  = "all" // perftest -a: 2..2^23
+	sweepRows = 23    // rows printed by -a
+	basePort  = 18515
+)
+
+// cell is one interoperability check: a server, then a client against it.
+type cell struct {
+	Tool   string
+	Server endpoint
+	Client endpoint
+	MTU    int
+	Size   string // allSizes or a byte count
+	Iters  int
+	QPs    int
+	Loss   string // netem loss on VM 1's egress, "" for none
+	Port   int    // own OOB port per cell, so a straggler cannot answer the next one
+}
+
+// isBW reports whether the tool is a bandwidth test (ibv_rc_pingpong is not).
+func (c cell) isBW() bool { return strings.HasSuffix(c.Tool, "_bw") }
+
+func (c cell) isLat() bool { return strings.HasSuffix(c.Tool, "_lat") }
+
+func (c cell) hasXDP() bool { return c.Server == xdp || c.Client == xdp }
+
+// ID names the cell for progress lines, --only and the JSON output.
+func (c cell) ID() string {
+	var role string
+	switch {
+	case c.Server == xdp:
+		role = "xdp-server"
+	case c.Client == xdp:
+		role = "xdp-client"
+	default:
+		role = "rxe-rxe"
+	}
+	id := fmt.Sprintf("%s/%s/mtu%d", c.Tool, role, c.MTU)
+	if c.Size == allSizes {
+		id += "/all"
+	} else {
+		id += "/s" + c.Size
+	}
+	if c.QPs > 1 {
+		id += fmt.Sprintf("/q%d", c.QPs)
+	}
+	if c.Loss != "" {
+		id += "/loss" + c.Loss
+	}
+	return id
+}
+
+// Direction is the human-readable role split.
+func (c cell) Direction() string {
+	switch {
+	case c.Server == xdp:
+		return "xdproce server ← stock client"
+	case c.Client == xdp:
+		return "stock server ← xdproce client"
+	default:
+		return fmt.Sprintf("stock server (%v) ← stock client (%v)", c.Server, c.Client)
+	}
+}
+
+// args are the tool options shared by both sides, without device and server.
+func (c cell) args() []string {
+	a := []string{"-p", strconv.Itoa(c.Port), "-m", strconv.Itoa(c.MTU), "-n", strconv.Itoa(c.Iters)}
+	if c.Tool == pingpong {
+		return append(a, "-g", "1", "-s", c.Size)
+	}
+	a = append([]string{"-F"}, a...)
+	switch {
+	case c.Size == allSizes:
+		a = append(a, "-a")
+	case c.Tool != "ib_atomic_bw" && c.Tool != "ib_atomic_lat":
+		a = append(a, "-s", c.Size)
+	}
+	if c.QPs > 1 {
+		a = append(a, "-q", strconv.Itoa(c.QPs))
+	}
+	if c.isBW() {
+		a = append(a, "--report_gbits")
+	}
+	return a
+}
+
+// expectedRows is how many result rows a side that reports must print.
+// With -a a WRITE/READ/ATOMIC server prints only the report of the last
+// size, which the client sends it (perftest 6.06); a SEND server measures
+// every size itself.
+func (c cell) expectedRows(server bool) int {
+	if c.Size != allSizes || server && c.isBW() && c.Tool != "ib_send_bw" {
+		return 1
+	}
+	return sweepRows
+}
+
+// totalBytes estimates the payload moved, to size the timeout.
+func (c cell) totalBytes() int64 {
+	size := int64(8)
+	switch {
+	case c.Size == allSizes:
+		size = 1<<24 - 2 // 2 + 4 + ... + 2^23
+	case c.Size != "":
+		size, _ = strconv.ParseInt(c.Size, 10, 64)
+	}
+	qps := int64(max(c.QPs, 1))
+	return size * int64(c.Iters) * qps
+}
+
+// timeout bounds each side of the cell. Under TCG rxe moves about 0.3 Gb/s
+// and a ping-pong takes about 1 ms; allow ~10x that, more under loss.
+func (c cell) timeout() time.Duration {
+	const bytesPerSec = 4 << 20
+	d := 90*time.Second + time.Duration(c.totalBytes()/bytesPerSec)*time.Second
+	if c.isLat() || c.Tool == pingpong {
+		d = 60*time.Second + time.Duration(c.Iters)*20*time.Millisecond
+	}
+	if c.Loss != "" {
+		d *= 3
+	}
+	return d
+}
+
+// matrixConfig holds the knobs of the matrix.
+type matrixConfig struct {
+	Smoke    bool
+	BWIters  int // -n for bandwidth sweeps
+	LatIters int // -n for latency tests
+}
+
+var verbs = []string{"send", "write", "read", "atomic"}
+
+// latSizes are the -s values of a latency test (atomics are always 8 bytes).
+func latSizes(verb string) []string {
+	if verb == "atomic" {
+		return []string{"8"}
+	}
+	return []string{"2", "4096"}
+}
+
+// buildMatrix returns the cells in run order: the rxe↔rxe reference first
+// (it proves the peer works), then xdproce in both roles, and the loss cells
+// last so that netem is switched on only once.
+func buildMatrix(cfg matrixConfig) []cell {
+	var cells []cell
+	add := func(c cell) {
+		c.Port = basePort + len(cells)
+		if c.QPs == 0 {
+			c.QPs = 1
+		}
+		cells = append(cells, c)
+	}
+	dirs := [][2]endpoint{{xdp, vm1}, {vm1, xdp}} // {server, client}
+
+	if cfg.Smoke {
+		for _, d := range dirs {
+			add(cell{Tool: "ib_write_bw", Server: d[0], Client: d[1], MTU: 4096, Size: allSizes, Iters: cfg.BWIters})
+		}
+		for _, d := range dirs {
+			add(cell{Tool: "ib_send_lat", Server: d[0], Client: d[1], MTU: 4096, Size: "2", Iters: cfg.LatIters})
+		}
+		return cells
+	}
+
+	// Reference: stock against stock, VM 2 serving VM 1, at MTU 4096.
+	ref := [2]endpoint{vm2, vm1}
+	for _, v := range verbs {
+		add(cell{Tool: "ib_" + v + "_bw", Server: ref[0], Client: ref[1], MTU: 4096, Size: bwSize(v), Iters: cfg.BWIters})
+	}
+	for _, v := range verbs {
+		for _, s := range latSizes(v) {
+			add(cell{Tool: "ib_" + v + "_lat", Server: ref[0], Client: ref[1], MTU: 4096, Size: s, Iters: cfg.LatIters})
+		}
+	}
+	add(cell{Tool: "ib_write_bw", Server: ref[0], Client: ref[1], MTU: 4096, Size: "65536", Iters: cfg.BWIters, QPs: 8})
+	add(cell{Tool: pingpong, Server: ref[0], Client: ref[1], MTU: 4096, Size: "4096", Iters: cfg.LatIters})
+
+	for _, mtu := range []int{1024, 4096} {
+		for _, v := range verbs {
+			for _, d := range dirs {
+				add(cell{Tool: "ib_" + v + "_bw", Server: d[0], Client: d[1], MTU: mtu, Size: bwSize(v), Iters: cfg.BWIters})
+			}
+			for _, s := range latSizes(v) {
+				for _, d := range dirs {
+					add(cell{Tool: "ib_" + v + "_lat", Server: d[0], Client: d[1], MTU: mtu, Size: s, Iters: cfg.LatIters})
+				}
+			}
+		}
+	}
+	for _, d := range dirs {
+		add(cell{Tool: "ib_write_bw", Server: d[0], Client: d[1], MTU: 4096, Size: "65536", Iters: cfg.BWIters, QPs: 8})
+	}
+	for _, d := range dirs {
+		add(cell{Tool: pingpong, Server: d[0], Client: d[1], MTU: 4096, Size: "4096", Iters: cfg.LatIters})
+	}
+	// Under loss a full -a sweep takes far too long under emulation (an
+	// 8 MiB message is 2048 packets, so nearly every one is retransmitted):
+	// one 64 KiB size exercises the NAK/retransmit path well enough.
+	for _, v := range verbs {
+		for _, d := range dirs {
+			size := "65536"
+			if v == "atomic" {
+				size = "8"
+			}
+			add(cell{Tool: "ib_" + v + "_bw", Server: d[0], Client: d[1], MTU: 4096, Size: size, Iters: cfg.BWIters, Loss: "1%"})
+		}
+	}
+	return cells
+}
+
+// bwSize is the size selection of a bandwidth cell: the -a sweep, except for
+// atomics, which have one fixed 8-byte size.
+func bwSize(verb string) string {
+	if verb == "atomic" {
+		return "8"
+	}
+	return allSizes
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestMatrixFull(t *testing.T) {
+	cells := buildMatrix(matrixConfig{BWIters: 100, LatIters: 200})
+	// reference 13 (4 bw + 7 lat + -q 8 + pingpong)
+	// + 2 MTUs x 2 directions x (4 bw + 7 lat) = 44
+	// + -q 8 x 2 + pingpong x 2 + loss 4 bw x 2 = 12
+	if len(cells) != 69 {
+		t.Fatalf("%d cells, want 69", len(cells))
+	}
+	count := func(f func(cell) bool) int {
+		n := 0
+		for _, c := range cells {
+			if f(c) {
+				n++
+			}
+		}
+		return n
+	}
+	checks := []struct {
+		name string
+		f    func(cell) bool
+		want int
+	}{
+		{"reference", func(c cell) bool { return !c.hasXDP() }, 13},
+		{"xdproce server", func(c cell) bool { return c.Server == xdp }, 28},
+		{"xdproce client", func(c cell) bool { return c.Client == xdp }, 28},
+		{"mtu 1024", func(c cell) bool { return c.MTU == 1024 }, 22},
+		{"loss", func(c cell) bool { return c.Loss == "1%" }, 8},
+		{"-q 8", func(c cell) bool { return c.QPs == 8 }, 3},
+		{"pingpong", func(c cell) bool { return c.Tool == pingpong }, 3},
+		{"sweeps", func(c cell) bool { return c.Size == allSizes }, 3 + 2*2*3},
+		{"atomic lat", func(c cell) bool { return c.Tool == "ib_atomic_lat" }, 5},
+	}
+	for _, ch := range checks {
+		if got := count(ch.f); got != ch.want {
+			t.Errorf("%s: %d cells, want %d", ch.name, got, ch.want)
+		}
+	}
+	ids, ports := map[string]bool{}, map[int]bool{}
+	for i, c := range cells {
+		if ids[c.ID()] || ports[c.Port] {
+			t.Errorf("duplicate id %s or port %d", c.ID(), c.Port)
+		}
+		ids[c.ID()], ports[c.Port] = true, true
+		// netem is switched once: all loss cells come last.
+		if c.Loss == "" && i > 0 && cells[i-1].Loss != "" {
+			t.Errorf("cell %s without loss after a loss cell", c.ID())
+		}
+		if c.Server == c.Client || (c.Server != xdp && c.Client != xdp && c.Server == vm1) {
+			t.Errorf("cell %s: bad roles %v <- %v", c.ID(), c.Server, c.Client)
+		}
+		if c.timeout() <= 0 {
+			t.Errorf("cell %s: no timeout", c.ID())
+		}
+	}
+}
+
+func TestMatrixSmoke(t *testing.T) {
+	cells := buildMatrix(matrixConfig{Smoke: true, BWIters: 20, LatIters: 100})
+	if len(cells) != 4 {
+		t.Fatalf("%d cells, want 4", len(cells))
+	}
+	roles := map[string]int{}
+	for _, c := range cells {
+		if c.Tool != "ib_write_bw" && c.Tool != "ib_send_lat" || c.MTU != 4096 || c.Loss != "" || !c.hasXDP() {
+			t.Errorf("unexpected smoke cell %s", c.ID())
+		}
+		roles[c.Tool+" "+c.Server.String()]++
+	}
+	if len(roles) != 4 {
+		t.Errorf("smoke does not cover both directions of both tools: %v", roles)
+	}
+}
+
+func TestArgsAndSelect(t *testing.T) {
+	cells := buildMatrix(matrixConfig{BWIters: 100, LatIters: 200})
+	sel := selectCells(cells, regexp.MustCompile(`^ib_write_bw/xdp-.*/q8$`))
+	if len(sel) != 2 {
+		t.Fatalf("--only selected %d cells, want 2", len(sel))
+	}
+	got := strings.Join(sel[0].args(), " ")
+	want := "-F -p " + strconv.Itoa(sel[0].Port) + " -m 4096 -n 100 -s 65536 -q 8 --report_gbits"
+	if got != want {
+		t.Errorf("args %q, want %q", got, want)
+	}
+	for _, c := range cells {
+		a := strings.Join(c.args(), " ")
+		if strings.HasPrefix(c.Tool, "ib_atomic") && strings.Contains(a, "-s ") {
+			t.Errorf("%s: atomic with a size: %s", c.ID(), a)
+		}
+		if c.isLat() && strings.Contains(a, "--report_gbits") {
+			t.Errorf("%s: latency with --report_gbits", c.ID())
+		}
+	}
+	h := &harness{xdproce: "/x/xdproce"}
+	c := sel[0]
+	if got := shellJoin(h.argv(c, xdp, "")); !strings.HasPrefix(got, "/x/xdproce perf ib_write_bw -d rxhost0 -F ") {
+		t.Errorf("xdproce server argv %q", got)
+	}
+	if got := shellJoin(h.argv(c, vm1, serverAddr(xdp))); !strings.HasPrefix(got, "stdbuf -oL ib_write_bw -d rxe0 -F ") || !strings.HasSuffix(got, " 198.18.0.2") {
+		t.Errorf("stock client argv %q", got)
+	}
+	if q := shellQuote("a b'c"); q != `'a b'\''c'` {
+		t.Errorf("shellQuote: %s", q)
+	}
+}
+
+func TestRunListNeedsNoRoot(t *testing.T) {
+	var out, errb strings.Builder
+	if code := run(context.Background(), []string{"--smoke", "--list", "--only", "send_lat"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if n := strings.Count(out.String(), "\n"); n != 2 {
+		t.Errorf("listed %d cells, want 2:\n%s", n, out.String())
+	}
+	if code := run(context.Background(), []string{"--only", "("}, &out, &errb); code != 2 {
+		t.Errorf("bad regexp: exit %d, want 2", code)
+	}
+	if code := run(context.Background(), []string{"--list", "--only", "nothing-matches"}, &out, &errb); code != 0 {
+		t.Errorf("empty --list: exit %d", code)
+	}
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// figure is the headline number of a result.
+func figure(r result) string {
+	switch {
+	case r.BWGbps >= 0.01:
+		return fmt.Sprintf("%.3f Gb/s", r.BWGbps)
+	case r.BWGbps > 0: // 8-byte atomics
+		return fmt.Sprintf("%.6f Gb/s", r.BWGbps)
+	case r.TypicalUs > 0:
+		return fmt.Sprintf("%.2f µs", r.TypicalUs)
+	}
+	return ""
+}
+
+// summary is the progress line of a finished cell.
+func summary(r result) string {
+	s := strings.ToUpper(r.Status)
+	if f := figure(r); f != "" {
+		s += " " + f
+	}
+	if r.Reason != "" {
+		s += " (" + r.Reason + ")"
+	}
+	if r.Seconds > 0 {
+		s += fmt.Sprintf(" [%.1fs]", r.Seconds)
+	}
+	return s
+}
+
+// printTable prints the final matrix.
+func printTable(w io.Writer, results []result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tDIRECTION\tMTU\tSIZE\tQPS\tLOSS\tRESULT\tFIGURE\tNOTE")
+	for _, r := range results {
+		loss := r.Loss
+		if loss == "" {
+			loss = "-"
+		}
+		note := r.Reason
+		if len(note) > 100 {
+			note = note[:97] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n",
+			r.Tool, r.Direction, r.MTU, r.Sizes, r.QPs, loss, strings.ToUpper(r.Status), figure(r), note)
+	}
+	tw.Flush()
+}
+
+func countStatus(results []result, status string) int {
+	n := 0
+	for _, r := range results {
+		if r.Status == status {
+			n++
+		}
+	}
+	return n
+}

@@ -45,7 +45,7 @@ func runPerf(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	cfg, iface, err := parsePerfArgs(tool, args[1:], stdout)
+	cfg, iface, showCounters, err := parsePerfArgs(tool, args[1:], stdout)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,23 @@ func runPerf(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("opening xdproce on %s: %w", iface, err)
 	}
 	_, runErr := perftest.Run(ctx, dev, cfg, stdout)
+	if showCounters {
+		if c, err := dev.Counters(); err == nil {
+			printCounters(stdout, c)
+		}
+	}
 	return errors.Join(runErr, dev.Close())
+}
+
+// printCounters prints the device's transport counters under rxe's
+// hw_counters names, as `rdma statistic show link rxe0/1` does.
+func printCounters(w io.Writer, c verbs.Counters) {
+	fmt.Fprintf(w, "counters: sent_pkts %d rcvd_pkts %d duplicate_request %d out_of_seq_request %d rcvd_seq_err %d "+
+		"rcvd_rnr_err %d send_rnr_err %d completer_retry_err %d retry_exceeded_err %d retry_rnr_exceeded_err %d "+
+		"rdma_sends %d rdma_recvs %d ack_deferred %d dropped_malformed %d dropped_no_qp %d send_err %d\n",
+		c.SentPkts, c.RcvdPkts, c.DuplicateRequest, c.OutOfSeqRequest, c.RcvdSeqErr, c.RcvdRNRErr, c.SendRNRErr,
+		c.CompleterRetryErr, c.RetryExceededErr, c.RetryRNRExceededErr, c.RDMASends, c.RDMARecvs, c.AckDeferred,
+		c.DroppedMalformed, c.DroppedNoQP, c.SendErr)
 }
 
 // perfArgs holds the flags before they become a perftest.Config.
@@ -63,6 +79,7 @@ type perfArgs struct {
 	port, size, iters, qps, tx, rx, cq  int
 	outReads, gid, inline, ibPort, secs int
 	all, gbits, verify, rdmaCM, version bool
+	counters                            bool
 	connType                            string
 	timeout                             time.Duration
 }
@@ -87,6 +104,7 @@ func perfFlags(a *perfArgs) *flag.FlagSet {
 	fs.StringVar(&a.atomic, "A", "FETCH_AND_ADD", "atomic operation: FETCH_AND_ADD or CMP_AND_SWAP")
 	fs.BoolVar(&a.gbits, "report_gbits", false, "report bandwidth in Gb/s instead of MB/s")
 	fs.BoolVar(&a.verify, "verify", false, "fill with a pattern and check every byte that arrives (both sides xdproce)")
+	fs.BoolVar(&a.counters, "counters", false, "print the device's transport counters (rxe's names) at the end")
 	fs.DurationVar(&a.timeout, "timeout", 2*time.Minute, "bound on each out-of-band exchange and each wait for the peer")
 	fs.IntVar(&a.ibPort, "i", 1, "port number (xdproce devices have port 1)")
 	fs.StringVar(&a.connType, "c", "RC", "connection type (RC)")
@@ -99,7 +117,7 @@ func perfFlags(a *perfArgs) *flag.FlagSet {
 
 // parsePerfArgs parses perftest's command line. Like getopt, it accepts the
 // server's address before, between or after the options.
-func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (perftest.Config, string, error) {
+func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (cfg perftest.Config, iface string, counters bool, err error) {
 	var a perfArgs
 	fs := perfFlags(&a)
 	var pos []string
@@ -109,9 +127,9 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (perftes
 				fmt.Fprint(stdout, perfUsage)
 				fs.SetOutput(stdout)
 				fs.PrintDefaults()
-				return perftest.Config{}, "", err
+				return perftest.Config{}, "", false, err
 			}
-			return perftest.Config{}, "", fmt.Errorf("%w: %v", errUsage, err)
+			return perftest.Config{}, "", false, fmt.Errorf("%w: %v", errUsage, err)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -121,7 +139,7 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (perftes
 	}
 	if a.version {
 		fmt.Fprintf(stdout, "Version: %s\n", perftest.Version)
-		return perftest.Config{}, "", flag.ErrHelp
+		return perftest.Config{}, "", false, flag.ErrHelp
 	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "report-gbits" {
@@ -130,17 +148,17 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (perftes
 	})
 	switch {
 	case len(pos) > 1:
-		return perftest.Config{}, "", fmt.Errorf("%w: one server address at most, got %q", errUsage, pos)
+		return perftest.Config{}, "", false, fmt.Errorf("%w: one server address at most, got %q", errUsage, pos)
 	case a.iface == "":
-		return perftest.Config{}, "", fmt.Errorf("%w: -d IFACE names the interface xdproce runs on", errUsage)
+		return perftest.Config{}, "", false, fmt.Errorf("%w: -d IFACE names the interface xdproce runs on", errUsage)
 	case a.rdmaCM:
-		return perftest.Config{}, "", fmt.Errorf("%w: -R (rdma_cm) is not supported; perftest's default TCP exchange is", errUsage)
+		return perftest.Config{}, "", false, fmt.Errorf("%w: -R (rdma_cm) is not supported; perftest's default TCP exchange is", errUsage)
 	case strings.ToUpper(a.connType) != "RC":
-		return perftest.Config{}, "", fmt.Errorf("%w: -c %s: only RC is supported", errUsage, a.connType)
+		return perftest.Config{}, "", false, fmt.Errorf("%w: -c %s: only RC is supported", errUsage, a.connType)
 	case a.ibPort != 1:
-		return perftest.Config{}, "", fmt.Errorf("%w: -i %d: xdproce devices have one port, 1", errUsage, a.ibPort)
+		return perftest.Config{}, "", false, fmt.Errorf("%w: -i %d: xdproce devices have one port, 1", errUsage, a.ibPort)
 	}
-	cfg := perftest.Config{Tool: tool, Port: a.port, Size: a.size, Iters: a.iters, AllSizes: a.all, QPs: a.qps,
+	cfg = perftest.Config{Tool: tool, Port: a.port, Size: a.size, Iters: a.iters, AllSizes: a.all, QPs: a.qps,
 		TxDepth: a.tx, RxDepth: a.rx, CQMod: a.cq, OutReads: a.outReads, GIDIndex: a.gid, Inline: a.inline,
 		ReportGbits: a.gbits, Verify: a.verify, Timeout: a.timeout, Duration: time.Duration(a.secs) * time.Second}
 	if len(pos) == 1 {
@@ -148,17 +166,16 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (perftes
 	}
 	if a.mtu != "" {
 		if _, err := fmt.Sscanf(a.mtu, "%d", &cfg.MTU); err != nil {
-			return perftest.Config{}, "", fmt.Errorf("%w: -m %q: %v", errUsage, a.mtu, err)
+			return perftest.Config{}, "", false, fmt.Errorf("%w: -m %q: %v", errUsage, a.mtu, err)
 		}
 	}
-	var err error
 	if cfg.Atomic, err = perftest.ParseAtomicOp(a.atomic); err != nil {
-		return perftest.Config{}, "", fmt.Errorf("%w: %v", errUsage, err)
+		return perftest.Config{}, "", false, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if err := cfg.Normalize(); err != nil {
-		return perftest.Config{}, "", fmt.Errorf("%w: %v", errUsage, err)
+		return perftest.Config{}, "", false, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	return cfg, a.iface, nil
+	return cfg, a.iface, a.counters, nil
 }
 
 // runRCPingPong is `xdproce perf ibv_rc_pingpong`, rdma-core's example.

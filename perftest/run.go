@@ -63,6 +63,20 @@ func (s *session) prologue(barrierFirst, barrierAfterConnect bool) error {
 	return nil
 }
 
+// sweep measures every size of the run (one, or -a's), printing each row.
+func (s *session) sweep(measure func(size int) (Result, error), print func(Result)) ([]Result, error) {
+	var results []Result
+	for _, size := range s.cfg.sizes() {
+		r, err := measure(size)
+		if err != nil {
+			return nil, err
+		}
+		print(r)
+		results = append(results, r)
+	}
+	return results, nil
+}
+
 // runRDMABW is ib_write_bw, ib_read_bw and ib_atomic_bw: the client drives,
 // the server only answers and prints the client's report.
 func (s *session) runRDMABW(ctx context.Context) ([]Result, error) {
@@ -88,14 +102,9 @@ func (s *session) runRDMABW(ctx context.Context) ([]Result, error) {
 		}
 		return []Result{rep}, s.oob.closeConn(s.my[0])
 	}
-	var results []Result
-	for _, size := range s.cfg.sizes() {
-		r, err := s.bwClient(ctx, size)
-		if err != nil {
-			return nil, err
-		}
-		s.printBW(r)
-		results = append(results, r)
+	results, err := s.sweep(func(size int) (Result, error) { return s.bwClient(ctx, size) }, s.printBW)
+	if err != nil {
+		return nil, err
 	}
 	s.printLine()
 	if err := s.barrier(); err != nil {
@@ -117,10 +126,7 @@ func (s *session) runSendBW(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	s.printBWHeader()
-	var results []Result
-	for _, size := range s.cfg.sizes() {
-		var r Result
-		var err error
+	results, err := s.sweep(func(size int) (r Result, err error) {
 		if s.server() {
 			var recv *receiver
 			if recv, err = s.postReceives(size); err == nil {
@@ -131,16 +137,13 @@ func (s *session) runSendBW(ctx context.Context) ([]Result, error) {
 		} else if err = s.barrier(); err == nil {
 			r, err = s.bwClient(ctx, size)
 		}
-		if err != nil {
-			return nil, err
+		if err == nil && s.cfg.AllSizes {
+			err = s.oob.awaitPeer(s.my[0]) // perftest's hand shake after each size of a sweep
 		}
-		s.printBW(r)
-		results = append(results, r)
-		if s.cfg.AllSizes {
-			if err := s.oob.awaitPeer(s.my[0]); err != nil {
-				return nil, err
-			}
-		}
+		return r, err
+	}, s.printBW)
+	if err != nil {
+		return nil, err
 	}
 	s.printLine()
 	return results, s.oob.closeConn(s.my[0])
@@ -157,14 +160,9 @@ func (s *session) runWriteLat(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	s.printLatHeader()
-	var results []Result
-	for _, size := range s.cfg.sizes() {
-		r, err := s.writePingPong(ctx, size)
-		if err != nil {
-			return nil, err
-		}
-		s.printLat(r)
-		results = append(results, r)
+	results, err := s.sweep(func(size int) (Result, error) { return s.writePingPong(ctx, size) }, s.printLat)
+	if err != nil {
+		return nil, err
 	}
 	s.printLine()
 	return results, s.oob.conn.Close()
@@ -177,21 +175,18 @@ func (s *session) runSendLat(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	s.printLatHeader()
-	var results []Result
-	for _, size := range s.cfg.sizes() {
+	results, err := s.sweep(func(size int) (Result, error) {
 		recv, err := s.postReceives(size)
 		if err != nil {
-			return nil, err
+			return Result{}, err
 		}
 		if err := s.barrier(); err != nil {
-			return nil, err
+			return Result{}, err
 		}
-		r, err := s.sendPingPong(ctx, size, recv)
-		if err != nil {
-			return nil, err
-		}
-		s.printLat(r)
-		results = append(results, r)
+		return s.sendPingPong(ctx, size, recv)
+	}, s.printLat)
+	if err != nil {
+		return nil, err
 	}
 	s.printLine()
 	return results, s.oob.closeConn(s.my[0])
@@ -213,14 +208,9 @@ func (s *session) runReadAtomicLat(ctx context.Context) ([]Result, error) {
 		return nil, errors.Join(err, s.awaitPeerGone(ctx))
 	}
 	s.printLatHeader()
-	var results []Result
-	for _, size := range s.cfg.sizes() {
-		r, err := s.readPingPong(ctx, size)
-		if err != nil {
-			return nil, err
-		}
-		s.printLat(r)
-		results = append(results, r)
+	results, err := s.sweep(func(size int) (Result, error) { return s.readPingPong(ctx, size) }, s.printLat)
+	if err != nil {
+		return nil, err
 	}
 	s.printLine()
 	return results, s.oob.closeConn(s.my[0])

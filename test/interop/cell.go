@@ -19,13 +19,16 @@ type side struct {
 
 // result is the outcome of one cell, as printed and written to --json.
 type result struct {
-	ID        string  `json:"id"`
-	Tool      string  `json:"tool"`
-	Direction string  `json:"direction"`
-	MTU       int     `json:"mtu"`
-	Sizes     string  `json:"sizes"`
-	QPs       int     `json:"qps"`
-	Loss      string  `json:"loss,omitempty"`
+	ID        string `json:"id"`
+	Tool      string `json:"tool"`
+	Direction string `json:"direction"`
+	MTU       int    `json:"mtu"`
+	Sizes     string `json:"sizes"`
+	QPs       int    `json:"qps"`
+	Loss      string `json:"loss,omitempty"`
+	// Reference cells run stock rxe against itself: figures to compare
+	// with, not a check of xdproce, so their failures do not fail the run.
+	Reference bool    `json:"reference,omitempty"`
 	Status    string  `json:"status"` // pass, fail, skipped
 	Reason    string  `json:"reason,omitempty"`
 	BWGbps    float64 `json:"bw_avg_gbps,omitempty"`  // BW average of the largest size
@@ -50,7 +53,8 @@ func newResult(c cell) result {
 	if sizes == allSizes {
 		sizes = "2..8388608"
 	}
-	return result{ID: c.ID(), Tool: c.Tool, Direction: c.Direction(), MTU: c.MTU, Sizes: sizes, QPs: c.QPs, Loss: c.Loss}
+	return result{ID: c.ID(), Tool: c.Tool, Direction: c.Direction(), MTU: c.MTU, Sizes: sizes, QPs: c.QPs, Loss: c.Loss,
+		Reference: !c.hasXDP()}
 }
 
 // runCell runs the server, waits until it listens, runs the client, then

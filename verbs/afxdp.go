@@ -151,6 +151,18 @@ func newXSKLink(p *nic.Port) (*xskLink, error) {
 // MaxFrame implements Link.
 func (l *xskLink) MaxFrame() int { return l.max }
 
+// ringDrops sums the frames the kernel dropped on every socket for want of
+// room in the RX ring or entries in the fill ring.
+func (l *xskLink) ringDrops() uint64 {
+	var n uint64
+	for _, s := range l.socks {
+		if st, err := s.Statistics(); err == nil {
+			n += st.RXDropped + st.RXRingFull + st.RXFillRingEmptyDescs
+		}
+	}
+	return n
+}
+
 // Send implements Link: frames are copied into UMEM TX buffers. The engine
 // builds its frames in place through TXBuffer instead; Send serves callers
 // that hold frames elsewhere.

@@ -196,9 +196,19 @@ func (d *Device) QueryGID(i int) (netip.Addr, error) {
 // Counters returns the transport's counters (rxe's names).
 func (d *Device) Counters() (Counters, error) {
 	var c Counters
-	err := d.do(func() error { c = d.e.counters; return nil })
+	err := d.do(func() error {
+		c = d.e.counters
+		if r, ok := d.link.(ringDropper); ok {
+			c.RingDrops = r.ringDrops()
+		}
+		return nil
+	})
 	return c, err
 }
+
+// ringDropper is a Link whose kernel rings can drop frames before the engine
+// sees them (AF_XDP).
+type ringDropper interface{ ringDrops() uint64 }
 
 // Counters are the device's transport counters under rxe's hw_counters names.
 type Counters struct {
@@ -210,6 +220,10 @@ type Counters struct {
 	RDMASends, RDMARecvs                       uint64
 	DroppedMalformed, DroppedNoQP, AckDeferred uint64
 	SendErr                                    uint64 // frames lost for want of a transmit buffer
+	// RingDrops counts frames the kernel dropped on their way in because the
+	// AF_XDP RX ring was full or the fill ring empty (XDP_STATISTICS): the
+	// engine did not keep up.
+	RingDrops uint64
 }
 
 // run is the engine goroutine.

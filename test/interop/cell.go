@@ -38,6 +38,7 @@ type result struct {
 	BWRows   []bwRow         `json:"bw_rows,omitempty"`
 	LatRows  []latRow        `json:"lat_rows,omitempty"`
 	Pingpong *pingpongResult `json:"pingpong,omitempty"`
+	Checks   []check         `json:"checks,omitempty"` // integrity cells
 	Server   *side           `json:"server,omitempty"`
 	Client   *side           `json:"client,omitempty"`
 }
@@ -50,8 +51,11 @@ const (
 
 func newResult(c cell) result {
 	sizes := c.Size
-	if sizes == allSizes {
+	switch {
+	case sizes == allSizes:
 		sizes = "2..8388608"
+	case c.Tool == integrityTool:
+		sizes = fmt.Sprintf("8..%d", bigLen)
 	}
 	return result{ID: c.ID(), Tool: c.Tool, Direction: c.Direction(), MTU: c.MTU, Sizes: sizes, QPs: c.QPs, Loss: c.Loss,
 		Reference: !c.hasXDP()}

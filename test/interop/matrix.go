@@ -76,6 +76,9 @@ func (c cell) ID() string {
 	default:
 		role = "rxe-rxe"
 	}
+	if c.Tool == integrityTool {
+		return fmt.Sprintf("%s/xdp-vm%d/mtu%d", c.Tool, c.Client.vm(), c.MTU)
+	}
 	id := fmt.Sprintf("%s/%s/mtu%d", c.Tool, role, c.MTU)
 	if c.Size == allSizes {
 		id += "/all"
@@ -94,6 +97,8 @@ func (c cell) ID() string {
 // Direction is the human-readable role split.
 func (c cell) Direction() string {
 	switch {
+	case c.Tool == integrityTool:
+		return fmt.Sprintf("xdproce ↔ verbs_peer (%v), both ways", c.Client)
 	case c.Server == xdp:
 		return "xdproce server ← stock client"
 	case c.Client == xdp:
@@ -105,6 +110,9 @@ func (c cell) Direction() string {
 
 // args are the tool options shared by both sides, without device and server.
 func (c cell) args() []string {
+	if c.Tool == integrityTool {
+		return strings.Fields(integrityCmd(c.MTU))
+	}
 	a := []string{"-p", strconv.Itoa(c.Port), "-m", strconv.Itoa(c.MTU), "-n", strconv.Itoa(c.Iters)}
 	if c.Tool == pingpong {
 		return append(a, "-g", "1", "-s", c.Size)
@@ -152,6 +160,9 @@ func (c cell) totalBytes() int64 {
 // timeout bounds each side of the cell. Under TCG rxe moves about 0.3 Gb/s
 // and a ping-pong takes about 1 ms; allow ~10x that, more under loss.
 func (c cell) timeout() time.Duration {
+	if c.Tool == integrityTool {
+		return 10 * time.Minute // the whole cell; every wait in it is bounded by waitLimit
+	}
 	const bytesPerSec = 4 << 20
 	d := 90*time.Second + time.Duration(c.totalBytes()/bytesPerSec)*time.Second
 	if c.isLat() || c.Tool == pingpong {
@@ -170,7 +181,7 @@ type matrixConfig struct {
 	LatIters int // -n for latency tests
 }
 
-var verbs = []string{"send", "write", "read", "atomic"}
+var perfVerbs = []string{"send", "write", "read", "atomic"}
 
 // latSizes are the -s values of a latency test (atomics are always 8 bytes).
 func latSizes(verb string) []string {
@@ -206,10 +217,10 @@ func buildMatrix(cfg matrixConfig) []cell {
 
 	// Reference: stock against stock, VM 2 serving VM 1, at MTU 4096.
 	ref := [2]endpoint{vm2, vm1}
-	for _, v := range verbs {
+	for _, v := range perfVerbs {
 		add(cell{Tool: "ib_" + v + "_bw", Server: ref[0], Client: ref[1], MTU: 4096, Size: bwSize(v), Iters: cfg.BWIters})
 	}
-	for _, v := range verbs {
+	for _, v := range perfVerbs {
 		for _, s := range latSizes(v) {
 			add(cell{Tool: "ib_" + v + "_lat", Server: ref[0], Client: ref[1], MTU: 4096, Size: s, Iters: cfg.LatIters})
 		}
@@ -218,7 +229,7 @@ func buildMatrix(cfg matrixConfig) []cell {
 	add(cell{Tool: pingpong, Server: ref[0], Client: ref[1], MTU: 4096, Size: "4096", Iters: cfg.LatIters})
 
 	for _, mtu := range []int{1024, 4096} {
-		for _, v := range verbs {
+		for _, v := range perfVerbs {
 			for _, d := range dirs {
 				add(cell{Tool: "ib_" + v + "_bw", Server: d[0], Client: d[1], MTU: mtu, Size: bwSize(v), Iters: cfg.BWIters})
 			}
@@ -235,10 +246,14 @@ func buildMatrix(cfg matrixConfig) []cell {
 	for _, d := range dirs {
 		add(cell{Tool: pingpong, Server: d[0], Client: d[1], MTU: 4096, Size: "4096", Iters: cfg.LatIters})
 	}
+	// Data integrity, every RC operation both ways, byte for byte.
+	for _, mtu := range []int{4096, 1024} {
+		add(cell{Tool: integrityTool, Server: xdp, Client: vm1, MTU: mtu})
+	}
 	// Under loss a full -a sweep takes far too long under emulation (an
 	// 8 MiB message is 2048 packets, so nearly every one is retransmitted):
 	// one 64 KiB size exercises the NAK/retransmit path well enough.
-	for _, v := range verbs {
+	for _, v := range perfVerbs {
 		for _, d := range dirs {
 			size := "65536"
 			if v == "atomic" {

@@ -1,0 +1,1038 @@
+package main
+
+// Data-integrity cells: xdproce (in this process, on the veth in the rxepeer
+// netns) against verbs_peer.py on real rxe in VM 1, one RC QP each side,
+// every RC operation in both directions, every byte checked. Stock perftest
+// fills its buffers with random bytes, so the perftest cells can only check
+// completions and figures; these cells check the data.
+//
+// Both buffers are 1 MiB with distinct patterns: verbs_peer's byte[i] =
+// i&0xff, ours byte[i] = (7i+3)&0xff. Every operation uses its own region
+// of each buffer (integrityLayout), the harness keeps a model of both
+// buffers, checks each operation's bytes as it completes, and at the end
+// compares both whole buffers with the models, which catches stray writes.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	vnetns "github.com/vishvananda/netns"
+
+	"github.com/xdproce/xdproce/verbs"
+)
+
+const (
+	integrityTool = "integrity"
+	integrityVM   = 1
+	bufSize       = 1 << 20 // both sides' buffers
+	bigLen        = 100 << 10
+	sendLen       = 9000
+	immWriteLen   = 5000
+	immSendLen    = 100
+	recvSlots     = 8     // our receive WRs
+	recvSlotLen   = 16384 // bytes per receive WR
+	peerRecvs     = 16    // verbs_peer --recv
+	// waitLimit bounds every single wait: a completion, a peer event.
+	waitLimit = 60 * time.Second
+)
+
+// Offsets of every operation's regions, chosen disjoint (TestIntegrityLayout)
+// and partly odd, so that a misplaced or overlong transfer shows up in the
+// whole-buffer comparison at the end.
+const (
+	// verbs_peer's buffer.
+	pWrite    = 65541   // our RDMA WRITE lands here
+	pRead     = 300000  // our RDMA READ reads here
+	pWriteImm = 500000  // our WRITE_WITH_IMM lands here
+	pAtomic   = 600000  // our CAS at +0, FETCH_ADD at +8
+	pSrc      = 700001  // source of the peer's WRITE/SENDs (never written)
+	pReadTo   = 900000  // where the peer's READ of us lands
+	pAtomicTo = 1040000 // where the peer's atomics store the original values (+0, +8, +16)
+	// Our buffer.
+	oSrc          = 0      // source of our WRITE/SENDs (never written)
+	oReadTo       = 131072 // where our READs land (+0 the 100 KiB, +bigLen+64 the atomics' READ)
+	oAtomicTo     = 262144 // where our atomics return the original values (+0, +8, +16)
+	oRecv         = 327680 // recvSlots receive buffers of recvSlotLen
+	oPeerWrite    = 524291 // the peer's RDMA WRITE lands here
+	oPeerRead     = 655361 // the peer's RDMA READ reads here
+	oPeerWriteImm = 786437 // the peer's WRITE_WITH_IMM lands here
+	oPeerAtomic   = 819200 // the peer's CAS at +0, FETCH_ADD at +8
+)
+
+// region is one range an operation uses, for the layout test.
+type region struct {
+	name     string
+	peer     bool // in verbs_peer's buffer, else ours
+	off, len int
+}
+
+func integrityLayout() []region {
+	return []region{
+		{"our WRITE target", true, pWrite, bigLen},
+		{"our READ source", true, pRead, bigLen},
+		{"our WRITE_WITH_IMM target", true, pWriteImm, immWriteLen},
+		{"our atomics target", true, pAtomic - 8, 32}, // read back with a guard word either side
+		{"peer source", true, pSrc, bigLen},
+		{"peer READ landing", true, pReadTo, bigLen},
+		{"peer atomics landing", true, pAtomicTo, 24},
+		{"our source", false, oSrc, bigLen},
+		{"our READ landing", false, oReadTo, bigLen + 64 + 32},
+		{"our atomics landing", false, oAtomicTo, 24},
+		{"our receive buffers", false, oRecv, recvSlots * recvSlotLen},
+		{"peer WRITE target", false, oPeerWrite, bigLen},
+		{"peer READ source", false, oPeerRead, bigLen},
+		{"peer WRITE_WITH_IMM target", false, oPeerWriteImm, immWriteLen},
+		{"peer atomics target", false, oPeerAtomic, 16},
+	}
+}
+
+func ourPattern(i int) byte  { return byte(i*7 + 3) }
+func peerPattern(i int) byte { return byte(i) }
+
+func fillPattern(b []byte, f func(int) byte) {
+	for i := range b {
+		b[i] = f(i)
+	}
+}
+
+// integrityCmd is the verbs_peer command line of a cell.
+func integrityCmd(mtu int) string {
+	return fmt.Sprintf("verbs_peer.py -t rc --remote - --recv %d -m %d -i", peerRecvs, mtu)
+}
+
+// peerEvent is one JSON line of verbs_peer.py; only the fields used here.
+type peerEvent struct {
+	Event string `json:"event"`
+	Msg   string `json:"msg"`
+	// local
+	QPN  uint32 `json:"qpn"`
+	PSN  uint32 `json:"psn"`
+	GID  string `json:"gid"`
+	Addr uint64 `json:"addr"`
+	RKey uint32 `json:"rkey"`
+	Len  int    `json:"len"` // local: buffer size; data: dump length
+	MTU  int    `json:"mtu"`
+	// wc
+	CQ        string  `json:"cq"`
+	WRID      uint64  `json:"wr_id"`
+	Status    string  `json:"status"`
+	Opcode    string  `json:"opcode"`
+	Op        string  `json:"op"` // the posted WR's verb, on send completions
+	ByteLen   uint32  `json:"byte_len"`
+	ImmData   *uint32 `json:"imm_data"`
+	DataLen   *int    `json:"data_len"`
+	DataCRC32 *uint32 `json:"data_crc32"`
+	DataHead  string  `json:"data_head"`
+	Orig      *uint64 `json:"orig"`
+	// data (dump)
+	Off   int    `json:"off"`
+	CRC32 uint32 `json:"crc32"`
+	Hex   string `json:"hex"`
+	// done
+	Failures int   `json:"failures"`
+	OK       *bool `json:"ok"`
+
+	Raw string `json:"-"` // the line, shortened for messages
+}
+
+// parsePeerEvent decodes one stdout line; a line that is not a JSON object
+// (ssh or Python noise) gives an event with an empty Event.
+func parsePeerEvent(line []byte) (peerEvent, error) {
+	line = bytes.TrimSpace(line)
+	var ev peerEvent
+	ev.Raw = shorten(string(line), 300)
+	if len(line) == 0 || line[0] != '{' {
+		return ev, nil
+	}
+	if err := json.Unmarshal(line, &ev); err != nil {
+		return ev, fmt.Errorf("verbs_peer line %q: %w", ev.Raw, err)
+	}
+	return ev, nil
+}
+
+func shorten(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// remoteLine is the line that tells verbs_peer (--remote -) about our QP.
+func remoteLine(qpn, psn uint32, gid string, rkey uint32, addr uint64, length int) string {
+	b, _ := json.Marshal(struct {
+		QPN  uint32 `json:"qpn"`
+		PSN  uint32 `json:"psn"`
+		GID  string `json:"gid"`
+		RKey uint32 `json:"rkey"`
+		Addr uint64 `json:"addr"`
+		Len  int    `json:"len"`
+	}{qpn, psn, gid, rkey, addr, length})
+	return string(b)
+}
+
+// peerStream talks to verbs_peer: op lines to its stdin, events from its
+// stdout, parsed by a reader goroutine.
+type peerStream struct {
+	in     io.WriteCloser
+	events chan peerEvent
+	mu     sync.Mutex
+	err    error       // why the event stream ended (nil: EOF)
+	trace  *tailBuffer // every line both ways, shortened
+	logf   func(format string, args ...any)
+}
+
+func newPeerStream(in io.WriteCloser, out io.Reader, logf func(string, ...any)) *peerStream {
+	s := &peerStream{in: in, events: make(chan peerEvent, 256), trace: &tailBuffer{}, logf: logf}
+	go func() {
+		defer close(s.events)
+		br := bufio.NewReaderSize(out, 64<<10)
+		for {
+			line, err := br.ReadBytes('\n') // no line limit: a dump of 1 MiB is a 2 MiB line
+			if len(bytes.TrimSpace(line)) > 0 {
+				ev, perr := parsePeerEvent(line)
+				fmt.Fprintf(s.trace, "< %s\n", ev.Raw)
+				s.logf("vm%d < %s", integrityVM, shorten(ev.Raw, 160))
+				if perr != nil {
+					s.setErr(perr)
+					return
+				}
+				s.events <- ev
+			}
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					s.setErr(err)
+				}
+				return
+			}
+		}
+	}()
+	return s
+}
+
+func (s *peerStream) setErr(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
+}
+
+func (s *peerStream) send(line string) error {
+	fmt.Fprintf(s.trace, "> %s\n", line)
+	s.logf("vm%d > %s", integrityVM, line)
+	if _, err := io.WriteString(s.in, line+"\n"); err != nil {
+		return fmt.Errorf("write to verbs_peer: %w", err)
+	}
+	return nil
+}
+
+// await returns the next event that match accepts, bounded by waitLimit.
+// An "error" event, the end of the output or the deadline is an error.
+func (s *peerStream) await(ctx context.Context, what string, match func(peerEvent) bool) (peerEvent, error) {
+	t := time.NewTimer(waitLimit)
+	defer t.Stop()
+	for {
+		select {
+		case ev, ok := <-s.events:
+			switch {
+			case !ok:
+				s.mu.Lock()
+				err := s.err
+				s.mu.Unlock()
+				if err != nil {
+					return ev, fmt.Errorf("waiting for %s: verbs_peer output ended: %w", what, err)
+				}
+				return ev, fmt.Errorf("waiting for %s: verbs_peer exited", what)
+			case ev.Event == "error":
+				return ev, fmt.Errorf("waiting for %s: verbs_peer error: %s", what, ev.Msg)
+			case match(ev):
+				return ev, nil
+			case ev.Event == "done":
+				return ev, fmt.Errorf("waiting for %s: verbs_peer ended (done, %d failures)", what, ev.Failures)
+			}
+		case <-t.C:
+			return peerEvent{}, fmt.Errorf("no %s from verbs_peer within %v", what, waitLimit)
+		case <-ctx.Done():
+			return peerEvent{}, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		}
+	}
+}
+
+// op sends one OP line and waits for its completion event.
+func (s *peerStream) op(ctx context.Context, line string, what string, match func(peerEvent) bool) (peerEvent, error) {
+	if err := s.send(line); err != nil {
+		return peerEvent{}, err
+	}
+	return s.await(ctx, what+" ("+line+")", match)
+}
+
+func isEvent(name string) func(peerEvent) bool {
+	return func(ev peerEvent) bool { return ev.Event == name }
+}
+
+func isWC(cq string) func(peerEvent) bool {
+	return func(ev peerEvent) bool { return ev.Event == "wc" && ev.CQ == cq }
+}
+
+// check is one verified property of a cell, as listed in --json.
+type check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// integrityRun is one cell's state: our verbs objects, the peer and the
+// models of both buffers.
+type integrityRun struct {
+	mtu      int
+	dev      *verbs.Device
+	myGID    string     // what verbs_peer is told (our IPv4)
+	peerAddr netip.Addr // verbs_peer's IP, our QP's destination
+	peer     *peerStream
+	logf     func(format string, args ...any)
+
+	pd       *verbs.PD
+	scq, rcq *verbs.CQ
+	qp       *verbs.QP
+	mr       *verbs.MR
+	ours     []byte // the registered memory
+	wantOurs []byte // what ours must hold
+	wantPeer []byte // what verbs_peer's buffer must hold
+	remote   peerEvent
+	wrid     uint64
+	checks   []check
+}
+
+// record adds a check; err nil means it passed.
+func (r *integrityRun) record(name string, err error) {
+	c := check{Name: name, OK: err == nil}
+	if err != nil {
+		c.Detail = err.Error()
+	}
+	r.checks = append(r.checks, c)
+	if err != nil {
+		r.logf("check FAILED: %s: %v", name, err)
+	} else {
+		r.logf("check ok: %s", name)
+	}
+}
+
+func (r *integrityRun) failed() []check {
+	var f []check
+	for _, c := range r.checks {
+		if !c.OK {
+			f = append(f, c)
+		}
+	}
+	return f
+}
+
+// diffBytes describes how got differs from want, nil if it does not.
+func diffBytes(got, want []byte) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("%d bytes, want %d", len(got), len(want))
+	}
+	n, first := 0, -1
+	for i := range got {
+		if got[i] != want[i] {
+			if first < 0 {
+				first = i
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d bytes differ, first at +%d: got %#02x, want %#02x", n, len(want), first, got[first], want[first])
+}
+
+func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+func putLE64(b []byte, v uint64) { binary.LittleEndian.PutUint64(b, v) }
+
+// run drives the whole cell. A returned error is fatal (the connection or
+// the peer is unusable); data mismatches are recorded as failed checks and
+// the cell goes on.
+func (r *integrityRun) run(ctx context.Context) error {
+	if err := r.setup(); err != nil {
+		return err
+	}
+	if err := r.connect(ctx); err != nil {
+		return err
+	}
+	if err := r.toPeer(ctx); err != nil {
+		return err
+	}
+	if err := r.fromPeer(ctx); err != nil {
+		return err
+	}
+	return r.final(ctx)
+}
+
+func (r *integrityRun) setup() error {
+	var err error
+	if r.pd, err = r.dev.AllocPD(); err != nil {
+		return fmt.Errorf("alloc PD: %w", err)
+	}
+	if r.scq, err = r.dev.CreateCQ(256); err != nil {
+		return fmt.Errorf("create CQ: %w", err)
+	}
+	if r.rcq, err = r.dev.CreateCQ(256); err != nil {
+		return fmt.Errorf("create CQ: %w", err)
+	}
+	if r.qp, err = r.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: r.scq, RecvCQ: r.rcq,
+		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return fmt.Errorf("create QP: %w", err)
+	}
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	if r.mr, err = r.pd.AllocMR(bufSize, access); err != nil {
+		return fmt.Errorf("alloc MR: %w", err)
+	}
+	if r.mr.Addr()%8 != 0 {
+		return fmt.Errorf("our MR at %#x is not 8-byte aligned (atomics need it)", r.mr.Addr())
+	}
+	r.ours = r.mr.Bytes()
+	fillPattern(r.ours, ourPattern)
+	r.wantOurs = bytes.Clone(r.ours)
+	r.wantPeer = make([]byte, bufSize)
+	fillPattern(r.wantPeer, peerPattern)
+	if err := r.qp.Modify(verbs.QPAttr{State: verbs.StateInit, Port: 1, AccessFlags: access},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+		return fmt.Errorf("QP to INIT: %w", err)
+	}
+	wrs := make([]verbs.RecvWR, recvSlots)
+	for i := range wrs {
+		wrs[i] = verbs.RecvWR{ID: uint64(i), SGList: r.sge(oRecv+i*recvSlotLen, recvSlotLen)}
+	}
+	if _, err := r.qp.PostRecv(wrs); err != nil {
+		return fmt.Errorf("post receives: %w", err)
+	}
+	return nil
+}
+
+func (r *integrityRun) sge(off, n int) []verbs.SGE {
+	return []verbs.SGE{{Addr: r.mr.Addr() + uint64(off), Length: uint32(n), LKey: r.mr.LKey()}}
+}
+
+// sgidIndex is the index of our IPv4 GID.
+func (r *integrityRun) sgidIndex() (int, error) {
+	want := netip.MustParseAddr(r.myGID)
+	for i := 0; i < r.dev.QueryPort().GIDTblLen; i++ {
+		g, err := r.dev.QueryGID(i)
+		if err != nil {
+			break
+		}
+		if g.Unmap() == want {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("no GID %s in our GID table", r.myGID)
+}
+
+// connect exchanges the addressing with verbs_peer, takes our QP to RTS and
+// waits until verbs_peer is at RTS too.
+func (r *integrityRun) connect(ctx context.Context) error {
+	loc, err := r.peer.await(ctx, `the "local" line`, isEvent("local"))
+	if err != nil {
+		return err
+	}
+	r.remote = loc
+	switch {
+	case loc.QPN == 0 || loc.RKey == 0 || loc.Addr == 0:
+		return fmt.Errorf("verbs_peer local line lacks qpn/rkey/addr: %s", loc.Raw)
+	case loc.Len < bufSize:
+		return fmt.Errorf("verbs_peer buffer is %d bytes, want %d", loc.Len, bufSize)
+	case loc.Addr%8 != 0:
+		return fmt.Errorf("verbs_peer buffer at %#x is not 8-byte aligned", loc.Addr)
+	case loc.MTU != r.mtu:
+		return fmt.Errorf("verbs_peer path MTU %d, want %d", loc.MTU, r.mtu)
+	}
+	sgid, err := r.sgidIndex()
+	if err != nil {
+		return err
+	}
+	psn := rand.Uint32() & 0xffffff
+	rtr := verbs.QPAttr{State: verbs.StateRTR, PathMTU: verbs.MTUFromBytes(r.mtu), DestQPN: loc.QPN, RQPSN: loc.PSN & 0xffffff,
+		MaxDestRdAtomic: 16, MinRNRTimer: 12, AH: verbs.AH{DGID: r.peerAddr, SGIDIndex: sgid, HopLimit: 64}}
+	if err := r.qp.Modify(rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
+		verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
+		return fmt.Errorf("QP to RTR: %w", err)
+	}
+	rts := verbs.QPAttr{State: verbs.StateRTS, SQPSN: psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}
+	if err := r.qp.Modify(rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|
+		verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic); err != nil {
+		return fmt.Errorf("QP to RTS: %w", err)
+	}
+	if err := r.peer.send(remoteLine(r.qp.QPN(), psn, r.myGID, r.mr.RKey(), r.mr.Addr(), bufSize)); err != nil {
+		return err
+	}
+	if _, err := r.peer.await(ctx, `"ready"`, isEvent("ready")); err != nil {
+		return err
+	}
+	r.logf("connected: our QP %#x psn %#x, verbs_peer QP %#x psn %#x, path MTU %d", r.qp.QPN(), psn, loc.QPN, loc.PSN, r.mtu)
+	return nil
+}
+
+// post posts one signaled send WR and waits for its successful completion.
+func (r *integrityRun) post(ctx context.Context, what string, wr verbs.SendWR, want verbs.WCOpcode) error {
+	r.wrid++
+	wr.ID, wr.Flags = r.wrid, wr.Flags|verbs.SendSignaled
+	if _, err := r.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+		return fmt.Errorf("%s: post: %w", what, err)
+	}
+	wc, err := pollCQ(ctx, r.scq)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if wc.WRID != wr.ID || wc.Status != verbs.WCSuccess || wc.Opcode != want {
+		return fmt.Errorf("%s: completion wr_id %d %v opcode %d (vendor_err %d), want wr_id %d SUCCESS opcode %d",
+			what, wc.WRID, wc.Status, wc.Opcode, wc.VendorErr, wr.ID, want)
+	}
+	return nil
+}
+
+// pollCQ waits up to waitLimit for one completion.
+func pollCQ(ctx context.Context, cq *verbs.CQ) (verbs.WorkCompletion, error) {
+	deadline := time.Now().Add(waitLimit)
+	var wc [1]verbs.WorkCompletion
+	for cq.Poll(wc[:]) == 0 {
+		if time.Now().After(deadline) {
+			return wc[0], fmt.Errorf("no completion within %v", waitLimit)
+		}
+		if ctx.Err() != nil {
+			return wc[0], ctx.Err()
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return wc[0], nil
+}
+
+// dump asks verbs_peer for its buffer bytes at [off, off+n).
+func (r *integrityRun) dump(ctx context.Context, off, n int) ([]byte, error) {
+	ev, err := r.peer.op(ctx, fmt.Sprintf("dump:off=%d,len=%d", off, n), "the dump", isEvent("data"))
+	if err != nil {
+		return nil, err
+	}
+	b, err := hex.DecodeString(ev.Hex)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("dump: bad hex: %w", err)
+	case ev.Off != off || len(b) != n:
+		return nil, fmt.Errorf("dump: got %d bytes at %d, want %d at %d", len(b), ev.Off, n, off)
+	case crc32.ChecksumIEEE(b) != ev.CRC32:
+		return nil, fmt.Errorf("dump: crc32 %#08x of the hex, verbs_peer says %#08x", crc32.ChecksumIEEE(b), ev.CRC32)
+	}
+	return b, nil
+}
+
+// peerRecv asks verbs_peer to poll one receive completion and checks it.
+func (r *integrityRun) peerRecv(ctx context.Context, opcode string, n int, imm *uint32, data []byte) error {
+	ev, err := r.peer.op(ctx, "poll:n=1", "a receive completion", isWC("recv"))
+	if err != nil {
+		return err
+	}
+	var p []string
+	if ev.Status != "success" || ev.Opcode != opcode || ev.ByteLen != uint32(n) {
+		p = append(p, fmt.Sprintf("completion %s %s byte_len %d, want success %s %d", ev.Status, ev.Opcode, ev.ByteLen, opcode, n))
+	}
+	switch {
+	case imm == nil && ev.ImmData != nil:
+		p = append(p, fmt.Sprintf("unexpected imm_data %#x", *ev.ImmData))
+	case imm != nil && ev.ImmData == nil:
+		p = append(p, fmt.Sprintf("no imm_data, want %#x", *imm))
+	case imm != nil && *ev.ImmData != *imm:
+		p = append(p, fmt.Sprintf("imm_data %#x, want %#x", *ev.ImmData, *imm))
+	}
+	if data != nil {
+		p = append(p, crcProblems(ev, data)...)
+	}
+	if len(p) > 0 {
+		return errors.New(strings.Join(p, "; "))
+	}
+	return nil
+}
+
+// crcProblems compares a completion's data_crc32/data_head (zlib.crc32, the
+// IEEE CRC-32, and the first 32 bytes in hex) with data.
+func crcProblems(ev peerEvent, data []byte) []string {
+	var p []string
+	if ev.DataCRC32 == nil {
+		return []string{"no data_crc32"}
+	}
+	if ev.DataLen != nil && *ev.DataLen != len(data) {
+		p = append(p, fmt.Sprintf("data_len %d, want %d", *ev.DataLen, len(data)))
+	}
+	if want := crc32.ChecksumIEEE(data); *ev.DataCRC32 != want {
+		p = append(p, fmt.Sprintf("data_crc32 %#08x, want %#08x", *ev.DataCRC32, want))
+	}
+	if want := hex.EncodeToString(data[:min(32, len(data))]); ev.DataHead != want {
+		p = append(p, fmt.Sprintf("data_head %s, want %s", ev.DataHead, want))
+	}
+	return p
+}
+
+// toPeer runs every RC operation from xdproce to verbs_peer.
+func (r *integrityRun) toPeer(ctx context.Context) error {
+	raddr := func(off int) uint64 { return r.remote.Addr + uint64(off) }
+	rkey := r.remote.RKey
+
+	// RDMA WRITE, checked with a dump of verbs_peer's memory.
+	name := fmt.Sprintf("xdproce→rxe RDMA WRITE %d B at roff %d", bigLen, pWrite)
+	if err := r.post(ctx, name, verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: r.sge(oSrc, bigLen),
+		RemoteAddr: raddr(pWrite), RKey: rkey}, verbs.WCRDMAWrite); err != nil {
+		return err
+	}
+	copy(r.wantPeer[pWrite:], r.ours[oSrc:oSrc+bigLen])
+	got, err := r.dump(ctx, pWrite, bigLen)
+	if err != nil {
+		return err
+	}
+	r.record(name, diffBytes(got, r.ours[oSrc:oSrc+bigLen]))
+
+	// RDMA READ of verbs_peer's pattern.
+	name = fmt.Sprintf("xdproce→rxe RDMA READ %d B at roff %d", bigLen, pRead)
+	if err := r.post(ctx, name, verbs.SendWR{Opcode: verbs.WRRDMARead, SGList: r.sge(oReadTo, bigLen),
+		RemoteAddr: raddr(pRead), RKey: rkey}, verbs.WCRDMARead); err != nil {
+		return err
+	}
+	copy(r.wantOurs[oReadTo:], r.wantPeer[pRead:pRead+bigLen])
+	r.record(name, diffBytes(r.ours[oReadTo:oReadTo+bigLen], r.wantPeer[pRead:pRead+bigLen]))
+
+	// SEND into one of verbs_peer's receives: it reports the CRC-32.
+	const sendOff = oSrc + 11
+	name = fmt.Sprintf("xdproce→rxe SEND %d B", sendLen)
+	if err := r.post(ctx, name, verbs.SendWR{Opcode: verbs.WRSend, SGList: r.sge(sendOff, sendLen)}, verbs.WCSend); err != nil {
+		return err
+	}
+	r.record(name, r.peerRecv(ctx, "RECV", sendLen, nil, r.ours[sendOff:sendOff+sendLen]))
+
+	// RDMA WRITE with immediate: a receive completion with the immediate,
+	// and the bytes in verbs_peer's memory.
+	const wimmOff, wimm = oSrc + 5, uint32(0xa1b2c3d4)
+	name = fmt.Sprintf("xdproce→rxe RDMA WRITE_WITH_IMM %d B at roff %d imm %#x", immWriteLen, pWriteImm, wimm)
+	if err := r.post(ctx, name, verbs.SendWR{Opcode: verbs.WRRDMAWriteWithImm, SGList: r.sge(wimmOff, immWriteLen),
+		RemoteAddr: raddr(pWriteImm), RKey: rkey, ImmData: wimm}, verbs.WCRDMAWrite); err != nil {
+		return err
+	}
+	copy(r.wantPeer[pWriteImm:], r.ours[wimmOff:wimmOff+immWriteLen])
+	err = r.peerRecv(ctx, "RECV_RDMA_WITH_IMM", immWriteLen, ptr(wimm), nil)
+	if err == nil {
+		got, derr := r.dump(ctx, pWriteImm, immWriteLen)
+		if derr != nil {
+			return derr
+		}
+		err = diffBytes(got, r.ours[wimmOff:wimmOff+immWriteLen])
+	}
+	r.record(name, err)
+
+	// SEND with immediate.
+	const simmOff, simm = oSrc + 333, uint32(0x0badf00d)
+	name = fmt.Sprintf("xdproce→rxe SEND_WITH_IMM %d B imm %#x", immSendLen, simm)
+	if err := r.post(ctx, name, verbs.SendWR{Opcode: verbs.WRSendWithImm, SGList: r.sge(simmOff, immSendLen),
+		ImmData: simm}, verbs.WCSend); err != nil {
+		return err
+	}
+	r.record(name, r.peerRecv(ctx, "RECV", immSendLen, ptr(simm), r.ours[simmOff:simmOff+immSendLen]))
+
+	// Atomics on verbs_peer's pattern: CAS that swaps, CAS that misses,
+	// FETCH_ADD; then a READ of the words and a guard word either side.
+	orig0, orig8 := le64(r.wantPeer[pAtomic:]), le64(r.wantPeer[pAtomic+8:])
+	const swap, missSwap, add = uint64(0x1122334455667788), uint64(0xdeadbeefcafef00d), uint64(0x0102030405060708)
+	atomics := []struct {
+		name     string
+		wr       verbs.SendWR
+		opcode   verbs.WCOpcode
+		wantOrig uint64
+	}{
+		{fmt.Sprintf("xdproce→rxe CMP_AND_SWAP at roff %d (hit)", pAtomic),
+			verbs.SendWR{Opcode: verbs.WRAtomicCmpAndSwp, RemoteAddr: raddr(pAtomic), CompareAdd: orig0, Swap: swap}, verbs.WCCompSwap, orig0},
+		{fmt.Sprintf("xdproce→rxe CMP_AND_SWAP at roff %d (miss)", pAtomic),
+			verbs.SendWR{Opcode: verbs.WRAtomicCmpAndSwp, RemoteAddr: raddr(pAtomic), CompareAdd: orig0, Swap: missSwap}, verbs.WCCompSwap, swap},
+		{fmt.Sprintf("xdproce→rxe FETCH_AND_ADD at roff %d", pAtomic+8),
+			verbs.SendWR{Opcode: verbs.WRAtomicFetchAdd, RemoteAddr: raddr(pAtomic + 8), CompareAdd: add}, verbs.WCFetchAdd, orig8},
+	}
+	for i, a := range atomics {
+		a.wr.RKey, a.wr.SGList = rkey, r.sge(oAtomicTo+8*i, 8)
+		if err := r.post(ctx, a.name, a.wr, a.opcode); err != nil {
+			return err
+		}
+		putLE64(r.wantOurs[oAtomicTo+8*i:], a.wantOrig)
+		var err error
+		if got := le64(r.ours[oAtomicTo+8*i:]); got != a.wantOrig {
+			err = fmt.Errorf("returned original %#016x, want %#016x", got, a.wantOrig)
+		}
+		r.record(a.name+" returns the original", err)
+	}
+	putLE64(r.wantPeer[pAtomic:], swap)
+	putLE64(r.wantPeer[pAtomic+8:], orig8+add)
+	const atRead = oReadTo + bigLen + 64
+	name = fmt.Sprintf("xdproce→rxe RDMA READ after the atomics: %#x and %#x at roff %d", swap, orig8+add, pAtomic)
+	if err := r.post(ctx, name, verbs.SendWR{Opcode: verbs.WRRDMARead, SGList: r.sge(atRead, 32),
+		RemoteAddr: raddr(pAtomic - 8), RKey: rkey}, verbs.WCRDMARead); err != nil {
+		return err
+	}
+	copy(r.wantOurs[atRead:], r.wantPeer[pAtomic-8:pAtomic+24])
+	r.record(name, diffBytes(r.ours[atRead:atRead+32], r.wantPeer[pAtomic-8:pAtomic+24]))
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// peerSend runs one of verbs_peer's send-queue OPs and checks that it
+// completed successfully with the expected verb.
+func (r *integrityRun) peerSend(ctx context.Context, line, verb string) (peerEvent, error) {
+	ev, err := r.peer.op(ctx, line, "a send completion", isWC("send"))
+	if err != nil {
+		return ev, err
+	}
+	if ev.Status != "success" || ev.Op != verb {
+		return ev, fmt.Errorf("verbs_peer %s: completion %s for %s, want success for %s", line, ev.Status, ev.Op, verb)
+	}
+	return ev, nil
+}
+
+// ourRecv waits for one of our receive completions and checks it and the
+// bytes in its buffer.
+func (r *integrityRun) ourRecv(ctx context.Context, opcode verbs.WCOpcode, n int, imm *uint32, data []byte) error {
+	wc, err := pollCQ(ctx, r.rcq)
+	if err != nil {
+		return fmt.Errorf("our receive: %w", err)
+	}
+	if wc.Status != verbs.WCSuccess || wc.WRID >= recvSlots {
+		return fmt.Errorf("our receive completion wr_id %d %v", wc.WRID, wc.Status)
+	}
+	var p []string
+	if wc.Opcode != opcode || wc.ByteLen != uint32(n) {
+		p = append(p, fmt.Sprintf("opcode %d byte_len %d, want %d %d", wc.Opcode, wc.ByteLen, opcode, n))
+	}
+	switch hasImm := wc.Flags&verbs.WCWithImm != 0; {
+	case imm == nil && hasImm:
+		p = append(p, fmt.Sprintf("unexpected immediate %#x", wc.ImmData))
+	case imm != nil && !hasImm:
+		p = append(p, fmt.Sprintf("no immediate, want %#x", *imm))
+	case imm != nil && wc.ImmData != *imm:
+		p = append(p, fmt.Sprintf("immediate %#x, want %#x", wc.ImmData, *imm))
+	}
+	if data != nil {
+		off := oRecv + int(wc.WRID)*recvSlotLen
+		copy(r.wantOurs[off:], data)
+		if err := diffBytes(r.ours[off:off+len(data)], data); err != nil {
+			p = append(p, "received bytes: "+err.Error())
+		}
+	}
+	if len(p) > 0 {
+		return errors.New(strings.Join(p, "; "))
+	}
+	return nil
+}
+
+// fromPeer runs every RC operation from verbs_peer to xdproce.
+func (r *integrityRun) fromPeer(ctx context.Context) error {
+	src := func(off, n int) []byte { return r.wantPeer[pSrc+off : pSrc+off+n] }
+
+	name := fmt.Sprintf("rxe→xdproce RDMA WRITE %d B at roff %d", bigLen, oPeerWrite)
+	if _, err := r.peerSend(ctx, fmt.Sprintf("write:len=%d,off=%d,roff=%d", bigLen, pSrc, oPeerWrite), "RDMA_WRITE"); err != nil {
+		return err
+	}
+	copy(r.wantOurs[oPeerWrite:], src(0, bigLen))
+	r.record(name, diffBytes(r.ours[oPeerWrite:oPeerWrite+bigLen], src(0, bigLen)))
+
+	name = fmt.Sprintf("rxe→xdproce RDMA READ %d B at roff %d", bigLen, oPeerRead)
+	ev, err := r.peerSend(ctx, fmt.Sprintf("read:len=%d,off=%d,roff=%d", bigLen, pReadTo, oPeerRead), "RDMA_READ")
+	if err != nil {
+		return err
+	}
+	copy(r.wantPeer[pReadTo:], r.wantOurs[oPeerRead:oPeerRead+bigLen])
+	if p := crcProblems(ev, r.wantOurs[oPeerRead:oPeerRead+bigLen]); len(p) > 0 {
+		r.record(name, errors.New(strings.Join(p, "; ")))
+	} else {
+		r.record(name, nil)
+	}
+
+	name = fmt.Sprintf("rxe→xdproce SEND %d B", sendLen)
+	if _, err := r.peerSend(ctx, fmt.Sprintf("send:len=%d,off=%d", sendLen, pSrc+17), "SEND"); err != nil {
+		return err
+	}
+	r.record(name, r.ourRecv(ctx, verbs.WCRecv, sendLen, nil, src(17, sendLen)))
+
+	const simm = uint32(0x5eed1234)
+	name = fmt.Sprintf("rxe→xdproce SEND_WITH_IMM %d B imm %#x", immSendLen, simm)
+	if _, err := r.peerSend(ctx, fmt.Sprintf("send_imm:len=%d,off=%d,imm=%#x", immSendLen, pSrc+29, simm), "SEND_WITH_IMM"); err != nil {
+		return err
+	}
+	r.record(name, r.ourRecv(ctx, verbs.WCRecv, immSendLen, ptr(simm), src(29, immSendLen)))
+
+	const wimm = uint32(0xfeedc0de)
+	name = fmt.Sprintf("rxe→xdproce RDMA WRITE_WITH_IMM %d B at roff %d imm %#x", immWriteLen, oPeerWriteImm, wimm)
+	if _, err := r.peerSend(ctx, fmt.Sprintf("write_imm:len=%d,off=%d,roff=%d,imm=%#x", immWriteLen, pSrc+3, oPeerWriteImm, wimm), "RDMA_WRITE_WITH_IMM"); err != nil {
+		return err
+	}
+	copy(r.wantOurs[oPeerWriteImm:], src(3, immWriteLen))
+	err = r.ourRecv(ctx, verbs.WCRecvRDMAWithImm, immWriteLen, ptr(wimm), nil)
+	if err == nil {
+		err = diffBytes(r.ours[oPeerWriteImm:oPeerWriteImm+immWriteLen], src(3, immWriteLen))
+	}
+	r.record(name, err)
+
+	// Atomics on our pattern; verbs_peer reports the original value ("orig",
+	// the 8 bytes it got back, little-endian).
+	orig0, orig8 := le64(r.wantOurs[oPeerAtomic:]), le64(r.wantOurs[oPeerAtomic+8:])
+	const swap, missSwap, add = uint64(0x8877665544332211), uint64(0x0123456789abcdef), uint64(0x1000000000000001)
+	atomics := []struct {
+		name, line, verb string
+		wantOrig         uint64
+	}{
+		{fmt.Sprintf("rxe→xdproce CMP_AND_SWAP at roff %d (hit)", oPeerAtomic),
+			fmt.Sprintf("cas:roff=%d,off=%d,compare=%#x,swap=%#x", oPeerAtomic, pAtomicTo, orig0, swap), "ATOMIC_CMP_AND_SWP", orig0},
+		{fmt.Sprintf("rxe→xdproce CMP_AND_SWAP at roff %d (miss)", oPeerAtomic),
+			fmt.Sprintf("cas:roff=%d,off=%d,compare=%#x,swap=%#x", oPeerAtomic, pAtomicTo+8, orig0, missSwap), "ATOMIC_CMP_AND_SWP", swap},
+		{fmt.Sprintf("rxe→xdproce FETCH_AND_ADD at roff %d", oPeerAtomic+8),
+			fmt.Sprintf("faa:roff=%d,off=%d,add=%#x", oPeerAtomic+8, pAtomicTo+16, add), "ATOMIC_FETCH_AND_ADD", orig8},
+	}
+	for i, a := range atomics {
+		ev, err := r.peerSend(ctx, a.line, a.verb)
+		if err != nil {
+			return err
+		}
+		putLE64(r.wantPeer[pAtomicTo+8*i:], a.wantOrig)
+		switch {
+		case ev.Orig == nil:
+			err = errors.New("no orig in the completion")
+		case *ev.Orig != a.wantOrig:
+			err = fmt.Errorf("orig %#016x, want %#016x", *ev.Orig, a.wantOrig)
+		}
+		r.record(a.name+" returns the original", err)
+	}
+	putLE64(r.wantOurs[oPeerAtomic:], swap)
+	putLE64(r.wantOurs[oPeerAtomic+8:], orig8+add)
+	r.record(fmt.Sprintf("rxe→xdproce atomics leave %#x and %#x at roff %d", swap, orig8+add, oPeerAtomic),
+		diffBytes(r.ours[oPeerAtomic-8:oPeerAtomic+24], r.wantOurs[oPeerAtomic-8:oPeerAtomic+24]))
+	return nil
+}
+
+// final compares both whole buffers with the models and ends verbs_peer,
+// which must report no failed completion.
+func (r *integrityRun) final(ctx context.Context) error {
+	r.record("our whole 1 MiB buffer matches the model (no stray writes)", diffBytes(r.ours, r.wantOurs))
+	got, err := r.dump(ctx, 0, bufSize)
+	if err != nil {
+		return err
+	}
+	r.record("verbs_peer's whole 1 MiB buffer matches the model (no stray writes)", diffBytes(got, r.wantPeer))
+	if err := r.peer.in.Close(); err != nil {
+		return fmt.Errorf("close verbs_peer's stdin: %w", err)
+	}
+	ev, err := r.peer.await(ctx, `"done"`, isEvent("done"))
+	if err != nil {
+		return err
+	}
+	if ev.Failures != 0 || ev.OK == nil || !*ev.OK {
+		r.record("verbs_peer ends without failures", fmt.Errorf("done: %d failures", ev.Failures))
+	} else {
+		r.record("verbs_peer ends without failures", nil)
+	}
+	return nil
+}
+
+// openDeviceIn opens an xdproce device on ifname inside the named network
+// namespace, from a goroutine whose OS thread enters the namespace and leaves
+// it again (it stays locked, and dies with the goroutine, if leaving fails).
+// The device's sockets and XDP program belong to the namespace for good.
+func openDeviceIn(ctx context.Context, ns, ifname string) (*verbs.Device, error) {
+	type res struct {
+		dev *verbs.Device
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread()
+		var r res
+		defer func() { ch <- r }()
+		orig, err := vnetns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			r.err = fmt.Errorf("current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		target, err := vnetns.GetFromPath(filepath.Join("/run/netns", ns))
+		if err != nil {
+			runtime.UnlockOSThread()
+			r.err = fmt.Errorf("netns %s: %w", ns, err)
+			return
+		}
+		defer target.Close()
+		if err := vnetns.Set(target); err != nil {
+			runtime.UnlockOSThread()
+			r.err = fmt.Errorf("enter netns %s: %w", ns, err)
+			return
+		}
+		r.dev, r.err = verbs.Open(ctx, ifname, verbs.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err := vnetns.Set(orig); err != nil {
+			return // the thread stays locked and ends with this goroutine
+		}
+		runtime.UnlockOSThread()
+	}()
+	r := <-ch
+	if r.err != nil {
+		return nil, fmt.Errorf("open xdproce on %s in netns %s: %w", ifname, ns, r.err)
+	}
+	return r.dev, nil
+}
+
+// peerProc is verbs_peer running in a VM through "rxe-peer exec" (ssh),
+// with its stdin and stdout piped to us.
+type peerProc struct {
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+	stderr tailBuffer
+	stream *peerStream
+	done   chan struct{}
+	err    error // valid once done is closed
+}
+
+func startPeerProc(ctx context.Context, p *rxePeer, vm int, shell string, timeout time.Duration, logf func(string, ...any)) (*peerProc, error) {
+	pp := &peerProc{done: make(chan struct{})}
+	var cctx context.Context
+	cctx, pp.cancel = context.WithTimeout(ctx, timeout+30*time.Second)
+	args := []string{"exec", "-T", strconv.Itoa(int(timeout.Seconds())), strconv.Itoa(vm), shell}
+	logf("$ %s %s", p.script, shellJoin(args))
+	pp.cmd = command(cctx, &pp.stderr, p.script, args...)
+	stdin, err := pp.cmd.StdinPipe()
+	if err != nil {
+		pp.cancel()
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	pp.cmd.Stdout = pw
+	if err := pp.cmd.Start(); err != nil {
+		pp.cancel()
+		return nil, fmt.Errorf("start rxe-peer exec: %w", err)
+	}
+	pp.stream = newPeerStream(stdin, pr, logf)
+	go func() {
+		pp.err = cmdError(cctx, timeout+30*time.Second, pp.cmd.Wait())
+		pw.Close()
+		close(pp.done)
+	}()
+	return pp, nil
+}
+
+// stop closes verbs_peer's stdin (it then ends by itself), waits up to grace,
+// then kills the process group; it returns the transcript and stderr.
+func (pp *peerProc) stop(grace time.Duration) (string, error) {
+	pp.stream.in.Close()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-pp.done:
+	case <-t.C:
+		pp.cancel()
+		<-pp.done // bounded by WaitDelay
+	}
+	pp.cancel()
+	out := pp.stream.trace.String()
+	if s := strings.TrimSpace(pp.stderr.String()); s != "" {
+		out += "stderr:\n" + s + "\n"
+	}
+	return out, pp.err
+}
+
+// runIntegrity runs one data-integrity cell against VM 1.
+func (h *harness) runIntegrity(ctx context.Context, c cell) (r result) {
+	r = newResult(c)
+	start := time.Now()
+	defer func() { r.Seconds = time.Since(start).Round(100 * time.Millisecond).Seconds() }()
+	ours := &side{Endpoint: xdp.String(), Cmd: fmt.Sprintf("(in-process verbs device on %s, netns %s)", hostIface, netns)}
+	shell := integrityCmd(c.MTU)
+	theirs := &side{Endpoint: vm1.String(), Cmd: shell}
+	r.Server, r.Client = ours, theirs
+
+	fail := func(err error) result {
+		r.Status, r.Reason = statusFail, err.Error()
+		return r
+	}
+	dev, err := openDeviceIn(ctx, netns, hostIface)
+	if err != nil {
+		ours.Exit, ours.Error = -1, err.Error()
+		theirs.Exit, theirs.Error = -1, "not started"
+		return fail(err)
+	}
+	defer func() {
+		if err := dev.Close(); err != nil && r.Status == statusPass {
+			r.Status, r.Reason = statusFail, "close the xdproce device: "+err.Error()
+		}
+	}()
+	pp, err := startPeerProc(ctx, h.peer, integrityVM, shell, c.timeout(), h.logf)
+	if err != nil {
+		theirs.Exit, theirs.Error = -1, err.Error()
+		return fail(err)
+	}
+	run := &integrityRun{mtu: c.MTU, dev: dev, myGID: hostAddr, peerAddr: netip.MustParseAddr(vmAddr(integrityVM)),
+		peer: pp.stream, logf: h.logf}
+	runErr := run.run(ctx)
+	out, perr := pp.stop(30 * time.Second)
+	theirs.Output, theirs.Exit = out, exitCode(perr)
+	if perr != nil {
+		theirs.Error = perr.Error()
+	}
+	r.Checks = run.checks
+	var lines []string
+	for _, ch := range run.checks {
+		mark := "ok  "
+		if !ch.OK {
+			mark = "FAIL"
+		}
+		l := mark + " " + ch.Name
+		if ch.Detail != "" {
+			l += ": " + ch.Detail
+		}
+		lines = append(lines, l)
+	}
+	ours.Output = strings.Join(lines, "\n")
+
+	var problems []string
+	if runErr != nil {
+		problems = append(problems, runErr.Error())
+		ours.Exit, ours.Error = 1, runErr.Error()
+	}
+	for _, ch := range run.failed() {
+		problems = append(problems, ch.Name+": "+ch.Detail)
+	}
+	if perr != nil {
+		msg := "verbs_peer: " + perr.Error()
+		if e := strings.TrimSpace(pp.stderr.String()); e != "" {
+			msg += " (" + lastLines(e, 1) + ")"
+		}
+		problems = append(problems, msg)
+	}
+	if ctx.Err() != nil {
+		problems = append([]string{"interrupted"}, problems...)
+	}
+	if len(problems) > 0 {
+		if len(problems) > 3 {
+			problems = append(problems[:3], fmt.Sprintf("and %d more", len(problems)-3))
+		}
+		r.Status, r.Reason = statusFail, strings.Join(problems, "; ")
+		return r
+	}
+	r.Status = statusPass
+	return r
+}

@@ -193,7 +193,8 @@ func (s *session) runSendLat(ctx context.Context) ([]Result, error) {
 }
 
 // runReadAtomicLat is ib_read_lat and ib_atomic_lat: only the client
-// posts; the server closes the channel at once and leaves its QP to answer.
+// posts; the server goes straight to the closing hand shake, which the
+// client answers once its run is over, so its QP answers until then.
 func (s *session) runReadAtomicLat(ctx context.Context) ([]Result, error) {
 	if err := s.prologue(true, false); err != nil {
 		return nil, err
@@ -203,9 +204,7 @@ func (s *session) runReadAtomicLat(ctx context.Context) ([]Result, error) {
 	}
 	if s.server() {
 		s.printLine()
-		// The client runs after the close; stay until it has gone.
-		err := s.oob.closeConn(s.my[0])
-		return nil, errors.Join(err, s.awaitPeerGone(ctx))
+		return nil, s.oob.closeConn(s.my[0])
 	}
 	s.printLatHeader()
 	results, err := s.sweep(func(size int) (Result, error) { return s.readPingPong(ctx, size) }, s.printLat)
@@ -214,38 +213,6 @@ func (s *session) runReadAtomicLat(ctx context.Context) ([]Result, error) {
 	}
 	s.printLine()
 	return results, s.oob.closeConn(s.my[0])
-}
-
-// awaitPeerGone keeps a passive server's QP answering until the client's
-// requests stop: perftest's server of read_lat and atomic_lat exits as soon
-// as the channel closes, which works for a kernel RNIC whose QP outlives the
-// process briefly; here the QP lives as long as the device, so the server
-// waits for a quiet second (or Timeout) before it tears the QP down.
-func (s *session) awaitPeerGone(ctx context.Context) error {
-	deadline := time.Now().Add(s.cfg.Timeout)
-	last, err := s.dev.Counters()
-	if err != nil {
-		return err
-	}
-	quiet := 0
-	for time.Now().Before(deadline) && quiet < 10 {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		now, err := s.dev.Counters()
-		if err != nil {
-			return err
-		}
-		if now.RcvdPkts == last.RcvdPkts {
-			quiet++
-		} else {
-			quiet = 0
-		}
-		last = now
-	}
-	return nil
 }
 
 // clock runs perftest's duration mode: a warm-up margin, the sampled
@@ -297,6 +264,7 @@ func (s *session) bwClient(ctx context.Context, size int) (Result, error) {
 	wcs := make([]verbs.WorkCompletion, 64)
 	mod := uint64(c.CQMod)
 	stopping := false
+	lastDone := time.Now()
 	for spins := 0; ; spins++ {
 		now := time.Now()
 		if durational && !stopping && ck.over(now) {
@@ -376,12 +344,21 @@ func (s *session) bwClient(ctx context.Context, size int) (Result, error) {
 			}
 			totC += done
 		}
-		if k == 0 {
-			if spins%1024 == 1023 && ctx.Err() != nil {
+		if k > 0 {
+			lastDone = time.Now()
+			continue
+		}
+		if spins%1024 == 1023 {
+			if ctx.Err() != nil {
 				return Result{}, ctx.Err()
 			}
-			runtime.Gosched()
+			// The QPs retry forever (retry_cnt 7), so a dead peer shows
+			// only as completions that stop coming.
+			if totC < totS && time.Since(lastDone) > c.Timeout {
+				return Result{}, fmt.Errorf("perftest: no completion for %v with %d requests outstanding", c.Timeout, totS-totC)
+			}
 		}
+		runtime.Gosched()
 	}
 	if durational {
 		from, to := ck.window()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -348,5 +349,39 @@ func TestPingPong(t *testing.T) {
 	}
 	if !strings.Contains(cout.String(), "200 iters in") || !strings.Contains(sout.String(), "3600000 bytes in") {
 		t.Errorf("reports:\n%s\n%s", &cout, &sout)
+	}
+}
+
+// perftest's QPs retry forever, so a peer that stops answering shows only
+// as completions that stop coming: the client gives up after Timeout
+// instead of hanging, and the server's channel then ends too.
+func TestDeadPeerTimesOut(t *testing.T) {
+	p := newMemPair(t)
+	p.la.SetImpairment(verbs.Impairment{Drop: 1}) // nothing the client sends arrives
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cfg := Config{Tool: Tool{Write, BW}, Iters: 50, Size: 4096, GIDIndex: -1, Port: port, Bind: "127.0.0.1", Timeout: 2 * time.Second}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	serr := make(chan error, 1)
+	go func(cfg Config) {
+		_, err := Run(ctx, p.b, cfg, io.Discard)
+		serr <- err
+	}(cfg)
+	cfg.Server = "127.0.0.1"
+	start := time.Now()
+	_, cerr := Run(ctx, p.a, cfg, io.Discard)
+	if cerr == nil || !strings.Contains(cerr.Error(), "no completion") {
+		t.Fatalf("client: %v, want a timeout for the missing completions", cerr)
+	}
+	if el := time.Since(start); el > 20*time.Second {
+		t.Errorf("the client gave up after %v", el)
+	}
+	if err := <-serr; err == nil {
+		t.Error("the server succeeded against a client that failed")
 	}
 }

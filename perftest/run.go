@@ -263,26 +263,23 @@ func (s *session) bwClient(ctx context.Context, size int) (Result, error) {
 	wr := []verbs.SendWR{{}}
 	wcs := make([]verbs.WorkCompletion, 64)
 	mod := uint64(c.CQMod)
-	stopping := false
 	lastDone := time.Now()
 	for spins := 0; ; spins++ {
-		now := time.Now()
-		if durational && !stopping && ck.over(now) {
-			stopping = true
-		}
-		if !durational && totS >= tot && totC >= tot || durational && stopping && totC >= totS {
+		// In duration mode perftest leaves as soon as its time is up,
+		// with requests still outstanding: a SEND server may already
+		// have stopped posting receives.
+		if durational && ck.over(time.Now()) || !durational && totS >= tot && totC >= tot {
 			break
 		}
 		for q, qp := range s.qps {
-			for (durational && !stopping || scnt[q] < iters) && scnt[q]-ccnt[q] < uint64(c.TxDepth) {
+			for (durational || scnt[q] < iters) && scnt[q]-ccnt[q] < uint64(c.TxDepth) {
 				k := scnt[q]
 				off := 0
 				if cyc {
 					off = int(k%uint64(positions)) * step
 				}
 				w := s.sendWR(q, size, off)
-				// Signal every CQMod-th request and the last one; a run
-				// in duration mode ends on a signaled one.
+				// Signal every CQMod-th request and the last one.
 				if k%mod == mod-1 || !durational && k == iters-1 {
 					w.Flags |= verbs.SendSignaled
 				}
@@ -298,28 +295,6 @@ func (s *session) bwClient(ctx context.Context, size int) (Result, error) {
 				}
 				scnt[q]++
 				totS++
-				if durational && stopping {
-					break
-				}
-			}
-			if durational && stopping && scnt[q]%mod != 0 {
-				// Finish the last moderation group so its completion
-				// accounts for every request.
-				for scnt[q]%mod != 0 && scnt[q]-ccnt[q] < uint64(c.TxDepth) {
-					w := s.sendWR(q, size, 0)
-					if scnt[q]%mod == mod-1 {
-						w.Flags |= verbs.SendSignaled
-					}
-					wr[0] = w
-					if _, err := qp.PostSend(wr); err != nil {
-						if errors.Is(err, verbs.ErrNoMem) {
-							break
-						}
-						return Result{}, fmt.Errorf("perftest: posting on QP %#x: %w", qp.QPN(), err)
-					}
-					scnt[q]++
-					totS++
-				}
 			}
 		}
 		k := s.sendCQ.Poll(wcs)
@@ -539,7 +514,7 @@ func (s *session) sendServer(ctx context.Context, r *receiver) (Result, error) {
 }
 
 // pollOne waits for one completion on cq, spinning as perftest does.
-func (s *session) pollOne(ctx context.Context, cq *verbs.CQ, wc []verbs.WorkCompletion) error {
+func (s *session) pollOne(ctx context.Context, cq *verbs.CQ, wc []verbs.WorkCompletion, lat *latency) error {
 	deadline := time.Now().Add(s.cfg.Timeout)
 	for spins := 0; ; spins++ {
 		if cq.Poll(wc[:1]) == 1 {
@@ -551,6 +526,12 @@ func (s *session) pollOne(ctx context.Context, cq *verbs.CQ, wc []verbs.WorkComp
 		if spins%1024 == 1023 {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			// In duration mode perftest stops polling when its time is
+			// up: the peer, whose clock ran out first, may already have
+			// destroyed its QP, and retry_cnt 7 retries forever.
+			if lat != nil && s.cfg.Duration > 0 && lat.ck.over(time.Now()) {
+				return errTimeUp
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("perftest: no completion for %v", s.cfg.Timeout)
@@ -650,7 +631,10 @@ func (s *session) writePingPong(ctx context.Context, size int) (Result, error) {
 			}
 		}
 		if ccnt < n || durational {
-			if err := s.pollOne(ctx, s.sendCQ, wc); err != nil {
+			if err := s.pollOne(ctx, s.sendCQ, wc, lat); err != nil {
+				if errors.Is(err, errTimeUp) {
+					break
+				}
 				return Result{}, err
 			}
 			ccnt++
@@ -700,7 +684,10 @@ func (s *session) sendPingPong(ctx context.Context, size int, r *receiver) (Resu
 			return Result{}, fmt.Errorf("perftest: posting SEND %d: %w", scnt, err)
 		}
 		if signal {
-			if err := s.pollOne(ctx, s.sendCQ, wc); err != nil {
+			if err := s.pollOne(ctx, s.sendCQ, wc, lat); err != nil {
+				if errors.Is(err, errTimeUp) {
+					break
+				}
 				return Result{}, err
 			}
 		}
@@ -745,7 +732,10 @@ func (s *session) readPingPong(ctx context.Context, size int) (Result, error) {
 		if _, err := s.qps[0].PostSend(wr); err != nil {
 			return Result{}, fmt.Errorf("perftest: posting request %d: %w", n+1, err)
 		}
-		if err := s.pollOne(ctx, s.sendCQ, wc); err != nil {
+		if err := s.pollOne(ctx, s.sendCQ, wc, lat); err != nil {
+			if errors.Is(err, errTimeUp) {
+				break
+			}
 			return Result{}, err
 		}
 		if s.cfg.Verify {

@@ -48,14 +48,14 @@ type rnicPair struct {
 const regionAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
 
 // openPair opens a device on each host with a region of 2·maxSize bytes.
-func openPair(ctx context.Context, hosts [2]*Host, maxSize int, busy bool) (*rnicPair, error) {
-	p := &rnicPair{busy: busy}
-	quiet := slog.New(slog.DiscardHandler)
+func openPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options) (*rnicPair, error) {
+	p := &rnicPair{busy: opts.BusyPoll}
+	opts.Logger = slog.New(slog.DiscardHandler)
 	for i, h := range hosts {
 		r := &rnic{host: h, half: maxSize}
 		if err := h.Do(func() error {
 			var err error
-			r.dev, err = verbs.Open(ctx, h.Link, verbs.Options{BusyPoll: busy, Logger: quiet})
+			r.dev, err = verbs.Open(ctx, h.Link, opts)
 			return err
 		}); err != nil {
 			return nil, errors.Join(fmt.Errorf("bench: opening xdproce on %s: %w", h.Link, err), p.Close())
@@ -454,9 +454,12 @@ func (p *rnicPair) writeLatency(ctx context.Context, warmup, d time.Duration, si
 					if i%1024 == 1023 && ctx.Err() != nil {
 						return ctx.Err()
 					}
-					// Two cores run both applications and both engines:
-					// let the engines in between looks.
-					runtime.Gosched()
+					// Spinning anyway: move the packets too, and yield
+					// (two cores run both applications and both engines)
+					// only when there were none.
+					if !p.busy || !me.dev.Progress() {
+						runtime.Gosched()
+					}
 				}
 				return nil
 			},

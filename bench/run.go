@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/xdproce/xdproce/verbs"
 	"io"
 	"slices"
 	"time"
@@ -24,6 +25,7 @@ type Config struct {
 	Warmup      time.Duration // unmeasured time before each point
 	BusyPoll    BusyPoll      // where engines spin (verbs.Options.BusyPoll) and applications spin on their CQs
 	MTU         int           // of the veth pair the run creates
+	AckHold     time.Duration // verbs.Options.AckHold of both devices (0: the default)
 	// Ifaces, if set, are two existing interfaces ("NETNS/IFNAME") to measure
 	// between instead of a veth pair in fresh namespaces.
 	Ifaces []string
@@ -181,7 +183,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		if len(steps) == 0 {
 			return nil
 		}
-		p, err := openPair(ctx, hosts, maxSize, busy)
+		p, err := openPair(ctx, hosts, maxSize, verbs.Options{BusyPoll: busy, AckHold: cfg.AckHold})
 		if err != nil {
 			return err
 		}

@@ -26,8 +26,11 @@ type Options struct {
 	XDPMode loader.Mode
 	// Queues limits the RX queues served; 0 serves all of the link's.
 	Queues int
-	// BusyPoll keeps the engine spinning on the rings instead of sleeping.
+	// BusyPoll keeps the engine spinning on the rings instead of sleeping;
+	// see DeviceConfig.BusyPoll.
 	BusyPoll bool
+	// AckHold: see DeviceConfig.AckHold.
+	AckHold time.Duration
 	// Logger receives setup notes. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -54,7 +57,7 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 		return nil, errors.Join(err, port.Close(), ns.Close())
 	}
 	cfg := DeviceConfig{
-		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), BusyPoll: opts.BusyPoll,
+		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), BusyPoll: opts.BusyPoll, AckHold: opts.AckHold,
 		Resolve: func(ctx context.Context, ip netip.Addr) (mac net.HardwareAddr, err error) {
 			err = inNamespace(ns, func() error {
 				mac, err = loader.ResolveNeighbor(ctx, ifname, ip)

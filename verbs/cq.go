@@ -37,13 +37,21 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 	return &CQ{dev: d, ring: make([]WorkCompletion, depth), event: make(chan struct{}, 1)}, nil
 }
 
-// Poll moves up to len(wcs) completions into wcs and returns how many.
+// Poll moves up to len(wcs) completions into wcs and returns how many. On a
+// BusyPoll device an empty CQ first runs a round of the engine (Progress).
 func (cq *CQ) Poll(wcs []WorkCompletion) int {
 	if len(wcs) == 0 {
 		return 0
 	}
 	if cq.tail.Load() == cq.head.Load() {
-		return 0
+		// A busy-polling application runs the engine as it spins.
+		if !cq.dev.cfg.BusyPoll {
+			return 0
+		}
+		cq.dev.Progress()
+		if cq.tail.Load() == cq.head.Load() {
+			return 0
+		}
 	}
 	cq.pollMu.Lock()
 	h := cq.head.Load()
@@ -67,8 +75,10 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) {
 	}
 }
 
-// Wait blocks until the armed notification fires or ctx ends.
+// Wait blocks until the armed notification fires or ctx ends. The engine's
+// own goroutine takes over from an application that was running it.
 func (cq *CQ) Wait(ctx context.Context) error {
+	cq.dev.handBack()
 	select {
 	case <-cq.event:
 		return nil

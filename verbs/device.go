@@ -27,9 +27,19 @@ type DeviceConfig struct {
 	Resolve func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
 	// Clock tells the transport's timers the time; default the real clock.
 	Clock Clock
-	// BusyPoll keeps the engine spinning instead of sleeping when idle.
+	// BusyPoll keeps the engine spinning instead of sleeping when idle, and
+	// lets applications that spin run it themselves (Progress).
 	BusyPoll bool
+	// AckHold is how long a transmit batch holding nothing but ACKs may wait
+	// for a reply the application is about to post, so both leave in one
+	// kick (on veth a kick costs a few µs). Zero means DefaultAckHold; a
+	// negative value sends ACKs at the end of their receive batch.
+	AckHold time.Duration
 }
+
+// DefaultAckHold is the AckHold of a device that does not set one: about
+// what an application spinning on its CQ or memory takes to answer.
+const DefaultAckHold = 5 * time.Microsecond
 
 // DeviceAttr are the device's capabilities (a subset of ibv_device_attr).
 type DeviceAttr struct {
@@ -75,6 +85,18 @@ type Device struct {
 	postedMu sync.Mutex
 	posted   []*QP
 
+	// engMu is held by whoever runs the engine: its goroutine, or an
+	// application in Progress. gone (under engMu) means Close released the
+	// link.
+	engMu sync.Mutex
+	gone  bool
+	// lastDrive is when an application last called Progress (since epoch;
+	// 0: never, or it handed the engine back); nudge wakes the engine's
+	// goroutine when it stands aside.
+	epoch     time.Time
+	lastDrive atomic.Int64
+	nudge     chan struct{}
+
 	e engine
 }
 
@@ -89,6 +111,9 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}
+	if cfg.AckHold == 0 {
+		cfg.AckHold = DefaultAckHold
+	}
 	var seed [32]byte
 	if _, err := crand.Read(seed[:]); err != nil {
 		return nil, fmt.Errorf("verbs: seeding keys: %w", err)
@@ -97,6 +122,8 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 		cfg: cfg, link: link, clock: cfg.Clock,
 		rng:     rand.New(rand.NewChaCha8(seed)),
 		cmds:    make(chan func(), 16),
+		nudge:   make(chan struct{}, 1),
+		epoch:   time.Now(),
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -117,6 +144,9 @@ func (d *Device) Close() error {
 	close(d.done)
 	d.closeMu.Unlock()
 	<-d.stopped
+	d.engMu.Lock() // an application's Progress may be running the engine
+	d.gone = true
+	d.engMu.Unlock()
 	if d.onClose != nil {
 		return d.onClose()
 	}
@@ -132,6 +162,7 @@ func (d *Device) do(fn func() error) error {
 		return ErrClosed
 	}
 	d.ring()
+	d.nudgeEngine()
 	select {
 	case err := <-errc:
 		return err
@@ -220,45 +251,115 @@ type Counters struct {
 	RDMASends, RDMARecvs                       uint64
 	DroppedMalformed, DroppedNoQP, AckDeferred uint64
 	SendErr                                    uint64 // frames lost for want of a transmit buffer
+	// AckHeld counts batches of ACKs held for a reply to leave with them
+	// (DeviceConfig.AckHold); AckHoldMissed those that left without one.
+	AckHeld, AckHoldMissed uint64
 	// RingDrops counts frames the kernel dropped on their way in because the
 	// AF_XDP RX ring was full or the fill ring empty (XDP_STATISTICS): the
 	// engine did not keep up.
 	RingDrops uint64
 }
 
-// run is the engine goroutine.
+// run is the engine goroutine. It runs the engine whenever no application
+// does (Progress); every round holds engMu.
 func (d *Device) run() {
 	defer close(d.stopped)
+	aside := time.NewTimer(time.Hour)
+	aside.Stop()
 	for {
 		select {
 		case <-d.done:
 			return
-		case cmd := <-d.cmds:
-			cmd()
-			continue
 		default:
 		}
-		d.work.Store(false)
-		if d.e.step() {
-			continue
+		d.engMu.Lock()
+		for len(d.cmds) > 0 {
+			(<-d.cmds)()
 		}
-		if d.cfg.BusyPoll {
+		d.work.Store(false)
+		busy := d.e.step()
+		holding := d.e.holding
+		var wait time.Duration
+		if !busy && !d.cfg.BusyPoll {
+			wait = d.e.nextTimer()
+		}
+		d.engMu.Unlock()
+		switch {
+		case busy:
+			if holding {
+				// Lone ACKs wait for a reply: let the application run.
+				runtime.Gosched()
+			}
+		case d.cfg.BusyPoll && d.appDriven():
+			// An application runs the engine as it spins: stand aside
+			// (off the run queue, which its goroutine needs) until it
+			// stops, sleeps in CQ.Wait, or a command comes.
+			aside.Reset(appDrivenWindow)
+			select {
+			case <-d.done:
+				aside.Stop()
+				return
+			case <-d.nudge:
+				aside.Stop()
+			case <-aside.C:
+			}
+		case d.cfg.BusyPoll:
 			// Spinning, but the application's goroutines share the
 			// processors with this one.
 			runtime.Gosched()
-			continue
+		case wait > 0:
+			d.sleeping.Store(true)
+			if !d.work.Load() && len(d.cmds) == 0 {
+				d.link.Wait(wait)
+			}
+			d.sleeping.Store(false)
 		}
-		wait := d.e.nextTimer()
-		if wait <= 0 {
-			continue
-		}
-		d.sleeping.Store(true)
-		if !d.work.Load() && len(d.cmds) == 0 {
-			d.link.Wait(wait)
-		}
-		d.sleeping.Store(false)
 	}
 }
+
+// Progress runs one round of the engine on the calling goroutine, unless
+// another goroutine is running it, and reports whether there was work. With
+// BusyPoll an application that spins anyway (on a CQ, which calls Progress
+// itself, or on memory, as ib_write_lat does) thereby takes the engine's
+// place: its goroutine moves the packets, and the engine's goroutine stands
+// aside instead of competing for the processors, which on a small machine
+// saves a scheduler hand-off each way. Without BusyPoll it is merely an
+// extra round.
+func (d *Device) Progress() bool {
+	d.lastDrive.Store(int64(time.Since(d.epoch)))
+	if !d.engMu.TryLock() {
+		return false
+	}
+	defer d.engMu.Unlock()
+	if d.gone {
+		return false
+	}
+	return d.e.step()
+}
+
+// appDriven reports whether an application ran Progress lately.
+func (d *Device) appDriven() bool {
+	last := d.lastDrive.Load()
+	return last != 0 && time.Since(d.epoch)-time.Duration(last) < appDrivenWindow
+}
+
+// handBack returns the engine to its goroutine at once: the application
+// driving it is going to sleep.
+func (d *Device) handBack() {
+	d.lastDrive.Store(0)
+	d.nudgeEngine()
+}
+
+func (d *Device) nudgeEngine() {
+	select {
+	case d.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// appDrivenWindow is how long after an application's last Progress the
+// engine's goroutine keeps standing aside.
+const appDrivenWindow = time.Millisecond
 
 // idleWait is how long the engine sleeps when nothing is due.
 const idleWait = 2 * time.Millisecond

@@ -29,6 +29,13 @@ type engine struct {
 	rxFn func([]byte) // e.handleFrame, bound once: a method value per step would allocate
 	out  [][]byte     // frames built in bufs, for Send
 	nout int          // frames queued since the last flush
+	// nacks of the nout frames are positive ACKs; while they are all there
+	// is, the batch may wait (holding) until holdEnd for a reply to join it.
+	nacks      int
+	holding    bool
+	holdEnd    time.Time
+	holdSkip   int
+	holdCredit int
 	// lender is the link when it lends transmit buffers (then bufs and out
 	// are unused and each frame is built in place).
 	lender frameLender
@@ -130,11 +137,57 @@ func (e *engine) step() bool {
 	}
 	e.pruneActive()
 	if e.nout > 0 {
-		e.flush()
+		if !e.holdAcks() {
+			e.flush()
+		}
 		busy = true
 	}
 	return busy
 }
+
+// holdAcks reports whether the frames queued, all ACKs, should wait for
+// a reply: a ping-pong's answer then leaves in the same kick as the ACK of
+// the request it answers, and a round trip costs two kicks instead of four.
+// Holds earn credit when a reply joins them and lose it when none does; with
+// none left, the next holdBackoff batches go at once before a hold is tried
+// again, so a requester waiting for its ACK with nothing to answer is rarely
+// delayed. The hold uses the real clock, not the transport's (a test's fake
+// clock may stand still).
+func (e *engine) holdAcks() bool {
+	if e.nacks != e.nout || e.dev.cfg.AckHold < 0 {
+		return false
+	}
+	now := time.Now()
+	if !e.holding {
+		if e.holdCredit == 0 {
+			if e.holdSkip > 0 {
+				e.holdSkip--
+				return false
+			}
+			e.holdCredit = 1 // try once more
+		}
+		e.holding, e.holdEnd = true, now.Add(e.dev.cfg.AckHold)
+		e.counters.AckHeld++
+		return true
+	}
+	if now.Before(e.holdEnd) {
+		return true
+	}
+	e.counters.AckHoldMissed++
+	e.holdCredit = max(e.holdCredit-holdCreditMax/2, 0)
+	if e.holdCredit == 0 {
+		e.holdSkip = holdBackoff
+	}
+	return false
+}
+
+const (
+	// holdCreditMax is a hold's credit after a reply joined it: two misses
+	// in a row use it up.
+	holdCreditMax = 8
+	// holdBackoff is how many ACK batches go unheld once credit is gone.
+	holdBackoff = 64
+)
 
 // activate makes the steps visit qp.
 func (e *engine) activate(qp *QP) {
@@ -249,6 +302,10 @@ func (e *engine) queue(buf []byte, n int) {
 }
 
 func (e *engine) flush() {
+	if e.holding && e.nout > e.nacks {
+		e.holdCredit = holdCreditMax // a reply joined the ACKs
+	}
+	e.nacks, e.holding = 0, false
 	if e.nout == 0 {
 		return
 	}

@@ -477,7 +477,11 @@ func (e *engine) sendDueAck(qp *QP) {
 	t := &qp.t
 	if t.ackDue {
 		t.ackDue = false
+		n := e.nout
 		e.sendAckNow(qp, t.ackPSN, wire.ACKSyndrome(ackCreditsInval))
+		if e.nout > n {
+			e.nacks++
+		}
 	}
 }
 

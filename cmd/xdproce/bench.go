@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -26,10 +27,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	depth := fs.Int("depth", 0, "operations in flight per QP (default 32)")
 	busy := busyFlag(bench.BusyPollRTT)
 	fs.Var(&busy, "busy-poll", "where engines and applications spin instead of sleeping (verbs.Options.BusyPoll): rtt (round trips only), off, or on (bare --busy-poll)")
+	ackHold := fs.Duration("ack-hold", 0, "how long a device holds lone ACKs for a reply to leave with them (verbs.Options.AckHold; 0: the default, negative: never)")
 	mtu := fs.Int("mtu", 0, "MTU of the veth pair (default 4200: RoCE path MTU 4096)")
 	ifaces := fs.String("ifaces", "", "measure between two existing interfaces NETNS/IFNAME,NETNS/IFNAME instead of a fresh veth pair")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	plotOut := fs.String("plot", "", "draw bandwidth against message size into this file (.svg or .png)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both engines and applications) to this file, for go tool pprof")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -72,6 +75,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cfg.MTU = *mtu
 	}
 	cfg.BusyPoll = bench.BusyPoll(busy)
+	cfg.AckHold = *ackHold
 	if *ifaces != "" {
 		cfg.Ifaces = strings.Split(*ifaces, ",")
 	}
@@ -81,6 +85,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	cfg.Progress = stderr
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	start := time.Now()
 	results, runErr := bench.Run(ctx, cfg)

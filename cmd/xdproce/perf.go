@@ -67,10 +67,10 @@ func runPerf(ctx context.Context, args []string, stdout io.Writer) error {
 func printCounters(w io.Writer, c verbs.Counters) {
 	fmt.Fprintf(w, "counters: sent_pkts %d rcvd_pkts %d duplicate_request %d out_of_seq_request %d rcvd_seq_err %d "+
 		"rcvd_rnr_err %d send_rnr_err %d completer_retry_err %d retry_exceeded_err %d retry_rnr_exceeded_err %d "+
-		"rdma_sends %d rdma_recvs %d ack_deferred %d dropped_malformed %d dropped_no_qp %d send_err %d ring_drops %d\n",
+		"rdma_sends %d rdma_recvs %d ack_deferred %d dropped_malformed %d dropped_no_qp %d send_err %d ring_drops %d ack_held %d ack_hold_missed %d\n",
 		c.SentPkts, c.RcvdPkts, c.DuplicateRequest, c.OutOfSeqRequest, c.RcvdSeqErr, c.RcvdRNRErr, c.SendRNRErr,
 		c.CompleterRetryErr, c.RetryExceededErr, c.RetryRNRExceededErr, c.RDMASends, c.RDMARecvs, c.AckDeferred,
-		c.DroppedMalformed, c.DroppedNoQP, c.SendErr, c.RingDrops)
+		c.DroppedMalformed, c.DroppedNoQP, c.SendErr, c.RingDrops, c.AckHeld, c.AckHoldMissed)
 }
 
 // openPerfDevice opens the device the tools run on. perftest and

@@ -3,6 +3,7 @@ package e2e
 import (
 	"io"
 	"net"
+	"runtime"
 	"testing"
 
 	"github.com/xdproce/xdproce/test/netns"
@@ -106,6 +107,12 @@ func benchXDPWriteRoundTrip8(b *testing.B, opts verbs.Options) {
 				b.Fatal(err)
 			}
 			for s[0].scq.Poll(buf) == 0 {
+				if opts.BusyPoll {
+					// Poll runs this side's engine; the other side's
+					// needs a processor too. (A yielding spin would keep
+					// a sleeping engine's wake-up in the netpoller.)
+					runtime.Gosched()
+				}
 			}
 		}
 	}

@@ -75,10 +75,8 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) {
 	}
 }
 
-// Wait blocks until the armed notification fires or ctx ends. The engine's
-// own goroutine takes over from an application that was running it.
+// Wait blocks until the armed notification fires or ctx ends.
 func (cq *CQ) Wait(ctx context.Context) error {
-	cq.dev.handBack()
 	select {
 	case <-cq.event:
 		return nil

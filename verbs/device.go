@@ -90,12 +90,6 @@ type Device struct {
 	// link.
 	engMu sync.Mutex
 	gone  bool
-	// lastDrive is when an application last called Progress (since epoch;
-	// 0: never, or it handed the engine back); nudge wakes the engine's
-	// goroutine when it stands aside.
-	epoch     time.Time
-	lastDrive atomic.Int64
-	nudge     chan struct{}
 
 	e engine
 }
@@ -122,8 +116,6 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 		cfg: cfg, link: link, clock: cfg.Clock,
 		rng:     rand.New(rand.NewChaCha8(seed)),
 		cmds:    make(chan func(), 16),
-		nudge:   make(chan struct{}, 1),
-		epoch:   time.Now(),
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -162,7 +154,6 @@ func (d *Device) do(fn func() error) error {
 		return ErrClosed
 	}
 	d.ring()
-	d.nudgeEngine()
 	select {
 	case err := <-errc:
 		return err
@@ -260,12 +251,10 @@ type Counters struct {
 	RingDrops uint64
 }
 
-// run is the engine goroutine. It runs the engine whenever no application
-// does (Progress); every round holds engMu.
+// run is the engine goroutine. Each round holds engMu, which an
+// application's Progress takes too.
 func (d *Device) run() {
 	defer close(d.stopped)
-	aside := time.NewTimer(time.Hour)
-	aside.Stop()
 	for {
 		select {
 		case <-d.done:
@@ -290,19 +279,6 @@ func (d *Device) run() {
 				// Lone ACKs wait for a reply: let the application run.
 				runtime.Gosched()
 			}
-		case d.cfg.BusyPoll && d.appDriven():
-			// An application runs the engine as it spins: stand aside
-			// (off the run queue, which its goroutine needs) until it
-			// stops, sleeps in CQ.Wait, or a command comes.
-			aside.Reset(appDrivenWindow)
-			select {
-			case <-d.done:
-				aside.Stop()
-				return
-			case <-d.nudge:
-				aside.Stop()
-			case <-aside.C:
-			}
 		case d.cfg.BusyPoll:
 			// Spinning, but the application's goroutines share the
 			// processors with this one.
@@ -318,15 +294,14 @@ func (d *Device) run() {
 }
 
 // Progress runs one round of the engine on the calling goroutine, unless
-// another goroutine is running it, and reports whether there was work. With
-// BusyPoll an application that spins anyway (on a CQ, which calls Progress
-// itself, or on memory, as ib_write_lat does) thereby takes the engine's
-// place: its goroutine moves the packets, and the engine's goroutine stands
-// aside instead of competing for the processors, which on a small machine
-// saves a scheduler hand-off each way. Without BusyPoll it is merely an
-// extra round.
+// another goroutine is running it, and reports whether there was work. An
+// application that spins anyway (on a BusyPoll device's CQ, which calls
+// Progress itself, or on memory, as ib_write_lat does) thereby moves its
+// packets the moment they can move, instead of waiting for the engine's
+// goroutine to get a processor: on a small machine that saves a scheduler
+// hand-off each way. The engine's goroutine keeps running, so an
+// application that stops spinning stalls nothing.
 func (d *Device) Progress() bool {
-	d.lastDrive.Store(int64(time.Since(d.epoch)))
 	if !d.engMu.TryLock() {
 		return false
 	}
@@ -336,30 +311,6 @@ func (d *Device) Progress() bool {
 	}
 	return d.e.step()
 }
-
-// appDriven reports whether an application ran Progress lately.
-func (d *Device) appDriven() bool {
-	last := d.lastDrive.Load()
-	return last != 0 && time.Since(d.epoch)-time.Duration(last) < appDrivenWindow
-}
-
-// handBack returns the engine to its goroutine at once: the application
-// driving it is going to sleep.
-func (d *Device) handBack() {
-	d.lastDrive.Store(0)
-	d.nudgeEngine()
-}
-
-func (d *Device) nudgeEngine() {
-	select {
-	case d.nudge <- struct{}{}:
-	default:
-	}
-}
-
-// appDrivenWindow is how long after an application's last Progress the
-// engine's goroutine keeps standing aside.
-const appDrivenWindow = time.Millisecond
 
 // idleWait is how long the engine sleeps when nothing is due.
 const idleWait = 2 * time.Millisecond

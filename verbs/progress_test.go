@@ -75,7 +75,7 @@ func TestProgressFromPollers(t *testing.T) {
 }
 
 // An application that drove the engine and then sleeps in CQ.Wait is
-// woken by the next completion: the engine's goroutine takes over.
+// woken by the next completion: the engine's goroutine still runs.
 func TestWaitAfterProgress(t *testing.T) {
 	a, b := busyPair(t)
 	wcs := make([]WorkCompletion, 1)

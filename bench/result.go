@@ -12,6 +12,8 @@ import (
 const (
 	Xdproce = "xdproce"
 	TCP     = "tcp"
+	// AFXDP is the floor: raw AF_XDP frames on the same link, no transport.
+	AFXDP = "afxdp"
 
 	Bandwidth = "bandwidth"
 	RTT       = "rtt"
@@ -23,11 +25,12 @@ const (
 	OpRead     = "read"
 	OpStream   = "stream"
 	OpPingPong = "pingpong"
+	OpFrame    = "frame" // AFXDP: frames carrying Size payload bytes
 )
 
 // Result is one figure of a run.
 type Result struct {
-	Contender string // Xdproce or TCP
+	Contender string // Xdproce, TCP or AFXDP
 	// XDPAttached marks a TCP figure measured with xdproce's XDP program
 	// attached to both ends of the link (JSON "xdp_attached": true).
 	XDPAttached bool
@@ -134,6 +137,7 @@ func (r Result) Validate() error {
 	ops := map[string]map[string][]string{
 		Xdproce: {Bandwidth: {OpWrite, OpSend, OpRead}, RTT: {OpWrite, OpSend}, MsgRate: {OpWrite}, CPUPerGB: {OpWrite, OpSend, OpRead}},
 		TCP:     {Bandwidth: {OpStream}, RTT: {OpPingPong}, MsgRate: {OpStream}, CPUPerGB: {OpStream}},
+		AFXDP:   {Bandwidth: {OpFrame}, RTT: {OpFrame}, MsgRate: {OpFrame}, CPUPerGB: {OpFrame}},
 	}
 	byMeasure, ok := ops[r.Contender]
 	if !ok {

@@ -278,6 +278,7 @@ func plan(cfg Config, hosts [2]*Host) []group {
 		}
 		groups = append(groups, g)
 	}
+	groups = append(groups, floorGroup(cfg, hosts))
 	if len(cfg.QPs) > 0 {
 		var g group
 		size := cfg.MsgRateSize
@@ -300,6 +301,72 @@ func plan(cfg Config, hosts [2]*Host) []group {
 		groups = append(groups, g)
 	}
 	return groups
+}
+
+// floorGroup measures the floor (floor.go) with no xdproce device open: a
+// frame round trip at each round-trip size that fits one frame, the frame
+// rate at the message-rate size, and 4 KiB frames streaming one way.
+func floorGroup(cfg Config, hosts [2]*Host) group {
+	w, d := cfg.Warmup, cfg.Duration
+	mtu := cfg.MTU
+	if hosts[0] != nil {
+		mtu = hosts[0].MTU
+	}
+	maxPayload := min(4096, mtu-(20+8+12+4)) // IPv4, UDP, BTH, ICRC
+	var g group
+	withFloor := func(ctx context.Context, fn func(f *floorPair) ([]Result, string, error)) ([]Result, string, error) {
+		f, err := openFloor(ctx, hosts)
+		if err != nil {
+			return nil, "", err
+		}
+		rs, summary, err := fn(f)
+		return rs, summary, errors.Join(err, f.Close())
+	}
+	for _, size := range cfg.LatSizes {
+		if size > maxPayload {
+			continue
+		}
+		g.plain = append(g.plain, step{fmt.Sprintf("AF_XDP frame ping-pong %s", FormatSize(size)), func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
+			return withFloor(ctx, func(f *floorPair) ([]Result, string, error) {
+				lat, err := f.floorPingPong(ctx, w, d, size)
+				if err != nil {
+					return nil, "", err
+				}
+				return []Result{rttResult(AFXDP, false, OpFrame, size, lat)}, latSummary(lat), nil
+			})
+		}})
+	}
+	stream := func(size int, measures ...string) step {
+		return step{fmt.Sprintf("AF_XDP %s frames one way", FormatSize(size)), func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
+			return withFloor(ctx, func(f *floorPair) ([]Result, string, error) {
+				win, err := f.floorStream(ctx, w, d, size)
+				if err != nil {
+					return nil, "", err
+				}
+				var rs []Result
+				for _, m := range measures {
+					r := Result{Contender: AFXDP, Measure: m, Op: OpFrame, Size: size}
+					switch m {
+					case Bandwidth:
+						r.GbitS = win.gbitPerSec()
+					case CPUPerGB:
+						r.CPUSPerGB = win.cpuPerGB()
+					case MsgRate:
+						r.QPs, r.MmsgS = 1, win.mmsgPerSec()
+					}
+					rs = append(rs, r)
+				}
+				return rs, fmt.Sprintf("%s, %s", bwSummary(win), rateSummary(win)), nil
+			})
+		}}
+	}
+	if len(cfg.QPs) > 0 && cfg.MsgRateSize <= maxPayload {
+		g.plain = append(g.plain, stream(cfg.MsgRateSize, MsgRate))
+	}
+	if len(cfg.Sizes) > 0 {
+		g.plain = append(g.plain, stream(maxPayload, Bandwidth, CPUPerGB))
+	}
+	return g
 }
 
 func rttResult(contender string, attached bool, op string, size int, lat Latencies) Result {

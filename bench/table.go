@@ -32,11 +32,12 @@ func index(results []Result) figures {
 	return f
 }
 
-// sizesOf lists the sizes that have figures of a measure, ascending.
+// sizesOf lists the sizes that have figures of a measure from xdproce or
+// TCP, ascending (the AF_XDP floor has its own sizes).
 func sizesOf(results []Result, measure string) []int {
 	var out []int
 	for _, r := range results {
-		if r.Measure == measure && !slices.Contains(out, r.Size) {
+		if r.Measure == measure && r.Contender != AFXDP && !slices.Contains(out, r.Size) {
 			out = append(out, r.Size)
 		}
 	}
@@ -113,10 +114,23 @@ func WriteTables(w io.Writer, results []Result) error {
 	}
 	perSize(Bandwidth, func(r Result) float64 { return r.GbitS },
 		"Bandwidth, Gbit/s (xdproce: RC, one QP; TCP: one stream; TCP+XDP: xdproce's program attached; ratio: higher is better)")
+	for _, r := range results {
+		if r.Contender == AFXDP && r.Measure == Bandwidth {
+			tw.Flush()
+			c, okC := f[key{AFXDP, false, CPUPerGB, OpFrame, r.Size, 0}]
+			fmt.Fprintf(w, "AF_XDP floor (raw %s frames one way, no transport): %s Gbit/s, %s CPU s/GB\n",
+				FormatSize(r.Size), formatValue(r.GbitS, true), formatValue(c.CPUSPerGB, okC))
+		}
+	}
 
 	if sizes := sizesOf(results, RTT); len(sizes) > 0 {
 		title("Round trip, µs: median / p99 / p99.9 (ratio of medians: lower is better)")
-		row("exchange", "size", "xdproce", "TCP", "TCP+XDP", "xdproce/TCP")
+		floorRTT := slices.ContainsFunc(results, func(r Result) bool { return r.Contender == AFXDP && r.Measure == RTT })
+		head := []string{"exchange", "size", "xdproce", "TCP", "TCP+XDP", "xdproce/TCP"}
+		if floorRTT {
+			head = append(head, "AF_XDP floor")
+		}
+		row(head...)
 		lat := func(k key) (string, float64, bool) {
 			r, ok := f[k]
 			if !ok {
@@ -133,7 +147,12 @@ func WriteTables(w io.Writer, results []Result) error {
 				if op == OpSend {
 					name = "SEND/RECV"
 				}
-				row(name, FormatSize(s), x, t, tx, FormatRatio(xm, tm, okX, okT))
+				cells := []string{name, FormatSize(s), x, t, tx, FormatRatio(xm, tm, okX, okT)}
+				if floorRTT {
+					fl, _, _ := lat(key{AFXDP, false, RTT, OpFrame, s, 0})
+					cells = append(cells, fl)
+				}
+				row(cells...)
 			}
 		}
 	}
@@ -149,6 +168,9 @@ func WriteTables(w io.Writer, results []Result) error {
 	if len(qps) > 0 {
 		slices.Sort(qps)
 		title(fmt.Sprintf("Message rate, %s messages, million/s (xdproce: WRITE over N QPs; TCP: N streams)", FormatSize(msgSize)))
+		if r, ok := f[key{AFXDP, false, MsgRate, OpFrame, msgSize, 1}]; ok {
+			fmt.Fprintf(w, "AF_XDP floor (raw %s frames one way, no transport): %s million/s\n", FormatSize(msgSize), formatValue(r.MmsgS, true))
+		}
 		row("N", "xdproce", "TCP", "xdproce/TCP")
 		for _, n := range qps {
 			x, okX := get(key{Xdproce, false, MsgRate, OpWrite, msgSize, n}, func(r Result) float64 { return r.MmsgS })
@@ -163,27 +185,50 @@ func WriteTables(w io.Writer, results []Result) error {
 	return nil
 }
 
-// WriteTargets prints issue 6's targets with what results show for each;
-// a target whose figures are missing from the run is left out. rttBusy says
-// whether the round trips were measured busy-polling, as the target asks.
+// WriteTargets prints issue 6's targets with what results show for each,
+// beside what the AF_XDP floor of the same run reaches on the same terms (no
+// transport can beat it, so a target the floor misses is ruled out by the
+// link and the kernel's AF_XDP path, not by xdproce); a target whose figures
+// are missing from the run is left out. rttBusy says whether the round trips
+// were measured busy-polling, as the target asks.
 func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 	f := index(results)
 	if _, err := fmt.Fprintln(w, "\nTargets (issue 6)"); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "target\tmeasured\theld")
+	fmt.Fprintln(tw, "target\tmeasured\theld\tAF_XDP floor")
 	held := func(ok bool) string {
 		if ok {
 			return "yes"
 		}
 		return "no"
 	}
+	// floor finds the AF_XDP figure of a measure (at the largest size for
+	// bandwidth and CPU: the full frames).
+	floor := func(measure string, size int) (Result, bool) {
+		var best Result
+		found := false
+		for _, r := range results {
+			if r.Contender == AFXDP && r.Measure == measure && (size == 0 || r.Size == size) && (!found || r.Size > best.Size) {
+				best, found = r, true
+			}
+		}
+		return best, found
+	}
+	ratio := func(r Result, ok bool, num func(Result) float64, den float64) string {
+		if !ok || den <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f×", num(r)/den)
+	}
 	const big = 64 << 10
 	if x, ok := f[key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok {
 		if t, ok := f[key{TCP, false, Bandwidth, OpStream, big, 0}]; ok && t.GbitS > 0 {
 			r := x.GbitS / t.GbitS
-			fmt.Fprintf(tw, "RC WRITE 64 KiB bandwidth ≥ 1.0× TCP\t%.2f×\t%s\n", r, held(r >= 1))
+			fl, okF := floor(Bandwidth, 0)
+			fmt.Fprintf(tw, "RC WRITE 64 KiB bandwidth ≥ 1.0× TCP\t%.2f×\t%s\t%s\n", r, held(r >= 1),
+				ratio(fl, okF, func(r Result) float64 { return r.GbitS }, t.GbitS))
 		}
 	}
 	if x, ok := f[key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok {
@@ -193,7 +238,9 @@ func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 			if !rttBusy {
 				how = "target busy-polls, this run did not"
 			}
-			fmt.Fprintf(tw, "8 B WRITE round trip (%s) ≤ 0.35× TCP ping-pong, medians\t%.2f×\t%s\n", how, r, held(r <= 0.35))
+			fl, okF := floor(RTT, 8)
+			fmt.Fprintf(tw, "8 B WRITE round trip (%s) ≤ 0.35× TCP ping-pong, medians\t%.2f×\t%s\t%s\n", how, r, held(r <= 0.35),
+				ratio(fl, okF, func(r Result) float64 { return r.P50us }, t.P50us))
 		}
 	}
 	best, n := 0.0, 0
@@ -203,12 +250,18 @@ func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 		}
 	}
 	if n > 0 {
-		fmt.Fprintf(tw, "64 B WRITE message rate ≥ 1 million/s\t%.3f M/s (%d QPs)\t%s\n", best, n, held(best >= 1))
+		fl := "-"
+		if r, ok := floor(MsgRate, 64); ok {
+			fl = fmt.Sprintf("%.3f M/s", r.MmsgS)
+		}
+		fmt.Fprintf(tw, "64 B WRITE message rate ≥ 1 million/s\t%.3f M/s (%d QPs)\t%s\t%s\n", best, n, held(best >= 1), fl)
 	}
 	if x, ok := f[key{Xdproce, false, CPUPerGB, OpWrite, big, 0}]; ok {
 		if t, ok := f[key{TCP, false, CPUPerGB, OpStream, big, 0}]; ok && t.CPUSPerGB > 0 {
 			r := x.CPUSPerGB / t.CPUSPerGB
-			fmt.Fprintf(tw, "CPU per GB ≤ TCP's (RC WRITE 64 KiB)\t%.2f×\t%s\n", r, held(r <= 1))
+			fl, okF := floor(CPUPerGB, 0)
+			fmt.Fprintf(tw, "CPU per GB ≤ TCP's (RC WRITE 64 KiB)\t%.2f×\t%s\t%s\n", r, held(r <= 1),
+				ratio(fl, okF, func(r Result) float64 { return r.CPUSPerGB }, t.CPUSPerGB))
 		}
 	}
 	return tw.Flush()

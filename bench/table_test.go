@@ -78,6 +78,10 @@ func TestWriteTargets(t *testing.T) {
 		{Contender: Xdproce, Measure: MsgRate, Op: OpWrite, Size: 64, QPs: 4, MmsgS: 1.25},
 		{Contender: Xdproce, Measure: CPUPerGB, Op: OpWrite, Size: 65536, CPUSPerGB: 0.9},
 		{Contender: TCP, Measure: CPUPerGB, Op: OpStream, Size: 65536, CPUSPerGB: 0.6},
+		{Contender: AFXDP, Measure: Bandwidth, Op: OpFrame, Size: 1024, GbitS: 3},
+		{Contender: AFXDP, Measure: Bandwidth, Op: OpFrame, Size: 4096, GbitS: 8},
+		{Contender: AFXDP, Measure: RTT, Op: OpFrame, Size: 8, P50us: 4, P99us: 5, P999us: 6},
+		{Contender: AFXDP, Measure: MsgRate, Op: OpFrame, Size: 64, QPs: 1, MmsgS: 0.7},
 	}
 	var out strings.Builder
 	if err := WriteTargets(&out, results, true); err != nil {
@@ -90,11 +94,11 @@ func TestWriteTargets(t *testing.T) {
 	}
 	want := []string{
 		"Targets (issue 6)",
-		"target measured held",
-		"RC WRITE 64 KiB bandwidth ≥ 1.0× TCP 1.20× yes",
-		"8 B WRITE round trip (busy-poll) ≤ 0.35× TCP ping-pong, medians 0.50× no",
-		"64 B WRITE message rate ≥ 1 million/s 1.250 M/s (4 QPs) yes",
-		"CPU per GB ≤ TCP's (RC WRITE 64 KiB) 1.50× no",
+		"target measured held AF_XDP floor",
+		"RC WRITE 64 KiB bandwidth ≥ 1.0× TCP 1.20× yes 0.80×",
+		"8 B WRITE round trip (busy-poll) ≤ 0.35× TCP ping-pong, medians 0.50× no 0.40×",
+		"64 B WRITE message rate ≥ 1 million/s 1.250 M/s (4 QPs) yes 0.700 M/s",
+		"CPU per GB ≤ TCP's (RC WRITE 64 KiB) 1.50× no -",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("targets:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
@@ -106,5 +110,32 @@ func TestWriteTargets(t *testing.T) {
 	out.Reset()
 	if err := WriteTargets(&out, sample()[3:5], true); err != nil || strings.Count(strings.TrimSpace(out.String()), "\n") != 1 {
 		t.Errorf("targets without their figures printed %q (%v)", out.String(), err)
+	}
+}
+
+// The AF_XDP floor shows under each table it bounds, never as a size row.
+func TestWriteTablesFloor(t *testing.T) {
+	results := append(sample(),
+		Result{Contender: AFXDP, Measure: Bandwidth, Op: OpFrame, Size: 4096, GbitS: 8},
+		Result{Contender: AFXDP, Measure: CPUPerGB, Op: OpFrame, Size: 4096, CPUSPerGB: 1.25},
+		Result{Contender: AFXDP, Measure: RTT, Op: OpFrame, Size: 8, P50us: 4, P99us: 5, P999us: 6},
+		Result{Contender: AFXDP, Measure: MsgRate, Op: OpFrame, Size: 64, QPs: 1, MmsgS: 0.7},
+	)
+	var out strings.Builder
+	if err := WriteTables(&out, results); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, want := range []string{
+		"AF_XDP floor (raw 4 KiB frames one way, no transport): 8.00 Gbit/s, 1.25 CPU s/GB",
+		"AF_XDP floor (raw 64 B frames one way, no transport): 0.700 million/s",
+		"4.00 / 5.00 / 6.00",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("tables lack %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "4 KiB      -") {
+		t.Errorf("the floor's frame size became a row:\n%s", s)
 	}
 }

@@ -168,14 +168,16 @@ func WriteTables(w io.Writer, results []Result) error {
 	if len(qps) > 0 {
 		slices.Sort(qps)
 		title(fmt.Sprintf("Message rate, %s messages, million/s (xdproce: WRITE over N QPs; TCP: N streams)", FormatSize(msgSize)))
-		if r, ok := f[key{AFXDP, false, MsgRate, OpFrame, msgSize, 1}]; ok {
-			fmt.Fprintf(w, "AF_XDP floor (raw %s frames one way, no transport): %s million/s\n", FormatSize(msgSize), formatValue(r.MmsgS, true))
-		}
+
 		row("N", "xdproce", "TCP", "xdproce/TCP")
 		for _, n := range qps {
 			x, okX := get(key{Xdproce, false, MsgRate, OpWrite, msgSize, n}, func(r Result) float64 { return r.MmsgS })
 			t, okT := get(key{TCP, false, MsgRate, OpStream, msgSize, n}, func(r Result) float64 { return r.MmsgS })
 			row(fmt.Sprint(n), formatValue(x, okX), formatValue(t, okT), FormatRatio(x, t, okX, okT))
+		}
+		if r, ok := f[key{AFXDP, false, MsgRate, OpFrame, msgSize, 1}]; ok {
+			tw.Flush()
+			fmt.Fprintf(w, "AF_XDP floor (raw %s frames one way, no transport): %s million/s\n", FormatSize(msgSize), formatValue(r.MmsgS, true))
 		}
 	}
 

@@ -21,8 +21,8 @@ func TestBenchRunsEndToEnd(t *testing.T) {
 			t.Errorf("stdout lacks the table %q:\n%s", title, out)
 		}
 	}
-	if !strings.Contains(errOut, "[13/13]") {
-		t.Errorf("stderr lacks the progress of the last of 13 points:\n%s", errOut)
+	if !strings.Contains(errOut, "[16/16]") {
+		t.Errorf("stderr lacks the progress of the last of 16 points:\n%s", errOut)
 	}
 	entries, _ := os.ReadDir("/run/netns")
 	for _, e := range entries {
@@ -101,6 +101,10 @@ func runTinyBench(t *testing.T, qps []int, extra ...string) (stdout, stderr stri
 	for _, n := range qps {
 		want = append(want, fig{"xdproce", false, "msgrate", "write", 64, n}, fig{"tcp", false, "msgrate", "stream", 64, n})
 	}
+	// The AF_XDP floor: a frame round trip, the 64 B frame rate, and the
+	// largest frames (4 KiB at MTU 4200) one way.
+	want = append(want, fig{"afxdp", false, "rtt", "frame", 8, 0}, fig{"afxdp", false, "msgrate", "frame", 64, 1},
+		fig{"afxdp", false, "bandwidth", "frame", 4096, 0}, fig{"afxdp", false, "cpu_per_gb", "frame", 4096, 0})
 	for _, k := range want {
 		r, ok := got[k]
 		if !ok {

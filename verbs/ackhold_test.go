@@ -1,7 +1,6 @@
 package verbs
 
 import (
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -47,10 +46,7 @@ func holdPair(t *testing.T, hold time.Duration) (a, b *node, lb *batchLink) {
 	la, raw := NewMemLinkPair(4096 + 200)
 	lb = &batchLink{MemLink: raw}
 	a = newNode(t, newDevice(t, la, macA, ipA, 4096), 1<<16)
-	db, err := NewDevice(lb, DeviceConfig{MAC: macB, GIDs: devGIDs(ipB), ActiveMTU: 4096, AckHold: hold})
-	must(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	b = newNode(t, db, 1<<16)
+	b = newNode(t, newDeviceWith(t, lb, macB, ipB, DeviceConfig{ActiveMTU: 4096, AckHold: hold}), 1<<16)
 	connect(t, a, b, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7, timeout: 20}) // 4.3 s: longer than the holds take here
 	return a, b, lb
 }
@@ -62,7 +58,7 @@ func TestAckWaitsForReply(t *testing.T) {
 	fill(a.mr.Bytes()[:64], 1)
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 64),
 		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-	waitFor(t, func() bool { c, err := b.dev.Counters(); return err == nil && c.RcvdPkts == 1 })
+	waitCounter(t, b.dev, "A's WRITE at B", func(c Counters) bool { return c.RcvdPkts == 1 })
 	equalBytes(t, "B's region", b.mr.Bytes()[:64], a.mr.Bytes()[:64])
 	if got := lb.take(); len(got) != 0 {
 		t.Fatalf("B sent %v before the reply was posted; the ACK should wait", got)
@@ -116,20 +112,5 @@ func TestAckHoldEnds(t *testing.T) {
 				t.Errorf("hold %v: batch %v, want one frame each", hold, batch)
 			}
 		}
-	}
-}
-
-func devGIDs(ip netip.Addr) []netip.Addr {
-	return []netip.Addr{netip.MustParseAddr("fe80::1"), ip}
-}
-
-// waitFor polls cond for up to 5 s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(50 * time.Microsecond)
 	}
 }

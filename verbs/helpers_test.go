@@ -28,9 +28,15 @@ var (
 
 func newDevice(t testing.TB, link Link, mac net.HardwareAddr, ip netip.Addr, mtu int) *Device {
 	t.Helper()
-	d, err := NewDevice(link, DeviceConfig{
-		MAC: mac, GIDs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, ActiveMTU: mtu,
-	})
+	return newDeviceWith(t, link, mac, ip, DeviceConfig{ActiveMTU: mtu})
+}
+
+// newDeviceWith starts a device on link with cfg, its MAC address and GID
+// table set for mac and ip; the test closes it.
+func newDeviceWith(t testing.TB, link Link, mac net.HardwareAddr, ip netip.Addr, cfg DeviceConfig) *Device {
+	t.Helper()
+	cfg.MAC, cfg.GIDs = mac, []netip.Addr{netip.MustParseAddr("fe80::1"), ip}
+	d, err := NewDevice(link, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package verbs
 
 import (
 	"context"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -12,14 +11,9 @@ import (
 func busyPair(t *testing.T) (a, b *node) {
 	t.Helper()
 	la, lb := NewMemLinkPair(4096 + 200)
-	open := func(l Link, mac []byte, ip netip.Addr) *Device {
-		d, err := NewDevice(l, DeviceConfig{MAC: mac, GIDs: devGIDs(ip), ActiveMTU: 4096, BusyPoll: true})
-		must(t, err)
-		t.Cleanup(func() { _ = d.Close() })
-		return d
-	}
-	a = newNode(t, open(la, macA, ipA), 1<<20)
-	b = newNode(t, open(lb, macB, ipB), 1<<20)
+	busy := DeviceConfig{ActiveMTU: 4096, BusyPoll: true}
+	a = newNode(t, newDeviceWith(t, la, macA, ipA, busy), 1<<20)
+	b = newNode(t, newDeviceWith(t, lb, macB, ipB, busy), 1<<20)
 	connect(t, a, b, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7, timeout: 14})
 	return a, b
 }

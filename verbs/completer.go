@@ -245,8 +245,10 @@ func (e *engine) ackThrough(qp *QP, psn uint32) {
 		t.compPSN = (psn + 1) & 0xffffff
 	}
 	if psnCmp(t.reqPSN, t.compPSN) < 0 {
-		// An ACK for packets sent before a go-back-N: nothing below it needs resending.
-		t.reqPSN = t.compPSN
+		// An ACK for packets sent before a go-back-N (or of a probe that
+		// the responder had already): resend from the first PSN it lacks,
+		// not from where the resending had got to.
+		e.goBackN(qp)
 	}
 	e.progress(qp)
 }
@@ -289,7 +291,7 @@ func (e *engine) implicitAck(qp *QP, psn uint32) {
 func (e *engine) progress(qp *QP) {
 	t := &qp.t
 	if len(t.sq) > 0 && t.sq[0].started && t.attr.Timeout > 0 {
-		t.timerAt = e.dev.clock.Now().Add(ackTimeout(t.attr.Timeout))
+		t.timerAt = e.dev.clock.Now().Add(t.rto())
 	} else {
 		t.timerAt = time.Time{}
 	}
@@ -301,6 +303,7 @@ func (e *engine) resetRetry(qp *QP) {
 	t := &qp.t
 	t.retryLeft, t.rnrLeft = t.attr.RetryCnt, t.attr.RNRRetry
 	t.startedRetry = false
+	t.timeouts, t.probing = 0, false
 }
 
 // checkTimers runs the retransmission and RNR timers of an RC QP.
@@ -343,8 +346,14 @@ func (e *engine) retry(qp *QP, timeout bool) {
 	if t.attr.RetryCnt != 7 {
 		t.retryLeft--
 	}
+	if timeout {
+		t.timeouts++
+	}
 	if psnCmp(t.reqPSN, t.compPSN) > 0 {
 		t.startedRetry = true
+		// After a timeout nothing says what got through: probe with the
+		// oldest unacknowledged packet before resending the window.
+		t.probing = timeout
 		e.goBackN(qp)
 		return
 	}
@@ -371,6 +380,6 @@ func (e *engine) goBackN(qp *QP) {
 		}
 	}
 	if len(t.sq) > 0 && t.sq[0].started && t.attr.Timeout > 0 {
-		t.timerAt = e.dev.clock.Now().Add(ackTimeout(t.attr.Timeout))
+		t.timerAt = e.dev.clock.Now().Add(t.rto())
 	}
 }

@@ -251,6 +251,27 @@ type Counters struct {
 	RingDrops uint64
 }
 
+// NamedCounter is one counter under its rxe hw_counters name (or, for
+// those rxe lacks, xdproce's own in the same style).
+type NamedCounter struct {
+	Name  string
+	Value uint64
+}
+
+// Named lists the counters by name, in a fixed order: the one table of
+// their names, for every tool that prints them.
+func (c Counters) Named() []NamedCounter {
+	return []NamedCounter{
+		{"sent_pkts", c.SentPkts}, {"rcvd_pkts", c.RcvdPkts},
+		{"duplicate_request", c.DuplicateRequest}, {"out_of_seq_request", c.OutOfSeqRequest},
+		{"rcvd_seq_err", c.RcvdSeqErr}, {"rcvd_rnr_err", c.RcvdRNRErr}, {"send_rnr_err", c.SendRNRErr},
+		{"completer_retry_err", c.CompleterRetryErr}, {"retry_exceeded_err", c.RetryExceededErr},
+		{"retry_rnr_exceeded_err", c.RetryRNRExceededErr}, {"rdma_sends", c.RDMASends}, {"rdma_recvs", c.RDMARecvs},
+		{"ack_deferred", c.AckDeferred}, {"dropped_malformed", c.DroppedMalformed}, {"dropped_no_qp", c.DroppedNoQP},
+		{"send_err", c.SendErr}, {"ring_drops", c.RingDrops}, {"ack_held", c.AckHeld}, {"ack_hold_missed", c.AckHoldMissed},
+	}
+}
+
 // run is the engine goroutine. Each round holds engMu, which an
 // application's Progress takes too.
 func (d *Device) run() {

@@ -16,6 +16,7 @@ func fakePair(t *testing.T, o connOpts) (*node, *node, *FakeClock) {
 		d, err := NewDevice(l, DeviceConfig{MAC: mac, GIDs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, ActiveMTU: 4096, Clock: clk})
 		must(t, err)
 		t.Cleanup(func() { _ = d.Close() })
+		registerDevice(t, d)
 		return newNode(t, d, 1<<16)
 	}
 	a, b := mk(la, macA, ipA), mk(lb, macB, ipB)

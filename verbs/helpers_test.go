@@ -41,6 +41,7 @@ func newDeviceWith(t testing.TB, link Link, mac net.HardwareAddr, ip netip.Addr,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
+	registerDevice(t, d)
 	return d
 }
 
@@ -147,7 +148,7 @@ func poll(t *testing.T, cq *CQ, n int, timeout time.Duration) []WorkCompletion {
 		out = append(out, buf[:k]...)
 		if k == 0 {
 			if ctx.Err() != nil {
-				t.Fatalf("got %d of %d completions before the timeout: %+v", len(out), n, out)
+				t.Fatalf("got %d of %d completions before the timeout: %+v\nwaiting:%s", len(out), n, out, stallReport(t))
 			}
 			time.Sleep(50 * time.Microsecond)
 		}

@@ -56,16 +56,19 @@ type Impairment struct {
 
 // MemLink is one end of an in-memory link made by NewMemLinkPair.
 type MemLink struct {
-	peer   *MemLink
-	mu     sync.Mutex
-	woken  chan struct{} // Wake's signal, apart from frames' signal
-	queue  [][]byte      // frames waiting to be received here
-	held   []byte        // a frame held back to be delivered after the next one
-	signal chan struct{}
-	imp    Impairment
-	rng    *rand.Rand
-	max    int
-	stats  MemLinkStats
+	peer  *MemLink
+	mu    sync.Mutex
+	woken chan struct{} // Wake's signal, apart from frames' signal
+	queue [][]byte      // frames waiting to be received here, at most queueCap
+	// overflow counts frames dropped because the queue was full, as a
+	// NIC's RX ring drops them (RingDrops).
+	overflow uint64
+	held     []byte // a frame held back to be delivered after the next one
+	signal   chan struct{}
+	imp      Impairment
+	rng      *rand.Rand
+	max      int
+	stats    MemLinkStats
 	// drop, if set, drops the frames it returns true for (tests' hook, under mu).
 	drop func(frame []byte) bool
 
@@ -78,6 +81,13 @@ type MemLink struct {
 	batch [][]byte
 	timer *time.Timer
 }
+
+// queueCap bounds the frames waiting at a MemLink's receiving end, as an
+// AF_XDP socket is bounded by the 2048 chunks it gives the kernel
+// (ring.Config.RXFrames): a receiver that falls behind drops frames
+// (Counters.RingDrops) instead of queueing them without bound, which no
+// real link does.
+const queueCap = 2048
 
 // MemLinkStats counts what a MemLink did to the frames sent through it.
 type MemLinkStats struct {
@@ -177,12 +187,26 @@ func (l *MemLink) copyFrame(f []byte) []byte {
 
 func (l *MemLink) deliver(frames [][]byte) {
 	l.mu.Lock()
-	l.queue = append(l.queue, frames...)
+	n := min(len(frames), queueCap-len(l.queue))
+	l.queue = append(l.queue, frames[:n]...)
+	l.overflow += uint64(len(frames) - n)
 	l.mu.Unlock()
+	if n < len(frames) {
+		l.poolMu.Lock()
+		l.pool = append(l.pool, frames[n:]...)
+		l.poolMu.Unlock()
+	}
 	select {
 	case l.signal <- struct{}{}:
 	default:
 	}
+}
+
+// ringDrops is how many frames arrived to a full queue and were dropped.
+func (l *MemLink) ringDrops() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.overflow
 }
 
 // Receive implements Link.

@@ -33,9 +33,17 @@ type qpTransport struct {
 	// startedRetry: a retry episode is under way; until the responder shows
 	// progress, NAKs neither count nor rewind again (rxe's started_retry).
 	startedRetry bool
-	draining     bool      // in SQD, WQEs already started are not all complete yet
-	timerAt      time.Time // retransmission deadline; zero when off
-	rnrAt        time.Time // end of an RNR wait; zero when none
+	// timeouts counts the transport timer's expiries since the responder
+	// last showed progress; with retry_cnt 7 each one doubles the next
+	// timeout (see rto), and many of them make the QP a stall suspect.
+	timeouts uint32
+	// probing: the timer expired, and only the oldest unacknowledged packet
+	// is resent (asking for an ACK) until a response shows where the
+	// responder stands; then go-back-N resends the rest.
+	probing  bool
+	draining bool      // in SQD, WQEs already started are not all complete yet
+	timerAt  time.Time // retransmission deadline; zero when off
+	rnrAt    time.Time // end of an RNR wait; zero when none
 
 	// Responder.
 	rq      []recvWQE
@@ -95,6 +103,9 @@ func (e *engine) requester(qp *QP) bool {
 		if qp.typ == QPTypeRC && psnCmp(t.reqPSN, t.compPSN+MaxUnackedPSNs) >= 0 {
 			break
 		}
+		if t.probing && psnCmp(t.reqPSN, t.compPSN) > 0 {
+			break // the probe is out: wait for its answer
+		}
 		w := &t.sq[t.reqIdx]
 		if t.state == StateSQD && !w.started {
 			break
@@ -144,7 +155,7 @@ func (e *engine) requester(qp *QP) bool {
 			}
 		}
 		if qp.typ == QPTypeRC && t.timerAt.IsZero() && t.attr.Timeout > 0 {
-			t.timerAt = e.dev.clock.Now().Add(ackTimeout(t.attr.Timeout))
+			t.timerAt = e.dev.clock.Now().Add(t.rto())
 		}
 	}
 	return sent
@@ -179,6 +190,26 @@ func (e *engine) retireSent(qp *QP) {
 
 // ackTimeout is the local ACK timeout: 4.096 µs × 2^timeout.
 func ackTimeout(code uint8) time.Duration { return time.Duration(4096<<code) * time.Nanosecond }
+
+// maxBackoff caps the doubling of the transport timer: 2^4 times the QP's
+// local ACK timeout.
+const maxBackoff = 4
+
+// rto is the transport timer's current period. The local ACK timeout is a
+// minimum (ibv_modify_qp(3)); with retry_cnt 7, which retries forever, each
+// expiry without progress doubles it, up to maxBackoff doublings, as
+// adaptive retransmission on hardware RNICs backs off. Without that, a
+// receiver slower than the timer (a deep queue, a loaded CPU) is fed
+// retransmissions faster than it can drop them, and goodput collapses.
+// With a finite retry_cnt the application chose how soon a dead peer is
+// reported, (retry_cnt+1) × timeout, and the period stays fixed, as rxe's.
+func (t *qpTransport) rto() time.Duration {
+	d := ackTimeout(t.attr.Timeout)
+	if t.attr.RetryCnt == 7 {
+		d <<= min(t.timeouts, uint32(maxBackoff))
+	}
+	return d
+}
 
 // resolveLocal checks the WQE's SG list against the local keys and fetches
 // its memory. On a bad key the WQE completes with LOC_PROT_ERR and the QP
@@ -269,7 +300,7 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	op := dataOpcode(wr.Opcode, first, last, qp.typ == QPTypeUC)
 	psn := (w.firstPSN + off/mtu) & 0xffffff
 	t.noackPkts++
-	ackReq := qp.typ == QPTypeRC && (last || t.noackPkts > MaxPktsPerAck)
+	ackReq := qp.typ == QPTypeRC && (last || t.noackPkts > MaxPktsPerAck || t.probing)
 	if ackReq {
 		t.noackPkts = 0
 	}

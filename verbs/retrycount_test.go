@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,9 +49,10 @@ func TestRetryCountUnderLoss(t *testing.T) {
 }
 
 // TestRetryExhaustedMultiPacketDeadPeer: a WRITE of 8 packets to a peer that
-// is gone is sent once, then once more per expired timer for each of
-// retry_cnt 3 retries (fake time), and the next expiry fails it with
-// RETRY_EXC_ERR: 1+retry_cnt transmissions of every packet.
+// is gone is sent once; each expired timer (fake time) resends its oldest
+// unacknowledged packet as a probe, for each of retry_cnt 3 retries, and
+// the next expiry fails it with RETRY_EXC_ERR. Without an answer to a
+// probe nothing else is resent: 8 + retry_cnt transmissions.
 func TestRetryExhaustedMultiPacketDeadPeer(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 3, rnr: 7})
 	must(t, b.dev.Close())
@@ -59,8 +61,8 @@ func TestRetryExhaustedMultiPacketDeadPeer(t *testing.T) {
 	waitCounter(t, a.dev, "first transmission", func(c Counters) bool { return c.SentPkts == base+8 })
 	for i := 1; i <= 3; i++ {
 		clk.Advance(ackTimeout(14) + time.Microsecond)
-		want := base + 8*uint64(1+i)
-		waitCounter(t, a.dev, "a retransmission", func(c Counters) bool { return c.SentPkts == want })
+		want := base + 8 + uint64(i)
+		waitCounter(t, a.dev, "a probe", func(c Counters) bool { return c.SentPkts == want })
 		if n := pending(a.scq); n != 0 {
 			t.Fatalf("retry %d: a completion before retry_cnt ran out", i)
 		}
@@ -69,8 +71,8 @@ func TestRetryExhaustedMultiPacketDeadPeer(t *testing.T) {
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRetryExcErr || wc.WRID != 1 {
 		t.Fatalf("completion %+v, want RETRY_EXC_ERR", wc)
 	}
-	if c := waitCounter(t, a.dev, "the end", func(Counters) bool { return true }); c.SentPkts != base+32 || c.RetryExceededErr != 1 {
-		t.Fatalf("counters %+v: want 4 transmissions of 8 packets and one retry_exceeded_err", c)
+	if c := waitCounter(t, a.dev, "the end", func(Counters) bool { return true }); c.SentPkts != base+8+3 || c.RetryExceededErr != 1 {
+		t.Fatalf("counters %+v: want 8 packets, 3 probes and one retry_exceeded_err", c)
 	}
 }
 
@@ -102,3 +104,98 @@ func TestRetryExhaustedWithoutProgress(t *testing.T) {
 		t.Fatalf("PSN 5 sent %d times (want 1+retry_cnt = 4); counters %+v", n, c)
 	}
 }
+
+// sentLog records the PSN and AckReq bit of every request frame a link
+// sends, and drops those drop selects (nil: none).
+type sentLog struct {
+	mu   sync.Mutex
+	psns []uint32
+	ack  []bool
+}
+
+func logSent(l *MemLink, drop func(psn uint32, n int) bool) *sentLog {
+	s := &sentLog{}
+	l.mu.Lock()
+	l.drop = func(f []byte) bool {
+		var p wire.Packet
+		if wire.Decode(f, &p) != nil {
+			return false
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.psns = append(s.psns, p.BTH.PSN)
+		s.ack = append(s.ack, p.BTH.AckReq)
+		return drop != nil && drop(p.BTH.PSN, len(s.psns))
+	}
+	l.mu.Unlock()
+	return s
+}
+
+func (s *sentLog) since(i int) ([]uint32, []bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]uint32(nil), s.psns[i:]...), append([]bool(nil), s.ack[i:]...)
+}
+
+// TestTimeoutProbesThenResends: the last three packets of an 8-packet WRITE
+// are lost, so no NAK can come, and only the last asks for an ACK. When the
+// timer expires the requester resends only the oldest unacknowledged
+// packet, PSN 0, asking for an ACK; the responder's ACK of PSN 4 shows
+// where it stands and PSNs 5-7 follow at once, without another timeout
+// and without resending 1-4.
+func TestTimeoutProbesThenResends(t *testing.T) {
+	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 7, rnr: 7})
+	la := a.dev.link.(*MemLink)
+	log := logSent(la, func(psn uint32, n int) bool { return n <= 8 && psn >= 5 })
+	fill(a.mr.Bytes()[:8<<10], 7)
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 8<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	waitCounter(t, a.dev, "the first transmission", func(c Counters) bool { return c.SentPkts >= 8 })
+	if psns, _ := log.since(0); len(psns) != 8 {
+		t.Fatalf("first transmission %v", psns)
+	}
+	clk.Advance(ackTimeout(14) + time.Microsecond)
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("completion %+v", wc)
+	}
+	psns, acks := log.since(8)
+	if fmt.Sprint(psns) != "[0 5 6 7]" || !acks[0] || !acks[3] {
+		t.Fatalf("after the timeout sent PSNs %v with AckReq %v: want the probe 0 (AckReq), then 5, 6 and 7", psns, acks)
+	}
+	equalBytes(t, "WRITE", b.mr.Bytes()[:8<<10], a.mr.Bytes()[:8<<10])
+}
+
+// TestTimerBacksOffWithInfiniteRetries: with retry_cnt 7 (forever) and the
+// peer gone, each expiry without progress doubles the next timeout, up to
+// 2^maxBackoff times the local ACK timeout; the first answer resets it.
+func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
+	a, b, clk := fakePair(t, connOpts{timeout: 10, retry: 7, rnr: 7})
+	la := a.dev.link.(*MemLink)
+	log := logSent(la, func(uint32, int) bool { return true })
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	waitCounter(t, a.dev, "the first transmission", func(c Counters) bool { return c.SentPkts >= 1 })
+	base := ackTimeout(10)
+	for i := range maxBackoff + 2 {
+		period := base << min(i, maxBackoff)
+		n := len(must2(log.since(0)))
+		clk.Advance(period - time.Microsecond)
+		time.Sleep(5 * time.Millisecond) // the engine looks at the clock at least every idleWait
+		if got := len(must2(log.since(0))); got != n {
+			t.Fatalf("expiry %d: resent before %v", i+1, period)
+		}
+		clk.Advance(2 * time.Microsecond)
+		waitCounter(t, a.dev, fmt.Sprintf("expiry %d after %v", i+1, period), func(c Counters) bool { return len(must2(log.since(0))) == n+1 })
+	}
+	la.mu.Lock()
+	la.drop = nil // the peer answers the next probe: progress
+	la.mu.Unlock()
+	clk.Advance(base << maxBackoff)
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("completion %+v", wc)
+	}
+	st, _ := a.dev.QPStatus()
+	if st[0].Timeouts != 0 || st[0].Probing {
+		t.Fatalf("after progress: %v", st[0])
+	}
+}
+
+func must2[T, U any](a T, _ U) T { return a }

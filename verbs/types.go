@@ -177,6 +177,20 @@ const (
 	WRSendWithInv      WROpcode = 9
 )
 
+var wrOpcodeNames = [...]string{
+	WRRDMAWrite: "RDMA_WRITE", WRRDMAWriteWithImm: "RDMA_WRITE_WITH_IMM", WRSend: "SEND",
+	WRSendWithImm: "SEND_WITH_IMM", WRRDMARead: "RDMA_READ", WRAtomicCmpAndSwp: "ATOMIC_CMP_AND_SWP",
+	WRAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD", WRLocalInv: "LOCAL_INV", WRBindMW: "BIND_MW", WRSendWithInv: "SEND_WITH_INV",
+}
+
+// String is the opcode's ibverbs name without the IBV_WR_ prefix.
+func (o WROpcode) String() string {
+	if int(o) < len(wrOpcodeNames) {
+		return wrOpcodeNames[o]
+	}
+	return fmt.Sprintf("WROpcode(%d)", uint8(o))
+}
+
 // SendFlags modify a send work request (ibv_send_flags values).
 type SendFlags uint32
 

@@ -58,6 +58,7 @@ func runPerf(ctx context.Context, args []string, stdout io.Writer) error {
 		if c, err := dev.Counters(); err == nil {
 			printCounters(stdout, c)
 		}
+		printStalls(stdout, dev)
 	}
 	return errors.Join(runErr, dev.Close())
 }
@@ -65,12 +66,28 @@ func runPerf(ctx context.Context, args []string, stdout io.Writer) error {
 // printCounters prints the device's transport counters under rxe's
 // hw_counters names, as `rdma statistic show link rxe0/1` does.
 func printCounters(w io.Writer, c verbs.Counters) {
-	fmt.Fprintf(w, "counters: sent_pkts %d rcvd_pkts %d duplicate_request %d out_of_seq_request %d rcvd_seq_err %d "+
-		"rcvd_rnr_err %d send_rnr_err %d completer_retry_err %d retry_exceeded_err %d retry_rnr_exceeded_err %d "+
-		"rdma_sends %d rdma_recvs %d ack_deferred %d dropped_malformed %d dropped_no_qp %d send_err %d ring_drops %d ack_held %d ack_hold_missed %d\n",
-		c.SentPkts, c.RcvdPkts, c.DuplicateRequest, c.OutOfSeqRequest, c.RcvdSeqErr, c.RcvdRNRErr, c.SendRNRErr,
-		c.CompleterRetryErr, c.RetryExceededErr, c.RetryRNRExceededErr, c.RDMASends, c.RDMARecvs, c.AckDeferred,
-		c.DroppedMalformed, c.DroppedNoQP, c.SendErr, c.RingDrops, c.AckHeld, c.AckHoldMissed)
+	var b strings.Builder
+	b.WriteString("counters:")
+	for _, n := range c.Named() {
+		fmt.Fprintf(&b, " %s %d", n.Name, n.Value)
+	}
+	fmt.Fprintln(w, b.String())
+}
+
+// stallTimeouts is how many transport timer expiries without progress make
+// `perf --counters` report a QP as stalled.
+const stallTimeouts = 3
+
+// printStalls names the QPs still retrying without progress, with the
+// PSNs each side is at: why a run that hung did.
+func printStalls(w io.Writer, dev *verbs.Device) {
+	stalled, err := dev.StalledQPs(stallTimeouts)
+	if err != nil {
+		return
+	}
+	for _, s := range stalled {
+		fmt.Fprintf(w, "stalled: %s\n", s)
+	}
 }
 
 // openPerfDevice opens the device the tools run on. perftest and

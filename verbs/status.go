@@ -1,0 +1,126 @@
+package verbs
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// QPStatus is a snapshot of one QP's transport state: what a stalled
+// connection is waiting for, on both of its sides.
+type QPStatus struct {
+	QPN, DestQPN uint32
+	State        QPState
+
+	// Requester and completer.
+	SendQueued int // send WQEs posted and not yet completed
+	// Head is the oldest send WQE, when it has started: its opcode, its
+	// PSNs, and how far it got.
+	HeadStarted          bool
+	HeadOp               WROpcode
+	HeadFirst, HeadLast  uint32
+	HeadSent, HeadLength uint32 // SEND/WRITE bytes packetised; READ bytes received
+	ReqPSN               uint32 // next PSN to transmit
+	NextPSN              uint32 // first PSN of the next new WQE
+	CompPSN              uint32 // oldest PSN not yet acknowledged
+	Timeouts             uint32 // transport timer expiries since the responder last showed progress
+	Retrying, Probing    bool
+	TimerIn, RNRWaitIn   time.Duration // until the transport timer and the RNR wait end; 0 when off
+
+	// Responder.
+	EPSN, MSN  uint32
+	InMessage  string // "SEND" or "WRITE" while a multi-packet message is arriving
+	RecvQueued int    // receive WQEs waiting (not counting an SRQ's)
+	NAKSent    bool   // a sequence NAK is out; no other until an in-order packet
+}
+
+// String is the one-line dump a stall report prints.
+func (s QPStatus) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "QP %#x→%#x %v: requester req_psn %#x next_psn %#x comp_psn %#x sq %d",
+		s.QPN, s.DestQPN, s.State, s.ReqPSN, s.NextPSN, s.CompPSN, s.SendQueued)
+	if s.HeadStarted {
+		fmt.Fprintf(&b, " head %v psn %#x-%#x at %d/%d", s.HeadOp, s.HeadFirst, s.HeadLast, s.HeadSent, s.HeadLength)
+	}
+	fmt.Fprintf(&b, " timeouts %d", s.Timeouts)
+	if s.Retrying {
+		b.WriteString(" retrying")
+	}
+	if s.Probing {
+		b.WriteString(" probing")
+	}
+	if s.TimerIn > 0 {
+		fmt.Fprintf(&b, " timer %v", s.TimerIn)
+	}
+	if s.RNRWaitIn > 0 {
+		fmt.Fprintf(&b, " rnr_wait %v", s.RNRWaitIn)
+	}
+	fmt.Fprintf(&b, "; responder epsn %#x msn %#x rq %d", s.EPSN, s.MSN, s.RecvQueued)
+	if s.InMessage != "" {
+		fmt.Fprintf(&b, " in %s", s.InMessage)
+	}
+	if s.NAKSent {
+		b.WriteString(" nak_sent")
+	}
+	return b.String()
+}
+
+// status snapshots qp (engine goroutine).
+func (e *engine) status(qp *QP, now time.Time) QPStatus {
+	t := &qp.t
+	s := QPStatus{
+		QPN: qp.qpn, DestQPN: t.attr.DestQPN, State: t.state,
+		SendQueued: len(t.sq), ReqPSN: t.reqPSN, NextPSN: t.nextPSN, CompPSN: t.compPSN,
+		Timeouts: t.timeouts, Retrying: t.startedRetry, Probing: t.probing,
+		EPSN: t.ePSN, MSN: t.msn, RecvQueued: len(t.rq), NAKSent: t.nakSent,
+	}
+	if len(t.sq) > 0 && t.sq[0].started {
+		w := &t.sq[0]
+		s.HeadStarted, s.HeadOp, s.HeadFirst, s.HeadLast, s.HeadLength = true, w.wr.Opcode, w.firstPSN, w.lastPSN, w.length
+		s.HeadSent = w.sentOff
+		if w.wr.Opcode == WRRDMARead {
+			s.HeadSent = w.readDone
+		}
+	}
+	if !t.timerAt.IsZero() {
+		s.TimerIn = max(t.timerAt.Sub(now), time.Nanosecond)
+	}
+	if !t.rnrAt.IsZero() {
+		s.RNRWaitIn = max(t.rnrAt.Sub(now), time.Nanosecond)
+	}
+	switch t.respOp {
+	case respSend:
+		s.InMessage = "SEND"
+	case respWrite:
+		s.InMessage = "WRITE"
+	}
+	return s
+}
+
+// QPStatus returns a snapshot of every QP of the device, in creation order.
+func (d *Device) QPStatus() ([]QPStatus, error) {
+	var out []QPStatus
+	err := d.do(func() error {
+		now := d.clock.Now()
+		for _, qp := range d.e.live {
+			out = append(out, d.e.status(qp, now))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// StalledQPs returns the QPs whose transport timer has expired at least
+// minTimeouts times since their responder last showed progress: with
+// retransmissions that never get through, these are what a hung
+// application waits for.
+func (d *Device) StalledQPs(minTimeouts uint32) ([]QPStatus, error) {
+	all, err := d.QPStatus()
+	keep := all[:0]
+	for _, s := range all {
+		if s.SendQueued > 0 && s.Timeouts >= minTimeouts {
+			keep = append(keep, s)
+		}
+	}
+	return keep, err
+}

@@ -45,7 +45,7 @@ type rnicPair struct {
 	busy bool // devices busy-poll; applications spin on their CQs
 }
 
-const regionAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+const regionAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 
 // openPair opens a device on each host with a region of 2·maxSize bytes.
 func openPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options) (*rnicPair, error) {
@@ -190,7 +190,7 @@ func fill(b []byte, seed byte) {
 	}
 }
 
-var opcodes = map[string]verbs.WROpcode{OpWrite: verbs.WRRDMAWrite, OpSend: verbs.WRSend, OpRead: verbs.WRRDMARead}
+var opcodes = map[string]verbs.WROpcode{OpWrite: verbs.WRRDMAWrite, OpSend: verbs.WRSend, OpRead: verbs.WRRDMARead, OpFetchAdd: verbs.WRAtomicFetchAdd}
 
 // recvDepth is how many receives each SEND target QP keeps posted.
 const recvDepth = 512
@@ -246,6 +246,12 @@ func (p *rnicPair) stream(ctx context.Context, warmup, d time.Duration, op strin
 	if code == verbs.WRRDMARead {
 		wr.SGList, wr.RemoteAddr = p.a.dstSGE(size), p.b.mr.Addr()+uint64(p.b.half)
 		want, got = p.b.src(size), p.a.dst(size)
+	}
+	if code == verbs.WRAtomicFetchAdd {
+		// Every FETCH_ADD adds one to B's first word; the bytes are not compared.
+		size = 8
+		wr.SGList, wr.CompareAdd = p.a.dstSGE(size), 1
+		want, got = nil, nil
 	}
 	w, err := measureLoad(ctx, warmup, d, func(ctx context.Context, stop <-chan struct{}, m *meter) error {
 		return postLoop(ctx, stop, m, poller{cqA, p.busy}, links, wr, size, depth)

@@ -23,6 +23,7 @@ const (
 	OpWrite    = "write"
 	OpSend     = "send"
 	OpRead     = "read"
+	OpFetchAdd = "fetch_add" // loss sweep only (LossResult)
 	OpStream   = "stream"
 	OpPingPong = "pingpong"
 	OpFrame    = "frame" // AFXDP: frames carrying Size payload bytes

@@ -12,25 +12,27 @@ import (
 type compState uint8
 
 const (
-	compCheckAck   compState = iota // classify the response by opcode and AETH
+	compCheckPSN   compState = iota // is the response's PSN outstanding at all (rxe's check_psn)?
+	compCheckAck                    // classify the response by opcode and AETH (rxe's check_ack)
 	compWriteSend                   // an ACK: complete SEND/WRITE WQEs through its PSN
 	compRNRNAK                      // an RNR NAK: count it against rnr_retry
 	compRNRRetry                    // wait the RNR timer, then resend from the NAKed PSN
 	compSeqNAK                      // a PSN sequence error NAK
 	compErrorRetry                  // a transport retry: go back N, or RETRY_EXC_ERR
 	compNAKError                    // a fatal NAK: the WQEs before its PSN are done, the next fails
-	compCheckPSN                    // a READ response or atomic ACK: is it the expected PSN of the head WQE?
+	compCheckHead                   // a READ response or atomic ACK: does it belong to the head WQE, at its next PSN?
 	compRead                        // place READ response data
 	compAtomic                      // place an atomic's original value
-	compCompWQE                     // complete the head WQE successfully
 	compError                       // complete the head WQE with an error; the QP goes to ERR
+	compDrop                        // not a response to anything outstanding: drop and count it
 	compDone
 )
 
 var compStateNames = [...]string{
-	compCheckAck: "CHECK_ACK", compWriteSend: "WRITE_SEND", compRNRNAK: "RNR_NAK", compRNRRetry: "RNR_RETRY",
-	compSeqNAK: "SEQ_NAK", compErrorRetry: "ERROR_RETRY", compNAKError: "NAK_ERROR", compCheckPSN: "CHECK_PSN",
-	compRead: "READ", compAtomic: "ATOMIC", compCompWQE: "COMP_WQE", compError: "ERROR", compDone: "DONE",
+	compCheckPSN: "CHECK_PSN", compCheckAck: "CHECK_ACK", compWriteSend: "WRITE_SEND", compRNRNAK: "RNR_NAK",
+	compRNRRetry: "RNR_RETRY", compSeqNAK: "SEQ_NAK", compErrorRetry: "ERROR_RETRY", compNAKError: "NAK_ERROR",
+	compCheckHead: "CHECK_HEAD", compRead: "READ", compAtomic: "ATOMIC",
+	compError: "ERROR", compDrop: "DROP", compDone: "DONE",
 }
 
 func (s compState) String() string {
@@ -42,135 +44,80 @@ func (s compState) String() string {
 
 // completion is the completer's work on one response packet.
 type completion struct {
+	e      *engine
 	qp     *QP
+	t      *qpTransport
 	p      *wire.Packet
 	info   wire.OpInfo
+	w      *sendWQE // the READ or atomic a response belongs to
 	status WCStatus // of the head WQE, for compError
 }
 
 // completer handles a response (ACK, NAK, READ response, atomic ACK) for an
-// RC QP, as rxe_comp.c: in-order completion, implicit ACKs, go-back-N. It
-// runs the state machine from compCheckAck to compDone.
+// RC QP, as rxe_comp.c: every response is first checked against the PSNs
+// actually outstanding, then classified, then acted on; in-order
+// completion, implicit ACKs, go-back-N. One method per state; the loop
+// dispatches until compDone.
 func (e *engine) completer(qp *QP, p *wire.Packet, info wire.OpInfo) {
-	c := completion{qp: qp, p: p, info: info}
-	for s := compCheckAck; s != compDone; {
-		s = e.compStep(&c, s)
+	c := completion{e: e, qp: qp, t: &qp.t, p: p, info: info}
+	for s := compCheckPSN; s != compDone; {
+		s = c.step(s)
 	}
 }
 
-// compStep runs one state and returns the next.
-func (e *engine) compStep(c *completion, s compState) compState {
-	qp, p := c.qp, c.p
-	t := &qp.t
-	psn := p.BTH.PSN
+// step runs one state and returns the next.
+func (c *completion) step(s compState) compState {
 	switch s {
+	case compCheckPSN:
+		return c.checkPSN()
 	case compCheckAck:
 		return c.checkAck()
 	case compWriteSend:
-		e.ackThrough(qp, psn)
+		c.e.ackThrough(c.qp, c.p.BTH.PSN)
 		return compDone
 	case compRNRNAK:
-		e.counters.RcvdRNRErr++
-		e.implicitAck(qp, psn)
-		if t.rnrLeft == 0 {
-			e.counters.RetryRNRExceededErr++
-			c.status = WCRNRRetryExcErr
-			return compError
-		}
-		return compRNRRetry
+		return c.rnrNAK()
 	case compRNRRetry:
-		if t.attr.RNRRetry != 7 {
-			t.rnrLeft--
-		}
-		t.rnrAt = e.dev.clock.Now().Add(p.AETH.RNRTimer())
-		t.timerAt = time.Time{}
-		return compDone
+		return c.rnrRetry()
 	case compSeqNAK:
-		// As rxe's check_psn and check_ack: the NAK completes the SEND/WRITE
-		// WQEs before its PSN; a stale NAK (below the oldest unacknowledged
-		// PSN) or one past a READ/atomic at the head is ignored; else the
-		// oldest unacknowledged PSN becomes the NAKed one and a retry
-		// starts from it.
-		e.retireBefore(qp, psn)
-		if len(t.sq) == 0 || !t.sq[0].started {
-			return compDone
-		}
-		d := psnCmp(psn, t.compPSN)
-		if d < 0 || (d > 0 && t.sq[0].wr.Opcode.isReadOrAtomic()) {
-			return compDone
-		}
-		if d > 0 {
-			// The NAK acknowledges every PSN before its own, past the oldest
-			// unacknowledged one: progress, which resets the retry counter
-			// as an ACK there would (rxe resets only on an explicit ACK, so
-			// there a loss rate above about one packet per AckReq interval
-			// exhausts a retry_cnt below 7 while data still moves). A NAK
-			// that repeats the oldest unacknowledged PSN is no progress:
-			// inside a retry episode it is ignored, as in rxe.
-			e.counters.RcvdSeqErr++
-			t.compPSN = psn
-			e.resetRetry(qp)
-		}
-		return compErrorRetry
+		return c.seqNAK()
 	case compErrorRetry:
-		e.retry(qp, false)
+		c.e.retry(c.qp, false)
 		return compDone
 	case compNAKError:
-		e.implicitAck(qp, psn)
-		return compError
-	case compCheckPSN:
-		e.implicitAck(qp, psn)
-		if len(t.sq) == 0 || psn != t.compPSN {
-			return compDone // duplicate or a gap: the timer or a NAK recovers
-		}
-		w := &t.sq[0]
-		wantRead := p.BTH.Opcode != wire.RCAtomicAck // only READ responses and atomic ACKs come here
-		isRead := w.wr.Opcode == WRRDMARead
-		isAtomic := w.wr.Opcode == WRAtomicCmpAndSwp || w.wr.Opcode == WRAtomicFetchAdd
-		if !w.started || (wantRead && !isRead) || (!wantRead && !isAtomic) {
-			c.status = WCFatalErr
-			return compError
-		}
-		e.resetRetry(qp) // the expected response of the oldest WQE (rxe's check_ack)
-		if wantRead {
-			return compRead
-		}
-		return compAtomic
+		return c.nakError()
+	case compCheckHead:
+		return c.checkHead()
 	case compRead:
-		w := &t.sq[0]
-		off := ((psn - w.firstPSN) & 0xffffff) * uint32(t.mtu)
-		if off != w.readDone || uint32(len(p.Payload)) > w.length-off {
-			return compDone
-		}
-		var one [1][]byte
-		if !scatter(w.local(&one), off, p.Payload) {
-			c.status = WCLocProtErr
-			return compError
-		}
-		w.readDone += uint32(len(p.Payload))
-		t.compPSN = (psn + 1) & 0xffffff
-		e.progress(qp)
-		if c.info.Flags&wire.FlagEnd == 0 {
-			return compDone
-		}
-		if w.readDone != w.length {
-			c.status = WCBadRespErr
-			return compError
-		}
-		return compCompWQE
+		return c.read()
 	case compAtomic:
-		putAtomicResult(&t.sq[0], p.AtomicAck)
-		t.compPSN = (psn + 1) & 0xffffff
-		e.progress(qp)
-		return compCompWQE
-	case compCompWQE:
-		e.retire(qp, WCSuccess)
-		return compDone
+		return c.atomic()
 	case compError:
-		e.failHead(qp, c.status)
+		c.e.failHead(c.qp, c.status)
+		return compDone
+	case compDrop:
 		return compDone
 	}
 	return compDone
+}
+
+// checkPSN admits only responses whose PSN is outstanding: from the oldest
+// unacknowledged PSN to the last PSN sent. IBTA has a requester ignore the
+// rest; here they are counted, as duplicates (behind the window: a
+// retransmission's answer, or an old copy) or as out of window (ahead of
+// anything sent: forged, or from another connection). Nothing else about
+// the QP changes, so a blind attacker has to hit the window.
+func (c *completion) checkPSN() compState {
+	t, psn := c.t, c.p.BTH.PSN
+	if psnCmp(psn, t.compPSN) < 0 {
+		c.e.counters.DuplicateResponse++
+		return compDrop
+	}
+	if psnCmp(psn, t.sentEnd) >= 0 || len(t.sq) == 0 || !t.sq[0].started {
+		c.e.counters.ResponseOutOfWindow++
+		return compDrop
+	}
+	return compCheckAck
 }
 
 // checkAck classifies a response (rxe's check_ack).
@@ -204,87 +151,283 @@ func (c *completion) checkAck() compState {
 			c.status = WCRemOpErr
 			return compNAKError
 		}
-		return compCheckPSN
+		return compCheckHead
 	case wire.RCAtomicAck:
-		return compCheckPSN
+		return compCheckHead
 	}
+	c.e.counters.ResponseOutOfWindow++
+	return compDrop
+}
+
+// nakTarget takes what a NAK for psn says, that the responder received
+// every request PSN before it, and reports whether the NAK names the head
+// WQE. It does not when the head is then a READ or atomic that ends before
+// psn: its responses were lost, and what the NAK reports lies behind them.
+func (c *completion) nakTarget() bool {
+	psn := c.p.BTH.PSN
+	c.e.acknowledge(c.qp, (psn-1)&0xffffff)
+	t := c.t
+	if len(t.sq) == 0 || !t.sq[0].started {
+		return false
+	}
+	w := &t.sq[0]
+	return !w.wr.Opcode.isReadOrAtomic() || psnCmp(psn, w.lastPSN) <= 0
+}
+
+// rnrNAK: the responder had no receive WQE for the SEND (or WRITE with
+// immediate) at the NAK's PSN. Only a NAK naming a packet of the head WQE
+// counts against rnr_retry.
+func (c *completion) rnrNAK() compState {
+	if !c.nakTarget() {
+		return compErrorRetry
+	}
+	c.e.counters.RcvdRNRErr++
+	if c.t.rnrLeft == 0 {
+		c.e.counters.RetryRNRExceededErr++
+		c.status = WCRNRRetryExcErr
+		return compError
+	}
+	return compRNRRetry
+}
+
+func (c *completion) rnrRetry() compState {
+	t := c.t
+	if t.attr.RNRRetry != 7 {
+		t.rnrLeft--
+	}
+	t.rnrAt = c.e.dev.clock.Now().Add(c.p.AETH.RNRTimer())
+	t.timerAt = time.Time{}
+	return compDone
+}
+
+// seqNAK: the responder expects the NAK's PSN. As rxe's check_psn and
+// check_ack, the NAK acknowledges the PSNs before its own; past a READ or
+// atomic still waiting for responses it means those were lost; either way
+// a retry starts from the oldest unacknowledged PSN.
+func (c *completion) seqNAK() compState {
+	t := c.t
+	before := t.compPSN
+	if !c.nakTarget() {
+		return compErrorRetry
+	}
+	if psnCmp(t.compPSN, before) == 0 && t.startedRetry && t.nakEpisode {
+		// The responder NAKs the same PSN again: it saw the resent
+		// packets after that PSN, not that one. Lost again; go back again.
+		t.startedRetry = false
+	}
+	if psnCmp(t.compPSN, before) > 0 {
+		// The NAK acknowledged PSNs past the oldest unacknowledged one:
+		// progress, which resets the retry counter as an ACK there would
+		// (rxe resets only on an explicit ACK, so there a loss rate above
+		// about one packet per AckReq interval exhausts a retry_cnt below
+		// 7 while data still moves). A NAK that repeats the oldest
+		// unacknowledged PSN is no progress: inside a retry episode it is
+		// ignored, as in rxe.
+		c.e.counters.RcvdSeqErr++
+		c.e.resetRetry(c.qp)
+	}
+	if !t.startedRetry {
+		t.nakEpisode = true
+	}
+	return compErrorRetry
+}
+
+// nakError: a fatal NAK (invalid request, remote access or operational
+// error) for a packet of the head WQE: the WQEs before it are done, the
+// head fails and the QP goes to the error state.
+func (c *completion) nakError() compState {
+	if !c.nakTarget() {
+		return compErrorRetry
+	}
+	return compError
+}
+
+// checkHead finds the READ or atomic WQE a READ response or atomic ACK
+// belongs to: the one whose PSNs hold it, of the right kind. Its responses
+// are placed in order, each READ on its own, so a loss in one READ does
+// not discard the responses of the READs behind it; completions still
+// come in order. The response says the responder received every request
+// before its WQE. A response past the one a READ or atomic waits for,
+// in it or in a later one, shows that responses were lost: that READ or
+// atomic is asked again at once from its first missing PSN (rerequest).
+func (c *completion) checkHead() compState {
+	t, p, psn := c.t, c.p, c.p.BTH.PSN
+	isAtomicAck := p.BTH.Opcode == wire.RCAtomicAck
+	var w *sendWQE
+	for i := range t.sq {
+		x := &t.sq[i]
+		if !x.started || psnCmp(x.firstPSN, psn) > 0 {
+			break
+		}
+		if psnCmp(psn, x.lastPSN) <= 0 {
+			w = x
+			break
+		}
+	}
+	if w == nil || !w.wr.Opcode.isReadOrAtomic() || (w.wr.Opcode == WRRDMARead) == isAtomicAck {
+		c.e.counters.ResponseOutOfWindow++ // no READ or atomic of ours holds this PSN
+		return compDrop
+	}
+	c.e.acknowledge(c.qp, (w.firstPSN-1)&0xffffff)
+	c.e.rerequestBefore(c.qp, psn)
+	if w.respDone || psnCmp(psn, w.nextRespPSN(t.mtu)) < 0 {
+		c.e.counters.DuplicateResponse++
+		return compDrop
+	}
+	if psn != w.nextRespPSN(t.mtu) {
+		c.e.rerequest(c.qp, w)
+		return compDrop
+	}
+	c.w = w
+	if isAtomicAck {
+		return compAtomic
+	}
+	return compRead
+}
+
+// read places a READ response at the PSN its READ waits for, after
+// checking that it is the packet that belongs there: LAST or ONLY exactly
+// at the READ's last PSN, FIRST or ONLY only where a request for it
+// started (the READ's first PSN, or where it was asked again: a responder
+// may answer a re-request as a new READ, as IBTA has it, or as a replay,
+// as rxe does), MIDDLE elsewhere; FIRST and MIDDLE carry exactly one path
+// MTU and LAST and ONLY the rest. Anything else is dropped and counted:
+// the READ stays as it was.
+func (c *completion) read() compState {
+	t, p, psn, w := c.t, c.p, c.p.BTH.PSN, c.w
+	mtu := uint32(t.mtu)
+	start, end := c.info.Flags&wire.FlagStart != 0, c.info.Flags&wire.FlagEnd != 0
+	n := uint32(len(p.Payload))
+	ok := end == (psn == w.lastPSN) && (!start || psn == w.firstPSN || psn == w.readFrom) && (start || psn != w.firstPSN)
+	if end {
+		ok = ok && n == w.length-w.readDone
+	} else {
+		ok = ok && n == mtu
+	}
+	if !ok {
+		c.e.counters.ResponseOutOfWindow++
+		return compDrop
+	}
+	var one [1][]byte
+	if !scatter(w.local(&one), w.readDone, p.Payload) {
+		c.status = WCLocProtErr
+		return compError
+	}
+	w.readDone += n
+	w.respDone = end
+	c.e.resetRetry(c.qp) // a response it waited for: progress (rxe's check_ack)
+	c.e.completeInOrder(c.qp)
+	c.e.progress(c.qp)
+	return compDone
+}
+
+// atomic places an atomic's original value.
+func (c *completion) atomic() compState {
+	putAtomicResult(c.w, c.p.AtomicAck)
+	c.w.respDone = true
+	c.e.resetRetry(c.qp)
+	c.e.completeInOrder(c.qp)
+	c.e.progress(c.qp)
 	return compDone
 }
 
 // ackThrough handles an ACK of every PSN up to psn. As rxe's check_psn and
-// check_ack, the retry counters are reset by an ACK at or past the oldest
-// unacknowledged PSN and by each WQE it completes past its last PSN; an
-// older ACK (a duplicate's) resets nothing, so it cannot stretch a retry
-// episode.
+// check_ack, an ACK at or past the oldest unacknowledged PSN is progress
+// and resets the retry counters; one inside a READ or atomic waiting for
+// responses does not pass it (only its own responses acknowledge it), and
+// one past it means its responses were lost: it is asked again at once.
 func (e *engine) ackThrough(qp *QP, psn uint32) {
-	t := &qp.t
-	fresh := psnCmp(psn, t.compPSN) >= 0
-	for len(t.sq) > 0 && t.sq[0].started {
-		w := &t.sq[0]
-		d := psnCmp(psn, w.lastPSN)
-		if w.wr.Opcode.isReadOrAtomic() {
-			if d >= 0 {
-				// Acknowledged past a READ/atomic whose response never came: lost, retry.
-				e.retry(qp, false)
-				return
-			}
-			if fresh {
-				e.resetRetry(qp)
-			}
-			break
-		}
-		if d > 0 || fresh {
-			e.resetRetry(qp)
-		}
-		if d < 0 {
-			break
-		}
-		e.retire(qp, WCSuccess)
-	}
-	if psnCmp(psn+1, t.compPSN) > 0 && psnCmp(psn, t.nextPSN) < 0 {
-		t.compPSN = (psn + 1) & 0xffffff
-	}
-	if psnCmp(t.reqPSN, t.compPSN) < 0 {
-		// An ACK for packets sent before a go-back-N (or of a probe that
-		// the responder had already): resend from the first PSN it lacks,
-		// not from where the resending had got to.
-		e.goBackN(qp)
-	}
+	e.resetRetry(qp)
+	e.rerequestBefore(qp, (psn+1)&0xffffff)
+	e.acknowledge(qp, psn)
 	e.progress(qp)
 }
 
-// retireBefore completes the started SEND/WRITE WQEs at the head whose last
-// PSN is before psn: a response or NAK for psn acknowledges everything
-// before it. Each completion resets the retry counters (rxe's check_psn).
-func (e *engine) retireBefore(qp *QP, psn uint32) {
+// acknowledge records that the responder received every request PSN up to
+// psn, and completes what that completes.
+func (e *engine) acknowledge(qp *QP, psn uint32) {
 	t := &qp.t
-	for len(t.sq) > 0 && t.sq[0].started && !t.sq[0].wr.Opcode.isReadOrAtomic() && psnCmp(t.sq[0].lastPSN, psn) < 0 {
-		if psnCmp(t.sq[0].lastPSN, t.compPSN) >= 0 {
-			t.compPSN = (t.sq[0].lastPSN + 1) & 0xffffff
+	if psnCmp(psn, t.ackedReq) > 0 {
+		t.ackedReq = psn
+	}
+	e.completeInOrder(qp)
+}
+
+// completeInOrder retires the WQEs at the head that are done, oldest first
+// (a SEND or WRITE once the responder has all of it, a READ or atomic once
+// its responses are all placed), and moves compPSN to the oldest PSN still
+// unacknowledged. If that is beyond where a go-back-N had got to, the
+// requester resumes from there instead (an ACK for packets sent before
+// it, or of a probe the responder already had).
+func (e *engine) completeInOrder(qp *QP) {
+	t := &qp.t
+	for len(t.sq) > 0 && t.sq[0].started {
+		w := &t.sq[0]
+		if w.wr.Opcode.isReadOrAtomic() {
+			if !w.respDone {
+				break
+			}
+		} else if psnCmp(w.lastPSN, t.ackedReq) > 0 {
+			break
 		}
-		e.resetRetry(qp)
 		e.retire(qp, WCSuccess)
+	}
+	comp := t.sentEnd
+	if len(t.sq) > 0 && t.sq[0].started {
+		w := &t.sq[0]
+		comp = w.nextRespPSN(t.mtu)
+		if !w.wr.Opcode.isReadOrAtomic() {
+			comp = (t.ackedReq + 1) & 0xffffff
+			if psnCmp(w.firstPSN, comp) > 0 {
+				comp = w.firstPSN
+			}
+		}
+	} else if len(t.sq) > 0 {
+		comp = t.nextPSN
+	}
+	if psnCmp(comp, t.compPSN) > 0 {
+		t.compPSN = comp
+		e.rttSample(t)
+	}
+	if psnCmp(t.reqPSN, t.compPSN) < 0 {
+		e.goBackN(qp)
 	}
 }
 
-// implicitAck completes SEND/WRITE WQEs that end before psn: a response or
-// NAK for psn acknowledges everything before it.
-func (e *engine) implicitAck(qp *QP, psn uint32) {
+// rerequestBefore asks again at once for the READs and atomics that end
+// before psn and still wait for responses: a response or ACK for psn came
+// after theirs, so theirs were lost (the link keeps order; a reordered one
+// costs at most one spare request).
+func (e *engine) rerequestBefore(qp *QP, psn uint32) {
 	t := &qp.t
-	e.retireBefore(qp, psn)
-	if psnCmp(psn, t.nextPSN) > 0 {
-		return // names a PSN never sent: ignore
-	}
-	if len(t.sq) > 0 && t.sq[0].started && t.sq[0].wr.Opcode.isReadOrAtomic() {
-		// Only the READ/atomic's own responses acknowledge its PSNs.
-		if psnCmp(t.sq[0].firstPSN, t.compPSN) > 0 && psnCmp(t.sq[0].firstPSN, psn) <= 0 {
-			t.compPSN = t.sq[0].firstPSN
+	for i := range t.sq {
+		w := &t.sq[i]
+		if !w.started || psnCmp(w.lastPSN, psn) >= 0 {
+			return
 		}
+		if w.wr.Opcode.isReadOrAtomic() && !w.respDone {
+			e.rerequest(qp, w)
+		}
+	}
+}
+
+// rerequest sends w's request again, for what has not arrived, unless such
+// a request is already out and its first response has not come back: at
+// most one per READ per round trip, so the rest of a lost stream, arriving
+// behind the request, asks nothing more. The responder answers a READ from
+// its responder resources (rxe replays it) and an atomic from the saved
+// result; nothing is executed twice.
+func (e *engine) rerequest(qp *QP, w *sendWQE) {
+	if w.retried && w.readFrom == w.nextRespPSN(qp.t.mtu) {
 		return
 	}
-	if psnCmp(psn, t.compPSN) > 0 {
-		t.compPSN = psn
+	if qp.t.state != StateRTS && qp.t.state != StateSQD {
+		return
 	}
+	w.retried = true
+	e.counters.LostResponseRetry++
+	qp.t.rttAt = time.Time{} // Karn: no round-trip sample across a retransmission
+	e.sendReadAtomic(qp, w)
 }
 
 // progress re-arms the retransmission timer while anything is outstanding.
@@ -303,7 +446,7 @@ func (e *engine) resetRetry(qp *QP) {
 	t := &qp.t
 	t.retryLeft, t.rnrLeft = t.attr.RetryCnt, t.attr.RNRRetry
 	t.startedRetry = false
-	t.timeouts, t.probing = 0, false
+	t.timeouts, t.probing, t.nakEpisode = 0, false, false
 }
 
 // checkTimers runs the retransmission and RNR timers of an RC QP.
@@ -323,6 +466,7 @@ func (e *engine) checkTimers(qp *QP, now time.Time) {
 		t.timerAt = time.Time{}
 		return
 	}
+	e.counters.TransportTimeouts++
 	e.retry(qp, true)
 }
 
@@ -362,21 +506,34 @@ func (e *engine) retry(qp *QP, timeout bool) {
 }
 
 // goBackN rewinds the requester to compPSN: every unacknowledged packet is
-// sent again, resuming mid-message where the acknowledged part ends.
+// sent again, resuming mid-message where the acknowledged part ends; a
+// READ or atomic asks again for the responses it still lacks, and one
+// whose responses are all in, or a SEND or WRITE the responder has
+// acknowledged, is not sent again.
 func (e *engine) goBackN(qp *QP) {
 	t := &qp.t
 	t.reqIdx = 0
 	t.reqPSN = t.compPSN
+	t.rttAt = time.Time{} // Karn: no round-trip sample across a retransmission
+	mtu := uint32(t.mtu)
 	for i := range t.sq {
 		w := &t.sq[i]
 		if !w.started {
 			break
 		}
-		w.sentAll = false
-		if i == 0 && psnCmp(t.compPSN, w.firstPSN) > 0 {
-			w.sentOff = ((t.compPSN - w.firstPSN) & 0xffffff) * uint32(t.mtu)
-		} else {
-			w.sentOff = 0
+		if w.wr.Opcode.isReadOrAtomic() {
+			w.sentAll = w.respDone
+			w.retried = true
+			continue
+		}
+		from := (t.ackedReq + 1) & 0xffffff
+		switch {
+		case psnCmp(w.lastPSN, from) < 0:
+			w.sentAll = true
+		case psnCmp(from, w.firstPSN) > 0:
+			w.sentAll, w.sentOff = false, ((from-w.firstPSN)&0xffffff)*mtu
+		default:
+			w.sentAll, w.sentOff = false, 0
 		}
 	}
 	if len(t.sq) > 0 && t.sq[0].started && t.attr.Timeout > 0 {

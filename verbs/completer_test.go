@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -18,7 +19,7 @@ func TestCompStateNames(t *testing.T) {
 		}
 		seen[name] = s
 	}
-	if got := (compDone + 1).String(); got != "compState(13)" {
+	if got, want := (compDone + 1).String(), fmt.Sprintf("compState(%d)", compDone+1); got != want {
 		t.Fatalf("unknown state prints %q", got)
 	}
 }

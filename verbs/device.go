@@ -245,6 +245,20 @@ type Counters struct {
 	// AckHeld counts batches of ACKs held for a reply to leave with them
 	// (DeviceConfig.AckHold); AckHoldMissed those that left without one.
 	AckHeld, AckHoldMissed uint64
+	// ResponseOutOfWindow counts responses dropped because they answer
+	// nothing outstanding: a PSN ahead of the last one sent, an ACK or
+	// NAK to an idle QP, a READ response or atomic ACK no READ or atomic
+	// of the QP holds, or one of the wrong opcode or length for its place
+	// (forged, or from another connection). DuplicateResponse counts those
+	// behind the oldest unacknowledged PSN or already placed: the answers
+	// to retransmissions, dropped without effect. LostResponseRetry counts
+	// READ and atomic requests sent again at once because a later response
+	// showed theirs were lost.
+	ResponseOutOfWindow, DuplicateResponse, LostResponseRetry uint64
+	// TransportTimeouts counts expiries of the transport timer: the
+	// losses nothing but time could reveal (each also counts in
+	// CompleterRetryErr).
+	TransportTimeouts uint64
 	// RingDrops counts frames the kernel dropped on their way in because the
 	// AF_XDP RX ring was full or the fill ring empty (XDP_STATISTICS): the
 	// engine did not keep up.
@@ -258,18 +272,47 @@ type NamedCounter struct {
 	Value uint64
 }
 
-// Named lists the counters by name, in a fixed order: the one table of
-// their names, for every tool that prints them.
-func (c Counters) Named() []NamedCounter {
-	return []NamedCounter{
-		{"sent_pkts", c.SentPkts}, {"rcvd_pkts", c.RcvdPkts},
-		{"duplicate_request", c.DuplicateRequest}, {"out_of_seq_request", c.OutOfSeqRequest},
-		{"rcvd_seq_err", c.RcvdSeqErr}, {"rcvd_rnr_err", c.RcvdRNRErr}, {"send_rnr_err", c.SendRNRErr},
-		{"completer_retry_err", c.CompleterRetryErr}, {"retry_exceeded_err", c.RetryExceededErr},
-		{"retry_rnr_exceeded_err", c.RetryRNRExceededErr}, {"rdma_sends", c.RDMASends}, {"rdma_recvs", c.RDMARecvs},
-		{"ack_deferred", c.AckDeferred}, {"dropped_malformed", c.DroppedMalformed}, {"dropped_no_qp", c.DroppedNoQP},
-		{"send_err", c.SendErr}, {"ring_drops", c.RingDrops}, {"ack_held", c.AckHeld}, {"ack_hold_missed", c.AckHoldMissed},
+// counterField is one row of the counters' name table.
+type counterField struct {
+	name string
+	p    *uint64
+}
+
+// fields is the one table of the counters' names, in a fixed order.
+func (c *Counters) fields() []counterField {
+	return []counterField{
+		{"sent_pkts", &c.SentPkts}, {"rcvd_pkts", &c.RcvdPkts},
+		{"duplicate_request", &c.DuplicateRequest}, {"out_of_seq_request", &c.OutOfSeqRequest},
+		{"rcvd_seq_err", &c.RcvdSeqErr}, {"rcvd_rnr_err", &c.RcvdRNRErr}, {"send_rnr_err", &c.SendRNRErr},
+		{"completer_retry_err", &c.CompleterRetryErr}, {"retry_exceeded_err", &c.RetryExceededErr},
+		{"retry_rnr_exceeded_err", &c.RetryRNRExceededErr}, {"rdma_sends", &c.RDMASends}, {"rdma_recvs", &c.RDMARecvs},
+		{"ack_deferred", &c.AckDeferred}, {"dropped_malformed", &c.DroppedMalformed}, {"dropped_no_qp", &c.DroppedNoQP},
+		{"response_out_of_window", &c.ResponseOutOfWindow}, {"duplicate_response", &c.DuplicateResponse},
+		{"lost_response_retry", &c.LostResponseRetry}, {"transport_timeouts", &c.TransportTimeouts},
+		{"send_err", &c.SendErr}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},
 	}
+}
+
+// Named lists the counters under their names, in the table's order.
+func (c Counters) Named() []NamedCounter {
+	f := c.fields()
+	out := make([]NamedCounter, len(f))
+	for i, x := range f {
+		out[i] = NamedCounter{x.name, *x.p}
+	}
+	return out
+}
+
+// Set sets the counter of that name (as Named lists it); false if there
+// is none.
+func (c *Counters) Set(name string, v uint64) bool {
+	for _, f := range c.fields() {
+		if f.name == name {
+			*f.p = v
+			return true
+		}
+	}
+	return false
 }
 
 // run is the engine goroutine. Each round holds engMu, which an

@@ -427,7 +427,8 @@ func (e *engine) modify(qp *QP, a QPAttr, mask AttrMask, next QPState, dmac net.
 		t.attr.RQPSN, t.ePSN = a.RQPSN, a.RQPSN
 	}
 	if mask&AttrSQPSN != 0 {
-		t.attr.SQPSN, t.reqPSN, t.nextPSN, t.compPSN = a.SQPSN, a.SQPSN, a.SQPSN, a.SQPSN
+		t.attr.SQPSN, t.reqPSN, t.nextPSN, t.compPSN, t.sentEnd = a.SQPSN, a.SQPSN, a.SQPSN, a.SQPSN, a.SQPSN
+		t.ackedReq = (a.SQPSN - 1) & 0xffffff
 	}
 	if mask&AttrMaxQPRdAtomic != 0 {
 		t.attr.MaxRdAtomic = a.MaxRdAtomic

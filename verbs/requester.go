@@ -20,14 +20,21 @@ type qpTransport struct {
 	mtu        int
 
 	// Requester and completer.
-	sq          []sendWQE // outstanding, oldest first
-	sqBase      []sendWQE // sq's array (see appendQueue)
-	reqIdx      int       // next WQE of sq to transmit from
-	reqPSN      uint32    // next PSN to transmit (rewound by go-back-N)
-	nextPSN     uint32    // first PSN of the next new WQE (never rewound)
-	compPSN     uint32    // oldest PSN not yet acknowledged
-	rdAtomicOut int       // READs and atomics in flight
-	noackPkts   int       // packets since the last AckReq
+	sq      []sendWQE // outstanding, oldest first
+	sqBase  []sendWQE // sq's array (see appendQueue)
+	reqIdx  int       // next WQE of sq to transmit from
+	reqPSN  uint32    // next PSN to transmit (rewound by go-back-N)
+	nextPSN uint32    // first PSN of the next new WQE (never rewound)
+	compPSN uint32    // oldest PSN not yet acknowledged
+	// sentEnd is one past the last PSN sent (never rewound): responses
+	// beyond it answer nothing this QP asked.
+	sentEnd uint32
+	// ackedReq is the last request PSN the responder is known to have
+	// received, with every one before it: from an ACK, a NAK (the PSNs
+	// before its own) or a READ response (the PSNs before its READ).
+	ackedReq    uint32
+	rdAtomicOut int // READs and atomics in flight
+	noackPkts   int // packets since the last AckReq
 	retryLeft   uint8
 	rnrLeft     uint8
 	// startedRetry: a retry episode is under way; until the responder shows
@@ -40,10 +47,20 @@ type qpTransport struct {
 	// probing: the timer expired, and only the oldest unacknowledged packet
 	// is resent (asking for an ACK) until a response shows where the
 	// responder stands; then go-back-N resends the rest.
-	probing  bool
-	draining bool      // in SQD, WQEs already started are not all complete yet
-	timerAt  time.Time // retransmission deadline; zero when off
-	rnrAt    time.Time // end of an RNR wait; zero when none
+	probing bool
+	// nakEpisode: the retry episode under way was started by a sequence
+	// NAK for compPSN; a second one for it means the resent packet was
+	// lost too (the responder NAKs again only when it sees us go back).
+	nakEpisode bool
+	// The round-trip estimate (Jacobson's, with Karn's rule: no sample
+	// across a retransmission): rttAt is when the packet rttPSN left,
+	// zero when no sample is being taken.
+	srtt, rttvar time.Duration
+	rttPSN       uint32
+	rttAt        time.Time
+	draining     bool      // in SQD, WQEs already started are not all complete yet
+	timerAt      time.Time // retransmission deadline; zero when off
+	rnrAt        time.Time // end of an RNR wait; zero when none
 
 	// Responder.
 	rq      []recvWQE
@@ -54,6 +71,10 @@ type qpTransport struct {
 	recv    recvState
 	write   writeState
 	nakSent bool
+	// nakMax is the highest out-of-sequence PSN seen since the NAK: one at
+	// or below it means the requester went back, so the packet the NAK
+	// asked for was lost again, and the responder NAKs once more.
+	nakMax  uint32
 	ackDue  bool // an ACK of ackPSN waits for the end of the receive batch
 	ackPSN  uint32
 	res     []respResource
@@ -74,6 +95,13 @@ type sendWQE struct {
 	sentOff  uint32 // SEND/WRITE bytes packetised
 	sentAll  bool
 	readDone uint32 // READ bytes received
+	// respDone: every response of this READ or atomic has been placed; it
+	// completes once the WQEs before it have.
+	respDone bool
+	// readFrom is the PSN the latest request of this READ or atomic asked
+	// from; retried says it was asked again (see rerequest).
+	readFrom uint32
+	retried  bool
 	inline   []byte // INLINE data, copied when posted
 }
 
@@ -109,6 +137,10 @@ func (e *engine) requester(qp *QP) bool {
 		w := &t.sq[t.reqIdx]
 		if t.state == StateSQD && !w.started {
 			break
+		}
+		if w.sentAll {
+			t.reqIdx++ // go-back-N found nothing of it to resend
+			continue
 		}
 		if w.wr.Opcode.isLocal() {
 			// A bind or local invalidate runs once every WR before it has
@@ -191,24 +223,58 @@ func (e *engine) retireSent(qp *QP) {
 // ackTimeout is the local ACK timeout: 4.096 µs × 2^timeout.
 func ackTimeout(code uint8) time.Duration { return time.Duration(4096<<code) * time.Nanosecond }
 
-// maxBackoff caps the doubling of the transport timer: 2^4 times the QP's
-// local ACK timeout.
+// maxBackoff caps the doubling of the transport timer: 2^4 times its
+// first period.
 const maxBackoff = 4
 
-// rto is the transport timer's current period. The local ACK timeout is a
-// minimum (ibv_modify_qp(3)); with retry_cnt 7, which retries forever, each
-// expiry without progress doubles it, up to maxBackoff doublings, as
-// adaptive retransmission on hardware RNICs backs off. Without that, a
+// minRTO is the shortest period the adaptive timer uses: above a Go
+// scheduler's or garbage collector's pauses, so that a spurious expiry
+// stays rare (and costs one probe packet when it happens).
+const minRTO = time.Millisecond
+
+// rto is the transport timer's current period. With a finite retry_cnt the
+// application chose how soon a dead peer is reported, (retry_cnt+1) ×
+// timeout, and the period is the local ACK timeout, fixed, as rxe's. With
+// retry_cnt 7, which retries forever, the timer adapts as adaptive
+// retransmission on hardware RNICs does: it starts at the measured round
+// trip (srtt + 4·rttvar, at least minRTO, at most the local ACK timeout),
+// so a loss nothing else reveals (a lost NAK, a lost last packet) costs
+// about a round trip instead of perftest's 67 ms; and each expiry without
+// progress doubles it, up to maxBackoff doublings. Without the doubling a
 // receiver slower than the timer (a deep queue, a loaded CPU) is fed
 // retransmissions faster than it can drop them, and goodput collapses.
-// With a finite retry_cnt the application chose how soon a dead peer is
-// reported, (retry_cnt+1) × timeout, and the period stays fixed, as rxe's.
 func (t *qpTransport) rto() time.Duration {
 	d := ackTimeout(t.attr.Timeout)
-	if t.attr.RetryCnt == 7 {
-		d <<= min(t.timeouts, uint32(maxBackoff))
+	if t.attr.RetryCnt != 7 {
+		return d
 	}
-	return d
+	if t.srtt > 0 {
+		d = min(d, max(t.srtt+4*t.rttvar, minRTO))
+	}
+	return d << min(t.timeouts, uint32(maxBackoff))
+}
+
+// rttStart times the packet psn, sent now for the first time, unless a
+// sample is already being taken.
+func (e *engine) rttStart(t *qpTransport, psn uint32) {
+	if t.rttAt.IsZero() && t.attr.RetryCnt == 7 && psnCmp(psn, t.sentEnd) >= 0 {
+		t.rttPSN, t.rttAt = psn, e.dev.clock.Now()
+	}
+}
+
+// rttSample ends the sample once compPSN has passed the timed packet.
+func (e *engine) rttSample(t *qpTransport) {
+	if t.rttAt.IsZero() || psnCmp(t.compPSN, t.rttPSN) <= 0 {
+		return
+	}
+	r := e.dev.clock.Now().Sub(t.rttAt)
+	t.rttAt = time.Time{}
+	if t.srtt == 0 {
+		t.srtt, t.rttvar = r, r/2
+		return
+	}
+	t.rttvar += (max(t.srtt-r, r-t.srtt) - t.rttvar) / 4
+	t.srtt += (r - t.srtt) / 8
 }
 
 // resolveLocal checks the WQE's SG list against the local keys and fetches
@@ -268,28 +334,10 @@ func (e *engine) failHead(qp *QP, status WCStatus) {
 func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	t := &qp.t
 	wr := &w.wr
-	switch wr.Opcode {
-	case WRRDMARead:
-		// After go-back-N a READ resumes where its responses stopped.
-		psn := (w.firstPSN + w.readDone/uint32(t.mtu)) & 0xffffff
-		p := e.header(qp, wire.RCReadRequest, psn, true)
-		p.RETH = wire.RETH{VA: wr.RemoteAddr + uint64(w.readDone), RKey: wr.RKey, Len: w.length - w.readDone}
-		e.send(0, nil)
+	if wr.Opcode.isReadOrAtomic() {
+		e.sendReadAtomic(qp, w)
 		w.sentAll = true
 		t.reqPSN = (w.lastPSN + 1) & 0xffffff
-		t.noackPkts = 0
-		return
-	case WRAtomicCmpAndSwp, WRAtomicFetchAdd:
-		op := wire.RCFetchAdd
-		p := e.header(qp, op, w.firstPSN, true)
-		p.AtomicETH = wire.AtomicETH{VA: wr.RemoteAddr, RKey: wr.RKey, SwapAdd: wr.CompareAdd}
-		if wr.Opcode == WRAtomicCmpAndSwp {
-			p.BTH.Opcode = wire.RCCompareSwap
-			p.AtomicETH.SwapAdd, p.AtomicETH.Compare = wr.Swap, wr.CompareAdd
-		}
-		e.send(0, nil)
-		w.sentAll = true
-		t.reqPSN = (w.firstPSN + 1) & 0xffffff
 		t.noackPkts = 0
 		return
 	}
@@ -304,6 +352,7 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	if ackReq {
 		t.noackPkts = 0
 	}
+	e.rttStart(t, psn)
 	p := e.header(qp, op, psn, ackReq)
 	info, _ := op.Info()
 	if info.Headers&wire.HasRETH != 0 {
@@ -324,8 +373,47 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	w.sentOff = off + n
 	w.sentAll = last
 	t.reqPSN = (psn + 1) & 0xffffff
+	t.markSent(t.reqPSN)
 	if first && wr.Opcode != WRRDMAWrite && wr.Opcode != WRRDMAWriteWithImm {
 		e.counters.RDMASends++
+	}
+}
+
+// sendReadAtomic sends the request of a READ or atomic WQE. A READ asks
+// for what has not arrived yet: after a loss it resumes at the first
+// missing byte, with RETH adjusted (a responder treats it as a duplicate
+// and replays from there).
+func (e *engine) sendReadAtomic(qp *QP, w *sendWQE) {
+	t := &qp.t
+	wr := &w.wr
+	e.rttStart(t, w.firstPSN)
+	if wr.Opcode == WRRDMARead {
+		psn := w.nextRespPSN(t.mtu)
+		p := e.header(qp, wire.RCReadRequest, psn, true)
+		p.RETH = wire.RETH{VA: wr.RemoteAddr + uint64(w.readDone), RKey: wr.RKey, Len: w.length - w.readDone}
+		w.readFrom = psn
+	} else {
+		p := e.header(qp, wire.RCFetchAdd, w.firstPSN, true)
+		p.AtomicETH = wire.AtomicETH{VA: wr.RemoteAddr, RKey: wr.RKey, SwapAdd: wr.CompareAdd}
+		if wr.Opcode == WRAtomicCmpAndSwp {
+			p.BTH.Opcode = wire.RCCompareSwap
+			p.AtomicETH.SwapAdd, p.AtomicETH.Compare = wr.Swap, wr.CompareAdd
+		}
+		w.readFrom = w.firstPSN
+	}
+	e.send(0, nil)
+	t.markSent((w.lastPSN + 1) & 0xffffff)
+}
+
+// nextRespPSN is the PSN of the next response a READ or atomic WQE waits for.
+func (w *sendWQE) nextRespPSN(mtu int) uint32 {
+	return (w.firstPSN + w.readDone/uint32(mtu)) & 0xffffff
+}
+
+// markSent moves sentEnd up to end (one past a PSN just sent).
+func (t *qpTransport) markSent(end uint32) {
+	if psnCmp(end, t.sentEnd) > 0 {
+		t.sentEnd = end
 	}
 }
 

@@ -69,11 +69,16 @@ func (e *engine) responder(qp *QP, p *wire.Packet, info wire.OpInfo) {
 			t.ePSN = psn
 			t.respOp = respNone
 		} else if d > 0 {
+			// One NAK per gap, and one more each time the requester is
+			// seen to go back to or before the packets already seen: its
+			// resent packet at ePSN was lost as well, and without a NAK
+			// only its transport timer would tell it.
 			e.counters.OutOfSeqRequest++
-			if !t.nakSent {
+			if !t.nakSent || psnCmp(psn, t.nakMax) <= 0 {
 				t.nakSent = true
 				e.sendAck(qp, t.ePSN, wire.NAKSyndrome(wire.NAKPSNSequenceError))
 			}
+			t.nakMax = psn
 			return
 		} else {
 			e.counters.DuplicateRequest++

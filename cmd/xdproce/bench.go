@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +34,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ifaces := fs.String("ifaces", "", "measure between two existing interfaces NETNS/IFNAME,NETNS/IFNAME instead of a fresh veth pair")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	plotOut := fs.String("plot", "", "draw bandwidth against message size into this file (.svg or .png)")
+	loss := fs.String("loss", "", "instead: the loss sweep, RoCEv2 packets dropped at these rates both ways on a bridge between the hosts (e.g. 0.1%,1%,5%); --sizes defaults to 4K,64K there")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both engines and applications) to this file, for go tool pprof")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -41,6 +44,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if *loss != "" {
+		explicit := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+		return runLossSweep(ctx, *loss, lossFlags{sizes: *sizes, sizesSet: explicit["sizes"], dur: *dur, warmup: *warmup, depth: *depth, mtu: *mtu, json: *jsonOut}, stdout, stderr)
 	}
 	cfg := bench.Default()
 	if *quick {
@@ -145,4 +153,79 @@ func (b *busyFlag) Set(s string) error {
 	m, err := bench.ParseBusyPoll(s)
 	*b = busyFlag(m)
 	return err
+}
+
+// lossFlags are the bench flags the loss sweep reads.
+type lossFlags struct {
+	sizes      string
+	sizesSet   bool
+	dur        time.Duration
+	warmup     time.Duration
+	depth, mtu int
+	json       string
+}
+
+// runLossSweep is `xdproce bench --loss RATES`.
+func runLossSweep(ctx context.Context, rates string, f lossFlags, stdout, stderr io.Writer) error {
+	cfg := bench.DefaultLoss()
+	cfg.Rates = nil
+	for _, r := range strings.Split(rates, ",") {
+		v, err := parseRate(r)
+		if err != nil {
+			return fmt.Errorf("%w: --loss: %v", errUsage, err)
+		}
+		cfg.Rates = append(cfg.Rates, v)
+	}
+	if f.sizesSet {
+		var err error
+		if cfg.Sizes, err = bench.ParseSizes(f.sizes); err != nil {
+			return fmt.Errorf("%w: --sizes: %v", errUsage, err)
+		}
+	}
+	if f.dur != 0 {
+		cfg.Duration = f.dur
+	}
+	if f.warmup != 0 {
+		cfg.Warmup = f.warmup
+	}
+	if f.depth != 0 {
+		cfg.Depth = f.depth
+	}
+	if f.mtu != 0 {
+		cfg.MTU = f.mtu
+	}
+	cfg.Progress = stderr
+	results, runErr := bench.RunLoss(ctx, cfg)
+	if len(results) > 0 {
+		if err := bench.WriteLossTable(stdout, results); err != nil {
+			return err
+		}
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if f.json != "" {
+		return writeFile(f.json, func(w io.Writer) error {
+			e := json.NewEncoder(w)
+			e.SetIndent("", "  ")
+			return e.Encode(struct {
+				Loss []bench.LossResult `json:"loss"`
+			}{results})
+		})
+	}
+	return nil
+}
+
+// parseRate reads a loss rate as a fraction (0.01) or a percentage (1%).
+func parseRate(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	scale := 1.0
+	if t, ok := strings.CutSuffix(s, "%"); ok {
+		s, scale = t, 0.01
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 || v*scale >= 1 {
+		return 0, fmt.Errorf("loss rate %q: a fraction in [0, 1) or a percentage", s)
+	}
+	return v * scale, nil
 }

@@ -1,0 +1,160 @@
+package verbs
+
+import (
+	"encoding/binary"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/wire"
+)
+
+// dropFirst drops, from the frames l sends, the first one that each
+// predicate matches (once each), and counts the frames l sent by opcode.
+type dropFirst struct {
+	mu    sync.Mutex
+	preds []func(*wire.Packet) bool
+	used  []bool
+	sent  map[wire.Opcode]int
+}
+
+func newDropFirst(l *MemLink, preds ...func(*wire.Packet) bool) *dropFirst {
+	d := &dropFirst{preds: preds, used: make([]bool, len(preds)), sent: map[wire.Opcode]int{}}
+	l.mu.Lock()
+	l.drop = func(f []byte) bool {
+		var p wire.Packet
+		if wire.Decode(f, &p) != nil {
+			return false
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.sent[p.BTH.Opcode]++
+		for i, pred := range d.preds {
+			if !d.used[i] && pred(&p) {
+				d.used[i] = true
+				return true
+			}
+		}
+		return false
+	}
+	l.mu.Unlock()
+	return d
+}
+
+func (d *dropFirst) count(op wire.Opcode) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.sent[op]
+}
+
+func psnIs(psn uint32) func(*wire.Packet) bool {
+	return func(p *wire.Packet) bool { return p.BTH.PSN == psn }
+}
+
+// readLossPair is a fake-time pair at PMTU 4096 whose clock the test never
+// advances: whatever completes, completed without a transport timer.
+func readLossPair(t *testing.T) (a, b *node, la, lb *MemLink) {
+	t.Helper()
+	a, b, _ = fakePair(t, connOpts{mtu: MTU4096, timeout: 14, retry: 7, rnr: 7})
+	fill(b.mr.Bytes(), 11)
+	return a, b, a.dev.link.(*MemLink), b.dev.link.(*MemLink)
+}
+
+// TestReadLostMiddleResponse: the sixth of a 64 KiB READ's 16 responses is
+// lost. The seventh shows the gap, and the READ is asked again at once from
+// the missing PSN (RETH adjusted); the responder replays from its
+// resources. One re-request, no timer, every byte right.
+func TestReadLostMiddleResponse(t *testing.T) {
+	a, b, la, lb := readLossPair(t)
+	drops := newDropFirst(lb, psnIs(5))
+	reqs := newDropFirst(la)
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 64<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("completion %+v", wc)
+	}
+	equalBytes(t, "READ", a.mr.Bytes()[:64<<10], b.mr.Bytes()[:64<<10])
+	ca, cb := counters(a.dev), counters(b.dev)
+	if reqs.count(wire.RCReadRequest) != 2 || ca.LostResponseRetry != 1 || cb.DuplicateRequest != 1 || ca.CompleterRetryErr != 0 {
+		t.Fatalf("%d READ requests (want 2), counters A %+v B %+v", reqs.count(wire.RCReadRequest), ca, cb)
+	}
+	// The stragglers of the first stream (PSNs 6-15) came behind the re-request: dropped, one re-request only.
+	if ca.DuplicateResponse != 0 || drops.count(wire.RCReadResponseMiddle)+drops.count(wire.RCReadResponseLast) < 15+10 {
+		t.Fatalf("responses sent %v, counters A %+v", drops.sent, ca)
+	}
+}
+
+// TestReadLostLastResponseBeforeAnother: READ A's last response is lost;
+// READ B's responses, behind it, show that, and A is asked again for its
+// last packet at once while B's responses are placed. Both complete, in
+// order, without a timer.
+func TestReadLostLastResponseBeforeAnother(t *testing.T) {
+	a, b, _, lb := readLossPair(t)
+	newDropFirst(lb, psnIs(7))
+	postSend(t, a,
+		SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 32<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+		SendWR{ID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 32<<10, 32<<10), RemoteAddr: b.mr.Addr() + 32<<10, RKey: b.mr.RKey()})
+	wcs := poll(t, a.scq, 2, 5*time.Second)
+	if wcs[0].WRID != 1 || wcs[1].WRID != 2 || wcs[0].Status != WCSuccess || wcs[1].Status != WCSuccess {
+		t.Fatalf("completions %+v", wcs)
+	}
+	equalBytes(t, "READs", a.mr.Bytes()[:64<<10], b.mr.Bytes()[:64<<10])
+	if c := counters(a.dev); c.LostResponseRetry != 1 || c.CompleterRetryErr != 0 {
+		t.Fatalf("counters %+v: want one re-request and no retry", c)
+	}
+}
+
+// TestReadLostRequestBeforeAnother: READ A's request is lost; B's arrives
+// out of sequence and the responder NAKs A's PSN, which starts a retry at
+// once. Only the READ with nothing behind it needs the timer.
+func TestReadLostRequestBeforeAnother(t *testing.T) {
+	a, b, la, _ := readLossPair(t)
+	newDropFirst(la, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCReadRequest })
+	postSend(t, a,
+		SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 8<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+		SendWR{ID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 8<<10, 8<<10), RemoteAddr: b.mr.Addr() + 8<<10, RKey: b.mr.RKey()})
+	if wcs := poll(t, a.scq, 2, 5*time.Second); wcs[0].Status != WCSuccess || wcs[1].Status != WCSuccess {
+		t.Fatalf("completions %+v", wcs)
+	}
+	equalBytes(t, "READs", a.mr.Bytes()[:16<<10], b.mr.Bytes()[:16<<10])
+	if c := counters(a.dev); c.RcvdSeqErr+c.CompleterRetryErr == 0 {
+		t.Fatalf("counters %+v: the NAK did not start the retry", c)
+	}
+}
+
+// TestAtomicLostAckBeforeSend: a FETCH_ADD's ACK is lost; the ACK of the
+// SEND behind it shows that, the atomic is sent again at once, and the
+// responder answers it from the saved result: added once, the original
+// value returned, no timer.
+func TestAtomicLostAckBeforeSend(t *testing.T) {
+	a, b, _, lb := readLossPair(t)
+	newDropFirst(lb, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCAtomicAck })
+	binary.LittleEndian.PutUint64(b.mr.Bytes()[:8], 100)
+	postRecv(t, b, RecvWR{ID: 9, SGList: sge(b.mr, 4096, 64)})
+	postSend(t, a,
+		SendWR{ID: 1, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGList: sge(a.mr, 0, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 5},
+		SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 64, 16)})
+	if wcs := poll(t, a.scq, 2, 5*time.Second); wcs[0].Status != WCSuccess || wcs[1].Status != WCSuccess || wcs[0].WRID != 1 {
+		t.Fatalf("completions %+v", wcs)
+	}
+	if got, orig := binary.LittleEndian.Uint64(b.mr.Bytes()[:8]), binary.LittleEndian.Uint64(a.mr.Bytes()[:8]); got != 105 || orig != 100 {
+		t.Fatalf("target %d (want 105, added once), original %d (want 100)", got, orig)
+	}
+	if ca, cb := counters(a.dev), counters(b.dev); ca.LostResponseRetry != 1 || cb.DuplicateRequest != 1 {
+		t.Fatalf("counters A %+v B %+v", ca, cb)
+	}
+}
+
+// TestReadDuplicateResponsesDropped: every READ response is delivered
+// twice; the copies are dropped and counted, never placed again.
+func TestReadDuplicateResponsesDropped(t *testing.T) {
+	a, b, _, lb := readLossPair(t)
+	lb.SetImpairment(Impairment{Duplicate: 1, Seed: 3})
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 32<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("completion %+v", wc)
+	}
+	equalBytes(t, "READ", a.mr.Bytes()[:32<<10], b.mr.Bytes()[:32<<10])
+	if c := counters(a.dev); c.DuplicateResponse < 7 || c.LostResponseRetry != 0 {
+		t.Fatalf("counters %+v: want the 8 copies dropped as duplicates", c)
+	}
+}

@@ -18,26 +18,41 @@ func benchPair(b *testing.B, size int) (*node, *node) {
 // benchWrite keeps 64 WRITEs of size bytes in flight.
 func benchWrite(b *testing.B, size int) {
 	a, peer := benchPair(b, size)
-	const depth = 64
-	b.SetBytes(int64(size))
 	b.ReportAllocs()
+	wr := SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, size), RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}
+	benchStream(b, a, wr, size, 64, nil)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
+	// Payload throughput in network units, next to SetBytes' MB/s.
+	b.ReportMetric(float64(b.N)*float64(size)*8/b.Elapsed().Seconds()/1e9, "Gbit/s")
+}
+
+// benchStream posts b.N copies of wr from a, depth in flight, until all
+// have completed successfully; between polls it calls each (if set).
+func benchStream(b *testing.B, a *node, wr SendWR, size, depth int, each func()) {
+	b.SetBytes(int64(size))
+	wrs := []SendWR{wr}
 	buf := make([]WorkCompletion, 64)
-	wr := []SendWR{{Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, size), RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}}
 	posted, done := 0, 0
 	b.ResetTimer()
 	for done < b.N {
 		for posted < b.N && posted-done < depth {
-			if _, err := a.qp.PostSend(wr); err != nil {
+			if _, err := a.qp.PostSend(wrs); err != nil {
 				b.Fatal(err)
 			}
 			posted++
 		}
-		done += a.scq.Poll(buf)
+		k := a.scq.Poll(buf)
+		for _, wc := range buf[:k] {
+			if wc.Status != WCSuccess {
+				b.Fatalf("completion %+v", wc)
+			}
+		}
+		done += k
+		if each != nil {
+			each()
+		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
-	// Payload throughput in network units, next to SetBytes' MB/s.
-	b.ReportMetric(float64(b.N)*float64(size)*8/b.Elapsed().Seconds()/1e9, "Gbit/s")
 }
 
 func BenchmarkWrite64(b *testing.B)  { benchWrite(b, 64) }
@@ -115,40 +130,20 @@ func benchLoss(b *testing.B, op WROpcode, size int, rate float64) {
 	a, peer := benchPair(b, 2*size)
 	a.dev.link.(*MemLink).SetImpairment(Impairment{Drop: rate, Seed: 1})
 	peer.dev.link.(*MemLink).SetImpairment(Impairment{Drop: rate, Seed: 2})
-	const depth = 32
+	var each func()
 	if op == WRSend {
 		for range 512 {
 			postRecvB(b, peer, size)
 		}
-	}
-	wr := []SendWR{{Opcode: op, Flags: SendSignaled, SGList: sge(a.mr, 0, size), RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey(), CompareAdd: 1}}
-	buf := make([]WorkCompletion, 64)
-	b.SetBytes(int64(size))
-	posted, done, recvs := 0, 0, 0
-	b.ResetTimer()
-	for done < b.N {
-		for posted < b.N && posted-done < depth {
-			if _, err := a.qp.PostSend(wr); err != nil {
-				b.Fatal(err)
-			}
-			posted++
-		}
-		k := a.scq.Poll(buf)
-		for _, wc := range buf[:k] {
-			if wc.Status != WCSuccess {
-				b.Fatalf("completion %+v", wc)
-			}
-		}
-		done += k
-		if op == WRSend {
-			n := peer.rcq.Poll(buf)
-			recvs += n
-			for range n {
+		buf := make([]WorkCompletion, 64)
+		each = func() {
+			for range peer.rcq.Poll(buf) {
 				postRecvB(b, peer, size)
 			}
 		}
 	}
-	b.StopTimer()
+	wr := SendWR{Opcode: op, Flags: SendSignaled, SGList: sge(a.mr, 0, size), RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey(), CompareAdd: 1}
+	benchStream(b, a, wr, size, 32, each)
 	c := counters(a.dev)
 	b.ReportMetric(float64(c.TransportTimeouts), "timeouts")
 	b.ReportMetric(float64(c.CompleterRetryErr), "retries")

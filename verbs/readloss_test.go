@@ -9,42 +9,66 @@ import (
 	"github.com/xdproce/xdproce/wire"
 )
 
-// dropFirst drops, from the frames l sends, the first one that each
-// predicate matches (once each), and counts the frames l sent by opcode.
-type dropFirst struct {
-	mu    sync.Mutex
-	preds []func(*wire.Packet) bool
-	used  []bool
-	sent  map[wire.Opcode]int
+// sentLog records the frames a MemLink sends: each one's PSN and AckReq
+// bit, and how many of each opcode.
+type sentLog struct {
+	mu   sync.Mutex
+	psns []uint32
+	ack  []bool
+	sent map[wire.Opcode]int
 }
 
-func newDropFirst(l *MemLink, preds ...func(*wire.Packet) bool) *dropFirst {
-	d := &dropFirst{preds: preds, used: make([]bool, len(preds)), sent: map[wire.Opcode]int{}}
+// watchSent records what l sends and drops the frames drop selects (it is
+// given the packet and its number, from 1).
+func watchSent(l *MemLink, drop func(p *wire.Packet, n int) bool) *sentLog {
+	s := &sentLog{sent: map[wire.Opcode]int{}}
 	l.mu.Lock()
 	l.drop = func(f []byte) bool {
 		var p wire.Packet
 		if wire.Decode(f, &p) != nil {
 			return false
 		}
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		d.sent[p.BTH.Opcode]++
-		for i, pred := range d.preds {
-			if !d.used[i] && pred(&p) {
-				d.used[i] = true
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.psns = append(s.psns, p.BTH.PSN)
+		s.ack = append(s.ack, p.BTH.AckReq)
+		s.sent[p.BTH.Opcode]++
+		return drop != nil && drop(&p, len(s.psns))
+	}
+	l.mu.Unlock()
+	return s
+}
+
+// dropFirst watches l and drops the first frame each predicate matches.
+func dropFirst(l *MemLink, preds ...func(*wire.Packet) bool) *sentLog {
+	used := make([]bool, len(preds))
+	return watchSent(l, func(p *wire.Packet, _ int) bool {
+		for i, pred := range preds {
+			if !used[i] && pred(p) {
+				used[i] = true
 				return true
 			}
 		}
 		return false
-	}
-	l.mu.Unlock()
-	return d
+	})
 }
 
-func (d *dropFirst) count(op wire.Opcode) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.sent[op]
+func (s *sentLog) n() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.psns)
+}
+
+func (s *sentLog) since(i int) ([]uint32, []bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]uint32(nil), s.psns[i:]...), append([]bool(nil), s.ack[i:]...)
+}
+
+func (s *sentLog) count(op wire.Opcode) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sent[op]
 }
 
 func psnIs(psn uint32) func(*wire.Packet) bool {
@@ -66,8 +90,8 @@ func readLossPair(t *testing.T) (a, b *node, la, lb *MemLink) {
 // resources. One re-request, no timer, every byte right.
 func TestReadLostMiddleResponse(t *testing.T) {
 	a, b, la, lb := readLossPair(t)
-	drops := newDropFirst(lb, psnIs(5))
-	reqs := newDropFirst(la)
+	drops := dropFirst(lb, psnIs(5))
+	reqs := dropFirst(la)
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 64<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
 		t.Fatalf("completion %+v", wc)
@@ -89,7 +113,7 @@ func TestReadLostMiddleResponse(t *testing.T) {
 // order, without a timer.
 func TestReadLostLastResponseBeforeAnother(t *testing.T) {
 	a, b, _, lb := readLossPair(t)
-	newDropFirst(lb, psnIs(7))
+	dropFirst(lb, psnIs(7))
 	postSend(t, a,
 		SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 32<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
 		SendWR{ID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 32<<10, 32<<10), RemoteAddr: b.mr.Addr() + 32<<10, RKey: b.mr.RKey()})
@@ -108,7 +132,7 @@ func TestReadLostLastResponseBeforeAnother(t *testing.T) {
 // once. Only the READ with nothing behind it needs the timer.
 func TestReadLostRequestBeforeAnother(t *testing.T) {
 	a, b, la, _ := readLossPair(t)
-	newDropFirst(la, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCReadRequest })
+	dropFirst(la, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCReadRequest })
 	postSend(t, a,
 		SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 8<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
 		SendWR{ID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 8<<10, 8<<10), RemoteAddr: b.mr.Addr() + 8<<10, RKey: b.mr.RKey()})
@@ -127,7 +151,7 @@ func TestReadLostRequestBeforeAnother(t *testing.T) {
 // value returned, no timer.
 func TestAtomicLostAckBeforeSend(t *testing.T) {
 	a, b, _, lb := readLossPair(t)
-	newDropFirst(lb, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCAtomicAck })
+	dropFirst(lb, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCAtomicAck })
 	binary.LittleEndian.PutUint64(b.mr.Bytes()[:8], 100)
 	postRecv(t, b, RecvWR{ID: 9, SGList: sge(b.mr, 4096, 64)})
 	postSend(t, a,

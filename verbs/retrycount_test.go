@@ -2,7 +2,6 @@ package verbs
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,38 +104,6 @@ func TestRetryExhaustedWithoutProgress(t *testing.T) {
 	}
 }
 
-// sentLog records the PSN and AckReq bit of every request frame a link
-// sends, and drops those drop selects (nil: none).
-type sentLog struct {
-	mu   sync.Mutex
-	psns []uint32
-	ack  []bool
-}
-
-func logSent(l *MemLink, drop func(psn uint32, n int) bool) *sentLog {
-	s := &sentLog{}
-	l.mu.Lock()
-	l.drop = func(f []byte) bool {
-		var p wire.Packet
-		if wire.Decode(f, &p) != nil {
-			return false
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.psns = append(s.psns, p.BTH.PSN)
-		s.ack = append(s.ack, p.BTH.AckReq)
-		return drop != nil && drop(p.BTH.PSN, len(s.psns))
-	}
-	l.mu.Unlock()
-	return s
-}
-
-func (s *sentLog) since(i int) ([]uint32, []bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]uint32(nil), s.psns[i:]...), append([]bool(nil), s.ack[i:]...)
-}
-
 // TestTimeoutProbesThenResends: the last three packets of an 8-packet WRITE
 // are lost, so no NAK can come, and only the last asks for an ACK. When the
 // timer expires the requester resends only the oldest unacknowledged
@@ -146,7 +113,7 @@ func (s *sentLog) since(i int) ([]uint32, []bool) {
 func TestTimeoutProbesThenResends(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 7, rnr: 7})
 	la := a.dev.link.(*MemLink)
-	log := logSent(la, func(psn uint32, n int) bool { return n <= 8 && psn >= 5 })
+	log := watchSent(la, func(p *wire.Packet, n int) bool { return n <= 8 && p.BTH.PSN >= 5 })
 	fill(a.mr.Bytes()[:8<<10], 7)
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 8<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, a.dev, "the first transmission", func(c Counters) bool { return c.SentPkts >= 8 })
@@ -170,20 +137,20 @@ func TestTimeoutProbesThenResends(t *testing.T) {
 func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{timeout: 10, retry: 7, rnr: 7})
 	la := a.dev.link.(*MemLink)
-	log := logSent(la, func(uint32, int) bool { return true })
+	log := watchSent(la, func(*wire.Packet, int) bool { return true })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, a.dev, "the first transmission", func(c Counters) bool { return c.SentPkts >= 1 })
 	base := ackTimeout(10)
 	for i := range maxBackoff + 2 {
 		period := base << min(i, maxBackoff)
-		n := len(must2(log.since(0)))
+		n := log.n()
 		clk.Advance(period - time.Microsecond)
 		time.Sleep(5 * time.Millisecond) // the engine looks at the clock at least every idleWait
-		if got := len(must2(log.since(0))); got != n {
+		if got := log.n(); got != n {
 			t.Fatalf("expiry %d: resent before %v", i+1, period)
 		}
 		clk.Advance(2 * time.Microsecond)
-		waitCounter(t, a.dev, fmt.Sprintf("expiry %d after %v", i+1, period), func(c Counters) bool { return len(must2(log.since(0))) == n+1 })
+		waitCounter(t, a.dev, fmt.Sprintf("expiry %d after %v", i+1, period), func(c Counters) bool { return log.n() == n+1 })
 	}
 	la.mu.Lock()
 	la.drop = nil // the peer answers the next probe: progress
@@ -197,5 +164,3 @@ func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
 		t.Fatalf("after progress: %v", st[0])
 	}
 }
-
-func must2[T, U any](a T, _ U) T { return a }

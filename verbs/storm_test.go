@@ -69,6 +69,73 @@ func (l *lockstep) run(done func() bool, limit time.Duration) time.Duration {
 	return l.clk.Now().Sub(start)
 }
 
+// storm is one seeded replay: qps QP pairs, each WRITEing size(i) bytes
+// one way while its peer SENDs (with immediate) as many the other, over a
+// link with fault of each kind, on engines spending perFrame per frame.
+type storm struct {
+	qps          int
+	seedA, seedB uint64
+	fault        float64
+	perFrame     time.Duration
+	limit        time.Duration // of simulated time
+	size         func(i int) int
+}
+
+// run replays s and checks every completion and every byte.
+func (s storm) run(t *testing.T) {
+	t.Helper()
+	const slot = 8 << 10
+	clk := NewFakeClock(time.Unix(1e9, 0))
+	la, lb := NewMemLinkPair(4096 + 200)
+	mk := func(l Link, mac net.HardwareAddr, ip netip.Addr) *node {
+		// AckHold uses the real clock: off, so the replay is exact.
+		return newNode(t, newDeviceWith(t, l, mac, ip, DeviceConfig{ActiveMTU: 4096, Clock: clk, AckHold: -1}), 2*s.qps*slot)
+	}
+	a, b := mk(la, macA, ipA), mk(lb, macB, ipB)
+	as, bs := manyQPs(t, a, b, s.qps)
+	f := s.fault
+	la.SetImpairment(Impairment{Drop: f, Duplicate: f, Corrupt: f, Reorder: f, Seed: s.seedA})
+	lb.SetImpairment(Impairment{Drop: f, Duplicate: f, Corrupt: f, Reorder: f, Seed: s.seedB})
+	fill(a.mr.Bytes(), int(s.seedA))
+	fill(b.mr.Bytes(), int(s.seedB)+1)
+	wantB, wantA := append([]byte(nil), a.mr.Bytes()...), append([]byte(nil), b.mr.Bytes()...)
+	ls := &lockstep{clk: clk, devs: [2]*Device{a.dev, b.dev}, perFrame: s.perFrame, perQP: s.perFrame / 20}
+	ls.hold()
+	for i := range s.qps {
+		// a's slot i goes to b's slot i by WRITE, b's slot qps+i to a's by SEND.
+		postRecv(t, as[i], RecvWR{ID: uint64(i), SGList: sge(a.mr, (s.qps+i)*slot, slot)})
+		postSend(t, as[i], SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGList: sge(a.mr, i*slot, s.size(i)), RemoteAddr: b.mr.Addr() + uint64(i*slot), RKey: b.mr.RKey()})
+		postSend(t, bs[i], SendWR{ID: uint64(i), Opcode: WRSendWithImm, Flags: SendSignaled, ImmData: uint32(i),
+			SGList: sge(b.mr, (s.qps+i)*slot, s.size(i))})
+	}
+	var wcs []WorkCompletion
+	buf := make([]WorkCompletion, 64)
+	done := func() bool {
+		for _, cq := range []*CQ{a.scq, a.rcq, b.scq} {
+			n := cq.Poll(buf)
+			wcs = append(wcs, buf[:n]...)
+		}
+		return len(wcs) == 3*s.qps
+	}
+	took := ls.run(done, s.limit)
+	if len(wcs) != 3*s.qps {
+		t.Fatalf("seeds %d/%d, %v per frame: %d of %d completions after %v of simulated time (%d steps)%s",
+			s.seedA, s.seedB, s.perFrame, len(wcs), 3*s.qps, took, ls.steps, stallReport(t))
+	}
+	for _, wc := range wcs {
+		if wc.Status != WCSuccess {
+			t.Fatalf("completion %+v", wc)
+		}
+	}
+	for i := range s.qps {
+		w, r := i*slot, (s.qps+i)*slot
+		equalBytes(t, "WRITE", b.mr.Bytes()[w:w+s.size(i)], wantB[w:w+s.size(i)])
+		equalBytes(t, "SEND", a.mr.Bytes()[r:r+s.size(i)], wantA[r:r+s.size(i)])
+	}
+	t.Logf("%d completions in %v of simulated time, %d engine steps; link a→b %+v, b→a %+v", len(wcs), took, ls.steps, la.Stats(), lb.Stats())
+}
+
 // TestRetransmissionStormReplay is the regression test of issue 18. 300 RC
 // QP pairs with a 1 ms transport timer WRITE one way while SENDs go the
 // other, over a link with 1% drop/duplicate/corrupt/reorder, on engines
@@ -79,123 +146,32 @@ func (l *lockstep) run(done func() bool, limit time.Duration) time.Duration {
 // missing. With retransmission probes, timer backoff and a bounded receive
 // queue it all arrives within a fraction of a second.
 func TestRetransmissionStormReplay(t *testing.T) {
-	const qps, slot = 300, 8 << 10
-	clk := NewFakeClock(time.Unix(1e9, 0))
-	la, lb := NewMemLinkPair(4096 + 200)
-	mk := func(l Link, mac net.HardwareAddr, ip netip.Addr) *node {
-		// AckHold uses the real clock: off, so the replay is exact.
-		return newNode(t, newDeviceWith(t, l, mac, ip, DeviceConfig{ActiveMTU: 4096, Clock: clk, AckHold: -1}), 2*qps*slot)
-	}
-	a, b := mk(la, macA, ipA), mk(lb, macB, ipB)
-	as, bs := manyQPs(t, a, b, qps)
-	la.SetImpairment(Impairment{Drop: 0.01, Duplicate: 0.01, Corrupt: 0.01, Reorder: 0.01, Seed: 11})
-	lb.SetImpairment(Impairment{Drop: 0.01, Duplicate: 0.01, Corrupt: 0.01, Reorder: 0.01, Seed: 12})
-	fill(a.mr.Bytes(), 3)
-	fill(b.mr.Bytes(), 5)
-	wantB, wantA := append([]byte(nil), a.mr.Bytes()...), append([]byte(nil), b.mr.Bytes()...)
-	size := func(i int) int { return 1 + i*27%slot }
-	ls := &lockstep{clk: clk, devs: [2]*Device{a.dev, b.dev}, perFrame: 5 * time.Microsecond, perQP: 250 * time.Nanosecond}
-	ls.hold()
-	for i := range qps {
-		// a's slot i goes to b's slot i by WRITE, b's slot qps+i to a's by SEND.
-		postRecv(t, as[i], RecvWR{ID: uint64(i), SGList: sge(a.mr, (qps+i)*slot, slot)})
-		postSend(t, as[i], SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGList: sge(a.mr, i*slot, size(i)), RemoteAddr: b.mr.Addr() + uint64(i*slot), RKey: b.mr.RKey()})
-		postSend(t, bs[i], SendWR{ID: uint64(i), Opcode: WRSendWithImm, Flags: SendSignaled, ImmData: uint32(i),
-			SGList: sge(b.mr, (qps+i)*slot, size(i))})
-	}
-	var wcs []WorkCompletion
-	buf := make([]WorkCompletion, 64)
-	done := func() bool {
-		for _, cq := range []*CQ{a.scq, a.rcq, b.scq} {
-			n := cq.Poll(buf)
-			wcs = append(wcs, buf[:n]...)
-		}
-		return len(wcs) == 3*qps
-	}
-	took := ls.run(done, 2*time.Second)
-	if len(wcs) != 3*qps {
-		t.Fatalf("%d of %d completions after %v of simulated time (%d steps)%s", len(wcs), 3*qps, took, ls.steps, stallReport(t))
-	}
-	for _, wc := range wcs {
-		if wc.Status != WCSuccess {
-			t.Fatalf("completion %+v", wc)
-		}
-	}
-	for i := range qps {
-		w, s := i*slot, (qps+i)*slot
-		equalBytes(t, "WRITE", b.mr.Bytes()[w:w+size(i)], wantB[w:w+size(i)])
-		equalBytes(t, "SEND", a.mr.Bytes()[s:s+size(i)], wantA[s:s+size(i)])
-	}
-	t.Logf("%d completions in %v of simulated time, %d engine steps; link a→b %+v, b→a %+v", len(wcs), took, ls.steps, la.Stats(), lb.Stats())
+	storm{qps: 300, seedA: 11, seedB: 12, fault: 0.01, perFrame: 5 * time.Microsecond, limit: 2 * time.Second,
+		size: func(i int) int { return 1 + i*27%(8<<10) }}.run(t)
 }
 
-// TestRetransmissionSoak replays many seeds of a smaller storm, on engines
-// from fast to slow, for a bounded time: every one must complete, every
-// byte checked. A seed that fails is printed; rerun it alone by fixing
-// seed to it.
+// TestRetransmissionSoak replays many seeds of a smaller storm with 2% of
+// each fault, on engines from fast to slow, for a bounded time: every one
+// must complete within 10 s of simulated time, every byte checked. A seed
+// that fails is printed; rerun it alone by fixing seed to it.
 func TestRetransmissionSoak(t *testing.T) {
 	deadline := time.Now().Add(3 * time.Second)
 	seeds := 0
 	for seed := uint64(1); time.Now().Before(deadline); seed++ {
 		perFrame := []time.Duration{500 * time.Nanosecond, 5 * time.Microsecond, 20 * time.Microsecond}[seed%3]
-		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) { stormOnce(t, seed, 40, perFrame) })
+		rng := rand.New(rand.NewPCG(seed, 1))
+		sizes := make([]int, 40)
+		for i := range sizes {
+			sizes[i] = 1 + rng.IntN(8<<10)
+		}
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			storm{qps: 40, seedA: seed, seedB: seed << 32, fault: 0.02, perFrame: perFrame, limit: 10 * time.Second,
+				size: func(i int) int { return sizes[i] }}.run(t)
+		})
 		if t.Failed() {
 			return
 		}
 		seeds++
 	}
 	t.Logf("%d seeds", seeds)
-}
-
-// stormOnce is one seeded replay: qps QP pairs WRITE one way and SEND the
-// other over a link with 2% of each fault, on engines spending perFrame
-// per frame; everything must arrive within 10 s of simulated time.
-func stormOnce(t *testing.T, seed uint64, qps int, perFrame time.Duration) {
-	const slot = 8 << 10
-	clk := NewFakeClock(time.Unix(1e9, 0))
-	la, lb := NewMemLinkPair(4096 + 200)
-	mk := func(l Link, mac net.HardwareAddr, ip netip.Addr) *node {
-		return newNode(t, newDeviceWith(t, l, mac, ip, DeviceConfig{ActiveMTU: 4096, Clock: clk, AckHold: -1}), 2*qps*slot)
-	}
-	a, b := mk(la, macA, ipA), mk(lb, macB, ipB)
-	as, bs := manyQPs(t, a, b, qps)
-	la.SetImpairment(Impairment{Drop: 0.02, Duplicate: 0.02, Corrupt: 0.02, Reorder: 0.02, Seed: seed})
-	lb.SetImpairment(Impairment{Drop: 0.02, Duplicate: 0.02, Corrupt: 0.02, Reorder: 0.02, Seed: seed << 32})
-	fill(a.mr.Bytes(), int(seed))
-	fill(b.mr.Bytes(), int(seed)+1)
-	wantB, wantA := append([]byte(nil), a.mr.Bytes()...), append([]byte(nil), b.mr.Bytes()...)
-	rng := rand.New(rand.NewPCG(seed, 1))
-	sizes := make([]int, qps)
-	ls := &lockstep{clk: clk, devs: [2]*Device{a.dev, b.dev}, perFrame: perFrame, perQP: perFrame / 20}
-	ls.hold()
-	for i := range qps {
-		sizes[i] = 1 + rng.IntN(slot)
-		postRecv(t, as[i], RecvWR{ID: uint64(i), SGList: sge(a.mr, (qps+i)*slot, slot)})
-		postSend(t, as[i], SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGList: sge(a.mr, i*slot, sizes[i]), RemoteAddr: b.mr.Addr() + uint64(i*slot), RKey: b.mr.RKey()})
-		postSend(t, bs[i], SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGList: sge(b.mr, (qps+i)*slot, sizes[i])})
-	}
-	var wcs []WorkCompletion
-	buf := make([]WorkCompletion, 64)
-	done := func() bool {
-		for _, cq := range []*CQ{a.scq, a.rcq, b.scq} {
-			n := cq.Poll(buf)
-			wcs = append(wcs, buf[:n]...)
-		}
-		return len(wcs) == 3*qps
-	}
-	if took := ls.run(done, 10*time.Second); len(wcs) != 3*qps {
-		t.Fatalf("seed %d, %v per frame: %d of %d completions after %v simulated%s", seed, perFrame, len(wcs), 3*qps, took, stallReport(t))
-	}
-	for _, wc := range wcs {
-		if wc.Status != WCSuccess {
-			t.Fatalf("seed %d: completion %+v", seed, wc)
-		}
-	}
-	for i := range qps {
-		w, s := i*slot, (qps+i)*slot
-		equalBytes(t, "WRITE", b.mr.Bytes()[w:w+sizes[i]], wantB[w:w+sizes[i]])
-		equalBytes(t, "SEND", a.mr.Bytes()[s:s+sizes[i]], wantA[s:s+sizes[i]])
-	}
 }

@@ -56,10 +56,29 @@ func printTable(w io.Writer, results []result) {
 		if len(note) > 100 {
 			note = note[:97] + "..."
 		}
+		fig := figure(r)
+		if ratio, ok := lossRatio(results, r); ok {
+			fig += fmt.Sprintf(" (%.2f× of no loss)", ratio)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n",
-			r.Tool, r.Direction, r.MTU, r.Sizes, r.QPs, loss, strings.ToUpper(r.Status), figure(r), note)
+			r.Tool, r.Direction, r.MTU, r.Sizes, r.QPs, loss, strings.ToUpper(r.Status), fig, note)
 	}
 	tw.Flush()
+}
+
+// lossRatio is a loss cell's bandwidth over that of the same cell without
+// loss in the same run.
+func lossRatio(results []result, r result) (float64, bool) {
+	if r.Loss == "" || r.BWGbps <= 0 {
+		return 0, false
+	}
+	for _, b := range results {
+		if b.Loss == "" && b.Tool == r.Tool && b.Direction == r.Direction && b.MTU == r.MTU && b.Sizes == r.Sizes &&
+			b.QPs == r.QPs && b.BWGbps > 0 {
+			return r.BWGbps / b.BWGbps, true
+		}
+	}
+	return 0, false
 }
 
 func countStatus(results []result, status string) int {

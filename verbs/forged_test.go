@@ -1,0 +1,95 @@
+package verbs
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/wire"
+)
+
+// forgeResponse builds a response frame from b to a's QP, as an off-path
+// attacker who knows the addresses and the QPN would: valid headers and
+// ICRC, any opcode, syndrome and PSN.
+func forgeResponse(t *testing.T, dstQPN uint32, op wire.Opcode, syndrome uint8, psn uint32, payload []byte) []byte {
+	t.Helper()
+	var p wire.Packet
+	p.Eth = wire.Ethernet{Dst: [6]byte(macA), Src: [6]byte(macB)}
+	p.IP = wire.IP{Src: ipB, Dst: ipA, TTL: 64, DF: true}
+	p.UDP = wire.UDP{SrcPort: 0xc000, DstPort: wire.UDPPort}
+	p.BTH = wire.BTH{Opcode: op, PKey: 0xffff, DestQP: dstQPN, PSN: psn & 0xffffff}
+	p.AETH = wire.AETH{Syndrome: syndrome}
+	p.AtomicAck = 0xdeadbeef
+	p.Payload = payload
+	buf := make([]byte, 4096+200)
+	n, err := wire.Encode(buf, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf[:max(n, wire.MinFrameLen)]
+}
+
+// TestForgedResponsesOutsideWindow: while a streams WRITEs to b, an
+// attacker sends a's QP every kind of response — ACKs, NAKs of every code,
+// RNR NAKs, READ responses, atomic ACKs — with PSNs far ahead of anything
+// a sent and far behind its oldest unacknowledged one. Each is dropped and
+// counted; the QP stays in RTS, no WRITE fails, every byte arrives.
+func TestForgedResponsesOutsideWindow(t *testing.T) {
+	a, b, la, _ := pair(t, connOpts{mtu: MTU1024}, 1<<20)
+	fill(a.mr.Bytes(), 5)
+	kinds := []struct {
+		op  wire.Opcode
+		syn uint8
+	}{
+		{wire.RCAck, wire.ACKSyndrome(31)},
+		{wire.RCAck, wire.NAKSyndrome(wire.NAKPSNSequenceError)},
+		{wire.RCAck, wire.NAKSyndrome(wire.NAKInvalidRequest)},
+		{wire.RCAck, wire.NAKSyndrome(wire.NAKRemoteAccessError)},
+		{wire.RCAck, wire.NAKSyndrome(wire.NAKRemoteOperationalError)},
+		{wire.RCAck, wire.RNRNAKSyndrome(1)},
+		{wire.RCReadResponseFirst, wire.ACKSyndrome(31)},
+		{wire.RCReadResponseMiddle, 0},
+		{wire.RCReadResponseLast, wire.ACKSyndrome(31)},
+		{wire.RCReadResponseOnly, wire.ACKSyndrome(31)},
+		{wire.RCAtomicAck, wire.ACKSyndrome(31)},
+	}
+	const writes, size = 64, 16 << 10
+	rng := rand.New(rand.NewPCG(7, 8))
+	injected := 0
+	posted := 0
+	for range 40 {
+		// Two WRITEs a round, so the forged frames meet a moving window.
+		for end := min(posted+2, writes); posted < end; posted++ {
+			postSend(t, a, SendWR{ID: uint64(posted), Opcode: WRRDMAWrite, Flags: SendSignaled,
+				SGList: sge(a.mr, posted%32*size, size), RemoteAddr: b.mr.Addr() + uint64(posted%32*size), RKey: b.mr.RKey()})
+		}
+		for _, k := range kinds {
+			// The stream moves its window by at most writes×16 PSNs: 2^20
+			// and more away is always outside, ahead or behind.
+			off := uint32(1<<20 + rng.IntN(1<<22))
+			if rng.IntN(2) == 0 {
+				off = -off
+			}
+			var payload []byte
+			if k.op == wire.RCReadResponseFirst || k.op == wire.RCReadResponseMiddle {
+				payload = make([]byte, 1024)
+			}
+			la.deliver([][]byte{forgeResponse(t, a.qp.QPN(), k.op, k.syn, off, payload)})
+			injected++
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	for _, wc := range poll(t, a.scq, writes, 10*time.Second) {
+		if wc.Status != WCSuccess {
+			t.Fatalf("completion %+v", wc)
+		}
+	}
+	equalBytes(t, "WRITEs", b.mr.Bytes()[:32*size], a.mr.Bytes()[:32*size])
+	c := counters(a.dev)
+	// A spurious timeout's probe may add a genuine duplicate ACK.
+	if got := c.ResponseOutOfWindow + c.DuplicateResponse; got < uint64(injected) || got > uint64(injected)+c.TransportTimeouts ||
+		c.RcvdRNRErr != 0 || a.qp.State() != StateRTS {
+		t.Fatalf("%d forged responses, %d dropped (out of window %d, behind %d); QP %v; counters %+v",
+			injected, got, c.ResponseOutOfWindow, c.DuplicateResponse, a.qp.State(), c)
+	}
+}

@@ -241,6 +241,7 @@ type Counters struct {
 	RetryRNRExceededErr                        uint64
 	RDMASends, RDMARecvs                       uint64
 	DroppedMalformed, DroppedNoQP, AckDeferred uint64
+	DroppedBadPKey                             uint64 // BTH P_Key not the default partition's
 	SendErr                                    uint64 // frames lost for want of a transmit buffer
 	// AckHeld counts batches of ACKs held for a reply to leave with them
 	// (DeviceConfig.AckHold); AckHoldMissed those that left without one.
@@ -287,6 +288,7 @@ func (c *Counters) fields() []counterField {
 		{"completer_retry_err", &c.CompleterRetryErr}, {"retry_exceeded_err", &c.RetryExceededErr},
 		{"retry_rnr_exceeded_err", &c.RetryRNRExceededErr}, {"rdma_sends", &c.RDMASends}, {"rdma_recvs", &c.RDMARecvs},
 		{"ack_deferred", &c.AckDeferred}, {"dropped_malformed", &c.DroppedMalformed}, {"dropped_no_qp", &c.DroppedNoQP},
+		{"dropped_bad_pkey", &c.DroppedBadPKey},
 		{"response_out_of_window", &c.ResponseOutOfWindow}, {"duplicate_response", &c.DuplicateResponse},
 		{"lost_response_retry", &c.LostResponseRetry}, {"transport_timeouts", &c.TransportTimeouts},
 		{"send_err", &c.SendErr}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},

@@ -89,10 +89,13 @@ func (e *engine) addQP(qp *QP) error {
 	return nil
 }
 
-func (e *engine) removeQP(qp *QP) {
-	if int(qp.qpn) < len(e.qps) && e.qps[qp.qpn] == qp {
-		e.qps[qp.qpn] = nil
+// removeQP forgets qp; ErrInvalid if it is not one of the device's QPs
+// (destroyed already: uverbs rejects a stale handle the same way).
+func (e *engine) removeQP(qp *QP) error {
+	if int(qp.qpn) >= len(e.qps) || e.qps[qp.qpn] != qp {
+		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.qpn, ErrInvalid)
 	}
+	e.qps[qp.qpn] = nil
 	for i, q := range e.live {
 		if q == qp {
 			e.live = append(e.live[:i], e.live[i+1:]...)
@@ -110,6 +113,7 @@ func (e *engine) removeQP(qp *QP) {
 	}
 	qp.t.state = StateReset
 	qp.state.Store(uint32(StateReset))
+	return nil
 }
 
 // step does one round of work and reports whether there was any.
@@ -364,6 +368,12 @@ func (e *engine) handleFrame(frame []byte) {
 		e.counters.DroppedNoQP++
 		return
 	}
+	// rxe's check_keys: the BTH P_Key must match the port's only P_Key,
+	// the default 0xffff, in its low 15 bits (either membership).
+	if p.BTH.PKey&0x7fff != 0x7fff {
+		e.counters.DroppedBadPKey++
+		return
+	}
 	qp := e.qps[qpn]
 	info, _ := p.BTH.Opcode.Info()
 	t := &qp.t
@@ -489,6 +499,10 @@ func (e *engine) toError(qp *QP) {
 	}
 	qp.t.state = StateErr
 	qp.t.draining = false
+	// An ACK deferred to the end of the receive batch is not sent: the
+	// packet it acknowledges may be what failed (rxe's
+	// RESPST_ERR_CQ_OVERFLOW sends none).
+	qp.t.ackDue = false
 	qp.state.Store(uint32(StateErr))
 	e.flushQueues(qp)
 }

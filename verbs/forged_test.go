@@ -93,3 +93,30 @@ func TestForgedResponsesOutsideWindow(t *testing.T) {
 			injected, got, c.ResponseOutOfWindow, c.DuplicateResponse, a.qp.State(), c)
 	}
 }
+
+// TestBadPKeyDropped: a request or response whose BTH P_Key is not the
+// default partition's (0xffff, or 0x7fff as a limited member) is dropped
+// and counted before it reaches the QP, as rxe's check_keys.
+func TestBadPKeyDropped(t *testing.T) {
+	a, _, la, _ := pair(t, connOpts{}, 1<<16)
+	frame := func(pkey uint16) []byte {
+		var p wire.Packet
+		p.Eth = wire.Ethernet{Dst: [6]byte(macA), Src: [6]byte(macB)}
+		p.IP = wire.IP{Src: ipB, Dst: ipA, TTL: 64, DF: true}
+		p.UDP = wire.UDP{SrcPort: 0xc000, DstPort: wire.UDPPort}
+		p.BTH = wire.BTH{Opcode: wire.RCWriteOnly, PKey: pkey, DestQP: a.qp.QPN(), AckReq: true}
+		p.RETH = wire.RETH{VA: a.mr.Addr(), RKey: a.mr.RKey(), Len: 4}
+		p.Payload = []byte{1, 2, 3, 4}
+		buf := make([]byte, 512)
+		n, err := wire.Encode(buf, &p)
+		must(t, err)
+		return buf[:max(n, wire.MinFrameLen)]
+	}
+	for _, k := range []uint16{0x0000, 0x1234, 0x8001, 0xfffe} {
+		la.deliver([][]byte{frame(k)})
+	}
+	c := waitCounter(t, a.dev, "the drops", func(c Counters) bool { return c.DroppedBadPKey == 4 })
+	if c.RcvdPkts != 0 || c.SentPkts != 0 || a.mr.Bytes()[0] != 0 || a.qp.State() != StateRTS {
+		t.Fatalf("a bad P_Key reached the QP: counters %+v, memory %v", c, a.mr.Bytes()[:4])
+	}
+}

@@ -58,6 +58,11 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return nil, fmt.Errorf("verbs: a QP needs a send and a receive CQ: %w", ErrInvalid)
 	}
+	if attr.SendCQ.dev != pd.dev || attr.RecvCQ.dev != pd.dev {
+		// The engine would push completions into another device's ring
+		// from its own goroutine.
+		return nil, fmt.Errorf("verbs: a CQ belongs to another device: %w", ErrInvalid)
+	}
 	c := attr.Cap
 	if c.MaxSendWR < 1 || c.MaxSendWR > MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > MaxQPWR ||
 		c.MaxSendSGE < 0 || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > MaxSGE ||
@@ -96,7 +101,7 @@ func (qp *QP) State() QPState { return QPState(qp.state.Load()) }
 // Destroy removes the QP. Outstanding work is dropped without completions, as
 // ibv_destroy_qp.
 func (qp *QP) Destroy() error {
-	err := qp.dev.do(func() error { qp.dev.e.removeQP(qp); return nil })
+	err := qp.dev.do(func() error { return qp.dev.e.removeQP(qp) })
 	if err == nil && qp.srq != nil {
 		qp.srq.attached.Add(-1)
 	}

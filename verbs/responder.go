@@ -60,14 +60,15 @@ func (e *engine) responder(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	rc := qp.typ == QPTypeRC
 	if d := psnCmp(psn, t.ePSN); d != 0 {
 		if !rc {
-			// UC: a lost packet loses its message; resynchronise on a start.
+			// UC: a lost packet loses its message; resynchronise on a
+			// start. The receive WQE the lost message had taken goes back
+			// to the head of its queue, as rxe rewinds it.
+			e.abortRecv(qp)
+			t.respOp = respNone
 			if info.Flags&wire.FlagStart == 0 {
-				t.respOp = respNone
-				t.recv.reset()
 				return
 			}
 			t.ePSN = psn
-			t.respOp = respNone
 		} else if d > 0 {
 			// One NAK per gap, and one more each time the requester is
 			// seen to go back to or before the packets already seen: its
@@ -521,16 +522,7 @@ func (e *engine) respError(qp *QP, psn uint32, code wire.NAKCode, status WCStatu
 	t := &qp.t
 	if qp.typ != QPTypeRC {
 		t.respOp = respNone
-		if t.recv.active {
-			if qp.srq != nil {
-				qp.srq.mu.Lock()
-				qp.srq.q = append([]recvWQE{t.recv.wr}, qp.srq.q...)
-				qp.srq.mu.Unlock()
-			} else {
-				t.rq = append([]recvWQE{t.recv.wr}, t.rq...)
-			}
-			t.recv.reset()
-		}
+		e.abortRecv(qp)
 		return
 	}
 	if status != 0 && t.recv.active {
@@ -538,4 +530,21 @@ func (e *engine) respError(qp *QP, psn uint32, code wire.NAKCode, status WCStatu
 	}
 	e.sendAck(qp, psn, wire.NAKSyndrome(code))
 	e.fatal(qp)
+}
+
+// abortRecv gives the receive WQE a dropped UC message had taken back to
+// the head of its queue (RQ or SRQ), unconsumed.
+func (e *engine) abortRecv(qp *QP) {
+	t := &qp.t
+	if !t.recv.active {
+		return
+	}
+	if qp.srq != nil {
+		qp.srq.mu.Lock()
+		qp.srq.q = append([]recvWQE{t.recv.wr}, qp.srq.q...)
+		qp.srq.mu.Unlock()
+	} else {
+		t.rq = append([]recvWQE{t.recv.wr}, t.rq...)
+	}
+	t.recv.reset()
 }

@@ -3,6 +3,8 @@ package verbs
 import (
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/wire"
 )
 
 // ucPair connects two UC QPs over an in-memory link.
@@ -66,4 +68,47 @@ func TestUCSendWriteAndLoss(t *testing.T) {
 	if wc := poll(t, b.rcq, 1, 5*time.Second)[0]; wc.Status != WCSuccess || wc.WRID != 2 || wc.ByteLen != 100 {
 		t.Fatalf("receive after a lost UC message: %+v", wc)
 	}
+}
+
+// TestUCLostPacketReturnsReceive: UC messages of three packets lose their
+// middle packet, every other one. The receive WQE each lost message had
+// taken goes back to the head of the queue (rxe rewinds it), so with only
+// four receives posted, 16 messages of which 8 are lost deliver exactly the
+// 8 others, into the four WQEs first and then, reposted, again. Before, each
+// loss leaked a receive slot until PostRecv failed with ENOMEM.
+func TestUCLostPacketReturnsReceive(t *testing.T) {
+	a, b, la := ucPair(t)
+	const n = 2500 // three packets at PMTU 1024
+	fill(a.mr.Bytes()[:n], 6)
+	sent := 0
+	watchSent(la, func(p *wire.Packet, _ int) bool {
+		middle := p.BTH.Opcode == wire.UCSendMiddle
+		if middle {
+			sent++
+		}
+		return middle && sent%2 == 1
+	})
+	received := 0
+	for round := range 4 {
+		for i := range 4 {
+			postRecv(t, b, RecvWR{ID: uint64(round*4 + i), SGList: sge(b.mr, i*4096, n)})
+		}
+		for range 8 {
+			postSend(t, a, SendWR{Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, n)})
+		}
+		poll(t, a.scq, 8, 5*time.Second)
+		for _, wc := range poll(t, b.rcq, 4, 5*time.Second) {
+			if wc.Status != WCSuccess || wc.ByteLen != n {
+				t.Fatalf("round %d: receive %+v", round, wc)
+			}
+			received++
+		}
+		if k := pending(b.rcq); k != 0 {
+			t.Fatalf("round %d: %d receive completions more than the 4 posted", round, k)
+		}
+	}
+	if b.qp.rqUsed.Load() != 0 || received != 16 {
+		t.Fatalf("%d received, %d receive slots still taken", received, b.qp.rqUsed.Load())
+	}
+	equalBytes(t, "UC SEND", b.mr.Bytes()[:n], a.mr.Bytes()[:n])
 }

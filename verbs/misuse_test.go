@@ -1,0 +1,88 @@
+package verbs
+
+import (
+	"testing"
+	"time"
+)
+
+// TestCreateQPRefusesOtherDevicesCQ: a QP's CQs (and SRQ) must belong to
+// its own device; the engine would otherwise push completions into
+// another device's ring from its goroutine. EINVAL, as uverbs.
+func TestCreateQPRefusesOtherDevicesCQ(t *testing.T) {
+	a, b, _, _ := pair(t, connOpts{}, 4096)
+	cap := QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	for _, attr := range []QPInitAttr{
+		{Type: QPTypeRC, SendCQ: b.scq, RecvCQ: a.rcq, Cap: cap},
+		{Type: QPTypeRC, SendCQ: a.scq, RecvCQ: b.rcq, Cap: cap},
+		{Type: QPTypeUC, SendCQ: b.scq, RecvCQ: b.rcq, Cap: cap},
+	} {
+		if _, err := a.pd.CreateQP(attr); !isErr(err, ErrInvalid) {
+			t.Fatalf("CreateQP with a CQ of another device: %v, want EINVAL", err)
+		}
+	}
+	srq, err := b.pd.CreateSRQ(SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+	must(t, err)
+	if _, err := a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, SRQ: srq, Cap: cap}); !isErr(err, ErrInvalid) {
+		t.Fatalf("CreateQP with an SRQ of another device: %v, want EINVAL", err)
+	}
+}
+
+// TestDestroyQPTwice: a second Destroy is EINVAL and leaves the SRQ's count
+// of attached QPs as the first left it.
+func TestDestroyQPTwice(t *testing.T) {
+	a, _, _, _ := pair(t, connOpts{}, 4096)
+	srq, err := a.pd.CreateSRQ(SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+	must(t, err)
+	qp, err := a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, SRQ: srq,
+		Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	must(t, err)
+	other, err := a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, SRQ: srq,
+		Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	must(t, err)
+	must(t, qp.Destroy())
+	if err := qp.Destroy(); !isErr(err, ErrInvalid) {
+		t.Fatalf("second Destroy: %v, want EINVAL", err)
+	}
+	if n := srq.attached.Load(); n != 1 {
+		t.Fatalf("SRQ has %d QPs attached, want 1 (the other)", n)
+	}
+	if err := srq.Destroy(); !isErr(err, ErrBusy) {
+		t.Fatalf("destroying an SRQ a QP still uses: %v, want EBUSY", err)
+	}
+	must(t, other.Destroy())
+	must(t, srq.Destroy())
+}
+
+// TestNoAckForSendThatOverflowedCQ: a SEND whose receive completion does not
+// fit the receive CQ moves the responder QP to the error state without an
+// ACK (rxe's RESPST_ERR_CQ_OVERFLOW), so the requester never sees it
+// succeed: its retries run out.
+func TestNoAckForSendThatOverflowedCQ(t *testing.T) {
+	a, b, _, _ := pair(t, connOpts{timeout: 8, retry: 1}, 1<<16)
+	small, err := b.dev.CreateCQ(2)
+	must(t, err)
+	b.rcq = small
+	b.qp, err = b.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: b.scq, RecvCQ: small, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 8}})
+	must(t, err)
+	a.qp, err = a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	must(t, err)
+	connect(t, a, b, ipA, ipB, macA, macB, connOpts{timeout: 8, retry: 1, rnr: 7})
+	for i := range 4 {
+		postRecv(t, b, RecvWR{ID: uint64(i), SGList: sge(b.mr, i*64, 64)})
+	}
+	const n = 2 // the CQ's depth
+	for i := range n + 1 {
+		postSend(t, a, SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, 16)})
+		wc := poll(t, a.scq, 1, 5*time.Second)[0]
+		if want := WCSuccess; i == n {
+			if wc.Status == WCSuccess {
+				t.Fatalf("SEND %d, whose receive completion overflowed the CQ, was acknowledged: %+v", i, wc)
+			}
+		} else if wc.Status != want {
+			t.Fatalf("SEND %d: %+v", i, wc)
+		}
+	}
+	if b.qp.State() != StateErr || !small.Overflowed() {
+		t.Fatalf("responder QP %v, CQ overflowed %v", b.qp.State(), small.Overflowed())
+	}
+}

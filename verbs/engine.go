@@ -499,10 +499,6 @@ func (e *engine) toError(qp *QP) {
 	}
 	qp.t.state = StateErr
 	qp.t.draining = false
-	// An ACK deferred to the end of the receive batch is not sent: the
-	// packet it acknowledges may be what failed (rxe's
-	// RESPST_ERR_CQ_OVERFLOW sends none).
-	qp.t.ackDue = false
 	qp.state.Store(uint32(StateErr))
 	e.flushQueues(qp)
 }

@@ -248,8 +248,12 @@ func (e *engine) execSend(qp *QP, p *wire.Packet, info wire.OpInfo) {
 		flags |= WCWithInvalidate
 	}
 	t.msn = (t.msn + 1) & 0xffffff
-	e.ackIfAsked(qp, p)
-	e.completeRecv(qp, WCSuccess, WCRecv, flags)
+	// A receive completion that overflows the CQ moves the QP to the
+	// error state and the SEND is not acknowledged (rxe's
+	// RESPST_ERR_CQ_OVERFLOW).
+	if e.completeRecv(qp, WCSuccess, WCRecv, flags) {
+		e.ackIfAsked(qp, p)
+	}
 }
 
 func (e *engine) completeRecvErr(qp *QP, status WCStatus) {
@@ -302,10 +306,10 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	}
 	t.respOp = respNone
 	t.msn = (t.msn + 1) & 0xffffff
-	e.ackIfAsked(qp, p)
-	if info.Headers&wire.HasImmDt != 0 {
-		e.completeRecv(qp, WCSuccess, WCRecvRDMAWithImm, WCWithImm)
+	if info.Headers&wire.HasImmDt != 0 && !e.completeRecv(qp, WCSuccess, WCRecvRDMAWithImm, WCWithImm) {
+		return // the CQ overflowed: no ACK, as for a SEND
 	}
+	e.ackIfAsked(qp, p)
 }
 
 // checkRKey finds the region an rkey names, directly or through a memory

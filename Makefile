@@ -43,6 +43,7 @@ lint: deps
 test: deps check-generate lint build
 	$(SUDO) env "PATH=$$PATH" CI=$${CI:-} $(GO) test $(GOTESTFLAGS) ./...
 	$(MAKE) race
+	$(GO) test -run '^$$' -fuzz FuzzTransport -fuzztime 20s ./verbs
 	$(SUDO) env "PATH=$$PATH" $(GO) run ./test/interop --smoke
 
 # The transport under the race detector: the engine and the application goroutines that
@@ -62,6 +63,7 @@ bench: deps
 
 fuzz: deps
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./wire
+	$(GO) test -run '^$$' -fuzz FuzzTransport -fuzztime 60s ./verbs
 
 # The main job: two network namespaces, xdproce in each, measured against kernel TCP
 # (tables on stdout; figures in bin/bench.json, bandwidth plot in bin/bench.svg).

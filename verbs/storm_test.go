@@ -23,14 +23,20 @@ type lockstep struct {
 	steps    int
 }
 
-// stepCost runs one engine step of d and returns the CPU time it took.
+// stepCost runs one engine step of d and returns the CPU time it took. An
+// engine with nothing to do sleeps until its next timer, as it would for
+// real (at most idleWait, so a frame from outside is seen soon enough).
 func (l *lockstep) stepCost(d *Device) time.Duration {
 	before, active := d.e.counters, len(d.e.active)
-	d.e.step()
+	busy := d.e.step()
 	after := d.e.counters
 	frames := (after.SentPkts - before.SentPkts) + (after.RcvdPkts - before.RcvdPkts) +
 		(after.DroppedMalformed - before.DroppedMalformed)
-	return 10*time.Microsecond + time.Duration(frames)*l.perFrame + time.Duration(active)*l.perQP
+	cost := 10*time.Microsecond + time.Duration(frames)*l.perFrame + time.Duration(active)*l.perQP
+	if !busy {
+		cost = max(cost, d.e.nextTimer())
+	}
+	return cost
 }
 
 // hold stops the engines' own goroutines (they wait on engMu) until run

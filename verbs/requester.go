@@ -138,8 +138,12 @@ func (e *engine) requester(qp *QP) bool {
 		if t.state == StateSQD && !w.started {
 			break
 		}
-		if w.sentAll {
-			t.reqIdx++ // go-back-N found nothing of it to resend
+		if w.sentAll || w.respDone {
+			// Go-back-N found nothing of it to resend, or a READ's or
+			// atomic's responses all came in since: asking again would
+			// send a request for nothing at the PSN after it.
+			w.sentAll = true
+			t.reqIdx++
 			continue
 		}
 		if w.wr.Opcode.isLocal() {

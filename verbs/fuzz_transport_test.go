@@ -53,8 +53,8 @@ func fuzzTransport(t *testing.T, data []byte) {
 	fill(b.mr.Bytes(), 2)
 	wantA := append([]byte(nil), a.mr.Bytes()...)
 	wantB := append([]byte(nil), b.mr.Bytes()...)
-	copy(wantB[size:2*size], a.mr.Bytes()[:size])    // WRITE target
-	copy(wantB[2*size:3*size], a.mr.Bytes()[:size])  // SEND target
+	copy(wantB[size:2*size], a.mr.Bytes()[:size])     // WRITE target
+	copy(wantB[2*size:3*size], a.mr.Bytes()[:size])   // SEND target
 	copy(wantA[3*size:4*size], b.mr.Bytes()[3*size:]) // READ target
 
 	ls := &lockstep{clk: clk, devs: [2]*Device{a.dev, b.dev}, perFrame: time.Microsecond}

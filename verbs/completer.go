@@ -332,14 +332,19 @@ func (c *completion) atomic() compState {
 }
 
 // ackThrough handles an ACK of every PSN up to psn. As rxe's check_psn and
-// check_ack, an ACK at or past the oldest unacknowledged PSN is progress
-// and resets the retry counters; one inside a READ or atomic waiting for
-// responses does not pass it (only its own responses acknowledge it), and
-// one past it means its responses were lost: it is asked again at once.
+// check_ack, an ACK that acknowledges requests not acknowledged before is
+// progress and resets the retry counters; one inside a READ or atomic
+// waiting for responses does not pass it (only its own responses
+// acknowledge it), and one past it means its responses were lost: it is
+// asked again at once.
 func (e *engine) ackThrough(qp *QP, psn uint32) {
-	e.resetRetry(qp)
+	t := &qp.t
+	before := t.ackedReq
 	e.rerequestBefore(qp, (psn+1)&0xffffff)
 	e.acknowledge(qp, psn)
+	if psnCmp(t.ackedReq, before) > 0 {
+		e.resetRetry(qp)
+	}
 	e.progress(qp)
 }
 

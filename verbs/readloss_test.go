@@ -223,3 +223,25 @@ func TestReadStreamUnderHeavyLoss(t *testing.T) {
 		equalBytes(t, "READs", a.mr.Bytes()[:8*size], b.mr.Bytes()[:8*size])
 	}
 }
+
+// TestAtomicLostRequestBeforeSend: a FETCH_ADD's request is lost; the SEND
+// behind it arrives out of sequence and the responder's NAK starts a retry
+// at once: the atomic executes once, with no timer.
+func TestAtomicLostRequestBeforeSend(t *testing.T) {
+	a, b, la, _ := readLossPair(t)
+	dropFirst(la, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCFetchAdd })
+	binary.LittleEndian.PutUint64(b.mr.Bytes()[:8], 7)
+	postRecv(t, b, RecvWR{ID: 9, SGList: sge(b.mr, 4096, 64)})
+	postSend(t, a,
+		SendWR{ID: 1, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGList: sge(a.mr, 0, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 3},
+		SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 64, 16)})
+	if wcs := poll(t, a.scq, 2, 5*time.Second); wcs[0].Status != WCSuccess || wcs[1].Status != WCSuccess {
+		t.Fatalf("completions %+v", wcs)
+	}
+	if got, orig := binary.LittleEndian.Uint64(b.mr.Bytes()[:8]), binary.LittleEndian.Uint64(a.mr.Bytes()[:8]); got != 10 || orig != 7 {
+		t.Fatalf("target %d (want 10, added once), original %d (want 7)", got, orig)
+	}
+	if c := counters(b.dev); c.OutOfSeqRequest == 0 {
+		t.Fatalf("counters %+v: the SEND did not arrive out of sequence", c)
+	}
+}

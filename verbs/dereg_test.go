@@ -195,3 +195,36 @@ func TestNoWriteAfterDereg(t *testing.T) {
 		})
 	}
 }
+
+// TestDeregSRQRegionOfAnotherPD: a QP of one PD fed from an SRQ of another
+// is filling a receive WQE of the SRQ's PD with a multi-packet SEND; the
+// region that WQE names is in use (EBUSY) though no QP of its PD is.
+func TestDeregSRQRegionOfAnotherPD(t *testing.T) {
+	a, b, la, _ := pair(t, connOpts{}, 1<<16)
+	pd2, err := b.dev.AllocPD()
+	must(t, err)
+	srq, err := pd2.CreateSRQ(SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+	must(t, err)
+	mr2, err := pd2.AllocMR(1<<16, AccessLocalWrite)
+	must(t, err)
+	qp, err := b.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: b.scq, RecvCQ: b.rcq, SRQ: srq, Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	must(t, err)
+	a.qp, err = a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	must(t, err)
+	b.qp = qp
+	connect(t, a, b, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
+	if _, err := srq.PostRecv([]RecvWR{{ID: 7, SGList: sge(mr2, 0, 8192)}}); err != nil {
+		t.Fatal(err)
+	}
+	hold := dropOpcode(la, wire.RCSendLast)
+	fill(a.mr.Bytes()[:8192], 3)
+	postSend(t, a, SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, 8192)})
+	waitCounter(t, b.dev, "FIRST and MIDDLEs", func(c Counters) bool { return c.RcvdPkts >= 7 })
+	wantBusy(t, "the SRQ region a SEND is filling", mr2)
+	hold.Store(false)
+	if wc := poll(t, b.rcq, 1, 5*time.Second)[0]; wc.Status != WCSuccess || wc.WRID != 7 {
+		t.Fatalf("receive after the refused Dereg: %+v", wc)
+	}
+	equalBytes(t, "SEND", mr2.Bytes()[:8192], a.mr.Bytes()[:8192])
+	must(t, mr2.Dereg())
+}

@@ -112,14 +112,30 @@ func (m *MR) Dereg() error {
 	})
 }
 
-// mrInUse says what in-flight work holds memory of mr, or "" if none. Only
-// QPs of the region's PD can have resolved its keys.
+// mrInUse says what in-flight work holds memory of mr, or "" if none. A
+// QP's send WQEs name regions of its own PD; its receive WQEs, those of its
+// SRQ's PD when it has one, which may be another (so every QP is looked at).
 func (e *engine) mrInUse(mr *MR) string {
 	for _, qp := range e.live {
+		t := &qp.t
+		recvPD := qp.pd
+		if qp.srq != nil {
+			recvPD = qp.srq.pd
+		}
+		if t.recv.active && recvPD == mr.pd {
+			var one [1]SGE
+			for _, s := range t.recv.wr.sges(&one) {
+				if s.LKey == mr.lkey {
+					return fmt.Sprintf("a SEND in progress into receive WR %d of QP %#x", t.recv.wr.ID, qp.qpn)
+				}
+			}
+		}
+		if t.respOp == respWrite && t.write.mr == mr {
+			return fmt.Sprintf("an RDMA WRITE in progress on QP %#x", qp.qpn)
+		}
 		if qp.pd != mr.pd {
 			continue
 		}
-		t := &qp.t
 		for i := range t.sq {
 			if t.sq[i].namesLKey(mr.lkey) {
 				return fmt.Sprintf("send WR %d of QP %#x", t.sq[i].wr.ID, qp.qpn)
@@ -134,17 +150,6 @@ func (e *engine) mrInUse(mr *MR) string {
 			}
 		}
 		qp.postMu.Unlock()
-		if t.respOp == respWrite && t.write.mr == mr {
-			return fmt.Sprintf("an RDMA WRITE in progress on QP %#x", qp.qpn)
-		}
-		if t.recv.active {
-			var one [1]SGE
-			for _, s := range t.recv.wr.sges(&one) {
-				if s.LKey == mr.lkey {
-					return fmt.Sprintf("a SEND in progress into receive WR %d of QP %#x", t.recv.wr.ID, qp.qpn)
-				}
-			}
-		}
 	}
 	return ""
 }

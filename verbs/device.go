@@ -73,6 +73,13 @@ type Device struct {
 	stopped chan struct{}
 	closeMu sync.Mutex
 	closed  bool
+	// closing is set as Close begins: posts then fail with ErrClosed.
+	closing atomic.Bool
+	// wakeMu orders a poster's doorbell against Close releasing the link:
+	// a Wake never writes to a closed (or reused) eventfd. Posters take
+	// it only when the engine sleeps.
+	wakeMu   sync.RWMutex
+	linkGone bool
 	onClose func() error // releases what Open set up, after the engine stops
 
 	// The doorbell. A poster sets work and wakes the link only when the
@@ -133,12 +140,16 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
+	d.closing.Store(true)
 	close(d.done)
 	d.closeMu.Unlock()
 	<-d.stopped
 	d.engMu.Lock() // an application's Progress may be running the engine
 	d.gone = true
 	d.engMu.Unlock()
+	d.wakeMu.Lock() // a poster ringing now finishes first, later ones see linkGone
+	d.linkGone = true
+	d.wakeMu.Unlock()
 	if d.onClose != nil {
 		return d.onClose()
 	}
@@ -166,7 +177,11 @@ func (d *Device) do(fn func() error) error {
 func (d *Device) ring() {
 	d.work.Store(true)
 	if d.sleeping.Load() {
-		d.link.Wake()
+		d.wakeMu.RLock()
+		if !d.linkGone {
+			d.link.Wake()
+		}
+		d.wakeMu.RUnlock()
 	}
 }
 

@@ -1,6 +1,8 @@
 package verbs
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -84,5 +86,68 @@ func TestNoAckForSendThatOverflowedCQ(t *testing.T) {
 	}
 	if b.qp.State() != StateErr || !small.Overflowed() {
 		t.Fatalf("responder QP %v, CQ overflowed %v", b.qp.State(), small.Overflowed())
+	}
+}
+
+// wakeAfterClose is a MemLink that reports a Wake after its owner released
+// it: on AF_XDP that would write to a closed, perhaps reused, eventfd.
+type wakeAfterClose struct {
+	*MemLink
+	released, late atomic.Bool
+}
+
+func (l *wakeAfterClose) Wake() {
+	if l.released.Load() {
+		l.late.Store(true)
+	}
+	l.MemLink.Wake()
+}
+
+// TestPostsRacingClose: after Close every post returns ErrClosed, and
+// posts racing with Close never ring the doorbell of a released link.
+func TestPostsRacingClose(t *testing.T) {
+	for round := range 20 {
+		la, lb := NewMemLinkPair(4096 + 200)
+		link := &wakeAfterClose{MemLink: la}
+		a := newNode(t, newDevice(t, link, macA, ipA, 4096), 1<<16)
+		b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<16)
+		connect(t, a, b, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
+		a.dev.onClose = func() error { link.released.Store(true); return nil }
+		srq, err := a.pd.CreateSRQ(SRQInitAttr{MaxWR: 1 << 14, MaxSGE: 1})
+		must(t, err)
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_, _ = a.qp.PostRecv([]RecvWR{{SGList: sge(a.mr, 0, 8)}})
+					_, _ = srq.PostRecv([]RecvWR{{SGList: sge(a.mr, 0, 8)}})
+					time.Sleep(time.Duration(round%3) * time.Microsecond)
+				}
+			}()
+		}
+		time.Sleep(time.Millisecond)
+		must(t, a.dev.Close())
+		close(stop)
+		wg.Wait()
+		if link.late.Load() {
+			t.Fatalf("round %d: a post rang the doorbell of a released link", round)
+		}
+		if _, err := a.qp.PostSend([]SendWR{{Opcode: WRSend, SGList: sge(a.mr, 0, 8)}}); !isErr(err, ErrClosed) {
+			t.Fatalf("PostSend after Close: %v, want ErrClosed", err)
+		}
+		if _, err := a.qp.PostRecv([]RecvWR{{SGList: sge(a.mr, 0, 8)}}); !isErr(err, ErrClosed) {
+			t.Fatalf("PostRecv after Close: %v, want ErrClosed", err)
+		}
+		if _, err := srq.PostRecv([]RecvWR{{SGList: sge(a.mr, 0, 8)}}); !isErr(err, ErrClosed) {
+			t.Fatalf("SRQ PostRecv after Close: %v, want ErrClosed", err)
+		}
 	}
 }

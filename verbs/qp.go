@@ -316,6 +316,9 @@ func (qp *QP) resolveAH(ah AH) (net.HardwareAddr, error) {
 // PostSend queues send work requests. On error it returns the index of the
 // first request not queued (ibv_post_send's bad_wr); the ones before it are queued.
 func (qp *QP) PostSend(wrs []SendWR) (int, error) {
+	if qp.dev.closing.Load() {
+		return 0, ErrClosed
+	}
 	st := qp.State()
 	if st == StateReset || st == StateInit || st == StateRTR {
 		return 0, fmt.Errorf("verbs: post send in state %v: %w", st, ErrInvalid)
@@ -443,6 +446,9 @@ func (qp *QP) checkSendWR(wr *SendWR) (sendWQE, error) {
 
 // PostRecv queues receive work requests; see PostSend for the return values.
 func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
+	if qp.dev.closing.Load() {
+		return 0, ErrClosed
+	}
 	if st := qp.State(); st == StateReset {
 		return 0, fmt.Errorf("verbs: post receive in state %v: %w", st, ErrInvalid)
 	}

@@ -61,6 +61,9 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 // returns how many were queued and, on failure, the index of the bad one is
 // that count.
 func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
+	if s.dev.closing.Load() {
+		return 0, ErrClosed
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range wrs {

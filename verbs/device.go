@@ -80,7 +80,7 @@ type Device struct {
 	// it only when the engine sleeps.
 	wakeMu   sync.RWMutex
 	linkGone bool
-	onClose func() error // releases what Open set up, after the engine stops
+	onClose  func() error // releases what Open set up, after the engine stops
 
 	// The doorbell. A poster sets work and wakes the link only when the
 	// engine said it is going to sleep; the engine says so, then looks at

@@ -3,6 +3,7 @@ package verbs
 import (
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/xdproce/xdproce/wire"
@@ -11,14 +12,18 @@ import (
 // engine is the transport of one device. Only the device's engine goroutine
 // touches it.
 type engine struct {
-	dev      *Device
-	qps      []*QP // by QPN; nil where free
-	live     []*QP // QPs that exist, in creation order
-	active   []*QP // QPs with send work or timers: the only ones a step visits
-	posted   []*QP // spare list for Device.takePosted
-	acks     []*QP // QPs with an ACK deferred to the end of the receive batch
-	nextQPN  uint32
-	mrs      mrTable
+	dev     *Device
+	qps     []*QP // by QPN; nil where free
+	live    []*QP // QPs that exist, in creation order
+	active  []*QP // QPs with send work or timers: the only ones a step visits
+	posted  []*QP // spare list for Device.takePosted
+	acks    []*QP // QPs with an ACK deferred to the end of the receive batch
+	nextQPN uint32
+	mrs     mrTable
+	// mrMu lets posters read the MR table (inline sends copy their data at
+	// post time) while the engine, its only writer, changes it: the engine
+	// reads it without the lock.
+	mrMu     sync.RWMutex
 	pdSeq    uint32
 	counters Counters
 	events   eventQueue // asynchronous events, read by Device.GetAsyncEvent

@@ -183,6 +183,8 @@ type mrTable struct {
 }
 
 func (e *engine) addMR(mr *MR) error {
+	e.mrMu.Lock() // the table may grow: posters must not read it meanwhile
+	defer e.mrMu.Unlock()
 	t := &e.mrs
 	var idx uint32
 	if n := len(t.free); n > 0 {
@@ -205,9 +207,13 @@ func (e *engine) addMR(mr *MR) error {
 
 func (e *engine) removeMR(mr *MR) {
 	idx := mr.lkey >> 8
+	// An inline post copying from the region finishes first; later ones
+	// no longer find it.
+	e.mrMu.Lock()
 	e.mrs.mrs[idx] = nil
-	e.mrs.free = append(e.mrs.free, idx)
 	mr.valid = false
+	e.mrMu.Unlock()
+	e.mrs.free = append(e.mrs.free, idx)
 }
 
 // lookupMR returns the live region with this key, or nil.

@@ -40,10 +40,14 @@ type QP struct {
 	postMu   sync.Mutex
 	postSend []sendWQE
 	postRecv []recvWQE
-	sqUsed   atomic.Int32 // send WQEs posted and not yet retired
-	rqUsed   atomic.Int32
-	state    atomic.Uint32 // QPState, mirrored for the posting checks
-	queued   atomic.Bool   // in the device's list of QPs with new posts
+	// inlineBuf holds INLINE data, MaxSendWR slots of MaxInlineData bytes,
+	// taken in post order (inlineNext, under postMu).
+	inlineBuf  []byte
+	inlineNext uint64
+	sqUsed     atomic.Int32 // send WQEs posted and not yet retired
+	rqUsed     atomic.Int32
+	state      atomic.Uint32 // QPState, mirrored for the posting checks
+	queued     atomic.Bool   // in the device's list of QPs with new posts
 
 	active bool // in the engine's active list (engine-owned)
 
@@ -82,6 +86,9 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		c.MaxRecvWR = 0
 	}
 	qp := &QP{dev: pd.dev, pd: pd, typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, cap: c, sigAll: attr.SigAll, srq: attr.SRQ}
+	if c.MaxInlineData > 0 {
+		qp.inlineBuf = make([]byte, c.MaxSendWR*c.MaxInlineData)
+	}
 	err := pd.dev.do(func() error { return pd.dev.e.addQP(qp) })
 	if err != nil {
 		return nil, err
@@ -341,6 +348,13 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 			qp.dev.notePosted(qp)
 			return i, fmt.Errorf("verbs: send queue full (%d WRs): %w", qp.cap.MaxSendWR, ErrNoMem)
 		}
+		if w.wr.Flags&SendInline != 0 {
+			if err := qp.copyInline(&w); err != nil {
+				qp.postMu.Unlock()
+				qp.dev.notePosted(qp)
+				return i, err
+			}
+		}
 		qp.sqUsed.Add(1)
 		qp.postSend = append(qp.postSend, w)
 	}
@@ -352,25 +366,39 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	return len(wrs), nil
 }
 
-// copyInline copies an INLINE request's data now, so the caller may reuse
-// its buffers when PostSend returns (as ibverbs promises).
-func (qp *QP) copyInline(wr *SendWR, length uint32) ([]byte, error) {
-	inline := make([]byte, 0, length)
-	err := qp.dev.do(func() error {
-		for _, s := range wr.SGList {
-			mr := qp.dev.e.lookupMR(s.LKey)
-			if mr == nil || mr.pd != qp.pd {
-				return fmt.Errorf("verbs: inline send WR %d: bad lkey %#x: %w", wr.ID, s.LKey, ErrInvalid)
-			}
-			b, ok := mr.slice(s.Addr, s.Length)
-			if !ok {
-				return fmt.Errorf("verbs: inline send WR %d: SGE outside its region: %w", wr.ID, ErrInvalid)
-			}
-			inline = append(inline, b...)
+// copyInline copies an INLINE request's data into its slot of the QP's
+// inline buffer, under postMu, so the caller may reuse its buffers when
+// PostSend returns (as ibverbs promises). It reads the region table under
+// the engine's mrMu read lock: no round trip to the engine goroutine, no
+// allocation. Slots are reused in post order; one is free again once the
+// WQE that used it has retired, and at most MaxSendWR WQEs are outstanding.
+func (qp *QP) copyInline(w *sendWQE) error {
+	size := qp.cap.MaxInlineData
+	off := int(qp.inlineNext%uint64(qp.cap.MaxSendWR)) * size
+	dst := qp.inlineBuf[off : off : off+size]
+	e := &qp.dev.e
+	e.mrMu.RLock()
+	defer e.mrMu.RUnlock()
+	var one [1]SGE
+	sgl := w.wr.SGList
+	if w.single {
+		one[0] = w.sge1
+		sgl = one[:]
+	}
+	for _, s := range sgl {
+		mr := e.lookupMR(s.LKey)
+		if mr == nil || mr.pd != qp.pd {
+			return fmt.Errorf("verbs: inline send WR %d: bad lkey %#x: %w", w.wr.ID, s.LKey, ErrInvalid)
 		}
-		return nil
-	})
-	return inline, err
+		b, ok := mr.slice(s.Addr, s.Length)
+		if !ok {
+			return fmt.Errorf("verbs: inline send WR %d: SGE outside its region: %w", w.wr.ID, ErrInvalid)
+		}
+		dst = append(dst, b...)
+	}
+	w.inline = dst
+	qp.inlineNext++
+	return nil
 }
 
 func (qp *QP) checkSendWR(wr *SendWR) (sendWQE, error) {
@@ -434,12 +462,6 @@ func (qp *QP) checkSendWR(wr *SendWR) (sendWQE, error) {
 		w.sge1, w.single, w.wr.SGList = wr.SGList[0], true, nil
 	} else {
 		w.wr.SGList = append([]SGE(nil), wr.SGList...)
-	}
-	if wr.Flags&SendInline != 0 {
-		var err error
-		if w.inline, err = qp.copyInline(wr, w.length); err != nil {
-			return w, err
-		}
 	}
 	return w, nil
 }

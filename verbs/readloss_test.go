@@ -145,29 +145,6 @@ func TestReadLostRequestBeforeAnother(t *testing.T) {
 	}
 }
 
-// TestAtomicLostAckBeforeSend: a FETCH_ADD's ACK is lost; the ACK of the
-// SEND behind it shows that, the atomic is sent again at once, and the
-// responder answers it from the saved result: added once, the original
-// value returned, no timer.
-func TestAtomicLostAckBeforeSend(t *testing.T) {
-	a, b, _, lb := readLossPair(t)
-	dropFirst(lb, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCAtomicAck })
-	binary.LittleEndian.PutUint64(b.mr.Bytes()[:8], 100)
-	postRecv(t, b, RecvWR{ID: 9, SGList: sge(b.mr, 4096, 64)})
-	postSend(t, a,
-		SendWR{ID: 1, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGList: sge(a.mr, 0, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 5},
-		SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 64, 16)})
-	if wcs := poll(t, a.scq, 2, 5*time.Second); wcs[0].Status != WCSuccess || wcs[1].Status != WCSuccess || wcs[0].WRID != 1 {
-		t.Fatalf("completions %+v", wcs)
-	}
-	if got, orig := binary.LittleEndian.Uint64(b.mr.Bytes()[:8]), binary.LittleEndian.Uint64(a.mr.Bytes()[:8]); got != 105 || orig != 100 {
-		t.Fatalf("target %d (want 105, added once), original %d (want 100)", got, orig)
-	}
-	if ca, cb := counters(a.dev), counters(b.dev); ca.LostResponseRetry != 1 || cb.DuplicateRequest != 1 {
-		t.Fatalf("counters A %+v B %+v", ca, cb)
-	}
-}
-
 // TestReadDuplicateResponsesDropped: every READ response is delivered
 // twice; the copies are dropped and counted, never placed again.
 func TestReadDuplicateResponsesDropped(t *testing.T) {
@@ -224,24 +201,43 @@ func TestReadStreamUnderHeavyLoss(t *testing.T) {
 	}
 }
 
-// TestAtomicLostRequestBeforeSend: a FETCH_ADD's request is lost; the SEND
-// behind it arrives out of sequence and the responder's NAK starts a retry
-// at once: the atomic executes once, with no timer.
-func TestAtomicLostRequestBeforeSend(t *testing.T) {
-	a, b, la, _ := readLossPair(t)
-	dropFirst(la, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCFetchAdd })
-	binary.LittleEndian.PutUint64(b.mr.Bytes()[:8], 7)
-	postRecv(t, b, RecvWR{ID: 9, SGList: sge(b.mr, 4096, 64)})
-	postSend(t, a,
-		SendWR{ID: 1, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGList: sge(a.mr, 0, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 3},
-		SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 64, 16)})
-	if wcs := poll(t, a.scq, 2, 5*time.Second); wcs[0].Status != WCSuccess || wcs[1].Status != WCSuccess {
-		t.Fatalf("completions %+v", wcs)
-	}
-	if got, orig := binary.LittleEndian.Uint64(b.mr.Bytes()[:8]), binary.LittleEndian.Uint64(a.mr.Bytes()[:8]); got != 10 || orig != 7 {
-		t.Fatalf("target %d (want 10, added once), original %d (want 7)", got, orig)
-	}
-	if c := counters(b.dev); c.OutOfSeqRequest == 0 {
-		t.Fatalf("counters %+v: the SEND did not arrive out of sequence", c)
+// TestAtomicLostBeforeSend: a FETCH_ADD followed by a SEND, with the
+// atomic's ACK lost (the SEND's ACK shows that, and the atomic is sent again
+// at once: the responder answers it from the saved result) or its request
+// lost (the SEND arrives out of sequence and the responder's NAK starts a
+// retry at once). Either way the add happens once, the original value comes
+// back, and no timer was needed.
+func TestAtomicLostBeforeSend(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		resp  bool // drop from b's responses, not a's requests
+		op    wire.Opcode
+		check func(a, b Counters) bool
+	}{
+		{"ACK lost", true, wire.RCAtomicAck, func(a, b Counters) bool { return a.LostResponseRetry == 1 && b.DuplicateRequest == 1 }},
+		{"request lost", false, wire.RCFetchAdd, func(_, b Counters) bool { return b.OutOfSeqRequest > 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b, la, lb := readLossPair(t)
+			l := la
+			if tc.resp {
+				l = lb
+			}
+			dropFirst(l, func(p *wire.Packet) bool { return p.BTH.Opcode == tc.op })
+			binary.LittleEndian.PutUint64(b.mr.Bytes()[:8], 100)
+			postRecv(t, b, RecvWR{ID: 9, SGList: sge(b.mr, 4096, 64)})
+			postSend(t, a,
+				SendWR{ID: 1, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGList: sge(a.mr, 0, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 5},
+				SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 64, 16)})
+			if wcs := poll(t, a.scq, 2, 5*time.Second); wcs[0].Status != WCSuccess || wcs[1].Status != WCSuccess || wcs[0].WRID != 1 {
+				t.Fatalf("completions %+v", wcs)
+			}
+			if got, orig := binary.LittleEndian.Uint64(b.mr.Bytes()[:8]), binary.LittleEndian.Uint64(a.mr.Bytes()[:8]); got != 105 || orig != 100 {
+				t.Fatalf("target %d (want 105, added once), original %d (want 100)", got, orig)
+			}
+			if ca, cb := counters(a.dev), counters(b.dev); !tc.check(ca, cb) {
+				t.Fatalf("counters A %+v B %+v", ca, cb)
+			}
+		})
 	}
 }

@@ -13,12 +13,12 @@ import (
 // touches it.
 type engine struct {
 	dev     *Device
-	qps     []*QP // by QPN; nil where free
-	live    []*QP // QPs that exist, in creation order
-	active  []*QP // QPs with send work or timers: the only ones a step visits
-	posted  []*QP // spare list for Device.takePosted
-	acks    []*QP // QPs with an ACK deferred to the end of the receive batch
-	nextQPN uint32
+	qps     []*QP  // by QPN; nil where free
+	live    []*QP  // QPs that exist, in creation order
+	active  []*QP  // QPs with send work or timers: the only ones a step visits
+	posted  []*QP  // spare list for Device.takePosted
+	acks    []*QP  // QPs with an ACK deferred to the end of the receive batch
+	nextQPN uint32 // a QPN to use next if free (the golden tests pin the captures' QPNs); 0: random
 	mrs     mrTable
 	// mrMu lets posters read the MR table (inline sends copy their data at
 	// post time) while the engine, its only writer, changes it: the engine
@@ -54,7 +54,6 @@ const (
 
 func (e *engine) init(d *Device) {
 	e.dev = d
-	e.nextQPN = firstUserQPN
 	e.events.ready = make(chan struct{}, 1)
 	e.rxFn = e.handleFrame
 	if l, ok := d.link.(frameLender); ok {
@@ -68,19 +67,30 @@ func (e *engine) init(d *Device) {
 	e.out = make([][]byte, 0, txBatch)
 }
 
-func (e *engine) addQP(qp *QP) error {
-	qpn := uint32(0)
-	for i := 0; i < MaxQP; i++ {
-		c := e.nextQPN
-		e.nextQPN++
-		if e.nextQPN >= MaxQP {
-			e.nextQPN = firstUserQPN
-		}
-		if int(c) >= len(e.qps) || e.qps[c] == nil {
-			qpn = c
-			break
+// pickQPN chooses a free QPN at random (rxe numbers them from 0x11 up, so
+// an off-path attacker knows them; here a forged frame must guess one of
+// MaxQP-0x11 as well as the PSN window), or 0 when all are in use. A
+// pinned QPN (the golden tests replay captures) is taken first.
+func (e *engine) pickQPN() uint32 {
+	free := func(c uint32) bool { return int(c) >= len(e.qps) || e.qps[c] == nil }
+	if c := e.nextQPN; c != 0 {
+		e.nextQPN = 0
+		if c >= firstUserQPN && c < MaxQP && free(c) {
+			return c
 		}
 	}
+	span := MaxQP - firstUserQPN
+	start := firstUserQPN + uint32(e.dev.rng.IntN(span))
+	for i := range uint32(span) {
+		if c := firstUserQPN + (start-firstUserQPN+i)%uint32(span); free(c) {
+			return c
+		}
+	}
+	return 0
+}
+
+func (e *engine) addQP(qp *QP) error {
+	qpn := e.pickQPN()
 	if qpn == 0 {
 		return fmt.Errorf("verbs: all %d QPs in use: %w", MaxQP, ErrNoMem)
 	}

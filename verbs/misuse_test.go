@@ -151,3 +151,33 @@ func TestPostsRacingClose(t *testing.T) {
 		}
 	}
 }
+
+// TestQPNsAreRandom: QPNs are drawn at random from 0x11..MaxQP-1, unique
+// per device (rxe counts up from 0x11, which a blind attacker can guess),
+// and a destroyed QP's number can be had again.
+func TestQPNsAreRandom(t *testing.T) {
+	a, _, _, _ := pair(t, connOpts{}, 4096)
+	seen := map[uint32]bool{a.qp.QPN(): true}
+	var qps []*QP
+	below := 0
+	for range 200 {
+		qp, err := a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, Cap: QPCap{MaxSendWR: 1}})
+		must(t, err)
+		n := qp.QPN()
+		if n < firstUserQPN || n >= MaxQP || seen[n] {
+			t.Fatalf("QPN %#x: out of range or reused while live", n)
+		}
+		if n < firstUserQPN+256 {
+			below++
+		}
+		seen[n] = true
+		qps = append(qps, qp)
+	}
+	// Counting up, all 200 would lie in the first 256; at random about 13 do.
+	if below > 60 {
+		t.Fatalf("%d of 200 QPNs below %#x: not spread over the range", below, firstUserQPN+256)
+	}
+	for _, qp := range qps {
+		must(t, qp.Destroy())
+	}
+}

@@ -210,9 +210,12 @@ func (c *completion) seqNAK() compState {
 	if !c.nakTarget() {
 		return compErrorRetry
 	}
-	if psnCmp(t.compPSN, before) == 0 && t.startedRetry && t.nakEpisode {
+	if psnCmp(t.compPSN, before) == 0 && t.startedRetry && t.nakEpisode && t.attr.RetryCnt == 7 {
 		// The responder NAKs the same PSN again: it saw the resent
 		// packets after that PSN, not that one. Lost again; go back again.
+		// Only with retry_cnt 7 (forever): with a finite count each such
+		// episode would count, and rxe's rule, one count per episode
+		// until the timer or progress, is what applications tuned.
 		t.startedRetry = false
 	}
 	if psnCmp(t.compPSN, before) > 0 {

@@ -55,7 +55,7 @@ func TestForgedResponsesOutsideWindow(t *testing.T) {
 	}
 	const writes, size = 64, 16 << 10
 	rng := rand.New(rand.NewPCG(7, 8))
-	injected := 0
+	injected, ahead := 0, 0
 	posted := 0
 	for range 40 {
 		// Two WRITEs a round, so the forged frames meet a moving window.
@@ -69,6 +69,8 @@ func TestForgedResponsesOutsideWindow(t *testing.T) {
 			off := uint32(1<<20 + rng.IntN(1<<22))
 			if rng.IntN(2) == 0 {
 				off = -off
+			} else {
+				ahead++
 			}
 			var payload []byte
 			if k.op == wire.RCReadResponseFirst || k.op == wire.RCReadResponseMiddle {
@@ -86,11 +88,14 @@ func TestForgedResponsesOutsideWindow(t *testing.T) {
 	}
 	equalBytes(t, "WRITEs", b.mr.Bytes()[:32*size], a.mr.Bytes()[:32*size])
 	c := counters(a.dev)
-	// A spurious timeout's probe may add a genuine duplicate ACK.
-	if got := c.ResponseOutOfWindow + c.DuplicateResponse; got < uint64(injected) || got > uint64(injected)+c.TransportTimeouts ||
-		c.RcvdRNRErr != 0 || a.qp.State() != StateRTS {
-		t.Fatalf("%d forged responses, %d dropped (out of window %d, behind %d); QP %v; counters %+v",
-			injected, got, c.ResponseOutOfWindow, c.DuplicateResponse, a.qp.State(), c)
+	// Ahead of the window only forgeries can be; behind it a retry's
+	// genuine duplicate answers may join them (a spurious timeout under a
+	// loaded machine), so there only at least the forged ones are counted.
+	behind := uint64(injected - ahead)
+	if c.ResponseOutOfWindow != uint64(ahead) || c.DuplicateResponse < behind ||
+		(c.CompleterRetryErr == 0 && c.DuplicateResponse != behind) || c.RcvdRNRErr != 0 || a.qp.State() != StateRTS {
+		t.Fatalf("%d forged responses, %d ahead: dropped %d out of window, %d behind; QP %v; counters %+v",
+			injected, ahead, c.ResponseOutOfWindow, c.DuplicateResponse, a.qp.State(), c)
 	}
 }
 

@@ -398,7 +398,7 @@ func (e *engine) completeInOrder(qp *QP) {
 		e.rttSample(t)
 	}
 	if psnCmp(t.reqPSN, t.compPSN) < 0 {
-		e.goBackN(qp)
+		e.goBackN(qp, true)
 	}
 }
 
@@ -465,7 +465,7 @@ func (e *engine) checkTimers(qp *QP, now time.Time) {
 	}
 	if !t.rnrAt.IsZero() && !now.Before(t.rnrAt) {
 		t.rnrAt = time.Time{}
-		e.goBackN(qp)
+		e.goBackN(qp, false)
 	}
 	if t.timerAt.IsZero() || now.Before(t.timerAt) {
 		return
@@ -506,7 +506,11 @@ func (e *engine) retry(qp *QP, timeout bool) {
 		// After a timeout nothing says what got through: probe with the
 		// oldest unacknowledged packet before resending the window.
 		t.probing = timeout
-		e.goBackN(qp)
+		// After a timeout only the oldest READ or atomic is asked again:
+		// the responses of the others may well be on their way (a slow
+		// peer), and a lost one shows itself by a later response or ACK
+		// (rerequest) or by the next expiry.
+		e.goBackN(qp, timeout)
 		return
 	}
 	// Nothing sent is unacknowledged: no point in resending (rxe).
@@ -515,10 +519,11 @@ func (e *engine) retry(qp *QP, timeout bool) {
 
 // goBackN rewinds the requester to compPSN: every unacknowledged packet is
 // sent again, resuming mid-message where the acknowledged part ends; a
-// READ or atomic asks again for the responses it still lacks, and one
-// whose responses are all in, or a SEND or WRITE the responder has
-// acknowledged, is not sent again.
-func (e *engine) goBackN(qp *QP) {
+// READ or atomic asks again for the responses it still lacks (with
+// headReadsOnly, only the oldest WQE does), and one whose responses are
+// all in, or a SEND or WRITE the responder has acknowledged, is not sent
+// again.
+func (e *engine) goBackN(qp *QP, headReadsOnly bool) {
 	t := &qp.t
 	t.reqIdx = 0
 	t.reqPSN = t.compPSN
@@ -530,6 +535,9 @@ func (e *engine) goBackN(qp *QP) {
 			break
 		}
 		if w.wr.Opcode.isReadOrAtomic() {
+			if i > 0 && headReadsOnly && w.sentAll {
+				continue
+			}
 			w.sentAll = w.respDone
 			w.retried = true
 			continue

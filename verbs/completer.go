@@ -503,9 +503,12 @@ func (e *engine) retry(qp *QP, timeout bool) {
 	}
 	if psnCmp(t.reqPSN, t.compPSN) > 0 {
 		t.startedRetry = true
-		// After a timeout nothing says what got through: probe with the
-		// oldest unacknowledged packet before resending the window.
-		t.probing = timeout
+		// After a timeout nothing says what got through: with retry_cnt 7
+		// probe with the oldest unacknowledged packet before resending
+		// the window. A finite retry_cnt keeps rxe's whole-window resend:
+		// a probe costs a round trip, and on a peer slower than a short
+		// timer those round trips would each count against the retries.
+		t.probing = timeout && t.attr.RetryCnt == 7
 		// After a timeout only the oldest READ or atomic is asked again:
 		// the responses of the others may well be on their way (a slow
 		// peer), and a lost one shows itself by a later response or ACK

@@ -48,10 +48,10 @@ func TestRetryCountUnderLoss(t *testing.T) {
 }
 
 // TestRetryExhaustedMultiPacketDeadPeer: a WRITE of 8 packets to a peer that
-// is gone is sent once; each expired timer (fake time) resends its oldest
-// unacknowledged packet as a probe, for each of retry_cnt 3 retries, and
-// the next expiry fails it with RETRY_EXC_ERR. Without an answer to a
-// probe nothing else is resent: 8 + retry_cnt transmissions.
+// is gone is sent once, then once more per expired timer (fake time) for
+// each of retry_cnt 3 retries, and the next expiry fails it with
+// RETRY_EXC_ERR: with a finite retry_cnt a timeout resends the whole
+// window, as rxe (retry_cnt 7 probes instead: TestTimeoutProbesThenResends).
 func TestRetryExhaustedMultiPacketDeadPeer(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 3, rnr: 7})
 	must(t, b.dev.Close())
@@ -60,8 +60,8 @@ func TestRetryExhaustedMultiPacketDeadPeer(t *testing.T) {
 	waitCounter(t, a.dev, "first transmission", func(c Counters) bool { return c.SentPkts == base+8 })
 	for i := 1; i <= 3; i++ {
 		clk.Advance(ackTimeout(14) + time.Microsecond)
-		want := base + 8 + uint64(i)
-		waitCounter(t, a.dev, "a probe", func(c Counters) bool { return c.SentPkts == want })
+		want := base + 8*uint64(1+i)
+		waitCounter(t, a.dev, "a retransmission", func(c Counters) bool { return c.SentPkts == want })
 		if n := pending(a.scq); n != 0 {
 			t.Fatalf("retry %d: a completion before retry_cnt ran out", i)
 		}
@@ -70,8 +70,8 @@ func TestRetryExhaustedMultiPacketDeadPeer(t *testing.T) {
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRetryExcErr || wc.WRID != 1 {
 		t.Fatalf("completion %+v, want RETRY_EXC_ERR", wc)
 	}
-	if c := waitCounter(t, a.dev, "the end", func(Counters) bool { return true }); c.SentPkts != base+8+3 || c.RetryExceededErr != 1 {
-		t.Fatalf("counters %+v: want 8 packets, 3 probes and one retry_exceeded_err", c)
+	if c := waitCounter(t, a.dev, "the end", func(Counters) bool { return true }); c.SentPkts != base+32 || c.RetryExceededErr != 1 {
+		t.Fatalf("counters %+v: want 4 transmissions of 8 packets and one retry_exceeded_err", c)
 	}
 }
 

@@ -380,7 +380,7 @@ func (e *engine) completeInOrder(qp *QP) {
 		}
 		e.retire(qp, WCSuccess)
 	}
-	comp := t.sentEnd
+	comp := t.sentEnd // with no WQE started, everything sent is acknowledged
 	if len(t.sq) > 0 && t.sq[0].started {
 		w := &t.sq[0]
 		comp = w.nextRespPSN(t.mtu)
@@ -390,8 +390,6 @@ func (e *engine) completeInOrder(qp *QP) {
 				comp = w.firstPSN
 			}
 		}
-	} else if len(t.sq) > 0 {
-		comp = t.nextPSN
 	}
 	if psnCmp(comp, t.compPSN) > 0 {
 		t.compPSN = comp
@@ -427,9 +425,6 @@ func (e *engine) rerequestBefore(qp *QP, psn uint32) {
 // result; nothing is executed twice.
 func (e *engine) rerequest(qp *QP, w *sendWQE) {
 	if w.retried && w.readFrom == w.nextRespPSN(qp.t.mtu) {
-		return
-	}
-	if qp.t.state != StateRTS && qp.t.state != StateSQD {
 		return
 	}
 	w.retried = true

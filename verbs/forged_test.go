@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -124,4 +125,41 @@ func TestBadPKeyDropped(t *testing.T) {
 	if c.RcvdPkts != 0 || c.SentPkts != 0 || a.mr.Bytes()[0] != 0 || a.qp.State() != StateRTS {
 		t.Fatalf("a bad P_Key reached the QP: counters %+v, memory %v", c, a.mr.Bytes()[:4])
 	}
+}
+
+// TestForgedReadResponsesInWindow: while a 16 KiB READ waits for its
+// responses, READ responses with PSNs inside it but the wrong shape for
+// their place — FIRST one byte short, LAST or ONLY before the READ's last
+// PSN, MIDDLE where the READ starts — are dropped and counted. One past the
+// PSN the READ waits for looks like a lost response: it costs one request
+// again (no more until that is answered), nothing is placed. The READ
+// completes with the responder's bytes.
+func TestForgedReadResponsesInWindow(t *testing.T) {
+	a, b, clk := fakePair(t, connOpts{mtu: MTU4096, timeout: 14, retry: 7, rnr: 7})
+	fill(b.mr.Bytes()[:16<<10], 4)
+	hold := dropWhile(b.dev.link.(*MemLink), func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 16<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	waitCounter(t, b.dev, "the READ request", func(c Counters) bool { return c.RcvdPkts == 1 })
+	la := a.dev.link.(*MemLink)
+	junk := func(n int) []byte { return bytes.Repeat([]byte{0xee}, n) }
+	for _, f := range []struct {
+		op      wire.Opcode
+		psn     uint32
+		payload []byte
+	}{
+		{wire.RCReadResponseFirst, 0, junk(4095)},
+		{wire.RCReadResponseLast, 0, junk(4096)},
+		{wire.RCReadResponseOnly, 0, junk(4096)},
+		{wire.RCReadResponseMiddle, 0, junk(4096)},
+		{wire.RCReadResponseLast, 2, junk(4096)},
+	} {
+		la.deliver([][]byte{forgeResponse(t, a.qp.QPN(), f.op, wire.ACKSyndrome(31), f.psn, f.payload)})
+	}
+	waitCounter(t, a.dev, "the forged responses", func(c Counters) bool { return c.ResponseOutOfWindow == 4 && c.LostResponseRetry == 1 })
+	hold.Store(false)
+	clk.Advance(ackTimeout(14) + time.Microsecond) // the responses were held back: the timer asks again
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("completion %+v", wc)
+	}
+	equalBytes(t, "READ", a.mr.Bytes()[:16<<10], b.mr.Bytes()[:16<<10])
 }

@@ -392,6 +392,7 @@ func (e *engine) completeInOrder(qp *QP) {
 		}
 	}
 	if psnCmp(comp, t.compPSN) > 0 {
+		t.growWindow((comp - t.compPSN) & 0xffffff)
 		t.compPSN = comp
 		e.rttSample(t)
 	}
@@ -429,6 +430,7 @@ func (e *engine) rerequest(qp *QP, w *sendWQE) {
 	}
 	w.retried = true
 	e.counters.LostResponseRetry++
+	qp.t.shrinkWindow()
 	qp.t.rttAt = time.Time{} // Karn: no round-trip sample across a retransmission
 	e.sendReadAtomic(qp, w)
 }
@@ -498,6 +500,7 @@ func (e *engine) retry(qp *QP, timeout bool) {
 	}
 	if psnCmp(t.reqPSN, t.compPSN) > 0 {
 		t.startedRetry = true
+		t.shrinkWindow()
 		// After a timeout nothing says what got through: with retry_cnt 7
 		// probe with the oldest unacknowledged packet before resending
 		// the window. A finite retry_cnt keeps rxe's whole-window resend:

@@ -58,9 +58,13 @@ type qpTransport struct {
 	srtt, rttvar time.Duration
 	rttPSN       uint32
 	rttAt        time.Time
-	draining     bool      // in SQD, WQEs already started are not all complete yet
-	timerAt      time.Time // retransmission deadline; zero when off
-	rnrAt        time.Time // end of an RNR wait; zero when none
+	// The loss window (cwnd.go): cwnd PSNs may be outstanding, 0 meaning
+	// MaxUnackedPSNs; cwndAcked counts acknowledged PSNs towards its next
+	// growth; recoverPSN is sentEnd when it last shrank.
+	cwnd, cwndAcked, recoverPSN uint32
+	draining                    bool      // in SQD, WQEs already started are not all complete yet
+	timerAt                     time.Time // retransmission deadline; zero when off
+	rnrAt                       time.Time // end of an RNR wait; zero when none
 
 	// Responder.
 	rq      []recvWQE
@@ -128,7 +132,7 @@ func (e *engine) requester(qp *QP) bool {
 	}
 	sent := false
 	for t.reqIdx < len(t.sq) && e.nout < txBatch {
-		if qp.typ == QPTypeRC && psnCmp(t.reqPSN, t.compPSN+MaxUnackedPSNs) >= 0 {
+		if qp.typ == QPTypeRC && psnCmp(t.reqPSN, t.compPSN+t.window()) >= 0 {
 			break
 		}
 		if t.probing && psnCmp(t.reqPSN, t.compPSN) > 0 {
@@ -352,7 +356,10 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	op := dataOpcode(wr.Opcode, first, last, qp.typ == QPTypeUC)
 	psn := (w.firstPSN + off/mtu) & 0xffffff
 	t.noackPkts++
-	ackReq := qp.typ == QPTypeRC && (last || t.noackPkts > MaxPktsPerAck || t.probing)
+	// The packet that fills the window asks for an ACK: nothing else
+	// would open it before the timer.
+	fills := psnCmp((psn+1)&0xffffff, t.compPSN+t.window()) >= 0
+	ackReq := qp.typ == QPTypeRC && (last || t.noackPkts > MaxPktsPerAck || t.probing || fills)
 	if ackReq {
 		t.noackPkts = 0
 	}

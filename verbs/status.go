@@ -23,6 +23,7 @@ type QPStatus struct {
 	ReqPSN               uint32 // next PSN to transmit
 	NextPSN              uint32 // first PSN of the next new WQE
 	CompPSN              uint32 // oldest PSN not yet acknowledged
+	Window               uint32 // PSNs that may be outstanding: the loss window (cwnd.go)
 	Timeouts             uint32 // transport timer expiries since the responder last showed progress
 	Retrying, Probing    bool
 	TimerIn, RNRWaitIn   time.Duration // until the transport timer and the RNR wait end; 0 when off
@@ -42,7 +43,7 @@ func (s QPStatus) String() string {
 	if s.HeadStarted {
 		fmt.Fprintf(&b, " head %v psn %#x-%#x at %d/%d", s.HeadOp, s.HeadFirst, s.HeadLast, s.HeadSent, s.HeadLength)
 	}
-	fmt.Fprintf(&b, " timeouts %d", s.Timeouts)
+	fmt.Fprintf(&b, " window %d timeouts %d", s.Window, s.Timeouts)
 	if s.Retrying {
 		b.WriteString(" retrying")
 	}
@@ -70,7 +71,7 @@ func (e *engine) status(qp *QP, now time.Time) QPStatus {
 	t := &qp.t
 	s := QPStatus{
 		QPN: qp.qpn, DestQPN: t.attr.DestQPN, State: t.state,
-		SendQueued: len(t.sq), ReqPSN: t.reqPSN, NextPSN: t.nextPSN, CompPSN: t.compPSN,
+		SendQueued: len(t.sq), ReqPSN: t.reqPSN, NextPSN: t.nextPSN, CompPSN: t.compPSN, Window: t.window(),
 		Timeouts: t.timeouts, Retrying: t.startedRetry, Probing: t.probing,
 		EPSN: t.ePSN, MSN: t.msn, RecvQueued: len(t.rq), NAKSent: t.nakSent,
 	}

@@ -311,3 +311,21 @@ func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
 }
+
+// calibrationWarning is what perftest prints when it cannot measure the CPU
+// clock it times with (get_cpu_mhz's fit fails, as it sometimes does in an
+// emulated guest); its figures are then meaningless, often 0.
+const calibrationWarning = "Correlation coefficient r^2"
+
+// miscalibrated says a failed cell's perftest could not time itself.
+func miscalibrated(r result) bool {
+	if r.Status != statusFail {
+		return false
+	}
+	for _, s := range []*side{r.Server, r.Client} {
+		if s != nil && strings.Contains(s.Output, calibrationWarning) {
+			return true
+		}
+	}
+	return false
+}

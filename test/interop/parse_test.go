@@ -193,3 +193,23 @@ func TestJudgeSweep(t *testing.T) {
 		t.Errorf("send sweep with a 1-row server passed")
 	}
 }
+
+// A cell whose perftest could not calibrate its clock runs again; one that
+// failed otherwise, or passed with the warning, does not.
+func TestMiscalibratedCellRunsAgain(t *testing.T) {
+	warned := &side{Output: " Correlation coefficient r^2: 0.594682 < 0.9\n 65536 200 0.000000 0.000000 0.000000\n"}
+	clean := &side{Output: " 65536 200 0.000000 0.000000 0.000000\n"}
+	for _, tc := range []struct {
+		r    result
+		want bool
+	}{
+		{result{Status: statusFail, Server: clean, Client: warned}, true},
+		{result{Status: statusFail, Server: clean, Client: clean}, false},
+		{result{Status: statusPass, Server: clean, Client: warned}, false},
+		{result{Status: statusFail}, false},
+	} {
+		if got := miscalibrated(tc.r); got != tc.want {
+			t.Errorf("miscalibrated(%s, server %v, client %v) = %v, want %v", tc.r.Status, tc.r.Server != nil, tc.r.Client != nil, got, tc.want)
+		}
+	}
+}

@@ -87,15 +87,16 @@ var ErrNotXSK = errors.New("not an AF_XDP socket")
 // concurrent use and may be called from any thread: the objects it holds
 // keep the network namespace they were created in.
 type XDP struct {
-	mu      sync.Mutex
-	objs    bpf.SteerObjects
-	link    link.Link
-	nl      *netlink.Handle
-	mode    Mode
-	ifname  string
-	ifindex int
-	queues  int
-	closed  bool
+	nativeErr error // why native attach failed, when it did
+	mu        sync.Mutex
+	objs      bpf.SteerObjects
+	link      link.Link
+	nl        *netlink.Handle
+	mode      Mode
+	ifname    string
+	ifindex   int
+	queues    int
+	closed    bool
 }
 
 // Attach loads the steering program and attaches it to the link ifname in
@@ -156,6 +157,7 @@ func (x *XDP) attach(opts Options, logger *slog.Logger) error {
 	}
 
 	var nativeErr error
+	defer func() { x.nativeErr = nativeErr }()
 	if opts.Mode != ModeGeneric {
 		x.link, nativeErr = link.AttachXDP(link.XDPOptions{
 			Program:   x.objs.XdpRoceSteer,
@@ -186,7 +188,7 @@ func (x *XDP) attach(opts Options, logger *slog.Logger) error {
 	if nativeErr != nil {
 		attrs = append(attrs, "native_error", nativeErr.Error())
 	}
-	logger.Info("loader: XDP steering program attached", attrs...)
+	logger.Debug("loader: XDP steering program attached", attrs...)
 	return nil
 }
 
@@ -220,6 +222,10 @@ func closeObjects(o *bpf.SteerObjects) error {
 // Mode reports the mode the program was attached in (ModeNative or
 // ModeGeneric).
 func (x *XDP) Mode() Mode { return x.mode }
+
+// NativeError is why native mode was not used: nil when it was, or when
+// generic mode was asked for.
+func (x *XDP) NativeError() error { return x.nativeErr }
 
 // Ifindex reports the index of the link the program is attached to.
 func (x *XDP) Ifindex() int { return x.ifindex }

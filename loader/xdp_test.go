@@ -83,7 +83,7 @@ func TestAttachModes(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			p := newPair(t, pairOpts{})
 			var logs logBuffer
-			x := attach(t, p.A, p.AName, Options{Mode: mode, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			x := attach(t, p.A, p.AName, Options{Mode: mode, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 			if x.Mode() != mode {
 				t.Errorf("Mode() = %v, want %v", x.Mode(), mode)
 			}
@@ -138,7 +138,7 @@ func TestAttachAutoFallsBackToGeneric(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs logBuffer
-	x := attach(t, ns, name, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	x := attach(t, ns, name, Options{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if x.Mode() != ModeGeneric {
 		t.Errorf("Mode() = %v, want generic", x.Mode())
 	}

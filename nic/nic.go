@@ -27,8 +27,12 @@ type Config struct {
 	// Queues limits the RX queues opened to the first Queues; 0 opens all.
 	Queues int
 	// Ring sizes each queue's socket and UMEM. MultiBuffer is turned on by
-	// Open when the link MTU needs frames longer than one UMEM chunk.
+	// Open when the link MTU needs frames longer than one UMEM chunk and
+	// the kernel has it (see Features).
 	Ring ring.Config
+	// OneChunk keeps every frame in one UMEM chunk even where multi-buffer
+	// would work: the active MTU is capped as on a kernel without it.
+	OneChunk bool
 	// NoGuard skips binding the kernel UDP 4791 guard sockets (for hosts
 	// where another program, such as rdma_rxe, already holds the port).
 	NoGuard bool
@@ -44,6 +48,7 @@ type Port struct {
 	xdp     *loader.XDP
 	guard   io.Closer
 	sockets []*ring.Socket
+	feat    Features
 }
 
 // ethOverhead is the Ethernet header plus one VLAN tag a frame may carry on top of the MTU.
@@ -84,25 +89,11 @@ func Open(ctx context.Context, cfg Config) (_ *Port, err error) {
 	if p.xdp, err = loader.Attach(cfg.Ifname, loader.Options{Mode: cfg.XDPMode, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("nic: %w", err)
 	}
-	rc := cfg.Ring
-	if rc.Logger == nil {
-		rc.Logger = cfg.Logger
+	p.feat.XDPMode = p.xdp.Mode()
+	if err := p.xdp.NativeError(); err != nil {
+		p.feat.NativeXDP = err.Error()
 	}
-	chunk := rc.ChunkSize
-	if chunk == 0 {
-		chunk = ring.MaxChunkSize
-	}
-	if p.link.MTU+ethOverhead > chunk-ring.KernelHeadroom-rc.Headroom {
-		rc.MultiBuffer = true
-		if need := p.link.MTU + ethOverhead; rc.TXFrameSize < need {
-			rc.TXFrameSize = need
-		}
-	}
-	ids := make([]int, queues)
-	for i := range ids {
-		ids[i] = i
-	}
-	if p.sockets, err = ring.OpenQueues(ctx, p.link.Index, ids, rc); err != nil {
+	if err = p.openSockets(ctx, cfg, queues); err != nil {
 		return nil, fmt.Errorf("nic: %s: %w", cfg.Ifname, err)
 	}
 	for _, s := range p.sockets {
@@ -110,7 +101,59 @@ func Open(ctx context.Context, cfg Config) (_ *Port, err error) {
 			return nil, fmt.Errorf("nic: %s queue %d: %w", cfg.Ifname, s.Queue(), err)
 		}
 	}
+	cfg.Logger.Info("nic: port ready", "link", cfg.Ifname, "features", p.feat.String())
 	return p, nil
+}
+
+// openSockets opens one AF_XDP socket per queue, multi-buffer when the link
+// MTU needs it and the kernel has it; without it, frames stay in one chunk
+// and the active MTU shrinks to fit.
+func (p *Port) openSockets(ctx context.Context, cfg Config, queues int) (err error) {
+	rc := cfg.Ring
+	if rc.Logger == nil {
+		rc.Logger = cfg.Logger
+	}
+	ids := make([]int, queues)
+	for i := range ids {
+		ids[i] = i
+	}
+	room, need := frameRoom(rc), p.link.MTU+ethOverhead
+	p.feat.MaxFrame = room
+	if need > room {
+		if cfg.OneChunk {
+			p.feat.NoMultiBuffer = "not asked for (one chunk per frame)"
+		} else {
+			sg := rc
+			sg.MultiBuffer, sg.TXFrameSize = true, max(rc.TXFrameSize, need)
+			p.sockets, err = ring.OpenQueues(ctx, p.link.Index, ids, sg)
+			switch {
+			case err == nil:
+				p.feat.MaxFrame = need
+			case sgUnsupported(err):
+				p.feat.NoMultiBuffer = "the kernel lacks AF_XDP XDP_USE_SG (Linux 6.6): " + err.Error()
+			default:
+				return err
+			}
+		}
+	}
+	if p.sockets == nil {
+		if p.sockets, err = ring.OpenQueues(ctx, p.link.Index, ids, rc); err != nil {
+			return err
+		}
+	}
+	s := p.sockets[0]
+	p.feat.MultiBuffer = s.MultiBuffer()
+	p.feat.ZeroCopy = s.Mode() == ring.ModeZeroCopy
+	if !p.feat.ZeroCopy {
+		p.feat.NoZeroCopy = "not asked for"
+		if zerr := s.ZeroCopyFallback(); zerr != nil {
+			p.feat.NoZeroCopy = zerr.Error()
+		}
+	}
+	p.feat.TXBudget = s.TXBudget()
+	p.feat.Queues = len(p.sockets)
+	p.feat.ActiveMTU = cappedMTU(p.link.MTU, p.feat.MaxFrame)
+	return nil
 }
 
 // Link describes the interface as it was when the port was opened.
@@ -119,8 +162,12 @@ func (p *Port) Link() loader.Link { return p.link }
 // GIDs is the port's RoCEv2 GID table, as rxe would build it.
 func (p *Port) GIDs() []loader.GID { return p.gids }
 
-// ActiveMTU is the IB MTU the port supports on this link (rxe's rule).
-func (p *Port) ActiveMTU() int { return loader.ActiveMTU(p.link.MTU) }
+// ActiveMTU is the IB MTU the port supports on this link: rxe's rule on the
+// netdev MTU, capped by the longest frame the sockets receive whole.
+func (p *Port) ActiveMTU() int { return p.feat.ActiveMTU }
+
+// Features is what the port runs with and why (see Features).
+func (p *Port) Features() Features { return p.feat }
 
 // Sockets are the AF_XDP sockets, one per queue, in queue order. Each belongs
 // to one goroutine at a time (see ring.Socket); Close closes them.

@@ -2,9 +2,13 @@ package nic
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xdproce/xdproce/loader"
+	"github.com/xdproce/xdproce/ring"
 	"github.com/xdproce/xdproce/test/netns"
 )
 
@@ -67,4 +71,57 @@ func linkInfoIn(h *netns.Host) (l loader.Link, err error) {
 		return err
 	})
 	return l, err
+}
+
+// TestOneChunkCapsActiveMTU: a port whose frames must fit one UMEM chunk, as
+// on a kernel without AF_XDP multi-buffer (Linux 6.1), caps its active MTU
+// at what a chunk carries, as rxe caps it by the netdev MTU; with
+// multi-buffer the same link gets 4096.
+func TestOneChunkCapsActiveMTU(t *testing.T) {
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, Queues: 1, MTU: 4200})
+	h := topo.Hosts[0]
+	for _, tc := range []struct {
+		oneChunk  bool
+		multi     bool
+		maxFrame  int
+		activeMTU int
+	}{
+		{false, true, 4200 + ethOverhead, 4096},
+		{true, false, ring.MaxChunkSize - ring.KernelHeadroom, 2048},
+	} {
+		err := h.Do(func() error {
+			p, err := Open(t.Context(), Config{Ifname: h.Link, OneChunk: tc.oneChunk})
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			f := p.Features()
+			if f.MultiBuffer != tc.multi || p.Sockets()[0].MultiBuffer() != tc.multi || f.MaxFrame != tc.maxFrame ||
+				f.ActiveMTU != tc.activeMTU || p.ActiveMTU() != tc.activeMTU || (f.NoMultiBuffer == "") == tc.oneChunk {
+				t.Errorf("one chunk %v: features %+v", tc.oneChunk, f)
+			}
+			t.Logf("one chunk %v: %s", tc.oneChunk, f)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestCappedMTU(t *testing.T) {
+	for _, tc := range []struct{ netdev, frame, want int }{
+		{1500, 3840, 1024},
+		{4200, 3840, 2048},
+		{9000, 3840, 2048},
+		{9000, 9018, 4096},
+		{4200, 4218, 4096},
+	} {
+		if got := cappedMTU(tc.netdev, tc.frame); got != tc.want {
+			t.Errorf("cappedMTU(%d, %d) = %d, want %d", tc.netdev, tc.frame, got, tc.want)
+		}
+	}
+	if !sgUnsupported(fmt.Errorf("ring: bind: %w", unix.EINVAL)) || sgUnsupported(unix.EBUSY) {
+		t.Error("sgUnsupported: EINVAL is the kernel without XDP_USE_SG, EBUSY is not")
+	}
 }

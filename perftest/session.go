@@ -121,9 +121,16 @@ func (s *session) negotiate() error {
 	if s.cycle > 1<<20 || s.line > 4096 || s.line <= 0 {
 		return fmt.Errorf("perftest: the peer asks for a %d-byte cycle buffer and %d-byte cache lines", c, l)
 	}
-	mine := int(s.dev.QueryPort().ActiveMTU)
+	active := int(s.dev.QueryPort().ActiveMTU)
+	mine := active
 	if s.cfg.MTU != 0 {
 		mine = mtuEnum(s.cfg.MTU)
+	}
+	if mine > active {
+		// perftest's ctx_set_mtu: -m above the port's active MTU (a port
+		// capped to one chunk per frame, say) falls back to it.
+		fmt.Fprintf(s.out, " Requested mtu is higher than active mtu \n Changing to active mtu - %d\n", active)
+		mine = active
 	}
 	s.mtu, err = s.oob.mtu(mine)
 	return err

@@ -26,6 +26,9 @@ type Options struct {
 	XDPMode loader.Mode
 	// Queues limits the RX queues served; 0 serves all of the link's.
 	Queues int
+	// OneChunk keeps each frame in one UMEM chunk, as on a kernel without
+	// AF_XDP multi-buffer: the active MTU is capped to 2048 (nic.Config).
+	OneChunk bool
 	// BusyPoll keeps the engine spinning on the rings instead of sleeping;
 	// see DeviceConfig.BusyPoll.
 	BusyPoll bool
@@ -40,7 +43,7 @@ type Options struct {
 // one AF_XDP socket per RX queue, and runs the transport on them. Close
 // undoes all of it.
 func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
-	port, err := nic.Open(ctx, nic.Config{Ifname: ifname, XDPMode: opts.XDPMode, Queues: opts.Queues, Logger: opts.Logger})
+	port, err := nic.Open(ctx, nic.Config{Ifname: ifname, XDPMode: opts.XDPMode, Queues: opts.Queues, OneChunk: opts.OneChunk, Logger: opts.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +60,7 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 		return nil, errors.Join(err, port.Close(), ns.Close())
 	}
 	cfg := DeviceConfig{
-		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), BusyPoll: opts.BusyPoll, AckHold: opts.AckHold,
+		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), DataPath: port.Features().String(), BusyPoll: opts.BusyPoll, AckHold: opts.AckHold,
 		Resolve: func(ctx context.Context, ip netip.Addr) (mac net.HardwareAddr, err error) {
 			err = inNamespace(ns, func() error {
 				mac, err = loader.ResolveNeighbor(ctx, ifname, ip)

@@ -22,6 +22,9 @@ type DeviceConfig struct {
 	GIDs []netip.Addr
 	// ActiveMTU is the port's IB MTU in bytes (256..4096).
 	ActiveMTU int
+	// DataPath says how the port's frames move (XDP mode, zero-copy,
+	// multi-buffer, and why not): shown by PortAttr, empty in memory.
+	DataPath string
 	// Resolve finds the MAC address of a destination (ARP/ND); Modify to RTR
 	// calls it when the AH has no DMAC.
 	Resolve func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
@@ -55,6 +58,7 @@ type PortAttr struct {
 	MaxMTU    MTU
 	ActiveMTU MTU
 	GIDTblLen int
+	DataPath  string // DeviceConfig.DataPath
 }
 
 // Device is an RNIC: the verbs objects and the engine goroutine that runs the
@@ -219,7 +223,8 @@ func (d *Device) QueryDevice() DeviceAttr {
 
 // QueryPort describes port 1.
 func (d *Device) QueryPort() PortAttr {
-	return PortAttr{State: "ACTIVE", MaxMTU: MTU4096, ActiveMTU: MTUFromBytes(d.cfg.ActiveMTU), GIDTblLen: len(d.cfg.GIDs)}
+	return PortAttr{State: "ACTIVE", MaxMTU: MTU4096, ActiveMTU: MTUFromBytes(d.cfg.ActiveMTU), GIDTblLen: len(d.cfg.GIDs),
+		DataPath: d.cfg.DataPath}
 }
 
 // QueryGID returns GID index i of port 1.

@@ -5,10 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 
 	"github.com/xdproce/xdproce/loader"
+	"github.com/xdproce/xdproce/nic"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -17,11 +19,15 @@ type portInfo struct {
 	link      loader.Link
 	gids      []loader.GID
 	activeMTU int
+	// datapath is what opening the port found (nic.Features), or why it
+	// could not be opened.
+	datapath string
 }
 
-func runDevinfo(_ context.Context, args []string, stdout io.Writer) error {
+func runDevinfo(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("devinfo", flag.ContinueOnError)
 	dev := fs.String("dev", "", "network interface the device runs on (required)")
+	probe := fs.Bool("probe", true, "open the port briefly (root) to find what this kernel and driver offer: XDP mode, zero-copy, multi-buffer, the active MTU they allow")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -36,7 +42,26 @@ func runDevinfo(_ context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return writeDevinfo(stdout, portInfo{link: link, gids: gids, activeMTU: loader.ActiveMTU(link.MTU)})
+	p := portInfo{link: link, gids: gids, activeMTU: loader.ActiveMTU(link.MTU), datapath: "not probed"}
+	if *probe {
+		p.activeMTU, p.datapath = probePort(ctx, *dev, p.activeMTU)
+	}
+	return writeDevinfo(stdout, p)
+}
+
+// probePort opens the port as a device would (without the UDP 4791 guard,
+// which a running rxe or xdproce holds) and closes it again: the features
+// and active MTU this kernel and driver give, or why it cannot open.
+func probePort(ctx context.Context, ifname string, activeMTU int) (int, string) {
+	port, err := nic.Open(ctx, nic.Config{Ifname: ifname, NoGuard: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return activeMTU, "cannot open: " + err.Error()
+	}
+	f := port.Features()
+	if err := port.Close(); err != nil {
+		return f.ActiveMTU, f.String() + " (closing: " + err.Error() + ")"
+	}
+	return f.ActiveMTU, f.String()
 }
 
 // ibMTUEnum maps an IB MTU in bytes to its ibv_mtu value.
@@ -90,6 +115,7 @@ func writeDevinfo(w io.Writer, p portInfo) error {
 	fmt.Fprintf(&b, "\t\t\tphys_state:\t\t%s\n", phys)
 	fmt.Fprintf(&b, "\t\t\tnetdev_mtu:\t\t%d\n", p.link.MTU)
 	fmt.Fprintf(&b, "\t\t\trx_queues:\t\t%d\n", p.link.NumRXQueues)
+	fmt.Fprintf(&b, "\t\t\tdatapath:\t\t%s\n", p.datapath)
 	for i, g := range p.gids {
 		fmt.Fprintf(&b, "\t\t\tGID[%3d]:\t\t%s, RoCE v2\n", i, formatGID(g))
 	}

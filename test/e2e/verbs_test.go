@@ -120,15 +120,22 @@ func sgl(mr *verbs.MR, off, n int) []verbs.SGE {
 
 // TestVerbsEveryOperationOverXDP runs every RC operation between two xdproce
 // devices in two namespaces, through XDP steering and AF_XDP, at path MTU
-// 1024 on a 1500 link and 4096 on a 4200 link (two-descriptor frames).
+// 1024 on a 1500 link, 4096 on a 4200 link (two-descriptor frames), and
+// 2048 on a 4200 link whose ports keep each frame in one chunk, as on a
+// kernel without AF_XDP multi-buffer (6.1): their active MTU is 2048.
 func TestVerbsEveryOperationOverXDP(t *testing.T) {
 	for _, tc := range []struct {
-		linkMTU int
-		mtu     verbs.MTU
-	}{{1500, verbs.MTU1024}, {4200, verbs.MTU4096}} {
-		t.Run(fmt.Sprint(tc.linkMTU), func(t *testing.T) {
+		linkMTU  int
+		mtu      verbs.MTU
+		oneChunk bool
+	}{{1500, verbs.MTU1024, false}, {4200, verbs.MTU4096, false}, {4200, verbs.MTU2048, true}} {
+		t.Run(fmt.Sprintf("link%d/pmtu%d", tc.linkMTU, tc.mtu.Bytes()), func(t *testing.T) {
 			topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: tc.linkMTU, Queues: 1})
-			a, b := openRNIC(t, topo.Hosts[0], 4<<20), openRNIC(t, topo.Hosts[1], 4<<20)
+			opts := verbs.Options{OneChunk: tc.oneChunk}
+			a, b := openRNICWith(t, topo.Hosts[0], 4<<20, opts), openRNICWith(t, topo.Hosts[1], 4<<20, opts)
+			if got := a.dev.QueryPort().ActiveMTU; got < tc.mtu || tc.oneChunk && got != verbs.MTU2048 {
+				t.Fatalf("active MTU %v (%s)", got, a.dev.QueryPort().DataPath)
+			}
 			connectRC(t, a, b, tc.mtu, 12)
 			const n = 1<<20 + 3
 			src, dst := a.mr.Bytes(), b.mr.Bytes()

@@ -430,7 +430,6 @@ func (e *engine) rerequest(qp *QP, w *sendWQE) {
 	}
 	w.retried = true
 	e.counters.LostResponseRetry++
-	qp.t.shrinkWindow()
 	qp.t.rttAt = time.Time{} // Karn: no round-trip sample across a retransmission
 	e.sendReadAtomic(qp, w)
 }

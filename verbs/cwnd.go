@@ -5,14 +5,17 @@ package verbs
 // packets in flight behind it: up to the whole 128-PSN window when a queue
 // (a slow forwarder, a busy peer) holds them. At 1% loss that alone halves
 // goodput. So, as TCP does and as hardware RNICs pace after a NAK, a loss
-// halves the number of PSNs the requester keeps outstanding, and every
-// window's worth of acknowledged PSNs opens it again by a few. Without loss
-// it stays at MaxUnackedPSNs (rxe's window): the wire behaviour and the
-// loss-free speed are unchanged.
+// that rewinds the requester (a sequence NAK, a timer expiry) halves the
+// PSNs it keeps outstanding, and each window's worth of acknowledged PSNs
+// opens it again by a few. A lost READ response does not shrink it: it
+// costs the rest of its READ (asked again from the gap) whatever the
+// window. Without loss the window stays at MaxUnackedPSNs (rxe's): the
+// wire behaviour and the loss-free speed are unchanged.
 
 const (
-	// minWindow is the smallest loss window, in PSNs: a 64 KiB message at
-	// PMTU 4096, so one message always fits.
+	// minWindow is the smallest loss window, in PSNs. A message longer
+	// than the window is sent in pieces, the packet that fills the window
+	// asking for an ACK (sendNext).
 	minWindow = 8
 	// windowGrowth is how many PSNs a window's worth of acknowledged PSNs
 	// adds back: the loss here is a lossy link, not congestion to back

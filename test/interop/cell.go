@@ -157,9 +157,12 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 // argv is the command line of one endpoint; addr is empty for a server.
 func (h *harness) argv(c cell, e endpoint, addr string) []string {
 	var a []string
-	if e == xdp {
+	switch {
+	case e == xdp:
 		a = []string{h.xdproce, "perf", c.Tool, "-d", hostIface}
-	} else {
+	case e.guest():
+		a = []string{guestBinary, "perf", c.Tool, "-d", guestIface}
+	default:
 		// Line-buffered: perftest's stdout is a pipe, and a tool killed by
 		// its timeout would otherwise lose exactly the lines that explain why.
 		a = []string{"stdbuf", "-oL", c.Tool, "-d", vmDevice}

@@ -4,7 +4,7 @@
 // reference and data-integrity cells (integrity.go), and prints a pass/fail
 // matrix with the figures.
 //
-//	sudo go run ./test/interop [--smoke] [--only REGEX] [--json FILE] [--keep]
+//	sudo go run ./test/interop [--smoke | --loss-sweep] [--only REGEX] [--json FILE] [--keep]
 //
 // It needs root (network namespaces, XDP, QEMU). See test/interop/rxe-peer.
 package main
@@ -27,6 +27,7 @@ import (
 
 type options struct {
 	smoke    bool
+	sweep    bool
 	keep     bool
 	list     bool
 	verbose  bool
@@ -54,7 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "interop:", err)
 		return 2
 	}
-	cells := selectCells(buildMatrix(matrixConfig{Smoke: opts.smoke, BWIters: opts.bwIters, LatIters: opts.latIters}), opts.only)
+	cells := selectCells(buildMatrix(matrixConfig{Smoke: opts.smoke, LossSweep: opts.sweep, BWIters: opts.bwIters, LatIters: opts.latIters}), opts.only)
 	if opts.list {
 		for _, c := range cells {
 			fmt.Fprintf(stdout, "%-45s %s\n", c.ID(), shellJoin(c.args()))
@@ -74,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(results) > 0 {
 		fmt.Fprintln(stdout)
 		printTable(stdout, results)
+		printGuestTable(stdout, results, h.datapath)
 	}
 	if opts.jsonPath != "" {
 		if werr := writeJSON(opts.jsonPath, results); werr != nil {
@@ -113,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("interop", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.BoolVar(&o.smoke, "smoke", false, "only ib_write_bw and ib_send_lat, both directions, MTU 4096 (CI)")
+	fs.BoolVar(&o.sweep, "loss-sweep", false, "instead: send/write/read/atomic bandwidth at 4 KiB and 64 KiB under 0, 0.1%, 1% and 5% netem loss, xdproce both roles and rxe<->rxe (issue 17)")
 	fs.StringVar(&only, "only", "", "run only the cells whose ID matches this regexp (see --list)")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results to this file")
 	fs.BoolVar(&o.keep, "keep", false, "leave the VMs and the netns up at the end (debugging)")
@@ -176,10 +179,14 @@ type harness struct {
 	peer     *rxePeer
 	xdpErr   error // why xdproce cannot run, if it cannot
 	pingpong bool  // xdproce perf has an rc_pingpong mode
+	// guests: VMs switched from rxe to xdproce (true) or back (false);
+	// absent: rxe, as booted. datapath: what xdproce ran with in each.
+	guests   map[int]bool
+	datapath map[int]string
 }
 
 func newHarness(opts options, out io.Writer) *harness {
-	h := &harness{opts: opts, out: out, root: repoRoot()}
+	h := &harness{opts: opts, out: out, root: repoRoot(), guests: map[int]bool{}, datapath: map[int]string{}}
 	h.xdproce = opts.xdproce
 	if h.xdproce == "" {
 		h.xdproce = filepath.Join(h.root, "bin", "xdproce")
@@ -255,7 +262,11 @@ func (h *harness) runAll(ctx context.Context, cells []cell) (results []result, e
 		}
 		prefix := fmt.Sprintf("[%2d/%d] %-45s", i+1, len(cells), c.ID())
 		var r result
+		guestErr := h.prepareGuests(ctx, c)
 		switch {
+		case guestErr != nil:
+			r = newResult(c)
+			r.Status, r.Reason = statusFail, guestErr.Error()
 		case c.Tool == integrityTool: // in-process: needs no xdproce binary
 			h.progress("%s %s ...", prefix, c.Direction())
 			r = h.runIntegrity(ctx, c)
@@ -295,6 +306,48 @@ func (h *harness) losslessQdisc(ctx context.Context, vm int) error {
 	_, err := h.peer.exec(ctx, time.Minute, vm, "tc qdisc replace dev eth0 root pfifo limit 10000")
 	if err != nil {
 		return fmt.Errorf("VM %d: a FIFO qdisc on eth0: %w", vm, err)
+	}
+	return nil
+}
+
+// guestBinary is where xdproce is copied to in a guest.
+const guestBinary = "/usr/local/bin/xdproce"
+
+// prepareGuests puts each VM of the cell in the mode it needs: rxe for
+// stock perftest, or rdma_rxe unloaded and xdproce copied in for xdproce
+// in the guest (both want UDP 4791).
+func (h *harness) prepareGuests(ctx context.Context, c cell) error {
+	for _, e := range []endpoint{c.Server, c.Client} {
+		vm := e.vm()
+		if vm == 0 || h.guests[vm] == e.guest() {
+			continue
+		}
+		if !e.guest() {
+			h.progress("VM %d: rdma_rxe back", vm)
+			if _, err := h.peer.exec(ctx, time.Minute, vm, "modprobe rdma_rxe && rdma link add rxe0 type rxe netdev eth0"); err != nil {
+				return fmt.Errorf("VM %d: loading rxe again: %w", vm, err)
+			}
+			h.guests[vm] = false
+			continue
+		}
+		if h.xdpErr != nil {
+			return h.xdpErr
+		}
+		h.progress("VM %d: rdma_rxe unloaded, xdproce copied in", vm)
+		if _, err := h.peer.run(ctx, 2*time.Minute, "cp", fmt.Sprint(vm), h.xdproce, ":"+guestBinary); err != nil {
+			return fmt.Errorf("VM %d: copying xdproce: %w", vm, err)
+		}
+		if _, err := h.peer.exec(ctx, time.Minute, vm, "rdma link delete rxe0; modprobe -r rdma_rxe"); err != nil {
+			return fmt.Errorf("VM %d: unloading rxe: %w", vm, err)
+		}
+		// Say which mode the guest's port runs in (devinfo probes it).
+		out, err := h.peer.exec(ctx, time.Minute, vm, guestBinary+" devinfo --dev "+guestIface+" | sed -n 's/^[[:space:]]*datapath:[[:space:]]*//p'")
+		if err != nil {
+			return fmt.Errorf("VM %d: xdproce devinfo: %w", vm, err)
+		}
+		h.datapath[vm] = strings.TrimSpace(out)
+		h.progress("VM %d: xdproce runs with %s", vm, h.datapath[vm])
+		h.guests[vm] = true
 	}
 	return nil
 }

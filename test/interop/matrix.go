@@ -14,6 +14,8 @@ const (
 	xdp endpoint = iota // bin/xdproce perf in the rxepeer netns, on the veth
 	vm1                 // stock perftest in VM 1 (198.18.0.11)
 	vm2                 // stock perftest in VM 2 (198.18.0.12)
+	gx1                 // xdproce perf inside VM 1: Debian 12's kernel 6.1, virtio-net, rdma_rxe unloaded
+	gx2                 // the same in VM 2
 )
 
 func (e endpoint) String() string {
@@ -22,21 +24,31 @@ func (e endpoint) String() string {
 		return "xdproce"
 	case vm1:
 		return "vm1"
-	default:
+	case vm2:
 		return "vm2"
+	case gx1:
+		return "xdproce@vm1"
+	default:
+		return "xdproce@vm2"
 	}
 }
 
-// vm is the VM index of a stock endpoint (0 for xdproce).
+// vm is the VM an endpoint runs in (0 for xdproce on the host).
 func (e endpoint) vm() int {
 	switch e {
-	case vm1:
+	case vm1, gx1:
 		return 1
-	case vm2:
+	case vm2, gx2:
 		return 2
 	}
 	return 0
 }
+
+// guest: xdproce inside a VM, where rxe must be unloaded (both want UDP 4791).
+func (e endpoint) guest() bool { return e == gx1 || e == gx2 }
+
+// isXDP: xdproce, on the host or in a guest.
+func (e endpoint) isXDP() bool { return e == xdp || e.guest() }
 
 const (
 	pingpong  = "ibv_rc_pingpong"
@@ -58,17 +70,40 @@ type cell struct {
 	Port   int    // own OOB port per cell, so a straggler cannot answer the next one
 }
 
+// peerName names an endpoint in a guest cell's direction.
+func (e endpoint) peerName() string {
+	switch {
+	case e.guest():
+		return fmt.Sprintf("xdproce (vm%d)", e.vm())
+	case e == xdp:
+		return "xdproce (host)"
+	}
+	return fmt.Sprintf("rxe (vm%d)", e.vm())
+}
+
 // isBW reports whether the tool is a bandwidth test (ibv_rc_pingpong is not).
 func (c cell) isBW() bool { return strings.HasSuffix(c.Tool, "_bw") }
 
 func (c cell) isLat() bool { return strings.HasSuffix(c.Tool, "_lat") }
 
-func (c cell) hasXDP() bool { return c.Server == xdp || c.Client == xdp }
+func (c cell) hasXDP() bool { return c.Server.isXDP() || c.Client.isXDP() }
+
+// hostXDP: one side is xdproce on the host (the netns veth).
+func (c cell) hostXDP() bool { return c.Server == xdp || c.Client == xdp }
+
+// guestCell: one side is xdproce in a guest.
+func (c cell) guestCell() bool { return c.Server.guest() || c.Client.guest() }
 
 // ID names the cell for progress lines, --only and the JSON output.
 func (c cell) ID() string {
 	var role string
 	switch {
+	case c.Server.guest() && c.Client.guest():
+		role = "gxdp-gxdp"
+	case c.Server.guest():
+		role = fmt.Sprintf("gxdp-server-%s", c.Client)
+	case c.Client.guest():
+		role = fmt.Sprintf("gxdp-client-%s", c.Server)
 	case c.Server == xdp:
 		role = "xdp-server"
 	case c.Client == xdp:
@@ -99,6 +134,8 @@ func (c cell) Direction() string {
 	switch {
 	case c.Tool == integrityTool:
 		return fmt.Sprintf("xdproce ↔ verbs_peer (%v), both ways", c.Client)
+	case c.guestCell():
+		return fmt.Sprintf("%v server ← %v client", c.Server.peerName(), c.Client.peerName())
 	case c.Server == xdp:
 		return "xdproce server ← stock client"
 	case c.Client == xdp:
@@ -176,9 +213,10 @@ func (c cell) timeout() time.Duration {
 
 // matrixConfig holds the knobs of the matrix.
 type matrixConfig struct {
-	Smoke    bool
-	BWIters  int // -n for bandwidth sweeps
-	LatIters int // -n for latency tests
+	Smoke     bool
+	LossSweep bool // only the loss sweep (lossSweep)
+	BWIters   int  // -n for bandwidth sweeps
+	LatIters  int  // -n for latency tests
 }
 
 var perfVerbs = []string{"send", "write", "read", "atomic"}
@@ -204,6 +242,12 @@ func buildMatrix(cfg matrixConfig) []cell {
 		cells = append(cells, c)
 	}
 	dirs := [][2]endpoint{{xdp, vm1}, {vm1, xdp}} // {server, client}
+	if cfg.LossSweep {
+		for _, c := range lossSweep(cfg) {
+			add(c)
+		}
+		return cells
+	}
 
 	if cfg.Smoke {
 		for _, d := range dirs {
@@ -212,6 +256,9 @@ func buildMatrix(cfg matrixConfig) []cell {
 		for _, d := range dirs {
 			add(cell{Tool: "ib_send_lat", Server: d[0], Client: d[1], MTU: 4096, Size: "2", Iters: cfg.LatIters})
 		}
+		// Kernel 6.1 and virtio-net in CI: xdproce in the guest (rxe
+		// unloaded there) serving xdproce on the host.
+		add(cell{Tool: "ib_write_bw", Server: gx1, Client: xdp, MTU: 2048, Size: "65536", Iters: 8 * cfg.BWIters})
 		return cells
 	}
 
@@ -250,6 +297,9 @@ func buildMatrix(cfg matrixConfig) []cell {
 	for _, mtu := range []int{4096, 1024} {
 		add(cell{Tool: integrityTool, Server: xdp, Client: vm1, MTU: mtu})
 	}
+	for _, c := range guestCells(cfg) {
+		add(c)
+	}
 	// Under loss a full -a sweep takes far too long under emulation (an
 	// 8 MiB message is 2048 packets, so nearly every one is retransmitted):
 	// one 64 KiB size exercises the NAK/retransmit path well enough. The
@@ -282,4 +332,61 @@ func bwSize(verb string) string {
 		return "8"
 	}
 	return allSizes
+}
+
+// sweepRates are the netem loss rates of --loss-sweep (issue 17), after
+// the loss-free baseline.
+var sweepRates = []string{"", "0.1%", "1%", "5%"}
+
+// lossSweep is --loss-sweep: every bandwidth verb at 4 KiB and 64 KiB
+// (atomics: 8 B) at each rate, xdproce in both roles beside rxe against
+// itself, each rate's cells together so netem switches once per rate.
+// -n is 8× (64 KiB) or 40× (4 KiB) the bandwidth -n: a few hundred to a
+// thousand packets, enough losses at 1% for a ratio.
+func lossSweep(cfg matrixConfig) []cell {
+	var cells []cell
+	dirs := [][2]endpoint{{vm2, vm1}, {xdp, vm1}, {vm1, xdp}} // {server, client}: the rxe reference first
+	for _, loss := range sweepRates {
+		for _, v := range perfVerbs {
+			sizes := []string{"4096", "65536"}
+			if v == "atomic" {
+				sizes = []string{"8"}
+			}
+			for _, size := range sizes {
+				iters := 40 * cfg.BWIters
+				if size == "65536" {
+					iters = 8 * cfg.BWIters
+				}
+				for _, d := range dirs {
+					cells = append(cells, cell{Tool: "ib_" + v + "_bw", Server: d[0], Client: d[1], MTU: 4096, Size: size, Iters: iters, Loss: loss})
+				}
+			}
+		}
+	}
+	return cells
+}
+
+// guestTools are issue 13's guest comparison: tool and size.
+var guestTools = [][2]string{
+	{"ib_write_bw", "65536"}, {"ib_send_bw", "4096"}, {"ib_read_bw", "65536"}, {"ib_write_lat", "8"}, {"ib_send_lat", "8"},
+}
+
+// guestCells run xdproce inside the VMs (Debian 12's kernel 6.1,
+// virtio-net), at PMTU 2048 (what a port without AF_XDP multi-buffer
+// offers): rxe against rxe first, then xdproce in VM 2 against stock
+// perftest on rxe in VM 1 both ways, then xdproce in both guests, so each
+// VM switches from rxe to xdproce once and the table can set xdproce ↔
+// xdproce beside rxe ↔ rxe from the same run (guestRatio).
+func guestCells(cfg matrixConfig) []cell {
+	var cells []cell
+	for _, roles := range [][2]endpoint{{vm2, vm1}, {gx2, vm1}, {vm1, gx2}, {gx2, gx1}} {
+		for _, t := range guestTools {
+			iters := cfg.LatIters
+			if strings.HasSuffix(t[0], "_bw") {
+				iters = 8 * cfg.BWIters
+			}
+			cells = append(cells, cell{Tool: t[0], Server: roles[0], Client: roles[1], MTU: 2048, Size: t[1], Iters: iters})
+		}
+	}
+	return cells
 }

@@ -15,8 +15,9 @@ func TestMatrixFull(t *testing.T) {
 	// + -q 8 x 2 + pingpong x 2 + loss 4 bw x 2 = 12
 	// + the same 64 KiB send/write/read cells without loss x 2 = 6
 	// + integrity at MTU 4096 and 1024 = 2
-	if len(cells) != 77 {
-		t.Fatalf("%d cells, want 77", len(cells))
+	// + in the guests: 5 tools x (rxe-rxe, xdproce server, xdproce client, xdproce-xdproce) = 20
+	if len(cells) != 97 {
+		t.Fatalf("%d cells, want 97", len(cells))
 	}
 	count := func(f func(cell) bool) int {
 		n := 0
@@ -32,7 +33,9 @@ func TestMatrixFull(t *testing.T) {
 		f    func(cell) bool
 		want int
 	}{
-		{"reference", func(c cell) bool { return !c.hasXDP() }, 13},
+		{"reference", func(c cell) bool { return !c.hasXDP() }, 13 + 5},
+		{"guest", func(c cell) bool { return c.guestCell() && c.MTU == 2048 && !c.hostXDP() }, 15},
+		{"guest xdproce-xdproce", func(c cell) bool { return c.Server.guest() && c.Client.guest() }, 5},
 		{"xdproce server", func(c cell) bool { return c.Server == xdp && c.Tool != integrityTool }, 31},
 		{"xdproce client", func(c cell) bool { return c.Client == xdp }, 31},
 		{"mtu 1024", func(c cell) bool { return c.MTU == 1024 && c.Tool != integrityTool }, 22},
@@ -58,7 +61,7 @@ func TestMatrixFull(t *testing.T) {
 		if c.Loss == "" && i > 0 && cells[i-1].Loss != "" {
 			t.Errorf("cell %s without loss after a loss cell", c.ID())
 		}
-		if c.Server == c.Client || (c.Server != xdp && c.Client != xdp && c.Server == vm1) {
+		if c.Server == c.Client || c.Server.vm() != 0 && c.Server.vm() == c.Client.vm() || (!c.hasXDP() && c.Server != vm2) {
 			t.Errorf("cell %s: bad roles %v <- %v", c.ID(), c.Server, c.Client)
 		}
 		if c.timeout() <= 0 {
@@ -69,11 +72,15 @@ func TestMatrixFull(t *testing.T) {
 
 func TestMatrixSmoke(t *testing.T) {
 	cells := buildMatrix(matrixConfig{Smoke: true, BWIters: 20, LatIters: 100})
-	if len(cells) != 4 {
-		t.Fatalf("%d cells, want 4", len(cells))
+	if len(cells) != 5 {
+		t.Fatalf("%d cells, want 5", len(cells))
+	}
+	// The last runs xdproce in a guest: kernel 6.1 and virtio-net in CI.
+	if g := cells[4]; !g.Server.guest() || g.Client != xdp || g.MTU != 2048 {
+		t.Errorf("smoke's guest cell is %s", g.ID())
 	}
 	roles := map[string]int{}
-	for _, c := range cells {
+	for _, c := range cells[:4] {
 		if c.Tool != "ib_write_bw" && c.Tool != "ib_send_lat" || c.MTU != 4096 || c.Loss != "" || !c.hasXDP() {
 			t.Errorf("unexpected smoke cell %s", c.ID())
 		}
@@ -130,5 +137,32 @@ func TestRunListNeedsNoRoot(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"--list", "--only", "nothing-matches"}, &out, &errb); code != 0 {
 		t.Errorf("empty --list: exit %d", code)
+	}
+}
+
+// The loss sweep measures every verb and size at every rate beside its
+// loss-free baseline, for xdproce in both roles and for rxe, switching
+// netem once per rate.
+func TestLossSweepMatrix(t *testing.T) {
+	cells := buildMatrix(matrixConfig{LossSweep: true, BWIters: 25, LatIters: 200})
+	perRate := map[string]int{}
+	switches := 0
+	for i, c := range cells {
+		perRate[c.Loss]++
+		if i > 0 && cells[i-1].Loss != c.Loss {
+			switches++
+		}
+		if !c.isBW() || c.MTU != 4096 {
+			t.Errorf("cell %s: want bandwidth cells at MTU 4096", c.ID())
+		}
+	}
+	// 3 verbs x 2 sizes + atomic, x 3 directions.
+	for _, r := range sweepRates {
+		if perRate[r] != 21 {
+			t.Errorf("rate %q: %d cells, want 21", r, perRate[r])
+		}
+	}
+	if switches != len(sweepRates)-1 {
+		t.Errorf("netem switched %d times, want %d", switches, len(sweepRates)-1)
 	}
 }

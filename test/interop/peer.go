@@ -9,11 +9,12 @@ import (
 )
 
 const (
-	netns     = "rxepeer"
-	hostIface = "rxhost0"
-	hostAddr  = "198.18.0.2"
-	vmDevice  = "rxe0"
-	vmDir     = "/tmp/interop" // per-cell server files inside a VM
+	netns      = "rxepeer"
+	hostIface  = "rxhost0"
+	hostAddr   = "198.18.0.2"
+	vmDevice   = "rxe0"
+	guestIface = "eth0"         // the VMs' data interface, which xdproce in a guest opens
+	vmDir      = "/tmp/interop" // per-cell server files inside a VM
 )
 
 func vmAddr(i int) string { return "198.18.0." + strconv.Itoa(10+i) }

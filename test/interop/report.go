@@ -90,3 +90,52 @@ func countStatus(results []result, status string) int {
 	}
 	return n
 }
+
+// printGuestTable sets each xdproce ↔ xdproce cell run inside the guests
+// beside the same tool's rxe ↔ rxe cell in the same guests and run (issue
+// 13), with what xdproce's port ran with in each guest.
+func printGuestTable(w io.Writer, results []result, datapath map[int]string) {
+	var rows []string
+	for _, r := range results {
+		if !strings.HasPrefix(r.ID, r.Tool+"/gxdp-gxdp/") {
+			continue
+		}
+		ref, ok := guestReference(results, r)
+		if !ok {
+			continue
+		}
+		ratio := "-"
+		switch {
+		case r.BWGbps > 0 && ref.BWGbps > 0:
+			ratio = fmt.Sprintf("%.2f×", r.BWGbps/ref.BWGbps)
+		case r.TypicalUs > 0 && ref.TypicalUs > 0:
+			ratio = fmt.Sprintf("%.2f× the latency", r.TypicalUs/ref.TypicalUs)
+		}
+		rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%s", r.Tool, r.Sizes, figure(ref), figure(r), ratio))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nIn the guests (kernel 6.1, virtio-net, 1 vCPU each), same run, PMTU 2048:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tSIZE\trxe ↔ rxe\txdproce ↔ xdproce\tRATIO")
+	for _, row := range rows {
+		fmt.Fprintln(tw, row)
+	}
+	tw.Flush()
+	for vm := 1; vm <= 2; vm++ {
+		if d := datapath[vm]; d != "" {
+			fmt.Fprintf(w, "xdproce in VM %d ran with: %s\n", vm, d)
+		}
+	}
+}
+
+// guestReference is the rxe ↔ rxe cell of the guest comparison for r.
+func guestReference(results []result, r result) (result, bool) {
+	for _, b := range results {
+		if b.Reference && b.Tool == r.Tool && b.Sizes == r.Sizes && b.MTU == r.MTU && b.Loss == "" && b.QPs == r.QPs && b.Status == statusPass {
+			return b, true
+		}
+	}
+	return result{}, false
+}

@@ -30,7 +30,6 @@
 #define ROCEV2_UDP_PORT 4791
 #define BTH_LEN 12
 #define ICRC_LEN 4
-#define MAX_VLAN_TAGS 2
 #define IP_MF 0x2000
 #define IP_OFFSET 0x1fff
 
@@ -221,13 +220,14 @@ int xdp_roce_steer(struct xdp_md *ctx)
 		return pass();
 	proto = eth->h_proto;
 
-#pragma unroll
-	for (int i = 0; i < MAX_VLAN_TAGS; i++) {
+	// One 802.1Q tag at most (a priority tag, or the port's VLAN), as
+	// the codec (wire.Decode) accepts: a frame the codec would refuse as
+	// not RoCE must reach the kernel, not be swallowed. 802.1ad service
+	// tags and stacked tags belong to VLAN devices above this port, as
+	// they do for rxe bound to it.
+	if (proto == bpf_htons(ETH_P_8021Q)) {
 		struct vlan_tag *tag = data + off;
 
-		if (proto != bpf_htons(ETH_P_8021Q) &&
-		    proto != bpf_htons(ETH_P_8021AD))
-			break;
 		if ((void *)(tag + 1) > data_end)
 			return pass();
 		proto = tag->proto;

@@ -18,7 +18,9 @@
 //     naming its keys get a remote access error. It fails with EBUSY while
 //     the region is in use: memory windows are bound to it, a send WR not
 //     yet completed names its lkey, or a responder is in the middle of a
-//     multi-packet WRITE or SEND into it (rxe holds a reference for these).
+//     multi-packet SEND into it (rxe holds a reference for these). A peer's
+//     multi-packet WRITE into it is revoked instead (the rest of it fails
+//     with a remote access error), so a FIRST without a LAST cannot pin it.
 //     Keys are index<<8 | a random byte, with rxe's index ranges for regions
 //     and windows.
 //   - RTS -> SQD drains the send queue: WRs already started finish (and are

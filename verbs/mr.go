@@ -88,14 +88,20 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 // the lkey complete with LOC_PROT_ERR.
 //
 // The engine keeps the memory it resolved for a message until the message is
-// done, so Dereg fails with EBUSY, leaving the region registered, while it is
-// in use: a send WR posted on a QP of the device and not yet completed names
-// the lkey in its SG list (not INLINE), a responder is in the middle of a
-// multi-packet RDMA WRITE into the region or of a multi-packet SEND into a
-// receive WR naming it, or memory windows are bound to it. Completing the
-// WRs (or moving the QP to the error or reset state, which flushes them, or
-// destroying it) releases the region. rxe holds a reference for the same
-// uses; ibverbs leaves deregistering a region in use undefined.
+// done, so Dereg fails with EBUSY, leaving the region registered, while the
+// application's own work uses it: a send WR posted on a QP of the device and
+// not yet completed names the lkey in its SG list (not INLINE), a responder
+// is in the middle of a multi-packet SEND into a receive WR naming it, or
+// memory windows are bound to it. Completing the WRs (or moving the QP to
+// the error or reset state, which flushes them, or destroying it) releases
+// the region. A multi-packet RDMA WRITE a peer is in the middle of does not
+// hold it: a peer that sends a FIRST and never the LAST (a lost UC message,
+// a dead or hostile requester) could otherwise pin the region for as long
+// as the QP lives. Dereg revokes it instead, as a hardware RNIC invalidates
+// the key: the rest of that WRITE fails with a remote access error (RC: NAK,
+// and the QP goes to the error state; UC: the message is dropped). rxe
+// holds a reference for these uses; ibverbs leaves deregistering a region
+// in use undefined.
 func (m *MR) Dereg() error {
 	return m.pd.dev.do(func() error {
 		if !m.valid {
@@ -108,8 +114,19 @@ func (m *MR) Dereg() error {
 			return fmt.Errorf("verbs: the MR is in use by %s: %w", use, ErrBusy)
 		}
 		m.pd.dev.e.removeMR(m)
+		m.pd.dev.e.revokeWrites(m)
 		return nil
 	})
+}
+
+// revokeWrites ends every multi-packet RDMA WRITE arriving into mr, just
+// deregistered: no packet of it touches the memory again.
+func (e *engine) revokeWrites(mr *MR) {
+	for _, qp := range e.live {
+		if w := &qp.t.write; qp.t.respOp == respWrite && w.mr == mr {
+			w.mr, w.revoked = nil, true
+		}
+	}
 }
 
 // mrInUse says what in-flight work holds memory of mr, or "" if none. A
@@ -129,9 +146,6 @@ func (e *engine) mrInUse(mr *MR) string {
 					return fmt.Sprintf("a SEND in progress into receive WR %d of QP %#x", t.recv.wr.ID, qp.qpn)
 				}
 			}
-		}
-		if t.respOp == respWrite && t.write.mr == mr {
-			return fmt.Sprintf("an RDMA WRITE in progress on QP %#x", qp.qpn)
 		}
 		if qp.pd != mr.pd {
 			continue

@@ -36,6 +36,9 @@ type writeState struct {
 	va    uint64
 	resid uint32
 	total uint32
+	// revoked: the region was deregistered while the WRITE was arriving;
+	// the rest of it fails with a remote access error (revokeWrites).
+	revoked bool
 }
 
 // respResource remembers a READ or atomic request so that a duplicate is
@@ -283,6 +286,10 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	}
 	n := uint32(len(p.Payload))
 	w := &t.write
+	if w.revoked {
+		e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
+		return
+	}
 	last := info.Flags&wire.FlagEnd != 0
 	if (last && n != w.resid) || (!last && n >= w.resid) {
 		e.respError(qp, psn, wire.NAKInvalidRequest, 0)

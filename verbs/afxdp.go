@@ -102,7 +102,11 @@ func inNamespace(ns netns.NsHandle, fn func() error) error {
 // xskLink is a Link over a port's AF_XDP sockets: it receives from every
 // queue and transmits on the first. Only the engine goroutine uses it.
 type xskLink struct {
-	socks   []*ring.Socket
+	socks []*ring.Socket
+	// rx are the sockets' receive sides, read in turn from rxNext so that
+	// every queue gets its share of each batch (rxQueue: fakes in tests).
+	rx      []rxQueue
+	rxNext  int
 	pkts    []ring.Packet
 	tx      []ring.TXFrame // tx[:ready] committed frames, then reserved buffers
 	ready   int
@@ -141,8 +145,13 @@ func newXSKLink(p *nic.Port) (*xskLink, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("verbs: epoll set: %w", err), set.Close(), unix.Close(efd))
 	}
+	rx := make([]rxQueue, len(p.Sockets()))
+	for i, s := range p.Sockets() {
+		rx[i] = s
+	}
 	return &xskLink{
 		socks:   p.Sockets(),
+		rx:      rx,
 		pkts:    make([]ring.Packet, rxBatch),
 		tx:      make([]ring.TXFrame, txBatch),
 		scratch: make([]byte, ring.MaxChunkSize*ring.MaxSegments),
@@ -248,23 +257,38 @@ func (l *xskLink) FlushTX() error {
 	return err
 }
 
-// Receive implements Link.
+// rxQueue is what Receive needs of a socket.
+type rxQueue interface {
+	Receive(pkts []ring.Packet) int
+	Release(pkts []ring.Packet) error
+	Refill() (int, error)
+}
+
+// Receive implements Link. Each call starts at the queue after the one the
+// last call started at: a batch that fills up on one busy queue must not
+// leave the others unread until their rings overflow.
 func (l *xskLink) Receive(max int, fn func(frame []byte)) (int, error) {
-	total := 0
-	for _, s := range l.socks {
-		n := s.Receive(l.pkts[:min(len(l.pkts), max-total)])
-		for i := range l.pkts[:n] {
-			if f, err := l.pkts[i].Bytes(l.scratch); err == nil {
+	total, n := 0, len(l.rx)
+	if n == 0 {
+		return 0, nil
+	}
+	start := l.rxNext
+	l.rxNext = (l.rxNext + 1) % n
+	for i := range n {
+		s := l.rx[(start+i)%n]
+		got := s.Receive(l.pkts[:min(len(l.pkts), max-total)])
+		for j := range l.pkts[:got] {
+			if f, err := l.pkts[j].Bytes(l.scratch); err == nil {
 				fn(f)
 			}
 		}
-		if err := s.Release(l.pkts[:n]); err != nil {
+		if err := s.Release(l.pkts[:got]); err != nil {
 			return total, fmt.Errorf("verbs: AF_XDP release: %w", err)
 		}
 		if _, err := s.Refill(); err != nil {
 			return total, fmt.Errorf("verbs: AF_XDP refill: %w", err)
 		}
-		total += n
+		total += got
 		if total >= max {
 			break
 		}

@@ -263,6 +263,9 @@ type Counters struct {
 	DroppedMalformed, DroppedNoQP, AckDeferred uint64
 	DroppedBadPKey                             uint64 // BTH P_Key not the default partition's
 	SendErr                                    uint64 // frames lost for want of a transmit buffer
+	// DroppedReplies counts responses not queued because a QP already had
+	// maxQueuedReplies waiting (duplicate READs piling up: replies.go).
+	DroppedReplies uint64
 	// AckHeld counts batches of ACKs held for a reply to leave with them
 	// (DeviceConfig.AckHold); AckHoldMissed those that left without one.
 	AckHeld, AckHoldMissed uint64
@@ -311,7 +314,7 @@ func (c *Counters) fields() []counterField {
 		{"dropped_bad_pkey", &c.DroppedBadPKey},
 		{"response_out_of_window", &c.ResponseOutOfWindow}, {"duplicate_response", &c.DuplicateResponse},
 		{"lost_response_retry", &c.LostResponseRetry}, {"transport_timeouts", &c.TransportTimeouts},
-		{"send_err", &c.SendErr}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},
+		{"send_err", &c.SendErr}, {"dropped_replies", &c.DroppedReplies}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},
 	}
 }
 

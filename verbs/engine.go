@@ -28,12 +28,13 @@ type engine struct {
 	counters Counters
 	events   eventQueue // asynchronous events, read by Device.GetAsyncEvent
 
-	rx   wire.Packet  // the packet being handled
-	tx   wire.Packet  // the packet being built
-	bufs [][]byte     // frame buffers, one per frame of a flush
-	rxFn func([]byte) // e.handleFrame, bound once: a method value per step would allocate
-	out  [][]byte     // frames built in bufs, for Send
-	nout int          // frames queued since the last flush
+	rx    wire.Packet  // the packet being handled
+	tx    wire.Packet  // the packet being built
+	bufs  [][]byte     // frame buffers, one per frame of a flush
+	rxFn  func([]byte) // e.handleFrame, bound once: a method value per step would allocate
+	out   [][]byte     // frames built in bufs, for Send
+	nout  int          // frames queued since the last flush
+	steps uint64       // engine steps so far: the responders' budgets are per step
 	// nacks of the nout frames are positive ACKs; while they are all there
 	// is, the batch may wait (holding) until holdEnd for a reply to join it.
 	nacks      int
@@ -135,6 +136,7 @@ func (e *engine) removeQP(qp *QP) error {
 func (e *engine) step() bool {
 	// Posted receives are taken before packets are handled, so a SEND that
 	// follows its receive's post never meets an empty queue.
+	e.steps++
 	posted := e.dev.takePosted(e.posted)
 	for _, qp := range posted {
 		qp.queued.Store(false)
@@ -151,6 +153,9 @@ func (e *engine) step() bool {
 	for _, qp := range e.active {
 		e.checkTimers(qp, now)
 		if e.requester(qp) {
+			busy = true
+		}
+		if e.pumpReplies(qp) {
 			busy = true
 		}
 	}
@@ -221,7 +226,7 @@ func (e *engine) pruneActive() {
 	keep := e.active[:0]
 	for _, qp := range e.active {
 		t := &qp.t
-		if len(t.sq) > 0 || !t.timerAt.IsZero() || !t.rnrAt.IsZero() {
+		if len(t.sq) > 0 || !t.timerAt.IsZero() || !t.rnrAt.IsZero() || t.replying() {
 			keep = append(keep, qp)
 		} else {
 			qp.active = false
@@ -514,6 +519,7 @@ func (e *engine) toError(qp *QP) {
 	}
 	qp.t.state = StateErr
 	qp.t.draining = false
+	qp.t.dropReplies()
 	qp.state.Store(uint32(StateErr))
 	e.flushQueues(qp)
 }

@@ -115,6 +115,7 @@ func (m *MR) Dereg() error {
 		}
 		m.pd.dev.e.removeMR(m)
 		m.pd.dev.e.revokeWrites(m)
+		m.pd.dev.e.revokeReplies(m)
 		return nil
 	})
 }

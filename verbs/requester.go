@@ -83,6 +83,12 @@ type qpTransport struct {
 	ackPSN  uint32
 	res     []respResource
 	resNext int
+	// The responses waiting to be sent, in order (replies.go): replies
+	// [replyHead:]; replySent of them went out in engine step replyStep.
+	replies   []pendingReply
+	replyHead int
+	replyStep uint64
+	replySent int
 }
 
 // sendWQE is a posted send work request and its progress.

@@ -359,28 +359,11 @@ func (e *engine) execRead(qp *QP, p *wire.Packet) {
 	e.readReply(qp, res, psn)
 }
 
-// readReply sends the READ responses of res from PSN from on.
+// readReply sends the READ responses of res from PSN from on, after the
+// QP's deferred ACK; what the step's budget leaves is queued (replies.go).
 func (e *engine) readReply(qp *QP, res *respResource, from uint32) {
-	t := &qp.t
-	mtu := uint32(t.mtu)
-	off := ((from - res.firstPSN) & 0xffffff) * mtu
-	for psn := from; ; psn = (psn + 1) & 0xffffff {
-		n := min(mtu, res.length-off)
-		first, last := psn == res.firstPSN, off+n == res.length
-		op := segmentOpcode(first, last, wire.RCReadResponseOnly, wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast)
-		e.sendDueAck(qp)
-		pkt := e.header(qp, op, psn, false)
-		pkt.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: t.msn}
-		var src []byte
-		if n > 0 {
-			src, _ = res.mr.slice(res.va+uint64(off), n)
-		}
-		e.send(int(n), func(dst []byte) { copy(dst, src) })
-		off += n
-		if last {
-			return
-		}
-	}
+	e.sendDueAck(qp)
+	e.startRead(qp, res, from)
 }
 
 func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
@@ -415,10 +398,7 @@ func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
 
 func (e *engine) atomicAck(qp *QP, psn uint32, orig uint64) {
 	e.sendDueAck(qp)
-	pkt := e.header(qp, wire.RCAtomicAck, psn, false)
-	pkt.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: qp.t.msn}
-	pkt.AtomicAck = orig
-	e.send(0, nil)
+	e.respond(qp, pendingReply{op: wire.RCAtomicAck, psn: psn, syndrome: wire.ACKSyndrome(ackCreditsInval), msn: qp.t.msn, orig: orig})
 }
 
 func (e *engine) newResource(qp *QP) *respResource {
@@ -521,9 +501,7 @@ func (e *engine) sendAck(qp *QP, psn uint32, syndrome uint8) {
 }
 
 func (e *engine) sendAckNow(qp *QP, psn uint32, syndrome uint8) {
-	pkt := e.header(qp, wire.RCAck, psn, false)
-	pkt.AETH = wire.AETH{Syndrome: syndrome, MSN: qp.t.msn}
-	e.send(0, nil)
+	e.respond(qp, pendingReply{op: wire.RCAck, psn: psn, syndrome: syndrome, msn: qp.t.msn})
 }
 
 // respError is a class C/D error: RC sends the NAK and the QP goes to the

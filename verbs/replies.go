@@ -1,0 +1,171 @@
+package verbs
+
+import "github.com/xdproce/xdproce/wire"
+
+// The responder's replies leave in request order (IBTA: responses in PSN
+// order), and no QP sends more than replyBudget of them per engine step. A
+// READ asks for up to 2 GiB, millions of packets at PMTU 256, and a
+// requester that goes back asks again; sent in one go, one such request
+// would hold the engine while every other QP, and every timer, waits. So a
+// reply that does not fit the step's budget is queued and resumed on the
+// next steps, round robin with the other QPs, and every response behind it
+// (ACK, NAK, atomic ACK, further READ data) queues behind it. rxe's
+// responder works the same way: one READ reply at a time, in slices, with
+// the later requests waiting behind it.
+
+const (
+	// replyBudget is the packets one QP's responder sends per engine step.
+	replyBudget = 64
+	// maxQueuedReplies bounds a QP's queue. A requester has at most
+	// max_dest_rd_atomic READs and atomics outstanding, plus ACKs and a
+	// NAK between them; beyond that only duplicates (a requester going
+	// back again and again, or a forger) arrive, and a duplicate is
+	// dropped when the queue is full, as when no resource holds it.
+	maxQueuedReplies = 2*MaxRdAtomic + 8
+)
+
+// pendingReply is one queued response: the rest of a READ reply, or an
+// acknowledgement (ACK, NAK or atomic ACK) to send after what precedes it.
+type pendingReply struct {
+	read bool
+	res  respResource // READ: a copy, as resources are reused meanwhile
+	next uint32       // READ: the next PSN to send
+	// Acknowledgements.
+	op       wire.Opcode // RCAck or RCAtomicAck
+	psn      uint32
+	syndrome uint8
+	msn      uint32
+	orig     uint64
+}
+
+// replying reports whether responses are waiting: a new one must queue.
+func (t *qpTransport) replying() bool { return t.replyHead < len(t.replies) }
+
+// replyRoom reports whether qp may send one more response in this step,
+// and counts it if so.
+func (e *engine) replyRoom(qp *QP) bool {
+	t := &qp.t
+	if t.replyStep != e.steps {
+		t.replyStep, t.replySent = e.steps, 0
+	}
+	if t.replySent >= replyBudget {
+		return false
+	}
+	t.replySent++
+	return true
+}
+
+// respond sends an acknowledgement (ACK, NAK or atomic ACK) now, or queues
+// it behind the responses already waiting or when the step's budget is
+// spent.
+func (e *engine) respond(qp *QP, r pendingReply) {
+	if !qp.t.replying() && e.replyRoom(qp) {
+		e.sendAcknowledge(qp, &r)
+		return
+	}
+	e.queueReply(qp, r)
+}
+
+// startRead sends the READ reply of res from PSN from, as much as the
+// step's budget allows, and queues the rest.
+func (e *engine) startRead(qp *QP, res *respResource, from uint32) {
+	r := pendingReply{read: true, res: *res, next: from, msn: qp.t.msn}
+	if !qp.t.replying() {
+		for e.replyRoom(qp) {
+			if e.readPacket(qp, &r) {
+				return
+			}
+		}
+	}
+	e.queueReply(qp, r)
+}
+
+// queueReply appends r to qp's replies, which the steps then send.
+func (e *engine) queueReply(qp *QP, r pendingReply) {
+	t := &qp.t
+	if len(t.replies)-t.replyHead >= maxQueuedReplies {
+		e.counters.DroppedReplies++
+		return
+	}
+	t.replies = append(t.replies, r)
+	e.activate(qp)
+}
+
+// pumpReplies sends qp's queued replies, oldest first, until none is left
+// or the QP has used its budget for this step.
+func (e *engine) pumpReplies(qp *QP) bool {
+	t := &qp.t
+	sent := false
+	for t.replying() && e.replyRoom(qp) {
+		sent = true
+		r := &t.replies[t.replyHead]
+		if r.read && !e.readPacket(qp, r) {
+			continue
+		}
+		if !r.read {
+			e.sendAcknowledge(qp, r)
+		}
+		*r = pendingReply{}
+		t.replyHead++
+	}
+	if !t.replying() {
+		t.replies, t.replyHead = t.replies[:0], 0
+	}
+	return sent
+}
+
+// sendAcknowledge sends an ACK, NAK or atomic ACK.
+func (e *engine) sendAcknowledge(qp *QP, r *pendingReply) {
+	pkt := e.header(qp, r.op, r.psn, false)
+	pkt.AETH = wire.AETH{Syndrome: r.syndrome, MSN: r.msn}
+	if r.op == wire.RCAtomicAck {
+		pkt.AtomicAck = r.orig
+	}
+	e.send(0, nil)
+}
+
+// readPacket sends the next packet of a READ reply and reports whether it
+// was the last.
+func (e *engine) readPacket(qp *QP, r *pendingReply) bool {
+	t := &qp.t
+	res := &r.res
+	mtu := uint32(t.mtu)
+	psn := r.next
+	off := ((psn - res.firstPSN) & 0xffffff) * mtu
+	n := min(mtu, res.length-off)
+	first, last := psn == res.firstPSN, off+n == res.length
+	op := segmentOpcode(first, last, wire.RCReadResponseOnly, wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast)
+	pkt := e.header(qp, op, psn, false)
+	pkt.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: r.msn}
+	var src []byte
+	if n > 0 {
+		src, _ = res.mr.slice(res.va+uint64(off), n)
+	}
+	e.send(int(n), func(dst []byte) { copy(dst, src) })
+	r.next = (psn + 1) & 0xffffff
+	return last
+}
+
+// dropReplies forgets qp's queued replies (the QP is leaving the states
+// that send them).
+func (t *qpTransport) dropReplies() {
+	clear(t.replies)
+	t.replies, t.replyHead = t.replies[:0], 0
+}
+
+// revokeReplies drops the queued READ replies that read mr, just
+// deregistered: no packet reads it again, and a requester that asks again
+// is told the key is invalid.
+func (e *engine) revokeReplies(mr *MR) {
+	for _, qp := range e.live {
+		t := &qp.t
+		keep := t.replies[:t.replyHead]
+		for _, r := range t.replies[t.replyHead:] {
+			if !r.read || r.res.mr != mr {
+				keep = append(keep, r)
+			}
+		}
+		clear(t.replies[len(keep):])
+		t.replies = keep
+	}
+}

@@ -28,6 +28,7 @@ func commands(stderr io.Writer) map[string]command {
 		"version": {"print the version", runVersion},
 		"devinfo": {"show a device like ibv_devinfo -v", runDevinfo},
 		"impair":  {"drop, duplicate, corrupt or reorder RoCEv2 packets on a forwarding port", runImpair},
+		"spoof":   {"forge RoCEv2 frames against one RC connection, as an attacker on its link would", runSpoof},
 		"perf":    {"perftest's ib_{send,write,read,atomic}_{bw,lat}, wire-compatible with stock perftest", runPerf},
 	}
 }

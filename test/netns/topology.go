@@ -84,6 +84,10 @@ type Config struct {
 	// StaticNeighbors installs permanent neighbour entries for every
 	// address a host talks to directly, so no ARP/ND happens.
 	StaticNeighbors bool
+	// Hub turns learning off on the bridge's ports, so it floods every
+	// frame to every port: a host sees the others' traffic, as an observer
+	// on a shared segment would. Bridge only.
+	Hub bool
 	// Faults, if set, attaches a RoCEv2 fault injector to every wire port:
 	// traffic sent by host i is impaired with Seed+i. Not for Direct.
 	// Change or stop it at run time with Topology.SetFaults.
@@ -443,6 +447,10 @@ func (t *Topology) buildWired(cfg Config) error {
 		if br != nil {
 			if err := nl.LinkSetMaster(port, br); err != nil {
 				return fmt.Errorf("netns: add %s to bridge: %w", h.PeerLink, err)
+			}
+			// Without learning every unicast frame is unknown, and flooded.
+			if err := nl.LinkSetLearning(port, !cfg.Hub); cfg.Hub && err != nil {
+				return fmt.Errorf("netns: bridge port %s: learning off: %w", h.PeerLink, err)
 			}
 		} else {
 			if err := addAddr(nl, port, h.Gateway, 24); err != nil {

@@ -73,7 +73,7 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 	if err != nil {
 		return nil, errors.Join(err, link.close(), port.Close(), ns.Close())
 	}
-	d.onClose = func() error { return errors.Join(port.Close(), link.close(), ns.Close()) }
+	d.onClose = func() error { return errors.Join(link.close(), port.Close(), ns.Close()) } // the link checks its frames before the sockets go
 	return d, nil
 }
 
@@ -319,5 +319,33 @@ func (l *xskLink) Wait(d time.Duration) {
 }
 
 func (l *xskLink) close() error {
-	return errors.Join(l.set.Close(), unix.Close(l.wakeFD))
+	return errors.Join(l.checkFrames(), l.set.Close(), unix.Close(l.wakeFD))
+}
+
+// checkFrames gives back the transmit buffers the link still reserves and
+// checks, once the engine has stopped, that every UMEM frame is accounted
+// for and none is held: a frame a receive path forgot to release, or a
+// transmit buffer lost, would show here (every test that closes a device
+// on AF_XDP checks it).
+func (l *xskLink) checkFrames() error {
+	var errs []error
+	if n := len(l.tx); n > 0 && l.tx[0].Buf() != nil {
+		held := 0
+		for held < n && l.tx[held].Buf() != nil {
+			held++
+		}
+		errs = append(errs, l.socks[0].FreeTX(l.tx[:held]))
+		clear(l.tx)
+		l.ready = 0
+	}
+	for _, s := range l.socks {
+		if err := s.CheckFrames(); err != nil {
+			errs = append(errs, fmt.Errorf("verbs: queue %d: UMEM frames: %w", s.Queue(), err))
+			continue
+		}
+		if st := s.FrameStats(); st.RXHeld != 0 || st.TXHeld != 0 {
+			errs = append(errs, fmt.Errorf("verbs: queue %d: %d RX frames and %d TX buffers still held at close", s.Queue(), st.RXHeld, st.TXHeld))
+		}
+	}
+	return errors.Join(errs...)
 }

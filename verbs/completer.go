@@ -497,7 +497,9 @@ func (e *engine) retry(qp *QP, timeout bool) {
 	if timeout {
 		t.timeouts++
 	}
-	if psnCmp(t.reqPSN, t.compPSN) > 0 {
+	// sentEnd, not reqPSN: a go-back-N that skipped a READ or atomic
+	// (below) leaves reqPSN at it although it was sent and is unanswered.
+	if psnCmp(t.sentEnd, t.compPSN) > 0 {
 		t.startedRetry = true
 		t.shrinkWindow()
 		// After a timeout nothing says what got through: with retry_cnt 7

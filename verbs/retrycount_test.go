@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -162,5 +163,37 @@ func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
 	st, _ := a.dev.QPStatus()
 	if st[0].Timeouts != 0 || st[0].Probing {
 		t.Fatalf("after progress: %v", st[0])
+	}
+}
+
+// TestTimeoutResendsSkippedAtomic: a WRITE and a FETCH_ADD behind it both
+// lose their first transmission. The timer's go-back-N resends the WRITE
+// (the probe) but not the atomic, whose answer might still be on its way;
+// once the WRITE is acknowledged the atomic is the oldest unacknowledged
+// request, and the next expiry must send it again. It found a stall under
+// the race detector: the requester's PSN had not moved past the skipped
+// atomic, so the timer saw nothing unacknowledged and re-armed forever.
+func TestTimeoutResendsSkippedAtomic(t *testing.T) {
+	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 7, rnr: 7})
+	la := a.dev.link.(*MemLink)
+	dropFirst(la, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCWriteOnly },
+		func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCFetchAdd })
+	binary.LittleEndian.PutUint64(b.mr.Bytes()[64:], 41)
+	postSend(t, a,
+		SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 16), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+		SendWR{ID: 2, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGList: sge(a.mr, 8, 8), RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey(), CompareAdd: 1})
+	waitCounter(t, a.dev, "both first transmissions", func(c Counters) bool { return c.SentPkts >= 2 })
+	buf := make([]WorkCompletion, 2)
+	var wcs []WorkCompletion
+	for i := 0; i < 200 && len(wcs) < 2; i++ {
+		clk.Advance(ackTimeout(10) << maxBackoff)
+		time.Sleep(2 * time.Millisecond)
+		wcs = append(wcs, buf[:a.scq.Poll(buf)]...)
+	}
+	if len(wcs) != 2 || wcs[0].Status != WCSuccess || wcs[1].Status != WCSuccess {
+		t.Fatalf("completions %+v after 200 expiries:%s", wcs, stallReport(t))
+	}
+	if got, orig := binary.LittleEndian.Uint64(b.mr.Bytes()[64:]), binary.LittleEndian.Uint64(a.mr.Bytes()[8:]); got != 42 || orig != 41 {
+		t.Fatalf("target %d (want 42), original %d (want 41)", got, orig)
 	}
 }

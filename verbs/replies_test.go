@@ -33,6 +33,19 @@ func slicedPair(t *testing.T) (a, b *node, qa, qb [2]*node, la, lb *MemLink, clk
 	return a, b, qa, qb, la, lb, clk
 }
 
+// holdEngines stops the devices' engine goroutines for the rest of the
+// test, which steps the engines itself.
+func holdEngines(t *testing.T, devs ...*Device) {
+	for _, d := range devs {
+		d.engMu.Lock()
+	}
+	t.Cleanup(func() {
+		for _, d := range devs {
+			d.engMu.Unlock()
+		}
+	})
+}
+
 // perStepBound is what b may send in one step: two QPs' budgets of 64
 // packets (replyBudget) and a few ACKs. Written out, so that a larger
 // budget fails the tests too.
@@ -58,14 +71,7 @@ func TestLongReadReplyIsSliced(t *testing.T) {
 	const size = 4 << 20
 	fill(b.mr.Bytes()[:size], 7)
 	fill(a.mr.Bytes()[size:size+4096], 8)
-	for _, d := range []*Device{a.dev, b.dev} {
-		d.engMu.Lock()
-	}
-	defer func() {
-		for _, d := range []*Device{a.dev, b.dev} {
-			d.engMu.Unlock()
-		}
-	}()
+	holdEngines(t, a.dev, b.dev)
 	postSend(t, qa[0], SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, size), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	stepBoth(a.dev, b.dev, clk) // the READ request leaves a
 	postSend(t, qa[1], SendWR{ID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, size, 4096), RemoteAddr: b.mr.Addr() + 6<<20, RKey: b.mr.RKey()})
@@ -124,14 +130,7 @@ func TestDuplicateReadBurstIsBounded(t *testing.T) {
 		return false
 	}
 	la.mu.Unlock()
-	for _, d := range []*Device{a.dev, b.dev} {
-		d.engMu.Lock()
-	}
-	defer func() {
-		for _, d := range []*Device{a.dev, b.dev} {
-			d.engMu.Unlock()
-		}
-	}()
+	holdEngines(t, a.dev, b.dev)
 	postSend(t, qa[0], SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, size), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	stepBoth(a.dev, b.dev, clk)
 	mu.Lock()

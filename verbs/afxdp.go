@@ -264,10 +264,29 @@ type rxQueue interface {
 	Refill() (int, error)
 }
 
-// Receive implements Link. Each call starts at the queue after the one the
-// last call started at: a batch that fills up on one busy queue must not
-// leave the others unread until their rings overflow.
+// Receive implements Link, joining a frame's pieces (the engine uses
+// ReceiveSplit, which does not).
 func (l *xskLink) Receive(max int, fn func(frame []byte)) (int, error) {
+	return l.ReceiveSplit(max, func(head, tail []byte) {
+		if len(tail) == 0 {
+			fn(head)
+			return
+		}
+		n := copy(l.scratch, head)
+		n += copy(l.scratch[n:], tail)
+		fn(l.scratch[:n])
+	})
+}
+
+// ReceiveSplit receives up to max frames and hands each over in its pieces,
+// as the engine's splitReceiver. Each call starts at the queue after the one
+// the last call started at: a batch that fills up on one busy queue must not
+// leave the others unread until their rings overflow. A frame in one UMEM
+// chunk is handed over as is, one in two
+// (PMTU 4096 in 4 KiB chunks) as head and tail without joining them, so
+// its payload is copied once, into registered memory. A longer chain, which
+// no RoCE frame needs, is gathered.
+func (l *xskLink) ReceiveSplit(max int, fn func(head, tail []byte)) (int, error) {
 	total, n := 0, len(l.rx)
 	if n == 0 {
 		return 0, nil
@@ -278,8 +297,16 @@ func (l *xskLink) Receive(max int, fn func(frame []byte)) (int, error) {
 		s := l.rx[(start+i)%n]
 		got := s.Receive(l.pkts[:min(len(l.pkts), max-total)])
 		for j := range l.pkts[:got] {
-			if f, err := l.pkts[j].Bytes(l.scratch); err == nil {
-				fn(f)
+			p := &l.pkts[j]
+			switch p.Segments() {
+			case 1:
+				fn(p.Segment(0), nil)
+			case 2:
+				fn(p.Segment(0), p.Segment(1))
+			default:
+				if f, err := p.Bytes(l.scratch); err == nil {
+					fn(f, nil)
+				}
 			}
 		}
 		if err := s.Release(l.pkts[:got]); err != nil {

@@ -300,7 +300,7 @@ func (c *completion) read() compState {
 	t, p, psn, w := c.t, c.p, c.p.BTH.PSN, c.w
 	mtu := uint32(t.mtu)
 	start, end := c.info.Flags&wire.FlagStart != 0, c.info.Flags&wire.FlagEnd != 0
-	n := uint32(len(p.Payload))
+	n := payloadLen(p)
 	ok := end == (psn == w.lastPSN) && (!start || psn == w.firstPSN || psn == w.readFrom) && (start || psn != w.firstPSN)
 	if end {
 		ok = ok && n == w.length-w.readDone
@@ -312,7 +312,7 @@ func (c *completion) read() compState {
 		return compDrop
 	}
 	var one [1][]byte
-	if !scatter(w.local(&one), w.readDone, p.Payload) {
+	if !scatterPayload(w.local(&one), w.readDone, p) {
 		c.status = WCLocProtErr
 		return compError
 	}

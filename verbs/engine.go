@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -28,13 +29,19 @@ type engine struct {
 	counters Counters
 	events   eventQueue // asynchronous events, read by Device.GetAsyncEvent
 
-	rx    wire.Packet  // the packet being handled
-	tx    wire.Packet  // the packet being built
-	bufs  [][]byte     // frame buffers, one per frame of a flush
-	rxFn  func([]byte) // e.handleFrame, bound once: a method value per step would allocate
-	out   [][]byte     // frames built in bufs, for Send
-	nout  int          // frames queued since the last flush
-	steps uint64       // engine steps so far: the responders' budgets are per step
+	rx   wire.Packet  // the packet being handled
+	tx   wire.Packet  // the packet being built
+	bufs [][]byte     // frame buffers, one per frame of a flush
+	rxFn func([]byte) // e.handleFrame, bound once: a method value per step would allocate
+	// splitter is the link when it hands frames over in their pieces
+	// (AF_XDP multi-buffer), rxSplitFn e.handleSplit, gather a buffer for
+	// the rare frame whose headers cross a piece.
+	splitter  splitReceiver
+	rxSplitFn func(head, tail []byte)
+	gather    []byte
+	out       [][]byte // frames built in bufs, for Send
+	nout      int      // frames queued since the last flush
+	steps     uint64   // engine steps so far: the responders' budgets are per step
 	// nacks of the nout frames are positive ACKs; while they are all there
 	// is, the batch may wait (holding) until holdEnd for a reply to join it.
 	nacks      int
@@ -57,6 +64,11 @@ func (e *engine) init(d *Device) {
 	e.dev = d
 	e.events.ready = make(chan struct{}, 1)
 	e.rxFn = e.handleFrame
+	e.rxSplitFn = e.handleSplit
+	if s, ok := d.link.(splitReceiver); ok {
+		e.splitter = s
+		e.gather = make([]byte, 0, 2*d.link.MaxFrame())
+	}
 	if l, ok := d.link.(frameLender); ok {
 		e.lender = l
 		return
@@ -146,7 +158,12 @@ func (e *engine) step() bool {
 	}
 	clear(posted)
 	e.posted = posted
-	n, _ := e.dev.link.Receive(rxBatch, e.rxFn)
+	var n int
+	if e.splitter != nil {
+		n, _ = e.splitter.ReceiveSplit(rxBatch, e.rxSplitFn)
+	} else {
+		n, _ = e.dev.link.Receive(rxBatch, e.rxFn)
+	}
 	e.sendDueAcks()
 	busy := n > 0
 	now := e.dev.clock.Now()
@@ -378,11 +395,44 @@ func (e *engine) send(payloadLen int, fill func(dst []byte)) {
 
 // handleFrame is called for every received frame.
 func (e *engine) handleFrame(frame []byte) {
-	p := &e.rx
-	if err := wire.Decode(frame, p); err != nil {
+	if err := wire.Decode(frame, &e.rx); err != nil {
 		e.counters.DroppedMalformed++
 		return
 	}
+	e.dispatch()
+}
+
+// handleSplit is called for a frame that arrived in two pieces (tail empty
+// when it did not): it is decoded in place, and its payload is copied once,
+// from the pieces into registered memory. A frame whose headers cross the
+// pieces (never one a peer's NIC sends: the first piece holds thousands of
+// bytes) is gathered first.
+func (e *engine) handleSplit(head, tail []byte) {
+	if len(tail) == 0 {
+		e.handleFrame(head)
+		return
+	}
+	err := wire.DecodeSplit(head, tail, &e.rx)
+	if errors.Is(err, wire.ErrSplitHeaders) && len(head)+len(tail) <= cap(e.gather) {
+		e.gather = append(append(e.gather[:0], head...), tail...)
+		e.handleFrame(e.gather)
+		return
+	}
+	if err != nil {
+		e.counters.DroppedMalformed++
+		return
+	}
+	e.dispatch()
+}
+
+// splitReceiver is a Link that can hand over a frame in its pieces.
+type splitReceiver interface {
+	ReceiveSplit(max int, fn func(head, tail []byte)) (int, error)
+}
+
+// dispatch hands the packet just decoded into e.rx to its QP.
+func (e *engine) dispatch() {
+	p := &e.rx
 	qpn := p.BTH.DestQP
 	if int(qpn) >= len(e.qps) || e.qps[qpn] == nil {
 		e.counters.DroppedNoQP++

@@ -490,6 +490,16 @@ func gather(dst []byte, segs [][]byte, off uint32) {
 	}
 }
 
+// payloadLen is a received packet's payload length, both pieces (see
+// wire.DecodeSplit).
+func payloadLen(p *wire.Packet) uint32 { return uint32(len(p.Payload) + len(p.PayloadTail)) }
+
+// scatterPayload copies a received packet's payload, both pieces, into segs
+// at message offset off; false if it does not fit.
+func scatterPayload(segs [][]byte, off uint32, p *wire.Packet) bool {
+	return scatter(segs, off, p.Payload) && scatter(segs, off+uint32(len(p.Payload)), p.PayloadTail)
+}
+
 // scatter copies src into segs starting at message offset off; false if it does not fit.
 func scatter(segs [][]byte, off uint32, src []byte) bool {
 	for _, s := range segs {

@@ -126,7 +126,7 @@ func (e *engine) responder(qp *QP, p *wire.Packet, info wire.OpInfo) {
 		return
 	}
 	// Payload lengths (check_length): FIRST/MIDDLE carry exactly one MTU.
-	n := uint32(len(p.Payload))
+	n := payloadLen(p)
 	if n > uint32(t.mtu) || (info.Flags&wire.FlagEnd == 0 && n != uint32(t.mtu)) {
 		e.respError(qp, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
 		return
@@ -220,13 +220,13 @@ func (e *engine) execSend(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	if info.Flags&wire.FlagStart != 0 && !e.takeRecv(qp, psn) {
 		return
 	}
-	if !scatter(t.recv.segs, t.recv.written, p.Payload) {
+	if !scatterPayload(t.recv.segs, t.recv.written, p) {
 		// The message does not fit the receive buffers.
 		e.completeRecvErr(qp, WCLocLenErr)
 		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 		return
 	}
-	t.recv.written += uint32(len(p.Payload))
+	t.recv.written += payloadLen(p)
 	t.ePSN = (psn + 1) & 0xffffff
 	if info.Flags&wire.FlagEnd == 0 {
 		t.respOp = respSend
@@ -284,7 +284,7 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 			t.write.mr = mr
 		}
 	}
-	n := uint32(len(p.Payload))
+	n := payloadLen(p)
 	w := &t.write
 	if w.revoked {
 		e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
@@ -301,7 +301,7 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	}
 	if n > 0 {
 		dst, _ := w.mr.slice(w.va, n) // inside the region: checked against RETH length
-		copy(dst, p.Payload)
+		copy(dst[copy(dst, p.Payload):], p.PayloadTail)
 		w.va += uint64(n)
 		w.resid -= n
 	}

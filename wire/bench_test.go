@@ -76,3 +76,35 @@ func BenchmarkICRC4K(b *testing.B) {
 		}
 	}
 }
+
+// A PMTU 4096 frame in two 4 KiB AF_XDP chunks (3840 bytes in the first),
+// received and placed: gathered into one buffer and decoded, then copied
+// into a region (two copies of the payload), or decoded in its pieces and
+// copied into the region from them (one).
+func benchTwoChunks(b *testing.B, split bool) {
+	p := benchPacket(4096)
+	frame := mustEncode(b, &p)
+	head, tail := frame[:3840], frame[3840:]
+	scratch, region := make([]byte, 8192), make([]byte, 4096)
+	var q Packet
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if split {
+			if err := DecodeSplit(head, tail, &q); err != nil {
+				b.Fatal(err)
+			}
+			copy(region[copy(region, q.Payload):], q.PayloadTail)
+			continue
+		}
+		n := copy(scratch, head)
+		n += copy(scratch[n:], tail)
+		if err := Decode(scratch[:n], &q); err != nil {
+			b.Fatal(err)
+		}
+		copy(region, q.Payload)
+	}
+}
+
+func BenchmarkTwoChunksGathered(b *testing.B) { benchTwoChunks(b, false) }
+func BenchmarkTwoChunksSplit(b *testing.B)    { benchTwoChunks(b, true) }

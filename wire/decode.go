@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"hash/crc32"
 	"net/netip"
 )
 
@@ -25,6 +26,92 @@ func Decode(frame []byte, p *Packet) error {
 		return err
 	}
 	return decodeL3(frame[off:], v6, p)
+}
+
+// DecodeSplit is Decode for a frame that arrived in two pieces, head then
+// tail (an AF_XDP multi-buffer frame in two UMEM chunks), without joining
+// them: p.Payload aliases the payload's part in head and p.PayloadTail its
+// part in tail. Every header, up to the end of the transport headers, must
+// lie in head; otherwise it returns ErrSplitHeaders, and the caller gathers
+// the frame and calls Decode. With an empty tail it is Decode.
+func DecodeSplit(head, tail []byte, p *Packet) error {
+	if len(tail) == 0 {
+		return Decode(head, p)
+	}
+	*p = Packet{}
+	if len(head) < minSplitHead {
+		return errSplitHeaders
+	}
+	off, v6, err := parseEth(head, &p.Eth)
+	if err != nil {
+		return err
+	}
+	b := head[off:]
+	end, err := decodeIPUDP(b, len(b)+len(tail), v6, p)
+	if err != nil {
+		return err
+	}
+	tOff := l3Len(v6) + UDPHeaderLen
+	n := end - tOff // BTH .. ICRC
+	if n < BTHLen+ICRCLen {
+		return errBTHTruncated
+	}
+	if n%4 != 0 {
+		return errUnaligned
+	}
+	if len(b) < tOff+BTHLen {
+		return errSplitHeaders
+	}
+	// The ICRC, and what it covers, may each straddle the pieces.
+	var icrcBytes [ICRCLen]byte
+	for i := range icrcBytes {
+		icrcBytes[i] = byteAt(b, tail, end-ICRCLen+i)
+	}
+	icrc := binary.LittleEndian.Uint32(icrcBytes[:])
+	cut := end - ICRCLen // end of what the ICRC covers
+	crc := computeICRC(b[:min(len(b), cut)], v6)
+	if cut > len(b) {
+		crc = crc32.Update(crc, crc32.IEEETable, tail[:cut-len(b)]) // chained Updates compose
+	}
+	if crc != icrc {
+		return errICRC
+	}
+	p.ICRC = icrc
+	info, payloadLen, err := decodeBTHInfo(b[tOff:], n-ICRCLen, p)
+	if err != nil {
+		return err
+	}
+	if len(b) < tOff+info.HeaderLen {
+		return errSplitHeaders
+	}
+	start := tOff + info.HeaderLen
+	for i := start + payloadLen; i < cut; i++ {
+		if byteAt(b, tail, i) != 0 {
+			return errPadNonZero
+		}
+	}
+	if err := decodeExt(b[tOff:start], info.Headers, p); err != nil {
+		return err
+	}
+	stop := start + payloadLen
+	p.Payload = b[start:min(stop, len(b)):min(stop, len(b))]
+	if stop > len(b) {
+		p.PayloadTail = tail[: stop-len(b) : stop-len(b)]
+	}
+	return nil
+}
+
+// minSplitHead is the shortest head DecodeSplit takes: room for the
+// longest Ethernet, IP, UDP and BTH headers (the rest is checked once the
+// opcode says how long its headers are).
+const minSplitHead = EthHeaderLen + VLANTagLen + IPv6HeaderLen + UDPHeaderLen + BTHLen
+
+// byteAt is byte i of head followed by tail.
+func byteAt(head, tail []byte, i int) byte {
+	if i < len(head) {
+		return head[i]
+	}
+	return tail[i-len(head)]
 }
 
 // DecodeIP is Decode for a buffer that starts at the IP header; v6 selects
@@ -63,24 +150,90 @@ func parseEth(frame []byte, e *Ethernet) (off int, v6 bool, err error) {
 }
 
 func decodeL3(b []byte, v6 bool, p *Packet) error {
-	var end int // end of the IP packet
+	end, err := decodeIPUDP(b, len(b), v6, p)
+	if err != nil {
+		return err
+	}
+	t := b[l3Len(v6)+UDPHeaderLen : end] // BTH .. ICRC
+	if len(t) < BTHLen+ICRCLen {
+		return errBTHTruncated
+	}
+	if len(t)%4 != 0 {
+		return errUnaligned
+	}
+	// The ICRC is checked before the transport headers are interpreted so a
+	// corrupted packet is reported as such, not as whatever the corruption
+	// looks like.
+	icrc := binary.LittleEndian.Uint32(t[len(t)-ICRCLen:])
+	if computeICRC(b[:end-ICRCLen], v6) != icrc {
+		return errICRC
+	}
+	p.ICRC = icrc
+	info, payloadLen, err := decodeBTHInfo(t, len(t)-ICRCLen, p)
+	if err != nil {
+		return err
+	}
+	payloadEnd := info.HeaderLen + payloadLen
+	for _, c := range t[payloadEnd : len(t)-ICRCLen] {
+		if c != 0 {
+			return errPadNonZero
+		}
+	}
+	if err := decodeExt(t[:info.HeaderLen], info.Headers, p); err != nil {
+		return err
+	}
+	p.Payload = t[info.HeaderLen:payloadEnd:payloadEnd]
+	return nil
+}
+
+// decodeBTHInfo decodes the BTH at the start of hdr, of a transport packet
+// of n bytes (BTH to pad, without the ICRC), and checks the opcode and the
+// lengths: it returns the opcode's layout and the payload length.
+func decodeBTHInfo(hdr []byte, n int, p *Packet) (*OpInfo, int, error) {
+	decodeBTH(hdr, &p.BTH)
+	if p.BTH.TVer != 0 {
+		return nil, 0, errTVer
+	}
+	e := &opTable[p.BTH.Opcode]
+	if !e.known {
+		return nil, 0, errUnknownOpcode
+	}
+	info := &e.info
+	rest := n - info.HeaderLen // payload + pad
+	if rest < 0 {
+		return nil, 0, errHeadersTruncated
+	}
+	pad := int(p.BTH.PadCnt)
+	if pad > rest {
+		return nil, 0, errPadTooBig
+	}
+	if rest > 0 && info.Headers&HasPayload == 0 {
+		return nil, 0, errNoPayloadAllowed
+	}
+	return info, rest - pad, nil
+}
+
+// decodeIPUDP decodes and checks the IP and UDP headers at the start of b,
+// of a packet whose bytes from b on number total (b may hold only the
+// first of them), and returns the end of the IP packet.
+func decodeIPUDP(b []byte, total int, v6 bool, p *Packet) (end int, err error) {
 	if v6 {
 		if len(b) < IPv6HeaderLen {
-			return errIPv6Truncated
+			return 0, errIPv6Truncated
 		}
 		vtf := binary.BigEndian.Uint32(b)
 		if vtf>>28 != 6 {
-			return errIPv6Version
+			return 0, errIPv6Version
 		}
 		if b[6] != ipProtoUDP {
-			return errNotUDPv6
+			return 0, errNotUDPv6
 		}
 		end = IPv6HeaderLen + int(binary.BigEndian.Uint16(b[4:]))
-		if end > len(b) {
-			return errIPv6BeyondFrame
+		if end > total {
+			return 0, errIPv6BeyondFrame
 		}
 		if b[7] == 0 {
-			return errIPv6HopLimit
+			return 0, errIPv6HopLimit
 		}
 		p.IP = IP{
 			V6:        true,
@@ -92,39 +245,39 @@ func decodeL3(b []byte, v6 bool, p *Packet) error {
 		}
 	} else {
 		if len(b) < IPv4HeaderLen {
-			return errIPv4Truncated
+			return 0, errIPv4Truncated
 		}
 		if b[0]>>4 != 4 {
-			return errIPv4Version
+			return 0, errIPv4Version
 		}
 		if b[9] != ipProtoUDP {
-			return errNotUDPv4
+			return 0, errNotUDPv4
 		}
 		switch ihl := b[0] & 0x0f; {
 		case ihl < 5:
-			return errIPv4IHL
+			return 0, errIPv4IHL
 		case ihl > 5:
-			return errIPv4Options
+			return 0, errIPv4Options
 		}
 		end = int(binary.BigEndian.Uint16(b[2:]))
 		if end < IPv4HeaderLen {
-			return errIPv4TotalLen
+			return 0, errIPv4TotalLen
 		}
-		if end > len(b) {
-			return errIPv4BeyondFrame
+		if end > total {
+			return 0, errIPv4BeyondFrame
 		}
 		if ipv4Checksum(b[:IPv4HeaderLen]) != 0 {
-			return errIPv4Checksum
+			return 0, errIPv4Checksum
 		}
 		flags := binary.BigEndian.Uint16(b[6:])
 		if flags&0x3fff != 0 {
-			return errIPv4Fragment
+			return 0, errIPv4Fragment
 		}
 		if flags&0x8000 != 0 {
-			return errIPv4EvilBit
+			return 0, errIPv4EvilBit
 		}
 		if b[8] == 0 {
-			return errIPv4TTL
+			return 0, errIPv4TTL
 		}
 		p.IP = IP{
 			TOS: b[1],
@@ -136,10 +289,10 @@ func decodeL3(b []byte, v6 bool, p *Packet) error {
 		}
 	}
 
-	u := b[l3Len(v6):end] // UDP header .. ICRC
-	if len(u) < UDPHeaderLen {
-		return errUDPTruncated
+	if end-l3Len(v6) < UDPHeaderLen || len(b) < l3Len(v6)+UDPHeaderLen {
+		return 0, errUDPTruncated
 	}
+	u := b[l3Len(v6):] // UDP header ..
 	p.UDP = UDP{
 		SrcPort:  binary.BigEndian.Uint16(u[0:]),
 		DstPort:  binary.BigEndian.Uint16(u[2:]),
@@ -147,59 +300,12 @@ func decodeL3(b []byte, v6 bool, p *Packet) error {
 		Checksum: binary.BigEndian.Uint16(u[6:]),
 	}
 	if p.UDP.DstPort != UDPPort {
-		return errNotRoCEPort
+		return 0, errNotRoCEPort
 	}
-	if int(p.UDP.Length) != len(u) {
-		return errUDPLength
+	if int(p.UDP.Length) != end-l3Len(v6) {
+		return 0, errUDPLength
 	}
-	t := u[UDPHeaderLen:] // BTH .. ICRC
-	if len(t) < BTHLen+ICRCLen {
-		return errBTHTruncated
-	}
-	if len(t)%4 != 0 {
-		return errUnaligned
-	}
-
-	// The ICRC is checked before the transport headers are interpreted so a
-	// corrupted packet is reported as such, not as whatever the corruption
-	// looks like.
-	icrc := binary.LittleEndian.Uint32(t[len(t)-ICRCLen:])
-	if computeICRC(b[:end-ICRCLen], v6) != icrc {
-		return errICRC
-	}
-	p.ICRC = icrc
-
-	decodeBTH(t, &p.BTH)
-	if p.BTH.TVer != 0 {
-		return errTVer
-	}
-	e := &opTable[p.BTH.Opcode]
-	if !e.known {
-		return errUnknownOpcode
-	}
-	info := &e.info
-	rest := len(t) - ICRCLen - info.HeaderLen // payload + pad
-	if rest < 0 {
-		return errHeadersTruncated
-	}
-	pad := int(p.BTH.PadCnt)
-	if pad > rest {
-		return errPadTooBig
-	}
-	if rest > 0 && info.Headers&HasPayload == 0 {
-		return errNoPayloadAllowed
-	}
-	payloadEnd := info.HeaderLen + rest - pad
-	for _, c := range t[payloadEnd : payloadEnd+pad] {
-		if c != 0 {
-			return errPadNonZero
-		}
-	}
-	if err := decodeExt(t[:info.HeaderLen], info.Headers, p); err != nil {
-		return err
-	}
-	p.Payload = t[info.HeaderLen:payloadEnd:payloadEnd]
-	return nil
+	return end, nil
 }
 
 func decodeBTH(b []byte, h *BTH) {

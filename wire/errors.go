@@ -9,6 +9,9 @@ import "errors"
 var (
 	// ErrTruncated: the frame ends before a header or field it must contain.
 	ErrTruncated = errors.New("wire: truncated packet")
+	// ErrSplitHeaders: DecodeSplit needs every header in the first piece;
+	// gather the frame and Decode it instead.
+	ErrSplitHeaders = errors.New("wire: headers split across pieces")
 	// ErrNotRoCE: the frame is not an IPv4/IPv6 UDP datagram to port 4791.
 	ErrNotRoCE = errors.New("wire: not a RoCEv2 packet")
 	// ErrIPOptions: the IPv4 header carries options (IHL > 5); rxe's ICRC
@@ -79,6 +82,7 @@ var (
 	errNotRoCEPort      = newError(ErrNotRoCE, "UDP destination port is not 4791")
 	errUDPLength        = newError(ErrBadUDPLength, "UDP length differs from the IP payload length")
 	errBTHTruncated     = newError(ErrTruncated, "UDP payload shorter than BTH + ICRC")
+	errSplitHeaders     = newError(ErrSplitHeaders, "the headers continue into the frame's second piece")
 	errUnaligned        = newError(ErrBadLength, "UDP payload length is not a multiple of 4")
 	errICRC             = newError(ErrBadICRC, "ICRC mismatch")
 	errTVer             = newError(ErrBadTVer, "BTH TVer is not 0")

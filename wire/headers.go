@@ -117,6 +117,10 @@ type Packet struct {
 	// Payload: after Decode it aliases the frame (no copy, pad excluded);
 	// for Encode it holds the bytes to copy in.
 	Payload []byte
+	// PayloadTail is the rest of the payload when DecodeSplit found it in
+	// the frame's second piece (aliasing it); empty after Decode. Encode
+	// ignores it.
+	PayloadTail []byte
 	// ICRC: after Decode the value found in the frame (already verified),
 	// as the little-endian number rxe stores. Ignored by Encode.
 	ICRC uint32

@@ -126,6 +126,7 @@ func scatterEncode(t testing.TB, p *Packet) []byte {
 var sentinels = []error{
 	ErrTruncated, ErrNotRoCE, ErrIPOptions, ErrBadIPHeader, ErrBadUDPLength, ErrBadTVer,
 	ErrUnknownOpcode, ErrBadPad, ErrBadLength, ErrBadICRC, ErrReserved, ErrInvalidField, ErrShortBuffer,
+	ErrSplitHeaders,
 }
 
 // sentinelOf returns the single sentinel err wraps, or an error if it wraps

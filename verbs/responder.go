@@ -56,90 +56,179 @@ type respResource struct {
 	orig     uint64
 }
 
-// responder handles a request packet, as rxe_resp.c.
+// respState is a state of the responder's handling of one request, as
+// rxe_resp.c's enum resp_states.
+type respState uint8
+
+const (
+	respstCheckPSN     respState = iota // in sequence, a gap, or a duplicate?
+	respstOutOfSeq                      // RC: a PSN past the expected one
+	respstDuplicate                     // RC: a PSN already executed
+	respstResync                        // UC: a gap drops the message in progress
+	respstCheckOpSeq                    // the opcode continues the message in progress, or starts one
+	respstCheckOpValid                  // the QP grants the access the opcode needs
+	respstCheckLength                   // FIRST/MIDDLE carry exactly one path MTU
+	respstExecute                       // SEND, WRITE, READ or atomic
+	respstErrInvalid                    // NAK invalid request (RC: and the QP to error)
+	respstDone
+)
+
+// reception is one request on its way through the responder's states.
+type reception struct {
+	e      *engine
+	qp     *QP
+	t      *qpTransport
+	p      *wire.Packet
+	info   wire.OpInfo
+	status WCStatus // of the receive in progress, when respstErrInvalid fails it
+}
+
+// responder handles a request packet, as rxe_resp.c: one method per state,
+// the loop dispatching until respstDone.
 func (e *engine) responder(qp *QP, p *wire.Packet, info wire.OpInfo) {
-	t := &qp.t
-	psn := p.BTH.PSN
-	rc := qp.typ == QPTypeRC
-	if d := psnCmp(psn, t.ePSN); d != 0 {
-		if !rc {
-			// UC: a lost packet loses its message; resynchronise on a
-			// start. The receive WQE the lost message had taken goes back
-			// to the head of its queue, as rxe rewinds it.
-			e.abortRecv(qp)
-			t.respOp = respNone
-			if info.Flags&wire.FlagStart == 0 {
-				return
-			}
-			t.ePSN = psn
-		} else if d > 0 {
-			// One NAK per gap, and one more each time the requester is
-			// seen to go back to or before the packets already seen: its
-			// resent packet at ePSN was lost as well, and without a NAK
-			// only its transport timer would tell it.
-			e.counters.OutOfSeqRequest++
-			if !t.nakSent || psnCmp(psn, t.nakMax) <= 0 {
-				t.nakSent = true
-				e.sendAck(qp, t.ePSN, wire.NAKSyndrome(wire.NAKPSNSequenceError))
-			}
-			t.nakMax = psn
-			return
-		} else {
-			e.counters.DuplicateRequest++
-			e.duplicate(qp, p, info)
-			return
-		}
+	r := reception{e: e, qp: qp, t: &qp.t, p: p, info: info}
+	for s := respstCheckPSN; s != respstDone; {
+		s = r.step(s)
 	}
-	t.nakSent = false
-	isSend := info.Flags&wire.FlagSend != 0
-	isWrite := info.Flags&wire.FlagWrite != 0
-	// Opcode sequence (check_op_seq).
-	switch t.respOp {
+}
+
+// step runs one state and returns the next.
+func (r *reception) step(s respState) respState {
+	switch s {
+	case respstCheckPSN:
+		return r.checkPSN()
+	case respstOutOfSeq:
+		return r.outOfSeq()
+	case respstDuplicate:
+		r.e.counters.DuplicateRequest++
+		r.e.duplicate(r.qp, r.p, r.info)
+		return respstDone
+	case respstResync:
+		return r.resync()
+	case respstCheckOpSeq:
+		return r.checkOpSeq()
+	case respstCheckOpValid:
+		return r.checkOpValid()
+	case respstCheckLength:
+		return r.checkLength()
+	case respstExecute:
+		r.execute()
+		return respstDone
+	case respstErrInvalid:
+		r.e.respError(r.qp, r.p.BTH.PSN, wire.NAKInvalidRequest, r.status)
+		return respstDone
+	}
+	return respstDone
+}
+
+// checkPSN: the expected PSN goes on; RC sorts the rest into duplicates
+// and gaps, UC resynchronises.
+func (r *reception) checkPSN() respState {
+	d := psnCmp(r.p.BTH.PSN, r.t.ePSN)
+	switch {
+	case d == 0:
+		r.t.nakSent = false
+		return respstCheckOpSeq
+	case r.qp.typ != QPTypeRC:
+		return respstResync
+	case d > 0:
+		return respstOutOfSeq
+	}
+	return respstDuplicate
+}
+
+// resync: UC lost a packet, and with it its message. The receive WQE the
+// lost message had taken goes back to the head of its queue, as rxe rewinds
+// it; a packet that starts a message starts over from its PSN.
+func (r *reception) resync() respState {
+	r.e.abortRecv(r.qp)
+	r.t.respOp = respNone
+	if r.info.Flags&wire.FlagStart == 0 {
+		return respstDone
+	}
+	r.t.ePSN = r.p.BTH.PSN
+	r.t.nakSent = false
+	return respstCheckOpSeq
+}
+
+// outOfSeq: one NAK per gap, and one more each time the requester is seen
+// to go back to or before the packets already seen: its resent packet at
+// ePSN was lost as well, and without a NAK only its transport timer would
+// tell it.
+func (r *reception) outOfSeq() respState {
+	t, psn := r.t, r.p.BTH.PSN
+	r.e.counters.OutOfSeqRequest++
+	if !t.nakSent || psnCmp(psn, t.nakMax) <= 0 {
+		t.nakSent = true
+		r.e.sendAck(r.qp, t.ePSN, wire.NAKSyndrome(wire.NAKPSNSequenceError))
+	}
+	t.nakMax = psn
+	return respstDone
+}
+
+// checkOpSeq (rxe's check_op_seq): a MIDDLE or LAST continues the message
+// in progress, of its kind; anything else starts one.
+func (r *reception) checkOpSeq() respState {
+	f := r.info.Flags
+	ok := f&wire.FlagStart == 0
+	switch r.t.respOp {
 	case respSend:
-		if !isSend || info.Flags&wire.FlagStart != 0 {
-			e.respError(qp, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
-			return
-		}
+		ok = ok && f&wire.FlagSend != 0
 	case respWrite:
-		if !isWrite || info.Flags&wire.FlagStart != 0 {
-			e.respError(qp, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
-			return
-		}
+		ok = ok && f&wire.FlagWrite != 0
 	default:
-		if info.Flags&wire.FlagStart == 0 {
-			e.respError(qp, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
-			return
-		}
+		ok = !ok
 	}
-	// The QP's access rights (check_op_valid).
+	if !ok {
+		r.status = WCRemInvReqErr
+		return respstErrInvalid
+	}
+	return respstCheckOpValid
+}
+
+// checkOpValid (rxe's check_op_valid): the QP's access flags allow what
+// the opcode does.
+func (r *reception) checkOpValid() respState {
+	f := r.info.Flags
 	need := Access(0)
 	switch {
-	case isWrite:
+	case f&wire.FlagWrite != 0:
 		need = AccessRemoteWrite
-	case info.Flags&wire.FlagRead != 0:
+	case f&wire.FlagRead != 0:
 		need = AccessRemoteRead
-	case info.Flags&wire.FlagAtomic != 0:
+	case f&wire.FlagAtomic != 0:
 		need = AccessRemoteAtomic
 	}
-	if t.attr.AccessFlags&need != need {
-		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
-		return
+	if r.t.attr.AccessFlags&need != need {
+		return respstErrInvalid
 	}
-	// Payload lengths (check_length): FIRST/MIDDLE carry exactly one MTU.
-	n := payloadLen(p)
-	if n > uint32(t.mtu) || (info.Flags&wire.FlagEnd == 0 && n != uint32(t.mtu)) {
-		e.respError(qp, psn, wire.NAKInvalidRequest, WCRemInvReqErr)
-		return
+	return respstCheckLength
+}
+
+// checkLength (rxe's check_length): FIRST and MIDDLE carry exactly one path
+// MTU, LAST and ONLY at most one.
+func (r *reception) checkLength() respState {
+	n, mtu := payloadLen(r.p), uint32(r.t.mtu)
+	if n > mtu || (r.info.Flags&wire.FlagEnd == 0 && n != mtu) {
+		r.status = WCRemInvReqErr
+		return respstErrInvalid
 	}
+	return respstExecute
+}
+
+// execute runs the request; the rkey, resource and receive checks that
+// depend on the operation happen there, as in rxe's execute.
+func (r *reception) execute() {
+	f := r.info.Flags
 	switch {
-	case isSend:
-		e.execSend(qp, p, info)
-	case isWrite:
-		e.execWrite(qp, p, info)
-	case info.Flags&wire.FlagRead != 0:
-		e.execRead(qp, p)
-	case info.Flags&wire.FlagAtomic != 0:
-		e.execAtomic(qp, p)
+	case f&wire.FlagSend != 0:
+		r.e.execSend(r.qp, r.p, r.info)
+	case f&wire.FlagWrite != 0:
+		r.e.execWrite(r.qp, r.p, r.info)
+	case f&wire.FlagRead != 0:
+		r.e.execRead(r.qp, r.p)
+	case f&wire.FlagAtomic != 0:
+		r.e.execAtomic(r.qp, r.p)
 	}
 }
 

@@ -156,9 +156,13 @@ func TestDeregRevokesInboundWrite(t *testing.T) {
 		// The next WRITE, into a new region, arrives whole.
 		mr2, err := b.pd.AllocMR(n, AccessLocalWrite|AccessRemoteWrite)
 		must(t, err)
+		base := counters(b.dev).RcvdPkts
 		postSend(t, a, SendWR{ID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, n), RemoteAddr: mr2.Addr(), RKey: mr2.RKey()})
 		poll(t, a.scq, 2, 5*time.Second)
-		waitCounter(t, b.dev, "the second WRITE", func(c Counters) bool { return bytes.Equal(mr2.Bytes(), a.mr.Bytes()[:n]) })
+		// Counters are read on the engine goroutine: once they show the
+		// WRITE's 8 packets handled, its bytes are in place.
+		waitCounter(t, b.dev, "the second WRITE", func(c Counters) bool { return c.RcvdPkts >= base+n/1024 })
+		equalBytes(t, "the second WRITE", mr2.Bytes(), a.mr.Bytes()[:n])
 		if !bytes.Equal(after, b.mr.Bytes()) {
 			t.Fatal("the region changed after Dereg returned")
 		}

@@ -7,7 +7,7 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/xdproce/xdproce/test/netns"
+	"github.com/xdproce/xdproce/internal/netns"
 )
 
 // Host is one end of the measured link: an interface with an IPv4 address in

@@ -10,7 +10,7 @@
 //	inj.Update(impair.Config{}) // rates 0: stop impairing
 //	inj.Close()
 //
-// With the test harness (package test/netns) it is one field:
+// With the test harness (package internal/netns) it is one field:
 //
 //	topo := netns.New(t, netns.Config{Faults: &impair.Config{Drop: 0.1, Seed: 1}})
 //	topo.SetFaults(topo.Hosts[0], &impair.Config{Corrupt: 0.05}) // change at run time

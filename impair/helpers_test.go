@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdproce/xdproce/impair"
-	"github.com/xdproce/xdproce/test/netns"
+	"github.com/xdproce/xdproce/internal/netns"
 )
 
 // RoCEv2-shaped payloads: a BTH (SEND_ONLY to QP 0x11, PSN = seq), the

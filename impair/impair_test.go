@@ -17,7 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xdproce/xdproce/impair"
-	"github.com/xdproce/xdproce/test/netns"
+	"github.com/xdproce/xdproce/internal/netns"
 )
 
 // result is what one impaired flow produced.

@@ -9,7 +9,7 @@
 //
 // Every function acts in the network namespace of the calling OS thread.
 // To act in another namespace, lock the OS thread and switch (see the
-// team's test/netns harness). Objects created there (the XDP attachment,
+// team's internal/netns harness). Objects created there (the XDP attachment,
 // its maps, its netlink socket, the guard sockets) keep their namespace and
 // may be used from any goroutine afterwards; (*XDP).Sync re-reads addresses
 // in the namespace Attach ran in.

@@ -7,9 +7,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/loader"
 	"github.com/xdproce/xdproce/ring"
-	"github.com/xdproce/xdproce/test/netns"
 )
 
 func TestOpenMissingLinkFails(t *testing.T) {

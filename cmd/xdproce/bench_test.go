@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/xdproce/xdproce/bench"
-	"github.com/xdproce/xdproce/test/netns"
+	"github.com/xdproce/xdproce/internal/netns"
 )
 
 // TestBenchRunsEndToEnd runs a tiny bench through namespaces it creates:

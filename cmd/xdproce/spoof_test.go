@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xdproce/xdproce/test/netns"
+	"github.com/xdproce/xdproce/internal/netns"
 )
 
 // TestSpoofCommand: misuse is a usage error (exit 2); a run against a QPN

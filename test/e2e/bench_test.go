@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/xdproce/xdproce/test/netns"
+	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/verbs"
 )
 

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/internal/pcap"
 	"github.com/xdproce/xdproce/nic"
-	"github.com/xdproce/xdproce/test/netns"
 	"github.com/xdproce/xdproce/wire"
 )
 

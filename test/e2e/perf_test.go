@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xdproce/xdproce/test/netns"
+	"github.com/xdproce/xdproce/internal/netns"
 )
 
 // buildCLI builds the xdproce command into a test directory.

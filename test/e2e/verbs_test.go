@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/impair"
-	"github.com/xdproce/xdproce/test/netns"
+	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/verbs"
 )
 

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/xdproce/xdproce/test/netns"
+	"github.com/xdproce/xdproce/internal/netns"
 )
 
 // The helper "tests" below do nothing unless the parent test starts this

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"testing"
 
 	"golang.org/x/sys/unix"
 )
@@ -102,15 +101,26 @@ func processAlive(pid int) bool {
 	return err == nil || errors.Is(err, unix.EPERM)
 }
 
+// TB is what New and RequireRoot need of a test; testing.TB has it. An
+// interface here keeps package testing out of the binaries that build
+// namespaces (xdproce bench).
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Skip(args ...any)
+}
+
 // RequireRoot skips the test unless it runs as root, except under CI=true,
 // where a network test must never be skipped silently: it fails instead.
-func RequireRoot(t testing.TB) {
+func RequireRoot(t TB) {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		return
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatal("netns: this test needs root (CI=true, so failing instead of skipping)")
+		t.Fatalf("netns: this test needs root (CI=true, so failing instead of skipping)")
 	}
 	t.Skip("netns: this test needs root")
 }

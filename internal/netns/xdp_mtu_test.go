@@ -12,7 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdproce/xdproce/test/netns"
+	"github.com/xdproce/xdproce/internal/netns"
 )
 
 // xdpPass is "return XDP_PASS", with or without BPF_F_XDP_HAS_FRAGS (what

@@ -8,7 +8,6 @@ import (
 	"os"
 	"regexp"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -146,7 +145,7 @@ type Topology struct {
 // t.Cleanup, which runs also when the test fails or panics. It skips the
 // test when not root (fails under CI=true), and fails it if the topology
 // cannot be built.
-func New(t testing.TB, cfg Config) *Topology {
+func New(t TB, cfg Config) *Topology {
 	t.Helper()
 	RequireRoot(t)
 	topo, err := Build(cfg)

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/xdproce/xdproce/verbs"
 )
@@ -389,16 +387,6 @@ func receive(ctx context.Context, cq poller, byQPN map[uint32]*verbs.QP, sge []v
 	}
 }
 
-// lastByte reads the last byte of b with an atomic load of the aligned word
-// holding it, so a spinning reader sees what the engine writes (the peer's
-// RDMA WRITE lands there last, as ib_write_lat relies on).
-func lastByte(b []byte) byte {
-	p := unsafe.Pointer(&b[len(b)-1])
-	off := uintptr(p) & 3
-	w := atomic.LoadUint32((*uint32)(unsafe.Add(p, -int(off))))
-	return byte(w >> (8 * off)) // little-endian
-}
-
 // reaper takes send completions without waiting and bounds how many are outstanding.
 type reaper struct {
 	cq          *verbs.CQ
@@ -456,7 +444,7 @@ func (p *rnicPair) writeLatency(ctx context.Context, warmup, d time.Duration, si
 				return r.reap(ctx, pingPongDepth/2)
 			},
 			await: func(ctx context.Context, v byte) error {
-				for i := 0; lastByte(dst) != v; i++ {
+				for i := 0; verbs.LoadLastByte(dst) != v; i++ {
 					if i%1024 == 1023 && ctx.Err() != nil {
 						return ctx.Err()
 					}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/xdproce/xdproce/verbs"
 )
 
 // Verb is the operation a test measures.
@@ -235,7 +237,7 @@ func (c *Config) Normalize() error {
 		c.CQMod = 1
 	}
 	c.CQMod = min(c.CQMod, c.TxDepth)
-	if c.MTU != 0 && mtuEnum(c.MTU) == 0 {
+	if c.MTU != 0 && int(verbs.MTUFromBytes(c.MTU)) == 0 {
 		return fmt.Errorf("perftest: MTU %d (want 256, 512, 1024, 2048 or 4096)", c.MTU)
 	}
 	if c.Timeout == 0 {
@@ -246,19 +248,6 @@ func (c *Config) Normalize() error {
 	}
 	return nil
 }
-
-// mtuEnum is the ibv_mtu value of an MTU in bytes, 0 if there is none.
-func mtuEnum(bytes int) int {
-	for e, b := 1, 256; b <= 4096; e, b = e+1, b*2 {
-		if b == bytes {
-			return e
-		}
-	}
-	return 0
-}
-
-// mtuBytes is the MTU in bytes of an ibv_mtu value.
-func mtuBytes(e int) int { return 128 << e }
 
 // sizes is the message sizes a run measures: -a's sweep or the one size.
 func (c *Config) sizes() []int {

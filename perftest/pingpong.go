@@ -61,7 +61,7 @@ func (c *PingPongConfig) normalize() error {
 		c.Timeout = 2 * time.Minute
 	}
 	switch {
-	case mtuEnum(c.MTU) == 0:
+	case int(verbs.MTUFromBytes(c.MTU)) == 0:
 		return fmt.Errorf("perftest: MTU %d (want 256, 512, 1024, 2048 or 4096)", c.MTU)
 	case c.Size < 1 || c.Size > maxSize:
 		return fmt.Errorf("perftest: message size %d out of range 1..%d", c.Size, maxSize)
@@ -152,7 +152,7 @@ func RunPingPong(ctx context.Context, dev *verbs.Device, cfg PingPongConfig, out
 		if cfg.GIDIndex < 0 {
 			return errors.New("perftest: RoCE needs a GID: pass -g (1 is the IPv4-mapped GID)")
 		}
-		err := qp.Modify(verbs.QPAttr{State: verbs.StateRTR, PathMTU: verbs.MTU(mtuEnum(cfg.MTU)), DestQPN: r.QPN,
+		err := qp.Modify(verbs.QPAttr{State: verbs.StateRTR, PathMTU: verbs.MTUFromBytes(cfg.MTU), DestQPN: r.QPN,
 			RQPSN: r.PSN, MaxDestRdAtomic: 1, MinRNRTimer: minRNRTimer,
 			AH: verbs.AH{DGID: netip.AddrFrom16(r.GID).Unmap(), SGIDIndex: cfg.GIDIndex, HopLimit: 1}},
 			verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/xdproce/xdproce/verbs"
 )
 
 const resultLine = "---------------------------------------------------------------------------------------\n"
@@ -35,7 +37,7 @@ func (s *session) printInfo() {
 	if c.Tool.Test == BW {
 		fmt.Fprintf(w, " CQ Moderation   : %d\n", c.CQMod)
 	}
-	fmt.Fprintf(w, " Mtu             : %d[B]\n", mtuBytes(s.mtu))
+	fmt.Fprintf(w, " Mtu             : %d[B]\n", verbs.MTU(s.mtu).Bytes())
 	fmt.Fprintf(w, " Link type       : Ethernet\n")
 	fmt.Fprintf(w, " GID index       : %d\n", s.gidIndex)
 	fmt.Fprintf(w, " Max inline data : %d[B]\n", c.Inline)

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/xdproce/xdproce/verbs"
 )
@@ -600,7 +598,7 @@ func (s *session) writePingPong(ctx context.Context, size int) (Result, error) {
 		if (rcnt < n || durational) && !(scnt == 0 && s.server()) {
 			rcnt++
 			deadline := time.Now().Add(s.cfg.Timeout)
-			for spins := 0; lastByte(dst) != byte(rcnt); spins++ {
+			for spins := 0; verbs.LoadLastByte(dst) != byte(rcnt); spins++ {
 				if spins%1024 == 1023 {
 					if ctx.Err() != nil {
 						return Result{}, ctx.Err()
@@ -777,13 +775,4 @@ func le64(b []byte) uint64 {
 		v = v<<8 | uint64(b[i])
 	}
 	return v
-}
-
-// lastByte reads the last byte of b with an atomic load of the aligned
-// word that holds it, so a spinning reader sees what the engine writes.
-func lastByte(b []byte) byte {
-	p := unsafe.Pointer(&b[len(b)-1])
-	off := uintptr(p) & 3
-	w := atomic.LoadUint32((*uint32)(unsafe.Add(p, -int(off))))
-	return byte(w >> (8 * off)) // little-endian
 }

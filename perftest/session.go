@@ -124,7 +124,7 @@ func (s *session) negotiate() error {
 	active := int(s.dev.QueryPort().ActiveMTU)
 	mine := active
 	if s.cfg.MTU != 0 {
-		mine = mtuEnum(s.cfg.MTU)
+		mine = int(verbs.MTUFromBytes(s.cfg.MTU))
 	}
 	if mine > active {
 		// perftest's ctx_set_mtu: -m above the port's active MTU (a port

@@ -3,7 +3,6 @@ package verbs
 import (
 	"context"
 	crand "crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -210,10 +209,7 @@ func (d *Device) takePosted(spare []*QP) []*QP {
 
 // QueryDevice returns the device's capabilities.
 func (d *Device) QueryDevice() DeviceAttr {
-	var guid uint64
-	if m := d.cfg.MAC; len(m) == 6 {
-		guid = binary.BigEndian.Uint64([]byte{m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]})
-	}
+	guid := NodeGUID(d.cfg.MAC)
 	return DeviceAttr{
 		MaxQP: MaxQP, MaxQPWR: MaxQPWR, MaxSGE: MaxSGE, MaxCQE: MaxCQE, MaxInlineData: MaxInlineData,
 		MaxMRSize: MaxMRSize, MaxMsgSize: MaxMsgSize, MaxQPRdAtom: MaxRdAtomic, MaxQPInitRdAtom: MaxRdAtomic,

@@ -1,9 +1,12 @@
 package verbs
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
+	"sync/atomic"
+	"unsafe"
 )
 
 // Access flags of memory regions and QPs (ibv_access_flags).
@@ -93,6 +96,26 @@ func (m MTU) Bytes() int {
 		return 0
 	}
 	return 128 << m
+}
+
+// NodeGUID is the node GUID rxe derives from a port's MAC address (a
+// modified EUI-64); 0 without a MAC.
+func NodeGUID(mac net.HardwareAddr) uint64 {
+	if len(mac) != 6 {
+		return 0
+	}
+	return binary.BigEndian.Uint64([]byte{mac[0] ^ 2, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]})
+}
+
+// LoadLastByte reads the last byte of b, registered memory the engine may
+// be writing, with an atomic load of the aligned word that holds it, so an
+// application spinning on it (as ib_write_lat spins on the byte a peer's
+// RDMA WRITE lands last) sees the write.
+func LoadLastByte(b []byte) byte {
+	p := unsafe.Pointer(&b[len(b)-1])
+	off := uintptr(p) & 3
+	w := atomic.LoadUint32((*uint32)(unsafe.Add(p, -int(off))))
+	return byte(w >> (8 * off)) // little-endian
 }
 
 // MTUFromBytes returns the MTU enum of a byte count, 0 if it is not one.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 
 	"github.com/xdproce/xdproce/loader"
@@ -64,32 +63,13 @@ func probePort(ctx context.Context, ifname string, activeMTU int) (int, string) 
 	return f.ActiveMTU, f.String()
 }
 
-// ibMTUEnum maps an IB MTU in bytes to its ibv_mtu value.
-func ibMTUEnum(mtu int) int {
-	for e, m := 1, 256; m <= 4096; e, m = e+1, m*2 {
-		if m == mtu {
-			return e
-		}
-	}
-	return 0
-}
-
-// nodeGUID derives the node GUID from the MAC address as rxe does (modified EUI-64).
-func nodeGUID(mac net.HardwareAddr) string {
-	if len(mac) != 6 {
-		return "0000:0000:0000:0000"
-	}
-	g := [8]byte{mac[0] ^ 2, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]}
-	return fmt.Sprintf("%02x%02x:%02x%02x:%02x%02x:%02x%02x", g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7])
-}
-
 // writeDevinfo prints the device in the layout of `ibv_devinfo -v`.
 func writeDevinfo(w io.Writer, p portInfo) error {
 	state, phys := "PORT_DOWN (1)", "DISABLED (3)"
 	if p.link.Up && (p.link.OperState == "up" || p.link.OperState == "unknown") {
 		state, phys = "PORT_ACTIVE (4)", "LINK_UP (5)"
 	}
-	guid := nodeGUID(p.link.MAC)
+	guid := formatGUID(verbs.NodeGUID(p.link.MAC))
 	var b strings.Builder
 	fmt.Fprintf(&b, "hca_id:\txdproce_%s\n", p.link.Name)
 	fmt.Fprintf(&b, "\ttransport:\t\t\tInfiniBand (0)\n")
@@ -108,7 +88,7 @@ func writeDevinfo(w io.Writer, p portInfo) error {
 	fmt.Fprintf(&b, "\t\tport:\t1\n")
 	fmt.Fprintf(&b, "\t\t\tstate:\t\t\t%s\n", state)
 	fmt.Fprintf(&b, "\t\t\tmax_mtu:\t\t4096 (5)\n")
-	fmt.Fprintf(&b, "\t\t\tactive_mtu:\t\t%d (%d)\n", p.activeMTU, ibMTUEnum(p.activeMTU))
+	fmt.Fprintf(&b, "\t\t\tactive_mtu:\t\t%d (%d)\n", p.activeMTU, int(verbs.MTUFromBytes(p.activeMTU)))
 	fmt.Fprintf(&b, "\t\t\tsm_lid:\t\t\t0\n\t\t\tport_lid:\t\t0\n\t\t\tport_lmc:\t\t0x00\n")
 	fmt.Fprintf(&b, "\t\t\tmax_msg_sz:\t\t%#x\n", verbs.MaxMsgSize)
 	fmt.Fprintf(&b, "\t\t\tlink_layer:\t\tEthernet\n")
@@ -121,6 +101,11 @@ func writeDevinfo(w io.Writer, p portInfo) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// formatGUID prints a GUID as ibv_devinfo does: four groups of four hex digits.
+func formatGUID(g uint64) string {
+	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48, g>>32&0xffff, g>>16&0xffff, g&0xffff)
 }
 
 // formatGID prints a GID as ibv_devinfo does: IPv4-mapped ones as ::ffff:a.b.c.d,

@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"strings"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
+
+	"github.com/xdproce/xdproce/internal/nsenter"
 )
 
 // existingHosts measures between two given interfaces, each "NETNS/IFNAME"
@@ -55,7 +56,7 @@ func existingHost(spec string) (*Host, vnetns.NsHandle, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("bench: network namespace %q: %w", nsName, err)
 	}
-	h := &Host{Name: nsName, Link: ifname, do: func(fn func() error) error { return inNamespace(handle, fn) }}
+	h := &Host{Name: nsName, Link: ifname, do: func(fn func() error) error { return nsenter.Do(handle, fn) }}
 	if h.Name == "" {
 		h.Name = "(this namespace)"
 	}
@@ -78,27 +79,4 @@ func existingHost(spec string) (*Host, vnetns.NsHandle, error) {
 		return nil, 0, errors.Join(fmt.Errorf("bench: %s: bad address %v", ifname, addrs[0].IP), handle.Close())
 	}
 	return h, handle, nil
-}
-
-// inNamespace runs fn on an OS thread switched into the namespace, then
-// switches the thread back; if that fails the thread stays locked, so the
-// runtime discards it instead of reusing it in the wrong namespace.
-func inNamespace(ns vnetns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := vnetns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("bench: current namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := vnetns.Set(ns); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("bench: entering namespace: %w", err)
-	}
-	defer func() {
-		if vnetns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-	}()
-	return fn()
 }

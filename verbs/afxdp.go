@@ -8,13 +8,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"syscall"
 	"time"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/xdproce/xdproce/internal/nsenter"
 	"github.com/xdproce/xdproce/loader"
 	"github.com/xdproce/xdproce/nic"
 	"github.com/xdproce/xdproce/ring"
@@ -62,7 +62,7 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 	cfg := DeviceConfig{
 		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), DataPath: port.Features().String(), BusyPoll: opts.BusyPoll, AckHold: opts.AckHold,
 		Resolve: func(ctx context.Context, ip netip.Addr) (mac net.HardwareAddr, err error) {
-			err = inNamespace(ns, func() error {
+			err = nsenter.Do(ns, func() error {
 				mac, err = loader.ResolveNeighbor(ctx, ifname, ip)
 				return err
 			})
@@ -75,28 +75,6 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 	}
 	d.onClose = func() error { return errors.Join(link.close(), port.Close(), ns.Close()) } // the link checks its frames before the sockets go
 	return d, nil
-}
-
-// inNamespace runs fn on a thread switched into ns.
-func inNamespace(ns netns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	if err := netns.Set(ns); err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	ferr := fn()
-	if err := netns.Set(orig); err != nil {
-		// Leave the thread locked: the runtime discards it when this goroutine ends.
-		return errors.Join(ferr, err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
 }
 
 // xskLink is a Link over a port's AF_XDP sockets: it receives from every

@@ -14,6 +14,8 @@ import (
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdproce/xdproce/internal/nsenter"
 )
 
 // runDir is where named namespaces are bind-mounted (iproute2's place).
@@ -45,24 +47,7 @@ func (n *Namespace) Handle() vnetns.NsHandle { return n.handle }
 // fails the thread stays locked, so the runtime discards it when the
 // goroutine exits instead of reusing a thread in the wrong namespace.
 func (n *Namespace) Do(fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := vnetns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("netns: current namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := vnetns.Set(n.handle); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("netns: enter %s: %w", n.name, err)
-	}
-	defer func() {
-		if err := vnetns.Set(orig); err != nil {
-			return // leave the thread locked: it dies with the goroutine
-		}
-		runtime.UnlockOSThread()
-	}()
-	return fn()
+	return nsenter.Do(n.handle, fn)
 }
 
 // Start starts cmd inside the namespace: the child is forked from a thread

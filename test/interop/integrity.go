@@ -28,7 +28,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +35,7 @@ import (
 
 	vnetns "github.com/vishvananda/netns"
 
+	"github.com/xdproce/xdproce/internal/nsenter"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -852,49 +852,23 @@ func (r *integrityRun) final(ctx context.Context) error {
 }
 
 // openDeviceIn opens an xdproce device on ifname inside the named network
-// namespace, from a goroutine whose OS thread enters the namespace and leaves
-// it again (it stays locked, and dies with the goroutine, if leaving fails).
-// The device's sockets and XDP program belong to the namespace for good.
+// namespace (internal/nsenter). The device's sockets and XDP program belong
+// to the namespace for good.
 func openDeviceIn(ctx context.Context, ns, ifname string) (*verbs.Device, error) {
-	type res struct {
-		dev *verbs.Device
-		err error
+	target, err := vnetns.GetFromPath(filepath.Join("/run/netns", ns))
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: %w", ns, err)
 	}
-	ch := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread()
-		var r res
-		defer func() { ch <- r }()
-		orig, err := vnetns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			r.err = fmt.Errorf("current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		target, err := vnetns.GetFromPath(filepath.Join("/run/netns", ns))
-		if err != nil {
-			runtime.UnlockOSThread()
-			r.err = fmt.Errorf("netns %s: %w", ns, err)
-			return
-		}
-		defer target.Close()
-		if err := vnetns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			r.err = fmt.Errorf("enter netns %s: %w", ns, err)
-			return
-		}
-		r.dev, r.err = verbs.Open(ctx, ifname, verbs.Options{Logger: slog.New(slog.DiscardHandler)})
-		if err := vnetns.Set(orig); err != nil {
-			return // the thread stays locked and ends with this goroutine
-		}
-		runtime.UnlockOSThread()
-	}()
-	r := <-ch
-	if r.err != nil {
-		return nil, fmt.Errorf("open xdproce on %s in netns %s: %w", ifname, ns, r.err)
+	defer target.Close()
+	var dev *verbs.Device
+	err = nsenter.Do(target, func() (err error) {
+		dev, err = verbs.Open(ctx, ifname, verbs.Options{Logger: slog.New(slog.DiscardHandler)})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open xdproce on %s in netns %s: %w", ifname, ns, err)
 	}
-	return r.dev, nil
+	return dev, nil
 }
 
 // peerProc is verbs_peer running in a VM through "rxe-peer exec" (ssh),

@@ -1,10 +1,7 @@
 package bench
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 
 	"github.com/xdproce/xdproce/internal/netns"
@@ -43,30 +40,4 @@ func buildHosts(mtu int) ([2]*Host, func() error, error) {
 		hosts[i] = &Host{Name: h.Namespace.Name(), Link: h.Link, Addr: h.Addr, MTU: h.MTU, do: h.Do}
 	}
 	return hosts, topo.Close, nil
-}
-
-// tcpPair connects a TCP socket in from's namespace to a listener on to's
-// address in to's namespace; Go sets TCP_NODELAY on both.
-func tcpPair(ctx context.Context, from, to *Host) (client, server net.Conn, err error) {
-	var ln net.Listener
-	if err := to.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(to.Addr, 0).String())
-		return err
-	}); err != nil {
-		return nil, nil, fmt.Errorf("bench: listen in %s: %w", to.Name, err)
-	}
-	defer ln.Close()
-	if err := from.Do(func() error {
-		var err error
-		client, err = (&net.Dialer{}).DialContext(ctx, "tcp", ln.Addr().String())
-		return err
-	}); err != nil {
-		return nil, nil, fmt.Errorf("bench: dial from %s: %w", from.Name, err)
-	}
-	server, err = ln.Accept()
-	if err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("bench: accept in %s: %w", to.Name, err), client.Close())
-	}
-	return client, server, nil
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/xdproce/xdproce/internal/netns"
 )
 
 // tcpReadBuf is what the receiving application reads at once, as iperf does.
@@ -26,7 +28,7 @@ func tcpStream(ctx context.Context, hosts [2]*Host, warmup, d time.Duration, siz
 		}
 	}()
 	for range n {
-		c, s, err := tcpPair(ctx, hosts[0], hosts[1])
+		c, s, err := netns.TCPPair(ctx, hosts[0], hosts[1], hosts[1].Addr)
 		if err != nil {
 			return window{}, err
 		}
@@ -108,7 +110,7 @@ func readAll(c net.Conn, size int, m *meter) error {
 // tcpPingPong times size-byte exchanges over one TCP_NODELAY connection:
 // A writes, B reads the whole message and writes it back, A reads it.
 func tcpPingPong(ctx context.Context, hosts [2]*Host, warmup, d time.Duration, size int) (Latencies, error) {
-	c, s, err := tcpPair(ctx, hosts[0], hosts[1])
+	c, s, err := netns.TCPPair(ctx, hosts[0], hosts[1], hosts[1].Addr)
 	if err != nil {
 		return Latencies{}, err
 	}

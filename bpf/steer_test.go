@@ -8,11 +8,11 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
-	"os"
 	"testing"
 
 	"github.com/cilium/ebpf"
 
+	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -22,17 +22,6 @@ const (
 	xdpPass     = 2
 	xdpRedirect = 4
 )
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test needs root (CI=true: failing instead of skipping)")
-	}
-	t.Skip("this test needs root")
-}
 
 var (
 	localV4  = netip.MustParseAddr("198.18.0.1")
@@ -57,7 +46,7 @@ const (
 // loadSteer loads the program with localV4 and localV6 as local addresses.
 func loadSteer(t *testing.T) *SteerObjects {
 	t.Helper()
-	requireRoot(t)
+	netns.RequireRoot(t)
 	var objs SteerObjects
 	if err := LoadSteerObjects(&objs, nil); err != nil {
 		t.Fatalf("load: %+v", err)

@@ -12,20 +12,11 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	xnetns "github.com/xdproce/xdproce/internal/netns"
 )
 
 // Test network namespaces and veth pairs, self-contained (no shared harness).
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test needs root (CI=true: failing instead of skipping)")
-	}
-	t.Skip("this test needs root")
-}
 
 var nameSeq atomic.Int64
 
@@ -48,7 +39,7 @@ type testNS struct {
 // newNS creates a named network namespace with lo up, deleted at cleanup.
 func newNS(t *testing.T) *testNS {
 	t.Helper()
-	requireRoot(t)
+	xnetns.RequireRoot(t)
 	name := uniqueName("xdpl")
 	var h netns.NsHandle
 	err := onFreshThread(func() error {

@@ -17,22 +17,13 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	xnetns "github.com/xdproce/xdproce/internal/netns"
 )
 
 // Self-contained network-namespace fixtures: a named namespace holding a
 // veth pair a<->b, an XDP program on each end redirecting every frame to
 // the AF_XDP socket of its RX queue, and helpers to move frames.
-
-func requireRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		tb.Fatal("this test needs root (CI=true: failing instead of skipping)")
-	}
-	tb.Skip("this test needs root")
-}
 
 var nameSeq atomic.Int64
 
@@ -79,7 +70,7 @@ func onThread(ns netns.NsHandle, fn func() error) error {
 // solicitations), and an XDP redirect program on each end.
 func newVethNet(tb testing.TB, queues, mtu int) *vethNet {
 	tb.Helper()
-	requireRoot(tb)
+	xnetns.RequireRoot(tb)
 	name := fmt.Sprintf("ring-%d-%d", os.Getpid(), nameSeq.Add(1))
 	n := &vethNet{tb: tb, name: name, queues: queues, xsks: map[int]*ebpf.Map{}}
 	errc := make(chan error, 1)

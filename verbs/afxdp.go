@@ -260,10 +260,9 @@ func (l *xskLink) Receive(max int, fn func(frame []byte)) (int, error) {
 // as the engine's splitReceiver. Each call starts at the queue after the one
 // the last call started at: a batch that fills up on one busy queue must not
 // leave the others unread until their rings overflow. A frame in one UMEM
-// chunk is handed over as is, one in two
-// (PMTU 4096 in 4 KiB chunks) as head and tail without joining them, so
-// its payload is copied once, into registered memory. A longer chain, which
-// no RoCE frame needs, is gathered.
+// chunk is handed over as is, one in two (PMTU 4096 in 4 KiB chunks) as
+// head and tail without joining them, so its payload is copied once, into
+// registered memory. A longer chain, which no RoCE frame needs, is gathered.
 func (l *xskLink) ReceiveSplit(max int, fn func(head, tail []byte)) (int, error) {
 	total, n := 0, len(l.rx)
 	if n == 0 {

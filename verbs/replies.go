@@ -19,8 +19,10 @@ const (
 	// maxQueuedReplies bounds a QP's queue. A requester has at most
 	// max_dest_rd_atomic READs and atomics outstanding, plus ACKs and a
 	// NAK between them; beyond that only duplicates (a requester going
-	// back again and again, or a forger) arrive, and a duplicate is
-	// dropped when the queue is full, as when no resource holds it.
+	// back again and again, or a forger) arrive. A reply that finds the
+	// queue full is dropped and counted: a duplicate READ as if no
+	// resource held it, an ACK covered by the next, cumulative one (or,
+	// failing that, by the requester's timer).
 	maxQueuedReplies = 2*MaxRdAtomic + 8
 )
 

@@ -8,17 +8,23 @@ import (
 	"net/netip"
 )
 
-// TCPPair connects a TCP socket in from's namespace to a listener in to's
-// namespace (on to's address) and returns both ends; Go sets TCP_NODELAY.
-// It is the kernel-TCP baseline that benchmarks and demos compare with.
-func TCPPair(ctx context.Context, from, to *Host) (client, server net.Conn, err error) {
+// Runner runs code in a network namespace: a Host or Namespace here, or a
+// benchmark's host in a namespace it did not build.
+type Runner interface {
+	Do(fn func() error) error
+}
+
+// TCPPair connects a TCP socket made in from's namespace to a listener made
+// in to's namespace on addr, and returns both ends; Go sets TCP_NODELAY. It
+// is the kernel-TCP baseline that benchmarks and demos compare with.
+func TCPPair(ctx context.Context, from, to Runner, addr netip.Addr) (client, server net.Conn, err error) {
 	var ln net.Listener
 	if err := to.Do(func() error {
 		var err error
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(to.Addr, 0).String())
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
 		return err
 	}); err != nil {
-		return nil, nil, fmt.Errorf("netns: listen in %s: %w", to.Name, err)
+		return nil, nil, fmt.Errorf("netns: listen on %v: %w", addr, err)
 	}
 	defer ln.Close()
 	if err := from.Do(func() error {
@@ -26,11 +32,11 @@ func TCPPair(ctx context.Context, from, to *Host) (client, server net.Conn, err 
 		client, err = (&net.Dialer{}).DialContext(ctx, "tcp", ln.Addr().String())
 		return err
 	}); err != nil {
-		return nil, nil, fmt.Errorf("netns: dial from %s: %w", from.Name, err)
+		return nil, nil, fmt.Errorf("netns: dial %v: %w", ln.Addr(), err)
 	}
 	server, err = ln.Accept()
 	if err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("netns: accept in %s: %w", to.Name, err), client.Close())
+		return nil, nil, errors.Join(fmt.Errorf("netns: accept on %v: %w", ln.Addr(), err), client.Close())
 	}
 	return client, server, nil
 }

@@ -149,7 +149,7 @@ func BenchmarkTCPPingPong8(b *testing.B) {
 
 // tcpPair connects host 0 to host 1 over TCP.
 func tcpPair(b *testing.B, topo *netns.Topology) (net.Conn, net.Conn) {
-	c, s, err := netns.TCPPair(b.Context(), topo.Hosts[0], topo.Hosts[1])
+	c, s, err := netns.TCPPair(b.Context(), topo.Hosts[0], topo.Hosts[1], topo.Hosts[1].Addr)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -242,7 +242,7 @@ func pattern(seed, n int) []byte {
 
 // tcpExchange streams n bytes over TCP from a to b and checks they arrive intact.
 func tcpExchange(ctx context.Context, a, b *netns.Host, n int) error {
-	conn, srv, err := netns.TCPPair(ctx, a, b)
+	conn, srv, err := netns.TCPPair(ctx, a, b, b.Addr)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/netns"
+	"github.com/xdproce/xdproce/loader"
 )
 
 // buildCLI builds the xdproce command into a test directory.
@@ -103,10 +104,71 @@ func TestPerfToolsOverXDP(t *testing.T) {
 			t.Errorf("reports:\n%s\n%s", cout, sout)
 		}
 	})
+	// A client killed mid-transfer (SIGKILL: no cleanup of its own) leaves
+	// the server to notice and exit with an error instead of hanging, and
+	// leaves nothing behind on its link: the kernel drops its XDP program
+	// and UDP 4791 with the process, and a new run works at once.
+	t.Run("client killed mid-transfer", func(t *testing.T) {
+		var sout bytes.Buffer
+		srv := exec.CommandContext(t.Context(), bin, "perf", "ib_write_bw", "-d", b.Link, "-timeout", "20s", "-n", "1000000", "-s", "65536")
+		srv.Stdout, srv.Stderr = &sout, &sout
+		if err := b.Start(srv); err != nil {
+			t.Fatal(err)
+		}
+		var cout bytes.Buffer
+		cli := exec.CommandContext(t.Context(), bin, "perf", "ib_write_bw", "-d", a.Link, "-timeout", "20s", "-n", "1000000", "-s", "65536", b.Addr.String())
+		cli.Stdout, cli.Stderr = &cout, &cout
+		if err := a.Start(cli); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond) // well into a million 64 KiB WRITEs
+		if err := cli.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = cli.Wait()
+		done := make(chan error, 1)
+		go func() { done <- srv.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatalf("the server exited 0 after its client was killed:\n%s", &sout)
+			}
+			if !strings.Contains(sout.String(), "#bytes") {
+				t.Fatalf("the client was killed before the transfer began:\n%s", &sout)
+			}
+			t.Logf("server: %v: %s", err, lastLine(sout.String()))
+		case <-time.After(30 * time.Second):
+			_ = srv.Process.Kill()
+			t.Fatalf("the server still runs 30 s after its client was killed:\n%s", &sout)
+		}
+		info, err := linkInfoIn(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.XDPProgramID != 0 {
+			t.Fatalf("XDP program %d still on %s after the client was killed", info.XDPProgramID, a.Link)
+		}
+		perfRun(t, bin, a, b, "ib_write_bw", "-n", "100", "-s", "4096", "--verify")
+	})
 	t.Run("ib_write_bw -q 8", func(t *testing.T) {
 		cout, sout := perfRun(t, bin, a, b, "ib_write_bw", "-q", "8", "-n", "200", "-s", "8192", "--verify")
 		if m := bwRow.FindStringSubmatch(cout); m == nil || m[2] != "1600" {
 			t.Errorf("want 8×200 iterations:\n%s\n%s", cout, sout)
 		}
 	})
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// linkInfoIn reads h's link as its namespace sees it.
+func linkInfoIn(h *netns.Host) (l loader.Link, err error) {
+	err = h.Do(func() error {
+		l, err = loader.LinkInfo(h.Link)
+		return err
+	})
+	return l, err
 }

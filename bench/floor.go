@@ -20,9 +20,11 @@ import (
 // that touch nothing but the rings. xdproce cannot beat it; its figures
 // show which targets the link and the kernel's copy-mode path rule out.
 
-// floorPair is an AF_XDP socket on each host, with the steering program.
+// floorPair is an AF_XDP socket on each host, with the steering program,
+// driven through the same nic.FrameLink as the transport engine.
 type floorPair struct {
 	ports [2]*nic.Port
+	links [2]*nic.FrameLink
 	hosts [2]*Host
 }
 
@@ -33,6 +35,10 @@ func openFloor(ctx context.Context, hosts [2]*Host) (*floorPair, error) {
 			var err error
 			f.ports[i], err = nic.Open(ctx, nic.Config{Ifname: h.Link, Queues: 1, Ring: ring.Config{RXFrames: floorRXFrames},
 				Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				return err
+			}
+			f.links[i], err = nic.NewFrameLink(f.ports[i])
 			return err
 		})
 		if err != nil {
@@ -44,15 +50,16 @@ func openFloor(ctx context.Context, hosts [2]*Host) (*floorPair, error) {
 
 func (f *floorPair) Close() error {
 	var errs []error
-	for _, p := range f.ports {
+	for i, p := range f.ports {
+		if l := f.links[i]; l != nil {
+			errs = append(errs, l.Close())
+		}
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
 	}
 	return errors.Join(errs...)
 }
-
-func (f *floorPair) sock(i int) *ring.Socket { return f.ports[i].Sockets()[0] }
 
 // frame builds a RoCEv2 SEND-only frame from host i to the other carrying
 // payload bytes (a valid ICRC, though nobody checks it here).
@@ -91,27 +98,24 @@ func (f *floorPair) floorStream(ctx context.Context, warmup, d time.Duration, pa
 	if err != nil {
 		return window{}, err
 	}
-	tx, rx := f.sock(0), f.sock(1)
-	segs := (len(tmpl) + rx.RXSegmentSize() - 1) / rx.RXSegmentSize()
-	ahead := int64(floorRXFrames / (2 * segs))
+	tx, rx := f.links[0], f.links[1]
+	seg := f.ports[1].Sockets()[0].RXSegmentSize()
+	ahead := int64(floorRXFrames / (2 * ((len(tmpl) + seg - 1) / seg)))
 	var got atomic.Int64
 	return measureLoad(ctx, warmup, d, func(ctx context.Context, stop <-chan struct{}, m *meter) error {
 		recvDone := make(chan error, 1)
 		recvStop := make(chan struct{})
 		go func() { // owns rx until it returns
-			pkts := make([]ring.Packet, 64)
+			count := func([]byte) {}
 			for spins := 0; ; spins++ {
-				if k := rx.Receive(pkts); k > 0 {
+				k, err := rx.Receive(64, count)
+				if err != nil {
+					recvDone <- err
+					return
+				}
+				if k > 0 {
 					got.Add(int64(k))
 					m.add(k, payload)
-					if err := rx.Release(pkts[:k]); err != nil {
-						recvDone <- err
-						return
-					}
-					if _, err := rx.Refill(); err != nil {
-						recvDone <- err
-						return
-					}
 					continue
 				}
 				if spins%1024 == 0 {
@@ -126,7 +130,6 @@ func (f *floorPair) floorStream(ctx context.Context, warmup, d time.Duration, pa
 			}
 		}()
 		sendErr := func() error {
-			frames := make([]ring.TXFrame, floorBatch)
 			var sent int64
 			for spins := 0; ; spins++ {
 				if spins%64 == 0 {
@@ -138,27 +141,22 @@ func (f *floorPair) floorStream(ctx context.Context, warmup, d time.Duration, pa
 					default:
 					}
 				}
-				tx.Complete()
 				if sent-got.Load() > ahead {
-					if err := tx.Kick(); err != nil {
+					if err := tx.FlushTX(); err != nil {
 						return err
 					}
 					runtime.Gosched()
 					continue
 				}
-				k := tx.AllocTX(frames)
-				for i := range frames[:k] {
-					frames[i].Len = copy(frames[i].Buf(), tmpl)
+				for range floorBatch {
+					b := tx.TXBuffer()
+					if b == nil {
+						break
+					}
+					tx.CommitTX(copy(b, tmpl))
+					sent++
 				}
-				n, err := tx.Submit(frames[:k])
-				if n < k {
-					err = errors.Join(err, tx.FreeTX(frames[n:k]))
-				}
-				if err != nil && !errors.Is(err, ring.ErrRingFull) {
-					return err
-				}
-				sent += int64(n)
-				if err := tx.Kick(); err != nil {
+				if err := tx.FlushTX(); err != nil {
 					return err
 				}
 			}
@@ -183,20 +181,16 @@ func (f *floorPair) floorPingPong(ctx context.Context, warmup, d time.Duration, 
 	peerCtx, stopPeer := context.WithCancel(ctx)
 	defer stopPeer()
 	peerDone := make(chan error, 1)
-	go func() { peerDone <- echo(peerCtx, f.sock(1), tmpl[1]) }()
-	a := f.sock(0)
-	pkts := make([]ring.Packet, 16)
-	out := make([]ring.TXFrame, 1)
+	go func() { peerDone <- echo(peerCtx, f.links[1], tmpl[1]) }()
+	a := f.links[0]
+	out := [][]byte{tmpl[0]}
+	ignore := func([]byte) {}
 	lat, err := timeRoundTrips(ctx, warmup, d, func() error {
-		if err := sendOne(a, out, tmpl[0]); err != nil {
+		if err := a.Send(out); err != nil {
 			return err
 		}
 		for spins := 0; ; spins++ {
-			if k := a.Receive(pkts); k > 0 {
-				if err := a.Release(pkts[:k]); err != nil {
-					return err
-				}
-				_, err := a.Refill()
+			if k, err := a.Receive(16, ignore); k > 0 || err != nil {
 				return err
 			}
 			if spins%1024 == 1023 && ctx.Err() != nil {
@@ -212,12 +206,15 @@ func (f *floorPair) floorPingPong(ctx context.Context, warmup, d time.Duration, 
 	return lat, err
 }
 
-// echo answers every frame s receives with frame, until ctx ends.
-func echo(ctx context.Context, s *ring.Socket, frame []byte) error {
-	pkts := make([]ring.Packet, 16)
-	out := make([]ring.TXFrame, 1)
+// echo answers every frame l receives with frame, until ctx ends.
+func echo(ctx context.Context, l *nic.FrameLink, frame []byte) error {
+	out := [][]byte{frame}
+	ignore := func([]byte) {}
 	for spins := 0; ; spins++ {
-		k := s.Receive(pkts)
+		k, err := l.Receive(16, ignore)
+		if err != nil {
+			return err
+		}
 		if k == 0 {
 			if spins%1024 == 1023 && ctx.Err() != nil {
 				return nil
@@ -225,29 +222,10 @@ func echo(ctx context.Context, s *ring.Socket, frame []byte) error {
 			runtime.Gosched()
 			continue
 		}
-		if err := s.Release(pkts[:k]); err != nil {
-			return err
-		}
-		if _, err := s.Refill(); err != nil {
-			return err
-		}
 		for range k {
-			if err := sendOne(s, out, frame); err != nil {
+			if err := l.Send(out); err != nil {
 				return err
 			}
 		}
 	}
-}
-
-// sendOne transmits frame on s and kicks.
-func sendOne(s *ring.Socket, out []ring.TXFrame, frame []byte) error {
-	s.Complete()
-	if s.AllocTX(out[:1]) != 1 {
-		return errors.New("bench: no AF_XDP transmit buffer free")
-	}
-	out[0].Len = copy(out[0].Buf(), frame)
-	if _, err := s.Submit(out[:1]); err != nil {
-		return err
-	}
-	return s.Kick()
 }

@@ -25,13 +25,14 @@ func (h *Host) Do(fn func() error) error { return h.do(fn) }
 // namespacePrefix names the namespaces the benchmark creates.
 const namespacePrefix = "xdpbench"
 
-// buildHosts creates two namespaces joined by one veth pair (one queue each)
-// and returns their hosts and a function that removes everything.
-func buildHosts(mtu int) ([2]*Host, func() error, error) {
+// buildHosts creates two namespaces joined by one veth pair with queues RX
+// and TX queues (at least one) and returns their hosts and a function that
+// removes everything.
+func buildHosts(mtu, queues int) ([2]*Host, func() error, error) {
 	if _, err := netns.Sweep(namespacePrefix); err != nil {
 		return [2]*Host{}, nil, fmt.Errorf("bench: removing stale namespaces: %w", err)
 	}
-	topo, err := netns.Build(netns.Config{Prefix: namespacePrefix, Kind: netns.Direct, MTU: mtu, Queues: 1})
+	topo, err := netns.Build(netns.Config{Prefix: namespacePrefix, Kind: netns.Direct, MTU: mtu, Queues: max(queues, 1)})
 	if err != nil {
 		return [2]*Host{}, nil, fmt.Errorf("bench: building namespaces: %w", err)
 	}

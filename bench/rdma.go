@@ -121,20 +121,8 @@ func (p *rnicPair) connect(n int, a, b verbs.QPInitAttr) ([]qpLink, error) {
 }
 
 func toRTS(qp *verbs.QP, peerQPN uint32, peer *Host, mtu verbs.MTU) error {
-	if err := qp.Modify(verbs.QPAttr{State: verbs.StateInit, Port: 1, AccessFlags: regionAccess},
-		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
-		return fmt.Errorf("to INIT: %w", err)
-	}
-	if err := qp.Modify(verbs.QPAttr{State: verbs.StateRTR, AH: verbs.AH{DGID: peer.Addr, SGIDIndex: 1, HopLimit: 64},
-		PathMTU: mtu, DestQPN: peerQPN, MaxDestRdAtomic: 16, MinRNRTimer: 12},
-		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
-		return fmt.Errorf("to RTR: %w", err)
-	}
-	if err := qp.Modify(verbs.QPAttr{State: verbs.StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
-		verbs.AttrState|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrSQPSN|verbs.AttrMaxQPRdAtomic); err != nil {
-		return fmt.Errorf("to RTS: %w", err)
-	}
-	return nil
+	return qp.Connect(verbs.Peer{Access: regionAccess, AH: verbs.AH{DGID: peer.Addr, SGIDIndex: 1, HopLimit: 64},
+		PathMTU: mtu, DestQPN: peerQPN, MaxDestRdAtomic: 16, MinRNRTimer: 12, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16})
 }
 
 func destroy(links []qpLink) {

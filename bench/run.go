@@ -25,6 +25,9 @@ type Config struct {
 	Warmup      time.Duration // unmeasured time before each point
 	BusyPoll    BusyPoll      // where engines spin (verbs.Options.BusyPoll) and applications spin on their CQs
 	MTU         int           // of the veth pair the run creates
+	// Queues is the RX/TX queue count of the veth pair the run creates
+	// (default 1); the devices serve every queue, QPs spread over them.
+	Queues int
 	AckHold     time.Duration // verbs.Options.AckHold of both devices (0: the default)
 	// Ifaces, if set, are two existing interfaces ("NETNS/IFNAME") to measure
 	// between instead of a veth pair in fresh namespaces.
@@ -84,6 +87,7 @@ func Default() Config {
 		Duration:    2 * time.Second,
 		Warmup:      300 * time.Millisecond,
 		MTU:         4200,
+		Queues:      1,
 	}
 }
 
@@ -149,14 +153,14 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if len(cfg.Ifaces) == 2 {
 		hosts, closeHosts, err = existingHosts(cfg.Ifaces[0], cfg.Ifaces[1])
 	} else {
-		hosts, closeHosts, err = buildHosts(cfg.MTU)
+		hosts, closeHosts, err = buildHosts(cfg.MTU, cfg.Queues)
 	}
 	if err != nil {
 		return nil, err
 	}
 	defer closeHosts()
-	fmt.Fprintf(progress, "bench: %s %s (%s) <-> %s %s (%s), MTU %d, %v per point after %v warm-up, depth %d, busy-poll %v\n",
-		hosts[0].Name, hosts[0].Link, hosts[0].Addr, hosts[1].Name, hosts[1].Link, hosts[1].Addr, hosts[0].MTU,
+	fmt.Fprintf(progress, "bench: %s %s (%s) <-> %s %s (%s), MTU %d, %d queue(s), %v per point after %v warm-up, depth %d, busy-poll %v\n",
+		hosts[0].Name, hosts[0].Link, hosts[0].Addr, hosts[1].Name, hosts[1].Link, hosts[1].Addr, hosts[0].MTU, max(cfg.Queues, 1),
 		cfg.Duration, cfg.Warmup, cfg.Depth, cfg.BusyPoll)
 
 	groups := plan(cfg, hosts)

@@ -152,16 +152,9 @@ func RunPingPong(ctx context.Context, dev *verbs.Device, cfg PingPongConfig, out
 		if cfg.GIDIndex < 0 {
 			return errors.New("perftest: RoCE needs a GID: pass -g (1 is the IPv4-mapped GID)")
 		}
-		err := qp.Modify(verbs.QPAttr{State: verbs.StateRTR, PathMTU: verbs.MTUFromBytes(cfg.MTU), DestQPN: r.QPN,
-			RQPSN: r.PSN, MaxDestRdAtomic: 1, MinRNRTimer: minRNRTimer,
-			AH: verbs.AH{DGID: netip.AddrFrom16(r.GID).Unmap(), SGIDIndex: cfg.GIDIndex, HopLimit: 1}},
-			verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
-				verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)
-		if err == nil {
-			err = qp.Modify(verbs.QPAttr{State: verbs.StateRTS, Timeout: qpTimeout, RetryCnt: 7, RNRRetry: 7,
-				SQPSN: my.PSN, MaxRdAtomic: 1}, verbs.AttrState|verbs.AttrTimeout|verbs.AttrRetryCnt|
-				verbs.AttrRNRRetry|verbs.AttrSQPSN|verbs.AttrMaxQPRdAtomic)
-		}
+		err := qp.Connect(verbs.Peer{AH: verbs.AH{DGID: netip.AddrFrom16(r.GID).Unmap(), SGIDIndex: cfg.GIDIndex, HopLimit: 1},
+			PathMTU: verbs.MTUFromBytes(cfg.MTU), DestQPN: r.QPN, RQPSN: r.PSN, SQPSN: my.PSN, MaxDestRdAtomic: 1,
+			MinRNRTimer: minRNRTimer, Timeout: qpTimeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1})
 		if err != nil {
 			return fmt.Errorf("perftest: connecting the QP: %w", err)
 		}

@@ -241,18 +241,12 @@ func (s *session) connect() error {
 		if r.Addr().Is4() != m.Addr().Is4() {
 			return errors.New("perftest: the peer's GID and ours are of different IP versions")
 		}
-		rtr := verbs.QPAttr{State: verbs.StateRTR, PathMTU: verbs.MTU(s.mtu), DestQPN: r.QPN, RQPSN: r.PSN,
+		err := qp.Connect(verbs.Peer{AH: verbs.AH{DGID: r.Addr(), SGIDIndex: s.gidIndex, HopLimit: 0xff},
+			PathMTU: verbs.MTU(s.mtu), DestQPN: r.QPN, RQPSN: r.PSN, SQPSN: m.PSN,
 			MaxDestRdAtomic: uint8(min(int(m.OutReads), 255)), MinRNRTimer: minRNRTimer,
-			AH: verbs.AH{DGID: r.Addr(), SGIDIndex: s.gidIndex, HopLimit: 0xff}}
-		if err := qp.Modify(rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
-			verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
-			return fmt.Errorf("perftest: QP %#x to RTR: %w", qp.QPN(), err)
-		}
-		rts := verbs.QPAttr{State: verbs.StateRTS, SQPSN: m.PSN, Timeout: qpTimeout, RetryCnt: 7, RNRRetry: 7,
-			MaxRdAtomic: uint8(min(max(int(r.OutReads), 1), 255))}
-		if err := qp.Modify(rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|
-			verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic); err != nil {
-			return fmt.Errorf("perftest: QP %#x to RTS: %w", qp.QPN(), err)
+			Timeout: qpTimeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: uint8(min(max(int(r.OutReads), 1), 255))})
+		if err != nil {
+			return fmt.Errorf("perftest: %w", err)
 		}
 	}
 	return nil

@@ -237,7 +237,7 @@ func (d *Device) Counters() (Counters, error) {
 	err := d.do(func() error {
 		c = d.e.counters
 		if r, ok := d.link.(ringDropper); ok {
-			c.RingDrops = r.ringDrops()
+			c.RingDrops = r.RingDrops()
 		}
 		return nil
 	})
@@ -246,7 +246,7 @@ func (d *Device) Counters() (Counters, error) {
 
 // ringDropper is a Link whose kernel rings can drop frames before the engine
 // sees them (AF_XDP).
-type ringDropper interface{ ringDrops() uint64 }
+type ringDropper interface{ RingDrops() uint64 }
 
 // Counters are the device's transport counters under rxe's hw_counters names.
 type Counters struct {

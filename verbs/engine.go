@@ -52,7 +52,13 @@ type engine struct {
 	// lender is the link when it lends transmit buffers (then bufs and out
 	// are unused and each frame is built in place).
 	lender frameLender
+	// selector is the link when it has several transmit queues.
+	selector txSelector
 }
+
+// txSelector is a Link with several transmit queues: the frames built
+// after SelectTX go out on the queue of their flow, the UDP source port.
+type txSelector interface{ SelectTX(flow uint16) }
 
 // rxBatch and txBatch bound the frames handled per step.
 const (
@@ -69,6 +75,7 @@ func (e *engine) init(d *Device) {
 		e.splitter = s
 		e.gather = make([]byte, 0, 2*d.link.MaxFrame())
 	}
+	e.selector, _ = d.link.(txSelector)
 	if l, ok := d.link.(frameLender); ok {
 		e.lender = l
 		return
@@ -367,6 +374,9 @@ func (e *engine) header(qp *QP, op wire.Opcode, psn uint32, ackReq bool) *wire.P
 	p.Eth = wire.Ethernet{Dst: t.dmac, Src: t.smac}
 	p.IP = wire.IP{V6: t.v6, Src: t.sip, Dst: t.dip, TOS: t.attr.AH.TrafficClass, TTL: 64, DF: !t.v6}
 	p.UDP = wire.UDP{SrcPort: t.sport, DstPort: wire.UDPPort}
+	if e.selector != nil {
+		e.selector.SelectTX(t.sport)
+	}
 	p.BTH = wire.BTH{Opcode: op, PKey: 0xffff, DestQP: t.attr.DestQPN, AckReq: ackReq, PSN: psn & 0xffffff}
 	p.Payload = nil
 	return p

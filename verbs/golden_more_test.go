@@ -77,17 +77,10 @@ func goldenSide(t *testing.T, link Link, self, peer capFrame, qpn, peerQPN, sqPS
 	must(t, err)
 	ah := AH{DGID: peer.p.IP.Src, SGIDIndex: 1, HopLimit: 64, DMAC: net.HardwareAddr(peer.p.Eth.Src[:])}
 	if o.typ == QPTypeUC {
-		must(t, n.qp.Modify(QPAttr{State: StateInit, Port: 1, AccessFlags: AccessRemoteWrite}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags))
-		must(t, n.qp.Modify(QPAttr{State: StateRTR, AH: ah, PathMTU: o.mtu, DestQPN: peerQPN, RQPSN: rqPSN},
-			AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN))
-		must(t, n.qp.Modify(QPAttr{State: StateRTS, SQPSN: sqPSN}, AttrState|AttrSQPSN))
-		return n
+		access = AccessRemoteWrite
 	}
-	must(t, n.qp.Modify(QPAttr{State: StateInit, Port: 1, AccessFlags: access}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags))
-	must(t, n.qp.Modify(QPAttr{State: StateRTR, AH: ah, PathMTU: o.mtu, DestQPN: peerQPN, RQPSN: rqPSN, MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR},
-		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer))
-	must(t, n.qp.Modify(QPAttr{State: StateRTS, Timeout: 14, RetryCnt: o.retry, RNRRetry: 7, SQPSN: sqPSN, MaxRdAtomic: 16},
-		AttrState|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrSQPSN|AttrMaxQPRdAtomic))
+	must(t, n.qp.Connect(Peer{Access: access, AH: ah, PathMTU: o.mtu, DestQPN: peerQPN, RQPSN: rqPSN, SQPSN: sqPSN,
+		MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR, Timeout: 14, RetryCnt: o.retry, RNRRetry: 7, MaxRdAtomic: 16}))
 	return n
 }
 

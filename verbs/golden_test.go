@@ -81,12 +81,9 @@ func goldenNode(t *testing.T, link Link, self, peer capFrame, qpn uint32, sqPSN,
 		t.Fatalf("QPN %#x, want %#x", n.qp.QPN(), qpn)
 	}
 	access := AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
-	must(t, n.qp.Modify(QPAttr{State: StateInit, Port: 1, AccessFlags: access}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags))
-	must(t, n.qp.Modify(QPAttr{State: StateRTR, AH: AH{DGID: peer.p.IP.Src, SGIDIndex: 1, HopLimit: 64, DMAC: net.HardwareAddr(peer.p.Eth.Src[:])},
-		PathMTU: MTU4096, DestQPN: peer.p.BTH.DestQP, RQPSN: rqPSN, MaxDestRdAtomic: 16, MinRNRTimer: 12},
-		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer))
-	must(t, n.qp.Modify(QPAttr{State: StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: sqPSN, MaxRdAtomic: 16},
-		AttrState|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrSQPSN|AttrMaxQPRdAtomic))
+	must(t, n.qp.Connect(Peer{Access: access, AH: AH{DGID: peer.p.IP.Src, SGIDIndex: 1, HopLimit: 64, DMAC: net.HardwareAddr(peer.p.Eth.Src[:])},
+		PathMTU: MTU4096, DestQPN: peer.p.BTH.DestQP, RQPSN: rqPSN, SQPSN: sqPSN, MaxDestRdAtomic: 16, MinRNRTimer: 12,
+		Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}))
 	return n
 }
 

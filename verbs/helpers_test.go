@@ -104,12 +104,9 @@ func connect(t testing.TB, a, b *node, aIP, bIP netip.Addr, aMAC, bMAC net.Hardw
 		dmac   net.HardwareAddr
 		sq, rq uint32
 	}{{a, b, bIP, bMAC, o.psnA, o.psnB}, {b, a, aIP, aMAC, o.psnB, o.psnA}} {
-		must(t, s.n.qp.Modify(QPAttr{State: StateInit, Port: 1, AccessFlags: access}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags))
-		must(t, s.n.qp.Modify(QPAttr{State: StateRTR, AH: AH{DGID: s.dgid, SGIDIndex: 1, HopLimit: 64, DMAC: s.dmac},
-			PathMTU: o.mtu, DestQPN: s.peer.qp.QPN(), RQPSN: s.rq, MaxDestRdAtomic: o.destRd, MinRNRTimer: o.minRNR},
-			AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer))
-		must(t, s.n.qp.Modify(QPAttr{State: StateRTS, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnr, SQPSN: s.sq, MaxRdAtomic: o.initRd},
-			AttrState|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrSQPSN|AttrMaxQPRdAtomic))
+		must(t, s.n.qp.Connect(Peer{Access: access, AH: AH{DGID: s.dgid, SGIDIndex: 1, HopLimit: 64, DMAC: s.dmac},
+			PathMTU: o.mtu, DestQPN: s.peer.qp.QPN(), RQPSN: s.rq, SQPSN: s.sq, MaxDestRdAtomic: o.destRd, MinRNRTimer: o.minRNR,
+			Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnr, MaxRdAtomic: o.initRd}))
 	}
 }
 

@@ -202,8 +202,8 @@ func (l *MemLink) deliver(frames [][]byte) {
 	}
 }
 
-// ringDrops is how many frames arrived to a full queue and were dropped.
-func (l *MemLink) ringDrops() uint64 {
+// RingDrops is how many frames arrived to a full queue and were dropped.
+func (l *MemLink) RingDrops() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.overflow

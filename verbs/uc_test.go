@@ -24,10 +24,8 @@ func ucPair(t *testing.T) (*node, *node, *MemLink) {
 		ip       string
 		mac      []byte
 	}{{a, b, "198.18.0.2", macB}, {b, a, "198.18.0.1", macA}} {
-		must(t, s.me.qp.Modify(QPAttr{State: StateInit, Port: 1, AccessFlags: AccessRemoteWrite}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags))
-		must(t, s.me.qp.Modify(QPAttr{State: StateRTR, AH: AH{DGID: mustAddr(s.ip), SGIDIndex: 1, DMAC: s.mac}, PathMTU: MTU1024, DestQPN: s.peer.qp.QPN(), RQPSN: 5},
-			AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN))
-		must(t, s.me.qp.Modify(QPAttr{State: StateRTS, SQPSN: 5}, AttrState|AttrSQPSN))
+		must(t, s.me.qp.Connect(Peer{Access: AccessRemoteWrite, AH: AH{DGID: mustAddr(s.ip), SGIDIndex: 1, DMAC: s.mac},
+			PathMTU: MTU1024, DestQPN: s.peer.qp.QPN(), RQPSN: 5, SQPSN: 5}))
 	}
 	return a, b, la
 }

@@ -31,6 +31,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&busy, "busy-poll", "where engines and applications spin instead of sleeping (verbs.Options.BusyPoll): rtt (round trips only), off, or on (bare --busy-poll)")
 	ackHold := fs.Duration("ack-hold", 0, "how long a device holds lone ACKs for a reply to leave with them (verbs.Options.AckHold; 0: the default, negative: never)")
 	mtu := fs.Int("mtu", 0, "MTU of the veth pair (default 4200: RoCE path MTU 4096)")
+	queues := fs.Int("queues", 1, "RX/TX queues of the veth pair; the devices serve them all and spread QPs over them by UDP source port")
 	ifaces := fs.String("ifaces", "", "measure between two existing interfaces NETNS/IFNAME,NETNS/IFNAME instead of a fresh veth pair")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	plotOut := fs.String("plot", "", "draw bandwidth against message size into this file (.svg or .png)")
@@ -82,6 +83,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *mtu != 0 {
 		cfg.MTU = *mtu
 	}
+	if *queues < 1 {
+		return fmt.Errorf("%w: --queues %d: at least 1", errUsage, *queues)
+	}
+	cfg.Queues = *queues
 	cfg.BusyPoll = bench.BusyPoll(busy)
 	cfg.AckHold = *ackHold
 	if *ifaces != "" {

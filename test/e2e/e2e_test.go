@@ -6,6 +6,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,35 +21,44 @@ import (
 	"github.com/xdproce/xdproce/wire"
 )
 
-// pair is two hosts, each with an opened nic.Port on its link.
+// pair is two hosts, each with an opened nic.Port on its link and a
+// FrameLink on the port.
 type pair struct {
 	topo   *netns.Topology
 	a, b   *netns.Host
 	pa, pb *nic.Port
+	la, lb *nic.FrameLink
 }
 
 func openPair(t *testing.T, mtu int) *pair {
 	t.Helper()
 	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: mtu, Queues: 1})
 	p := &pair{topo: topo, a: topo.Hosts[0], b: topo.Hosts[1]}
-	open := func(h *netns.Host) *nic.Port {
+	open := func(h *netns.Host) (*nic.Port, *nic.FrameLink) {
 		var port *nic.Port
+		var link *nic.FrameLink
 		err := h.Do(func() error {
 			var err error
-			port, err = nic.Open(t.Context(), nic.Config{Ifname: h.Link})
-			return err
+			if port, err = nic.Open(t.Context(), nic.Config{Ifname: h.Link}); err != nil {
+				return err
+			}
+			if link, err = nic.NewFrameLink(port); err != nil {
+				return errors.Join(err, port.Close())
+			}
+			return nil
 		})
 		if err != nil {
 			t.Fatalf("open %s: %v", h.Name, err)
 		}
 		t.Cleanup(func() {
-			if err := port.Close(); err != nil {
+			if err := errors.Join(link.Close(), port.Close()); err != nil {
 				t.Errorf("close %s: %v", h.Name, err)
 			}
 		})
-		return port
+		return port, link
 	}
-	p.pa, p.pb = open(p.a), open(p.b)
+	p.pa, p.la = open(p.a)
+	p.pb, p.lb = open(p.b)
 	return p
 }
 
@@ -76,7 +86,7 @@ func (p *pair) receiveDecoded(t *testing.T, ctx context.Context, n int) [][]byte
 	t.Helper()
 	var got [][]byte
 	var bad []error
-	err := nic.Receive(ctx, p.pb.Sockets()[0], func(frame []byte) bool {
+	err := p.lb.Collect(ctx, func(frame []byte) bool {
 		var pkt wire.Packet
 		if err := wire.Decode(frame, &pkt); err != nil {
 			bad = append(bad, err)
@@ -84,7 +94,7 @@ func (p *pair) receiveDecoded(t *testing.T, ctx context.Context, n int) [][]byte
 			got = append(got, bytes.Clone(frame))
 		}
 		return len(got)+len(bad) < n
-	}, nil)
+	})
 	if err != nil {
 		t.Fatalf("receive at %s: got %d of %d frames: %v", p.b.Name, len(got), n, err)
 	}
@@ -122,7 +132,7 @@ func TestSendOnlyThroughAFXDP(t *testing.T) {
 			sendErr := make(chan error, 1)
 			go func() {
 				// A's socket is used only by this goroutine.
-				sendErr <- nic.Transmit(ctx, p.pa.Sockets()[0], frames)
+				sendErr <- p.la.Transmit(ctx, frames)
 			}()
 			got := p.receiveDecoded(t, ctx, count)
 			if err := <-sendErr; err != nil {
@@ -196,7 +206,7 @@ func TestReplayGoldenCaptures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	sendErr := make(chan error, 1)
-	go func() { sendErr <- nic.Transmit(ctx, p.pa.Sockets()[0], frames) }()
+	go func() { sendErr <- p.la.Transmit(ctx, frames) }()
 	got := p.receiveDecoded(t, ctx, len(frames))
 	if err := <-sendErr; err != nil {
 		t.Fatalf("transmit: %v", err)

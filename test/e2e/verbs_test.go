@@ -70,22 +70,11 @@ func connectRC(t testing.TB, a, b *rnic, mtu verbs.MTU, timeout uint8) {
 	t.Helper()
 	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	for _, s := range []struct{ me, peer *rnic }{{a, b}, {b, a}} {
-		steps := []struct {
-			attr verbs.QPAttr
-			mask verbs.AttrMask
-		}{
-			{verbs.QPAttr{State: verbs.StateInit, Port: 1, AccessFlags: access},
-				verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
-			{verbs.QPAttr{State: verbs.StateRTR, AH: verbs.AH{DGID: s.peer.host.Addr, SGIDIndex: 1, HopLimit: 64},
-				PathMTU: mtu, DestQPN: s.peer.qp.QPN(), RQPSN: 0x100, MaxDestRdAtomic: 16, MinRNRTimer: 12},
-				verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
-			{verbs.QPAttr{State: verbs.StateRTS, Timeout: timeout, RetryCnt: 7, RNRRetry: 7, SQPSN: 0x100, MaxRdAtomic: 16},
-				verbs.AttrState | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrSQPSN | verbs.AttrMaxQPRdAtomic},
-		}
-		for _, st := range steps {
-			if err := s.me.qp.Modify(st.attr, st.mask); err != nil {
-				t.Fatalf("%s: modify to %v: %v", s.me.host.Name, st.attr.State, err)
-			}
+		err := s.me.qp.Connect(verbs.Peer{Access: access, AH: verbs.AH{DGID: s.peer.host.Addr, SGIDIndex: 1, HopLimit: 64},
+			PathMTU: mtu, DestQPN: s.peer.qp.QPN(), RQPSN: 0x100, SQPSN: 0x100, MaxDestRdAtomic: 16, MinRNRTimer: 12,
+			Timeout: timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16})
+		if err != nil {
+			t.Fatalf("%s: %v", s.me.host.Name, err)
 		}
 	}
 }

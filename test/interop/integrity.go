@@ -469,16 +469,11 @@ func (r *integrityRun) connect(ctx context.Context) error {
 		return err
 	}
 	psn := rand.Uint32() & 0xffffff
-	rtr := verbs.QPAttr{State: verbs.StateRTR, PathMTU: verbs.MTUFromBytes(r.mtu), DestQPN: loc.QPN, RQPSN: loc.PSN & 0xffffff,
-		MaxDestRdAtomic: 16, MinRNRTimer: 12, AH: verbs.AH{DGID: r.peerAddr, SGIDIndex: sgid, HopLimit: 64}}
-	if err := r.qp.Modify(rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
-		verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
-		return fmt.Errorf("QP to RTR: %w", err)
-	}
-	rts := verbs.QPAttr{State: verbs.StateRTS, SQPSN: psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}
-	if err := r.qp.Modify(rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|
-		verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic); err != nil {
-		return fmt.Errorf("QP to RTS: %w", err)
+	err = r.qp.Connect(verbs.Peer{AH: verbs.AH{DGID: r.peerAddr, SGIDIndex: sgid, HopLimit: 64},
+		PathMTU: verbs.MTUFromBytes(r.mtu), DestQPN: loc.QPN, RQPSN: loc.PSN & 0xffffff, SQPSN: psn,
+		MaxDestRdAtomic: 16, MinRNRTimer: 12, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16})
+	if err != nil {
+		return err
 	}
 	if err := r.peer.send(remoteLine(r.qp.QPN(), psn, r.myGID, r.mr.RKey(), r.mr.Addr(), bufSize)); err != nil {
 		return err

@@ -348,13 +348,9 @@ func (f *fakePeer) run() error {
 	if f.remote.GID != "198.18.0.2" || f.remote.Addr == 0 || f.remote.RKey == 0 {
 		return fmt.Errorf("remote line %q", line)
 	}
-	if err := f.qp.Modify(verbs.QPAttr{State: verbs.StateRTR, PathMTU: verbs.MTUFromBytes(f.mtu), DestQPN: f.remote.QPN,
-		RQPSN: f.remote.PSN, MaxDestRdAtomic: 16, MinRNRTimer: 12, AH: verbs.AH{DGID: netip.MustParseAddr(f.remote.GID), SGIDIndex: 1}},
-		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
-		return err
-	}
-	if err := f.qp.Modify(verbs.QPAttr{State: verbs.StateRTS, SQPSN: psn, Timeout: 14, RetryCnt: 6, RNRRetry: 7, MaxRdAtomic: 16},
-		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic); err != nil {
+	if err := f.qp.Connect(verbs.Peer{AH: verbs.AH{DGID: netip.MustParseAddr(f.remote.GID), SGIDIndex: 1},
+		PathMTU: verbs.MTUFromBytes(f.mtu), DestQPN: f.remote.QPN, RQPSN: f.remote.PSN, SQPSN: psn,
+		MaxDestRdAtomic: 16, MinRNRTimer: 12, Timeout: 14, RetryCnt: 6, RNRRetry: 7, MaxRdAtomic: 16}); err != nil {
 		return err
 	}
 	f.emit(map[string]any{"event": "connected"})

@@ -1,0 +1,426 @@
+package nic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xdproce/xdproce/ring"
+)
+
+// FrameLink moves whole Ethernet frames over a port's AF_XDP sockets: it
+// receives from every queue, fairly, and transmits each flow on one queue.
+// It is the transport engine's link (the methods match verbs.Link and the
+// engine's optional interfaces) and the tools' and benchmarks' one way to
+// drive the rings. One goroutine owns it, except Wake, which any may call.
+type FrameLink struct {
+	socks []*ring.Socket
+	// rx are the sockets' receive sides, read in turn from rxNext so that
+	// every queue gets its share of each batch (rxQueue: fakes in tests).
+	rx     []rxQueue
+	rxNext int
+	pkts   []ring.Packet
+	// tx is each queue's transmit side, cur the one SelectTX chose.
+	tx      []txQueue
+	cur     int
+	scratch []byte
+	wakeFD  int      // eventfd: the doorbell
+	set     *os.File // epoll set of the sockets and wakeFD, in Go's poller
+	setConn syscall.RawConn
+	events  []unix.EpollEvent
+	max     int
+}
+
+// txQueue is one socket's transmit side: frames[:ready] are committed,
+// then come buffers reserved but not yet filled.
+type txQueue struct {
+	sock   *ring.Socket
+	frames []ring.TXFrame
+	ready  int
+}
+
+// rxQueue is what receiving needs of a socket.
+type rxQueue interface {
+	Receive(pkts []ring.Packet) int
+	Release(pkts []ring.Packet) error
+	Refill() (int, error)
+}
+
+const (
+	// rxBatch is the most frames taken from one ring per receive call.
+	rxBatch = 64
+	// txBatch is the most frames committed per queue between flushes.
+	txBatch = 128
+	// minFrameLen is the shortest Ethernet frame without FCS.
+	minFrameLen = 60
+)
+
+// NewFrameLink opens a link on p's sockets. Close it before the port.
+func NewFrameLink(p *Port) (*FrameLink, error) {
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("nic: doorbell eventfd: %w", err)
+	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("nic: epoll set: %w", err), unix.Close(efd))
+	}
+	fds := []int{efd}
+	for _, s := range p.Sockets() {
+		fds = append(fds, s.FD())
+	}
+	for _, fd := range fds {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			return nil, errors.Join(fmt.Errorf("nic: epoll add: %w", err), unix.Close(epfd), unix.Close(efd))
+		}
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		return nil, errors.Join(fmt.Errorf("nic: epoll set: %w", err), unix.Close(epfd), unix.Close(efd))
+	}
+	set := os.NewFile(uintptr(epfd), "xdproce-wait")
+	conn, err := set.SyscallConn()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("nic: epoll set: %w", err), set.Close(), unix.Close(efd))
+	}
+	l := &FrameLink{
+		socks:   p.Sockets(),
+		pkts:    make([]ring.Packet, rxBatch),
+		scratch: make([]byte, ring.MaxChunkSize*ring.MaxSegments),
+		wakeFD:  efd,
+		set:     set,
+		setConn: conn,
+		events:  make([]unix.EpollEvent, len(fds)),
+		max:     p.Link().MTU + ethOverhead,
+	}
+	for _, s := range p.Sockets() {
+		l.rx = append(l.rx, s)
+		l.tx = append(l.tx, txQueue{sock: s, frames: make([]ring.TXFrame, txBatch)})
+	}
+	return l, nil
+}
+
+// MaxFrame is the longest frame the link sends.
+func (l *FrameLink) MaxFrame() int { return l.max }
+
+// Queues is how many queues the link serves.
+func (l *FrameLink) Queues() int { return len(l.socks) }
+
+// RingDrops sums the frames the kernel dropped on every socket for want of
+// room in the RX ring or entries in the fill ring.
+func (l *FrameLink) RingDrops() uint64 {
+	var n uint64
+	for _, s := range l.socks {
+		if st, err := s.Statistics(); err == nil {
+			n += st.RXDropped + st.RXRingFull + st.RXFillRingEmptyDescs
+		}
+	}
+	return n
+}
+
+// SelectTX picks the queue the next frames go out on from their flow, the
+// UDP source port: one QP's frames stay on one queue, in order, and QPs
+// spread over the queues as a peer's RSS spreads them by the same port. On
+// veth a frame sent on queue i arrives on the peer's queue i.
+func (l *FrameLink) SelectTX(flow uint16) {
+	if n := len(l.tx); n > 1 {
+		l.cur = int(flow) % n
+	}
+}
+
+// Send copies frames into transmit buffers of the selected queue and
+// transmits them; a frame that finds no buffer free is dropped, as on a
+// congested NIC. The engine builds frames in place with TXBuffer instead.
+func (l *FrameLink) Send(frames [][]byte) error {
+	for _, f := range frames {
+		b := l.TXBuffer()
+		if b == nil {
+			break
+		}
+		l.CommitTX(pad(b, copy(b, f)))
+	}
+	return l.FlushTX()
+}
+
+// pad zeroes b from n up to the Ethernet minimum and returns the length.
+func pad(b []byte, n int) int {
+	if n >= minFrameLen {
+		return n
+	}
+	clear(b[n:minFrameLen])
+	return minFrameLen
+}
+
+// TXBuffer is the next free transmit buffer of the selected queue, or nil
+// when all are in flight even after reaping completions.
+func (l *FrameLink) TXBuffer() []byte {
+	q := &l.tx[l.cur]
+	if q.ready == len(q.frames) {
+		if err := l.FlushTX(); err != nil || q.ready == len(q.frames) {
+			return nil
+		}
+	}
+	f := &q.frames[q.ready]
+	if f.Buf() == nil {
+		// AllocTX reserves from here up to the first buffer still held.
+		if q.sock.AllocTX(q.frames[q.ready:]) == 0 {
+			q.sock.Complete()
+			if q.sock.AllocTX(q.frames[q.ready:]) == 0 {
+				return nil
+			}
+		}
+	}
+	return f.Buf()
+}
+
+// CommitTX queues the frame of n bytes built in the last TXBuffer.
+func (l *FrameLink) CommitTX(n int) {
+	q := &l.tx[l.cur]
+	q.frames[q.ready].Len = n
+	q.ready++
+}
+
+// FlushTX submits the committed frames of every queue and kicks the kernel
+// until they are sent or a TX ring stays full, when the rest are dropped as
+// a congested NIC would.
+func (l *FrameLink) FlushTX() error {
+	var errs []error
+	for i := range l.tx {
+		if err := l.tx[i].flush(); err != nil {
+			errs = append(errs, fmt.Errorf("nic: queue %d: %w", l.tx[i].sock.Queue(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (q *txQueue) flush() error {
+	s := q.sock
+	if q.ready == 0 && s.TXPending() == 0 {
+		return nil
+	}
+	var err error
+	for spins := 0; q.ready > 0 && spins < 1000; spins++ {
+		s.Complete()
+		sent, serr := s.Submit(q.frames[:q.ready])
+		// Submitted entries are cleared; move the rest (committed, then
+		// merely reserved) to the front.
+		copy(q.frames, q.frames[sent:])
+		clear(q.frames[len(q.frames)-sent:])
+		q.ready -= sent
+		if serr != nil && !errors.Is(serr, ring.ErrRingFull) {
+			err = fmt.Errorf("AF_XDP submit: %w", serr)
+			break
+		}
+		if kerr := s.Kick(); kerr != nil {
+			err = fmt.Errorf("AF_XDP kick: %w", kerr)
+			break
+		}
+	}
+	if q.ready > 0 { // still no room: drop them
+		err = errors.Join(err, s.FreeTX(q.frames[:q.ready]))
+		copy(q.frames, q.frames[q.ready:])
+		clear(q.frames[len(q.frames)-q.ready:])
+		q.ready = 0
+	}
+	for i := 0; s.TXPending() > 0 && i < 64; i++ {
+		if kerr := s.Kick(); kerr != nil {
+			return errors.Join(err, fmt.Errorf("AF_XDP kick: %w", kerr))
+		}
+	}
+	return err
+}
+
+// Transmit sends every frame on the selected queue, in order, waiting for
+// buffers rather than dropping, and returns once the kernel has sent them
+// all (completions reaped) or ctx ends. It is for tools and tests.
+func (l *FrameLink) Transmit(ctx context.Context, frames [][]byte) error {
+	q := &l.tx[l.cur]
+	for len(frames) > 0 {
+		b := l.TXBuffer()
+		if b == nil {
+			if err := l.FlushTX(); err != nil {
+				return err
+			}
+			if err := pause(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if len(frames[0]) > len(b) {
+			return fmt.Errorf("nic: frame of %d bytes exceeds the %d-byte TX buffer", len(frames[0]), len(b))
+		}
+		l.CommitTX(pad(b, copy(b, frames[0])))
+		frames = frames[1:]
+		if q.ready == len(q.frames) {
+			if err := l.FlushTX(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := l.FlushTX(); err != nil {
+		return err
+	}
+	for s := q.sock; s.TXPending() > 0 || s.FrameStats().TXKernel > 0; {
+		if err := s.Kick(); err != nil {
+			return fmt.Errorf("nic: kick: %w", err)
+		}
+		if s.Complete() == 0 {
+			if err := pause(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// pause yields briefly while the kernel drains a ring, or reports ctx's end.
+func pause(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(50 * time.Microsecond):
+		return nil
+	}
+}
+
+// Receive hands up to max frames that have arrived to fn, each whole,
+// without blocking, and returns how many. A frame is valid only during its
+// call. (The engine uses ReceiveSplit, which does not join pieces.)
+func (l *FrameLink) Receive(max int, fn func(frame []byte)) (int, error) {
+	return l.ReceiveSplit(max, func(head, tail []byte) {
+		if len(tail) == 0 {
+			fn(head)
+			return
+		}
+		n := copy(l.scratch, head)
+		n += copy(l.scratch[n:], tail)
+		fn(l.scratch[:n])
+	})
+}
+
+// ReceiveSplit receives up to max frames and hands each over in its pieces.
+// Each call starts at the queue after the one the last call started at: a
+// batch that fills up on one busy queue must not leave the others unread
+// until their rings overflow. A frame in one UMEM chunk is handed over as
+// is, one in two (PMTU 4096 in 4 KiB chunks) as head and tail without
+// joining them, so its payload is copied once, into registered memory. A
+// longer chain, which no RoCE frame needs, is gathered.
+func (l *FrameLink) ReceiveSplit(max int, fn func(head, tail []byte)) (int, error) {
+	total, n := 0, len(l.rx)
+	if n == 0 {
+		return 0, nil
+	}
+	start := l.rxNext
+	l.rxNext = (l.rxNext + 1) % n
+	for i := range n {
+		s := l.rx[(start+i)%n]
+		got := s.Receive(l.pkts[:min(len(l.pkts), max-total)])
+		for j := range l.pkts[:got] {
+			p := &l.pkts[j]
+			switch p.Segments() {
+			case 1:
+				fn(p.Segment(0), nil)
+			case 2:
+				fn(p.Segment(0), p.Segment(1))
+			default:
+				if f, err := p.Bytes(l.scratch); err == nil {
+					fn(f, nil)
+				}
+			}
+		}
+		if err := s.Release(l.pkts[:got]); err != nil {
+			return total, fmt.Errorf("nic: AF_XDP release: %w", err)
+		}
+		if _, err := s.Refill(); err != nil {
+			return total, fmt.Errorf("nic: AF_XDP refill: %w", err)
+		}
+		total += got
+		if total >= max {
+			break
+		}
+	}
+	return total, nil
+}
+
+// Collect hands every frame that arrives to fn until fn returns false or
+// ctx ends, sleeping on the rings when nothing has arrived. It is for
+// tools and tests.
+func (l *FrameLink) Collect(ctx context.Context, fn func(frame []byte) bool) error {
+	more := true
+	for more {
+		n, err := l.Receive(rxBatch, func(f []byte) {
+			if more {
+				more = fn(f)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if n == 0 && more {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			l.Wait(5 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// Wake makes a Wait in progress, or the next one, return at once: the
+// eventfd in the wait set is the doorbell. Any goroutine may call it.
+func (l *FrameLink) Wake() {
+	one := [8]byte{1}
+	_, _ = unix.Write(l.wakeFD, one[:]) // EAGAIN means it is already signalled
+}
+
+// Wait blocks until a frame may be ready, Wake is called, or d passes. It
+// parks in Go's network poller on an epoll set of every queue's socket and
+// the doorbell, rather than blocking its thread in poll(2): a parked
+// goroutine gives its processor back at once, so the other goroutines (the
+// application, another device's engine) run without waiting for the
+// runtime to notice a blocked system call.
+func (l *FrameLink) Wait(d time.Duration) {
+	_ = l.set.SetReadDeadline(time.Now().Add(d))
+	_ = l.setConn.Read(func(fd uintptr) bool {
+		n, err := unix.EpollWait(int(fd), l.events, 0)
+		return n > 0 || (err != nil && err != unix.EINTR)
+	})
+	var b [8]byte
+	_, _ = unix.Read(l.wakeFD, b[:]) // reset the doorbell; EAGAIN if it did not ring
+}
+
+// Close gives back the transmit buffers the link still reserves and
+// checks, once its owner has stopped, that every UMEM frame is accounted
+// for and none is held: a frame a receive path forgot to release, or a
+// transmit buffer lost, shows here (every test that closes a device on
+// AF_XDP checks it). The sockets stay open: they are the port's.
+func (l *FrameLink) Close() error {
+	var errs []error
+	for i := range l.tx {
+		q := &l.tx[i]
+		held := 0
+		for held < len(q.frames) && q.frames[held].Buf() != nil {
+			held++
+		}
+		if held > 0 {
+			errs = append(errs, q.sock.FreeTX(q.frames[:held]))
+		}
+		clear(q.frames)
+		q.ready = 0
+	}
+	for _, s := range l.socks {
+		if err := s.CheckFrames(); err != nil {
+			errs = append(errs, fmt.Errorf("nic: queue %d: UMEM frames: %w", s.Queue(), err))
+			continue
+		}
+		if st := s.FrameStats(); st.RXHeld != 0 || st.TXHeld != 0 {
+			errs = append(errs, fmt.Errorf("nic: queue %d: %d RX frames and %d TX buffers still held at close", s.Queue(), st.RXHeld, st.TXHeld))
+		}
+	}
+	return errors.Join(append(errs, l.set.Close(), unix.Close(l.wakeFD))...)
+}

@@ -1,0 +1,117 @@
+package nic
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/netns"
+	"github.com/xdproce/xdproce/ring"
+	"github.com/xdproce/xdproce/wire"
+)
+
+// busyQueue always has frames waiting and counts what it hands out.
+type busyQueue struct{ taken int }
+
+func (q *busyQueue) Receive(pkts []ring.Packet) int { q.taken += len(pkts); return len(pkts) }
+func (q *busyQueue) Release([]ring.Packet) error    { return nil }
+func (q *busyQueue) Refill() (int, error)           { return 0, nil }
+
+// TestReceiveReadsQueuesFairly: with every queue busy enough to fill a
+// batch on its own, successive batches start at successive queues, so each
+// queue gets its share instead of queue 0 taking every batch.
+func TestReceiveReadsQueuesFairly(t *testing.T) {
+	qs := []*busyQueue{{}, {}, {}}
+	l := &FrameLink{pkts: make([]ring.Packet, rxBatch)}
+	for _, q := range qs {
+		l.rx = append(l.rx, q)
+	}
+	const batches = 30
+	for range batches {
+		if n, err := l.Receive(rxBatch, func([]byte) {}); err != nil || n != rxBatch {
+			t.Fatalf("Receive: %d frames, %v", n, err)
+		}
+	}
+	for i, q := range qs {
+		if want := batches / len(qs) * rxBatch; q.taken != want {
+			t.Errorf("queue %d: %d frames of %d, want %d", i, q.taken, batches*rxBatch, want)
+		}
+	}
+}
+
+// TestFlowsStayOnTheirQueue: on a two-queue veth pair, frames go out on the
+// queue SelectTX picks from their flow and arrive on the peer's queue of
+// the same index, so each QP's traffic stays on one queue at both ends and
+// QPs spread over the queues.
+func TestFlowsStayOnTheirQueue(t *testing.T) {
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, Queues: 2})
+	var ports [2]*Port
+	var links [2]*FrameLink
+	for i, h := range topo.Hosts[:2] {
+		err := h.Do(func() (err error) {
+			if ports[i], err = Open(t.Context(), Config{Ifname: h.Link}); err != nil {
+				return err
+			}
+			links[i], err = NewFrameLink(ports[i])
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", h.Name, err)
+		}
+		t.Cleanup(func() {
+			if err := errors.Join(links[i].Close(), ports[i].Close()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	if links[0].Queues() != 2 || links[1].Queues() != 2 {
+		t.Fatalf("queues %d and %d, want 2", links[0].Queues(), links[1].Queues())
+	}
+	const perFlow = 50
+	flows := []uint16{0xc000, 0xc001, 0xd3a7, 0xe10a} // queues 0, 1, 1, 0
+	want := [2]uint64{}
+	for _, flow := range flows {
+		frames := make([][]byte, perFlow)
+		for i := range frames {
+			frames[i] = roceFrame(t, topo.Hosts[0], topo.Hosts[1], ports, flow, uint32(i))
+		}
+		links[0].SelectTX(flow)
+		if err := links[0].Transmit(t.Context(), frames); err != nil {
+			t.Fatal(err)
+		}
+		want[flow%2] += perFlow
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	got := 0
+	if err := links[1].Collect(ctx, func([]byte) bool { got++; return got < len(flows)*perFlow }); err != nil {
+		t.Fatalf("received %d of %d: %v", got, len(flows)*perFlow, err)
+	}
+	for q := range 2 {
+		tx := ports[0].Sockets()[q].Counters().TXPackets
+		rx := ports[1].Sockets()[q].Counters().RXPackets
+		if tx != want[q] || rx != want[q] {
+			t.Errorf("queue %d: sent %d, received %d, want %d each", q, tx, rx, want[q])
+		}
+	}
+}
+
+// roceFrame is a RoCEv2 SEND_ONLY frame from host a to host b with UDP
+// source port flow.
+func roceFrame(t *testing.T, a, b *netns.Host, ports [2]*Port, flow uint16, psn uint32) []byte {
+	var p wire.Packet
+	p.Reset()
+	copy(p.Eth.Src[:], ports[0].Link().MAC)
+	copy(p.Eth.Dst[:], ports[1].Link().MAC)
+	p.IP.Src, p.IP.Dst = a.Addr, b.Addr
+	p.UDP.SrcPort = flow
+	p.BTH = wire.BTH{Opcode: wire.RCSendOnly, PKey: 0xffff, DestQP: 0x12, PSN: psn}
+	p.Payload = []byte("spread")
+	frame := make([]byte, p.FrameLen())
+	n, err := wire.Encode(frame, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return frame[:n]
+}

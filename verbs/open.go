@@ -1,0 +1,73 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"github.com/xdproce/xdproce/internal/nsenter"
+	"github.com/xdproce/xdproce/loader"
+	"github.com/xdproce/xdproce/nic"
+)
+
+// Options tune Open.
+type Options struct {
+	// XDPMode forces native or generic XDP; the default tries native first.
+	XDPMode loader.Mode
+	// Queues limits the RX queues served; 0 serves all of the link's.
+	Queues int
+	// OneChunk keeps each frame in one UMEM chunk, as on a kernel without
+	// AF_XDP multi-buffer: the active MTU is capped to 2048 (nic.Config).
+	OneChunk bool
+	// BusyPoll keeps the engine spinning on the rings instead of sleeping;
+	// see DeviceConfig.BusyPoll.
+	BusyPoll bool
+	// AckHold: see DeviceConfig.AckHold.
+	AckHold time.Duration
+	// Logger receives setup notes. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Open starts a device on the network interface ifname of the calling OS
+// thread's network namespace: it attaches the XDP steering program, opens
+// one AF_XDP socket per RX queue, and runs the transport on them. Close
+// undoes all of it.
+func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
+	port, err := nic.Open(ctx, nic.Config{Ifname: ifname, XDPMode: opts.XDPMode, Queues: opts.Queues, OneChunk: opts.OneChunk, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	ns, err := netns.Get()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("verbs: current network namespace: %w", err), port.Close())
+	}
+	gids := make([]netip.Addr, len(port.GIDs()))
+	for i, g := range port.GIDs() {
+		gids[i] = netip.AddrFrom16(g)
+	}
+	link, err := nic.NewFrameLink(port)
+	if err != nil {
+		return nil, errors.Join(err, port.Close(), ns.Close())
+	}
+	cfg := DeviceConfig{
+		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), DataPath: port.Features().String(), BusyPoll: opts.BusyPoll, AckHold: opts.AckHold,
+		Resolve: func(ctx context.Context, ip netip.Addr) (mac net.HardwareAddr, err error) {
+			err = nsenter.Do(ns, func() error {
+				mac, err = loader.ResolveNeighbor(ctx, ifname, ip)
+				return err
+			})
+			return mac, err
+		},
+	}
+	d, err := NewDevice(link, cfg)
+	if err != nil {
+		return nil, errors.Join(err, link.Close(), port.Close(), ns.Close())
+	}
+	d.onClose = func() error { return errors.Join(link.Close(), port.Close(), ns.Close()) } // the link checks its frames before the sockets go
+	return d, nil
+}

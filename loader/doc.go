@@ -1,9 +1,8 @@
 // Package loader loads xdproce's XDP steering program (package bpf),
 // attaches it to a link, manages its maps (AF_XDP sockets per RX queue,
-// local addresses, counters) and answers the netlink questions a RoCEv2
-// device has: link facts, the GID table rxe would build, rxe's active MTU,
-// routes and neighbour (ARP/ND) resolution. BindGuard reserves UDP port
-// 4791 in the kernel.
+// local addresses, counters) and describes links (LinkInfo). The RoCE
+// port's facts built on them (GID table, active MTU, routes, neighbours,
+// the UDP 4791 guard) are package nic's.
 //
 // # Namespaces
 //

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xdproce/xdproce/wire"
 )
 
 // Traffic helpers for the namespace tests. Every wait is bounded.
@@ -195,7 +197,7 @@ func roceFrame(p *pair, dst netip.Addr, payload int, mutate func(ip, udp []byte)
 	copy(ip[16:], d[:])
 	udp := f[34:42]
 	binary.BigEndian.PutUint16(udp[0:], 0xc000)
-	binary.BigEndian.PutUint16(udp[2:], RoCEv2Port)
+	binary.BigEndian.PutUint16(udp[2:], wire.UDPPort)
 	binary.BigEndian.PutUint16(udp[4:], uint16(8+payload))
 	if mutate != nil {
 		mutate(ip, udp)

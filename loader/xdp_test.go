@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdproce/xdproce/bpf"
+	"github.com/xdproce/xdproce/wire"
 )
 
 // logBuffer is a slog destination safe for concurrent writes.
@@ -250,7 +251,7 @@ func TestNativeVethMTUs(t *testing.T) {
 			p.B.run(t, func() error { return setMTU(p.BName, mtu) })
 			// A frame as large as the MTU allows reaches the program whole.
 			size := min(mtu, 9000) - 20 - 8
-			if err := sendUDP(p.B, p.AAddr, RoCEv2Port, size, 3); err != nil {
+			if err := sendUDP(p.B, p.AAddr, wire.UDPPort, size, 3); err != nil {
 				t.Fatal(err)
 			}
 			c := waitCounters(t, x, "full-size RoCE datagrams", func(c Counters) bool { return c.NoSocket >= 3 })
@@ -271,17 +272,17 @@ func TestCountersNoSocketAndPassed(t *testing.T) {
 			var guard *net.UDPConn
 			p.A.run(t, func() error {
 				var err error
-				guard, err = net.ListenUDP("udp4", &net.UDPAddr{IP: p.AAddr.AsSlice(), Port: RoCEv2Port})
+				guard, err = net.ListenUDP("udp4", &net.UDPAddr{IP: p.AAddr.AsSlice(), Port: wire.UDPPort})
 				return err
 			})
 			defer guard.Close()
 
 			const n = 5
-			if err := sendUDP(p.B, p.AAddr, RoCEv2Port, 1024, n); err != nil {
+			if err := sendUDP(p.B, p.AAddr, wire.UDPPort, 1024, n); err != nil {
 				t.Fatal(err)
 			}
 			// 4166-byte frames (RoCE path MTU 4096) are multi-buffer on veth.
-			if err := sendUDP(p.B, p.AAddr, RoCEv2Port, 4166-14-20-8, n); err != nil {
+			if err := sendUDP(p.B, p.AAddr, wire.UDPPort, 4166-14-20-8, n); err != nil {
 				t.Fatal(err)
 			}
 			c := waitCounters(t, x, "RoCE without socket", func(c Counters) bool { return c.NoSocket >= 2*n })
@@ -672,7 +673,7 @@ func TestCountersSumCPUs(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- sendUDP(p.B, p.AAddr, RoCEv2Port, 64, perWorker)
+			errs <- sendUDP(p.B, p.AAddr, wire.UDPPort, 64, perWorker)
 		}()
 	}
 	wg.Wait()

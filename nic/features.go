@@ -86,5 +86,5 @@ func frameRoom(rc ring.Config) int {
 // cappedMTU is the active IB MTU of a netdev MTU when frames can be at
 // most maxFrame bytes long (VLAN tag included).
 func cappedMTU(netdevMTU, maxFrame int) int {
-	return loader.ActiveMTU(min(netdevMTU, maxFrame-ethOverhead))
+	return ActiveMTU(min(netdevMTU, maxFrame-ethOverhead))
 }

@@ -1,10 +1,12 @@
-// Package nic opens xdproce's data path on one network interface: it attaches
-// the XDP steering program, reserves UDP port 4791 in the kernel, opens one
-// AF_XDP socket per RX queue and registers each in the program's XSKMAP.
+// Package nic is the RoCE port on one network interface. Open attaches the
+// XDP steering program, reserves UDP port 4791 in the kernel (BindGuard),
+// opens one AF_XDP socket per RX queue and registers each in the program's
+// XSKMAP, with the best features the kernel offers; FrameLink moves frames
+// over those sockets. The port's facts are rxe's: the GID table, the
+// active MTU, routes and neighbour (ARP/ND) resolution.
 //
-// A Port is what a device's engines run on: each engine owns one queue's
-// Socket. Open acts in the network namespace of the calling OS thread (see
-// package loader); everything it creates keeps that namespace.
+// Open, Route and ResolveNeighbor act in the network namespace of the
+// calling OS thread; everything Open creates keeps that namespace.
 package nic
 
 import (
@@ -16,6 +18,7 @@ import (
 
 	"github.com/xdproce/xdproce/loader"
 	"github.com/xdproce/xdproce/ring"
+	"github.com/xdproce/xdproce/wire"
 )
 
 // Config says which interface to open and how.
@@ -44,7 +47,7 @@ type Config struct {
 // AF_XDP socket per queue.
 type Port struct {
 	link    loader.Link
-	gids    []loader.GID
+	gids    []GID
 	xdp     *loader.XDP
 	guard   io.Closer
 	sockets []*ring.Socket
@@ -71,7 +74,7 @@ func Open(ctx context.Context, cfg Config) (_ *Port, err error) {
 	if p.link, err = loader.LinkInfo(cfg.Ifname); err != nil {
 		return nil, fmt.Errorf("nic: %w", err)
 	}
-	if p.gids, err = loader.GIDTable(cfg.Ifname); err != nil {
+	if p.gids, err = GIDTable(p.link); err != nil {
 		return nil, fmt.Errorf("nic: %w", err)
 	}
 	queues := p.link.NumRXQueues
@@ -82,8 +85,8 @@ func Open(ctx context.Context, cfg Config) (_ *Port, err error) {
 		queues = cfg.Queues
 	}
 	if !cfg.NoGuard {
-		if p.guard, err = loader.BindGuard(); err != nil {
-			return nil, fmt.Errorf("nic: reserving UDP %d: %w", loader.RoCEv2Port, err)
+		if p.guard, err = BindGuard(); err != nil {
+			return nil, fmt.Errorf("nic: reserving UDP %d: %w", wire.UDPPort, err)
 		}
 	}
 	if p.xdp, err = loader.Attach(cfg.Ifname, loader.Options{Mode: cfg.XDPMode, Logger: cfg.Logger}); err != nil {
@@ -160,7 +163,7 @@ func (p *Port) openSockets(ctx context.Context, cfg Config, queues int) (err err
 func (p *Port) Link() loader.Link { return p.link }
 
 // GIDs is the port's RoCEv2 GID table, as rxe would build it.
-func (p *Port) GIDs() []loader.GID { return p.gids }
+func (p *Port) GIDs() []GID { return p.gids }
 
 // ActiveMTU is the IB MTU the port supports on this link: rxe's rule on the
 // netdev MTU, capped by the longest frame the sockets receive whole.

@@ -17,7 +17,7 @@ import (
 type DeviceConfig struct {
 	MAC net.HardwareAddr
 	// GIDs is the port's GID table (index 0 the link-local GID, then IPv4
-	// addresses as IPv4 or ::ffff:a.b.c.d, then IPv6), as loader.GIDTable.
+	// addresses as IPv4 or ::ffff:a.b.c.d, then IPv6), as nic.GIDTable.
 	GIDs []netip.Addr
 	// ActiveMTU is the port's IB MTU in bytes (256..4096).
 	ActiveMTU int

@@ -58,7 +58,7 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), DataPath: port.Features().String(), BusyPoll: opts.BusyPoll, AckHold: opts.AckHold,
 		Resolve: func(ctx context.Context, ip netip.Addr) (mac net.HardwareAddr, err error) {
 			err = nsenter.Do(ns, func() error {
-				mac, err = loader.ResolveNeighbor(ctx, ifname, ip)
+				mac, err = nic.ResolveNeighbor(ctx, ifname, ip)
 				return err
 			})
 			return mac, err

@@ -16,7 +16,7 @@ import (
 // portInfo is what devinfo prints about the device's single port.
 type portInfo struct {
 	link      loader.Link
-	gids      []loader.GID
+	gids      []nic.GID
 	activeMTU int
 	// datapath is what opening the port found (nic.Features), or why it
 	// could not be opened.
@@ -37,11 +37,11 @@ func runDevinfo(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	gids, err := loader.GIDTable(*dev)
+	gids, err := nic.GIDTable(link)
 	if err != nil {
 		return err
 	}
-	p := portInfo{link: link, gids: gids, activeMTU: loader.ActiveMTU(link.MTU), datapath: "not probed"}
+	p := portInfo{link: link, gids: gids, activeMTU: nic.ActiveMTU(link.MTU), datapath: "not probed"}
 	if *probe {
 		p.activeMTU, p.datapath = probePort(ctx, *dev, p.activeMTU)
 	}
@@ -110,7 +110,7 @@ func formatGUID(g uint64) string {
 
 // formatGID prints a GID as ibv_devinfo does: IPv4-mapped ones as ::ffff:a.b.c.d,
 // others as eight groups of four hex digits.
-func formatGID(g loader.GID) string {
+func formatGID(g nic.GID) string {
 	if a := g.Addr(); a.Is4() {
 		return "::ffff:" + a.String()
 	}

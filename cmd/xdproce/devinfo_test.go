@@ -7,18 +7,19 @@ import (
 	"testing"
 
 	"github.com/xdproce/xdproce/loader"
+	"github.com/xdproce/xdproce/nic"
 )
 
 func TestWriteDevinfoMatchesRxeLayout(t *testing.T) {
 	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x18, 0x00, 0x01}
-	gid0, err := loader.DefaultGID(mac)
+	gid0, err := nic.DefaultGID(mac)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := portInfo{
 		link:      loader.Link{Name: "eth0", MAC: mac, MTU: 9000, OperState: "up", Up: true, NumRXQueues: 1},
-		gids:      []loader.GID{gid0, loader.GIDFromAddr(netip.MustParseAddr("198.18.0.11"))},
-		activeMTU: loader.ActiveMTU(9000),
+		gids:      []nic.GID{gid0, nic.GIDFromAddr(netip.MustParseAddr("198.18.0.11"))},
+		activeMTU: nic.ActiveMTU(9000),
 	}
 	var b strings.Builder
 	if err := writeDevinfo(&b, p); err != nil {
@@ -44,7 +45,7 @@ func TestWriteDevinfoMatchesRxeLayout(t *testing.T) {
 
 func TestWriteDevinfoDownLink(t *testing.T) {
 	var b strings.Builder
-	p := portInfo{link: loader.Link{Name: "v0", MTU: 1500, OperState: "down", Up: true}, activeMTU: loader.ActiveMTU(1500)}
+	p := portInfo{link: loader.Link{Name: "v0", MTU: 1500, OperState: "down", Up: true}, activeMTU: nic.ActiveMTU(1500)}
 	if err := writeDevinfo(&b, p); err != nil {
 		t.Fatal(err)
 	}

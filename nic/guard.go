@@ -1,4 +1,4 @@
-package loader
+package nic
 
 import (
 	"errors"
@@ -8,15 +8,14 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
-)
 
-// RoCEv2Port is the UDP destination port of RoCEv2 (IANA).
-const RoCEv2Port = 4791
+	"github.com/xdproce/xdproce/wire"
+)
 
 // BindGuard binds kernel UDP sockets to 0.0.0.0:4791 and [::]:4791 in the
 // calling thread's network namespace; see GuardPort.
 func BindGuard() (io.Closer, error) {
-	return GuardPort(RoCEv2Port)
+	return GuardPort(wire.UDPPort)
 }
 
 // GuardPort binds kernel UDP sockets to 0.0.0.0:port and [::]:port
@@ -27,7 +26,7 @@ func BindGuard() (io.Closer, error) {
 // wraps EADDRINUSE. If IPv6 is disabled only the IPv4 socket is bound.
 func GuardPort(port int) (io.Closer, error) {
 	if port <= 0 || port > 0xffff {
-		return nil, fmt.Errorf("loader: guard: invalid UDP port %d", port)
+		return nil, fmt.Errorf("nic: guard: invalid UDP port %d", port)
 	}
 	g := &guard{}
 	for _, b := range []struct {
@@ -44,9 +43,9 @@ func GuardPort(port int) (io.Closer, error) {
 			}
 			g.Close()
 			if errors.Is(err, unix.EADDRINUSE) {
-				return nil, fmt.Errorf("loader: guard UDP port %d is already in use (rdma_rxe loaded or another RoCE endpoint running?): %w", port, err)
+				return nil, fmt.Errorf("nic: guard UDP port %d is already in use (rdma_rxe loaded or another RoCE endpoint running?): %w", port, err)
 			}
-			return nil, fmt.Errorf("loader: guard UDP port %d: %w", port, err)
+			return nil, fmt.Errorf("nic: guard UDP port %d: %w", port, err)
 		}
 		// Nothing reads these sockets: keep what can queue up small.
 		_ = c.SetReadBuffer(1)

@@ -1,4 +1,4 @@
-package loader
+package nic
 
 import (
 	"errors"
@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xdproce/xdproce/internal/netns"
 )
 
 func TestGuardBlocksSecondBind(t *testing.T) {
-	ns := newNS(t)
-	err := ns.do(func() error {
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, Queues: 1, IPv6: true})
+	err := topo.Hosts[0].Do(func() error {
 		g, err := BindGuard()
 		if err != nil {
 			return err
@@ -68,13 +70,14 @@ func TestGuardInvalidPort(t *testing.T) {
 // port unreachable, which a connected sender sees as ECONNREFUSED; with the
 // guard it stays silent.
 func TestGuardSuppressesPortUnreachable(t *testing.T) {
-	p := newPair(t, pairOpts{})
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, Queues: 1})
+	a, b := topo.Hosts[0], topo.Hosts[1]
 	const port = 14791 // GuardPort on another port keeps the test independent of 4791
 	refused := func() bool {
 		t.Helper()
 		var got bool
-		p.B.run(t, func() error {
-			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.AAddr, port)))
+		err := b.Do(func() error {
+			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(a.Addr, port)))
 			if err != nil {
 				return err
 			}
@@ -102,17 +105,21 @@ func TestGuardSuppressesPortUnreachable(t *testing.T) {
 			}
 			return nil
 		})
+		if err != nil {
+			t.Fatal(err)
+		}
 		return got
 	}
 	if !refused() {
 		t.Fatal("no port unreachable without the guard: the test cannot see the difference")
 	}
 	var g io.Closer
-	p.A.run(t, func() error {
-		var err error
+	if err := a.Do(func() (err error) {
 		g, err = GuardPort(port)
 		return err
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	defer g.Close()
 	if refused() {
 		t.Error("port unreachable despite the guard")

@@ -27,8 +27,8 @@ type Config struct {
 	MTU         int           // of the veth pair the run creates
 	// Queues is the RX/TX queue count of the veth pair the run creates
 	// (default 1); the devices serve every queue, QPs spread over them.
-	Queues int
-	AckHold     time.Duration // verbs.Options.AckHold of both devices (0: the default)
+	Queues  int
+	AckHold time.Duration // verbs.Options.AckHold of both devices (0: the default)
 	// Ifaces, if set, are two existing interfaces ("NETNS/IFNAME") to measure
 	// between instead of a veth pair in fresh namespaces.
 	Ifaces []string

@@ -34,6 +34,10 @@ type Features struct {
 	// the kernel lacks it (Linux 6.17) and sends 32.
 	TXBudget int
 	Queues   int // RX queues served, one AF_XDP socket each
+	// BusyPoll: the sockets ask the kernel to busy-poll their queues
+	// (SO_PREFER_BUSY_POLL, Linux 5.11); NoBusyPoll is why not.
+	BusyPoll   bool
+	NoBusyPoll string
 	// MaxFrame is the longest Ethernet frame received whole.
 	MaxFrame int
 	// ActiveMTU is the port's IB MTU: rxe's rule on the netdev MTU, capped
@@ -58,6 +62,11 @@ func (f Features) String() string {
 		b.WriteString(", multi-buffer")
 	case f.NoMultiBuffer != "":
 		fmt.Fprintf(&b, ", one chunk per frame (multi-buffer: %s)", f.NoMultiBuffer)
+	}
+	if f.BusyPoll {
+		b.WriteString(", socket busy-poll")
+	} else {
+		fmt.Fprintf(&b, ", no socket busy-poll (%s)", f.NoBusyPoll)
 	}
 	fmt.Fprintf(&b, ", %d queue(s), frames up to %d bytes, active MTU %d", f.Queues, f.MaxFrame, f.ActiveMTU)
 	if f.TXBudget > 0 {

@@ -125,3 +125,39 @@ func TestCappedMTU(t *testing.T) {
 		t.Error("sgUnsupported: EINVAL is the kernel without XDP_USE_SG, EBUSY is not")
 	}
 }
+
+// TestBusyPollSocketOptions: a port asked to busy-poll sets the socket
+// options on every queue's socket and says so in its features; one not
+// asked leaves them at the kernel's defaults and says why.
+func TestBusyPollSocketOptions(t *testing.T) {
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, Queues: 2})
+	h := topo.Hosts[0]
+	for _, asked := range []bool{false, true} {
+		err := h.Do(func() error {
+			p, err := Open(t.Context(), Config{Ifname: h.Link, BusyPoll: asked})
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			f := p.Features()
+			if f.BusyPoll != asked || (f.NoBusyPoll == "") != asked {
+				t.Errorf("asked %v: features %+v", asked, f)
+			}
+			for _, s := range p.Sockets() {
+				prefer, err1 := unix.GetsockoptInt(s.FD(), unix.SOL_SOCKET, unix.SO_PREFER_BUSY_POLL)
+				usecs, err2 := unix.GetsockoptInt(s.FD(), unix.SOL_SOCKET, unix.SO_BUSY_POLL)
+				// (SO_BUSY_POLL_BUDGET cannot be read back.)
+				if err := errors.Join(err1, err2); err != nil {
+					return err
+				}
+				if on := prefer == 1 && usecs == busyPollUsecs; on != asked {
+					t.Errorf("asked %v: queue %d has prefer %d, %d µs", asked, s.Queue(), prefer, usecs)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

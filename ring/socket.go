@@ -532,3 +532,30 @@ func (s *Socket) Bytes(d Desc) ([]byte, error) {
 	}
 	return s.dp.bytes(d)
 }
+
+// SetBusyPoll asks the kernel to run this queue's NAPI context in the
+// socket's own kicks and waits (SO_PREFER_BUSY_POLL, SO_BUSY_POLL for usecs,
+// SO_BUSY_POLL_BUDGET packets), instead of in softirq on whichever CPU the
+// interrupt or the peer chose: what a spinning engine wants. Linux 5.11;
+// raising SO_BUSY_POLL above net.core.busy_read needs CAP_NET_ADMIN.
+func (s *Socket) SetBusyPoll(usecs, budget int) error {
+	for _, o := range []struct {
+		name string
+		opt  int
+		val  int
+	}{{"SO_PREFER_BUSY_POLL", unix.SO_PREFER_BUSY_POLL, 1}, {"SO_BUSY_POLL", unix.SO_BUSY_POLL, usecs}, {"SO_BUSY_POLL_BUDGET", unix.SO_BUSY_POLL_BUDGET, budget}} {
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, o.opt, o.val); err != nil {
+			return fmt.Errorf("ring: %s %d: %w", o.name, o.val, err)
+		}
+	}
+	return nil
+}
+
+// BusyPollAvailable says whether the kernel has the busy-poll socket options
+// SetBusyPoll sets, without changing them.
+func (s *Socket) BusyPollAvailable() error {
+	if _, err := unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_PREFER_BUSY_POLL); err != nil {
+		return fmt.Errorf("ring: SO_PREFER_BUSY_POLL (Linux 5.11): %w", err)
+	}
+	return nil
+}

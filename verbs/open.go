@@ -55,7 +55,7 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 		return nil, errors.Join(err, port.Close(), ns.Close())
 	}
 	cfg := DeviceConfig{
-		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), DataPath: port.Features().String(), BusyPoll: opts.BusyPoll, AckHold: opts.AckHold,
+		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), DataPath: port.Features().String(), AckHold: opts.AckHold,
 		Resolve: func(ctx context.Context, ip netip.Addr) (mac net.HardwareAddr, err error) {
 			err = nsenter.Do(ns, func() error {
 				mac, err = nic.ResolveNeighbor(ctx, ifname, ip)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+
 	"github.com/xdproce/xdproce/internal/nsenter"
 	"github.com/xdproce/xdproce/loader"
 	"github.com/xdproce/xdproce/nic"

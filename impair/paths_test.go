@@ -20,6 +20,7 @@ import (
 
 	"github.com/xdproce/xdproce/impair"
 	"github.com/xdproce/xdproce/internal/netns"
+	"github.com/xdproce/xdproce/wire"
 )
 
 // frame builds an Ethernet/IPv4/UDP frame to port 4791 with a complete,
@@ -40,7 +41,7 @@ func frame(src, dst *netns.Host, seq uint32, size int, badChecksum bool) []byte 
 	s4, d4 := src.Addr.As4(), dst.Addr.As4()
 	copy(ip[12:16], s4[:])
 	copy(ip[16:20], d4[:])
-	binary.BigEndian.PutUint16(ip[10:12], checksum(ip, 0))
+	binary.BigEndian.PutUint16(ip[10:12], wire.Checksum(ip, 0))
 	udp := b[34:]
 	binary.BigEndian.PutUint16(udp[0:2], srcPort)
 	binary.BigEndian.PutUint16(udp[2:4], rocePort)
@@ -52,7 +53,7 @@ func frame(src, dst *netns.Host, seq uint32, size int, badChecksum bool) []byte 
 		pseudo += uint32(binary.BigEndian.Uint16(s4[i:])) + uint32(binary.BigEndian.Uint16(d4[i:]))
 	}
 	pseudo += 17 + uint32(8+len(p))
-	c := checksum(udp, pseudo)
+	c := wire.Checksum(udp, pseudo)
 	if c == 0 {
 		c = 0xFFFF
 	}
@@ -61,20 +62,6 @@ func frame(src, dst *netns.Host, seq uint32, size int, badChecksum bool) []byte 
 	}
 	binary.BigEndian.PutUint16(udp[6:8], c)
 	return b
-}
-
-func checksum(b []byte, sum uint32) uint16 {
-	for len(b) >= 2 {
-		sum += uint32(binary.BigEndian.Uint16(b))
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
-	}
-	for sum > 0xFFFF {
-		sum = sum&0xFFFF + sum>>16
-	}
-	return ^uint16(sum)
 }
 
 // udpCsumErrors reads Udp InCsumErrors of h's namespace.

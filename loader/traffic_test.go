@@ -95,7 +95,7 @@ func ping(ns *testNS, dst netip.Addr) error {
 		deadline := time.Now().Add(waitLimit)
 		for seq := uint16(1); time.Now().Before(deadline); seq++ {
 			req := []byte{8, 0, 0, 0, id >> 8, id & 0xff, byte(seq >> 8), byte(seq), 'x', 'd', 'p'}
-			binary.BigEndian.PutUint16(req[2:], inetChecksum(req))
+			binary.BigEndian.PutUint16(req[2:], wire.Checksum(req, 0))
 			if _, err := c.WriteTo(req, &net.IPAddr{IP: dst.AsSlice()}); err != nil {
 				return err
 			}
@@ -115,20 +115,6 @@ func ping(ns *testNS, dst netip.Addr) error {
 		}
 		return fmt.Errorf("no echo reply from %s", dst)
 	})
-}
-
-func inetChecksum(b []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(b[i:]))
-	}
-	if len(b)%2 == 1 {
-		sum += uint32(b[len(b)-1]) << 8
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
 }
 
 // tcpEcho starts a TCP echo server in server at addr:port and checks that a
@@ -203,6 +189,6 @@ func roceFrame(p *pair, dst netip.Addr, payload int, mutate func(ip, udp []byte)
 		mutate(ip, udp)
 	}
 	binary.BigEndian.PutUint16(ip[10:], 0)
-	binary.BigEndian.PutUint16(ip[10:], inetChecksum(ip))
+	binary.BigEndian.PutUint16(ip[10:], wire.Checksum(ip, 0))
 	return f
 }

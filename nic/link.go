@@ -134,17 +134,24 @@ func (l *FrameLink) SelectTX(flow uint16) {
 }
 
 // Send copies frames into transmit buffers of the selected queue and
-// transmits them; a frame that finds no buffer free is dropped, as on a
-// congested NIC. The engine builds frames in place with TXBuffer instead.
+// transmits them. Frames that find no buffer free are dropped, as on a
+// congested NIC, and the error says how many. The engine builds frames in
+// place with TXBuffer instead.
 func (l *FrameLink) Send(frames [][]byte) error {
+	sent := 0
 	for _, f := range frames {
 		b := l.TXBuffer()
 		if b == nil {
 			break
 		}
 		l.CommitTX(pad(b, copy(b, f)))
+		sent++
 	}
-	return l.FlushTX()
+	err := l.FlushTX()
+	if sent < len(frames) {
+		err = errors.Join(err, fmt.Errorf("nic: no transmit buffer free: %d of %d frames dropped", len(frames)-sent, len(frames)))
+	}
+	return err
 }
 
 // pad zeroes b from n up to the Ethernet minimum and returns the length.

@@ -384,10 +384,18 @@ func decodeExt(hdr []byte, h HeaderSet, p *Packet) error {
 
 // ipv4Checksum returns the Internet checksum of h: the value to store in a
 // header whose checksum field is zero, or 0 when verifying a complete header.
-func ipv4Checksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(h[i])<<8 | uint32(h[i+1])
+func ipv4Checksum(h []byte) uint16 { return Checksum(h, 0) }
+
+// Checksum is the Internet checksum (RFC 1071) of b, starting from the
+// partial sum sum (a pseudo-header's, or 0): the value to store in a
+// checksum field that was zero, or 0 when verifying data that holds it.
+func Checksum(b []byte, sum uint32) uint16 {
+	for len(b) >= 2 {
+		sum += uint32(b[0])<<8 | uint32(b[1])
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		sum += uint32(b[0]) << 8
 	}
 	for sum > 0xffff {
 		sum = sum&0xffff + sum>>16

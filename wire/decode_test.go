@@ -214,3 +214,23 @@ func TestPayloadAliasesFrame(t *testing.T) {
 		t.Fatal("payload is a copy")
 	}
 }
+
+// TestChecksum: RFC 1071's worked example, an odd length (the last byte
+// padded with zero), a partial sum carried in, and data holding its own
+// checksum verifying to 0.
+func TestChecksum(t *testing.T) {
+	b := []byte{0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7}
+	if got := Checksum(b, 0); got != ^uint16(0xddf2) {
+		t.Errorf("RFC 1071 example: %#04x, want %#04x", got, ^uint16(0xddf2))
+	}
+	if got, want := Checksum(append(b, 0x12), 0), Checksum(append(b, 0x12, 0), 0); got != want {
+		t.Errorf("odd length: %#04x, want %#04x (padded)", got, want)
+	}
+	if got, want := Checksum(b[2:], 0x0001), Checksum(b, 0); got != want {
+		t.Errorf("partial sum: %#04x, want %#04x", got, want)
+	}
+	c := Checksum(b, 0)
+	if Checksum(append(b, byte(c>>8), byte(c)), 0) != 0 {
+		t.Error("data with its checksum does not verify to 0")
+	}
+}

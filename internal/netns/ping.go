@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xdproce/xdproce/wire"
 )
 
 const (
@@ -85,7 +87,7 @@ func (n *Namespace) Ping(ctx context.Context, dst netip.Addr, size int) error {
 		binary.BigEndian.PutUint16(req[6:8], seq)
 		if dst.Is4() {
 			binary.BigEndian.PutUint16(req[2:4], 0)
-			binary.BigEndian.PutUint16(req[2:4], inetChecksum(req))
+			binary.BigEndian.PutUint16(req[2:4], wire.Checksum(req, 0))
 		} // the kernel fills in the ICMPv6 checksum
 		if err := unix.Sendto(fd, req, 0, to); err != nil {
 			return fmt.Errorf("netns %s: ping %v size %d: %w", n.name, dst, size, err)
@@ -136,20 +138,4 @@ func isEchoReply(b []byte, from unix.Sockaddr, dst netip.Addr, id, seq uint16, s
 	}
 	return src == dst && len(b) == icmpHeaderLen+size &&
 		binary.BigEndian.Uint16(b[4:6]) == id && binary.BigEndian.Uint16(b[6:8]) == seq
-}
-
-// inetChecksum is the Internet checksum (RFC 1071).
-func inetChecksum(b []byte) uint16 {
-	var sum uint32
-	for len(b) >= 2 {
-		sum += uint32(binary.BigEndian.Uint16(b))
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
-	}
-	for sum > 0xFFFF {
-		sum = sum&0xFFFF + sum>>16
-	}
-	return ^uint16(sum)
 }

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/xdproce/xdproce/impair"
 	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/verbs"
+	"github.com/xdproce/xdproce/wire"
 )
 
 // rnic is one host's xdproce device with a connected RC QP.
@@ -334,4 +336,77 @@ func TestVerbsUnderLinkFaults(t *testing.T) {
 	if inj.Dropped == 0 || inj.Duplicate == 0 || inj.Corrupted == 0 || inj.Reordered == 0 {
 		t.Errorf("the injector did not exercise every fault: %+v", inj)
 	}
+}
+
+// TestVerbsOverTwoQueues runs RC QPs between two devices on a two-queue
+// veth pair, with QPs on both queues (each transmits on the queue of its
+// UDP source port, so both ends' frames for a QP stay on one queue): every
+// QP's WRITE, READ and SEND move their bytes intact, whichever queue it is on.
+func TestVerbsOverTwoQueues(t *testing.T) {
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, Queues: 2, MTU: 4200})
+	a, b := openRNIC(t, topo.Hosts[0], 1<<20), openRNIC(t, topo.Hosts[1], 1<<20)
+	if qa, qb := a.dev.QueryPort().DataPath, b.dev.QueryPort().DataPath; !strings.Contains(qa, "2 queue(s)") || !strings.Contains(qb, "2 queue(s)") {
+		t.Fatalf("devices not on two queues: %q, %q", qa, qb)
+	}
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+	type qpPair struct{ qa, qb *verbs.QP }
+	var pairs []qpPair
+	onQueue := [2]int{}
+	for len(pairs) < 32 && (len(pairs) < 4 || onQueue[0] == 0 || onQueue[1] == 0) {
+		var p qpPair
+		for _, s := range []struct {
+			r  *rnic
+			qp **verbs.QP
+		}{{a, &p.qa}, {b, &p.qb}} {
+			qp, err := s.r.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.r.scq, RecvCQ: s.r.rcq,
+				Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			*s.qp = qp
+		}
+		for _, s := range []struct {
+			me, peer *verbs.QP
+			host     *netns.Host
+		}{{p.qa, p.qb, b.host}, {p.qb, p.qa, a.host}} {
+			if err := s.me.Connect(verbs.Peer{Access: access, AH: verbs.AH{DGID: s.host.Addr, SGIDIndex: 1, HopLimit: 64},
+				PathMTU: verbs.MTU4096, DestQPN: s.peer.QPN(), RQPSN: 1, SQPSN: 1, MaxDestRdAtomic: 16, MinRNRTimer: 12,
+				Timeout: 12, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		onQueue[wire.UDPSourcePort(0, p.qa.QPN(), p.qb.QPN())%2]++
+		pairs = append(pairs, p)
+	}
+	if onQueue[0] == 0 || onQueue[1] == 0 {
+		t.Fatalf("%d QP pairs, none on one of the queues: %v", len(pairs), onQueue)
+	}
+	const size = 3 * 4096 // three packets each way
+	src, dst := a.mr.Bytes(), b.mr.Bytes()
+	for i, p := range pairs {
+		off := i * size
+		msgPattern(src[off:off+size], i)
+		if _, err := p.qb.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGList: sgl(b.mr, 512<<10+off, size)}}); err != nil {
+			t.Fatal(err)
+		}
+		wrs := []verbs.SendWR{
+			{Opcode: verbs.WRRDMAWrite, SGList: sgl(a.mr, off, size), RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()},
+			{Opcode: verbs.WRRDMARead, SGList: sgl(a.mr, 512<<10+off, size), RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()},
+			{Opcode: verbs.WRSend, SGList: sgl(a.mr, off, size), Flags: verbs.SendSignaled},
+		}
+		if _, err := p.qa.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitWC(t, a.scq, len(pairs), 20*time.Second)
+	waitWC(t, b.rcq, len(pairs), 5*time.Second)
+	for i := range pairs {
+		off := i * size
+		want := src[off : off+size]
+		if !bytes.Equal(dst[off:off+size], want) || !bytes.Equal(src[512<<10+off:512<<10+off+size], want) ||
+			!bytes.Equal(dst[512<<10+off:512<<10+off+size], want) {
+			t.Fatalf("QP pair %d (queue %d): WRITE, READ or SEND bytes differ", i, wire.UDPSourcePort(0, pairs[i].qa.QPN(), pairs[i].qb.QPN())%2)
+		}
+	}
+	t.Logf("%d QP pairs, %v per queue", len(pairs), onQueue)
 }

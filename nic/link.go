@@ -13,11 +13,12 @@ import (
 	"github.com/xdproce/xdproce/ring"
 )
 
-// FrameLink moves whole Ethernet frames over a port's AF_XDP sockets: it
-// receives from every queue, fairly, and transmits each flow on one queue.
-// It is the transport engine's link (the methods match verbs.Link and the
-// engine's optional interfaces) and the tools' and benchmarks' one way to
-// drive the rings. One goroutine owns it, except Wake, which any may call.
+// FrameLink moves whole Ethernet frames over some of a port's AF_XDP
+// sockets: it receives from each of its queues, fairly, and transmits each
+// flow on one queue. A device's engines each have a link of one queue
+// (NewQueueLinks; the methods match verbs.Link and the engine's optional
+// interfaces); tools and benchmarks drive all the rings through one
+// (NewFrameLink). One goroutine owns it, except Wake, which any may call.
 type FrameLink struct {
 	socks []*ring.Socket
 	// rx are the sockets' receive sides, read in turn from rxNext so that
@@ -60,8 +61,32 @@ const (
 	minFrameLen = 60
 )
 
-// NewFrameLink opens a link on p's sockets. Close it before the port.
+// NewFrameLink opens a link on all of p's sockets. Close it before the
+// port.
 func NewFrameLink(p *Port) (*FrameLink, error) {
+	return newFrameLink(p.Sockets(), p.Link().MTU+ethOverhead)
+}
+
+// NewQueueLinks opens one link per socket of p, in queue order, each with
+// its own doorbell: one per engine, so that each queue's engine sleeps and
+// wakes on its own queue. Close them before the port.
+func NewQueueLinks(p *Port) ([]*FrameLink, error) {
+	var links []*FrameLink
+	for _, s := range p.Sockets() {
+		l, err := newFrameLink([]*ring.Socket{s}, p.Link().MTU+ethOverhead)
+		if err != nil {
+			errs := []error{err}
+			for _, o := range links {
+				errs = append(errs, o.Close())
+			}
+			return nil, errors.Join(errs...)
+		}
+		links = append(links, l)
+	}
+	return links, nil
+}
+
+func newFrameLink(socks []*ring.Socket, maxFrame int) (*FrameLink, error) {
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("nic: doorbell eventfd: %w", err)
@@ -71,7 +96,7 @@ func NewFrameLink(p *Port) (*FrameLink, error) {
 		return nil, errors.Join(fmt.Errorf("nic: epoll set: %w", err), unix.Close(efd))
 	}
 	fds := []int{efd}
-	for _, s := range p.Sockets() {
+	for _, s := range socks {
 		fds = append(fds, s.FD())
 	}
 	for _, fd := range fds {
@@ -89,16 +114,16 @@ func NewFrameLink(p *Port) (*FrameLink, error) {
 		return nil, errors.Join(fmt.Errorf("nic: epoll set: %w", err), set.Close(), unix.Close(efd))
 	}
 	l := &FrameLink{
-		socks:   p.Sockets(),
+		socks:   socks,
 		pkts:    make([]ring.Packet, rxBatch),
 		scratch: make([]byte, ring.MaxChunkSize*ring.MaxSegments),
 		wakeFD:  efd,
 		set:     set,
 		setConn: conn,
 		events:  make([]unix.EpollEvent, len(fds)),
-		max:     p.Link().MTU + ethOverhead,
+		max:     maxFrame,
 	}
-	for _, s := range p.Sockets() {
+	for _, s := range socks {
 		l.rx = append(l.rx, s)
 		l.tx = append(l.tx, txQueue{sock: s, frames: make([]ring.TXFrame, txBatch)})
 	}

@@ -128,8 +128,8 @@ func BenchmarkLoss(b *testing.B) {
 
 func benchLoss(b *testing.B, op WROpcode, size int, rate float64) {
 	a, peer := benchPair(b, 2*size)
-	a.dev.link.(*MemLink).SetImpairment(Impairment{Drop: rate, Seed: 1})
-	peer.dev.link.(*MemLink).SetImpairment(Impairment{Drop: rate, Seed: 2})
+	a.dev.shards[0].link.(*MemLink).SetImpairment(Impairment{Drop: rate, Seed: 1})
+	peer.dev.shards[0].link.(*MemLink).SetImpairment(Impairment{Drop: rate, Seed: 2})
 	var each func()
 	if op == WRSend {
 		for range 512 {

@@ -7,16 +7,19 @@ import (
 	"sync/atomic"
 )
 
-// CQ is a completion queue: a ring the engine alone fills and applications
-// drain, from any goroutine. The engine never takes a lock to complete work;
+// CQ is a completion queue: a ring the engines fill and applications
+// drain, from any goroutine. Pollers and engines never wait for each other;
 // an empty poll costs two atomic loads.
 type CQ struct {
 	dev  *Device
 	ring []WorkCompletion
 	head atomic.Uint64 // completions polled (advanced under pollMu)
-	tail atomic.Uint64 // completions added (advanced by the engine only)
+	tail atomic.Uint64 // completions added (advanced under pushMu)
+	// pushMu orders the engines that complete into the CQ; pollers never
+	// take it.
+	pushMu sync.Mutex
 	// pollMu orders concurrent pollers among themselves, as ibv_poll_cq's
-	// lock does; the engine never takes it.
+	// lock does; engines never take it.
 	pollMu sync.Mutex
 	err    atomic.Bool
 	armed  atomic.Uint32 // notifyOff, notifyAny or notifySolicited
@@ -86,13 +89,15 @@ func (cq *CQ) Wait(ctx context.Context) error {
 }
 
 // push adds a completion; false means the CQ overflowed (it is then in error
-// and the caller moves the QP to the error state, as ibverbs). Only the
-// engine goroutine calls it.
+// and the caller moves the QP to the error state, as ibverbs). Engines call
+// it, under pushMu: QPs of several engines may share the CQ.
 func (cq *CQ) push(wc WorkCompletion, solicited bool) bool {
+	cq.pushMu.Lock()
+	defer cq.pushMu.Unlock()
 	t := cq.tail.Load()
 	if cq.err.Load() || t-cq.head.Load() >= uint64(len(cq.ring)) {
 		if !cq.err.Swap(true) {
-			cq.dev.e.events.post(AsyncEvent{Type: EventCQErr, CQ: cq})
+			cq.dev.objs.events.post(AsyncEvent{Type: EventCQErr, CQ: cq})
 		}
 		return false
 	}

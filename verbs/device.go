@@ -60,20 +60,23 @@ type PortAttr struct {
 	DataPath  string // DeviceConfig.DataPath
 }
 
-// Device is an RNIC: the verbs objects and the engine goroutine that runs the
-// transport for all its QPs. The engine owns all transport state; the API
-// hands it work through per-QP queues and a doorbell, and control operations
-// (creating and modifying QPs, deregistering memory) through a command
-// channel, so that no operation races with a packet in flight.
+// Device is an RNIC: the verbs objects and the engines that run the
+// transport for its QPs, one engine and goroutine per queue of the link
+// (each QP is served by the engine of its flow's queue). An engine owns
+// its QPs' transport state; the API hands it work through per-QP queues
+// and a doorbell, and control operations (creating and modifying QPs,
+// deregistering memory) run with every engine's mutex held, so that no
+// operation races with a packet in flight.
 type Device struct {
 	cfg   DeviceConfig
-	link  Link
 	clock Clock
-	rng   *rand.Rand // key bytes; used by the engine goroutine only (under cmds)
+	rng   *rand.Rand // key bytes and QPNs; used by control operations only
 
-	cmds    chan func()
+	objs   objects
+	shards []*engine
+
 	done    chan struct{}
-	stopped chan struct{}
+	stopped sync.WaitGroup // the engines' goroutines
 	closeMu sync.Mutex
 	closed  bool
 	// closing is set as Close begins: posts then fail with ErrClosed.
@@ -83,29 +86,23 @@ type Device struct {
 	// it only when the engine sleeps.
 	wakeMu   sync.RWMutex
 	linkGone bool
-	onClose  func() error // releases what Open set up, after the engine stops
+	onClose  func() error // releases what Open set up, after the engines stop
 
-	// The doorbell. A poster sets work and wakes the link only when the
-	// engine said it is going to sleep; the engine says so, then looks at
-	// work once more before sleeping, so no post is missed and a busy engine
-	// costs posters no system call.
-	work     atomic.Bool
-	sleeping atomic.Bool
-	// QPs with new posts, appended once per engine pass (QP.queued guards).
-	postedMu sync.Mutex
-	posted   []*QP
-
-	// engMu is held by whoever runs the engine: its goroutine, or an
-	// application in Progress. gone (under engMu) means Close released the
-	// link.
-	engMu sync.Mutex
-	gone  bool
-
-	e engine
+	// gone (under every engine's mutex) means Close released the links.
+	gone bool
 }
 
 // NewDevice starts a device on link. Close stops it.
 func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
+	return NewMultiQueueDevice([]Link{link}, cfg)
+}
+
+// NewMultiQueueDevice starts a device with one engine per link, each link
+// one queue of the port. Close stops it.
+func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
+	if len(links) == 0 {
+		return nil, fmt.Errorf("verbs: a device needs a link: %w", ErrInvalid)
+	}
 	if MTUFromBytes(cfg.ActiveMTU) == 0 {
 		return nil, fmt.Errorf("verbs: active MTU %d is not an IB MTU: %w", cfg.ActiveMTU, ErrInvalid)
 	}
@@ -123,19 +120,25 @@ func NewDevice(link Link, cfg DeviceConfig) (*Device, error) {
 		return nil, fmt.Errorf("verbs: seeding keys: %w", err)
 	}
 	d := &Device{
-		cfg: cfg, link: link, clock: cfg.Clock,
-		rng:     rand.New(rand.NewChaCha8(seed)),
-		cmds:    make(chan func(), 16),
-		done:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		cfg: cfg, clock: cfg.Clock,
+		rng:  rand.New(rand.NewChaCha8(seed)),
+		done: make(chan struct{}),
 	}
-	d.e.init(d)
-	go d.run()
+	d.objs.events.ready = make(chan struct{}, 1)
+	for i, l := range links {
+		e := &engine{}
+		e.init(d, l, i)
+		d.shards = append(d.shards, e)
+	}
+	for _, e := range d.shards {
+		d.stopped.Add(1)
+		go d.run(e)
+	}
 	return d, nil
 }
 
-// Close stops the engine. Outstanding work is abandoned, as when a device is
-// removed; QPs, CQs and MRs become unusable.
+// Close stops the engines. Outstanding work is abandoned, as when a device
+// is removed; QPs, CQs and MRs become unusable.
 func (d *Device) Close() error {
 	d.closeMu.Lock()
 	if d.closed {
@@ -146,10 +149,11 @@ func (d *Device) Close() error {
 	d.closing.Store(true)
 	close(d.done)
 	d.closeMu.Unlock()
-	<-d.stopped
-	d.engMu.Lock() // an application's Progress may be running the engine
+	d.ringAll() // sleeping engines see done at once
+	d.stopped.Wait()
+	d.lockAll() // an application's Progress may be running an engine
 	d.gone = true
-	d.engMu.Unlock()
+	d.unlockAll()
 	d.wakeMu.Lock() // a poster ringing now finishes first, later ones see linkGone
 	d.linkGone = true
 	d.wakeMu.Unlock()
@@ -159,51 +163,76 @@ func (d *Device) Close() error {
 	return nil
 }
 
-// do runs fn on the engine goroutine and waits for it.
+// lockAll takes every engine's mutex, in order: no engine is in a step
+// until unlockAll.
+func (d *Device) lockAll() {
+	for _, e := range d.shards {
+		e.mu.Lock()
+	}
+}
+
+func (d *Device) unlockAll() {
+	for _, e := range d.shards {
+		e.mu.Unlock()
+	}
+}
+
+// do runs the control operation fn with every engine stopped between two
+// packets, then rings them all: fn may have given them work.
 func (d *Device) do(fn func() error) error {
-	errc := make(chan error, 1)
-	select {
-	case d.cmds <- func() { errc <- fn() }:
-	case <-d.done:
+	if d.closing.Load() {
 		return ErrClosed
 	}
-	d.ring()
-	select {
-	case err := <-errc:
-		return err
-	case <-d.stopped:
+	d.lockAll()
+	if d.gone {
+		d.unlockAll()
 		return ErrClosed
+	}
+	err := fn()
+	d.unlockAll()
+	d.ringAll()
+	return err
+}
+
+// ringAll rings every engine's doorbell.
+func (d *Device) ringAll() {
+	for _, e := range d.shards {
+		e.ring()
 	}
 }
 
 // ring tells the engine there is work, waking it if it sleeps.
-func (d *Device) ring() {
-	d.work.Store(true)
-	if d.sleeping.Load() {
+func (e *engine) ring() {
+	e.work.Store(true)
+	if e.sleeping.Load() {
+		d := e.dev
 		d.wakeMu.RLock()
 		if !d.linkGone {
-			d.link.Wake()
+			e.link.Wake()
 		}
 		d.wakeMu.RUnlock()
 	}
 }
 
 // notePosted hands the engine a QP that gained posted work requests.
-func (d *Device) notePosted(qp *QP) {
+func (e *engine) notePosted(qp *QP) {
 	if qp.queued.CompareAndSwap(false, true) {
-		d.postedMu.Lock()
-		d.posted = append(d.posted, qp)
-		d.postedMu.Unlock()
+		e.postedMu.Lock()
+		e.posted = append(e.posted, qp)
+		e.postedMu.Unlock()
 	}
-	d.ring()
+	e.ring()
 }
 
+// notePosted hands qp's engine the QP, which gained posted work requests.
+func (qp *QP) notePosted() { qp.eng.Load().notePosted(qp) }
+
 // takePosted swaps the list of QPs with new posts for the engine's spare one.
-func (d *Device) takePosted(spare []*QP) []*QP {
-	d.postedMu.Lock()
-	l := d.posted
-	d.posted = spare[:0]
-	d.postedMu.Unlock()
+func (e *engine) takePosted() []*QP {
+	e.postedMu.Lock()
+	l := e.posted
+	e.posted = e.spare[:0]
+	e.postedMu.Unlock()
 	return l
 }
 
@@ -234,14 +263,27 @@ func (d *Device) QueryGID(i int) (netip.Addr, error) {
 // Counters returns the transport's counters (rxe's names).
 func (d *Device) Counters() (Counters, error) {
 	var c Counters
+	per, err := d.QueueCounters()
+	for i := range per {
+		c.add(&per[i])
+	}
+	return c, err
+}
+
+// QueueCounters returns each engine's counters, in queue order: how the
+// device's work spreads over its queues.
+func (d *Device) QueueCounters() ([]Counters, error) {
+	out := make([]Counters, len(d.shards))
 	err := d.do(func() error {
-		c = d.e.counters
-		if r, ok := d.link.(ringDropper); ok {
-			c.RingDrops = r.RingDrops()
+		for i, e := range d.shards {
+			out[i] = e.counters
+			if r, ok := e.link.(ringDropper); ok {
+				out[i].RingDrops = r.RingDrops()
+			}
 		}
 		return nil
 	})
-	return c, err
+	return out, err
 }
 
 // ringDropper is a Link whose kernel rings can drop frames before the engine
@@ -275,6 +317,10 @@ type Counters struct {
 	// READ and atomic requests sent again at once because a later response
 	// showed theirs were lost.
 	ResponseOutOfWindow, DuplicateResponse, LostResponseRetry uint64
+	// HandedOff counts frames this queue received for a QP of another
+	// queue and passed to that queue's engine; HandOffDrops those dropped
+	// because the other engine's inbox was full.
+	HandedOff, HandOffDrops uint64
 	// TransportTimeouts counts expiries of the transport timer: the
 	// losses nothing but time could reveal (each also counts in
 	// CompleterRetryErr).
@@ -311,6 +357,15 @@ func (c *Counters) fields() []counterField {
 		{"response_out_of_window", &c.ResponseOutOfWindow}, {"duplicate_response", &c.DuplicateResponse},
 		{"lost_response_retry", &c.LostResponseRetry}, {"transport_timeouts", &c.TransportTimeouts},
 		{"send_err", &c.SendErr}, {"dropped_replies", &c.DroppedReplies}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},
+		{"handed_off", &c.HandedOff}, {"handoff_drops", &c.HandOffDrops},
+	}
+}
+
+// add adds o's counts to c's.
+func (c *Counters) add(o *Counters) {
+	of := o.fields()
+	for i, f := range c.fields() {
+		*f.p += *of[i].p
 	}
 }
 
@@ -336,28 +391,25 @@ func (c *Counters) Set(name string, v uint64) bool {
 	return false
 }
 
-// run is the engine goroutine. Each round holds engMu, which an
-// application's Progress takes too.
-func (d *Device) run() {
-	defer close(d.stopped)
+// run is an engine's goroutine. Each round holds the engine's mutex, which
+// an application's Progress and control operations take too.
+func (d *Device) run(e *engine) {
+	defer d.stopped.Done()
 	for {
 		select {
 		case <-d.done:
 			return
 		default:
 		}
-		d.engMu.Lock()
-		for len(d.cmds) > 0 {
-			(<-d.cmds)()
-		}
-		d.work.Store(false)
-		busy := d.e.step()
-		holding := d.e.holding
+		e.mu.Lock()
+		e.work.Store(false)
+		busy := e.step()
+		holding := e.holding
 		var wait time.Duration
 		if !busy && !d.cfg.BusyPoll {
-			wait = d.e.nextTimer()
+			wait = e.nextTimer()
 		}
-		d.engMu.Unlock()
+		e.mu.Unlock()
 		switch {
 		case busy:
 			if holding {
@@ -369,32 +421,35 @@ func (d *Device) run() {
 			// processors with this one.
 			runtime.Gosched()
 		case wait > 0:
-			d.sleeping.Store(true)
-			if !d.work.Load() && len(d.cmds) == 0 {
-				d.link.Wait(wait)
+			e.sleeping.Store(true)
+			if !e.work.Load() {
+				e.link.Wait(wait)
 			}
-			d.sleeping.Store(false)
+			e.sleeping.Store(false)
 		}
 	}
 }
 
-// Progress runs one round of the engine on the calling goroutine, unless
+// Progress runs one round of each engine on the calling goroutine, unless
 // another goroutine is running it, and reports whether there was work. An
 // application that spins anyway (on a BusyPoll device's CQ, which calls
 // Progress itself, or on memory, as ib_write_lat does) thereby moves its
 // packets the moment they can move, instead of waiting for the engine's
 // goroutine to get a processor: on a small machine that saves a scheduler
-// hand-off each way. The engine's goroutine keeps running, so an
+// hand-off each way. The engines' goroutines keep running, so an
 // application that stops spinning stalls nothing.
 func (d *Device) Progress() bool {
-	if !d.engMu.TryLock() {
-		return false
+	busy := false
+	for _, e := range d.shards {
+		if !e.mu.TryLock() {
+			continue
+		}
+		if !d.gone && e.step() {
+			busy = true
+		}
+		e.mu.Unlock()
 	}
-	defer d.engMu.Unlock()
-	if d.gone {
-		return false
-	}
-	return d.e.step()
+	return busy
 }
 
 // idleWait is how long the engine sleeps when nothing is due.

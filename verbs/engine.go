@@ -5,29 +5,65 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xdproce/xdproce/wire"
 )
 
-// engine is the transport of one device. Only the device's engine goroutine
-// touches it.
-type engine struct {
-	dev     *Device
+// objects are the device's tables, shared by its engines: the QPs by QPN,
+// the memory regions and windows, the protection domains' numbers and the
+// asynchronous events. Control operations (Device.do) change them with
+// every engine's mutex held, so an engine reads them under its own mutex
+// alone; the few changes an engine makes itself (binding and invalidating
+// windows, atomics) take the narrower locks below.
+type objects struct {
 	qps     []*QP  // by QPN; nil where free
 	live    []*QP  // QPs that exist, in creation order
-	active  []*QP  // QPs with send work or timers: the only ones a step visits
-	posted  []*QP  // spare list for Device.takePosted
-	acks    []*QP  // QPs with an ACK deferred to the end of the receive batch
 	nextQPN uint32 // a QPN to use next if free (the golden tests pin the captures' QPNs); 0: random
 	mrs     mrTable
 	// mrMu lets posters read the MR table (inline sends copy their data at
-	// post time) while the engine, its only writer, changes it: the engine
-	// reads it without the lock.
-	mrMu     sync.RWMutex
+	// post time) while a control operation changes it: the engines read it
+	// without the lock.
+	mrMu sync.RWMutex
+	// mwMu orders the engines' binds and invalidations of memory windows
+	// against each other and against remote accesses through windows: a
+	// window bound by one QP may be invalidated by another QP of its PD,
+	// which another engine may serve.
+	mwMu sync.Mutex
+	// atomicMu makes each atomic operation's read-modify-write one step
+	// for every engine (IBV_ATOMIC_HCA: atomic across all QPs of the
+	// device), as rxe's atomic_ops_lock does.
+	atomicMu sync.Mutex
 	pdSeq    uint32
-	counters Counters
 	events   eventQueue // asynchronous events, read by Device.GetAsyncEvent
+}
+
+// engine runs the transport of the QPs of one of the device's queues. Only
+// the holder of its mutex (its goroutine, an application in Progress, or a
+// control operation holding every engine's mutex) touches it.
+type engine struct {
+	*objects // the device's shared tables
+	dev      *Device
+	link     Link // this engine's queue
+	index    int  // its queue's index among the device's engines
+	mu       sync.Mutex
+	// The doorbell. A poster sets work and wakes the link only when the
+	// engine said it is going to sleep; the engine says so, then looks at
+	// work once more before sleeping, so no post is missed and a busy engine
+	// costs posters no system call.
+	work     atomic.Bool
+	sleeping atomic.Bool
+	// QPs with new posts, appended once per engine pass (QP.queued guards).
+	postedMu sync.Mutex
+	posted   []*QP
+	spare    []*QP // the engine's other list, swapped with posted
+	// inbox holds frames another engine received for this engine's QPs.
+	inbox    inbox
+	inFrames [][]byte // the engine's batch taken from inbox
+	active   []*QP    // QPs with send work or timers: the only ones a step visits
+	acks     []*QP    // QPs with an ACK deferred to the end of the receive batch
+	counters Counters
 
 	rx   wire.Packet  // the packet being handled
 	tx   wire.Packet  // the packet being built
@@ -39,9 +75,12 @@ type engine struct {
 	splitter  splitReceiver
 	rxSplitFn func(head, tail []byte)
 	gather    []byte
-	out       [][]byte // frames built in bufs, for Send
-	nout      int      // frames queued since the last flush
-	steps     uint64   // engine steps so far: the responders' budgets are per step
+	// rxHead and rxTail are the frame being handled as it arrived, to hand
+	// it to another engine.
+	rxHead, rxTail []byte
+	out            [][]byte // frames built in bufs, for Send
+	nout           int      // frames queued since the last flush
+	steps          uint64   // engine steps so far: the responders' budgets are per step
 	// nacks of the nout frames are positive ACKs; while they are all there
 	// is, the batch may wait (holding) until holdEnd for a reply to join it.
 	nacks      int
@@ -52,13 +91,7 @@ type engine struct {
 	// lender is the link when it lends transmit buffers (then bufs and out
 	// are unused and each frame is built in place).
 	lender frameLender
-	// selector is the link when it has several transmit queues.
-	selector txSelector
 }
-
-// txSelector is a Link with several transmit queues: the frames built
-// after SelectTX go out on the queue of their flow, the UDP source port.
-type txSelector interface{ SelectTX(flow uint16) }
 
 // rxBatch and txBatch bound the frames handled per step.
 const (
@@ -66,23 +99,22 @@ const (
 	txBatch = 128
 )
 
-func (e *engine) init(d *Device) {
-	e.dev = d
-	e.events.ready = make(chan struct{}, 1)
+func (e *engine) init(d *Device, link Link, index int) {
+	e.objects, e.dev, e.link, e.index = &d.objs, d, link, index
 	e.rxFn = e.handleFrame
 	e.rxSplitFn = e.handleSplit
-	if s, ok := d.link.(splitReceiver); ok {
+	e.inbox.max = link.MaxFrame()
+	if s, ok := link.(splitReceiver); ok {
 		e.splitter = s
-		e.gather = make([]byte, 0, 2*d.link.MaxFrame())
+		e.gather = make([]byte, 0, 2*link.MaxFrame())
 	}
-	e.selector, _ = d.link.(txSelector)
-	if l, ok := d.link.(frameLender); ok {
+	if l, ok := link.(frameLender); ok {
 		e.lender = l
 		return
 	}
 	e.bufs = make([][]byte, txBatch)
 	for i := range e.bufs {
-		e.bufs[i] = make([]byte, d.link.MaxFrame())
+		e.bufs[i] = make([]byte, link.MaxFrame())
 	}
 	e.out = make([][]byte, 0, txBatch)
 }
@@ -91,16 +123,17 @@ func (e *engine) init(d *Device) {
 // an off-path attacker knows them; here a forged frame must guess one of
 // MaxQP-0x11 as well as the PSN window), or 0 when all are in use. A
 // pinned QPN (the golden tests replay captures) is taken first.
-func (e *engine) pickQPN() uint32 {
-	free := func(c uint32) bool { return int(c) >= len(e.qps) || e.qps[c] == nil }
-	if c := e.nextQPN; c != 0 {
-		e.nextQPN = 0
+func (d *Device) pickQPN() uint32 {
+	o := &d.objs
+	free := func(c uint32) bool { return int(c) >= len(o.qps) || o.qps[c] == nil }
+	if c := o.nextQPN; c != 0 {
+		o.nextQPN = 0
 		if c >= firstUserQPN && c < MaxQP && free(c) {
 			return c
 		}
 	}
 	span := MaxQP - firstUserQPN
-	start := firstUserQPN + uint32(e.dev.rng.IntN(span))
+	start := firstUserQPN + uint32(d.rng.IntN(span))
 	for i := range uint32(span) {
 		if c := firstUserQPN + (start-firstUserQPN+i)%uint32(span); free(c) {
 			return c
@@ -109,46 +142,76 @@ func (e *engine) pickQPN() uint32 {
 	return 0
 }
 
-func (e *engine) addQP(qp *QP) error {
-	qpn := e.pickQPN()
+// addQP numbers qp and gives it to the first engine; placeQP moves it to
+// its queue's engine once it has a flow. A control operation.
+func (d *Device) addQP(qp *QP) error {
+	qpn := d.pickQPN()
 	if qpn == 0 {
 		return fmt.Errorf("verbs: all %d QPs in use: %w", MaxQP, ErrNoMem)
 	}
-	for int(qpn) >= len(e.qps) {
-		e.qps = append(e.qps, nil)
+	o := &d.objs
+	for int(qpn) >= len(o.qps) {
+		o.qps = append(o.qps, nil)
 	}
 	qp.qpn = qpn
 	qp.t.reset(qp)
-	e.qps[qpn] = qp
-	e.live = append(e.live, qp)
+	qp.eng.Store(d.shards[0])
+	o.qps[qpn] = qp
+	o.live = append(o.live, qp)
 	return nil
 }
 
 // removeQP forgets qp; ErrInvalid if it is not one of the device's QPs
-// (destroyed already: uverbs rejects a stale handle the same way).
-func (e *engine) removeQP(qp *QP) error {
-	if int(qp.qpn) >= len(e.qps) || e.qps[qp.qpn] != qp {
+// (destroyed already: uverbs rejects a stale handle the same way). A
+// control operation.
+func (d *Device) removeQP(qp *QP) error {
+	o := &d.objs
+	if int(qp.qpn) >= len(o.qps) || o.qps[qp.qpn] != qp {
 		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.qpn, ErrInvalid)
 	}
-	e.qps[qp.qpn] = nil
-	for i, q := range e.live {
+	o.qps[qp.qpn] = nil
+	for i, q := range o.live {
 		if q == qp {
-			e.live = append(e.live[:i], e.live[i+1:]...)
+			o.live = append(o.live[:i], o.live[i+1:]...)
 			break
 		}
 	}
-	if qp.active {
-		for i, q := range e.active {
-			if q == qp {
-				e.active = append(e.active[:i], e.active[i+1:]...)
-				break
-			}
-		}
-		qp.active = false
-	}
+	qp.eng.Load().deactivate(qp)
 	qp.t.state = StateReset
 	qp.state.Store(uint32(StateReset))
 	return nil
+}
+
+// placeQP moves qp to the engine of the queue its flow (the UDP source
+// port) uses: the queue it transmits on and, on veth and behind a peer's
+// RSS on the same port, the one its frames arrive on. A control operation,
+// so neither engine is in a step.
+func (d *Device) placeQP(qp *QP) {
+	from, to := qp.eng.Load(), d.shards[int(qp.t.sport)%len(d.shards)]
+	if from == to {
+		return
+	}
+	wasActive := qp.active
+	from.deactivate(qp)
+	qp.eng.Store(to)
+	if wasActive {
+		to.activate(qp)
+	}
+	// Posts waiting in from's list are passed on by from's next step.
+}
+
+// deactivate takes qp off the engine's active list.
+func (e *engine) deactivate(qp *QP) {
+	if !qp.active {
+		return
+	}
+	for i, q := range e.active {
+		if q == qp {
+			e.active = append(e.active[:i], e.active[i+1:]...)
+			break
+		}
+	}
+	qp.active = false
 }
 
 // step does one round of work and reports whether there was any.
@@ -156,20 +219,26 @@ func (e *engine) step() bool {
 	// Posted receives are taken before packets are handled, so a SEND that
 	// follows its receive's post never meets an empty queue.
 	e.steps++
-	posted := e.dev.takePosted(e.posted)
+	posted := e.takePosted()
 	for _, qp := range posted {
 		qp.queued.Store(false)
+		if owner := qp.eng.Load(); owner != e {
+			owner.notePosted(qp) // moved to another engine since it was posted to
+			continue
+		}
 		if int(qp.qpn) < len(e.qps) && e.qps[qp.qpn] == qp {
 			e.takePosts(qp)
 		}
 	}
 	clear(posted)
-	e.posted = posted
-	var n int
+	e.spare = posted
+	n := e.receiveHandedOff()
 	if e.splitter != nil {
-		n, _ = e.splitter.ReceiveSplit(rxBatch, e.rxSplitFn)
+		k, _ := e.splitter.ReceiveSplit(rxBatch, e.rxSplitFn)
+		n += k
 	} else {
-		n, _ = e.dev.link.Receive(rxBatch, e.rxFn)
+		k, _ := e.link.Receive(rxBatch, e.rxFn)
+		n += k
 	}
 	e.sendDueAcks()
 	busy := n > 0
@@ -361,7 +430,7 @@ func (e *engine) flush() {
 	if e.lender != nil {
 		_ = e.lender.FlushTX()
 	} else {
-		_ = e.dev.link.Send(e.out)
+		_ = e.link.Send(e.out)
 		e.out = e.out[:0]
 	}
 	e.nout = 0
@@ -374,9 +443,6 @@ func (e *engine) header(qp *QP, op wire.Opcode, psn uint32, ackReq bool) *wire.P
 	p.Eth = wire.Ethernet{Dst: t.dmac, Src: t.smac}
 	p.IP = wire.IP{V6: t.v6, Src: t.sip, Dst: t.dip, TOS: t.attr.AH.TrafficClass, TTL: 64, DF: !t.v6}
 	p.UDP = wire.UDP{SrcPort: t.sport, DstPort: wire.UDPPort}
-	if e.selector != nil {
-		e.selector.SelectTX(t.sport)
-	}
 	p.BTH = wire.BTH{Opcode: op, PKey: 0xffff, DestQP: t.attr.DestQPN, AckReq: ackReq, PSN: psn & 0xffffff}
 	p.Payload = nil
 	return p
@@ -405,6 +471,7 @@ func (e *engine) send(payloadLen int, fill func(dst []byte)) {
 
 // handleFrame is called for every received frame.
 func (e *engine) handleFrame(frame []byte) {
+	e.rxHead, e.rxTail = frame, nil
 	if err := wire.Decode(frame, &e.rx); err != nil {
 		e.counters.DroppedMalformed++
 		return
@@ -422,6 +489,7 @@ func (e *engine) handleSplit(head, tail []byte) {
 		e.handleFrame(head)
 		return
 	}
+	e.rxHead, e.rxTail = head, tail
 	err := wire.DecodeSplit(head, tail, &e.rx)
 	if errors.Is(err, wire.ErrSplitHeaders) && len(head)+len(tail) <= cap(e.gather) {
 		e.gather = append(append(e.gather[:0], head...), tail...)
@@ -455,6 +523,12 @@ func (e *engine) dispatch() {
 		return
 	}
 	qp := e.qps[qpn]
+	if owner := qp.eng.Load(); owner != e {
+		// It came in on another queue than the QP's (a NIC's RSS hash
+		// picks the queue, not the QP's flow): its engine handles it.
+		e.handOff(owner)
+		return
+	}
 	info, _ := p.BTH.Opcode.Info()
 	t := &qp.t
 	wantTransport := wire.TransportRC

@@ -69,7 +69,7 @@ func (eq *eventQueue) post(ev AsyncEvent) {
 // GetAsyncEvent returns the oldest asynchronous event, waiting for one until
 // ctx ends (ibv_get_async_event).
 func (d *Device) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
-	eq := &d.e.events
+	eq := &d.objs.events
 	for {
 		eq.mu.Lock()
 		if len(eq.q) > 0 {

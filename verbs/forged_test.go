@@ -137,10 +137,10 @@ func TestBadPKeyDropped(t *testing.T) {
 func TestForgedReadResponsesInWindow(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU4096, timeout: 14, retry: 7, rnr: 7})
 	fill(b.mr.Bytes()[:16<<10], 4)
-	hold := dropWhile(b.dev.link.(*MemLink), func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
+	hold := dropWhile(b.dev.shards[0].link.(*MemLink), func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 16<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, b.dev, "the READ request", func(c Counters) bool { return c.RcvdPkts == 1 })
-	la := a.dev.link.(*MemLink)
+	la := a.dev.shards[0].link.(*MemLink)
 	junk := func(n int) []byte { return bytes.Repeat([]byte{0xee}, n) }
 	for _, f := range []struct {
 		op      wire.Opcode

@@ -65,7 +65,7 @@ func goldenSide(t *testing.T, link Link, self, peer capFrame, qpn, peerQPN, sqPS
 	must(t, err)
 	n.rcq, err = d.CreateCQ(256)
 	must(t, err)
-	must(t, d.do(func() error { d.e.nextQPN = qpn; return nil }))
+	must(t, d.do(func() error { d.objs.nextQPN = qpn; return nil }))
 	n.qp, err = n.pd.CreateQP(QPInitAttr{Type: o.typ, SendCQ: n.scq, RecvCQ: n.rcq,
 		Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}})
 	must(t, err)
@@ -100,7 +100,7 @@ func rcResponder(t *testing.T, link Link, req, resp []capFrame, o goldenEnd) *no
 // name it unchanged.
 func placeMR(t *testing.T, n *node, addr uint64, key uint32) {
 	t.Helper()
-	e := &n.dev.e
+	e := &n.dev.objs
 	must(t, n.dev.do(func() error {
 		e.removeMR(n.mr)
 		idx := key >> 8
@@ -565,7 +565,7 @@ func placeMW(t *testing.T, n *node, key uint32) *MW {
 	if !isMWKey(key) {
 		t.Fatalf("%#x is not a memory window key", key)
 	}
-	e := &n.dev.e
+	e := &n.dev.objs
 	must(t, n.dev.do(func() error {
 		e.removeMW(mw)
 		i := key>>8 - mwFirstIndex

@@ -15,8 +15,8 @@ type PD struct {
 func (d *Device) AllocPD() (*PD, error) {
 	pd := &PD{dev: d}
 	err := d.do(func() error {
-		d.e.pdSeq++
-		pd.id = d.e.pdSeq
+		d.objs.pdSeq++
+		pd.id = d.objs.pdSeq
 		return nil
 	})
 	if err != nil {
@@ -67,7 +67,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 		return nil, fmt.Errorf("verbs: remote write or atomic access needs local write: %w", ErrInvalid)
 	}
 	mr := &MR{pd: pd, buf: buf, access: access, addr: uint64(uintptr(unsafe.Pointer(&buf[0])))}
-	err := pd.dev.do(func() error { return pd.dev.e.addMR(mr) })
+	err := pd.dev.do(func() error { return pd.dev.addMR(mr) })
 	if err != nil {
 		return nil, err
 	}
@@ -110,19 +110,20 @@ func (m *MR) Dereg() error {
 		if m.boundMWs > 0 {
 			return fmt.Errorf("verbs: %d memory windows are bound to the MR: %w", m.boundMWs, ErrBusy)
 		}
-		if use := m.pd.dev.e.mrInUse(m); use != "" {
+		o := &m.pd.dev.objs
+		if use := o.mrInUse(m); use != "" {
 			return fmt.Errorf("verbs: the MR is in use by %s: %w", use, ErrBusy)
 		}
-		m.pd.dev.e.removeMR(m)
-		m.pd.dev.e.revokeWrites(m)
-		m.pd.dev.e.revokeReplies(m)
+		o.removeMR(m)
+		o.revokeWrites(m)
+		o.revokeReplies(m)
 		return nil
 	})
 }
 
 // revokeWrites ends every multi-packet RDMA WRITE arriving into mr, just
 // deregistered: no packet of it touches the memory again.
-func (e *engine) revokeWrites(mr *MR) {
+func (e *objects) revokeWrites(mr *MR) {
 	for _, qp := range e.live {
 		if w := &qp.t.write; qp.t.respOp == respWrite && w.mr == mr {
 			w.mr, w.revoked = nil, true
@@ -133,7 +134,7 @@ func (e *engine) revokeWrites(mr *MR) {
 // mrInUse says what in-flight work holds memory of mr, or "" if none. A
 // QP's send WQEs name regions of its own PD; its receive WQEs, those of its
 // SRQ's PD when it has one, which may be another (so every QP is looked at).
-func (e *engine) mrInUse(mr *MR) string {
+func (e *objects) mrInUse(mr *MR) string {
 	for _, qp := range e.live {
 		t := &qp.t
 		recvPD := qp.pd
@@ -197,7 +198,8 @@ type mrTable struct {
 	mwFree []uint32
 }
 
-func (e *engine) addMR(mr *MR) error {
+func (d *Device) addMR(mr *MR) error {
+	e := &d.objs
 	e.mrMu.Lock() // the table may grow: posters must not read it meanwhile
 	defer e.mrMu.Unlock()
 	t := &e.mrs
@@ -214,13 +216,13 @@ func (e *engine) addMR(mr *MR) error {
 		idx = uint32(len(t.mrs))
 		t.mrs = append(t.mrs, nil)
 	}
-	key := idx<<8 | uint32(e.dev.rng.IntN(256))
+	key := idx<<8 | uint32(d.rng.IntN(256))
 	mr.lkey, mr.rkey, mr.valid = key, key, true
 	t.mrs[idx] = mr
 	return nil
 }
 
-func (e *engine) removeMR(mr *MR) {
+func (e *objects) removeMR(mr *MR) {
 	idx := mr.lkey >> 8
 	// An inline post copying from the region finishes first; later ones
 	// no longer find it.
@@ -232,7 +234,7 @@ func (e *engine) removeMR(mr *MR) {
 }
 
 // lookupMR returns the live region with this key, or nil.
-func (e *engine) lookupMR(key uint32) *MR {
+func (e *objects) lookupMR(key uint32) *MR {
 	idx := key >> 8
 	if idx == 0 || int(idx) >= len(e.mrs.mrs) {
 		return nil

@@ -62,7 +62,7 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 		return nil, fmt.Errorf("verbs: memory window type %d (only type 2 is supported): %w", typ, ErrInvalid)
 	}
 	mw := &MW{pd: pd}
-	if err := pd.dev.do(func() error { return pd.dev.e.addMW(mw) }); err != nil {
+	if err := pd.dev.do(func() error { return pd.dev.addMW(mw) }); err != nil {
 		return nil, err
 	}
 	return mw, nil
@@ -75,7 +75,7 @@ func (mw *MW) Dealloc() error {
 		if !mw.alive {
 			return fmt.Errorf("verbs: memory window already deallocated: %w", ErrInvalid)
 		}
-		mw.pd.dev.e.removeMW(mw)
+		mw.pd.dev.objs.removeMW(mw)
 		return nil
 	})
 }
@@ -91,8 +91,8 @@ const (
 
 func isMWKey(key uint32) bool { return key>>8 >= mwFirstIndex && key>>8 <= mwMaxIndex }
 
-func (e *engine) addMW(mw *MW) error {
-	t := &e.mrs
+func (d *Device) addMW(mw *MW) error {
+	t := &d.objs.mrs
 	var i uint32
 	if n := len(t.mwFree); n > 0 {
 		i, t.mwFree = t.mwFree[n-1], t.mwFree[:n-1]
@@ -103,13 +103,13 @@ func (e *engine) addMW(mw *MW) error {
 		i = uint32(len(t.mws))
 		t.mws = append(t.mws, nil)
 	}
-	mw.rkey.Store((mwFirstIndex+i)<<8 | uint32(e.dev.rng.IntN(256)))
+	mw.rkey.Store((mwFirstIndex+i)<<8 | uint32(d.rng.IntN(256)))
 	mw.alive = true
 	t.mws[i] = mw
 	return nil
 }
 
-func (e *engine) removeMW(mw *MW) {
+func (e *objects) removeMW(mw *MW) {
 	e.unbindMW(mw)
 	i := mw.rkey.Load()>>8 - mwFirstIndex
 	e.mrs.mws[i] = nil
@@ -118,7 +118,7 @@ func (e *engine) removeMW(mw *MW) {
 }
 
 // lookupMW returns the live window whose current rkey is key, or nil.
-func (e *engine) lookupMW(key uint32) *MW {
+func (e *objects) lookupMW(key uint32) *MW {
 	if !isMWKey(key) {
 		return nil
 	}
@@ -136,6 +136,8 @@ func (e *engine) lookupMW(key uint32) *MW {
 // bindMW executes a BIND_MW work request of qp (rxe_check_bind_mw's rules
 // for type 2); false is a bind error.
 func (e *engine) bindMW(qp *QP, b *MWBind) bool {
+	e.mwMu.Lock()
+	defer e.mwMu.Unlock()
 	mw, mr := b.MW, b.MR
 	const remote = AccessRemoteRead | AccessRemoteWrite | AccessRemoteAtomic
 	switch {
@@ -161,6 +163,8 @@ func (e *engine) bindMW(qp *QP, b *MWBind) bool {
 // peer's SEND_WITH_INV). Region keys cannot be invalidated: xdproce has no
 // fast-registration regions, and rxe refuses user regions the same way.
 func (e *engine) invalidateRKey(qp *QP, key uint32) bool {
+	e.mwMu.Lock()
+	defer e.mwMu.Unlock()
 	mw := e.lookupMW(key)
 	if mw == nil || !mw.bound || mw.pd != qp.pd {
 		return false
@@ -171,7 +175,7 @@ func (e *engine) invalidateRKey(qp *QP, key uint32) bool {
 
 // unbindMW returns a window to the free state; its rkey keeps the key byte
 // but names nothing until the next bind.
-func (e *engine) unbindMW(mw *MW) {
+func (e *objects) unbindMW(mw *MW) {
 	if !mw.bound {
 		return
 	}
@@ -183,6 +187,8 @@ func (e *engine) unbindMW(mw *MW) {
 // checkMWAccess resolves a remote access through a window: the window's
 // rights and range first, then the region under it.
 func (e *engine) checkMWAccess(qp *QP, rkey uint32, va uint64, n uint32, need Access) (*MR, bool) {
+	e.mwMu.Lock()
+	defer e.mwMu.Unlock()
 	mw := e.lookupMW(rkey)
 	if mw == nil || !mw.bound || mw.pd != qp.pd || mw.qp != qp || mw.access&need != need {
 		return nil, false

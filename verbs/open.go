@@ -51,9 +51,22 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 	for i, g := range port.GIDs() {
 		gids[i] = netip.AddrFrom16(g)
 	}
-	link, err := nic.NewFrameLink(port)
+	// One link and engine per queue: each queue's frames are handled on
+	// their own goroutine, so QPs on different queues use different cores.
+	queues, err := nic.NewQueueLinks(port)
 	if err != nil {
 		return nil, errors.Join(err, port.Close(), ns.Close())
+	}
+	links := make([]Link, len(queues))
+	for i, q := range queues {
+		links[i] = q
+	}
+	closeLinks := func() error {
+		var errs []error
+		for _, q := range queues {
+			errs = append(errs, q.Close())
+		}
+		return errors.Join(errs...)
 	}
 	cfg := DeviceConfig{
 		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), DataPath: port.Features().String(), AckHold: opts.AckHold,
@@ -65,10 +78,10 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 			return mac, err
 		},
 	}
-	d, err := NewDevice(link, cfg)
+	d, err := NewMultiQueueDevice(links, cfg)
 	if err != nil {
-		return nil, errors.Join(err, link.Close(), port.Close(), ns.Close())
+		return nil, errors.Join(err, closeLinks(), port.Close(), ns.Close())
 	}
-	d.onClose = func() error { return errors.Join(link.Close(), port.Close(), ns.Close()) } // the link checks its frames before the sockets go
+	d.onClose = func() error { return errors.Join(closeLinks(), port.Close(), ns.Close()) } // the links check their frames before the sockets go
 	return d, nil
 }

@@ -49,6 +49,9 @@ type QP struct {
 	state      atomic.Uint32 // QPState, mirrored for the posting checks
 	queued     atomic.Bool   // in the device's list of QPs with new posts
 
+	// eng is the engine that serves the QP: the one of its flow's queue
+	// (Device.placeQP). It changes only in control operations.
+	eng    atomic.Pointer[engine]
 	active bool // in the engine's active list (engine-owned)
 
 	t qpTransport // engine-owned
@@ -89,7 +92,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if c.MaxInlineData > 0 {
 		qp.inlineBuf = make([]byte, c.MaxSendWR*c.MaxInlineData)
 	}
-	err := pd.dev.do(func() error { return pd.dev.e.addQP(qp) })
+	err := pd.dev.do(func() error { return pd.dev.addQP(qp) })
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +111,7 @@ func (qp *QP) State() QPState { return QPState(qp.state.Load()) }
 // Destroy removes the QP. Outstanding work is dropped without completions, as
 // ibv_destroy_qp.
 func (qp *QP) Destroy() error {
-	err := qp.dev.do(func() error { return qp.dev.e.removeQP(qp) })
+	err := qp.dev.do(func() error { return qp.dev.removeQP(qp) })
 	if err == nil && qp.srq != nil {
 		qp.srq.attached.Add(-1)
 	}
@@ -250,7 +253,10 @@ func (qp *QP) Modify(attr QPAttr, mask AttrMask) error {
 			// As rxe: only ERR may leave SQD before the drain ends.
 			return fmt.Errorf("verbs: QP transition %v -> %v while the send queue is still draining: %w", cur, next, ErrInvalid)
 		}
-		qp.dev.e.modify(qp, attr, mask, next, dmac)
+		qp.eng.Load().modify(qp, attr, mask, next, dmac)
+		if mask&(AttrAV|AttrDestQPN) != 0 {
+			qp.dev.placeQP(qp)
+		}
 		return nil
 	})
 }
@@ -345,13 +351,13 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	for i, w := range ws {
 		if int(qp.sqUsed.Load()) >= qp.cap.MaxSendWR {
 			qp.postMu.Unlock()
-			qp.dev.notePosted(qp)
+			qp.notePosted()
 			return i, fmt.Errorf("verbs: send queue full (%d WRs): %w", qp.cap.MaxSendWR, ErrNoMem)
 		}
 		if w.wr.Flags&SendInline != 0 {
 			if err := qp.copyInline(&w); err != nil {
 				qp.postMu.Unlock()
-				qp.dev.notePosted(qp)
+				qp.notePosted()
 				return i, err
 			}
 		}
@@ -359,7 +365,7 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 		qp.postSend = append(qp.postSend, w)
 	}
 	qp.postMu.Unlock()
-	qp.dev.notePosted(qp)
+	qp.notePosted()
 	if checkErr != nil {
 		return len(ws), checkErr
 	}
@@ -376,7 +382,7 @@ func (qp *QP) copyInline(w *sendWQE) error {
 	size := qp.cap.MaxInlineData
 	off := int(qp.inlineNext%uint64(qp.cap.MaxSendWR)) * size
 	dst := qp.inlineBuf[off : off : off+size]
-	e := &qp.dev.e
+	e := &qp.dev.objs
 	e.mrMu.RLock()
 	defer e.mrMu.RUnlock()
 	var one [1]SGE
@@ -493,14 +499,14 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 		qp.postRecv = append(qp.postRecv, newRecvWQE(&wrs[i]))
 	}
 	qp.postMu.Unlock()
-	qp.dev.notePosted(qp)
+	qp.notePosted()
 	return len(wrs), nil
 }
 
 // notePostedRecv tells the engine about the n receives queued before a bad one.
 func (qp *QP) notePostedRecv(n int) {
 	if n > 0 {
-		qp.dev.notePosted(qp)
+		qp.notePosted()
 	}
 }
 

@@ -81,7 +81,7 @@ func readLossPair(t *testing.T) (a, b *node, la, lb *MemLink) {
 	t.Helper()
 	a, b, _ = fakePair(t, connOpts{mtu: MTU4096, timeout: 14, retry: 7, rnr: 7})
 	fill(b.mr.Bytes(), 11)
-	return a, b, a.dev.link.(*MemLink), b.dev.link.(*MemLink)
+	return a, b, a.dev.shards[0].link.(*MemLink), b.dev.shards[0].link.(*MemLink)
 }
 
 // TestReadLostMiddleResponse: the sixth of a 64 KiB READ's 16 responses is

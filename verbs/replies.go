@@ -158,7 +158,7 @@ func (t *qpTransport) dropReplies() {
 // revokeReplies drops the queued READ replies that read mr, just
 // deregistered: no packet reads it again, and a requester that asks again
 // is told the key is invalid.
-func (e *engine) revokeReplies(mr *MR) {
+func (e *objects) revokeReplies(mr *MR) {
 	for _, qp := range e.live {
 		t := &qp.t
 		keep := t.replies[:t.replyHead]

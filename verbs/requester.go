@@ -338,6 +338,9 @@ func (w *sendWQE) local(buf *[1][]byte) [][]byte {
 // failHead completes the oldest WQE with an error status and moves the QP to
 // the error state, which flushes the rest.
 func (e *engine) failHead(qp *QP, status WCStatus) {
+	// An application that polls the error completion and then queries the
+	// QP must find it in the error state already.
+	qp.state.Store(uint32(StateErr))
 	if len(qp.t.sq) > 0 {
 		e.retire(qp, status)
 	}

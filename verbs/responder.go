@@ -470,6 +470,7 @@ func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
 	}
 	b, _ := mr.slice(a.VA, 8)
 	// Atomics operate on the 64-bit value in the responder's byte order (rxe: host order).
+	e.atomicMu.Lock()
 	orig := binary.LittleEndian.Uint64(b)
 	if p.BTH.Opcode == wire.RCCompareSwap {
 		if orig == a.Compare {
@@ -478,6 +479,7 @@ func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
 	} else {
 		binary.LittleEndian.PutUint64(b, orig+a.SwapAdd)
 	}
+	e.atomicMu.Unlock()
 	res := e.newResource(qp)
 	*res = respResource{valid: true, atomic: true, firstPSN: psn, lastPSN: psn, orig: orig}
 	t.msn = (t.msn + 1) & 0xffffff

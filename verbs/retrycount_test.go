@@ -83,7 +83,10 @@ func TestRetryExhaustedMultiPacketDeadPeer(t *testing.T) {
 // PSN 5 is sent 1+3 times and the WRITE fails with RETRY_EXC_ERR: NAKs
 // reset the counter only when they move the acknowledged PSN forward.
 func TestRetryExhaustedWithoutProgress(t *testing.T) {
-	a, b, la, _ := pair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 3}, 1<<16)
+	// Fake time: on a loaded machine a real timer could expire before
+	// the NAK arrives, and that retry would come on top of the NAK's.
+	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 3, rnr: 7})
+	la := a.dev.shards[0].link.(*MemLink)
 	var sent5 atomic.Int32
 	la.mu.Lock()
 	la.drop = func(f []byte) bool {
@@ -96,6 +99,12 @@ func TestRetryExhaustedWithoutProgress(t *testing.T) {
 	}
 	la.mu.Unlock()
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 16<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	waitCounter(t, a.dev, "the NAK and its retry", func(c Counters) bool { return c.RcvdSeqErr == 1 && sent5.Load() == 2 })
+	for i := int32(1); i <= 2; i++ {
+		clk.Advance(ackTimeout(10) + time.Microsecond)
+		waitCounter(t, a.dev, "a timer's retry", func(Counters) bool { return sent5.Load() == 2+i })
+	}
+	clk.Advance(ackTimeout(10) + time.Microsecond)
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRetryExcErr {
 		t.Fatalf("completion %+v, want RETRY_EXC_ERR", wc)
 	}
@@ -113,7 +122,7 @@ func TestRetryExhaustedWithoutProgress(t *testing.T) {
 // and without resending 1-4.
 func TestTimeoutProbesThenResends(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 7, rnr: 7})
-	la := a.dev.link.(*MemLink)
+	la := a.dev.shards[0].link.(*MemLink)
 	log := watchSent(la, func(p *wire.Packet, n int) bool { return n <= 8 && p.BTH.PSN >= 5 })
 	fill(a.mr.Bytes()[:8<<10], 7)
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 8<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
@@ -137,7 +146,7 @@ func TestTimeoutProbesThenResends(t *testing.T) {
 // 2^maxBackoff times the local ACK timeout; the first answer resets it.
 func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{timeout: 10, retry: 7, rnr: 7})
-	la := a.dev.link.(*MemLink)
+	la := a.dev.shards[0].link.(*MemLink)
 	log := watchSent(la, func(*wire.Packet, int) bool { return true })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, a.dev, "the first transmission", func(c Counters) bool { return c.SentPkts >= 1 })
@@ -175,7 +184,7 @@ func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
 // atomic, so the timer saw nothing unacknowledged and re-armed forever.
 func TestTimeoutResendsSkippedAtomic(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 7, rnr: 7})
-	la := a.dev.link.(*MemLink)
+	la := a.dev.shards[0].link.(*MemLink)
 	dropFirst(la, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCWriteOnly },
 		func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCFetchAdd })
 	binary.LittleEndian.PutUint64(b.mr.Bytes()[64:], 41)

@@ -76,7 +76,7 @@ func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
 		s.used.Add(1)
 		s.post = append(s.post, newRecvWQE(&wrs[i]))
 	}
-	s.dev.ring()
+	s.dev.ringAll()
 	return len(wrs), nil
 }
 

@@ -103,8 +103,8 @@ func (d *Device) QPStatus() ([]QPStatus, error) {
 	var out []QPStatus
 	err := d.do(func() error {
 		now := d.clock.Now()
-		for _, qp := range d.e.live {
-			out = append(out, d.e.status(qp, now))
+		for _, qp := range d.objs.live {
+			out = append(out, qp.eng.Load().status(qp, now))
 		}
 		return nil
 	})

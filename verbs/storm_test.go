@@ -27,23 +27,23 @@ type lockstep struct {
 // engine with nothing to do sleeps until its next timer, as it would for
 // real (at most idleWait, so a frame from outside is seen soon enough).
 func (l *lockstep) stepCost(d *Device) time.Duration {
-	before, active := d.e.counters, len(d.e.active)
-	busy := d.e.step()
-	after := d.e.counters
+	before, active := d.shards[0].counters, len(d.shards[0].active)
+	busy := d.shards[0].step()
+	after := d.shards[0].counters
 	frames := (after.SentPkts - before.SentPkts) + (after.RcvdPkts - before.RcvdPkts) +
 		(after.DroppedMalformed - before.DroppedMalformed)
 	cost := 10*time.Microsecond + time.Duration(frames)*l.perFrame + time.Duration(active)*l.perQP
 	if !busy {
-		cost = max(cost, d.e.nextTimer())
+		cost = max(cost, d.shards[0].nextTimer())
 	}
 	return cost
 }
 
-// hold stops the engines' own goroutines (they wait on engMu) until run
+// hold stops the engines' own goroutines (they wait on mu) until run
 // ends, so that nothing moves before the replay starts: post only then.
 func (l *lockstep) hold() {
 	for _, d := range l.devs {
-		d.engMu.Lock()
+		d.shards[0].mu.Lock()
 	}
 }
 
@@ -53,7 +53,7 @@ func (l *lockstep) hold() {
 func (l *lockstep) run(done func() bool, limit time.Duration) time.Duration {
 	defer func() {
 		for _, d := range l.devs {
-			d.engMu.Unlock()
+			d.shards[0].mu.Unlock()
 		}
 	}()
 	start := l.clk.Now()

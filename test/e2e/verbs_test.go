@@ -339,9 +339,10 @@ func TestVerbsUnderLinkFaults(t *testing.T) {
 }
 
 // TestVerbsOverTwoQueues runs RC QPs between two devices on a two-queue
-// veth pair, with QPs on both queues (each transmits on the queue of its
-// UDP source port, so both ends' frames for a QP stay on one queue): every
-// QP's WRITE, READ and SEND move their bytes intact, whichever queue it is on.
+// veth pair, with QPs on both queues (each is served by the engine of the
+// queue of its UDP source port, so both ends' frames for a QP stay on one
+// queue): every QP's WRITE, READ and SEND move their bytes intact, whichever
+// queue it is on, and each queue's engine carries its own QPs' traffic.
 func TestVerbsOverTwoQueues(t *testing.T) {
 	topo := netns.New(t, netns.Config{Kind: netns.Direct, Queues: 2, MTU: 4200})
 	a, b := openRNIC(t, topo.Hosts[0], 1<<20), openRNIC(t, topo.Hosts[1], 1<<20)
@@ -406,6 +407,19 @@ func TestVerbsOverTwoQueues(t *testing.T) {
 		if !bytes.Equal(dst[off:off+size], want) || !bytes.Equal(src[512<<10+off:512<<10+off+size], want) ||
 			!bytes.Equal(dst[512<<10+off:512<<10+off+size], want) {
 			t.Fatalf("QP pair %d (queue %d): WRITE, READ or SEND bytes differ", i, wire.UDPSourcePort(0, pairs[i].qa.QPN(), pairs[i].qb.QPN())%2)
+		}
+	}
+	// Each queue has its own engine, and on veth a QP's frames arrive on
+	// the queue it sends on: both engines carry traffic, none is handed over.
+	for _, r := range []*rnic{a, b} {
+		per, err := r.dev.QueueCounters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for q, c := range per {
+			if c.RcvdPkts == 0 || c.SentPkts == 0 || c.HandedOff != 0 {
+				t.Errorf("%s queue %d: received %d, sent %d, handed over %d", r.host.Name, q, c.RcvdPkts, c.SentPkts, c.HandedOff)
+			}
 		}
 	}
 	t.Logf("%d QP pairs, %v per queue", len(pairs), onQueue)

@@ -29,6 +29,7 @@ type Config struct {
 	// (default 1); the devices serve every queue, QPs spread over them.
 	Queues  int
 	AckHold time.Duration // verbs.Options.AckHold of both devices (0: the default)
+	SpinMax time.Duration // verbs.Options.SpinMax of both devices (0: the default, negative: never)
 	// Ifaces, if set, are two existing interfaces ("NETNS/IFNAME") to measure
 	// between instead of a veth pair in fresh namespaces.
 	Ifaces []string
@@ -187,7 +188,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		if len(steps) == 0 {
 			return nil
 		}
-		p, err := openPair(ctx, hosts, maxSize, verbs.Options{BusyPoll: busy, AckHold: cfg.AckHold})
+		p, err := openPair(ctx, hosts, maxSize, verbs.Options{BusyPoll: busy, AckHold: cfg.AckHold, SpinMax: cfg.SpinMax})
 		if err != nil {
 			return err
 		}

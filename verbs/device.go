@@ -32,12 +32,25 @@ type DeviceConfig struct {
 	// BusyPoll keeps the engine spinning instead of sleeping when idle, and
 	// lets applications that spin run it themselves (Progress).
 	BusyPoll bool
+	// SpinMax is how long an idle engine keeps looking for work before it
+	// sleeps, as long as the idle gaps it sees are that short: waking a
+	// sleeping engine costs a few µs each way, spinning through a long gap
+	// costs a core. Zero means DefaultSpinMax; negative, never spin. On one
+	// CPU (GOMAXPROCS 1, which follows a cgroup's CPU limit) an engine never
+	// spins: it would only delay the application and the kernel work that
+	// moves its packets. BusyPoll spins regardless.
+	SpinMax time.Duration
 	// AckHold is how long a transmit batch holding nothing but ACKs may wait
 	// for a reply the application is about to post, so both leave in one
 	// kick (on veth a kick costs a few µs). Zero means DefaultAckHold; a
 	// negative value sends ACKs at the end of their receive batch.
 	AckHold time.Duration
 }
+
+// DefaultSpinMax is the SpinMax of a device that does not set one: a
+// little more than a round trip on veth, so a ping-pong's engines do not
+// sleep between its messages.
+const DefaultSpinMax = 50 * time.Microsecond
 
 // DefaultAckHold is the AckHold of a device that does not set one: about
 // what an application spinning on its CQ or memory takes to answer.
@@ -114,6 +127,15 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 	}
 	if cfg.AckHold == 0 {
 		cfg.AckHold = DefaultAckHold
+	}
+	switch {
+	case cfg.SpinMax == 0:
+		cfg.SpinMax = DefaultSpinMax
+	case cfg.SpinMax < 0:
+		cfg.SpinMax = 0
+	}
+	if runtime.GOMAXPROCS(0) == 1 {
+		cfg.SpinMax = 0
 	}
 	var seed [32]byte
 	if _, err := crand.Read(seed[:]); err != nil {
@@ -410,13 +432,17 @@ func (d *Device) run(e *engine) {
 			wait = e.nextTimer()
 		}
 		e.mu.Unlock()
+		spin := false
+		if d.cfg.SpinMax > 0 {
+			spin = e.spin.next(busy, time.Now(), d.cfg.SpinMax)
+		}
 		switch {
 		case busy:
 			if holding {
 				// Lone ACKs wait for a reply: let the application run.
 				runtime.Gosched()
 			}
-		case d.cfg.BusyPoll:
+		case d.cfg.BusyPoll || spin:
 			// Spinning, but the application's goroutines share the
 			// processors with this one.
 			runtime.Gosched()
@@ -429,6 +455,43 @@ func (d *Device) run(e *engine) {
 		}
 	}
 }
+
+// spinner decides whether an idle engine spins or sleeps: it spins for
+// up to window after its last work, and the window follows the idle gaps
+// the engine sees, sleeping or spinning: a gap shorter than the most a
+// device spins (a ping-pong's) opens the window fully, a longer one (an
+// application thinking, a link gone quiet) halves it, and a window below
+// spinMin closes. So an engine spins through the gaps spinning shortens
+// and sleeps through the others, after at most a few wasted spins.
+type spinner struct {
+	window time.Duration
+	idleAt time.Time // when the current idle gap began; zero while busy
+}
+
+const spinMin = time.Microsecond
+
+// next records a step's outcome at now and reports whether to spin on.
+func (s *spinner) next(busy bool, now time.Time, max time.Duration) bool {
+	if busy {
+		if !s.idleAt.IsZero() {
+			if now.Sub(s.idleAt) <= max {
+				s.window = max
+			} else if s.window /= 2; s.window < spinMin {
+				s.window = 0
+			}
+			s.idleAt = time.Time{}
+		}
+		return false
+	}
+	if s.idleAt.IsZero() {
+		s.idleAt = now
+	}
+	return now.Sub(s.idleAt) < s.window
+}
+
+// BusyPolling reports whether the engines spin instead of sleeping
+// (DeviceConfig.BusyPoll).
+func (d *Device) BusyPolling() bool { return d.cfg.BusyPoll }
 
 // Progress runs one round of each engine on the calling goroutine, unless
 // another goroutine is running it, and reports whether there was work. An

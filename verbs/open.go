@@ -30,6 +30,8 @@ type Options struct {
 	BusyPoll bool
 	// AckHold: see DeviceConfig.AckHold.
 	AckHold time.Duration
+	// SpinMax: see DeviceConfig.SpinMax.
+	SpinMax time.Duration
 	// Logger receives setup notes. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -69,7 +71,8 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 		return errors.Join(errs...)
 	}
 	cfg := DeviceConfig{
-		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), DataPath: port.Features().String(), AckHold: opts.AckHold,
+		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), DataPath: port.Features().String(),
+		BusyPoll: opts.BusyPoll, AckHold: opts.AckHold, SpinMax: opts.SpinMax,
 		Resolve: func(ctx context.Context, ip netip.Addr) (mac net.HardwareAddr, err error) {
 			err = nsenter.Do(ns, func() error {
 				mac, err = nic.ResolveNeighbor(ctx, ifname, ip)

@@ -29,6 +29,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	depth := fs.Int("depth", 0, "operations in flight per QP (default 32)")
 	busy := busyFlag(bench.BusyPollRTT)
 	fs.Var(&busy, "busy-poll", "where engines and applications spin instead of sleeping (verbs.Options.BusyPoll): rtt (round trips only), off, or on (bare --busy-poll)")
+	spinMax := fs.Duration("spin-max", 0, "how long an idle engine spins before sleeping while idle gaps are that short (verbs.Options.SpinMax; 0: the default, negative: never)")
 	ackHold := fs.Duration("ack-hold", 0, "how long a device holds lone ACKs for a reply to leave with them (verbs.Options.AckHold; 0: the default, negative: never)")
 	mtu := fs.Int("mtu", 0, "MTU of the veth pair (default 4200: RoCE path MTU 4096)")
 	queues := fs.Int("queues", 1, "RX/TX queues of the veth pair; the devices serve them all and spread QPs over them by UDP source port")
@@ -89,6 +90,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg.Queues = *queues
 	cfg.BusyPoll = bench.BusyPoll(busy)
 	cfg.AckHold = *ackHold
+	cfg.SpinMax = *spinMax
 	if *ifaces != "" {
 		cfg.Ifaces = strings.Split(*ifaces, ",")
 	}

@@ -46,6 +46,9 @@ func openRNICWith(t testing.TB, h *netns.Host, bufSize int, opts verbs.Options) 
 			t.Errorf("close %s: %v", h.Link, err)
 		}
 	})
+	if r.dev.BusyPolling() != opts.BusyPoll {
+		t.Fatalf("open %s with BusyPoll %v: the device's is %v", h.Link, opts.BusyPoll, r.dev.BusyPolling())
+	}
 	var e error
 	check := func(err error) {
 		if err != nil && e == nil {
@@ -423,4 +426,24 @@ func TestVerbsOverTwoQueues(t *testing.T) {
 		}
 	}
 	t.Logf("%d QP pairs, %v per queue", len(pairs), onQueue)
+}
+
+// TestBusyPollOverXDP: a device opened with Options.BusyPoll spins (the
+// option reaches the engines), and an 8 B WRITE ping-pong runs on it.
+func TestBusyPollOverXDP(t *testing.T) {
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, Queues: 1, MTU: 1500})
+	a := openRNICWith(t, topo.Hosts[0], 1<<16, verbs.Options{BusyPoll: true})
+	b := openRNICWith(t, topo.Hosts[1], 1<<16, verbs.Options{BusyPoll: true})
+	connectRC(t, a, b, verbs.MTU1024, 14)
+	for i := range 100 {
+		from, to := a, b
+		if i%2 == 1 {
+			from, to = b, a
+		}
+		if _, err := from.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: sgl(from.mr, 0, 8), RemoteAddr: to.mr.Addr() + 64, RKey: to.mr.RKey()}}); err != nil {
+			t.Fatal(err)
+		}
+		waitWC(t, from.scq, 1, 5*time.Second)
+	}
 }

@@ -114,3 +114,32 @@ func TestAckHoldEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseSendsHeldAck: a device closed while it holds an ACK for a reply
+// sends it first. rc_pingpong's last SEND is answered by nothing: its
+// receiver closes the device as soon as the SEND completes, and a peer with
+// retry_cnt 7 would retry that SEND for ever without the ACK.
+func TestCloseSendsHeldAck(t *testing.T) {
+	a, b, lb := holdPair(t, time.Hour)
+	postRecv(t, b, RecvWR{ID: 1, SGList: sge(b.mr, 0, 64)})
+	postSend(t, a, SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, 64)})
+	poll(t, b.rcq, 1, 5*time.Second)
+	if pending(a.scq) != 0 {
+		t.Fatal("the SEND completed while its ACK was held")
+	}
+	must(t, b.dev.Close())
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess || wc.WRID != 2 {
+		t.Fatalf("completion %+v", wc)
+	}
+	var acks int
+	for _, batch := range lb.take() {
+		for _, op := range batch {
+			if op == wire.RCAck {
+				acks++
+			}
+		}
+	}
+	if acks != 1 {
+		t.Fatalf("%d ACKs sent, want the held one", acks)
+	}
+}

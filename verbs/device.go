@@ -174,6 +174,11 @@ func (d *Device) Close() error {
 	d.ringAll() // sleeping engines see done at once
 	d.stopped.Wait()
 	d.lockAll() // an application's Progress may be running an engine
+	for _, e := range d.shards {
+		// ACKs held for a reply go out now: the peer's requester waits
+		// for them, and with retry_cnt 7 it would retry for ever.
+		e.flush()
+	}
 	d.gone = true
 	d.unlockAll()
 	d.wakeMu.Lock() // a poster ringing now finishes first, later ones see linkGone

@@ -85,6 +85,13 @@ func TestEnginesPerQueue(t *testing.T) {
 					if nd.qp.eng.Load() != want {
 						t.Fatalf("QP %#x is not served by its flow's engine", nd.qp.QPN())
 					}
+					st, err := nd.dev.QPStatus()
+					must(t, err)
+					for _, s := range st {
+						if s.QPN == nd.qp.QPN() && s.Queue != int(nd.qp.t.sport)%2 {
+							t.Fatalf("QP %#x: status says queue %d, its flow's is %d", s.QPN, s.Queue, nd.qp.t.sport%2)
+						}
+					}
 				}
 			}
 			src, dst := as[0].mr.Bytes(), bs[0].mr.Bytes()

@@ -11,6 +11,7 @@ import (
 type QPStatus struct {
 	QPN, DestQPN uint32
 	State        QPState
+	Queue        int // the queue whose engine serves the QP
 
 	// Requester and completer.
 	SendQueued int // send WQEs posted and not yet completed
@@ -38,8 +39,8 @@ type QPStatus struct {
 // String is the one-line dump a stall report prints.
 func (s QPStatus) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "QP %#x→%#x %v: requester req_psn %#x next_psn %#x comp_psn %#x sq %d",
-		s.QPN, s.DestQPN, s.State, s.ReqPSN, s.NextPSN, s.CompPSN, s.SendQueued)
+	fmt.Fprintf(&b, "QP %#x→%#x %v queue %d: requester req_psn %#x next_psn %#x comp_psn %#x sq %d",
+		s.QPN, s.DestQPN, s.State, s.Queue, s.ReqPSN, s.NextPSN, s.CompPSN, s.SendQueued)
 	if s.HeadStarted {
 		fmt.Fprintf(&b, " head %v psn %#x-%#x at %d/%d", s.HeadOp, s.HeadFirst, s.HeadLast, s.HeadSent, s.HeadLength)
 	}
@@ -70,7 +71,7 @@ func (s QPStatus) String() string {
 func (e *engine) status(qp *QP, now time.Time) QPStatus {
 	t := &qp.t
 	s := QPStatus{
-		QPN: qp.qpn, DestQPN: t.attr.DestQPN, State: t.state,
+		QPN: qp.qpn, DestQPN: t.attr.DestQPN, State: t.state, Queue: e.index,
 		SendQueued: len(t.sq), ReqPSN: t.reqPSN, NextPSN: t.nextPSN, CompPSN: t.compPSN, Window: t.window(),
 		Timeouts: t.timeouts, Retrying: t.startedRetry, Probing: t.probing,
 		EPSN: t.ePSN, MSN: t.msn, RecvQueued: len(t.rq), NAKSent: t.nakSent,

@@ -439,7 +439,7 @@ func (d *Device) run(e *engine) {
 		e.mu.Unlock()
 		spin := false
 		if d.cfg.SpinMax > 0 {
-			spin = e.spin.next(busy, time.Now(), d.cfg.SpinMax)
+			spin = e.spin.next(busy, time.Now, d.cfg.SpinMax)
 		}
 		switch {
 		case busy:
@@ -475,11 +475,13 @@ type spinner struct {
 
 const spinMin = time.Microsecond
 
-// next records a step's outcome at now and reports whether to spin on.
-func (s *spinner) next(busy bool, now time.Time, max time.Duration) bool {
+// next records a step's outcome and reports whether to spin on. It reads
+// the clock (now) only at the ends of an idle gap and while idle: a busy
+// engine's rounds cost no clock read.
+func (s *spinner) next(busy bool, now func() time.Time, max time.Duration) bool {
 	if busy {
 		if !s.idleAt.IsZero() {
-			if now.Sub(s.idleAt) <= max {
+			if now().Sub(s.idleAt) <= max {
 				s.window = max
 			} else if s.window /= 2; s.window < spinMin {
 				s.window = 0
@@ -488,10 +490,11 @@ func (s *spinner) next(busy bool, now time.Time, max time.Duration) bool {
 		}
 		return false
 	}
+	t := now()
 	if s.idleAt.IsZero() {
-		s.idleAt = now
+		s.idleAt = t
 	}
-	return now.Sub(s.idleAt) < s.window
+	return t.Sub(s.idleAt) < s.window
 }
 
 // BusyPolling reports whether the engines spin instead of sleeping

@@ -524,12 +524,6 @@ func (e *engine) dispatch() {
 		return
 	}
 	qp := e.qps[qpn]
-	if owner := qp.eng.Load(); owner != e {
-		// It came in on another queue than the QP's (a NIC's RSS hash
-		// picks the queue, not the QP's flow): its engine handles it.
-		e.handOff(owner)
-		return
-	}
 	info, _ := p.BTH.Opcode.Info()
 	t := &qp.t
 	wantTransport := wire.TransportRC
@@ -540,6 +534,16 @@ func (e *engine) dispatch() {
 	// connected peer to our address; anything else is dropped silently.
 	if p.BTH.Opcode.Transport() != wantTransport || p.IP.Src != t.dip || p.IP.Dst != t.sip {
 		e.counters.DroppedNoQP++
+		return
+	}
+	// The QP's type and addresses change only in control operations, so
+	// any engine may check them; its transport state is its engine's. A
+	// frame that came in on another queue than the QP's (a NIC's RSS hash
+	// picks the queue, not the QP's flow) goes to that engine, and only
+	// once it passed the checks above: a forged frame costs no copy and no
+	// room in the other engine's inbox.
+	if owner := qp.eng.Load(); owner != e {
+		e.handOff(owner)
 		return
 	}
 	e.counters.RcvdPkts++

@@ -66,11 +66,24 @@ func sharedNodes(t *testing.T, a, b *Device, n, bufSize int) ([]*node, []*node, 
 // their bytes intact on shared CQs, each QP is served by the engine of its
 // flow's queue, and both engines of each device carry traffic. Straight
 // links hand nothing over; crossed ones deliver every frame to the other
-// engine, which hands it to the QP's own.
+// engine, which hands it to the QP's own, also under loss, duplication and
+// reordering.
 func TestEnginesPerQueue(t *testing.T) {
-	for _, crossed := range []bool{false, true} {
-		t.Run(fmt.Sprintf("crossed=%v", crossed), func(t *testing.T) {
+	for _, tc := range []struct {
+		crossed, lossy bool
+	}{{false, false}, {true, false}, {true, true}} {
+		crossed := tc.crossed
+		t.Run(fmt.Sprintf("crossed=%v/lossy=%v", tc.crossed, tc.lossy), func(t *testing.T) {
 			a, b := twoQueueDevices(t, crossed)
+			if tc.lossy {
+				// Lost, duplicated and reordered frames on every link:
+				// retransmissions go through the hand-off too.
+				for i, d := range []*Device{a, b} {
+					for q, e := range d.shards {
+						e.link.(*MemLink).SetImpairment(Impairment{Drop: 0.02, Duplicate: 0.02, Reorder: 0.02, Seed: uint64(10*i + q + 1)})
+					}
+				}
+			}
 			const pairs, size = 8, 3000 // three packets at PMTU 1024
 			as, bs, onQueue := sharedNodes(t, a, b, pairs, 1<<20)
 			if onQueue[0] == 0 || onQueue[1] == 0 {
@@ -124,6 +137,19 @@ func TestEnginesPerQueue(t *testing.T) {
 				equalBytes(t, fmt.Sprintf("pair %d SEND", i), dst[off+2*size:off+3*size], want)
 				if got := binary.LittleEndian.Uint64(dst[off+3*size:]); got != uint64(i+1) {
 					t.Fatalf("pair %d FETCH_ADD left %d, want %d", i, got, i+1)
+				}
+			}
+			if tc.lossy {
+				var st MemLinkStats
+				for _, d := range []*Device{a, b} {
+					for _, e := range d.shards {
+						s := e.link.(*MemLink).Stats()
+						st.Dropped += s.Dropped
+						st.Duplicated += s.Duplicated
+					}
+				}
+				if st.Dropped == 0 || st.Duplicated == 0 {
+					t.Fatalf("the faults were not exercised: %+v", st)
 				}
 			}
 			for _, d := range []*Device{a, b} {
@@ -181,5 +207,50 @@ func TestAtomicsAcrossEngines(t *testing.T) {
 	}
 	if !bytes.Equal(bs[0].mr.Bytes()[:4096], make([]byte, 4096)) {
 		t.Fatal("bytes outside the target word changed")
+	}
+}
+
+// TestForgedFramesNotHandedOff: a frame arriving on another queue than its
+// QP's is handed to the QP's engine only once it passes the checks any
+// engine can make (transport, addresses): one from a third party's
+// address is dropped where it arrived, costing the QP's engine nothing,
+// and one from the peer's address that answers nothing is handed over and
+// dropped there as out of window. The QP stays in RTS.
+func TestForgedFramesNotHandedOff(t *testing.T) {
+	a, b := twoQueueDevices(t, false)
+	as, _, _ := sharedNodes(t, a, b, 8, 1<<16)
+	var target *node
+	for _, nd := range as {
+		if nd.qp.eng.Load() == a.shards[1] {
+			target = nd
+			break
+		}
+	}
+	if target == nil {
+		t.Fatal("no QP on a's second queue")
+	}
+	// The frames go out on b's queue 0 link, so they arrive on a's queue 0.
+	forge := func(src netip.Addr) []byte {
+		var p wire.Packet
+		p.Eth = wire.Ethernet{Dst: [6]byte(macA), Src: [6]byte(macB)}
+		p.IP = wire.IP{Src: src, Dst: ipA, TTL: 64, DF: true}
+		p.UDP = wire.UDP{SrcPort: 0xc000, DstPort: wire.UDPPort}
+		p.BTH = wire.BTH{Opcode: wire.RCAck, PKey: 0xffff, DestQP: target.qp.QPN(), PSN: 0x123456}
+		p.AETH = wire.AETH{Syndrome: wire.NAKSyndrome(wire.NAKRemoteAccessError)}
+		buf := make([]byte, 256)
+		n, err := wire.Encode(buf, &p)
+		must(t, err)
+		return buf[:max(n, wire.MinFrameLen)]
+	}
+	third := netip.MustParseAddr("198.18.0.99")
+	must(t, b.shards[0].link.Send([][]byte{forge(third), forge(third), forge(ipB)}))
+	c := waitCounter(t, a, "the forged frames", func(c Counters) bool { return c.DroppedNoQP+c.ResponseOutOfWindow == 3 })
+	per, err := a.QueueCounters()
+	must(t, err)
+	if per[0].DroppedNoQP != 2 || per[0].HandedOff != 1 || per[1].ResponseOutOfWindow != 1 || per[1].DroppedNoQP != 0 {
+		t.Fatalf("per queue %+v / %+v; total %+v", per[0], per[1], c)
+	}
+	if target.qp.State() != StateRTS {
+		t.Fatalf("QP in %v after forged frames", target.qp.State())
 	}
 }

@@ -13,20 +13,22 @@ func TestSpinnerFollowsIdleGaps(t *testing.T) {
 	const max = 50 * time.Microsecond
 	var s spinner
 	now := time.Unix(0, 0)
+	clock := func() time.Time { return now }
 	// gap runs an idle gap of d ending in work and says whether the engine
 	// was still spinning at its end.
 	gap := func(d time.Duration) bool {
-		s.next(false, now, max)
+		s.next(false, clock, max)
 		now = now.Add(d)
-		spinning := s.next(false, now, max)
+		spinning := s.next(false, clock, max)
 		now = now.Add(time.Nanosecond)
-		s.next(true, now, max)
+		s.next(true, clock, max)
 		return spinning
 	}
-	if s.next(false, now, max) {
+	if s.next(false, clock, max) {
 		t.Fatal("a new engine spins before it has seen a gap")
 	}
-	s.next(true, now.Add(time.Second), max) // a long first gap: nothing learned
+	now = now.Add(time.Second)
+	s.next(true, clock, max) // a long first gap: nothing learned
 	if s.window != 0 {
 		t.Fatalf("window %v after a long gap", s.window)
 	}

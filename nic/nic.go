@@ -240,3 +240,7 @@ func (p *Port) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// DeviceName is the name applications know the device on ifname by
+// (ibv_devinfo's hca_id, ibv_get_device_list's), as rxe's rxe0.
+func DeviceName(ifname string) string { return "xdp_" + ifname }

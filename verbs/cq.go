@@ -5,16 +5,26 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/xdproce/xdproce/uverbs"
 )
 
 // CQ is a completion queue: a ring the engines fill and applications
 // drain, from any goroutine. Pollers and engines never wait for each other;
 // an empty poll costs two atomic loads.
 type CQ struct {
-	dev  *Device
-	ring []WorkCompletion
-	head atomic.Uint64 // completions polled (advanced under pollMu)
-	tail atomic.Uint64 // completions added (advanced under pushMu)
+	dev   *Device
+	depth int
+	ring  []WorkCompletion
+	// shared is the ring, in memory shared with a daemon's client, where
+	// the completions go instead (shared.go); notify runs when the
+	// client's armed request matches one. On the client's side shared is
+	// the same ring, read by Poll, and rem the CQ's daemon object.
+	shared *uverbs.Ring
+	notify func()
+	rem    *remoteCQ
+	head   atomic.Uint64 // completions polled (advanced under pollMu)
+	tail   atomic.Uint64 // completions added (advanced under pushMu)
 	// pushMu orders the engines that complete into the CQ; pollers never
 	// take it.
 	pushMu sync.Mutex
@@ -37,7 +47,10 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 	if depth < 1 || depth > MaxCQE {
 		return nil, fmt.Errorf("verbs: CQ depth %d: %w", depth, ErrInvalid)
 	}
-	return &CQ{dev: d, ring: make([]WorkCompletion, depth), event: make(chan struct{}, 1)}, nil
+	if d.rem != nil {
+		return d.createRemoteCQ(depth)
+	}
+	return &CQ{dev: d, depth: depth, ring: make([]WorkCompletion, depth), event: make(chan struct{}, 1)}, nil
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many. On a
@@ -45,6 +58,9 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 func (cq *CQ) Poll(wcs []WorkCompletion) int {
 	if len(wcs) == 0 {
 		return 0
+	}
+	if cq.rem != nil {
+		return cq.pollRemote(wcs)
 	}
 	if cq.tail.Load() == cq.head.Load() {
 		// A busy-polling application runs the engine as it spins.
@@ -71,6 +87,15 @@ func (cq *CQ) Poll(wcs []WorkCompletion) int {
 // ReqNotify arms the completion channel: the next completion added (with
 // solicitedOnly, the next solicited or error one) signals Wait once.
 func (cq *CQ) ReqNotify(solicitedOnly bool) {
+	if cq.rem != nil {
+		// The daemon's engines read the request in the ring.
+		if solicitedOnly {
+			cq.shared.Aux().Store(uverbs.NotifySolicited)
+		} else {
+			cq.shared.Aux().Store(uverbs.NotifyAny)
+		}
+		return
+	}
 	if solicitedOnly {
 		cq.armed.Store(notifySolicited)
 	} else {
@@ -80,6 +105,9 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) {
 
 // Wait blocks until the armed notification fires or ctx ends.
 func (cq *CQ) Wait(ctx context.Context) error {
+	if cq.rem != nil {
+		return cq.rem.notify.Wait(ctx)
+	}
 	select {
 	case <-cq.event:
 		return nil
@@ -94,6 +122,9 @@ func (cq *CQ) Wait(ctx context.Context) error {
 func (cq *CQ) push(wc WorkCompletion, solicited bool) bool {
 	cq.pushMu.Lock()
 	defer cq.pushMu.Unlock()
+	if cq.shared != nil {
+		return cq.pushShared(&wc, solicited)
+	}
 	t := cq.tail.Load()
 	if cq.err.Load() || t-cq.head.Load() >= uint64(len(cq.ring)) {
 		if !cq.err.Swap(true) {
@@ -117,4 +148,9 @@ func (cq *CQ) push(wc WorkCompletion, solicited bool) bool {
 func (cq *CQ) pending() int { return int(cq.tail.Load() - cq.head.Load()) }
 
 // Overflowed reports whether completions were lost because the CQ was full.
-func (cq *CQ) Overflowed() bool { return cq.err.Load() }
+func (cq *CQ) Overflowed() bool {
+	if cq.rem != nil {
+		return cq.shared.Aux2().Load() != 0
+	}
+	return cq.err.Load()
+}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/xdproce/xdproce/uverbs"
 )
 
 // DeviceConfig describes the port a device runs on.
@@ -103,6 +105,12 @@ type Device struct {
 
 	// gone (under every engine's mutex) means Close released the links.
 	gone bool
+	// doorbellPage, shared with a daemon's clients, says which engines
+	// sleep (SetDoorbellPage).
+	doorbellPage atomic.Pointer[[]byte]
+	// rem, for a device attached to a daemon (Dial), is the connection;
+	// the device then has no engines of its own.
+	rem *remote
 }
 
 // NewDevice starts a device on link. Close stops it.
@@ -162,6 +170,9 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 // Close stops the engines. Outstanding work is abandoned, as when a device
 // is removed; QPs, CQs and MRs become unusable.
 func (d *Device) Close() error {
+	if d.rem != nil {
+		return d.closeRemote()
+	}
 	d.closeMu.Lock()
 	if d.closed {
 		d.closeMu.Unlock()
@@ -263,6 +274,9 @@ func (e *engine) takePosted() []*QP {
 	return l
 }
 
+// MAC is the port's MAC address.
+func (d *Device) MAC() net.HardwareAddr { return d.cfg.MAC }
+
 // QueryDevice returns the device's capabilities.
 func (d *Device) QueryDevice() DeviceAttr {
 	guid := NodeGUID(d.cfg.MAC)
@@ -300,6 +314,10 @@ func (d *Device) Counters() (Counters, error) {
 // QueueCounters returns each engine's counters, in queue order: how the
 // device's work spreads over its queues.
 func (d *Device) QueueCounters() ([]Counters, error) {
+	if d.rem != nil {
+		c, err := d.rem.counters()
+		return []Counters{c}, err
+	}
 	out := make([]Counters, len(d.shards))
 	err := d.do(func() error {
 		for i, e := range d.shards {
@@ -356,6 +374,10 @@ type Counters struct {
 	// AF_XDP RX ring was full or the fill ring empty (XDP_STATISTICS): the
 	// engine did not keep up.
 	RingDrops uint64
+	// BadSharedWQE counts work requests a daemon's client wrote to a
+	// shared ring that its API would have refused: each moved its QP to
+	// the error state.
+	BadSharedWQE uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -384,7 +406,7 @@ func (c *Counters) fields() []counterField {
 		{"response_out_of_window", &c.ResponseOutOfWindow}, {"duplicate_response", &c.DuplicateResponse},
 		{"lost_response_retry", &c.LostResponseRetry}, {"transport_timeouts", &c.TransportTimeouts},
 		{"send_err", &c.SendErr}, {"dropped_replies", &c.DroppedReplies}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},
-		{"handed_off", &c.HandedOff}, {"handoff_drops", &c.HandOffDrops},
+		{"handed_off", &c.HandedOff}, {"handoff_drops", &c.HandOffDrops}, {"bad_shared_wqe", &c.BadSharedWQE},
 	}
 }
 
@@ -453,12 +475,35 @@ func (d *Device) run(e *engine) {
 			runtime.Gosched()
 		case wait > 0:
 			e.sleeping.Store(true)
-			if !e.work.Load() {
+			e.setSleeping(true)
+			if !e.work.Load() && !e.clientsPosted() {
 				e.link.Wait(wait)
 			}
+			e.setSleeping(false)
 			e.sleeping.Store(false)
 		}
 	}
+}
+
+// setSleeping says in the doorbell page, if the device has one, whether the
+// engine sleeps.
+func (e *engine) setSleeping(asleep bool) {
+	if p := e.dev.doorbellPage.Load(); p != nil {
+		uverbs.SetSleeping(*p, uint32(e.index), asleep)
+	}
+}
+
+// clientsPosted reports, for an engine about to sleep, whether a daemon's
+// client posted to its shared rings: the client looks at the doorbell page
+// after it posts, the engine at the rings after it wrote the page, so one
+// of them sees the other.
+func (e *engine) clientsPosted() bool {
+	if e.dev.doorbellPage.Load() == nil {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sharedPending()
 }
 
 // spinner decides whether an idle engine spins or sleeps: it spins for

@@ -36,7 +36,10 @@ type objects struct {
 	// device), as rxe's atomic_ops_lock does.
 	atomicMu sync.Mutex
 	pdSeq    uint32
-	events   eventQueue // asynchronous events, read by Device.GetAsyncEvent
+	// sharedQPs are the QPs whose work requests a daemon's clients post to
+	// shared rings (shared.go).
+	sharedQPs []*QP
+	events    eventQueue // asynchronous events, read by Device.GetAsyncEvent
 }
 
 // engine runs the transport of the QPs of one of the device's queues. Only
@@ -171,6 +174,9 @@ func (d *Device) removeQP(qp *QP) error {
 		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.qpn, ErrInvalid)
 	}
 	o.qps[qp.qpn] = nil
+	if qp.sh != nil {
+		o.forgetShared(qp)
+	}
 	for i, q := range o.live {
 		if q == qp {
 			o.live = append(o.live[:i], o.live[i+1:]...)
@@ -220,6 +226,7 @@ func (e *engine) step() bool {
 	// Posted receives are taken before packets are handled, so a SEND that
 	// follows its receive's post never meets an empty queue.
 	e.steps++
+	fed := len(e.sharedQPs) > 0 && e.pumpShared()
 	posted := e.takePosted()
 	for _, qp := range posted {
 		qp.queued.Store(false)
@@ -242,7 +249,7 @@ func (e *engine) step() bool {
 		n += k
 	}
 	e.sendDueAcks()
-	busy := n > 0
+	busy := n > 0 || fed
 	now := e.dev.clock.Now()
 	for _, qp := range e.active {
 		e.checkTimers(qp, now)
@@ -254,6 +261,9 @@ func (e *engine) step() bool {
 		}
 	}
 	e.pruneActive()
+	if len(e.sharedQPs) > 0 {
+		e.publishShared()
+	}
 	if e.nout > 0 {
 		if !e.holdAcks() {
 			e.flush()

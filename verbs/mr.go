@@ -14,6 +14,13 @@ type PD struct {
 // AllocPD creates a protection domain.
 func (d *Device) AllocPD() (*PD, error) {
 	pd := &PD{dev: d}
+	if d.rem != nil {
+		var err error
+		if pd.id, err = d.rem.allocPD(); err != nil {
+			return nil, err
+		}
+		return pd, nil
+	}
 	err := d.do(func() error {
 		d.objs.pdSeq++
 		pd.id = d.objs.pdSeq
@@ -36,6 +43,7 @@ type MR struct {
 	valid  bool // engine-owned
 	// boundMWs counts the memory windows bound to the region (engine-owned).
 	boundMWs int
+	rem      *remoteMR // the daemon's object, on a client's device
 }
 
 // Addr is the address of the region's first byte, the base of SGE and
@@ -57,16 +65,33 @@ func (m *MR) Bytes() []byte { return m.buf }
 // RegMR registers buf with the given access. Remote write or atomic access
 // needs local write, as ibverbs requires.
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
-	if len(buf) == 0 || uint64(len(buf)) > MaxMRSize {
-		return nil, fmt.Errorf("verbs: register %d bytes: %w", len(buf), ErrInvalid)
+	if err := checkAccess(len(buf), access); err != nil {
+		return nil, err
 	}
-	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessMWBind) != 0 {
-		return nil, fmt.Errorf("verbs: unknown access flags %#x: %w", uint32(access), ErrInvalid)
+	if pd.dev.rem != nil {
+		return nil, fmt.Errorf("verbs: registering the application's own memory through the daemon (AllocMR shares memory with it): %w", ErrNotSupported)
 	}
-	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
-		return nil, fmt.Errorf("verbs: remote write or atomic access needs local write: %w", ErrInvalid)
+	return pd.register(buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access)
+}
+
+// RegMRIOVA registers buf as a region whose first byte has the address
+// iova in SG lists and remote requests (ibv_reg_mr_iova2): the daemon
+// registers memory a client shares at the address the client mapped it.
+func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
+	if err := checkAccess(len(buf), access); err != nil {
+		return nil, err
 	}
-	mr := &MR{pd: pd, buf: buf, access: access, addr: uint64(uintptr(unsafe.Pointer(&buf[0])))}
+	if iova+uint64(len(buf)) < iova {
+		return nil, fmt.Errorf("verbs: region at %#x of %d bytes wraps: %w", iova, len(buf), ErrInvalid)
+	}
+	if pd.dev.rem != nil {
+		return nil, fmt.Errorf("verbs: registering the application's own memory through the daemon: %w", ErrNotSupported)
+	}
+	return pd.register(buf, iova, access)
+}
+
+func (pd *PD) register(buf []byte, iova uint64, access Access) (*MR, error) {
+	mr := &MR{pd: pd, buf: buf, access: access, addr: iova}
 	err := pd.dev.do(func() error { return pd.dev.addMR(mr) })
 	if err != nil {
 		return nil, err
@@ -74,10 +99,30 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	return mr, nil
 }
 
+// checkAccess checks a registration's length and access flags.
+func checkAccess(n int, access Access) error {
+	if n <= 0 || uint64(n) > MaxMRSize {
+		return fmt.Errorf("verbs: register %d bytes: %w", n, ErrInvalid)
+	}
+	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessMWBind) != 0 {
+		return fmt.Errorf("verbs: unknown access flags %#x: %w", uint32(access), ErrInvalid)
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return fmt.Errorf("verbs: remote write or atomic access needs local write: %w", ErrInvalid)
+	}
+	return nil
+}
+
 // AllocMR registers n bytes of device-allocated memory.
 func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("verbs: allocate %d bytes: %w", n, ErrInvalid)
+	}
+	if pd.dev.rem != nil {
+		if err := checkAccess(n, access); err != nil {
+			return nil, err
+		}
+		return pd.allocRemoteMR(n, access)
 	}
 	return pd.RegMR(make([]byte, n), access)
 }
@@ -103,6 +148,9 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 // holds a reference for these uses; ibverbs leaves deregistering a region
 // in use undefined.
 func (m *MR) Dereg() error {
+	if m.rem != nil {
+		return m.deregRemote()
+	}
 	return m.pd.dev.do(func() error {
 		if !m.valid {
 			return fmt.Errorf("verbs: MR already deregistered: %w", ErrInvalid)

@@ -61,6 +61,9 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	if typ != MWType2 {
 		return nil, fmt.Errorf("verbs: memory window type %d (only type 2 is supported): %w", typ, ErrInvalid)
 	}
+	if pd.dev.rem != nil {
+		return nil, fmt.Errorf("verbs: memory windows through the daemon: %w", ErrNotSupported)
+	}
 	mw := &MW{pd: pd}
 	if err := pd.dev.do(func() error { return pd.dev.addMW(mw) }); err != nil {
 		return nil, err

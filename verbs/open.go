@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netns"
@@ -34,13 +35,25 @@ type Options struct {
 	SpinMax time.Duration
 	// Logger receives setup notes. Default slog.Default().
 	Logger *slog.Logger
+	// Embedded runs the device in this process even when a daemon serves
+	// the interface (the daemon itself opens its device so).
+	Embedded bool
 }
 
 // Open starts a device on the network interface ifname of the calling OS
 // thread's network namespace: it attaches the XDP steering program, opens
 // one AF_XDP socket per RX queue, and runs the transport on them. Close
 // undoes all of it.
+//
+// When an xdproce daemon serves ifname (xdproce up), Open attaches to it
+// instead (Dial) and the options but Embedded are the daemon's business.
 func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
+	if !opts.Embedded {
+		d, err := Dial(ctx, ifname)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			return d, err
+		}
+	}
 	port, err := nic.Open(ctx, nic.Config{Ifname: ifname, XDPMode: opts.XDPMode, Queues: opts.Queues, OneChunk: opts.OneChunk, Logger: opts.Logger})
 	if err != nil {
 		return nil, err

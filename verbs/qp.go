@@ -55,12 +55,18 @@ type QP struct {
 	active bool // in the engine's active list (engine-owned)
 
 	t qpTransport // engine-owned
+
+	sh  *sharedQP // the daemon's side of a client's rings (shared.go)
+	rem *remoteQP // a client's side: the QP lives in the daemon (remote.go)
 }
 
 // CreateQP creates a queue pair in pd.
 func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.Type != QPTypeRC && attr.Type != QPTypeUC {
 		return nil, fmt.Errorf("verbs: QP type %d not supported (RC and UC are): %w", attr.Type, ErrInvalid)
+	}
+	if pd.dev.rem != nil {
+		return pd.createRemoteQP(attr)
 	}
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return nil, fmt.Errorf("verbs: a QP needs a send and a receive CQ: %w", ErrInvalid)
@@ -106,11 +112,19 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 func (qp *QP) QPN() uint32 { return qp.qpn }
 
 // State is the QP's current state.
-func (qp *QP) State() QPState { return QPState(qp.state.Load()) }
+func (qp *QP) State() QPState {
+	if qp.rem != nil {
+		return QPState(qp.rem.sq.Aux().Load())
+	}
+	return QPState(qp.state.Load())
+}
 
 // Destroy removes the QP. Outstanding work is dropped without completions, as
 // ibv_destroy_qp.
 func (qp *QP) Destroy() error {
+	if qp.rem != nil {
+		return qp.destroyRemote()
+	}
 	err := qp.dev.do(func() error { return qp.dev.removeQP(qp) })
 	if err == nil && qp.srq != nil {
 		qp.srq.attached.Add(-1)
@@ -129,6 +143,9 @@ func (qp *QP) recvRetired() {
 
 // Query returns the QP's attributes.
 func (qp *QP) Query() (QPAttr, error) {
+	if qp.rem != nil {
+		return qp.queryRemote()
+	}
 	var a QPAttr
 	err := qp.dev.do(func() error {
 		a = qp.t.attr
@@ -229,6 +246,9 @@ func checkTransition(typ QPType, cur, next QPState, mask AttrMask) error {
 func (qp *QP) Modify(attr QPAttr, mask AttrMask) error {
 	if err := qp.checkAttrValues(attr, mask); err != nil {
 		return err
+	}
+	if qp.rem != nil {
+		return qp.modifyRemote(attr, mask)
 	}
 	var dmac net.HardwareAddr
 	if mask&AttrAV != 0 {
@@ -331,6 +351,9 @@ func (qp *QP) resolveAH(ah AH) (net.HardwareAddr, error) {
 func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	if qp.dev.closing.Load() {
 		return 0, ErrClosed
+	}
+	if qp.rem != nil {
+		return qp.postSendRemote(wrs)
 	}
 	st := qp.State()
 	if st == StateReset || st == StateInit || st == StateRTR {
@@ -476,6 +499,9 @@ func (qp *QP) checkSendWR(wr *SendWR) (sendWQE, error) {
 func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	if qp.dev.closing.Load() {
 		return 0, ErrClosed
+	}
+	if qp.rem != nil {
+		return qp.postRecvRemote(wrs)
 	}
 	if st := qp.State(); st == StateReset {
 		return 0, fmt.Errorf("verbs: post receive in state %v: %w", st, ErrInvalid)

@@ -51,6 +51,9 @@ type SRQ struct {
 
 // CreateSRQ creates a shared receive queue in pd.
 func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
+	if pd.dev.rem != nil {
+		return nil, fmt.Errorf("verbs: SRQs through the daemon: %w", ErrNotSupported)
+	}
 	if attr.MaxWR < 1 || attr.MaxWR > MaxQPWR || attr.MaxSGE < 0 || attr.MaxSGE > MaxSGE || attr.Limit < 0 || attr.Limit > attr.MaxWR {
 		return nil, fmt.Errorf("verbs: SRQ attributes %+v exceed the device's: %w", attr, ErrInvalid)
 	}

@@ -71,7 +71,7 @@ func writeDevinfo(w io.Writer, p portInfo) error {
 	}
 	guid := formatGUID(verbs.NodeGUID(p.link.MAC))
 	var b strings.Builder
-	fmt.Fprintf(&b, "hca_id:\txdproce_%s\n", p.link.Name)
+	fmt.Fprintf(&b, "hca_id:\t%s\n", nic.DeviceName(p.link.Name))
 	fmt.Fprintf(&b, "\ttransport:\t\t\tInfiniBand (0)\n")
 	fmt.Fprintf(&b, "\tnetdev:\t\t\t\t%s\n", p.link.Name)
 	fmt.Fprintf(&b, "\tnode_guid:\t\t\t%s\n", guid)

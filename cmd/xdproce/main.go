@@ -29,6 +29,8 @@ func commands(stderr io.Writer) map[string]command {
 		"devinfo": {"show a device like ibv_devinfo -v", runDevinfo},
 		"impair":  {"drop, duplicate, corrupt or reorder RoCEv2 packets on a forwarding port", runImpair},
 		"spoof":   {"forge RoCEv2 frames against one RC connection, as an attacker on its link would", runSpoof},
+		"up":      {"run the device on an interface for every process of the namespace (the daemon)", runUp},
+		"down":    {"stop the daemon of an interface", runDown},
 		"perf":    {"perftest's ib_{send,write,read,atomic}_{bw,lat}, wire-compatible with stock perftest", runPerf},
 	}
 }

@@ -1,0 +1,190 @@
+// Package daemon serves one xdproce device to many processes, as the
+// kernel's uverbs serves an RNIC: applications attach over a unix socket
+// (package ipc), create objects with control requests (package uverbs),
+// and post and poll through rings in shared memory that the device's
+// engines read and write themselves. Objects belong to the connection that
+// created it; when it closes, for whatever reason, they are destroyed.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/xdproce/xdproce/ipc"
+	"github.com/xdproce/xdproce/uverbs"
+	"github.com/xdproce/xdproce/verbs"
+)
+
+// Config sets up a Server.
+type Config struct {
+	// Ifname names the interface: clients find the server by it.
+	Ifname string
+	// Device is the RNIC served; the server does not close it.
+	Device *verbs.Device
+	// Group, if not negative, lets members of that group attach besides
+	// root and the daemon's own user.
+	Group int
+	// Logger receives the server's notes. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is a running daemon's control socket and clients.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	ln   *net.UnixListener
+	page *ipc.Mapping // the doorbell page, which clients may only read
+	bell *ipc.Eventfd // clients signal it for a sleeping engine
+
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	wg       sync.WaitGroup
+	stop     chan struct{} // closed by a SHUTDOWN request
+	stopOnce sync.Once
+}
+
+// New opens the control socket for cfg.Ifname in the calling thread's
+// network namespace. Run serves it.
+func New(cfg Config) (*Server, error) {
+	if cfg.Device == nil || cfg.Ifname == "" {
+		return nil, fmt.Errorf("daemon: a device and an interface name are needed")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	page, err := ipc.NewReadOnlyMapping("doorbell", uverbs.DoorbellPageSize)
+	if err != nil {
+		return nil, err
+	}
+	bell, err := ipc.NewEventfd()
+	if err != nil {
+		return nil, errors.Join(err, page.Unmap())
+	}
+	ln, err := ipc.Listen(cfg.Ifname)
+	if err != nil {
+		return nil, errors.Join(err, bell.Close(), page.Unmap())
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, page: page, bell: bell, sessions: map[*session]struct{}{}, stop: make(chan struct{})}
+	cfg.Device.SetDoorbellPage(page.Mem)
+	return s, nil
+}
+
+// Run serves clients until ctx ends or a client asks the daemon to stop;
+// then it disconnects every client, destroying what they created.
+func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-s.stop:
+			cancel()
+		}
+		s.ln.Close()
+	}()
+	s.wg.Add(1)
+	go s.ringDoorbells(ctx)
+	var err error
+	for {
+		var c *net.UnixConn
+		c, err = s.ln.AcceptUnix()
+		if err != nil {
+			break
+		}
+		s.admit(ctx, c)
+	}
+	cancel()
+	s.mu.Lock()
+	for ss := range s.sessions {
+		ss.conn.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.bell.Close()
+	if ctx.Err() != nil {
+		err = nil
+	}
+	return err
+}
+
+// ringDoorbells wakes the engines when a client rang.
+func (s *Server) ringDoorbells(ctx context.Context) {
+	defer s.wg.Done()
+	for s.bell.Wait(ctx) == nil {
+		s.cfg.Device.Wake()
+	}
+}
+
+// admit checks a new connection's credentials and serves it.
+func (s *Server) admit(ctx context.Context, c *net.UnixConn) {
+	peer, err := ipc.PeerOf(c)
+	if err == nil && !s.allowed(peer) {
+		err = fmt.Errorf("uid %d gid %d may not use the device", peer.UID, peer.GID)
+	}
+	if err != nil {
+		s.log.Warn("daemon: client refused", "err", err)
+		c.Close()
+		return
+	}
+	ss := newSession(s, ipc.NewConn(c), peer)
+	s.mu.Lock()
+	s.sessions[ss] = struct{}{}
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ss.serve(ctx)
+		s.mu.Lock()
+		delete(s.sessions, ss)
+		s.mu.Unlock()
+	}()
+}
+
+// allowed: root, the daemon's user, and members of the configured group.
+func (s *Server) allowed(p ipc.Peer) bool {
+	if p.UID == 0 || int(p.UID) == os.Getuid() {
+		return true
+	}
+	if s.cfg.Group < 0 {
+		return false
+	}
+	if int(p.GID) == s.cfg.Group {
+		return true
+	}
+	return inGroup(p.PID, s.cfg.Group)
+}
+
+// inGroup reads a process's supplementary groups (SO_PEERCRED has only its
+// primary group).
+func inGroup(pid, gid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if g, ok := strings.CutPrefix(line, "Groups:"); ok {
+			for _, f := range strings.Fields(g) {
+				if f == strconv.Itoa(gid) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// Clients is the number of attached clients.
+func (s *Server) Clients() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+func (s *Server) shutdown() { s.stopOnce.Do(func() { close(s.stop) }) }

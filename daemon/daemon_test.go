@@ -1,0 +1,364 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/verbs"
+)
+
+var (
+	macA = net.HardwareAddr{0x02, 0, 0, 0, 0, 0xa}
+	macB = net.HardwareAddr{0x02, 0, 0, 0, 0, 0xb}
+	ipA  = netip.MustParseAddr("198.18.0.1")
+	ipB  = netip.MustParseAddr("198.18.0.2")
+)
+
+// testbed is a daemon serving device A of an in-memory link pair, and
+// device B in-process at the other end.
+type testbed struct {
+	name   string
+	srv    *Server
+	a, b   *verbs.Device
+	linkAB *verbs.MemLink
+}
+
+func newTestbed(t *testing.T) *testbed { return newTestbedGroup(t, -1) }
+
+// newTestbedGroup is newTestbed with a daemon that admits group too.
+func newTestbedGroup(t *testing.T, group int) *testbed {
+	t.Helper()
+	la, lb := verbs.NewMemLinkPair(9000)
+	var err error
+	tb := &testbed{linkAB: la}
+	tb.a, err = verbs.NewDevice(la, verbs.DeviceConfig{MAC: macA, GIDs: []netip.Addr{ipA}, ActiveMTU: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.a.Close() })
+	tb.b, err = verbs.NewDevice(lb, verbs.DeviceConfig{MAC: macB, GIDs: []netip.Addr{ipB}, ActiveMTU: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.b.Close() })
+	var r [6]byte
+	rand.Read(r[:])
+	tb.name = "test-" + hex.EncodeToString(r[:])
+	tb.srv, err = New(Config{Ifname: tb.name, Device: tb.a, Group: group, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tb.srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	})
+	return tb
+}
+
+func (tb *testbed) dial(t *testing.T) *verbs.Device {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d, err := verbs.Dial(ctx, tb.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// end is one side of a connection: a QP, its CQ and a region.
+type end struct {
+	dev *verbs.Device
+	pd  *verbs.PD
+	cq  *verbs.CQ
+	qp  *verbs.QP
+	mr  *verbs.MR
+}
+
+func newEnd(t *testing.T, d *verbs.Device, size int) *end {
+	t.Helper()
+	e := &end{dev: d}
+	var err error
+	if e.pd, err = d.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if e.cq, err = d.CreateCQ(64); err != nil {
+		t.Fatal(err)
+	}
+	if e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}}); err != nil {
+		t.Fatal(err)
+	}
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	if e.mr, err = e.pd.AllocMR(size, access); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func connect(t *testing.T, x, y *end, xip, yip netip.Addr, xmac, ymac net.HardwareAddr) {
+	t.Helper()
+	peer := func(to *end, ip netip.Addr, mac net.HardwareAddr) verbs.Peer {
+		return verbs.Peer{Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
+			AH: verbs.AH{DGID: ip, DMAC: mac}, DestQPN: to.qp.QPN(), RQPSN: 100, SQPSN: 100, PathMTU: verbs.MTU1024,
+			MinRNRTimer: 1, Timeout: 8, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 4, MaxDestRdAtomic: 4}
+	}
+	if err := x.qp.Connect(peer(y, yip, ymac)); err != nil {
+		t.Fatal(err)
+	}
+	if err := y.qp.Connect(peer(x, xip, xmac)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pollOne(t *testing.T, cq *verbs.CQ) verbs.WorkCompletion {
+	t.Helper()
+	var wc [1]verbs.WorkCompletion
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if cq.Poll(wc[:]) == 1 {
+			return wc[0]
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	t.Fatal("no completion")
+	return verbs.WorkCompletion{}
+}
+
+// settle orders the test after every step d's engines took so far (it
+// takes their locks). A client's completion does not show the race
+// detector that the peer's engine wrote the peer's memory first: the
+// completion travels through memory the detector does not track (the
+// daemon's and the client's mappings of one memfd are different addresses).
+func settle(t *testing.T, d *verbs.Device) {
+	t.Helper()
+	if _, err := d.QPStatus(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fill(b []byte, seed byte) {
+	for i := range b {
+		b[i] = seed + byte(i*7)
+	}
+}
+
+// TestClientThroughDaemon runs RC WRITE, SEND with immediate, inline SEND,
+// READ and an atomic between a daemon's client and an in-process device,
+// checking every byte, and the completion channel.
+func TestClientThroughDaemon(t *testing.T) {
+	tb := newTestbed(t)
+	c := tb.dial(t)
+	if !c.Remote() || c.QueryPort().ActiveMTU != verbs.MTU1024 {
+		t.Fatalf("attached device: remote %v port %+v", c.Remote(), c.QueryPort())
+	}
+	if g, _ := c.QueryGID(0); g != ipA {
+		t.Fatalf("GID 0 = %v, want %v", g, ipA)
+	}
+	x, y := newEnd(t, c, 1<<16), newEnd(t, tb.b, 1<<16)
+	connect(t, x, y, ipA, ipB, macA, macB)
+	if x.qp.State() != verbs.StateRTS {
+		t.Fatalf("client QP in %v", x.qp.State())
+	}
+	a, err := x.qp.Query()
+	if err != nil || a.DestQPN != y.qp.QPN() || a.State != verbs.StateRTS {
+		t.Fatalf("query: %+v %v", a, err)
+	}
+
+	// WRITE 40 KiB (many packets) from the client into B.
+	fill(x.mr.Bytes()[:40<<10], 3)
+	if _, err := x.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{{Addr: x.mr.Addr(), Length: 40 << 10, LKey: x.mr.LKey()}}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollOne(t, x.cq); wc.Status != verbs.WCSuccess || wc.WRID != 1 || wc.Opcode != verbs.WCRDMAWrite {
+		t.Fatalf("WRITE completion %+v", wc)
+	}
+	settle(t, tb.b)
+	if !bytes.Equal(y.mr.Bytes()[:40<<10], x.mr.Bytes()[:40<<10]) {
+		t.Fatal("WRITE data differs")
+	}
+
+	// SEND with immediate from B into a receive the client posted (two SGEs).
+	if _, err := x.qp.PostRecv([]verbs.RecvWR{{ID: 7, SGList: []verbs.SGE{
+		{Addr: x.mr.Addr() + 50000, Length: 100, LKey: x.mr.LKey()}, {Addr: x.mr.Addr() + 60000, Length: 3000, LKey: x.mr.LKey()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	fill(y.mr.Bytes()[:2000], 9)
+	if _, err := y.qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.WRSendWithImm, Flags: verbs.SendSignaled, ImmData: 0x01020304,
+		SGList: []verbs.SGE{{Addr: y.mr.Addr(), Length: 2000, LKey: y.mr.LKey()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	wc := pollOne(t, x.cq)
+	if wc.Status != verbs.WCSuccess || wc.WRID != 7 || wc.ByteLen != 2000 || wc.ImmData != 0x01020304 || wc.Flags&verbs.WCWithImm == 0 ||
+		wc.QPNum != x.qp.QPN() {
+		t.Fatalf("receive completion %+v", wc)
+	}
+	if got := append(append([]byte{}, x.mr.Bytes()[50000:50100]...), x.mr.Bytes()[60000:61900]...); !bytes.Equal(got, y.mr.Bytes()[:2000]) {
+		t.Fatal("SEND data differs")
+	}
+	if wc := pollOne(t, y.cq); wc.Status != verbs.WCSuccess || wc.WRID != 2 {
+		t.Fatalf("B's send completion %+v", wc)
+	}
+	settle(t, tb.b)
+
+	// An inline SEND from the client: the data travels in the ring's slot.
+	if _, err := y.qp.PostRecv([]verbs.RecvWR{{ID: 8, SGList: []verbs.SGE{{Addr: y.mr.Addr() + 8192, Length: 64, LKey: y.mr.LKey()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(x.mr.Bytes()[100:], "inline through a shared ring")
+	if _, err := x.qp.PostSend([]verbs.SendWR{{ID: 3, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline,
+		SGList: []verbs.SGE{{Addr: x.mr.Addr() + 100, Length: 28, LKey: x.mr.LKey()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	clear(x.mr.Bytes()[100:128]) // inline: the buffer is free as PostSend returns
+	if wc := pollOne(t, y.cq); wc.Status != verbs.WCSuccess || wc.ByteLen != 28 || string(y.mr.Bytes()[8192:8220]) != "inline through a shared ring" {
+		t.Fatalf("inline receive %+v %q", wc, y.mr.Bytes()[8192:8220])
+	}
+	if wc := pollOne(t, x.cq); wc.Status != verbs.WCSuccess || wc.WRID != 3 {
+		t.Fatalf("inline send completion %+v", wc)
+	}
+
+	// READ from B and a FETCH_ADD on B, with the completion channel armed.
+	fill(y.mr.Bytes()[20000:30000], 5)
+	x.cq.ReqNotify(false)
+	if _, err := x.qp.PostSend([]verbs.SendWR{{ID: 4, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{{Addr: x.mr.Addr() + 1000, Length: 10000, LKey: x.mr.LKey()}}, RemoteAddr: y.mr.Addr() + 20000, RKey: y.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := x.cq.Wait(ctx); err != nil {
+		t.Fatalf("completion channel: %v", err)
+	}
+	if wc := pollOne(t, x.cq); wc.Status != verbs.WCSuccess || wc.WRID != 4 || wc.ByteLen != 10000 {
+		t.Fatalf("READ completion %+v", wc)
+	}
+	if !bytes.Equal(x.mr.Bytes()[1000:11000], y.mr.Bytes()[20000:30000]) {
+		t.Fatal("READ data differs")
+	}
+	le := func(b []byte) uint64 {
+		var v uint64
+		for i := 7; i >= 0; i-- {
+			v = v<<8 | uint64(b[i])
+		}
+		return v
+	}
+	settle(t, tb.b)
+	clear(y.mr.Bytes()[32768 : 32768+8])
+	y.mr.Bytes()[32768] = 40
+	if _, err := x.qp.PostSend([]verbs.SendWR{{ID: 5, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, CompareAdd: 2,
+		SGList: []verbs.SGE{{Addr: x.mr.Addr() + 4096, Length: 8, LKey: x.mr.LKey()}}, RemoteAddr: y.mr.Addr() + 32768, RKey: y.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	wc = pollOne(t, x.cq)
+	settle(t, tb.b)
+	if wc.Status != verbs.WCSuccess || le(x.mr.Bytes()[4096:]) != 40 || le(y.mr.Bytes()[32768:]) != 42 {
+		t.Fatalf("FETCH_ADD %+v: fetched %d, now %d", wc, le(x.mr.Bytes()[4096:]), le(y.mr.Bytes()[32768:]))
+	}
+
+	// Counters come from the daemon's device.
+	cs, err := c.Counters()
+	if err != nil || cs.SentPkts == 0 {
+		t.Fatalf("counters %+v %v", cs, err)
+	}
+}
+
+// TestDaemonMisuseErrno: what the daemon refuses returns ibverbs' errno,
+// and the client stays attached.
+func TestDaemonMisuseErrno(t *testing.T) {
+	tb := newTestbed(t)
+	c := tb.dial(t)
+	x := newEnd(t, c, 4096)
+	// Posting a send in RESET is EINVAL, on the client's side.
+	if _, err := x.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRSend}}); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("post in RESET: %v", err)
+	}
+	// A QP to RTR without INIT first: the daemon's EINVAL.
+	if err := x.qp.Modify(verbs.QPAttr{State: verbs.StateRTR}, verbs.AttrState); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("RESET to RTR: %v", err)
+	}
+	if _, err := c.CreateCQ(0); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("CQ of depth 0: %v", err)
+	}
+	if err := x.mr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.mr.Dereg(); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("second dereg: %v", err)
+	}
+	if err := x.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.qp.Destroy(); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("second destroy: %v", err)
+	}
+	if _, err := x.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite); !errors.Is(err, verbs.ErrNotSupported) {
+		t.Fatalf("RegMR of the client's memory: %v", err)
+	}
+	if tb.srv.Clients() != 1 {
+		t.Fatalf("%d clients", tb.srv.Clients())
+	}
+}
+
+// TestDetachDestroysEverything: when a client hangs up, its QPs go (the
+// peer's requests then exhaust their retries), and a second client on the
+// same daemon is unaffected.
+func TestDetachDestroysEverything(t *testing.T) {
+	tb := newTestbed(t)
+	c1, c2 := tb.dial(t), tb.dial(t)
+	x1, y1 := newEnd(t, c1, 8192), newEnd(t, tb.b, 8192)
+	x2, y2 := newEnd(t, c2, 8192), newEnd(t, tb.b, 8192)
+	connect(t, x1, y1, ipA, ipB, macA, macB)
+	connect(t, x2, y2, ipA, ipB, macA, macB)
+	if err := c1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for tb.srv.Clients() != 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := tb.srv.Clients(); n != 1 {
+		t.Fatalf("%d clients after one detached", n)
+	}
+	if st, err := tb.a.QPStatus(); err != nil || len(st) != 1 || st[0].QPN != x2.qp.QPN() {
+		t.Fatalf("daemon's QPs after detach: %v %v", st, err)
+	}
+	// B's QP to the departed client: its WRITE is retried, then fails.
+	if _, err := y1.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{{Addr: y1.mr.Addr(), Length: 8, LKey: y1.mr.LKey()}}, RemoteAddr: x1.mr.Addr(), RKey: x1.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollOne(t, y1.cq); wc.Status != verbs.WCRetryExcErr {
+		t.Fatalf("WRITE to a departed client: %+v", wc)
+	}
+	// The other client still works.
+	fill(x2.mr.Bytes(), 1)
+	if _, err := x2.qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{{Addr: x2.mr.Addr(), Length: 8192, LKey: x2.mr.LKey()}}, RemoteAddr: y2.mr.Addr(), RKey: y2.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	wc := pollOne(t, x2.cq)
+	settle(t, tb.b)
+	if wc.Status != verbs.WCSuccess || !bytes.Equal(x2.mr.Bytes(), y2.mr.Bytes()) {
+		t.Fatalf("other client's WRITE %+v", wc)
+	}
+}
+
+type netipAddr = netip.Addr
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

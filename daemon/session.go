@@ -1,0 +1,530 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/xdproce/xdproce/ipc"
+	"github.com/xdproce/xdproce/nic"
+	"github.com/xdproce/xdproce/uverbs"
+	"github.com/xdproce/xdproce/verbs"
+)
+
+// session is one client's connection and everything it created. Handles
+// are the session's own: a client can name nothing of another's.
+type session struct {
+	srv   *Server
+	conn  *ipc.Conn
+	peer  ipc.Peer
+	hello bool
+	next  uint32
+	pds   map[uint32]*verbs.PD
+	mrs   map[uint32]*sharedMR
+	cqs   map[uint32]*sharedCQ
+	qps   map[uint32]*sharedQP
+}
+
+type sharedMR struct {
+	mr *verbs.MR
+	pd uint32
+	m  *ipc.Mapping
+}
+
+type sharedCQ struct {
+	cq     *verbs.CQ
+	m      *ipc.Mapping
+	notify *ipc.Eventfd
+}
+
+type sharedQP struct {
+	qp     *verbs.QP
+	pd     uint32
+	cqs    [2]uint32
+	sq, rq *ipc.Mapping
+}
+
+func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
+	return &session{srv: s, conn: c, peer: p, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
+		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}}
+}
+
+// serve answers the client's requests, one at a time, until it hangs up or
+// sends what does not parse; then it destroys what the client created.
+func (ss *session) serve(ctx context.Context) {
+	log := ss.srv.log.With("pid", ss.peer.PID, "uid", ss.peer.UID)
+	log.Info("daemon: client attached")
+	defer func() {
+		ss.conn.Close()
+		ss.release()
+		log.Info("daemon: client detached")
+	}()
+	for ctx.Err() == nil {
+		msg, fds, err := ss.conn.Recv()
+		if err != nil {
+			if !ipc.IsClosed(err) {
+				log.Warn("daemon: client", "err", err)
+			}
+			return
+		}
+		reply, out, err := ss.handle(msg, fds)
+		if err != nil {
+			log.Warn("daemon: client sent a malformed request; disconnecting", "err", err)
+			return
+		}
+		err = ss.conn.Send(reply, out...)
+		ipc.CloseAll(out)
+		if err != nil {
+			return
+		}
+	}
+}
+
+// errProtocol marks requests that break the protocol: the client is
+// disconnected. Other errors are answered with their errno.
+var errProtocol = errors.New("daemon: protocol violation")
+
+// handle answers one request. It owns fds. A nil reply and an error mean
+// the client broke the protocol.
+func (ss *session) handle(msg []byte, fds []int) (reply []byte, out []int, err error) {
+	h, d, err := uverbs.Decode(msg)
+	if err != nil {
+		ipc.CloseAll(fds)
+		return nil, nil, err
+	}
+	if h.Version != uverbs.Version || (!ss.hello && h.Op != uverbs.OpHello) {
+		ipc.CloseAll(fds)
+		return nil, nil, fmt.Errorf("%w: version %d op %v", errProtocol, h.Version, h.Op)
+	}
+	e := uverbs.NewMessage(uverbs.Header{Version: uverbs.Version, Op: h.Op, Seq: h.Seq})
+	out, err = ss.dispatch(h.Op, d, fds, e)
+	if errors.Is(err, errProtocol) || errors.Is(err, uverbs.ErrMalformed) {
+		ipc.CloseAll(out)
+		return nil, nil, err
+	}
+	if err != nil {
+		ipc.CloseAll(out)
+		var errno syscall.Errno
+		if !errors.As(err, &errno) {
+			errno = syscall.EINVAL
+		}
+		e = uverbs.NewMessage(uverbs.Header{Version: uverbs.Version, Op: h.Op, Seq: h.Seq, Errno: int32(errno)})
+		return e.Bytes(), nil, nil
+	}
+	return e.Bytes(), out, nil
+}
+
+// dispatch runs one request, encoding its reply's body into e; fds are the
+// request's, out the reply's (closed by the caller once sent).
+func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverbs.Encoder) (out []int, err error) {
+	// Only REG_MR carries an fd.
+	wantFDs := 0
+	if op == uverbs.OpRegMR {
+		wantFDs = 1
+	}
+	if len(fds) != wantFDs {
+		ipc.CloseAll(fds)
+		return nil, fmt.Errorf("%w: %v with %d fds", errProtocol, op, len(fds))
+	}
+	switch op {
+	case uverbs.OpHello:
+		return ss.helloReq(d, e)
+	case uverbs.OpAllocPD:
+		return nil, ss.allocPD(d, e)
+	case uverbs.OpDeallocPD:
+		return nil, ss.deallocPD(d)
+	case uverbs.OpRegMR:
+		return nil, ss.regMR(d, fds[0], e)
+	case uverbs.OpDeregMR:
+		return nil, ss.deregMR(d)
+	case uverbs.OpCreateCQ:
+		return ss.createCQ(d, e)
+	case uverbs.OpDestroyCQ:
+		return nil, ss.destroyCQ(d)
+	case uverbs.OpCreateQP:
+		return ss.createQP(d, e)
+	case uverbs.OpModifyQP:
+		return nil, ss.modifyQP(d)
+	case uverbs.OpQueryQP:
+		return nil, ss.queryQP(d, e)
+	case uverbs.OpDestroyQP:
+		return nil, ss.destroyQP(d)
+	case uverbs.OpCounters:
+		return nil, ss.counters(d, e)
+	case uverbs.OpShutdown:
+		if err := d.End(); err != nil {
+			return nil, err
+		}
+		if ss.peer.UID != 0 && int(ss.peer.UID) != os.Getuid() {
+			return nil, syscall.EPERM
+		}
+		ss.srv.shutdown()
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%w: unknown op %v", errProtocol, op)
+}
+
+func (ss *session) handle32() uint32 {
+	ss.next++
+	return ss.next
+}
+
+func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
+	v := d.U16()
+	if err := d.End(); err != nil {
+		return nil, err
+	}
+	if v != uverbs.Version || ss.hello {
+		return nil, fmt.Errorf("%w: hello for version %d", errProtocol, v)
+	}
+	ss.hello = true
+	dev := ss.srv.cfg.Device
+	a, p := dev.QueryDevice(), dev.QueryPort()
+	info := uverbs.DeviceInfo{
+		Name: nic.DeviceName(ss.srv.cfg.Ifname), NodeGUID: a.NodeGUID,
+		MaxQP: uint32(a.MaxQP), MaxQPWR: uint32(a.MaxQPWR), MaxSGE: uint32(a.MaxSGE), MaxCQE: uint32(a.MaxCQE),
+		MaxInlineData: uint32(a.MaxInlineData), MaxMRSize: a.MaxMRSize, MaxMsgSize: a.MaxMsgSize,
+		MaxQPRdAtom: uint32(a.MaxQPRdAtom), MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom),
+		MaxMTU: uint8(p.MaxMTU), ActiveMTU: uint8(p.ActiveMTU), DataPath: p.DataPath, Engines: uint32(dev.Engines()),
+	}
+	copy(info.MAC[:], dev.MAC())
+	for i := range p.GIDTblLen {
+		g, err := dev.QueryGID(i)
+		if err != nil {
+			return nil, err
+		}
+		info.GIDs = append(info.GIDs, g.As16())
+	}
+	info.Put(e)
+	// The fds sent are dups: the server keeps its own.
+	page, err := syscall.Dup(ss.srv.page.FD)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: dup doorbell page: %w", err)
+	}
+	bell, err := syscall.Dup(ss.srv.bell.FD())
+	if err != nil {
+		syscall.Close(page)
+		return nil, fmt.Errorf("daemon: dup doorbell: %w", err)
+	}
+	return []int{page, bell}, nil
+}
+
+func (ss *session) allocPD(d *uverbs.Decoder, e *uverbs.Encoder) error {
+	if err := d.End(); err != nil {
+		return err
+	}
+	pd, err := ss.srv.cfg.Device.AllocPD()
+	if err != nil {
+		return err
+	}
+	h := ss.handle32()
+	ss.pds[h] = pd
+	e.U32(h)
+	return nil
+}
+
+func (ss *session) deallocPD(d *uverbs.Decoder) error {
+	h := d.U32()
+	if err := d.End(); err != nil {
+		return err
+	}
+	if ss.pds[h] == nil {
+		return syscall.EINVAL
+	}
+	for _, m := range ss.mrs {
+		if m.pd == h {
+			return syscall.EBUSY
+		}
+	}
+	for _, q := range ss.qps {
+		if q.pd == h {
+			return syscall.EBUSY
+		}
+	}
+	delete(ss.pds, h)
+	return nil
+}
+
+// regMR registers memory the client shares through a sealed memfd, at the
+// address the client mapped it.
+func (ss *session) regMR(d *uverbs.Decoder, fd int, e *uverbs.Encoder) error {
+	pdh, addr, length, access := d.U32(), d.U64(), d.U64(), verbs.Access(d.U32())
+	if err := d.End(); err != nil {
+		ipc.CloseAll([]int{fd})
+		return err
+	}
+	pd := ss.pds[pdh]
+	if pd == nil || length == 0 || length > verbs.MaxMRSize {
+		ipc.CloseAll([]int{fd})
+		return syscall.EINVAL
+	}
+	m, err := ipc.MapShared(fd, int(length))
+	if err != nil {
+		return err
+	}
+	mr, err := pd.RegMRIOVA(m.Mem, addr, access)
+	if err != nil {
+		m.Unmap()
+		return err
+	}
+	h := ss.handle32()
+	ss.mrs[h] = &sharedMR{mr: mr, pd: pdh, m: m}
+	e.U32(h)
+	e.U32(mr.LKey())
+	e.U32(mr.RKey())
+	return nil
+}
+
+func (ss *session) deregMR(d *uverbs.Decoder) error {
+	h := d.U32()
+	if err := d.End(); err != nil {
+		return err
+	}
+	m := ss.mrs[h]
+	if m == nil {
+		return syscall.EINVAL
+	}
+	if err := m.mr.Dereg(); err != nil {
+		return err
+	}
+	delete(ss.mrs, h)
+	return m.m.Unmap() // no engine touches the region once Dereg returned
+}
+
+func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
+	depth := d.U32()
+	if err := d.End(); err != nil {
+		return nil, err
+	}
+	if depth < 1 || depth > verbs.MaxCQE {
+		return nil, syscall.EINVAL
+	}
+	slots := uverbs.SlotsFor(int(depth))
+	m, err := ipc.NewMapping("cq", uverbs.RingBytes(slots, uverbs.CQESize))
+	if err != nil {
+		return nil, err
+	}
+	notify, err := ipc.NewEventfd()
+	if err != nil {
+		return nil, errors.Join(err, m.Unmap())
+	}
+	ring, err := uverbs.NewRing(m.Mem, slots, uverbs.CQESize)
+	var cq *verbs.CQ
+	if err == nil {
+		cq, err = ss.srv.cfg.Device.CreateSharedCQ(int(depth), ring, notify.Signal)
+	}
+	if err != nil {
+		return nil, errors.Join(err, notify.Close(), m.Unmap())
+	}
+	out, err := dupAll(m.FD, notify.FD())
+	m.CloseFD()
+	if err != nil {
+		return nil, errors.Join(err, notify.Close(), m.Unmap())
+	}
+	h := ss.handle32()
+	ss.cqs[h] = &sharedCQ{cq: cq, m: m, notify: notify}
+	e.U32(h)
+	e.U32(slots)
+	return out, nil
+}
+
+func (ss *session) destroyCQ(d *uverbs.Decoder) error {
+	h := d.U32()
+	if err := d.End(); err != nil {
+		return err
+	}
+	c := ss.cqs[h]
+	if c == nil {
+		return syscall.EINVAL
+	}
+	for _, q := range ss.qps {
+		if q.cqs[0] == h || q.cqs[1] == h {
+			return syscall.EBUSY
+		}
+	}
+	delete(ss.cqs, h)
+	c.release()
+	return nil
+}
+
+// release frees a CQ no QP uses: no engine completes into it any more.
+func (c *sharedCQ) release() {
+	c.notify.Close()
+	c.m.Unmap()
+}
+
+func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
+	var req uverbs.CreateQP
+	req.Get(d)
+	if err := d.End(); err != nil {
+		return nil, err
+	}
+	pd, scq, rcq := ss.pds[req.PD], ss.cqs[req.SendCQ], ss.cqs[req.RecvCQ]
+	if pd == nil || scq == nil || rcq == nil || req.SRQ != 0 {
+		return nil, syscall.EINVAL
+	}
+	c := req.Cap
+	if c.MaxSendWR < 1 || c.MaxSendWR > verbs.MaxQPWR || c.MaxRecvWR > verbs.MaxQPWR || c.MaxSendSGE > verbs.MaxSGE ||
+		c.MaxRecvSGE > verbs.MaxSGE || c.MaxInlineData > verbs.MaxInlineData {
+		return nil, syscall.EINVAL
+	}
+	cp := verbs.QPCap{MaxSendWR: int(c.MaxSendWR), MaxRecvWR: int(c.MaxRecvWR), MaxSendSGE: max(int(c.MaxSendSGE), 1),
+		MaxRecvSGE: max(int(c.MaxRecvSGE), 1), MaxInlineData: int(c.MaxInlineData)}
+	rep := uverbs.QPCreated{
+		SendSlots: uverbs.SlotsFor(cp.MaxSendWR), SendSlotSize: uint32(uverbs.SendSlotSize(cp.MaxSendSGE, cp.MaxInlineData)),
+		RecvSlots: uverbs.SlotsFor(max(cp.MaxRecvWR, 1)), RecvSlotSize: uint32(uverbs.RecvSlotSize(cp.MaxRecvSGE)),
+	}
+	sqm, err := ipc.NewMapping("sq", uverbs.RingBytes(rep.SendSlots, int(rep.SendSlotSize)))
+	if err != nil {
+		return nil, err
+	}
+	rqm, err := ipc.NewMapping("rq", uverbs.RingBytes(rep.RecvSlots, int(rep.RecvSlotSize)))
+	if err != nil {
+		return nil, errors.Join(err, sqm.Unmap())
+	}
+	fail := func(err error) ([]int, error) { return nil, errors.Join(err, sqm.Unmap(), rqm.Unmap()) }
+	sq, err := uverbs.NewRing(sqm.Mem, rep.SendSlots, int(rep.SendSlotSize))
+	if err != nil {
+		return fail(err)
+	}
+	rq, err := uverbs.NewRing(rqm.Mem, rep.RecvSlots, int(rep.RecvSlotSize))
+	if err != nil {
+		return fail(err)
+	}
+	qp, err := pd.CreateSharedQP(verbs.QPInitAttr{Type: verbs.QPType(req.Type), SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: cp, SigAll: req.SigAll}, sq, rq)
+	if err != nil {
+		return fail(err)
+	}
+	out, err := dupAll(sqm.FD, rqm.FD)
+	sqm.CloseFD()
+	rqm.CloseFD()
+	if err != nil {
+		return fail(errors.Join(err, qp.Destroy()))
+	}
+	h := ss.handle32()
+	ss.qps[h] = &sharedQP{qp: qp, pd: req.PD, cqs: [2]uint32{req.SendCQ, req.RecvCQ}, sq: sqm, rq: rqm}
+	rep.QP, rep.QPN = h, qp.QPN()
+	rep.Cap = uverbs.QPCap{MaxSendWR: uint32(cp.MaxSendWR), MaxRecvWR: uint32(cp.MaxRecvWR), MaxSendSGE: uint32(cp.MaxSendSGE),
+		MaxRecvSGE: uint32(cp.MaxRecvSGE), MaxInlineData: uint32(cp.MaxInlineData)}
+	rep.Put(e)
+	return out, nil
+}
+
+func (ss *session) qpOf(d *uverbs.Decoder) (uint32, *sharedQP) {
+	h := d.U32()
+	return h, ss.qps[h]
+}
+
+func (ss *session) modifyQP(d *uverbs.Decoder) error {
+	_, q := ss.qpOf(d)
+	mask := verbs.AttrMask(d.U32())
+	var w uverbs.QPAttr
+	w.Get(d)
+	if err := d.End(); err != nil {
+		return err
+	}
+	if q == nil {
+		return syscall.EINVAL
+	}
+	err := q.qp.Modify(verbs.QPAttrFromWire(&w), mask)
+	q.qp.PublishState()
+	return err
+}
+
+func (ss *session) queryQP(d *uverbs.Decoder, e *uverbs.Encoder) error {
+	_, q := ss.qpOf(d)
+	if err := d.End(); err != nil {
+		return err
+	}
+	if q == nil {
+		return syscall.EINVAL
+	}
+	a, err := q.qp.Query()
+	if err != nil {
+		return err
+	}
+	w := a.Wire()
+	w.Put(e)
+	return nil
+}
+
+func (ss *session) destroyQP(d *uverbs.Decoder) error {
+	h, q := ss.qpOf(d)
+	if err := d.End(); err != nil {
+		return err
+	}
+	if q == nil {
+		return syscall.EINVAL
+	}
+	if err := q.qp.Destroy(); err != nil {
+		return err
+	}
+	delete(ss.qps, h)
+	q.sq.Unmap() // no engine reads the rings of a destroyed QP
+	q.rq.Unmap()
+	return nil
+}
+
+func (ss *session) counters(d *uverbs.Decoder, e *uverbs.Encoder) error {
+	if err := d.End(); err != nil {
+		return err
+	}
+	c, err := ss.srv.cfg.Device.Counters()
+	if err != nil {
+		return err
+	}
+	var cs []uverbs.Counter
+	for _, n := range c.Named() {
+		cs = append(cs, uverbs.Counter{Name: n.Name, Value: n.Value})
+	}
+	uverbs.PutCounters(e, cs)
+	return nil
+}
+
+// release destroys everything the client created, QPs first: once they
+// are gone no engine touches the client's rings, regions or CQs. The
+// client's peers see their requests go unanswered: retries, then
+// RETRY_EXC_ERR, as when a host with an RNIC dies.
+func (ss *session) release() {
+	for h, q := range ss.qps {
+		if err := q.qp.Destroy(); err != nil {
+			ss.srv.log.Error("daemon: destroying a departed client's QP", "qpn", q.qp.QPN(), "err", err)
+			continue
+		}
+		q.sq.Unmap()
+		q.rq.Unmap()
+		delete(ss.qps, h)
+	}
+	if len(ss.qps) > 0 {
+		return // a QP that would not go still completes into the CQs and reads the regions
+	}
+	for h, m := range ss.mrs {
+		if err := m.mr.Dereg(); err != nil {
+			ss.srv.log.Error("daemon: deregistering a departed client's region", "err", err)
+			continue
+		}
+		m.m.Unmap()
+		delete(ss.mrs, h)
+	}
+	for h, c := range ss.cqs {
+		c.release()
+		delete(ss.cqs, h)
+	}
+	clear(ss.pds)
+}
+
+// dupAll duplicates fds to send, the server keeping its own.
+func dupAll(fds ...int) ([]int, error) {
+	var out []int
+	for _, fd := range fds {
+		n, err := syscall.Dup(fd)
+		if err != nil {
+			ipc.CloseAll(out)
+			return nil, fmt.Errorf("daemon: dup: %w", err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

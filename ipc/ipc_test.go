@@ -1,0 +1,149 @@
+package ipc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func testName(t *testing.T) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "ipc-test-" + hex.EncodeToString(b[:])
+}
+
+// A message's fds arrive with it; the peer's credentials are the kernel's.
+func TestConnPassesFDs(t *testing.T) {
+	name := testName(t)
+	ln, err := Listen(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan *net.UnixConn, 1)
+	go func() {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cli, err := Dial(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	sc := <-accepted
+	if sc == nil {
+		t.Fatal("no connection accepted")
+	}
+	srv := NewConn(sc)
+	defer srv.Close()
+	p, err := PeerOf(sc)
+	if err != nil || p.PID != os.Getpid() || int(p.UID) != os.Getuid() {
+		t.Fatalf("peer %+v %v", p, err)
+	}
+	m, err := NewMapping("t", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unmap()
+	copy(m.Mem, "shared")
+	if err := cli.Send([]byte("hi"), m.FD); err != nil {
+		t.Fatal(err)
+	}
+	msg, fds, err := srv.Recv()
+	if err != nil || string(msg) != "hi" || len(fds) != 1 {
+		t.Fatalf("recv %q %v %v", msg, fds, err)
+	}
+	other, err := MapShared(fds[0], 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Unmap()
+	if string(other.Mem[:6]) != "shared" {
+		t.Fatalf("mapping holds %q", other.Mem[:6])
+	}
+	other.Mem[0] = 'S'
+	if m.Mem[0] != 'S' {
+		t.Fatal("the two mappings are not the same memory")
+	}
+	cli.Close()
+	if _, _, err := srv.Recv(); !IsClosed(err) {
+		t.Fatalf("recv after the peer closed: %v", err)
+	}
+}
+
+// The other side's memfd must be sealed against shrinking and big enough:
+// else it could make this side's accesses fault.
+func TestMapSharedRefusesUnsafeMemory(t *testing.T) {
+	fd, err := unix.MemfdCreate("unsealed", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Ftruncate(fd, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MapShared(fd, 4096); !errors.Is(err, unix.EINVAL) {
+		t.Fatalf("unsealed memfd: %v", err)
+	}
+	m, err := NewMapping("small", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unmap()
+	dup, _ := unix.Dup(m.FD)
+	if _, err := MapShared(dup, 8192); !errors.Is(err, unix.EINVAL) {
+		t.Fatalf("memfd smaller than asked: %v", err)
+	}
+	if err := unix.Ftruncate(m.FD, 0); err == nil {
+		t.Fatal("a sealed memfd shrank")
+	}
+	ro, err := NewReadOnlyMapping("ro", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Unmap()
+	if _, err := unix.Mmap(ro.FD, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err == nil {
+		t.Fatal("a read-only mapping mapped writable by the other side")
+	}
+	dup, _ = unix.Dup(ro.FD)
+	if r, err := MapSharedReadOnly(dup, 4096); err != nil {
+		t.Fatalf("read-only mapping: %v", err)
+	} else {
+		r.Unmap()
+	}
+	f, _ := os.CreateTemp(t.TempDir(), "plain")
+	pf, _ := unix.Dup(int(f.Fd()))
+	f.Close()
+	if _, err := MapShared(pf, 1); err == nil {
+		t.Fatal("a plain file mapped as shared memory")
+	}
+}
+
+func TestEventfd(t *testing.T) {
+	e, err := NewEventfd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := e.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait on a silent eventfd: %v", err)
+	}
+	e.Signal()
+	if err := e.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

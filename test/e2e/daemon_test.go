@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/netns"
+	"github.com/xdproce/xdproce/verbs"
+)
+
+// daemonUp starts `xdproce up` on h's link and waits until it serves; the
+// test's cleanup stops it (SIGTERM) if the test did not.
+func daemonUp(t *testing.T, bin string, h *netns.Host) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "up", "-d", h.Link)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := h.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var d *verbs.Device
+		err := h.Do(func() (err error) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			d, err = verbs.Dial(ctx, h.Link)
+			return err
+		})
+		if err == nil {
+			d.Close()
+			return cmd, &out
+		}
+		select {
+		case <-exited:
+			t.Fatalf("xdproce up exited:\n%s", &out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("xdproce up does not serve after 20 s: %v\n%s", err, &out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startPerf starts `xdproce perf` in h (a server without peer, else a client).
+func startPerf(t *testing.T, ctx context.Context, bin string, h *netns.Host, port int, peer string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	var out bytes.Buffer
+	full := append([]string{"perf", "ib_write_bw", "-d", h.Link, "-p", strconv.Itoa(port), "-timeout", "60s"}, args...)
+	if peer != "" {
+		full = append(full, peer)
+	}
+	cmd := exec.CommandContext(ctx, bin, full...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := h.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, &out
+}
+
+// Two daemons, one per namespace, each serving two perf processes at once:
+// the transfers are byte-checked; then one client is killed with SIGKILL
+// mid-transfer, the other finishes, the daemon lets go of everything the
+// dead one had, its peer fails instead of hanging, and a new client runs at
+// once; xdproce down stops a daemon and takes its XDP program away.
+func TestDaemonServesManyProcesses(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
+	a, b := topo.Hosts[0], topo.Hosts[1]
+	bin := buildCLI(t)
+	_, aLog := daemonUp(t, bin, a)
+	daemonUp(t, bin, b)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+
+	t.Run("two clients at once", func(t *testing.T) {
+		var srvs, clis []*exec.Cmd
+		var outs []*bytes.Buffer
+		for i, port := range []int{18601, 18602} {
+			s, so := startPerf(t, ctx, bin, b, port, "", "-n", "400", "-s", strconv.Itoa(8192*(i+1)), "--verify")
+			srvs, outs = append(srvs, s), append(outs, so)
+		}
+		time.Sleep(300 * time.Millisecond) // the servers listen
+		for i, port := range []int{18601, 18602} {
+			c, co := startPerf(t, ctx, bin, a, port, b.Addr.String(), "-n", "400", "-s", strconv.Itoa(8192*(i+1)), "--verify")
+			clis, outs = append(clis, c), append(outs, co)
+		}
+		for i, c := range append(clis, srvs...) {
+			if err := c.Wait(); err != nil {
+				t.Fatalf("perf %d: %v\n%s", i, err, outs[(i+2)%4])
+			}
+		}
+		for i, o := range outs {
+			if m := bwRow.FindStringSubmatch(o.String()); m == nil || m[2] != "400" {
+				t.Errorf("perf %d: no bandwidth row of 400 iterations:\n%s", i, o)
+			}
+		}
+	})
+
+	t.Run("client killed mid-transfer", func(t *testing.T) {
+		long, lo := startPerf(t, ctx, bin, b, 18603, "", "-n", "1000000", "-s", "65536", "-timeout", "20s")
+		short, so := startPerf(t, ctx, bin, b, 18604, "", "-n", "3000", "-s", "16384", "--verify")
+		time.Sleep(300 * time.Millisecond)
+		victim, vo := startPerf(t, ctx, bin, a, 18603, b.Addr.String(), "-n", "1000000", "-s", "65536")
+		other, oo := startPerf(t, ctx, bin, a, 18604, b.Addr.String(), "-n", "3000", "-s", "16384", "--verify")
+		time.Sleep(1500 * time.Millisecond)
+		if !strings.Contains(vo.String(), "#bytes") && !strings.Contains(vo.String(), "Mtu") {
+			t.Logf("victim output so far:\n%s", vo)
+		}
+		t.Logf("victim before the kill:\n%s", vo)
+		if err := victim.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = victim.Wait()
+		if err := other.Wait(); err != nil {
+			t.Fatalf("the other client failed: %v\n%s", err, oo)
+		}
+		if err := short.Wait(); err != nil {
+			t.Fatalf("the other client's server failed: %v\n%s", err, so)
+		}
+		done := make(chan error, 1)
+		go func() { done <- long.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatalf("the dead client's server exited 0:\n%s", lo)
+			}
+		case <-time.After(40 * time.Second):
+			_ = long.Process.Kill()
+			t.Fatalf("the dead client's server still runs 40 s on:\n%s", lo)
+		}
+		// The daemon noticed: the dead client detached, and its QPs are gone.
+		deadline := time.Now().Add(5 * time.Second)
+		for strings.Count(aLog.String(), "client detached") < strings.Count(aLog.String(), "client attached") && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n, m := strings.Count(aLog.String(), "client attached"), strings.Count(aLog.String(), "client detached"); n != m {
+			t.Fatalf("%d clients attached, %d detached:\n%s", n, m, aLog)
+		}
+		// And a new pair runs at once.
+		s, sout := startPerf(t, ctx, bin, b, 18605, "", "-n", "200", "-s", "4096", "--verify")
+		time.Sleep(300 * time.Millisecond)
+		c, cout := startPerf(t, ctx, bin, a, 18605, b.Addr.String(), "-n", "200", "-s", "4096", "--verify")
+		if err := c.Wait(); err != nil {
+			t.Fatalf("new client: %v\n%s", err, cout)
+		}
+		if err := s.Wait(); err != nil {
+			t.Fatalf("new server: %v\n%s", err, sout)
+		}
+	})
+
+	t.Logf("daemon of %s:\n%s", a.Link, aLog)
+	t.Run("down", func(t *testing.T) {
+		var out []byte
+		err := a.Do(func() (err error) {
+			out, err = exec.Command(bin, "down", "-d", a.Link).CombinedOutput()
+			return err
+		})
+		if err != nil || !strings.Contains(string(out), "down") {
+			t.Fatalf("xdproce down: %v\n%s", err, out)
+		}
+		info, err := linkInfoIn(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.XDPProgramID != 0 {
+			t.Fatalf("XDP program %d still on %s after xdproce down", info.XDPProgramID, a.Link)
+		}
+	})
+}

@@ -1,0 +1,410 @@
+package uverbs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Version is the protocol version this package speaks. A client's Hello
+// names the version it speaks; the daemon refuses any other.
+const Version = 1
+
+// Op names a control request. Replies carry the request's op and sequence
+// number.
+type Op uint16
+
+// The control requests.
+const (
+	OpHello Op = iota + 1
+	OpAllocPD
+	OpDeallocPD
+	OpRegMR
+	OpDeregMR
+	OpCreateCQ
+	OpDestroyCQ
+	OpCreateQP
+	OpModifyQP
+	OpQueryQP
+	OpDestroyQP
+	OpCounters
+	OpShutdown
+	opEnd
+)
+
+var opNames = [...]string{
+	OpHello: "HELLO", OpAllocPD: "ALLOC_PD", OpDeallocPD: "DEALLOC_PD", OpRegMR: "REG_MR", OpDeregMR: "DEREG_MR",
+	OpCreateCQ: "CREATE_CQ", OpDestroyCQ: "DESTROY_CQ", OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP",
+	OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP", OpCounters: "COUNTERS", OpShutdown: "SHUTDOWN",
+}
+
+func (o Op) String() string {
+	if o > 0 && o < opEnd {
+		return opNames[o]
+	}
+	return fmt.Sprintf("Op(%d)", uint16(o))
+}
+
+// MaxMessage is the largest control message either side sends or accepts.
+const MaxMessage = 16 << 10
+
+// HeaderLen is the size of a message's header: version u16, op u16,
+// sequence u32, errno i32 (0 in requests and successful replies).
+const HeaderLen = 12
+
+// Header starts every control message.
+type Header struct {
+	Version uint16
+	Op      Op
+	Seq     uint32
+	Errno   int32
+}
+
+// ErrMalformed is what decoding a message that does not parse returns.
+var ErrMalformed = errors.New("uverbs: malformed message")
+
+// Encoder appends a message's fields, little-endian.
+type Encoder struct{ b []byte }
+
+// NewMessage starts a message with header h.
+func NewMessage(h Header) *Encoder {
+	e := &Encoder{b: make([]byte, 0, 256)}
+	e.U16(h.Version)
+	e.U16(uint16(h.Op))
+	e.U32(h.Seq)
+	e.U32(uint32(h.Errno))
+	return e
+}
+
+// Bytes is the message so far.
+func (e *Encoder) Bytes() []byte { return e.b }
+
+func (e *Encoder) U8(v uint8)   { e.b = append(e.b, v) }
+func (e *Encoder) U16(v uint16) { e.b = le.AppendUint16(e.b, v) }
+func (e *Encoder) U32(v uint32) { e.b = le.AppendUint32(e.b, v) }
+func (e *Encoder) U64(v uint64) { e.b = le.AppendUint64(e.b, v) }
+
+// Bool appends a bool as one byte.
+func (e *Encoder) Bool(v bool) {
+	if v {
+		e.U8(1)
+	} else {
+		e.U8(0)
+	}
+}
+
+// Raw appends b with a u16 length.
+func (e *Encoder) Raw(b []byte) {
+	e.U16(uint16(len(b)))
+	e.b = append(e.b, b...)
+}
+
+// Decoder reads a message's fields; the first field that overruns the
+// message makes every later read return zero and Err report it.
+type Decoder struct {
+	b   []byte
+	err error
+}
+
+// Decode splits a message into its header and a decoder of its body.
+func Decode(msg []byte) (Header, *Decoder, error) {
+	if len(msg) < HeaderLen || len(msg) > MaxMessage {
+		return Header{}, nil, fmt.Errorf("%w: %d bytes", ErrMalformed, len(msg))
+	}
+	h := Header{Version: le.Uint16(msg[0:]), Op: Op(le.Uint16(msg[2:])), Seq: le.Uint32(msg[4:]), Errno: int32(le.Uint32(msg[8:]))}
+	return h, &Decoder{b: msg[HeaderLen:]}, nil
+}
+
+func (d *Decoder) take(n int) []byte {
+	if d.err != nil || n > len(d.b) {
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: %d bytes short", ErrMalformed, n-len(d.b))
+		}
+		return nil
+	}
+	b := d.b[:n]
+	d.b = d.b[n:]
+	return b
+}
+
+func (d *Decoder) U8() uint8 {
+	if b := d.take(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (d *Decoder) U16() uint16 {
+	if b := d.take(2); b != nil {
+		return le.Uint16(b)
+	}
+	return 0
+}
+
+func (d *Decoder) U32() uint32 {
+	if b := d.take(4); b != nil {
+		return le.Uint32(b)
+	}
+	return 0
+}
+
+func (d *Decoder) U64() uint64 {
+	if b := d.take(8); b != nil {
+		return le.Uint64(b)
+	}
+	return 0
+}
+
+// Bool reads a byte that must be 0 or 1.
+func (d *Decoder) Bool() bool {
+	v := d.U8()
+	if v > 1 && d.err == nil {
+		d.err = fmt.Errorf("%w: bool %d", ErrMalformed, v)
+	}
+	return v == 1
+}
+
+// Raw reads a u16-length-prefixed byte string (aliasing the message).
+func (d *Decoder) Raw() []byte { return d.take(int(d.U16())) }
+
+// End reports the first error, or trailing bytes.
+func (d *Decoder) End() error {
+	if d.err == nil && len(d.b) > 0 {
+		d.err = fmt.Errorf("%w: %d trailing bytes", ErrMalformed, len(d.b))
+	}
+	return d.err
+}
+
+// DeviceInfo is the Hello reply: what ibv_query_device and ibv_query_port
+// report, and how the rings are sized.
+type DeviceInfo struct {
+	Name                                          string
+	NodeGUID                                      uint64
+	MAC                                           [6]byte
+	MaxQP, MaxQPWR, MaxSGE, MaxCQE, MaxInlineData uint32
+	MaxMRSize, MaxMsgSize                         uint64
+	MaxQPRdAtom, MaxQPInitRdAtom                  uint32
+	MaxMTU, ActiveMTU                             uint8 // ibv_mtu values
+	DataPath                                      string
+	GIDs                                          [][16]byte
+	Engines                                       uint32
+}
+
+// Put encodes i.
+func (i *DeviceInfo) Put(e *Encoder) {
+	e.Raw([]byte(i.Name))
+	e.U64(i.NodeGUID)
+	e.b = append(e.b, i.MAC[:]...)
+	for _, v := range []uint32{i.MaxQP, i.MaxQPWR, i.MaxSGE, i.MaxCQE, i.MaxInlineData} {
+		e.U32(v)
+	}
+	e.U64(i.MaxMRSize)
+	e.U64(i.MaxMsgSize)
+	e.U32(i.MaxQPRdAtom)
+	e.U32(i.MaxQPInitRdAtom)
+	e.U8(i.MaxMTU)
+	e.U8(i.ActiveMTU)
+	e.Raw([]byte(i.DataPath))
+	e.U16(uint16(len(i.GIDs)))
+	for _, g := range i.GIDs {
+		e.b = append(e.b, g[:]...)
+	}
+	e.U32(i.Engines)
+}
+
+// Get decodes i.
+func (i *DeviceInfo) Get(d *Decoder) {
+	i.Name = string(d.Raw())
+	i.NodeGUID = d.U64()
+	copy(i.MAC[:], d.take(6))
+	for _, v := range []*uint32{&i.MaxQP, &i.MaxQPWR, &i.MaxSGE, &i.MaxCQE, &i.MaxInlineData} {
+		*v = d.U32()
+	}
+	i.MaxMRSize = d.U64()
+	i.MaxMsgSize = d.U64()
+	i.MaxQPRdAtom = d.U32()
+	i.MaxQPInitRdAtom = d.U32()
+	i.MaxMTU = d.U8()
+	i.ActiveMTU = d.U8()
+	i.DataPath = string(d.Raw())
+	n := int(d.U16())
+	i.GIDs = nil
+	for range n {
+		var g [16]byte
+		b := d.take(16)
+		if b == nil {
+			return
+		}
+		copy(g[:], b)
+		i.GIDs = append(i.GIDs, g)
+	}
+	i.Engines = d.U32()
+}
+
+// QPCap sizes a QP's queues (struct ibv_qp_cap).
+type QPCap struct {
+	MaxSendWR, MaxRecvWR, MaxSendSGE, MaxRecvSGE, MaxInlineData uint32
+}
+
+func (c *QPCap) put(e *Encoder) {
+	for _, v := range []uint32{c.MaxSendWR, c.MaxRecvWR, c.MaxSendSGE, c.MaxRecvSGE, c.MaxInlineData} {
+		e.U32(v)
+	}
+}
+
+func (c *QPCap) get(d *Decoder) {
+	for _, v := range []*uint32{&c.MaxSendWR, &c.MaxRecvWR, &c.MaxSendSGE, &c.MaxRecvSGE, &c.MaxInlineData} {
+		*v = d.U32()
+	}
+}
+
+// CreateQP is the CREATE_QP request.
+type CreateQP struct {
+	PD, SendCQ, RecvCQ, SRQ uint32 // handles; SRQ 0 for none
+	Type                    uint8  // ibv_qp_type
+	SigAll                  bool
+	Cap                     QPCap
+}
+
+// Put encodes q.
+func (q *CreateQP) Put(e *Encoder) {
+	e.U32(q.PD)
+	e.U32(q.SendCQ)
+	e.U32(q.RecvCQ)
+	e.U32(q.SRQ)
+	e.U8(q.Type)
+	e.Bool(q.SigAll)
+	q.Cap.put(e)
+}
+
+// Get decodes q.
+func (q *CreateQP) Get(d *Decoder) {
+	q.PD, q.SendCQ, q.RecvCQ, q.SRQ = d.U32(), d.U32(), d.U32(), d.U32()
+	q.Type = d.U8()
+	q.SigAll = d.Bool()
+	q.Cap.get(d)
+}
+
+// QPCreated is the CREATE_QP reply; the send and receive rings' memfds
+// come with it, in that order.
+type QPCreated struct {
+	QP, QPN                 uint32
+	Cap                     QPCap
+	SendSlots, SendSlotSize uint32
+	RecvSlots, RecvSlotSize uint32
+}
+
+// Put encodes q.
+func (q *QPCreated) Put(e *Encoder) {
+	e.U32(q.QP)
+	e.U32(q.QPN)
+	q.Cap.put(e)
+	e.U32(q.SendSlots)
+	e.U32(q.SendSlotSize)
+	e.U32(q.RecvSlots)
+	e.U32(q.RecvSlotSize)
+}
+
+// Get decodes q.
+func (q *QPCreated) Get(d *Decoder) {
+	q.QP, q.QPN = d.U32(), d.U32()
+	q.Cap.get(d)
+	q.SendSlots, q.SendSlotSize, q.RecvSlots, q.RecvSlotSize = d.U32(), d.U32(), d.U32(), d.U32()
+}
+
+// QPAttr is struct ibv_qp_attr as MODIFY_QP and QUERY_QP carry it.
+type QPAttr struct {
+	State, CurState                      uint8
+	AccessFlags                          uint32
+	PKeyIndex                            uint16
+	Port                                 uint8
+	QKey                                 uint32
+	DGID                                 [16]byte
+	SGIDIndex, HopLimit, TrafficClass    uint8
+	FlowLabel                            uint32
+	DMAC                                 []byte // empty: resolve
+	PathMTU, Timeout, RetryCnt, RNRRetry uint8
+	RQPSN, SQPSN                         uint32
+	MaxRdAtomic, MaxDestRdAtomic, MinRNR uint8
+	DestQPN                              uint32
+	EnSQDAsyncNotify, SQDraining         bool
+	Cap                                  QPCap
+}
+
+// Put encodes a.
+func (a *QPAttr) Put(e *Encoder) {
+	e.U8(a.State)
+	e.U8(a.CurState)
+	e.U32(a.AccessFlags)
+	e.U16(a.PKeyIndex)
+	e.U8(a.Port)
+	e.U32(a.QKey)
+	e.b = append(e.b, a.DGID[:]...)
+	e.U8(a.SGIDIndex)
+	e.U8(a.HopLimit)
+	e.U8(a.TrafficClass)
+	e.U32(a.FlowLabel)
+	e.Raw(a.DMAC)
+	for _, v := range []uint8{a.PathMTU, a.Timeout, a.RetryCnt, a.RNRRetry} {
+		e.U8(v)
+	}
+	e.U32(a.RQPSN)
+	e.U32(a.SQPSN)
+	e.U8(a.MaxRdAtomic)
+	e.U8(a.MaxDestRdAtomic)
+	e.U8(a.MinRNR)
+	e.U32(a.DestQPN)
+	e.Bool(a.EnSQDAsyncNotify)
+	e.Bool(a.SQDraining)
+	a.Cap.put(e)
+}
+
+// Get decodes a.
+func (a *QPAttr) Get(d *Decoder) {
+	a.State, a.CurState = d.U8(), d.U8()
+	a.AccessFlags = d.U32()
+	a.PKeyIndex = d.U16()
+	a.Port = d.U8()
+	a.QKey = d.U32()
+	copy(a.DGID[:], d.take(16))
+	a.SGIDIndex, a.HopLimit, a.TrafficClass = d.U8(), d.U8(), d.U8()
+	a.FlowLabel = d.U32()
+	a.DMAC = append([]byte(nil), d.Raw()...)
+	for _, v := range []*uint8{&a.PathMTU, &a.Timeout, &a.RetryCnt, &a.RNRRetry} {
+		*v = d.U8()
+	}
+	a.RQPSN, a.SQPSN = d.U32(), d.U32()
+	a.MaxRdAtomic, a.MaxDestRdAtomic, a.MinRNR = d.U8(), d.U8(), d.U8()
+	a.DestQPN = d.U32()
+	a.EnSQDAsyncNotify = d.Bool()
+	a.SQDraining = d.Bool()
+	a.Cap.get(d)
+}
+
+// Counter is one named counter of a COUNTERS reply.
+type Counter struct {
+	Name  string
+	Value uint64
+}
+
+// PutCounters encodes a COUNTERS reply.
+func PutCounters(e *Encoder, cs []Counter) {
+	e.U16(uint16(len(cs)))
+	for _, c := range cs {
+		e.Raw([]byte(c.Name))
+		e.U64(c.Value)
+	}
+}
+
+// GetCounters decodes a COUNTERS reply.
+func GetCounters(d *Decoder) []Counter {
+	n := int(d.U16())
+	var cs []Counter
+	for range n {
+		c := Counter{Name: string(d.Raw()), Value: d.U64()}
+		if d.err != nil {
+			return nil
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}

@@ -1,0 +1,143 @@
+package uverbs
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+)
+
+func TestSlotsRoundTrip(t *testing.T) {
+	size := SendSlotSize(4, 64)
+	slot := make([]byte, size)
+	w := SendWQE{WRID: 1 << 60, Opcode: 4, SendFlags: 2, Imm: 0xa1b2c3d4, RemoteAddr: 0x7fff0000, RKey: 9, InvRKey: 10, CompareAdd: 11, Swap: 12}
+	sgl := []SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 4, Length: 5, LKey: 6}}
+	if !PutSendWQE(slot, &w, sgl, nil) {
+		t.Fatal("does not fit")
+	}
+	var got SendWQE
+	gs, inline, err := SendWQEOf(slot, &got, nil)
+	w.NumSGE = 2
+	if err != nil || inline != nil || got != w || !reflect.DeepEqual(gs, sgl) {
+		t.Fatalf("send slot: %+v %v %q %v", got, gs, inline, err)
+	}
+	if !PutSendWQE(slot, &SendWQE{WRID: 5, SendFlags: 8}, nil, []byte("inline")) {
+		t.Fatal("inline does not fit")
+	}
+	if _, inline, err := SendWQEOf(slot, &got, nil); err != nil || string(inline) != "inline" {
+		t.Fatalf("inline %q %v", inline, err)
+	}
+	if PutSendWQE(slot, &w, make([]SGE, 5), nil) || PutSendWQE(slot, &w, nil, make([]byte, 65)) {
+		t.Fatal("an overlong WQE fit")
+	}
+	rs := make([]byte, RecvSlotSize(2))
+	if !PutRecvWQE(rs, 77, sgl) {
+		t.Fatal("receive does not fit")
+	}
+	if id, gs, err := RecvWQEOf(rs, nil); id != 77 || !reflect.DeepEqual(gs, sgl) || err != nil {
+		t.Fatalf("receive slot %d %v %v", id, gs, err)
+	}
+	c := CQE{WRID: 3, Status: 5, Opcode: 128, VendorErr: 7, ByteLen: 8, Imm: 9, InvalidatedKey: 10, QPNum: 11, SrcQP: 12, WCFlags: 2}
+	cs := make([]byte, CQESize)
+	PutCQE(cs, &c)
+	var gc CQE
+	CQEOf(cs, &gc)
+	if gc != c {
+		t.Fatalf("CQE %+v, want %+v", gc, c)
+	}
+}
+
+func TestRingIndices(t *testing.T) {
+	if _, err := NewRing(make([]byte, 100), 3, 64); err == nil {
+		t.Fatal("a ring of 3 slots")
+	}
+	if _, err := NewRing(make([]byte, RingBytes(4, 64)-1), 4, 64); err == nil {
+		t.Fatal("a ring in too little memory")
+	}
+	r, err := NewRing(make([]byte, RingBytes(4, 64)), 4, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Slot(5)[0] = 1 // slot 5 is slot 1
+	if r.Slot(1)[0] != 1 || len(r.Slot(0xffffffff)) != 64 {
+		t.Fatal("slot indexing")
+	}
+	r.SetProducer(7)
+	r.SetConsumer(3)
+	if r.Producer() != 7 || r.Consumer() != 3 {
+		t.Fatal("indices")
+	}
+	if SlotsFor(1) != 1 || SlotsFor(5) != 8 || SlotsFor(16) != 16 {
+		t.Fatal("SlotsFor")
+	}
+}
+
+func TestMessagesRoundTrip(t *testing.T) {
+	info := DeviceInfo{Name: "xdp_eth0", NodeGUID: 5, MAC: [6]byte{2, 0, 0, 0, 0, 1}, MaxQP: 1, MaxQPWR: 2, MaxSGE: 3, MaxCQE: 4,
+		MaxInlineData: 5, MaxMRSize: 6, MaxMsgSize: 7, MaxQPRdAtom: 8, MaxQPInitRdAtom: 9, MaxMTU: 5, ActiveMTU: 3,
+		DataPath: "native", GIDs: [][16]byte{{1}, {2}}, Engines: 2}
+	a := QPAttr{State: 3, AccessFlags: 7, Port: 1, QKey: 5, DGID: [16]byte{15: 1}, HopLimit: 64, DMAC: []byte{1, 2, 3, 4, 5, 6},
+		PathMTU: 3, Timeout: 14, RetryCnt: 7, RNRRetry: 7, RQPSN: 1, SQPSN: 2, DestQPN: 0x11, SQDraining: true, Cap: QPCap{MaxSendWR: 4}}
+	q := CreateQP{PD: 1, SendCQ: 2, RecvCQ: 3, Type: 2, SigAll: true, Cap: QPCap{1, 2, 3, 4, 5}}
+	e := NewMessage(Header{Version: Version, Op: OpCreateQP, Seq: 9, Errno: -3})
+	info.Put(e)
+	a.Put(e)
+	q.Put(e)
+	PutCounters(e, []Counter{{"sent_pkts", 4}})
+	h, d, err := Decode(e.Bytes())
+	if err != nil || h != (Header{Version: Version, Op: OpCreateQP, Seq: 9, Errno: -3}) {
+		t.Fatalf("header %+v %v", h, err)
+	}
+	var gi DeviceInfo
+	var ga QPAttr
+	var gq CreateQP
+	gi.Get(d)
+	ga.Get(d)
+	gq.Get(d)
+	cs := GetCounters(d)
+	if err := d.End(); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(gi, info) || !reflect.DeepEqual(ga, a) || gq != q || len(cs) != 1 || cs[0] != (Counter{"sent_pkts", 4}) {
+		t.Fatalf("round trip:\n%+v\n%+v\n%+v\n%v", gi, ga, gq, cs)
+	}
+	if OpHello.String() != "HELLO" || Op(99).String() != "Op(99)" {
+		t.Fatal("op names")
+	}
+}
+
+// FuzzDecode: no input makes the decoders panic or read past a message,
+// and a message that decodes encodes back to the same bytes.
+func FuzzDecode(f *testing.F) {
+	e := NewMessage(Header{Version: Version, Op: OpModifyQP})
+	(&QPAttr{DMAC: []byte{1, 2, 3, 4, 5, 6}}).Put(e)
+	f.Add(e.Bytes())
+	e = NewMessage(Header{Version: Version, Op: OpHello})
+	(&DeviceInfo{GIDs: [][16]byte{{1}}}).Put(e)
+	f.Add(e.Bytes())
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		h, d, err := Decode(msg)
+		if err != nil {
+			return
+		}
+		var a QPAttr
+		a.Get(d)
+		if d.End() == nil {
+			re := NewMessage(h)
+			a.Put(re)
+			if !bytes.Equal(re.Bytes(), msg) {
+				t.Fatalf("QPAttr %+v re-encodes as %x, not %x", a, re.Bytes(), msg)
+			}
+		}
+		_, d, _ = Decode(msg)
+		var i DeviceInfo
+		i.Get(d)
+		_ = d.End()
+		_, d, _ = Decode(msg)
+		GetCounters(d)
+		_ = d.End()
+		slot := append([]byte(nil), msg...)
+		var w SendWQE
+		SendWQEOf(slot, &w, nil)
+		RecvWQEOf(slot, nil)
+	})
+}

@@ -1,0 +1,537 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/xdproce/xdproce/ipc"
+	"github.com/xdproce/xdproce/uverbs"
+)
+
+// A client's side of the xdproce daemon (package daemon): a Device whose
+// objects live in the daemon, driven through the same API. Control
+// operations are requests on the daemon's socket; posts and polls are
+// operations on rings the daemon shares, with no system call unless the
+// engine serving the QP sleeps.
+
+// remote is a Device's connection to its daemon.
+type remote struct {
+	conn *ipc.Conn
+	mu   sync.Mutex // one request in flight at a time
+	seq  uint32
+	info uverbs.DeviceInfo
+	page *ipc.Mapping // the doorbell page
+	bell *ipc.Eventfd // rung when a QP's engine sleeps
+
+	mrMu sync.RWMutex
+	mrs  map[uint32]*MR // by lkey: inline posts copy from the regions themselves
+}
+
+type remoteQP struct {
+	h        uint32
+	sq, rq   *uverbs.Ring
+	maps     [2]*ipc.Mapping
+	sendMu   sync.Mutex
+	recvMu   sync.Mutex
+	sqp, rqp uint32 // producer indices
+}
+
+type remoteCQ struct {
+	h      uint32
+	m      *ipc.Mapping
+	notify *ipc.Eventfd
+}
+
+type remoteMR struct {
+	h uint32
+	m *ipc.Mapping
+}
+
+// ErrNotSupported is what an operation the daemon does not offer returns.
+var ErrNotSupported = syscall.EOPNOTSUPP
+
+// Dial attaches to the xdproce daemon serving the interface ifname in the
+// calling thread's network namespace (xdproce up) and returns it as a
+// Device: the same API as Open's, with the objects in the daemon, shared
+// with its other clients' but never reachable by them. Close detaches; the
+// daemon then destroys everything the Device created.
+func Dial(ctx context.Context, ifname string) (*Device, error) {
+	conn, err := ipc.Dial(ctx, ifname)
+	if err != nil {
+		return nil, err
+	}
+	r := &remote{conn: conn, mrs: map[uint32]*MR{}}
+	d, fds, err := r.call(uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) })
+	if err == nil && len(fds) != 2 {
+		ipc.CloseAll(fds)
+		err = fmt.Errorf("verbs: daemon's hello carried %d fds, 2 expected", len(fds))
+	}
+	if err == nil {
+		r.info.Get(d)
+		if err = d.End(); err != nil {
+			ipc.CloseAll(fds)
+		}
+	}
+	if err == nil {
+		r.bell = ipc.EventfdOf(fds[1])
+		if r.page, err = ipc.MapSharedReadOnly(fds[0], uverbs.DoorbellPageSize); err != nil {
+			r.bell.Close()
+		}
+	}
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("verbs: attach to the daemon of %s: %w", ifname, err)
+	}
+	cfg := DeviceConfig{MAC: net.HardwareAddr(r.info.MAC[:]), ActiveMTU: MTU(r.info.ActiveMTU).Bytes(), DataPath: r.info.DataPath}
+	for _, g := range r.info.GIDs {
+		cfg.GIDs = append(cfg.GIDs, netip.AddrFrom16(g).Unmap()) // IPv4 GIDs as Open gives them
+	}
+	dev := &Device{cfg: cfg, clock: realClock{}, done: make(chan struct{}), rem: r}
+	dev.objs.events.ready = make(chan struct{}, 1)
+	return dev, nil
+}
+
+// Remote reports whether the device is a daemon's, attached with Dial.
+func (d *Device) Remote() bool { return d.rem != nil }
+
+// call sends one request and returns its reply's body and fds.
+func (r *remote) call(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, []int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	e := uverbs.NewMessage(uverbs.Header{Version: uverbs.Version, Op: op, Seq: r.seq})
+	if body != nil {
+		body(e)
+	}
+	if err := r.conn.Send(e.Bytes(), fds...); err != nil {
+		return nil, nil, err
+	}
+	msg, got, err := r.conn.Recv()
+	if err != nil {
+		return nil, nil, fmt.Errorf("verbs: daemon: %w", err)
+	}
+	h, d, err := uverbs.Decode(msg)
+	if err == nil && (h.Op != op || h.Seq != r.seq) {
+		err = fmt.Errorf("verbs: daemon answered %v #%d to %v #%d", h.Op, h.Seq, op, r.seq)
+	}
+	if err != nil {
+		ipc.CloseAll(got)
+		return nil, nil, err
+	}
+	if h.Errno != 0 {
+		ipc.CloseAll(got)
+		return nil, nil, fmt.Errorf("verbs: daemon: %v: %w", op, syscall.Errno(h.Errno))
+	}
+	return d, got, nil
+}
+
+// callNoFDs is call for replies that carry no fds.
+func (r *remote) callNoFDs(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, error) {
+	d, got, err := r.call(op, body, fds...)
+	if err == nil && len(got) > 0 {
+		ipc.CloseAll(got)
+		err = fmt.Errorf("verbs: daemon's %v reply carried fds", op)
+	}
+	return d, err
+}
+
+// close hangs up. The doorbell page stays mapped for a post racing it.
+func (r *remote) close() error {
+	err := r.conn.Close()
+	r.bell.Close()
+	return err
+}
+
+func (r *remote) allocPD() (uint32, error) {
+	d, err := r.callNoFDs(uverbs.OpAllocPD, nil)
+	if err != nil {
+		return 0, err
+	}
+	h := d.U32()
+	return h, d.End()
+}
+
+// allocMR registers n bytes of memory shared with the daemon (a sealed
+// memfd both map): the engines reach it without a copy or system call.
+func (pd *PD) allocRemoteMR(n int, access Access) (*MR, error) {
+	r := pd.dev.rem
+	m, err := ipc.NewMapping("mr", n)
+	if err != nil {
+		return nil, err
+	}
+	buf := m.Mem[:n]
+	addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
+	d, err := r.callNoFDs(uverbs.OpRegMR, func(e *uverbs.Encoder) {
+		e.U32(pd.id)
+		e.U64(addr)
+		e.U64(uint64(n))
+		e.U32(uint32(access))
+	}, m.FD)
+	m.CloseFD()
+	var mr *MR
+	if err == nil {
+		mr = &MR{pd: pd, buf: buf, addr: addr, access: access, valid: true, rem: &remoteMR{m: m}}
+		mr.rem.h, mr.lkey, mr.rkey = d.U32(), d.U32(), d.U32()
+		err = d.End()
+	}
+	if err != nil {
+		m.Unmap()
+		return nil, err
+	}
+	r.mrMu.Lock()
+	r.mrs[mr.lkey] = mr
+	r.mrMu.Unlock()
+	return mr, nil
+}
+
+func (m *MR) deregRemote() error {
+	r := m.pd.dev.rem
+	if _, err := r.callNoFDs(uverbs.OpDeregMR, func(e *uverbs.Encoder) { e.U32(m.rem.h) }); err != nil {
+		return err
+	}
+	r.mrMu.Lock()
+	delete(r.mrs, m.lkey)
+	r.mrMu.Unlock()
+	m.valid = false
+	return m.rem.m.Unmap()
+}
+
+func (d *Device) createRemoteCQ(depth int) (*CQ, error) {
+	r := d.rem
+	dec, fds, err := r.call(uverbs.OpCreateCQ, func(e *uverbs.Encoder) { e.U32(uint32(depth)) })
+	if err != nil {
+		return nil, err
+	}
+	if len(fds) != 2 {
+		ipc.CloseAll(fds)
+		return nil, fmt.Errorf("verbs: CREATE_CQ reply carried %d fds, 2 expected", len(fds))
+	}
+	h, slots := dec.U32(), dec.U32()
+	rc := &remoteCQ{h: h, notify: ipc.EventfdOf(fds[1])}
+	var ring *uverbs.Ring
+	if err = dec.End(); err == nil {
+		rc.m, err = ipc.MapShared(fds[0], uverbs.RingBytes(slots, uverbs.CQESize))
+	} else {
+		ipc.CloseAll(fds[:1])
+	}
+	if err == nil {
+		ring, err = uverbs.NewRing(rc.m.Mem, slots, uverbs.CQESize)
+	}
+	if err != nil {
+		rc.notify.Close()
+		if rc.m != nil {
+			rc.m.Unmap()
+		}
+		return nil, err
+	}
+	return &CQ{dev: d, depth: depth, shared: ring, rem: rc, event: make(chan struct{}, 1)}, nil
+}
+
+// pollRemote reads completions from a daemon's CQ ring.
+func (cq *CQ) pollRemote(wcs []WorkCompletion) int {
+	r := cq.shared
+	cq.pollMu.Lock()
+	defer cq.pollMu.Unlock()
+	h := uint32(cq.head.Load())
+	k := min(uint32(len(wcs)), r.Producer()-h, r.Slots())
+	var c uverbs.CQE
+	for i := range k {
+		uverbs.CQEOf(r.Slot(h+i), &c)
+		wcs[i] = WorkCompletion{WRID: c.WRID, Status: WCStatus(c.Status), Opcode: WCOpcode(c.Opcode), VendorErr: c.VendorErr,
+			ByteLen: c.ByteLen, ImmData: c.Imm, InvalidatedKey: c.InvalidatedKey, QPNum: c.QPNum, SrcQP: c.SrcQP, Flags: WCFlags(c.WCFlags)}
+	}
+	cq.head.Store(uint64(h + k))
+	r.SetConsumer(h + k)
+	return int(k)
+}
+
+func (pd *PD) createRemoteQP(attr QPInitAttr) (*QP, error) {
+	r := pd.dev.rem
+	if attr.SRQ != nil {
+		return nil, fmt.Errorf("verbs: SRQs through the daemon: %w", ErrNotSupported)
+	}
+	if attr.SendCQ == nil || attr.RecvCQ == nil || attr.SendCQ.dev != pd.dev || attr.RecvCQ.dev != pd.dev {
+		return nil, fmt.Errorf("verbs: a QP needs a send and a receive CQ of its device: %w", ErrInvalid)
+	}
+	req := uverbs.CreateQP{PD: pd.id, SendCQ: attr.SendCQ.rem.h, RecvCQ: attr.RecvCQ.rem.h, Type: uint8(attr.Type), SigAll: attr.SigAll,
+		Cap: uverbs.QPCap{MaxSendWR: uint32(attr.Cap.MaxSendWR), MaxRecvWR: uint32(attr.Cap.MaxRecvWR), MaxSendSGE: uint32(attr.Cap.MaxSendSGE),
+			MaxRecvSGE: uint32(attr.Cap.MaxRecvSGE), MaxInlineData: uint32(attr.Cap.MaxInlineData)}}
+	if attr.Cap.MaxSendWR < 0 || attr.Cap.MaxRecvWR < 0 || attr.Cap.MaxSendSGE < 0 || attr.Cap.MaxRecvSGE < 0 || attr.Cap.MaxInlineData < 0 {
+		return nil, fmt.Errorf("verbs: QP capabilities %+v: %w", attr.Cap, ErrInvalid)
+	}
+	dec, fds, err := r.call(uverbs.OpCreateQP, req.Put)
+	if err != nil {
+		return nil, err
+	}
+	if len(fds) != 2 {
+		ipc.CloseAll(fds)
+		return nil, fmt.Errorf("verbs: CREATE_QP reply carried %d fds, 2 expected", len(fds))
+	}
+	var rep uverbs.QPCreated
+	rep.Get(dec)
+	rq := &remoteQP{h: rep.QP}
+	err = dec.End()
+	for i, fd := range fds {
+		slots, size := rep.SendSlots, rep.SendSlotSize
+		if i == 1 {
+			slots, size = rep.RecvSlots, rep.RecvSlotSize
+		}
+		if err != nil {
+			ipc.CloseAll([]int{fd})
+			continue
+		}
+		var m *ipc.Mapping
+		if m, err = ipc.MapShared(fd, uverbs.RingBytes(slots, int(size))); err != nil {
+			continue
+		}
+		rq.maps[i] = m
+		var ring *uverbs.Ring
+		ring, err = uverbs.NewRing(m.Mem, slots, int(size))
+		if i == 0 {
+			rq.sq = ring
+		} else {
+			rq.rq = ring
+		}
+	}
+	qp := &QP{dev: pd.dev, pd: pd, qpn: rep.QPN, typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, sigAll: attr.SigAll, rem: rq,
+		cap: QPCap{MaxSendWR: int(rep.Cap.MaxSendWR), MaxRecvWR: int(rep.Cap.MaxRecvWR), MaxSendSGE: int(rep.Cap.MaxSendSGE),
+			MaxRecvSGE: int(rep.Cap.MaxRecvSGE), MaxInlineData: int(rep.Cap.MaxInlineData)}}
+	if err != nil {
+		return nil, errors.Join(err, qp.destroyRemote())
+	}
+	return qp, nil
+}
+
+func (qp *QP) destroyRemote() error {
+	_, err := qp.dev.rem.callNoFDs(uverbs.OpDestroyQP, func(e *uverbs.Encoder) { e.U32(qp.rem.h) })
+	if err != nil {
+		return err
+	}
+	for _, m := range qp.rem.maps {
+		if m != nil {
+			m.Unmap()
+		}
+	}
+	return nil
+}
+
+func (qp *QP) modifyRemote(attr QPAttr, mask AttrMask) error {
+	w := attr.Wire()
+	_, err := qp.dev.rem.callNoFDs(uverbs.OpModifyQP, func(e *uverbs.Encoder) {
+		e.U32(qp.rem.h)
+		e.U32(uint32(mask))
+		w.Put(e)
+	})
+	return err
+}
+
+func (qp *QP) queryRemote() (QPAttr, error) {
+	d, err := qp.dev.rem.callNoFDs(uverbs.OpQueryQP, func(e *uverbs.Encoder) { e.U32(qp.rem.h) })
+	if err != nil {
+		return QPAttr{}, err
+	}
+	var w uverbs.QPAttr
+	w.Get(d)
+	if err := d.End(); err != nil {
+		return QPAttr{}, err
+	}
+	return QPAttrFromWire(&w), nil
+}
+
+// postSendRemote writes send work requests to the QP's ring, checked as
+// PostSend checks them: the daemon takes each as if posted in-process.
+func (qp *QP) postSendRemote(wrs []SendWR) (int, error) {
+	st := qp.State()
+	if st == StateReset || st == StateInit || st == StateRTR {
+		return 0, fmt.Errorf("verbs: post send in state %v: %w", st, ErrInvalid)
+	}
+	q := qp.rem
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	var sgl [MaxSGE]uverbs.SGE
+	posted := 0
+	var err error
+	for i := range wrs {
+		wr := &wrs[i]
+		if wr.Opcode == WRBindMW {
+			err = fmt.Errorf("verbs: BIND_MW through the daemon: %w", ErrNotSupported)
+			break
+		}
+		if _, err = qp.checkSendWR(wr); err != nil {
+			break
+		}
+		if q.sqp-q.sq.Consumer() >= uint32(qp.cap.MaxSendWR) {
+			err = fmt.Errorf("verbs: send queue full (%d WRs): %w", qp.cap.MaxSendWR, ErrNoMem)
+			break
+		}
+		w := uverbs.SendWQE{WRID: wr.ID, Opcode: uint8(wr.Opcode), SendFlags: uint8(wr.Flags), Imm: wr.ImmData, RemoteAddr: wr.RemoteAddr,
+			RKey: wr.RKey, InvRKey: wr.InvRKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap}
+		slot := q.sq.Slot(q.sqp)
+		if wr.Flags&SendInline != 0 {
+			err = qp.dev.rem.putInline(slot, &w, wr)
+		} else {
+			for j, s := range wr.SGList {
+				sgl[j] = uverbs.SGE(s)
+			}
+			if !uverbs.PutSendWQE(slot, &w, sgl[:len(wr.SGList)], nil) {
+				err = fmt.Errorf("verbs: send WR %d does not fit its slot: %w", wr.ID, ErrInvalid)
+			}
+		}
+		if err != nil {
+			break
+		}
+		q.sqp++
+		posted++
+	}
+	if posted > 0 {
+		q.sq.SetProducer(q.sqp)
+		qp.dev.rem.ring(q.sq)
+	}
+	return posted, err
+}
+
+// putInline copies an INLINE request's data into its slot, from the
+// regions its SGEs name, as PostSend does in-process.
+func (r *remote) putInline(slot []byte, w *uverbs.SendWQE, wr *SendWR) error {
+	r.mrMu.RLock()
+	defer r.mrMu.RUnlock()
+	data := slot[uverbs.SendSlotHeader:uverbs.SendSlotHeader]
+	for _, s := range wr.SGList {
+		mr := r.mrs[s.LKey]
+		var b []byte
+		ok := mr != nil
+		if ok {
+			b, ok = mr.slice(s.Addr, s.Length)
+		}
+		if !ok || len(data)+len(b) > cap(data) {
+			return fmt.Errorf("verbs: inline send WR %d: bad lkey %#x or SGE: %w", wr.ID, s.LKey, ErrInvalid)
+		}
+		data = append(data, b...)
+	}
+	if !uverbs.PutSendWQE(slot, w, nil, data) {
+		return fmt.Errorf("verbs: inline send WR %d does not fit its slot: %w", wr.ID, ErrInvalid)
+	}
+	return nil
+}
+
+func (qp *QP) postRecvRemote(wrs []RecvWR) (int, error) {
+	if st := qp.State(); st == StateReset {
+		return 0, fmt.Errorf("verbs: post receive in state %v: %w", st, ErrInvalid)
+	}
+	q := qp.rem
+	q.recvMu.Lock()
+	defer q.recvMu.Unlock()
+	var sgl [MaxSGE]uverbs.SGE
+	posted := 0
+	var err error
+	for i := range wrs {
+		wr := &wrs[i]
+		if len(wr.SGList) > qp.cap.MaxRecvSGE {
+			err = fmt.Errorf("verbs: receive WR %d: %d SGEs, QP allows %d: %w", wr.ID, len(wr.SGList), qp.cap.MaxRecvSGE, ErrInvalid)
+			break
+		}
+		if q.rqp-q.rq.Consumer() >= uint32(qp.cap.MaxRecvWR) {
+			err = fmt.Errorf("verbs: receive queue full (%d WRs): %w", qp.cap.MaxRecvWR, ErrNoMem)
+			break
+		}
+		for j, s := range wr.SGList {
+			sgl[j] = uverbs.SGE(s)
+		}
+		uverbs.PutRecvWQE(q.rq.Slot(q.rqp), wr.ID, sgl[:len(wr.SGList)])
+		q.rqp++
+		posted++
+	}
+	if posted > 0 {
+		q.rq.SetProducer(q.rqp)
+		qp.dev.rem.ring(q.sq)
+	}
+	return posted, err
+}
+
+// ring wakes the engine serving a QP (named in its send ring) if it sleeps.
+func (r *remote) ring(sq *uverbs.Ring) {
+	if uverbs.Sleeping(r.page.Mem, sq.Aux2().Load()) {
+		r.bell.Signal()
+	}
+}
+
+func (r *remote) counters() (Counters, error) {
+	d, err := r.callNoFDs(uverbs.OpCounters, nil)
+	if err != nil {
+		return Counters{}, err
+	}
+	var c Counters
+	for _, n := range uverbs.GetCounters(d) {
+		c.Set(n.Name, n.Value)
+	}
+	return c, d.End()
+}
+
+// Wire is the attribute set as the daemon's protocol carries it.
+func (a *QPAttr) Wire() uverbs.QPAttr {
+	w := uverbs.QPAttr{State: uint8(a.State), CurState: uint8(a.CurState), AccessFlags: uint32(a.AccessFlags), PKeyIndex: a.PKeyIndex,
+		Port: a.Port, QKey: a.QKey, DGID: a.AH.DGID.As16(), SGIDIndex: uint8(a.AH.SGIDIndex), HopLimit: a.AH.HopLimit,
+		TrafficClass: a.AH.TrafficClass, FlowLabel: a.AH.FlowLabel, DMAC: a.AH.DMAC, PathMTU: uint8(a.PathMTU), Timeout: a.Timeout,
+		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, RQPSN: a.RQPSN, SQPSN: a.SQPSN, MaxRdAtomic: a.MaxRdAtomic,
+		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNR: a.MinRNRTimer, DestQPN: a.DestQPN, EnSQDAsyncNotify: a.EnSQDAsyncNotify,
+		SQDraining: a.SQDraining, Cap: uverbs.QPCap{MaxSendWR: uint32(a.Cap.MaxSendWR), MaxRecvWR: uint32(a.Cap.MaxRecvWR),
+			MaxSendSGE: uint32(a.Cap.MaxSendSGE), MaxRecvSGE: uint32(a.Cap.MaxRecvSGE), MaxInlineData: uint32(a.Cap.MaxInlineData)}}
+	return w
+}
+
+// QPAttrFromWire is the attribute set a MODIFY_QP or QUERY_QP message carries.
+func QPAttrFromWire(w *uverbs.QPAttr) QPAttr {
+	a := QPAttr{State: QPState(w.State), CurState: QPState(w.CurState), AccessFlags: Access(w.AccessFlags), PKeyIndex: w.PKeyIndex,
+		Port: w.Port, QKey: w.QKey, PathMTU: MTU(w.PathMTU), Timeout: w.Timeout, RetryCnt: w.RetryCnt, RNRRetry: w.RNRRetry,
+		RQPSN: w.RQPSN, SQPSN: w.SQPSN, MaxRdAtomic: w.MaxRdAtomic, MaxDestRdAtomic: w.MaxDestRdAtomic, MinRNRTimer: w.MinRNR,
+		DestQPN: w.DestQPN, EnSQDAsyncNotify: w.EnSQDAsyncNotify, SQDraining: w.SQDraining,
+		AH: AH{DGID: netip.AddrFrom16(w.DGID), SGIDIndex: int(w.SGIDIndex), HopLimit: w.HopLimit, TrafficClass: w.TrafficClass,
+			FlowLabel: w.FlowLabel},
+		Cap: QPCap{MaxSendWR: int(w.Cap.MaxSendWR), MaxRecvWR: int(w.Cap.MaxRecvWR), MaxSendSGE: int(w.Cap.MaxSendSGE),
+			MaxRecvSGE: int(w.Cap.MaxRecvSGE), MaxInlineData: int(w.Cap.MaxInlineData)}}
+	if w.DGID == ([16]byte{}) {
+		a.AH.DGID = netip.Addr{} // none given
+	}
+	if len(w.DMAC) == 6 {
+		a.AH.DMAC = net.HardwareAddr(append([]byte(nil), w.DMAC...))
+	}
+	return a
+}
+
+// closeRemote detaches from the daemon, which destroys the device's
+// objects. The regions' memory stays mapped: slices of it stay valid.
+func (d *Device) closeRemote() error {
+	d.closeMu.Lock()
+	defer d.closeMu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	d.closing.Store(true)
+	close(d.done)
+	return d.rem.close()
+}
+
+// StopDaemon asks the daemon the device is attached to to stop (xdproce
+// down), and waits until its process has exited (its XDP program and UDP
+// port released) or ctx ends. Only root and the daemon's own user may.
+func (d *Device) StopDaemon(ctx context.Context) error {
+	if d.rem == nil {
+		return fmt.Errorf("verbs: the device is not a daemon's: %w", ErrInvalid)
+	}
+	peer, err := d.rem.conn.Peer()
+	if err != nil {
+		return err
+	}
+	if _, err := d.rem.callNoFDs(uverbs.OpShutdown, nil); err != nil {
+		return err
+	}
+	d.Close()
+	return ipc.WaitExit(ctx, peer.PID)
+}

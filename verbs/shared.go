@@ -1,0 +1,297 @@
+package verbs
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/xdproce/xdproce/uverbs"
+)
+
+// The daemon's side of the shared rings (package uverbs): CQs whose
+// completions the engines write into a client's ring, and QPs whose work
+// requests the engines take from a client's rings at the start of each
+// step, as the in-process API's posts. The rings' memory is written by a
+// client the daemon does not trust: the engines copy a slot before they
+// decode it, check every index against their own, and a request that a
+// well-behaved client would never have posted moves its QP to the error
+// state (LOC_QP_OP_ERR), never anything else.
+
+// sharedQP is what an engine keeps of a QP's shared rings.
+type sharedQP struct {
+	sq, rq           *uverbs.Ring
+	sqTaken, rqTaken uint32 // slots taken from the rings
+	slot             []byte // the private copy of the slot being decoded
+	wsge             []uverbs.SGE
+	sgl              []SGE
+}
+
+// CreateSharedCQ creates a CQ of depth completions whose completions go to
+// ring, memory shared with a client, which reads them itself. notify runs,
+// on an engine, when a completion matches the request the client armed in
+// the ring.
+func (d *Device) CreateSharedCQ(depth int, ring *uverbs.Ring, notify func()) (*CQ, error) {
+	if depth < 1 || depth > MaxCQE || int(ring.Slots()) < depth || ring.SlotSize() < uverbs.CQESize {
+		return nil, fmt.Errorf("verbs: shared CQ of depth %d on %d slots: %w", depth, ring.Slots(), ErrInvalid)
+	}
+	return &CQ{dev: d, depth: depth, shared: ring, notify: notify, event: make(chan struct{}, 1)}, nil
+}
+
+// pushShared is push for a shared CQ.
+func (cq *CQ) pushShared(wc *WorkCompletion, solicited bool) bool {
+	r := cq.shared
+	t := uint32(cq.tail.Load())
+	if cq.err.Load() || t-r.Consumer() >= uint32(cq.depth) {
+		if !cq.err.Swap(true) {
+			r.Aux2().Store(1)
+			cq.dev.objs.events.post(AsyncEvent{Type: EventCQErr, CQ: cq})
+		}
+		return false
+	}
+	uverbs.PutCQE(r.Slot(t), &uverbs.CQE{
+		WRID: wc.WRID, Status: uint8(wc.Status), Opcode: uint8(wc.Opcode), VendorErr: wc.VendorErr,
+		ByteLen: wc.ByteLen, Imm: wc.ImmData, InvalidatedKey: wc.InvalidatedKey, QPNum: wc.QPNum,
+		SrcQP: wc.SrcQP, WCFlags: uint32(wc.Flags),
+	})
+	r.SetProducer(t + 1)
+	cq.tail.Store(uint64(t + 1))
+	if a := r.Aux().Load(); a != uverbs.NotifyOff && (a == uverbs.NotifyAny || solicited || wc.Status != WCSuccess) &&
+		r.Aux().CompareAndSwap(a, uverbs.NotifyOff) && cq.notify != nil {
+		cq.notify()
+	}
+	return true
+}
+
+// CreateSharedQP creates a QP whose work requests a client posts to sq and
+// rq, memory it shares: slots of the sizes uverbs.SendSlotSize and
+// RecvSlotSize give for the QP's capabilities.
+func (pd *PD) CreateSharedQP(attr QPInitAttr, sq, rq *uverbs.Ring) (*QP, error) {
+	c := attr.Cap
+	if sq == nil || rq == nil || int(sq.Slots()) < c.MaxSendWR || int(rq.Slots()) < c.MaxRecvWR ||
+		sq.SlotSize() < uverbs.SendSlotSize(c.MaxSendSGE, c.MaxInlineData) || rq.SlotSize() < uverbs.RecvSlotSize(max(c.MaxRecvSGE, 1)) {
+		return nil, fmt.Errorf("verbs: shared rings too small for %+v: %w", c, ErrInvalid)
+	}
+	qp, err := pd.CreateQP(attr)
+	if err != nil {
+		return nil, err
+	}
+	qp.sh = &sharedQP{sq: sq, rq: rq, slot: make([]byte, max(sq.SlotSize(), rq.SlotSize()))}
+	sq.Aux().Store(uint32(qp.State()))
+	d := pd.dev
+	err = d.do(func() error {
+		d.objs.sharedQPs = append(d.objs.sharedQPs, qp)
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Join(err, qp.Destroy())
+	}
+	return qp, nil
+}
+
+// forgetShared drops qp from the shared QPs (under every engine's mutex).
+func (o *objects) forgetShared(qp *QP) {
+	for i, s := range o.sharedQPs {
+		if s == qp {
+			o.sharedQPs = append(o.sharedQPs[:i], o.sharedQPs[i+1:]...)
+			return
+		}
+	}
+}
+
+// PublishState writes the QP's state where its client reads it.
+func (qp *QP) PublishState() {
+	if qp.sh != nil {
+		qp.sh.sq.Aux().Store(uint32(qp.State()))
+	}
+}
+
+// pumpShared takes the work requests clients posted to the rings of this
+// engine's shared QPs, and reports whether there were any.
+func (e *engine) pumpShared() bool {
+	busy := false
+	for _, qp := range e.sharedQPs {
+		if qp.eng.Load() != e {
+			continue
+		}
+		s := qp.sh
+		s.sq.Aux2().Store(uint32(e.index))
+		if e.pumpRecv(qp, s) {
+			busy = true
+		}
+		if e.pumpSend(qp, s) {
+			busy = true
+		}
+	}
+	return busy
+}
+
+// publishShared tells the clients of the engine's shared QPs, at the end of
+// a step, which slots the step's completions freed and the QPs' states.
+func (e *engine) publishShared() {
+	for _, qp := range e.sharedQPs {
+		if qp.eng.Load() != e {
+			continue
+		}
+		s := qp.sh
+		s.rq.SetConsumer(s.rqTaken - uint32(qp.rqUsed.Load()))
+		s.sq.SetConsumer(s.sqTaken - uint32(qp.sqUsed.Load()))
+		s.sq.Aux().Store(uint32(qp.State()))
+	}
+}
+
+// sharedPending reports whether a client posted to a shared QP of this
+// engine since it last looked (the engine holds its mutex).
+func (e *engine) sharedPending() bool {
+	for _, qp := range e.sharedQPs {
+		if qp.eng.Load() == e && (qp.sh.sq.Producer() != qp.sh.sqTaken || qp.sh.rq.Producer() != qp.sh.rqTaken) {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *engine) pumpRecv(qp *QP, s *sharedQP) bool {
+	prod := s.rq.Producer()
+	if prod-s.rqTaken > s.rq.Slots() {
+		if qp.State() != StateErr {
+			e.badSharedWR(qp, nil, WorkCompletion{})
+		}
+		return false
+	}
+	busy := false
+	for s.rqTaken != prod {
+		slot := s.slot[:s.rq.SlotSize()]
+		copy(slot, s.rq.Slot(s.rqTaken))
+		id, sges, err := uverbs.RecvWQEOf(slot, s.wsge[:0])
+		s.wsge = sges
+		if err == nil {
+			one := [1]RecvWR{{ID: id, SGList: s.toSGL(sges)}}
+			_, err = qp.PostRecv(one[:])
+		}
+		if errors.Is(err, ErrNoMem) {
+			break // the receive queue is full: the client outran the consumer index
+		}
+		s.rqTaken++
+		busy = true
+		if err != nil {
+			e.badSharedWR(qp, qp.rcq, WorkCompletion{WRID: id, Opcode: WCRecv, QPNum: qp.qpn})
+			break
+		}
+	}
+	return busy
+}
+
+func (e *engine) pumpSend(qp *QP, s *sharedQP) bool {
+	prod := s.sq.Producer()
+	if prod-s.sqTaken > s.sq.Slots() {
+		if qp.State() != StateErr {
+			e.badSharedWR(qp, nil, WorkCompletion{})
+		}
+		return false
+	}
+	busy := false
+	for s.sqTaken != prod {
+		slot := s.slot[:s.sq.SlotSize()]
+		copy(slot, s.sq.Slot(s.sqTaken))
+		var w uverbs.SendWQE
+		sges, inline, err := uverbs.SendWQEOf(slot, &w, s.wsge[:0])
+		s.wsge = sges
+		if err == nil {
+			wr := SendWR{ID: w.WRID, Opcode: WROpcode(w.Opcode), Flags: SendFlags(w.SendFlags), SGList: s.toSGL(sges),
+				ImmData: w.Imm, InvRKey: w.InvRKey, RemoteAddr: w.RemoteAddr, RKey: w.RKey, CompareAdd: w.CompareAdd, Swap: w.Swap}
+			if wr.Opcode == WRBindMW {
+				err = fmt.Errorf("verbs: BIND_MW through a shared ring: %w", ErrInvalid)
+			} else {
+				err = qp.postShared(&wr, inline)
+			}
+		}
+		if errors.Is(err, ErrNoMem) {
+			break
+		}
+		s.sqTaken++
+		busy = true
+		if err != nil {
+			e.badSharedWR(qp, qp.scq, WorkCompletion{WRID: w.WRID, Opcode: WCSend, QPNum: qp.qpn})
+			break
+		}
+	}
+	return busy
+}
+
+func (s *sharedQP) toSGL(w []uverbs.SGE) []SGE {
+	s.sgl = s.sgl[:0]
+	for _, g := range w {
+		s.sgl = append(s.sgl, SGE(g))
+	}
+	return s.sgl
+}
+
+// badSharedWR moves a QP whose client posted what its API would have
+// refused to the error state, as an RNIC treats a malformed WQE: the WQE
+// completes with LOC_QP_OP_ERR into cq (WR_FLUSH_ERR if the QP was in the
+// error state already), the ones after it are flushed. Without a WQE to
+// blame (a producer index out of range) the QP's client hears of it
+// through a QP_FATAL event.
+func (e *engine) badSharedWR(qp *QP, cq *CQ, wc WorkCompletion) {
+	e.counters.BadSharedWQE++
+	if cq == nil {
+		e.fatal(qp)
+		return
+	}
+	wc.Status = WCLocQPOpErr
+	if qp.t.state == StateErr {
+		wc.Status = WCWRFlushErr
+	}
+	e.toError(qp)
+	if !cq.push(wc, false) {
+		e.fatal(qp)
+	}
+}
+
+// postShared queues one send work request taken from a shared ring; inline
+// is its inline data, which the ring carries in place of an SG list.
+func (qp *QP) postShared(wr *SendWR, inline []byte) error {
+	st := qp.State()
+	if st == StateReset || st == StateInit || st == StateRTR {
+		return fmt.Errorf("verbs: post send in state %v: %w", st, ErrInvalid)
+	}
+	if wr.Flags&SendInline != 0 && len(wr.SGList) > 0 {
+		return fmt.Errorf("verbs: an inline WQE with an SG list: %w", ErrInvalid)
+	}
+	w, err := qp.checkSendWR(wr)
+	if err != nil {
+		return err
+	}
+	qp.postMu.Lock()
+	if int(qp.sqUsed.Load()) >= qp.cap.MaxSendWR {
+		qp.postMu.Unlock()
+		return ErrNoMem
+	}
+	if wr.Flags&SendInline != 0 {
+		if len(inline) > qp.cap.MaxInlineData {
+			qp.postMu.Unlock()
+			return fmt.Errorf("verbs: %d inline bytes: %w", len(inline), ErrInvalid)
+		}
+		size := qp.cap.MaxInlineData
+		off := int(qp.inlineNext%uint64(qp.cap.MaxSendWR)) * size
+		w.inline = append(qp.inlineBuf[off:off:off+size], inline...)
+		w.length = uint32(len(inline))
+		qp.inlineNext++
+	}
+	qp.sqUsed.Add(1)
+	qp.postSend = append(qp.postSend, w)
+	qp.postMu.Unlock()
+	qp.notePosted()
+	return nil
+}
+
+// SetDoorbellPage gives the engines a page, shared with clients, where
+// each says whether it sleeps (uverbs.SetSleeping): a client rings the
+// doorbell only for a sleeping engine.
+func (d *Device) SetDoorbellPage(page []byte) { d.doorbellPage.Store(&page) }
+
+// Wake rings every engine's doorbell: the daemon calls it when a client
+// signals that it posted to a sleeping engine.
+func (d *Device) Wake() { d.ringAll() }
+
+// Engines is the number of engines (queues) the device runs.
+func (d *Device) Engines() int { return len(d.shards) }

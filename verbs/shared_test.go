@@ -1,0 +1,214 @@
+package verbs
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/uverbs"
+)
+
+// sharedNode is a node whose QP and CQ use shared rings, written here as a
+// daemon's client would write them (or a hostile one).
+type sharedNode struct {
+	*node
+	sq, rq, cqr *uverbs.Ring
+}
+
+func newRing(t *testing.T, slots uint32, size int) *uverbs.Ring {
+	t.Helper()
+	r, err := uverbs.NewRing(make([]byte, uverbs.RingBytes(slots, size)), slots, size)
+	must(t, err)
+	return r
+}
+
+func newSharedNode(t *testing.T, d *Device, bufSize int) *sharedNode {
+	t.Helper()
+	s := &sharedNode{node: &node{dev: d}}
+	var err error
+	s.pd, err = d.AllocPD()
+	must(t, err)
+	s.cqr = newRing(t, 64, uverbs.CQESize)
+	s.scq, err = d.CreateSharedCQ(64, s.cqr, nil)
+	must(t, err)
+	s.rcq = s.scq
+	c := QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}
+	s.sq = newRing(t, 16, uverbs.SendSlotSize(2, 64))
+	s.rq = newRing(t, 16, uverbs.RecvSlotSize(2))
+	s.qp, err = s.pd.CreateSharedQP(QPInitAttr{Type: QPTypeRC, SendCQ: s.scq, RecvCQ: s.rcq, Cap: c}, s.sq, s.rq)
+	must(t, err)
+	s.mr, err = s.pd.AllocMR(bufSize, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+	must(t, err)
+	return s
+}
+
+// post writes one send WQE into the next slot and publishes it.
+func (s *sharedNode) post(w uverbs.SendWQE, sgl []uverbs.SGE, inline []byte) {
+	p := s.sq.Producer()
+	uverbs.PutSendWQE(s.sq.Slot(p), &w, sgl, inline)
+	s.sq.SetProducer(p + 1)
+	s.dev.Wake()
+}
+
+// cqe waits for the next completion in the shared CQ ring.
+func (s *sharedNode) cqe(t *testing.T) uverbs.CQE {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.cqr.Producer() == s.cqr.Consumer() {
+		if time.Now().After(deadline) {
+			t.Fatal("no completion in the shared CQ")
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	var c uverbs.CQE
+	uverbs.CQEOf(s.cqr.Slot(s.cqr.Consumer()), &c)
+	s.cqr.SetConsumer(s.cqr.Consumer() + 1)
+	return c
+}
+
+func sharedPair(t *testing.T) (*sharedNode, *node) {
+	t.Helper()
+	la, lb := NewMemLinkPair(4096 + 200)
+	a := newSharedNode(t, newDevice(t, la, macA, ipA, 4096), 1<<16)
+	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<16)
+	connect(t, a.node, b, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
+	return a, b
+}
+
+// The engines take work requests from shared rings as from posts: a WRITE,
+// an inline SEND and a receive, and the completions land in the shared CQ
+// ring, which the client's consumer index frees.
+func TestSharedRings(t *testing.T) {
+	a, b := sharedPair(t)
+	fill(a.mr.Bytes()[:20000], 1)
+	a.post(uverbs.SendWQE{WRID: 1, Opcode: uint8(WRRDMAWrite), SendFlags: uint8(SendSignaled), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+		[]uverbs.SGE{{Addr: a.mr.Addr(), Length: 20000, LKey: a.mr.LKey()}}, nil)
+	if c := a.cqe(t); c.WRID != 1 || WCStatus(c.Status) != WCSuccess || WCOpcode(c.Opcode) != WCRDMAWrite {
+		t.Fatalf("WRITE completion %+v", c)
+	}
+	settleDevice(t, b.dev)
+	equalBytes(t, "WRITE", b.mr.Bytes()[:20000], a.mr.Bytes()[:20000])
+
+	postRecv(t, b, RecvWR{ID: 9, SGList: sge(b.mr, 30000, 64)})
+	a.post(uverbs.SendWQE{WRID: 2, Opcode: uint8(WRSend), SendFlags: uint8(SendSignaled | SendInline)}, nil, []byte("in the slot"))
+	if c := a.cqe(t); c.WRID != 2 || WCStatus(c.Status) != WCSuccess {
+		t.Fatalf("inline SEND completion %+v", c)
+	}
+	if wc := poll(t, b.rcq, 1, 5*time.Second)[0]; wc.ByteLen != 11 || !bytes.Equal(b.mr.Bytes()[30000:30011], []byte("in the slot")) {
+		t.Fatalf("inline SEND arrived as %+v %q", wc, b.mr.Bytes()[30000:30011])
+	}
+
+	p := a.rq.Producer()
+	uverbs.PutRecvWQE(a.rq.Slot(p), 7, []uverbs.SGE{{Addr: a.mr.Addr() + 40000, Length: 100, LKey: a.mr.LKey()}})
+	a.rq.SetProducer(p + 1)
+	a.dev.Wake()
+	postSend(t, b, SendWR{ID: 3, Opcode: WRSendWithImm, ImmData: 5, Flags: SendSignaled, SGList: sge(b.mr, 0, 100)})
+	if c := a.cqe(t); c.WRID != 7 || WCOpcode(c.Opcode) != WCRecv || c.ByteLen != 100 || c.Imm != 5 {
+		t.Fatalf("receive completion %+v", c)
+	}
+	settleDevice(t, a.dev)
+	if a.rq.Consumer() != a.rq.Producer() || a.sq.Consumer() != a.sq.Producer() {
+		t.Fatalf("rings not released: sq %d/%d rq %d/%d", a.sq.Consumer(), a.sq.Producer(), a.rq.Consumer(), a.rq.Producer())
+	}
+}
+
+// settleDevice orders the test after the device's engines' steps so far.
+func settleDevice(t *testing.T, d *Device) {
+	t.Helper()
+	_, err := d.QPStatus()
+	must(t, err)
+}
+
+// A client that writes what its API would refuse moves only its own QP to
+// the error state; the engine counts it and goes on serving others.
+func TestHostileSharedRings(t *testing.T) {
+	cases := []struct {
+		name  string
+		write func(s *sharedNode)
+	}{
+		{"producer far ahead", func(s *sharedNode) { s.sq.SetProducer(s.sq.Producer() + 1000) }},
+		{"receive producer far ahead", func(s *sharedNode) { s.rq.SetProducer(s.rq.Producer() - 1) }},
+		{"SGE count past the slot", func(s *sharedNode) {
+			slot := s.sq.Slot(s.sq.Producer())
+			uverbs.PutSendWQE(slot, &uverbs.SendWQE{Opcode: uint8(WRRDMAWrite)}, nil, nil)
+			slot[10], slot[11] = 0xff, 0xff
+			s.sq.SetProducer(s.sq.Producer() + 1)
+		}},
+		{"inline past the slot", func(s *sharedNode) {
+			slot := s.sq.Slot(s.sq.Producer())
+			uverbs.PutSendWQE(slot, &uverbs.SendWQE{Opcode: uint8(WRSend), SendFlags: uint8(SendInline)}, nil, []byte("x"))
+			slot[48], slot[49] = 0xff, 0xff
+			s.sq.SetProducer(s.sq.Producer() + 1)
+		}},
+		{"inline with an SG list", func(s *sharedNode) {
+			s.post(uverbs.SendWQE{Opcode: uint8(WRSend), SendFlags: uint8(SendInline)}, []uverbs.SGE{{Addr: s.mr.Addr(), Length: 8, LKey: s.mr.LKey()}}, nil)
+		}},
+		{"unknown opcode", func(s *sharedNode) { s.post(uverbs.SendWQE{Opcode: 200}, nil, nil) }},
+		{"bind through the ring", func(s *sharedNode) { s.post(uverbs.SendWQE{Opcode: uint8(WRBindMW)}, nil, nil) }},
+		{"too many receive SGEs", func(s *sharedNode) {
+			slot := s.rq.Slot(s.rq.Producer())
+			uverbs.PutRecvWQE(slot, 1, []uverbs.SGE{{}, {}})
+			slot[8] = 3 // the slot holds 2 SGEs, the QP allows 2
+			s.rq.SetProducer(s.rq.Producer() + 1)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := sharedPair(t)
+			before, _ := a.dev.Counters()
+			c.write(a)
+			a.dev.Wake()
+			deadline := time.Now().Add(5 * time.Second)
+			for a.qp.State() != StateErr && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Microsecond)
+			}
+			if a.qp.State() != StateErr || StateErr != QPState(a.sq.Aux().Load()) {
+				t.Fatalf("QP in %v (ring says %d) after a malformed WQE", a.qp.State(), a.sq.Aux().Load())
+			}
+			if c.name != "producer far ahead" && c.name != "receive producer far ahead" {
+				if wc := a.cqe(t); WCStatus(wc.Status) != WCLocQPOpErr {
+					t.Fatalf("the malformed WQE completed with %+v", wc)
+				}
+			}
+			// What is posted after it is flushed (unless the send ring's
+			// producer index itself is beyond repair).
+			if c.name != "producer far ahead" {
+				a.post(uverbs.SendWQE{WRID: 77, Opcode: uint8(WRSend), SendFlags: uint8(SendSignaled)}, nil, nil)
+				if wc := a.cqe(t); wc.WRID != 77 || WCStatus(wc.Status) != WCWRFlushErr {
+					t.Fatalf("a WQE posted in ERR completed with %+v", wc)
+				}
+			}
+			after, _ := a.dev.Counters()
+			if after.BadSharedWQE != before.BadSharedWQE+1 {
+				t.Fatalf("bad_shared_wqe %d → %d", before.BadSharedWQE, after.BadSharedWQE)
+			}
+			// The device serves another QP as before.
+			x := newNode(t, a.dev, 4096)
+			y := newNode(t, b.dev, 4096)
+			connect(t, x, y, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
+			postSend(t, x, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(x.mr, 0, 4096), RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()})
+			if wc := poll(t, x.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+				t.Fatalf("another QP's WRITE: %+v", wc)
+			}
+		})
+	}
+}
+
+// A client's CQ consumer index is its own business: garbage there
+// overflows or overwrites only its own completions.
+func TestHostileSharedCQConsumer(t *testing.T) {
+	a, b := sharedPair(t)
+	a.cqr.SetConsumer(0xdeadbeef)
+	a.post(uverbs.SendWQE{WRID: 1, Opcode: uint8(WRRDMAWrite), SendFlags: uint8(SendSignaled), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+		[]uverbs.SGE{{Addr: a.mr.Addr(), Length: 64, LKey: a.mr.LKey()}}, nil)
+	deadline := time.Now().Add(5 * time.Second)
+	for a.cqr.Aux2().Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Microsecond)
+	}
+	if a.cqr.Aux2().Load() == 0 {
+		t.Fatal("no overflow reported in the ring")
+	}
+	if a.qp.State() != StateErr {
+		t.Fatalf("QP in %v after its CQ overflowed", a.qp.State())
+	}
+}

@@ -192,7 +192,9 @@ func newMapping(name string, size int, readOnly bool) (*Mapping, error) {
 // MapShared maps a memfd the other side sent. It must be sealed against
 // shrinking (else it could make this side's accesses fault) and hold at
 // least size bytes. It takes fd over.
-func MapShared(fd, size int) (*Mapping, error) { return mapShared(fd, size, unix.PROT_READ|unix.PROT_WRITE) }
+func MapShared(fd, size int) (*Mapping, error) {
+	return mapShared(fd, size, unix.PROT_READ|unix.PROT_WRITE)
+}
 
 // MapSharedReadOnly is MapShared for memory this side only reads.
 func MapSharedReadOnly(fd, size int) (*Mapping, error) { return mapShared(fd, size, unix.PROT_READ) }

@@ -44,6 +44,7 @@ test: deps check-generate lint build
 	$(SUDO) env "PATH=$$PATH" CI=$${CI:-} $(GO) test $(GOTESTFLAGS) ./...
 	$(MAKE) race
 	$(GO) test -run '^$$' -fuzz FuzzTransport -fuzztime 20s ./verbs
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 10s ./daemon
 	$(SUDO) env "PATH=$$PATH" $(GO) run ./test/interop --smoke
 
 # The transport under the race detector: the engine and the application goroutines that
@@ -51,7 +52,7 @@ test: deps check-generate lint build
 # retransmission storm of issue 18 was found. perftest is left out: its tools spin on
 # memory the engine writes and reuse receive buffers in a cycle, as perftest does on
 # hardware, where a NIC's DMA is no Go memory access either.
-RACE_PKGS ?= ./verbs/ ./wire/
+RACE_PKGS ?= ./verbs/ ./wire/ ./daemon/ ./ipc/
 race: deps
 	$(SUDO) env "PATH=$$PATH" CI=$${CI:-} $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
 
@@ -64,6 +65,8 @@ bench: deps
 fuzz: deps
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./wire
 	$(GO) test -run '^$$' -fuzz FuzzTransport -fuzztime 60s ./verbs
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./uverbs
+	$(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 60s ./daemon
 
 # The main job: two network namespaces, xdproce in each, measured against kernel TCP
 # (tables on stdout; figures in bin/bench.json, bandwidth plot in bin/bench.svg).

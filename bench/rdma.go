@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"sync"
 	"time"
 
+	"github.com/xdproce/xdproce/daemon"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -41,6 +43,8 @@ func (r *rnic) srcSGE(size int) []verbs.SGE {
 type rnicPair struct {
 	a, b *rnic
 	busy bool // devices busy-poll; applications spin on their CQs
+	// stopDaemons, for a pair attached through daemons, stops them.
+	stopDaemons func() error
 }
 
 const regionAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
@@ -82,7 +86,62 @@ func (p *rnicPair) Close() error {
 			errs = append(errs, r.dev.Close())
 		}
 	}
+	if p.stopDaemons != nil {
+		errs = append(errs, p.stopDaemons())
+	}
 	return errors.Join(errs...)
+}
+
+// openDaemonPair runs a daemon on each host, as xdproce up does but in this
+// process, and attaches to each as another process would: the objects live
+// in the daemon, posts and completions go through the shared rings.
+func openDaemonPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options) (*rnicPair, error) {
+	opts.Logger = slog.New(slog.DiscardHandler)
+	dctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var devs []*verbs.Device
+	stop := func() error {
+		cancel()
+		wg.Wait()
+		var errs []error
+		for _, d := range devs {
+			errs = append(errs, d.Close())
+		}
+		return errors.Join(errs...)
+	}
+	for _, h := range hosts {
+		err := h.Do(func() error {
+			embedded := opts
+			embedded.Embedded = true
+			d, err := verbs.Open(ctx, h.Link, embedded)
+			if err != nil {
+				return err
+			}
+			devs = append(devs, d)
+			srv, err := daemon.New(daemon.Config{Ifname: h.Link, Device: d, Group: -1, Logger: opts.Logger})
+			if err != nil {
+				return err
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = srv.Run(dctx)
+			}()
+			return nil
+		})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("bench: a daemon on %s: %w", h.Link, err), stop())
+		}
+	}
+	p, err := openPair(ctx, hosts, maxSize, opts) // verbs.Open attaches to the daemons
+	if err != nil {
+		return nil, errors.Join(err, stop())
+	}
+	if !p.a.dev.Remote() || !p.b.dev.Remote() {
+		return nil, errors.Join(errors.New("bench: the devices did not attach to the daemons"), p.Close(), stop())
+	}
+	p.stopDaemons = stop
+	return p, nil
 }
 
 // qpLink is a pair of connected RC QPs, a on p.a and b on p.b.

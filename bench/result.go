@@ -11,7 +11,10 @@ import (
 // Contenders, measures and operations as the JSON output names them.
 const (
 	Xdproce = "xdproce"
-	TCP     = "tcp"
+	// XdproceDaemon is xdproce through its daemon (xdproce up): the
+	// application in one place, the device in another, as two processes.
+	XdproceDaemon = "xdproce_daemon"
+	TCP           = "tcp"
 	// AFXDP is the floor: raw AF_XDP frames on the same link, no transport.
 	AFXDP = "afxdp"
 
@@ -137,7 +140,8 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 func (r Result) Validate() error {
 	ops := map[string]map[string][]string{
 		Xdproce: {Bandwidth: {OpWrite, OpSend, OpRead}, RTT: {OpWrite, OpSend}, MsgRate: {OpWrite}, CPUPerGB: {OpWrite, OpSend, OpRead}},
-		TCP:     {Bandwidth: {OpStream}, RTT: {OpPingPong}, MsgRate: {OpStream}, CPUPerGB: {OpStream}},
+		XdproceDaemon: {Bandwidth: {OpWrite}, RTT: {OpWrite}},
+		TCP:           {Bandwidth: {OpStream}, RTT: {OpPingPong}, MsgRate: {OpStream}, CPUPerGB: {OpStream}},
 		AFXDP:   {Bandwidth: {OpFrame}, RTT: {OpFrame}, MsgRate: {OpFrame}, CPUPerGB: {OpFrame}},
 	}
 	byMeasure, ok := ops[r.Contender]

@@ -35,6 +35,9 @@ type Config struct {
 	Ifaces []string
 	// Progress receives one line per measured point; nil discards them.
 	Progress io.Writer
+	// Daemon adds the WRITE bandwidth at 64 KiB and the 8 B WRITE round
+	// trip through each host's daemon (xdproce up), beside in-process.
+	Daemon bool
 }
 
 // BusyPoll says which points run with busy-polling devices and applications.
@@ -89,6 +92,7 @@ func Default() Config {
 		Warmup:      300 * time.Millisecond,
 		MTU:         4200,
 		Queues:      1,
+		Daemon:      true,
 	}
 }
 
@@ -137,6 +141,7 @@ type step struct {
 type group struct {
 	plain, attached []step
 	rtt             bool // round-trip points
+	daemon          bool // attached steps run through each host's daemon
 }
 
 // Run measures everything cfg asks for and returns the figures in order.
@@ -184,11 +189,15 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		return nil
 	}
-	runAttached := func(steps []step, busy bool) error {
+	runAttached := func(steps []step, busy, daemon bool) error {
 		if len(steps) == 0 {
 			return nil
 		}
-		p, err := openPair(ctx, hosts, maxSize, verbs.Options{BusyPoll: busy, AckHold: cfg.AckHold, SpinMax: cfg.SpinMax})
+		open := openPair
+		if daemon {
+			open = openDaemonPair
+		}
+		p, err := open(ctx, hosts, maxSize, verbs.Options{BusyPoll: busy, AckHold: cfg.AckHold, SpinMax: cfg.SpinMax})
 		if err != nil {
 			return err
 		}
@@ -196,7 +205,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	for i, g := range groups {
 		// Alternate which contender goes first so that drift hits both.
-		first, second := func() error { return runSteps(g.plain, nil) }, func() error { return runAttached(g.attached, cfg.BusyPoll.busy(g.rtt)) }
+		first, second := func() error { return runSteps(g.plain, nil) }, func() error { return runAttached(g.attached, cfg.BusyPoll.busy(g.rtt), g.daemon) }
 		if i%2 == 1 {
 			first, second = second, first
 		}
@@ -284,6 +293,9 @@ func plan(cfg Config, hosts [2]*Host) []group {
 		groups = append(groups, g)
 	}
 	groups = append(groups, floorGroup(cfg, hosts))
+	if cfg.Daemon {
+		groups = append(groups, daemonGroups(cfg)...)
+	}
 	if len(cfg.QPs) > 0 {
 		var g group
 		size := cfg.MsgRateSize
@@ -304,6 +316,39 @@ func plan(cfg Config, hosts [2]*Host) []group {
 			}})
 		}
 		groups = append(groups, g)
+	}
+	return groups
+}
+
+// daemonGroups measure xdproce through its daemon: WRITE 64 KiB streaming
+// and the 8 B WRITE round trip, when the run measures them in-process too.
+func daemonGroups(cfg Config) []group {
+	w, d := cfg.Warmup, cfg.Duration
+	const big = 64 << 10
+	bw := func(contender string) step {
+		return step{fmt.Sprintf("%s WRITE %s", contender, FormatSize(big)), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
+			win, err := p.stream(ctx, w, d, OpWrite, big, 1, cfg.Depth)
+			if err != nil {
+				return nil, "", err
+			}
+			return []Result{{Contender: contender, Measure: Bandwidth, Op: OpWrite, Size: big, GbitS: win.gbitPerSec()}}, bwSummary(win), nil
+		}}
+	}
+	rtt := func(contender string) step {
+		return step{fmt.Sprintf("%s WRITE ping-pong 8 B", contender), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
+			lat, err := p.writeLatency(ctx, w, d, 8)
+			if err != nil {
+				return nil, "", err
+			}
+			return []Result{rttResult(contender, false, OpWrite, 8, lat)}, latSummary(lat), nil
+		}}
+	}
+	var groups []group
+	if slices.Contains(cfg.Sizes, big) {
+		groups = append(groups, group{daemon: true, attached: []step{bw(XdproceDaemon)}})
+	}
+	if slices.Contains(cfg.LatSizes, 8) {
+		groups = append(groups, group{daemon: true, rtt: true, attached: []step{rtt(XdproceDaemon)}})
 	}
 	return groups
 }

@@ -17,19 +17,20 @@ func countSteps(groups []group) (plain, attached int) {
 // TestPlan checks what a run measures: per bandwidth size TCP alone and
 // xdproce WRITE, SEND, READ with TCP+XDP; per round-trip size TCP alone and
 // xdproce WRITE, SEND with TCP+XDP; per QP count one point of each
-// contender; and the AF_XDP floor (a round trip per size, the frame rate,
-// 4 KiB frames streaming), with no device open.
+// contender; the AF_XDP floor (a round trip per size, the frame rate,
+// 4 KiB frames streaming), with no device open; and through the daemons
+// WRITE 64 KiB and the 8 B WRITE round trip.
 func TestPlan(t *testing.T) {
 	cfg := Default()
 	groups := plan(cfg, [2]*Host{})
-	if want := len(cfg.Sizes) + len(cfg.LatSizes) + 2; len(groups) != want {
+	if want := len(cfg.Sizes) + len(cfg.LatSizes) + 2 + 2; len(groups) != want {
 		t.Fatalf("%d groups, want %d", len(groups), want)
 	}
 	plain, attached := countSteps(groups)
 	if want := len(cfg.Sizes) + 2*len(cfg.LatSizes) + len(cfg.QPs) + 2; plain != want {
 		t.Errorf("%d points without XDP, want %d", plain, want)
 	}
-	if want := 4*len(cfg.Sizes) + 3*len(cfg.LatSizes) + len(cfg.QPs); attached != want {
+	if want := 4*len(cfg.Sizes) + 3*len(cfg.LatSizes) + len(cfg.QPs) + 2; attached != want {
 		t.Errorf("%d points with xdproce open, want %d", attached, want)
 	}
 	for _, g := range groups {
@@ -39,7 +40,7 @@ func TestPlan(t *testing.T) {
 			}
 		}
 		for _, s := range g.attached {
-			if !strings.HasPrefix(s.what, "xdproce ") && !strings.HasPrefix(s.what, "TCP+XDP ") {
+			if !strings.HasPrefix(s.what, "xdproce ") && !strings.HasPrefix(s.what, "xdproce_daemon ") && !strings.HasPrefix(s.what, "TCP+XDP ") {
 				t.Errorf("point %q runs while the devices are open", s.what)
 			}
 		}
@@ -114,8 +115,11 @@ func TestBusyPoll(t *testing.T) {
 		}
 	}
 	for _, g := range plan(Default(), [2]*Host{}) {
-		if len(g.attached) > 0 && g.rtt != strings.Contains(g.plain[0].what, "ping-pong") {
-			t.Errorf("group of %q marked rtt=%v", g.plain[0].what, g.rtt)
+		if len(g.attached) > 0 && g.rtt != strings.Contains(g.attached[0].what, "ping-pong") {
+			t.Errorf("group of %q marked rtt=%v", g.attached[0].what, g.rtt)
 		}
+	}
+	if d := daemonGroups(Default()); len(d) != 2 || !d[0].daemon || d[0].rtt || !d[1].daemon || !d[1].rtt {
+		t.Errorf("daemon groups %+v", d)
 	}
 }

@@ -258,6 +258,18 @@ func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 		}
 		fmt.Fprintf(tw, "64 B WRITE message rate ≥ 1 million/s\t%.3f M/s (%d QPs)\t%s\t%s\n", best, n, held(best >= 1), fl)
 	}
+	if d, ok := f[key{XdproceDaemon, false, Bandwidth, OpWrite, big, 0}]; ok {
+		if x, ok := f[key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok && x.GbitS > 0 {
+			r := d.GbitS / x.GbitS
+			fmt.Fprintf(tw, "WRITE 64 KiB through the daemon ≥ 0.9× in-process (issue 14)\t%.2f× (%.2f Gbit/s)\t%s\t-\n", r, d.GbitS, held(r >= 0.9))
+		}
+	}
+	if d, ok := f[key{XdproceDaemon, false, RTT, OpWrite, 8, 0}]; ok {
+		if x, ok := f[key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok {
+			diff := d.P50us - x.P50us
+			fmt.Fprintf(tw, "8 B WRITE round trip through the daemon ≤ in-process + 2 µs, medians (issue 14)\t%+.2f µs (%.2f µs)\t%s\t-\n", diff, d.P50us, held(diff <= 2))
+		}
+	}
 	if x, ok := f[key{Xdproce, false, CPUPerGB, OpWrite, big, 0}]; ok {
 		if t, ok := f[key{TCP, false, CPUPerGB, OpStream, big, 0}]; ok && t.CPUSPerGB > 0 {
 			r := x.CPUSPerGB / t.CPUSPerGB

@@ -37,6 +37,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	plotOut := fs.String("plot", "", "draw bandwidth against message size into this file (.svg or .png)")
 	loss := fs.String("loss", "", "instead: the loss sweep, RoCEv2 packets dropped at these rates both ways on a bridge between the hosts (e.g. 0.1%,1%,5%); --sizes defaults to 4K,64K there")
+	viaDaemon := fs.Bool("daemon", true, "also measure WRITE 64 KiB and the 8 B WRITE round trip through each host's daemon (xdproce up)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both engines and applications) to this file, for go tool pprof")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -91,6 +92,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg.BusyPoll = bench.BusyPoll(busy)
 	cfg.AckHold = *ackHold
 	cfg.SpinMax = *spinMax
+	cfg.Daemon = *viaDaemon
 	if *ifaces != "" {
 		cfg.Ifaces = strings.Split(*ifaces, ",")
 	}

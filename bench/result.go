@@ -139,10 +139,10 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 // that the operation belongs to the contender and measure.
 func (r Result) Validate() error {
 	ops := map[string]map[string][]string{
-		Xdproce: {Bandwidth: {OpWrite, OpSend, OpRead}, RTT: {OpWrite, OpSend}, MsgRate: {OpWrite}, CPUPerGB: {OpWrite, OpSend, OpRead}},
+		Xdproce:       {Bandwidth: {OpWrite, OpSend, OpRead}, RTT: {OpWrite, OpSend}, MsgRate: {OpWrite}, CPUPerGB: {OpWrite, OpSend, OpRead}},
 		XdproceDaemon: {Bandwidth: {OpWrite}, RTT: {OpWrite}},
 		TCP:           {Bandwidth: {OpStream}, RTT: {OpPingPong}, MsgRate: {OpStream}, CPUPerGB: {OpStream}},
-		AFXDP:   {Bandwidth: {OpFrame}, RTT: {OpFrame}, MsgRate: {OpFrame}, CPUPerGB: {OpFrame}},
+		AFXDP:         {Bandwidth: {OpFrame}, RTT: {OpFrame}, MsgRate: {OpFrame}, CPUPerGB: {OpFrame}},
 	}
 	byMeasure, ok := ops[r.Contender]
 	if !ok {

@@ -187,4 +187,15 @@ func (s *Server) Clients() int {
 	return len(s.sessions)
 }
 
+// snapshot lists the sessions.
+func (s *Server) snapshot() []*session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		out = append(out, ss)
+	}
+	return out
+}
+
 func (s *Server) shutdown() { s.stopOnce.Do(func() { close(s.stop) }) }

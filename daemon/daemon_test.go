@@ -362,3 +362,42 @@ func TestDetachDestroysEverything(t *testing.T) {
 type netipAddr = netip.Addr
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestQueryListsClientsAndQPs: an operator sees each client, its objects
+// and its QPs with their state and peer, and the counters; a detached
+// client's disappear.
+func TestQueryListsClientsAndQPs(t *testing.T) {
+	tb := newTestbed(t)
+	c := tb.dial(t)
+	x, y := newEnd(t, c, 8192), newEnd(t, tb.b, 8192)
+	connect(t, x, y, ipA, ipB, macA, macB)
+	if _, err := x.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{{Addr: x.mr.Addr(), Length: 64, LKey: x.mr.LKey()}}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	pollOne(t, x.cq)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := Query(ctx, tb.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Clients) != 1 || st.Clients[0].QPs != 1 || st.Clients[0].MRs != 1 || st.Clients[0].CQs != 1 || st.Clients[0].PDs != 1 {
+		t.Fatalf("clients %+v", st.Clients)
+	}
+	if len(st.QPs) != 1 || st.QPs[0].QPN != x.qp.QPN() || st.QPs[0].DestQPN != y.qp.QPN() || verbs.QPState(st.QPs[0].State) != verbs.StateRTS ||
+		netip.AddrFrom16(st.QPs[0].Peer).Unmap() != ipB || st.QPs[0].OwnerPID != st.Clients[0].PID {
+		t.Fatalf("QPs %+v", st.QPs)
+	}
+	if len(st.Transport) == 0 || st.Transport[0].Name != "sent_pkts" || st.Transport[0].Value == 0 || st.Device.Name != "xdp_"+tb.name {
+		t.Fatalf("device %q counters %+v", st.Device.Name, st.Transport)
+	}
+	c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for tb.srv.Clients() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if st, err = Query(ctx, tb.name); err != nil || len(st.Clients) != 0 || len(st.QPs) != 0 {
+		t.Fatalf("after the client left: %+v %v", st, err)
+	}
+}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/xdproce/xdproce/ipc"
@@ -16,10 +19,14 @@ import (
 // session is one client's connection and everything it created. Handles
 // are the session's own: a client can name nothing of another's.
 type session struct {
-	srv   *Server
-	conn  *ipc.Conn
-	peer  ipc.Peer
-	hello bool
+	srv  *Server
+	conn *ipc.Conn
+	peer ipc.Peer
+	comm string // the client's command name, for operators
+	// summary is what LIST tells of the session, published by its
+	// goroutine after each request (the tables are that goroutine's alone).
+	summary atomic.Pointer[summary]
+	hello   bool
 	next  uint32
 	pds   map[uint32]*verbs.PD
 	mrs   map[uint32]*sharedMR
@@ -47,7 +54,8 @@ type sharedQP struct {
 }
 
 func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
-	return &session{srv: s, conn: c, peer: p, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
+	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/comm")
+	return &session{srv: s, conn: c, peer: p, comm: strings.TrimSpace(string(comm)), pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
 		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}}
 }
 
@@ -70,6 +78,7 @@ func (ss *session) serve(ctx context.Context) {
 			return
 		}
 		reply, out, err := ss.handle(msg, fds)
+		ss.publish()
 		if err != nil {
 			log.Warn("daemon: client sent a malformed request; disconnecting", "err", err)
 			return
@@ -153,11 +162,13 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 		return nil, ss.destroyQP(d)
 	case uverbs.OpCounters:
 		return nil, ss.counters(d, e)
+	case uverbs.OpList:
+		return nil, ss.list(d, e)
 	case uverbs.OpShutdown:
 		if err := d.End(); err != nil {
 			return nil, err
 		}
-		if ss.peer.UID != 0 && int(ss.peer.UID) != os.Getuid() {
+		if !ss.privileged() {
 			return nil, syscall.EPERM
 		}
 		ss.srv.shutdown()
@@ -471,17 +482,84 @@ func (ss *session) counters(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if err := d.End(); err != nil {
 		return err
 	}
-	c, err := ss.srv.cfg.Device.Counters()
+	dev := ss.srv.cfg.Device
+	c, err := dev.Counters()
 	if err != nil {
 		return err
 	}
-	var cs []uverbs.Counter
+	port, err := dev.PortCounters()
+	if err != nil {
+		return err
+	}
+	var cs, ps []uverbs.Counter
 	for _, n := range c.Named() {
-		cs = append(cs, uverbs.Counter{Name: n.Name, Value: n.Value})
+		cs = append(cs, uverbs.Counter(n))
+	}
+	for _, n := range port {
+		ps = append(ps, uverbs.Counter(n))
 	}
 	uverbs.PutCounters(e, cs)
+	uverbs.PutCounters(e, ps)
 	return nil
 }
+
+// list reports the other clients and every QP of the device, with its owner
+// (`rdma resource show`); only root and the daemon's user may ask.
+func (ss *session) list(d *uverbs.Decoder, e *uverbs.Encoder) error {
+	if err := d.End(); err != nil {
+		return err
+	}
+	if !ss.privileged() {
+		return syscall.EPERM
+	}
+	owners := map[uint32]uint32{} // QPN → pid
+	var clients []uverbs.Client
+	for _, o := range ss.srv.snapshot() {
+		s := o.summary.Load()
+		if s == nil || o == ss {
+			continue // the asker is not a client worth listing
+		}
+		for _, qpn := range s.qpns {
+			owners[qpn] = s.client.PID
+		}
+		clients = append(clients, s.client)
+	}
+	st, err := ss.srv.cfg.Device.QPStatus()
+	if err != nil {
+		return err
+	}
+	var qps []uverbs.QPInfo
+	for _, s := range st {
+		q := uverbs.QPInfo{OwnerPID: owners[s.QPN], QPN: s.QPN, DestQPN: s.DestQPN, Type: uint8(s.Type), State: uint8(s.State),
+			Queue: uint32(s.Queue), SQPSN: s.NextPSN, CompPSN: s.CompPSN, EPSN: s.EPSN, SendQueued: uint32(s.SendQueued),
+			RecvQueued: uint32(s.RecvQueued), Timeouts: s.Timeouts}
+		if s.Peer.IsValid() {
+			q.Peer = s.Peer.As16()
+		}
+		qps = append(qps, q)
+	}
+	uverbs.PutList(e, clients, qps)
+	return nil
+}
+
+// summary is a session as LIST reports it.
+type summary struct {
+	client uverbs.Client
+	qpns   []uint32
+}
+
+// publish records the session's summary for other sessions' LIST.
+func (ss *session) publish() {
+	s := &summary{client: uverbs.Client{PID: uint32(ss.peer.PID), UID: ss.peer.UID, Comm: ss.comm,
+		PDs: uint32(len(ss.pds)), MRs: uint32(len(ss.mrs)), CQs: uint32(len(ss.cqs)), QPs: uint32(len(ss.qps))}}
+	for _, q := range ss.qps {
+		s.qpns = append(s.qpns, q.qp.QPN())
+	}
+	ss.summary.Store(s)
+}
+
+// privileged: root and the daemon's own user.
+func (ss *session) privileged() bool { return ss.peer.UID == 0 || int(ss.peer.UID) == os.Getuid() }
 
 // release destroys everything the client created, QPs first: once they
 // are gone no engine touches the client's rings, regions or CQs. The

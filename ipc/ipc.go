@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -44,7 +45,68 @@ func Dial(ctx context.Context, ifname string) (*Conn, error) {
 }
 
 // Conn is one end of a control connection.
-type Conn struct{ c *net.UnixConn }
+type Conn struct {
+	c   *net.UnixConn
+	mu  sync.Mutex // a client's requests: one in flight at a time
+	seq uint32
+}
+
+// Call sends one request and returns its reply's body and fds (the
+// caller's to close); a reply with an errno is that errno.
+func (c *Conn) Call(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, []int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	e := uverbs.NewMessage(uverbs.Header{Version: uverbs.Version, Op: op, Seq: c.seq})
+	if body != nil {
+		body(e)
+	}
+	if err := c.Send(e.Bytes(), fds...); err != nil {
+		return nil, nil, err
+	}
+	msg, got, err := c.Recv()
+	if err != nil {
+		return nil, nil, err
+	}
+	h, d, err := uverbs.Decode(msg)
+	if err == nil && (h.Op != op || h.Seq != c.seq) {
+		err = fmt.Errorf("ipc: %v #%d answered as %v #%d", op, c.seq, h.Op, h.Seq)
+	}
+	if err == nil && h.Errno != 0 {
+		err = fmt.Errorf("%v: %w", op, syscall.Errno(h.Errno))
+	}
+	if err != nil {
+		CloseAll(got)
+		return nil, nil, err
+	}
+	return d, got, nil
+}
+
+// CallNoFDs is Call for replies that carry no fds.
+func (c *Conn) CallNoFDs(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, error) {
+	d, got, err := c.Call(op, body, fds...)
+	if err == nil && len(got) > 0 {
+		CloseAll(got)
+		err = fmt.Errorf("ipc: the %v reply carried fds", op)
+	}
+	return d, err
+}
+
+// Hello opens the session: the daemon's device, and the doorbell page and
+// eventfd (the caller's to close).
+func (c *Conn) Hello() (uverbs.DeviceInfo, []int, error) {
+	var info uverbs.DeviceInfo
+	d, fds, err := c.Call(uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) })
+	if err != nil {
+		return info, nil, err
+	}
+	info.Get(d)
+	if err := d.End(); err != nil || len(fds) != 2 {
+		CloseAll(fds)
+		return info, nil, fmt.Errorf("ipc: HELLO reply with %d fds: %w", len(fds), errors.Join(err, uverbs.ErrMalformed))
+	}
+	return info, fds, nil
+}
 
 // NewConn wraps an accepted connection.
 func NewConn(c *net.UnixConn) *Conn { return &Conn{c: c} }

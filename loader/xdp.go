@@ -76,6 +76,21 @@ type Counters struct {
 	Fragments uint64
 }
 
+// Named lists the counters under their names (xdp_ and the field's), in a
+// fixed order: the one table of the program's counter names.
+func (c Counters) Named() []NamedCounter {
+	return []NamedCounter{
+		{"xdp_passed", c.Passed}, {"xdp_redirected", c.Redirected}, {"xdp_malformed", c.Malformed},
+		{"xdp_no_socket", c.NoSocket}, {"xdp_not_local", c.NotLocal}, {"xdp_fragments", c.Fragments},
+	}
+}
+
+// NamedCounter is one counter under its name.
+type NamedCounter struct {
+	Name  string
+	Value uint64
+}
+
 // ErrClosed is returned by methods of an XDP that has been closed.
 var ErrClosed = errors.New("loader: XDP program closed")
 

@@ -28,13 +28,14 @@ const (
 	OpDestroyQP
 	OpCounters
 	OpShutdown
+	OpList
 	opEnd
 )
 
 var opNames = [...]string{
 	OpHello: "HELLO", OpAllocPD: "ALLOC_PD", OpDeallocPD: "DEALLOC_PD", OpRegMR: "REG_MR", OpDeregMR: "DEREG_MR",
 	OpCreateCQ: "CREATE_CQ", OpDestroyCQ: "DESTROY_CQ", OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP",
-	OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP", OpCounters: "COUNTERS", OpShutdown: "SHUTDOWN",
+	OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP", OpCounters: "COUNTERS", OpShutdown: "SHUTDOWN", OpList: "LIST",
 }
 
 func (o Op) String() string {
@@ -407,4 +408,78 @@ func GetCounters(d *Decoder) []Counter {
 		cs = append(cs, c)
 	}
 	return cs
+}
+
+// Client is one attached process, as LIST reports it.
+type Client struct {
+	PID, UID           uint32
+	Comm               string
+	PDs, MRs, CQs, QPs uint32
+}
+
+// QPInfo is one QP, as LIST reports it (rdma resource show qp's columns).
+type QPInfo struct {
+	OwnerPID, QPN, DestQPN           uint32
+	Type, State                      uint8
+	Queue                            uint32
+	SQPSN, CompPSN, EPSN             uint32
+	SendQueued, RecvQueued, Timeouts uint32
+	Peer                             [16]byte
+}
+
+// PutList encodes a LIST reply.
+func PutList(e *Encoder, cs []Client, qs []QPInfo) {
+	e.U16(uint16(len(cs)))
+	for _, c := range cs {
+		e.U32(c.PID)
+		e.U32(c.UID)
+		e.Raw([]byte(c.Comm))
+		for _, v := range []uint32{c.PDs, c.MRs, c.CQs, c.QPs} {
+			e.U32(v)
+		}
+	}
+	e.U16(uint16(len(qs)))
+	for _, q := range qs {
+		for _, v := range []uint32{q.OwnerPID, q.QPN, q.DestQPN} {
+			e.U32(v)
+		}
+		e.U8(q.Type)
+		e.U8(q.State)
+		for _, v := range []uint32{q.Queue, q.SQPSN, q.CompPSN, q.EPSN, q.SendQueued, q.RecvQueued, q.Timeouts} {
+			e.U32(v)
+		}
+		e.b = append(e.b, q.Peer[:]...)
+	}
+}
+
+// GetList decodes a LIST reply.
+func GetList(d *Decoder) ([]Client, []QPInfo) {
+	var cs []Client
+	for range int(d.U16()) {
+		c := Client{PID: d.U32(), UID: d.U32(), Comm: string(d.Raw())}
+		for _, v := range []*uint32{&c.PDs, &c.MRs, &c.CQs, &c.QPs} {
+			*v = d.U32()
+		}
+		if d.err != nil {
+			return nil, nil
+		}
+		cs = append(cs, c)
+	}
+	var qs []QPInfo
+	for range int(d.U16()) {
+		var q QPInfo
+		for _, v := range []*uint32{&q.OwnerPID, &q.QPN, &q.DestQPN} {
+			*v = d.U32()
+		}
+		q.Type, q.State = d.U8(), d.U8()
+		for _, v := range []*uint32{&q.Queue, &q.SQPSN, &q.CompPSN, &q.EPSN, &q.SendQueued, &q.RecvQueued, &q.Timeouts} {
+			*v = d.U32()
+		}
+		copy(q.Peer[:], d.take(16))
+		if d.err != nil {
+			return cs, nil
+		}
+		qs = append(qs, q)
+	}
+	return cs, qs
 }

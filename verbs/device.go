@@ -42,6 +42,10 @@ type DeviceConfig struct {
 	// spins: it would only delay the application and the kernel work that
 	// moves its packets. BusyPoll spins regardless.
 	SpinMax time.Duration
+	// PortCounters, if set, reads the counters of what moves the port's
+	// frames (the XDP program's), which PortCounters reports beside the
+	// transport's.
+	PortCounters func() ([]NamedCounter, error)
 	// AckHold is how long a transmit batch holding nothing but ACKs may wait
 	// for a reply the application is about to post, so both leave in one
 	// kick (on veth a kick costs a few µs). Zero means DefaultAckHold; a
@@ -309,6 +313,18 @@ func (d *Device) Counters() (Counters, error) {
 		c.add(&per[i])
 	}
 	return c, err
+}
+
+// PortCounters returns the counters of what moves the port's frames (the
+// XDP program's), none for a device on an in-memory link.
+func (d *Device) PortCounters() ([]NamedCounter, error) {
+	if d.rem != nil {
+		return d.rem.portCounters()
+	}
+	if d.cfg.PortCounters == nil {
+		return nil, nil
+	}
+	return d.cfg.PortCounters()
 }
 
 // QueueCounters returns each engine's counters, in queue order: how the

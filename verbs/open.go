@@ -86,6 +86,14 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 	cfg := DeviceConfig{
 		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), DataPath: port.Features().String(),
 		BusyPoll: opts.BusyPoll, AckHold: opts.AckHold, SpinMax: opts.SpinMax,
+		PortCounters: func() ([]NamedCounter, error) {
+			c, err := port.Counters()
+			var out []NamedCounter
+			for _, n := range c.Named() {
+				out = append(out, NamedCounter(n))
+			}
+			return out, err
+		},
 		Resolve: func(ctx context.Context, ip netip.Addr) (mac net.HardwareAddr, err error) {
 			err = nsenter.Do(ns, func() error {
 				mac, err = nic.ResolveNeighbor(ctx, ifname, ip)

@@ -23,8 +23,6 @@ import (
 // remote is a Device's connection to its daemon.
 type remote struct {
 	conn *ipc.Conn
-	mu   sync.Mutex // one request in flight at a time
-	seq  uint32
 	info uverbs.DeviceInfo
 	page *ipc.Mapping // the doorbell page
 	bell *ipc.Eventfd // rung when a QP's engine sleeps
@@ -67,17 +65,8 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 		return nil, err
 	}
 	r := &remote{conn: conn, mrs: map[uint32]*MR{}}
-	d, fds, err := r.call(uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) })
-	if err == nil && len(fds) != 2 {
-		ipc.CloseAll(fds)
-		err = fmt.Errorf("verbs: daemon's hello carried %d fds, 2 expected", len(fds))
-	}
-	if err == nil {
-		r.info.Get(d)
-		if err = d.End(); err != nil {
-			ipc.CloseAll(fds)
-		}
-	}
+	var fds []int
+	r.info, fds, err = conn.Hello()
 	if err == nil {
 		r.bell = ipc.EventfdOf(fds[1])
 		if r.page, err = ipc.MapSharedReadOnly(fds[0], uverbs.DoorbellPageSize); err != nil {
@@ -102,43 +91,20 @@ func (d *Device) Remote() bool { return d.rem != nil }
 
 // call sends one request and returns its reply's body and fds.
 func (r *remote) call(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, []int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.seq++
-	e := uverbs.NewMessage(uverbs.Header{Version: uverbs.Version, Op: op, Seq: r.seq})
-	if body != nil {
-		body(e)
-	}
-	if err := r.conn.Send(e.Bytes(), fds...); err != nil {
-		return nil, nil, err
-	}
-	msg, got, err := r.conn.Recv()
+	d, got, err := r.conn.Call(op, body, fds...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("verbs: daemon: %w", err)
-	}
-	h, d, err := uverbs.Decode(msg)
-	if err == nil && (h.Op != op || h.Seq != r.seq) {
-		err = fmt.Errorf("verbs: daemon answered %v #%d to %v #%d", h.Op, h.Seq, op, r.seq)
-	}
-	if err != nil {
-		ipc.CloseAll(got)
-		return nil, nil, err
-	}
-	if h.Errno != 0 {
-		ipc.CloseAll(got)
-		return nil, nil, fmt.Errorf("verbs: daemon: %v: %w", op, syscall.Errno(h.Errno))
 	}
 	return d, got, nil
 }
 
 // callNoFDs is call for replies that carry no fds.
 func (r *remote) callNoFDs(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, error) {
-	d, got, err := r.call(op, body, fds...)
-	if err == nil && len(got) > 0 {
-		ipc.CloseAll(got)
-		err = fmt.Errorf("verbs: daemon's %v reply carried fds", op)
+	d, err := r.conn.CallNoFDs(op, body, fds...)
+	if err != nil {
+		return nil, fmt.Errorf("verbs: daemon: %w", err)
 	}
-	return d, err
+	return d, nil
 }
 
 // close hangs up. The doorbell page stays mapped for a post racing it.
@@ -462,15 +428,32 @@ func (r *remote) ring(sq *uverbs.Ring) {
 }
 
 func (r *remote) counters() (Counters, error) {
-	d, err := r.callNoFDs(uverbs.OpCounters, nil)
-	if err != nil {
-		return Counters{}, err
-	}
+	transport, _, err := r.allCounters()
 	var c Counters
-	for _, n := range uverbs.GetCounters(d) {
+	for _, n := range transport {
 		c.Set(n.Name, n.Value)
 	}
-	return c, d.End()
+	return c, err
+}
+
+func (r *remote) portCounters() ([]NamedCounter, error) {
+	_, port, err := r.allCounters()
+	var out []NamedCounter
+	for _, n := range port {
+		out = append(out, NamedCounter(n))
+	}
+	return out, err
+}
+
+// allCounters asks for the transport's counters and the port's.
+func (r *remote) allCounters() (transport, port []uverbs.Counter, err error) {
+	d, err := r.callNoFDs(uverbs.OpCounters, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	transport = uverbs.GetCounters(d)
+	port = uverbs.GetCounters(d)
+	return transport, port, d.End()
 }
 
 // Wire is the attribute set as the daemon's protocol carries it.

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 )
@@ -10,8 +11,10 @@ import (
 // connection is waiting for, on both of its sides.
 type QPStatus struct {
 	QPN, DestQPN uint32
+	Type         QPType
 	State        QPState
-	Queue        int // the queue whose engine serves the QP
+	Peer         netip.Addr // the destination GID's address; invalid before RTR
+	Queue        int        // the queue whose engine serves the QP
 
 	// Requester and completer.
 	SendQueued int // send WQEs posted and not yet completed
@@ -71,7 +74,7 @@ func (s QPStatus) String() string {
 func (e *engine) status(qp *QP, now time.Time) QPStatus {
 	t := &qp.t
 	s := QPStatus{
-		QPN: qp.qpn, DestQPN: t.attr.DestQPN, State: t.state, Queue: e.index,
+		QPN: qp.qpn, DestQPN: t.attr.DestQPN, Type: qp.typ, State: t.state, Peer: t.attr.AH.DGID.Unmap(), Queue: e.index,
 		SendQueued: len(t.sq), ReqPSN: t.reqPSN, NextPSN: t.nextPSN, CompPSN: t.compPSN, Window: t.window(),
 		Timeouts: t.timeouts, Retrying: t.startedRetry, Probing: t.probing,
 		EPSN: t.ePSN, MSN: t.msn, RecvQueued: len(t.rq), NAKSent: t.nakSent,

@@ -31,6 +31,8 @@ func commands(stderr io.Writer) map[string]command {
 		"spoof":   {"forge RoCEv2 frames against one RC connection, as an attacker on its link would", runSpoof},
 		"up":      {"run the device on an interface for every process of the namespace (the daemon)", runUp},
 		"down":    {"stop the daemon of an interface", runDown},
+		"stats":   {"a daemon's counters (rxe's names, the XDP program's), and a QP's state", runStats},
+		"list":    {"the daemons' devices, attached clients and QPs, like rdma resource show", runList},
 		"perf":    {"perftest's ib_{send,write,read,atomic}_{bw,lat}, wire-compatible with stock perftest", runPerf},
 	}
 }

@@ -60,6 +60,20 @@ func daemonUp(t *testing.T, bin string, h *netns.Host) (*exec.Cmd, *bytes.Buffer
 	}
 }
 
+// cli runs an xdproce command in h and returns its output.
+func cli(t *testing.T, bin string, h *netns.Host, args ...string) string {
+	t.Helper()
+	var out []byte
+	err := h.Do(func() (err error) {
+		out, err = exec.Command(bin, args...).CombinedOutput()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("xdproce %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
 // startPerf starts `xdproce perf` in h (a server without peer, else a client).
 func startPerf(t *testing.T, ctx context.Context, bin string, h *netns.Host, port int, peer string, args ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
@@ -117,15 +131,21 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 
 	t.Run("client killed mid-transfer", func(t *testing.T) {
 		long, lo := startPerf(t, ctx, bin, b, 18603, "", "-n", "1000000", "-s", "65536", "-timeout", "20s")
-		short, so := startPerf(t, ctx, bin, b, 18604, "", "-n", "3000", "-s", "16384", "--verify")
+		short, so := startPerf(t, ctx, bin, b, 18604, "", "-D", "4", "-s", "16384", "--verify")
 		time.Sleep(300 * time.Millisecond)
-		victim, vo := startPerf(t, ctx, bin, a, 18603, b.Addr.String(), "-n", "1000000", "-s", "65536")
-		other, oo := startPerf(t, ctx, bin, a, 18604, b.Addr.String(), "-n", "3000", "-s", "16384", "--verify")
+		victim, _ := startPerf(t, ctx, bin, a, 18603, b.Addr.String(), "-n", "1000000", "-s", "65536")
+		other, oo := startPerf(t, ctx, bin, a, 18604, b.Addr.String(), "-D", "4", "-s", "16384", "--verify")
 		time.Sleep(1500 * time.Millisecond)
-		if !strings.Contains(vo.String(), "#bytes") && !strings.Contains(vo.String(), "Mtu") {
-			t.Logf("victim output so far:\n%s", vo)
+		// An operator sees both clients, their QPs and the counters.
+		list := cli(t, bin, a, "list", "-d", a.Link)
+		if strings.Count(list, "comm xdproce") < 4 || strings.Count(list, "\nclient ") != 2 || !strings.Contains(list, "state RTS") ||
+			!strings.Contains(list, "peer "+b.Addr.String()) {
+			t.Errorf("xdproce list while two clients run:\n%s", list)
 		}
-		t.Logf("victim before the kill:\n%s", vo)
+		if stats := cli(t, bin, a, "stats", "-d", a.Link); !strings.Contains(stats, "link xdp_"+a.Link+"/1 sent_pkts ") ||
+			!strings.Contains(stats, "xdp_redirected ") {
+			t.Errorf("xdproce stats:\n%s", stats)
+		}
 		if err := victim.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
@@ -155,6 +175,9 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 		if n, m := strings.Count(aLog.String(), "client attached"), strings.Count(aLog.String(), "client detached"); n != m {
 			t.Fatalf("%d clients attached, %d detached:\n%s", n, m, aLog)
 		}
+		if list := cli(t, bin, a, "list", "-d", a.Link); strings.Contains(list, "client ") || strings.Contains(list, "lqpn") {
+			t.Errorf("the clients' QPs outlive them:\n%s", list)
+		}
 		// And a new pair runs at once.
 		s, sout := startPerf(t, ctx, bin, b, 18605, "", "-n", "200", "-s", "4096", "--verify")
 		time.Sleep(300 * time.Millisecond)
@@ -167,7 +190,6 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 		}
 	})
 
-	t.Logf("daemon of %s:\n%s", a.Link, aLog)
 	t.Run("down", func(t *testing.T) {
 		var out []byte
 		err := a.Do(func() (err error) {

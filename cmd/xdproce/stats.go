@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/xdproce/xdproce/daemon"
+	"github.com/xdproce/xdproce/nic"
+	"github.com/xdproce/xdproce/uverbs"
+	"github.com/xdproce/xdproce/verbs"
+)
+
+// daemonsOf is the interfaces named, or every one whose daemon runs here.
+func daemonsOf(dev string) ([]string, error) {
+	if dev != "" {
+		return []string{dev}, nil
+	}
+	names, err := daemon.Running()
+	if err == nil && len(names) == 0 {
+		err = fmt.Errorf("no xdproce daemon runs in this network namespace (xdproce up -d IFACE)")
+	}
+	return names, err
+}
+
+// runStats prints a daemon's counters as `rdma statistic show link` does,
+// the XDP program's beside them, and with --qp one QP's transport state.
+func runStats(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
+	dev := fs.String("d", "", "interface whose daemon to ask (default: every daemon of this namespace)")
+	fs.StringVar(dev, "dev", "", "same as -d")
+	qpn := fs.Int("qp", -1, "also show this QP (its number)")
+	watch := fs.Duration("watch", 0, "print again at this interval until interrupted")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	names, err := daemonsOf(*dev)
+	if err != nil {
+		return err
+	}
+	for {
+		for _, n := range names {
+			st, err := query(ctx, n)
+			if err != nil {
+				return err
+			}
+			if *watch > 0 {
+				fmt.Fprintf(stdout, "%s\n", time.Now().Format(time.RFC3339Nano))
+			}
+			fmt.Fprintln(stdout, counterLine("link "+st.Device.Name+"/1", st.Transport))
+			fmt.Fprintln(stdout, counterLine("xdp "+st.Device.Name, st.Port))
+			if *qpn >= 0 {
+				found := false
+				for _, q := range st.QPs {
+					if q.QPN == uint32(*qpn) {
+						fmt.Fprintln(stdout, qpLine(st, q))
+						found = true
+					}
+				}
+				if !found {
+					return fmt.Errorf("%s has no QP %d", st.Device.Name, *qpn)
+				}
+			}
+		}
+		if *watch <= 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(*watch):
+		}
+	}
+}
+
+// runList prints the daemons' devices, clients and QPs, as `rdma dev` and
+// `rdma resource show qp` do.
+func runList(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("list", flag.ContinueOnError)
+	dev := fs.String("d", "", "interface whose daemon to ask (default: every daemon of this namespace)")
+	fs.StringVar(dev, "dev", "", "same as -d")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	names, err := daemonsOf(*dev)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		st, err := query(ctx, n)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "dev %s netdev %s engines %d datapath %q\n", st.Device.Name, n, st.Device.Engines, st.Device.DataPath)
+		for _, c := range st.Clients {
+			fmt.Fprintf(stdout, "client %s pid %d comm %s uid %d pd %d mr %d cq %d qp %d\n",
+				st.Device.Name, c.PID, c.Comm, c.UID, c.PDs, c.MRs, c.CQs, c.QPs)
+		}
+		for _, q := range st.QPs {
+			fmt.Fprintln(stdout, qpLine(st, q))
+		}
+	}
+	return nil
+}
+
+func query(ctx context.Context, ifname string) (*daemon.Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := daemon.Query(ctx, ifname)
+	if err != nil {
+		return nil, fmt.Errorf("the daemon of %s (%s): %w", ifname, nic.DeviceName(ifname), err)
+	}
+	return st, nil
+}
+
+func counterLine(head string, cs []uverbs.Counter) string {
+	var b strings.Builder
+	b.WriteString(head)
+	for _, c := range cs {
+		fmt.Fprintf(&b, " %s %d", c.Name, c.Value)
+	}
+	return b.String()
+}
+
+// qpLine is one QP in `rdma resource show qp`'s words, and its owner.
+func qpLine(st *daemon.Status, q uverbs.QPInfo) string {
+	typ := map[verbs.QPType]string{verbs.QPTypeRC: "RC", verbs.QPTypeUC: "UC", verbs.QPTypeUD: "UD"}[verbs.QPType(q.Type)]
+	peer := "-"
+	if q.Peer != ([16]byte{}) {
+		peer = netip.AddrFrom16(q.Peer).Unmap().String()
+	}
+	comm := "-"
+	for _, c := range st.Clients {
+		if c.PID == q.OwnerPID {
+			comm = c.Comm
+		}
+	}
+	return fmt.Sprintf("link %s/1 lqpn %d rqpn %d type %s state %v sq-psn %#x comp-psn %#x rq-psn %#x sq %d rq %d timeouts %d queue %d peer %s pid %d comm %s",
+		st.Device.Name, q.QPN, q.DestQPN, typ, verbs.QPState(q.State), q.SQPSN, q.CompPSN, q.EPSN, q.SendQueued, q.RecvQueued,
+		q.Timeouts, q.Queue, peer, q.OwnerPID, comm)
+}

@@ -45,6 +45,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
+	owners   map[any]owner // QPs, CQs and SRQs by the session that made them
 	wg       sync.WaitGroup
 	stop     chan struct{} // closed by a SHUTDOWN request
 	stopOnce sync.Once
@@ -71,7 +72,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(err, bell.Close(), page.Unmap())
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, page: page, bell: bell, sessions: map[*session]struct{}{}, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, page: page, bell: bell, sessions: map[*session]struct{}{}, owners: map[any]owner{}, stop: make(chan struct{})}
 	cfg.Device.SetDoorbellPage(page.Mem)
 	return s, nil
 }
@@ -89,8 +90,9 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.ln.Close()
 	}()
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.ringDoorbells(ctx)
+	go s.routeEvents(ctx)
 	var err error
 	for {
 		var c *net.UnixConn

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -399,5 +400,70 @@ func TestQueryListsClientsAndQPs(t *testing.T) {
 	}
 	if st, err = Query(ctx, tb.name); err != nil || len(st.Clients) != 0 || len(st.QPs) != 0 {
 		t.Fatalf("after the client left: %+v %v", st, err)
+	}
+}
+
+// TestMetrics: Prometheus' text format, one counter per name, labelled.
+func TestMetrics(t *testing.T) {
+	tb := newTestbed(t)
+	tb.dial(t)
+	var b strings.Builder
+	if err := tb.srv.writeMetrics(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"# TYPE xdproce_sent_pkts counter\n", `xdproce_sent_pkts{device="xdp_` + tb.name + `"} `,
+		"# TYPE xdproce_clients gauge\n", `xdproce_clients{device="xdp_` + tb.name + `"} 1`, "xdproce_bad_shared_wqe{"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestAsyncEventsReachTheirOwner: a CQ overflow's CQ_ERR and QP_FATAL go to
+// the client whose objects they name, as its own objects, and to no other.
+func TestAsyncEventsReachTheirOwner(t *testing.T) {
+	tb := newTestbed(t)
+	c1, c2 := tb.dial(t), tb.dial(t)
+	x := &end{dev: c1}
+	var err error
+	if x.pd, err = c1.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if x.cq, err = c1.CreateCQ(1); err != nil {
+		t.Fatal(err)
+	}
+	if x.qp, err = x.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: x.cq, RecvCQ: x.cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if x.mr, err = x.pd.AllocMR(4096, verbs.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	y := newEnd(t, tb.b, 4096)
+	connect(t, x, y, ipA, ipB, macA, macB)
+	newEnd(t, c2, 4096) // the other client has objects too
+	for i := range 3 {
+		if _, err := x.qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{{Addr: x.mr.Addr(), Length: 8, LKey: x.mr.LKey()}}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got := map[verbs.AsyncEventType]verbs.AsyncEvent{}
+	for len(got) < 2 {
+		ev, err := c1.GetAsyncEvent(ctx)
+		if err != nil {
+			t.Fatalf("events so far %v: %v", got, err)
+		}
+		got[ev.Type] = ev
+	}
+	if got[verbs.EventCQErr].CQ != x.cq || got[verbs.EventQPFatal].QP != x.qp || !x.cq.Overflowed() {
+		t.Fatalf("events %+v (overflowed %v)", got, x.cq.Overflowed())
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	if ev, err := c2.GetAsyncEvent(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the other client got %+v %v", ev, err)
 	}
 }

@@ -64,7 +64,7 @@ func FuzzControl(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { bell.Close() })
-	srv := &Server{cfg: Config{Ifname: "fuzz", Device: dev, Group: -1}, page: page, bell: bell, stop: make(chan struct{})}
+	srv := &Server{cfg: Config{Ifname: "fuzz", Device: dev, Group: -1}, page: page, bell: bell, owners: map[any]owner{}, stop: make(chan struct{})}
 	srv.log = discardLogger()
 	f.Fuzz(func(t *testing.T, in []byte) {
 		ss := newSession(srv, nil, ipc.Peer{PID: 1})

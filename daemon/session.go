@@ -26,12 +26,13 @@ type session struct {
 	// summary is what LIST tells of the session, published by its
 	// goroutine after each request (the tables are that goroutine's alone).
 	summary atomic.Pointer[summary]
+	events  eventQueue
 	hello   bool
-	next  uint32
-	pds   map[uint32]*verbs.PD
-	mrs   map[uint32]*sharedMR
-	cqs   map[uint32]*sharedCQ
-	qps   map[uint32]*sharedQP
+	next    uint32
+	pds     map[uint32]*verbs.PD
+	mrs     map[uint32]*sharedMR
+	cqs     map[uint32]*sharedCQ
+	qps     map[uint32]*sharedQP
 }
 
 type sharedMR struct {
@@ -164,6 +165,16 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 		return nil, ss.counters(d, e)
 	case uverbs.OpList:
 		return nil, ss.list(d, e)
+	case uverbs.OpGetEvent:
+		if err := d.End(); err != nil {
+			return nil, err
+		}
+		ev, ok := ss.events.take()
+		if !ok {
+			return nil, syscall.EAGAIN
+		}
+		ev.Put(e)
+		return nil, nil
 	case uverbs.OpShutdown:
 		if err := d.End(); err != nil {
 			return nil, err
@@ -210,16 +221,19 @@ func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	}
 	info.Put(e)
 	// The fds sent are dups: the server keeps its own.
-	page, err := syscall.Dup(ss.srv.page.FD)
+	evfd, err := ipc.NewEventfd()
 	if err != nil {
-		return nil, fmt.Errorf("daemon: dup doorbell page: %w", err)
+		return nil, err
 	}
-	bell, err := syscall.Dup(ss.srv.bell.FD())
+	out, err := dupAll(ss.srv.page.FD, ss.srv.bell.FD(), evfd.FD())
 	if err != nil {
-		syscall.Close(page)
-		return nil, fmt.Errorf("daemon: dup doorbell: %w", err)
+		evfd.Close()
+		return nil, err
 	}
-	return []int{page, bell}, nil
+	ss.events.mu.Lock()
+	ss.events.fd = evfd
+	ss.events.mu.Unlock()
+	return out, nil
 }
 
 func (ss *session) allocPD(d *uverbs.Decoder, e *uverbs.Encoder) error {
@@ -336,6 +350,7 @@ func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	}
 	h := ss.handle32()
 	ss.cqs[h] = &sharedCQ{cq: cq, m: m, notify: notify}
+	ss.srv.own(cq, owner{ss, uverbs.EventCQ, h})
 	e.U32(h)
 	e.U32(slots)
 	return out, nil
@@ -356,6 +371,7 @@ func (ss *session) destroyCQ(d *uverbs.Decoder) error {
 		}
 	}
 	delete(ss.cqs, h)
+	ss.srv.disown(c.cq)
 	c.release()
 	return nil
 }
@@ -416,6 +432,7 @@ func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	}
 	h := ss.handle32()
 	ss.qps[h] = &sharedQP{qp: qp, pd: req.PD, cqs: [2]uint32{req.SendCQ, req.RecvCQ}, sq: sqm, rq: rqm}
+	ss.srv.own(qp, owner{ss, uverbs.EventQP, h})
 	rep.QP, rep.QPN = h, qp.QPN()
 	rep.Cap = uverbs.QPCap{MaxSendWR: uint32(cp.MaxSendWR), MaxRecvWR: uint32(cp.MaxRecvWR), MaxSendSGE: uint32(cp.MaxSendSGE),
 		MaxRecvSGE: uint32(cp.MaxRecvSGE), MaxInlineData: uint32(cp.MaxInlineData)}
@@ -472,6 +489,7 @@ func (ss *session) destroyQP(d *uverbs.Decoder) error {
 	if err := q.qp.Destroy(); err != nil {
 		return err
 	}
+	ss.srv.disown(q.qp)
 	delete(ss.qps, h)
 	q.sq.Unmap() // no engine reads the rings of a destroyed QP
 	q.rq.Unmap()
@@ -566,7 +584,9 @@ func (ss *session) privileged() bool { return ss.peer.UID == 0 || int(ss.peer.UI
 // client's peers see their requests go unanswered: retries, then
 // RETRY_EXC_ERR, as when a host with an RNIC dies.
 func (ss *session) release() {
+	ss.events.close()
 	for h, q := range ss.qps {
+		ss.srv.disown(q.qp)
 		if err := q.qp.Destroy(); err != nil {
 			ss.srv.log.Error("daemon: destroying a departed client's QP", "qpn", q.qp.QPN(), "err", err)
 			continue
@@ -587,6 +607,7 @@ func (ss *session) release() {
 		delete(ss.mrs, h)
 	}
 	for h, c := range ss.cqs {
+		ss.srv.disown(c.cq)
 		c.release()
 		delete(ss.cqs, h)
 	}

@@ -92,8 +92,9 @@ func (c *Conn) CallNoFDs(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (
 	return d, err
 }
 
-// Hello opens the session: the daemon's device, and the doorbell page and
-// eventfd (the caller's to close).
+// Hello opens the session: the daemon's device, and the doorbell page, the
+// doorbell eventfd and the asynchronous events' eventfd (the caller's to
+// close).
 func (c *Conn) Hello() (uverbs.DeviceInfo, []int, error) {
 	var info uverbs.DeviceInfo
 	d, fds, err := c.Call(uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) })
@@ -101,7 +102,7 @@ func (c *Conn) Hello() (uverbs.DeviceInfo, []int, error) {
 		return info, nil, err
 	}
 	info.Get(d)
-	if err := d.End(); err != nil || len(fds) != 2 {
+	if err := d.End(); err != nil || len(fds) != 3 {
 		CloseAll(fds)
 		return info, nil, fmt.Errorf("ipc: HELLO reply with %d fds: %w", len(fds), errors.Join(err, uverbs.ErrMalformed))
 	}
@@ -356,7 +357,7 @@ func (e *Eventfd) Close() error { return e.f.Close() }
 
 // IsClosed reports whether err means the connection is gone.
 func IsClosed(err error) bool {
-	return errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF)
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF)
 }
 
 // Peer is who is at the other end of the connection.

@@ -29,13 +29,14 @@ const (
 	OpCounters
 	OpShutdown
 	OpList
+	OpGetEvent
 	opEnd
 )
 
 var opNames = [...]string{
 	OpHello: "HELLO", OpAllocPD: "ALLOC_PD", OpDeallocPD: "DEALLOC_PD", OpRegMR: "REG_MR", OpDeregMR: "DEREG_MR",
 	OpCreateCQ: "CREATE_CQ", OpDestroyCQ: "DESTROY_CQ", OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP",
-	OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP", OpCounters: "COUNTERS", OpShutdown: "SHUTDOWN", OpList: "LIST",
+	OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP", OpCounters: "COUNTERS", OpShutdown: "SHUTDOWN", OpList: "LIST", OpGetEvent: "GET_EVENT",
 }
 
 func (o Op) String() string {
@@ -482,4 +483,30 @@ func GetList(d *Decoder) ([]Client, []QPInfo) {
 		qs = append(qs, q)
 	}
 	return cs, qs
+}
+
+// Event is an asynchronous event as GET_EVENT carries it: its type
+// (ibv_event_type), the kind of object it names and the client's handle.
+type Event struct {
+	Type, Kind uint8
+	Handle     uint32
+}
+
+// The kinds of object an Event names.
+const (
+	EventQP  = 1
+	EventCQ  = 2
+	EventSRQ = 3
+)
+
+// Put encodes ev.
+func (ev *Event) Put(e *Encoder) {
+	e.U8(ev.Type)
+	e.U8(ev.Kind)
+	e.U32(ev.Handle)
+}
+
+// Get decodes ev.
+func (ev *Event) Get(d *Decoder) {
+	ev.Type, ev.Kind, ev.Handle = d.U8(), d.U8(), d.U32()
 }

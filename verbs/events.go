@@ -13,6 +13,7 @@ const (
 	EventCQErr           AsyncEventType = 0  // IBV_EVENT_CQ_ERR: a CQ overflowed
 	EventQPFatal         AsyncEventType = 1  // IBV_EVENT_QP_FATAL
 	EventSQDrained       AsyncEventType = 5  // IBV_EVENT_SQ_DRAINED: an SQD drain ended (en_sqd_async_notify)
+	EventDeviceFatal     AsyncEventType = 8  // IBV_EVENT_DEVICE_FATAL: the daemon serving the device is gone
 	EventSRQLimitReached AsyncEventType = 15 // IBV_EVENT_SRQ_LIMIT_REACHED
 )
 
@@ -26,6 +27,8 @@ func (t AsyncEventType) String() string {
 		return "SQ_DRAINED"
 	case EventSRQLimitReached:
 		return "SRQ_LIMIT_REACHED"
+	case EventDeviceFatal:
+		return "DEVICE_FATAL"
 	}
 	return "UNKNOWN"
 }
@@ -69,6 +72,9 @@ func (eq *eventQueue) post(ev AsyncEvent) {
 // GetAsyncEvent returns the oldest asynchronous event, waiting for one until
 // ctx ends (ibv_get_async_event).
 func (d *Device) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
+	if d.rem != nil {
+		return d.rem.getEvent(ctx)
+	}
 	eq := &d.objs.events
 	for {
 		eq.mu.Lock()

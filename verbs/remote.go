@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -26,6 +27,15 @@ type remote struct {
 	info uverbs.DeviceInfo
 	page *ipc.Mapping // the doorbell page
 	bell *ipc.Eventfd // rung when a QP's engine sleeps
+	// events is signalled when the daemon queued an asynchronous event, or
+	// the daemon died (dead).
+	events *ipc.Eventfd
+	dead   atomic.Bool
+	stop   context.CancelFunc // ends the watch on the daemon's process
+
+	objMu sync.Mutex
+	qps   map[uint32]*QP // by handle: what events name
+	cqs   map[uint32]*CQ
 
 	mrMu sync.RWMutex
 	mrs  map[uint32]*MR // by lkey: inline posts copy from the regions themselves
@@ -64,14 +74,19 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &remote{conn: conn, mrs: map[uint32]*MR{}}
+	r := &remote{conn: conn, mrs: map[uint32]*MR{}, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}}
 	var fds []int
 	r.info, fds, err = conn.Hello()
 	if err == nil {
-		r.bell = ipc.EventfdOf(fds[1])
+		r.bell, r.events = ipc.EventfdOf(fds[1]), ipc.EventfdOf(fds[2])
 		if r.page, err = ipc.MapSharedReadOnly(fds[0], uverbs.DoorbellPageSize); err != nil {
 			r.bell.Close()
+			r.events.Close()
 		}
+	}
+	var peer ipc.Peer
+	if err == nil {
+		peer, err = conn.Peer()
 	}
 	if err != nil {
 		conn.Close()
@@ -83,7 +98,65 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 	}
 	dev := &Device{cfg: cfg, clock: realClock{}, done: make(chan struct{}), rem: r}
 	dev.objs.events.ready = make(chan struct{}, 1)
+	var wctx context.Context
+	wctx, r.stop = context.WithCancel(context.Background())
+	go r.watch(wctx, peer.PID)
 	return dev, nil
+}
+
+// watch waits for the daemon's process to end: the device is then gone, as
+// a removed RNIC (IBV_EVENT_DEVICE_FATAL); posts fail, and a waiter on the
+// events or on a completion channel wakes.
+func (r *remote) watch(ctx context.Context, pid int) {
+	if ipc.WaitExit(ctx, pid) != nil {
+		return // detached first
+	}
+	r.dead.Store(true)
+	r.events.Signal()
+	r.objMu.Lock()
+	for _, cq := range r.cqs {
+		cq.rem.notify.Signal()
+	}
+	r.objMu.Unlock()
+}
+
+// ErrDeviceFatal is what posting to a device whose daemon died returns.
+var ErrDeviceFatal = syscall.EIO
+
+// getEvent is GetAsyncEvent for a daemon's device.
+func (r *remote) getEvent(ctx context.Context) (AsyncEvent, error) {
+	for {
+		if r.dead.Load() {
+			return AsyncEvent{Type: EventDeviceFatal}, nil
+		}
+		d, err := r.callNoFDs(uverbs.OpGetEvent, nil)
+		if err == nil {
+			var ev uverbs.Event
+			ev.Get(d)
+			if err := d.End(); err != nil {
+				return AsyncEvent{}, err
+			}
+			out := AsyncEvent{Type: AsyncEventType(ev.Type)}
+			r.objMu.Lock()
+			switch ev.Kind {
+			case uverbs.EventQP:
+				out.QP = r.qps[ev.Handle]
+			case uverbs.EventCQ:
+				out.CQ = r.cqs[ev.Handle]
+			}
+			r.objMu.Unlock()
+			return out, nil
+		}
+		if !errors.Is(err, syscall.EAGAIN) {
+			if r.dead.Load() {
+				return AsyncEvent{Type: EventDeviceFatal}, nil
+			}
+			return AsyncEvent{}, err
+		}
+		if err := r.events.Wait(ctx); err != nil {
+			return AsyncEvent{}, err
+		}
+	}
 }
 
 // Remote reports whether the device is a daemon's, attached with Dial.
@@ -93,15 +166,24 @@ func (d *Device) Remote() bool { return d.rem != nil }
 func (r *remote) call(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, []int, error) {
 	d, got, err := r.conn.Call(op, body, fds...)
 	if err != nil {
+		r.noteGone(err)
 		return nil, nil, fmt.Errorf("verbs: daemon: %w", err)
 	}
 	return d, got, nil
+}
+
+// noteGone marks the device dead when err says the daemon hung up.
+func (r *remote) noteGone(err error) {
+	if ipc.IsClosed(err) && !r.dead.Swap(true) {
+		r.events.Signal()
+	}
 }
 
 // callNoFDs is call for replies that carry no fds.
 func (r *remote) callNoFDs(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, error) {
 	d, err := r.conn.CallNoFDs(op, body, fds...)
 	if err != nil {
+		r.noteGone(err)
 		return nil, fmt.Errorf("verbs: daemon: %w", err)
 	}
 	return d, nil
@@ -109,8 +191,10 @@ func (r *remote) callNoFDs(op uverbs.Op, body func(*uverbs.Encoder), fds ...int)
 
 // close hangs up. The doorbell page stays mapped for a post racing it.
 func (r *remote) close() error {
+	r.stop()
 	err := r.conn.Close()
 	r.bell.Close()
+	r.events.Close()
 	return err
 }
 
@@ -196,7 +280,11 @@ func (d *Device) createRemoteCQ(depth int) (*CQ, error) {
 		}
 		return nil, err
 	}
-	return &CQ{dev: d, depth: depth, shared: ring, rem: rc, event: make(chan struct{}, 1)}, nil
+	cq := &CQ{dev: d, depth: depth, shared: ring, rem: rc, event: make(chan struct{}, 1)}
+	r.objMu.Lock()
+	r.cqs[h] = cq
+	r.objMu.Unlock()
+	return cq, nil
 }
 
 // pollRemote reads completions from a daemon's CQ ring.
@@ -271,14 +359,21 @@ func (pd *PD) createRemoteQP(attr QPInitAttr) (*QP, error) {
 	if err != nil {
 		return nil, errors.Join(err, qp.destroyRemote())
 	}
+	r.objMu.Lock()
+	r.qps[rq.h] = qp
+	r.objMu.Unlock()
 	return qp, nil
 }
 
 func (qp *QP) destroyRemote() error {
-	_, err := qp.dev.rem.callNoFDs(uverbs.OpDestroyQP, func(e *uverbs.Encoder) { e.U32(qp.rem.h) })
+	r := qp.dev.rem
+	_, err := r.callNoFDs(uverbs.OpDestroyQP, func(e *uverbs.Encoder) { e.U32(qp.rem.h) })
 	if err != nil {
 		return err
 	}
+	r.objMu.Lock()
+	delete(r.qps, qp.rem.h)
+	r.objMu.Unlock()
 	for _, m := range qp.rem.maps {
 		if m != nil {
 			m.Unmap()
@@ -313,6 +408,9 @@ func (qp *QP) queryRemote() (QPAttr, error) {
 // postSendRemote writes send work requests to the QP's ring, checked as
 // PostSend checks them: the daemon takes each as if posted in-process.
 func (qp *QP) postSendRemote(wrs []SendWR) (int, error) {
+	if qp.dev.rem.dead.Load() {
+		return 0, fmt.Errorf("verbs: the daemon is gone: %w", ErrDeviceFatal)
+	}
 	st := qp.State()
 	if st == StateReset || st == StateInit || st == StateRTR {
 		return 0, fmt.Errorf("verbs: post send in state %v: %w", st, ErrInvalid)
@@ -387,6 +485,9 @@ func (r *remote) putInline(slot []byte, w *uverbs.SendWQE, wr *SendWR) error {
 }
 
 func (qp *QP) postRecvRemote(wrs []RecvWR) (int, error) {
+	if qp.dev.rem.dead.Load() {
+		return 0, fmt.Errorf("verbs: the daemon is gone: %w", ErrDeviceFatal)
+	}
 	if st := qp.State(); st == StateReset {
 		return 0, fmt.Errorf("verbs: post receive in state %v: %w", st, ErrInvalid)
 	}

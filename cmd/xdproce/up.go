@@ -27,6 +27,7 @@ func runUp(ctx context.Context, args []string, stdout io.Writer) error {
 	busyPoll := fs.Bool("busy-poll", false, "engines spin instead of sleeping when idle")
 	group := fs.String("group", "", "let members of this group attach, besides root and the daemon's user")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	metrics := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -56,6 +57,15 @@ func runUp(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	log.Info("xdproce: device up", "device", nic.DeviceName(*dev), "datapath", d.QueryPort().DataPath, "engines", d.Engines())
 	fmt.Fprintf(stdout, "%s up on %s\n", nic.DeviceName(*dev), *dev)
+	if *metrics != "" {
+		mctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			if err := srv.ServeMetrics(mctx, *metrics); err != nil {
+				log.Error("xdproce: metrics", "err", err)
+			}
+		}()
+	}
 	err = srv.Run(ctx)
 	log.Info("xdproce: device down", "device", nic.DeviceName(*dev))
 	return errors.Join(err, d.Close())

@@ -3,7 +3,11 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
+	"net"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,10 +20,10 @@ import (
 
 // daemonUp starts `xdproce up` on h's link and waits until it serves; the
 // test's cleanup stops it (SIGTERM) if the test did not.
-func daemonUp(t *testing.T, bin string, h *netns.Host) (*exec.Cmd, *bytes.Buffer) {
+func daemonUp(t *testing.T, bin string, h *netns.Host, extra ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
 	var out bytes.Buffer
-	cmd := exec.Command(bin, "up", "-d", h.Link)
+	cmd := exec.Command(bin, append([]string{"up", "-d", h.Link}, extra...)...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := h.Start(cmd); err != nil {
 		t.Fatal(err)
@@ -100,7 +104,7 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
 	a, b := topo.Hosts[0], topo.Hosts[1]
 	bin := buildCLI(t)
-	_, aLog := daemonUp(t, bin, a)
+	_, aLog := daemonUp(t, bin, a, "--metrics", "127.0.0.1:19464") // the namespace's own loopback
 	daemonUp(t, bin, b)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -141,6 +145,26 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 		if strings.Count(list, "comm xdproce") < 4 || strings.Count(list, "\nclient ") != 2 || !strings.Contains(list, "state RTS") ||
 			!strings.Contains(list, "peer "+b.Addr.String()) {
 			t.Errorf("xdproce list while two clients run:\n%s", list)
+		}
+		var metrics []byte
+		err := a.Do(func() error {
+			// Dialled here, on the namespace's thread (http.Client would
+			// dial on a goroutine of its own, in the test's namespace).
+			c, err := net.Dial("tcp", "127.0.0.1:19464")
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if _, err := io.WriteString(c, "GET /metrics HTTP/1.0\r\n\r\n"); err != nil {
+				return err
+			}
+			metrics, err = io.ReadAll(c)
+			return err
+		})
+		// Two clients, and perhaps list's and stats' connections not yet
+		// seen to close.
+		if m := regexp.MustCompile(`xdproce_clients\{device="xdp_` + regexp.QuoteMeta(a.Link) + `"\} (\d+)`).FindSubmatch(metrics); err != nil || m == nil || string(m[1]) < "2" {
+			t.Errorf("metrics (%v):\n%s\ndaemon:\n%s", err, metrics, aLog)
 		}
 		if stats := cli(t, bin, a, "stats", "-d", a.Link); !strings.Contains(stats, "link xdp_"+a.Link+"/1 sent_pkts ") ||
 			!strings.Contains(stats, "xdp_redirected ") {
@@ -205,6 +229,86 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 		}
 		if info.XDPProgramID != 0 {
 			t.Fatalf("XDP program %d still on %s after xdproce down", info.XDPProgramID, a.Link)
+		}
+	})
+
+	// A daemon killed with SIGKILL mid-transfer: its client fails instead of
+	// hanging, the kernel takes the XDP program away with the process, and a
+	// new daemon serves at once.
+	t.Run("daemon killed and restarted", func(t *testing.T) {
+		up, _ := daemonUp(t, bin, a)
+		s, sout := startPerf(t, ctx, bin, b, 18606, "", "-n", "1000000", "-s", "65536", "-timeout", "6s")
+		time.Sleep(300 * time.Millisecond)
+		c, cout := startPerf(t, ctx, bin, a, 18606, b.Addr.String(), "-n", "1000000", "-s", "65536", "-timeout", "6s")
+		// A Go client too, with a QP, to see what the application sees.
+		var g *verbs.Device
+		if err := a.Do(func() (err error) { g, err = verbs.Dial(ctx, a.Link); return err }); err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		gpd, err := g.AllocPD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gcq, err := g.CreateCQ(4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gqp, err := gpd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: gcq, RecvCQ: gcq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if err := up.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if ev, err := g.GetAsyncEvent(ectx); err != nil || ev.Type != verbs.EventDeviceFatal {
+			t.Errorf("after the daemon died: event %v, %v; want DEVICE_FATAL", ev.Type, err)
+		}
+		if _, err := gqp.PostRecv([]verbs.RecvWR{{ID: 1}}); !errors.Is(err, verbs.ErrDeviceFatal) {
+			t.Errorf("post after the daemon died: %v", err)
+		}
+		for _, p := range []struct {
+			cmd *exec.Cmd
+			out *bytes.Buffer
+		}{{c, cout}, {s, sout}} {
+			done := make(chan error, 1)
+			go func() { done <- p.cmd.Wait() }()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Errorf("a perf run exited 0 though the daemon died under it:\n%s", p.out)
+				}
+			case <-time.After(40 * time.Second):
+				_ = p.cmd.Process.Kill()
+				t.Fatalf("a perf run still runs 40 s after the daemon died:\n%s", p.out)
+			}
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			info, err := linkInfoIn(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.XDPProgramID == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("XDP program %d still on %s after its daemon was killed", info.XDPProgramID, a.Link)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		daemonUp(t, bin, a)
+		s, sout = startPerf(t, ctx, bin, b, 18607, "", "-n", "200", "-s", "4096", "--verify")
+		time.Sleep(300 * time.Millisecond)
+		c, cout = startPerf(t, ctx, bin, a, 18607, b.Addr.String(), "-n", "200", "-s", "4096", "--verify")
+		if err := c.Wait(); err != nil {
+			t.Fatalf("client on the new daemon: %v\n%s", err, cout)
+		}
+		if err := s.Wait(); err != nil {
+			t.Fatalf("server: %v\n%s", err, sout)
 		}
 	})
 }

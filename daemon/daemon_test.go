@@ -140,8 +140,8 @@ func pollOne(t *testing.T, cq *verbs.CQ) verbs.WorkCompletion {
 	return verbs.WorkCompletion{}
 }
 
-// settle orders the test after every step d's engines took so far (it
-// takes their locks). A client's completion does not show the race
+// settle orders the test after every step d's engines took so far, and
+// their later steps after the test's writes so far (it takes their locks). A client's completion does not show the race
 // detector that the peer's engine wrote the peer's memory first: the
 // completion travels through memory the detector does not track (the
 // daemon's and the client's mappings of one memfd are different addresses).
@@ -236,6 +236,7 @@ func TestClientThroughDaemon(t *testing.T) {
 
 	// READ from B and a FETCH_ADD on B, with the completion channel armed.
 	fill(y.mr.Bytes()[20000:30000], 5)
+	settle(t, tb.b) // and B's engine after the test's writes
 	x.cq.ReqNotify(false)
 	if _, err := x.qp.PostSend([]verbs.SendWR{{ID: 4, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{{Addr: x.mr.Addr() + 1000, Length: 10000, LKey: x.mr.LKey()}}, RemoteAddr: y.mr.Addr() + 20000, RKey: y.mr.RKey()}}); err != nil {
@@ -262,6 +263,7 @@ func TestClientThroughDaemon(t *testing.T) {
 	settle(t, tb.b)
 	clear(y.mr.Bytes()[32768 : 32768+8])
 	y.mr.Bytes()[32768] = 40
+	settle(t, tb.b)
 	if _, err := x.qp.PostSend([]verbs.SendWR{{ID: 5, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, CompareAdd: 2,
 		SGList: []verbs.SGE{{Addr: x.mr.Addr() + 4096, Length: 8, LKey: x.mr.LKey()}}, RemoteAddr: y.mr.Addr() + 32768, RKey: y.mr.RKey()}}); err != nil {
 		t.Fatal(err)

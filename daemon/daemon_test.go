@@ -469,3 +469,78 @@ func TestAsyncEventsReachTheirOwner(t *testing.T) {
 		t.Fatalf("the other client got %+v %v", ev, err)
 	}
 }
+
+// TestSRQThroughDaemon: a client's SRQ feeds its QP's receives from a
+// shared ring, its limit event reaches it, and QUERY/MODIFY/DESTROY behave
+// as in-process (EBUSY while a QP uses it).
+func TestSRQThroughDaemon(t *testing.T) {
+	tb := newTestbed(t)
+	c := tb.dial(t)
+	x := &end{dev: c}
+	var err error
+	if x.pd, err = c.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if x.cq, err = c.CreateCQ(16); err != nil {
+		t.Fatal(err)
+	}
+	srq, err := x.pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: 8, MaxSGE: 1, Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.qp, err = x.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: x.cq, RecvCQ: x.cq, SRQ: srq, Cap: verbs.QPCap{MaxSendWR: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	if x.mr, err = x.pd.AllocMR(4096, verbs.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	y := newEnd(t, tb.b, 4096)
+	connect(t, x, y, ipA, ipB, macA, macB)
+	if _, err := x.qp.PostRecv([]verbs.RecvWR{{ID: 1}}); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("post to a QP of an SRQ: %v", err)
+	}
+	for i := range 3 {
+		if _, err := srq.PostRecv([]verbs.RecvWR{{ID: uint64(10 + i), SGList: []verbs.SGE{{Addr: x.mr.Addr() + uint64(i*100), Length: 100, LKey: x.mr.LKey()}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill(y.mr.Bytes()[:300], 4)
+	for i := range 3 {
+		if _, err := y.qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.WRSend, SGList: []verbs.SGE{{Addr: y.mr.Addr() + uint64(i*100), Length: 100, LKey: y.mr.LKey()}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		if wc := pollOne(t, x.cq); wc.Status != verbs.WCSuccess || wc.WRID != uint64(10+i) || wc.ByteLen != 100 {
+			t.Fatalf("receive %d: %+v", i, wc)
+		}
+	}
+	settle(t, tb.b)
+	if !bytes.Equal(x.mr.Bytes()[:300], y.mr.Bytes()[:300]) {
+		t.Fatal("SEND data differs")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ev, err := c.GetAsyncEvent(ctx)
+	if err != nil || ev.Type != verbs.EventSRQLimitReached || ev.SRQ != srq {
+		t.Fatalf("event %+v %v", ev, err)
+	}
+	if a := srq.Query(); a.Limit != 0 || a.MaxWR != 8 {
+		t.Fatalf("query after the limit fired: %+v", a)
+	}
+	if err := srq.Modify(verbs.SRQAttr{Limit: 9}, verbs.SRQAttrLimit); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("a limit above the size: %v", err)
+	}
+	if err := srq.Modify(verbs.SRQAttr{Limit: 2}, verbs.SRQAttrLimit); err != nil || srq.Query().Limit != 2 {
+		t.Fatalf("arm the limit: %v %+v", err, srq.Query())
+	}
+	if err := srq.Destroy(); !errors.Is(err, verbs.ErrBusy) {
+		t.Fatalf("destroy an SRQ a QP uses: %v", err)
+	}
+	if err := x.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srq.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -33,6 +33,13 @@ type session struct {
 	mrs     map[uint32]*sharedMR
 	cqs     map[uint32]*sharedCQ
 	qps     map[uint32]*sharedQP
+	srqs    map[uint32]*sharedSRQ
+}
+
+type sharedSRQ struct {
+	srq *verbs.SRQ
+	pd  uint32
+	m   *ipc.Mapping
 }
 
 type sharedMR struct {
@@ -51,13 +58,14 @@ type sharedQP struct {
 	qp     *verbs.QP
 	pd     uint32
 	cqs    [2]uint32
+	srq    uint32
 	sq, rq *ipc.Mapping
 }
 
 func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
 	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/comm")
 	return &session{srv: s, conn: c, peer: p, comm: strings.TrimSpace(string(comm)), pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
-		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}}
+		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}}
 }
 
 // serve answers the client's requests, one at a time, until it hangs up or
@@ -165,6 +173,10 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 		return nil, ss.counters(d, e)
 	case uverbs.OpList:
 		return nil, ss.list(d, e)
+	case uverbs.OpCreateSRQ:
+		return ss.createSRQ(d, e)
+	case uverbs.OpModifySRQ, uverbs.OpQuerySRQ, uverbs.OpDestroySRQ:
+		return nil, ss.srqOp(op, d, e)
 	case uverbs.OpGetEvent:
 		if err := d.End(); err != nil {
 			return nil, err
@@ -265,6 +277,11 @@ func (ss *session) deallocPD(d *uverbs.Decoder) error {
 	}
 	for _, q := range ss.qps {
 		if q.pd == h {
+			return syscall.EBUSY
+		}
+	}
+	for _, s := range ss.srqs {
+		if s.pd == h {
 			return syscall.EBUSY
 		}
 	}
@@ -389,8 +406,16 @@ func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		return nil, err
 	}
 	pd, scq, rcq := ss.pds[req.PD], ss.cqs[req.SendCQ], ss.cqs[req.RecvCQ]
-	if pd == nil || scq == nil || rcq == nil || req.SRQ != 0 {
+	if pd == nil || scq == nil || rcq == nil {
 		return nil, syscall.EINVAL
+	}
+	var srq *verbs.SRQ
+	if req.SRQ != 0 {
+		s := ss.srqs[req.SRQ]
+		if s == nil {
+			return nil, syscall.EINVAL
+		}
+		srq = s.srq
 	}
 	c := req.Cap
 	if c.MaxSendWR < 1 || c.MaxSendWR > verbs.MaxQPWR || c.MaxRecvWR > verbs.MaxQPWR || c.MaxSendSGE > verbs.MaxSGE ||
@@ -420,7 +445,7 @@ func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	if err != nil {
 		return fail(err)
 	}
-	qp, err := pd.CreateSharedQP(verbs.QPInitAttr{Type: verbs.QPType(req.Type), SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: cp, SigAll: req.SigAll}, sq, rq)
+	qp, err := pd.CreateSharedQP(verbs.QPInitAttr{Type: verbs.QPType(req.Type), SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: cp, SigAll: req.SigAll, SRQ: srq}, sq, rq)
 	if err != nil {
 		return fail(err)
 	}
@@ -431,7 +456,7 @@ func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		return fail(errors.Join(err, qp.Destroy()))
 	}
 	h := ss.handle32()
-	ss.qps[h] = &sharedQP{qp: qp, pd: req.PD, cqs: [2]uint32{req.SendCQ, req.RecvCQ}, sq: sqm, rq: rqm}
+	ss.qps[h] = &sharedQP{qp: qp, pd: req.PD, cqs: [2]uint32{req.SendCQ, req.RecvCQ}, srq: req.SRQ, sq: sqm, rq: rqm}
 	ss.srv.own(qp, owner{ss, uverbs.EventQP, h})
 	rep.QP, rep.QPN = h, qp.QPN()
 	rep.Cap = uverbs.QPCap{MaxSendWR: uint32(cp.MaxSendWR), MaxRecvWR: uint32(cp.MaxRecvWR), MaxSendSGE: uint32(cp.MaxSendSGE),
@@ -598,6 +623,15 @@ func (ss *session) release() {
 	if len(ss.qps) > 0 {
 		return // a QP that would not go still completes into the CQs and reads the regions
 	}
+	for h, s := range ss.srqs {
+		ss.srv.disown(s.srq)
+		if err := s.srq.Destroy(); err != nil {
+			ss.srv.log.Error("daemon: destroying a departed client's SRQ", "err", err)
+			continue
+		}
+		s.m.Unmap()
+		delete(ss.srqs, h)
+	}
 	for h, m := range ss.mrs {
 		if err := m.mr.Dereg(); err != nil {
 			ss.srv.log.Error("daemon: deregistering a departed client's region", "err", err)
@@ -626,4 +660,77 @@ func dupAll(fds ...int) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+func (ss *session) createSRQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
+	pdh := d.U32()
+	var a uverbs.SRQAttr
+	a.Get(d)
+	if err := d.End(); err != nil {
+		return nil, err
+	}
+	pd := ss.pds[pdh]
+	if pd == nil || a.MaxWR < 1 || a.MaxWR > verbs.MaxQPWR || a.MaxSGE > verbs.MaxSGE || a.Limit > a.MaxWR {
+		return nil, syscall.EINVAL
+	}
+	sge := max(int(a.MaxSGE), 1)
+	slots, size := uverbs.SlotsFor(int(a.MaxWR)), uverbs.RecvSlotSize(sge)
+	m, err := ipc.NewMapping("srq", uverbs.RingBytes(slots, size))
+	if err != nil {
+		return nil, err
+	}
+	ring, err := uverbs.NewRing(m.Mem, slots, size)
+	var srq *verbs.SRQ
+	if err == nil {
+		srq, err = pd.CreateSharedSRQ(verbs.SRQInitAttr{MaxWR: int(a.MaxWR), MaxSGE: sge, Limit: int(a.Limit)}, ring)
+	}
+	if err != nil {
+		return nil, errors.Join(err, m.Unmap())
+	}
+	out, err := dupAll(m.FD)
+	m.CloseFD()
+	if err != nil {
+		return nil, errors.Join(err, srq.Destroy(), m.Unmap())
+	}
+	h := ss.handle32()
+	ss.srqs[h] = &sharedSRQ{srq: srq, pd: pdh, m: m}
+	ss.srv.own(srq, owner{ss, uverbs.EventSRQ, h})
+	e.U32(h)
+	got := srq.Query()
+	(&uverbs.SRQAttr{MaxWR: uint32(got.MaxWR), MaxSGE: uint32(got.MaxSGE), Limit: uint32(got.Limit)}).Put(e)
+	e.U32(slots)
+	e.U32(uint32(size))
+	return out, nil
+}
+
+// srqOp is MODIFY_SRQ, QUERY_SRQ and DESTROY_SRQ.
+func (ss *session) srqOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) error {
+	h := d.U32()
+	var mask uint32
+	var a uverbs.SRQAttr
+	if op == uverbs.OpModifySRQ {
+		mask = d.U32()
+		a.Get(d)
+	}
+	if err := d.End(); err != nil {
+		return err
+	}
+	s := ss.srqs[h]
+	if s == nil {
+		return syscall.EINVAL
+	}
+	switch op {
+	case uverbs.OpModifySRQ:
+		return s.srq.Modify(verbs.SRQAttr{MaxWR: int(a.MaxWR), MaxSGE: int(a.MaxSGE), Limit: int(a.Limit)}, verbs.SRQAttrMask(mask))
+	case uverbs.OpQuerySRQ:
+		got := s.srq.Query()
+		(&uverbs.SRQAttr{MaxWR: uint32(got.MaxWR), MaxSGE: uint32(got.MaxSGE), Limit: uint32(got.Limit)}).Put(e)
+		return nil
+	}
+	if err := s.srq.Destroy(); err != nil {
+		return err
+	}
+	ss.srv.disown(s.srq)
+	delete(ss.srqs, h)
+	return s.m.Unmap()
 }

@@ -30,6 +30,10 @@ const (
 	OpShutdown
 	OpList
 	OpGetEvent
+	OpCreateSRQ
+	OpModifySRQ
+	OpQuerySRQ
+	OpDestroySRQ
 	opEnd
 )
 
@@ -37,6 +41,7 @@ var opNames = [...]string{
 	OpHello: "HELLO", OpAllocPD: "ALLOC_PD", OpDeallocPD: "DEALLOC_PD", OpRegMR: "REG_MR", OpDeregMR: "DEREG_MR",
 	OpCreateCQ: "CREATE_CQ", OpDestroyCQ: "DESTROY_CQ", OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP",
 	OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP", OpCounters: "COUNTERS", OpShutdown: "SHUTDOWN", OpList: "LIST", OpGetEvent: "GET_EVENT",
+	OpCreateSRQ: "CREATE_SRQ", OpModifySRQ: "MODIFY_SRQ", OpQuerySRQ: "QUERY_SRQ", OpDestroySRQ: "DESTROY_SRQ",
 }
 
 func (o Op) String() string {
@@ -509,4 +514,22 @@ func (ev *Event) Put(e *Encoder) {
 // Get decodes ev.
 func (ev *Event) Get(d *Decoder) {
 	ev.Type, ev.Kind, ev.Handle = d.U8(), d.U8(), d.U32()
+}
+
+// SRQAttr is struct ibv_srq_attr as CREATE_SRQ, MODIFY_SRQ and QUERY_SRQ
+// carry it.
+type SRQAttr struct {
+	MaxWR, MaxSGE, Limit uint32
+}
+
+// Put encodes a.
+func (a *SRQAttr) Put(e *Encoder) {
+	e.U32(a.MaxWR)
+	e.U32(a.MaxSGE)
+	e.U32(a.Limit)
+}
+
+// Get decodes a.
+func (a *SRQAttr) Get(d *Decoder) {
+	a.MaxWR, a.MaxSGE, a.Limit = d.U32(), d.U32(), d.U32()
 }

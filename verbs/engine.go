@@ -39,7 +39,9 @@ type objects struct {
 	// sharedQPs are the QPs whose work requests a daemon's clients post to
 	// shared rings (shared.go).
 	sharedQPs []*QP
-	events    eventQueue // asynchronous events, read by Device.GetAsyncEvent
+	// sharedSRQs are the SRQs a daemon's clients post to shared rings.
+	sharedSRQs []*SRQ
+	events     eventQueue // asynchronous events, read by Device.GetAsyncEvent
 }
 
 // engine runs the transport of the QPs of one of the device's queues. Only
@@ -227,6 +229,9 @@ func (e *engine) step() bool {
 	// follows its receive's post never meets an empty queue.
 	e.steps++
 	fed := len(e.sharedQPs) > 0 && e.pumpShared()
+	if len(e.sharedSRQs) > 0 && e.pumpSharedSRQs() {
+		fed = true
+	}
 	posted := e.takePosted()
 	for _, qp := range posted {
 		qp.queued.Store(false)

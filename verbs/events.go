@@ -14,6 +14,7 @@ const (
 	EventQPFatal         AsyncEventType = 1  // IBV_EVENT_QP_FATAL
 	EventSQDrained       AsyncEventType = 5  // IBV_EVENT_SQ_DRAINED: an SQD drain ended (en_sqd_async_notify)
 	EventDeviceFatal     AsyncEventType = 8  // IBV_EVENT_DEVICE_FATAL: the daemon serving the device is gone
+	EventSRQErr          AsyncEventType = 14 // IBV_EVENT_SRQ_ERR: a daemon's client wrote a malformed WQE to the SRQ
 	EventSRQLimitReached AsyncEventType = 15 // IBV_EVENT_SRQ_LIMIT_REACHED
 )
 
@@ -29,6 +30,8 @@ func (t AsyncEventType) String() string {
 		return "SRQ_LIMIT_REACHED"
 	case EventDeviceFatal:
 		return "DEVICE_FATAL"
+	case EventSRQErr:
+		return "SRQ_ERR"
 	}
 	return "UNKNOWN"
 }

@@ -36,6 +36,7 @@ type remote struct {
 	objMu sync.Mutex
 	qps   map[uint32]*QP // by handle: what events name
 	cqs   map[uint32]*CQ
+	srqs  map[uint32]*SRQ
 
 	mrMu sync.RWMutex
 	mrs  map[uint32]*MR // by lkey: inline posts copy from the regions themselves
@@ -74,7 +75,7 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &remote{conn: conn, mrs: map[uint32]*MR{}, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}}
+	r := &remote{conn: conn, mrs: map[uint32]*MR{}, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, srqs: map[uint32]*SRQ{}}
 	var fds []int
 	r.info, fds, err = conn.Hello()
 	if err == nil {
@@ -143,6 +144,8 @@ func (r *remote) getEvent(ctx context.Context) (AsyncEvent, error) {
 				out.QP = r.qps[ev.Handle]
 			case uverbs.EventCQ:
 				out.CQ = r.cqs[ev.Handle]
+			case uverbs.EventSRQ:
+				out.SRQ = r.srqs[ev.Handle]
 			}
 			r.objMu.Unlock()
 			return out, nil
@@ -307,13 +310,17 @@ func (cq *CQ) pollRemote(wcs []WorkCompletion) int {
 
 func (pd *PD) createRemoteQP(attr QPInitAttr) (*QP, error) {
 	r := pd.dev.rem
+	var srq uint32
 	if attr.SRQ != nil {
-		return nil, fmt.Errorf("verbs: SRQs through the daemon: %w", ErrNotSupported)
+		if attr.SRQ.dev != pd.dev {
+			return nil, fmt.Errorf("verbs: the SRQ belongs to another device: %w", ErrInvalid)
+		}
+		srq = attr.SRQ.rem.h
 	}
 	if attr.SendCQ == nil || attr.RecvCQ == nil || attr.SendCQ.dev != pd.dev || attr.RecvCQ.dev != pd.dev {
 		return nil, fmt.Errorf("verbs: a QP needs a send and a receive CQ of its device: %w", ErrInvalid)
 	}
-	req := uverbs.CreateQP{PD: pd.id, SendCQ: attr.SendCQ.rem.h, RecvCQ: attr.RecvCQ.rem.h, Type: uint8(attr.Type), SigAll: attr.SigAll,
+	req := uverbs.CreateQP{PD: pd.id, SendCQ: attr.SendCQ.rem.h, RecvCQ: attr.RecvCQ.rem.h, SRQ: srq, Type: uint8(attr.Type), SigAll: attr.SigAll,
 		Cap: uverbs.QPCap{MaxSendWR: uint32(attr.Cap.MaxSendWR), MaxRecvWR: uint32(attr.Cap.MaxRecvWR), MaxSendSGE: uint32(attr.Cap.MaxSendSGE),
 			MaxRecvSGE: uint32(attr.Cap.MaxRecvSGE), MaxInlineData: uint32(attr.Cap.MaxInlineData)}}
 	if attr.Cap.MaxSendWR < 0 || attr.Cap.MaxRecvWR < 0 || attr.Cap.MaxSendSGE < 0 || attr.Cap.MaxRecvSGE < 0 || attr.Cap.MaxInlineData < 0 {
@@ -353,7 +360,7 @@ func (pd *PD) createRemoteQP(attr QPInitAttr) (*QP, error) {
 			rq.rq = ring
 		}
 	}
-	qp := &QP{dev: pd.dev, pd: pd, qpn: rep.QPN, typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, sigAll: attr.SigAll, rem: rq,
+	qp := &QP{dev: pd.dev, pd: pd, qpn: rep.QPN, typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, sigAll: attr.SigAll, srq: attr.SRQ, rem: rq,
 		cap: QPCap{MaxSendWR: int(rep.Cap.MaxSendWR), MaxRecvWR: int(rep.Cap.MaxRecvWR), MaxSendSGE: int(rep.Cap.MaxSendSGE),
 			MaxRecvSGE: int(rep.Cap.MaxRecvSGE), MaxInlineData: int(rep.Cap.MaxInlineData)}}
 	if err != nil {
@@ -488,6 +495,9 @@ func (qp *QP) postRecvRemote(wrs []RecvWR) (int, error) {
 	if qp.dev.rem.dead.Load() {
 		return 0, fmt.Errorf("verbs: the daemon is gone: %w", ErrDeviceFatal)
 	}
+	if qp.srq != nil {
+		return 0, fmt.Errorf("verbs: the QP receives from an SRQ; post there: %w", ErrInvalid)
+	}
 	if st := qp.State(); st == StateReset {
 		return 0, fmt.Errorf("verbs: post receive in state %v: %w", st, ErrInvalid)
 	}
@@ -618,4 +628,131 @@ func (d *Device) StopDaemon(ctx context.Context) error {
 	}
 	d.Close()
 	return ipc.WaitExit(ctx, peer.PID)
+}
+
+type remoteSRQ struct {
+	h    uint32
+	ring *uverbs.Ring
+	m    *ipc.Mapping
+	mu   sync.Mutex
+	prod uint32
+	attr SRQAttr // as last created, modified or queried
+}
+
+func (pd *PD) createRemoteSRQ(attr SRQInitAttr) (*SRQ, error) {
+	r := pd.dev.rem
+	a := uverbs.SRQAttr{MaxWR: uint32(attr.MaxWR), MaxSGE: uint32(attr.MaxSGE), Limit: uint32(attr.Limit)}
+	d, fds, err := r.call(uverbs.OpCreateSRQ, func(e *uverbs.Encoder) {
+		e.U32(pd.id)
+		a.Put(e)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(fds) != 1 {
+		ipc.CloseAll(fds)
+		return nil, fmt.Errorf("verbs: CREATE_SRQ reply carried %d fds, 1 expected", len(fds))
+	}
+	rs := &remoteSRQ{h: d.U32()}
+	a.Get(d)
+	slots, size := d.U32(), d.U32()
+	if err = d.End(); err != nil {
+		ipc.CloseAll(fds)
+	} else if rs.m, err = ipc.MapShared(fds[0], uverbs.RingBytes(slots, int(size))); err == nil {
+		rs.ring, err = uverbs.NewRing(rs.m.Mem, slots, int(size))
+	}
+	s := &SRQ{dev: pd.dev, pd: pd, maxSGE: int(a.MaxSGE), maxWR: int(a.MaxWR), limit: int(a.Limit), rem: rs}
+	rs.attr = SRQAttr{MaxWR: int(a.MaxWR), MaxSGE: int(a.MaxSGE), Limit: int(a.Limit)}
+	if err != nil {
+		return nil, errors.Join(err, s.destroyRemote())
+	}
+	r.objMu.Lock()
+	r.srqs[rs.h] = s
+	r.objMu.Unlock()
+	return s, nil
+}
+
+func (s *SRQ) postRecvRemote(wrs []RecvWR) (int, error) {
+	r := s.dev.rem
+	if r.dead.Load() {
+		return 0, fmt.Errorf("verbs: the daemon is gone: %w", ErrDeviceFatal)
+	}
+	q := s.rem
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var sgl [MaxSGE]uverbs.SGE
+	posted := 0
+	var err error
+	for i := range wrs {
+		wr := &wrs[i]
+		if len(wr.SGList) > q.attr.MaxSGE {
+			err = fmt.Errorf("verbs: SRQ receive WR %d: %d SGEs, SRQ allows %d: %w", wr.ID, len(wr.SGList), q.attr.MaxSGE, ErrInvalid)
+			break
+		}
+		if q.prod-q.ring.Consumer() >= uint32(q.attr.MaxWR) {
+			err = fmt.Errorf("verbs: SRQ full (%d WRs): %w", q.attr.MaxWR, ErrNoMem)
+			break
+		}
+		for j, g := range wr.SGList {
+			sgl[j] = uverbs.SGE(g)
+		}
+		uverbs.PutRecvWQE(q.ring.Slot(q.prod), wr.ID, sgl[:len(wr.SGList)])
+		q.prod++
+		posted++
+	}
+	if posted > 0 {
+		q.ring.SetProducer(q.prod)
+		r.ring(q.ring) // aux2 0: engine 0 takes SRQ posts
+	}
+	return posted, err
+}
+
+func (s *SRQ) modifyRemote(attr SRQAttr, mask SRQAttrMask) error {
+	q := s.rem
+	a := uverbs.SRQAttr{MaxWR: uint32(attr.MaxWR), MaxSGE: uint32(attr.MaxSGE), Limit: uint32(attr.Limit)}
+	if _, err := s.dev.rem.callNoFDs(uverbs.OpModifySRQ, func(e *uverbs.Encoder) {
+		e.U32(q.h)
+		e.U32(uint32(mask))
+		a.Put(e)
+	}); err != nil {
+		return err
+	}
+	q.mu.Lock()
+	if mask&SRQAttrMaxWR != 0 {
+		q.attr.MaxWR = attr.MaxWR
+	}
+	if mask&SRQAttrLimit != 0 {
+		q.attr.Limit = attr.Limit
+	}
+	q.mu.Unlock()
+	return nil
+}
+
+func (s *SRQ) queryRemote() SRQAttr {
+	q := s.rem
+	d, err := s.dev.rem.callNoFDs(uverbs.OpQuerySRQ, func(e *uverbs.Encoder) { e.U32(q.h) })
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err == nil {
+		var a uverbs.SRQAttr
+		a.Get(d)
+		if d.End() == nil {
+			q.attr = SRQAttr{MaxWR: int(a.MaxWR), MaxSGE: int(a.MaxSGE), Limit: int(a.Limit)}
+		}
+	}
+	return q.attr
+}
+
+func (s *SRQ) destroyRemote() error {
+	r := s.dev.rem
+	if _, err := r.callNoFDs(uverbs.OpDestroySRQ, func(e *uverbs.Encoder) { e.U32(s.rem.h) }); err != nil {
+		return err
+	}
+	r.objMu.Lock()
+	delete(r.srqs, s.rem.h)
+	r.objMu.Unlock()
+	if s.rem.m != nil {
+		return s.rem.m.Unmap()
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package verbs
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/xdproce/xdproce/uverbs"
 )
@@ -144,6 +145,18 @@ func (e *engine) sharedPending() bool {
 	for _, qp := range e.sharedQPs {
 		if qp.eng.Load() == e && (qp.sh.sq.Producer() != qp.sh.sqTaken || qp.sh.rq.Producer() != qp.sh.rqTaken) {
 			return true
+		}
+	}
+	if e.index != 0 {
+		return false // clients ring engine 0 for their SRQs
+	}
+	for _, s := range e.sharedSRQs {
+		if s.sh.mu.TryLock() {
+			pending := !s.sh.broken && s.sh.ring.Producer() != s.sh.taken
+			s.sh.mu.Unlock()
+			if pending {
+				return true
+			}
 		}
 	}
 	return false
@@ -295,3 +308,103 @@ func (d *Device) Wake() { d.ringAll() }
 
 // Engines is the number of engines (queues) the device runs.
 func (d *Device) Engines() int { return len(d.shards) }
+
+// sharedSRQ is what the engines keep of an SRQ's shared ring. Whichever
+// engine gets its mutex first pumps it.
+type sharedSRQ struct {
+	mu     sync.Mutex
+	ring   *uverbs.Ring
+	taken  uint32
+	broken bool // a malformed WQE: the SRQ takes no more (SRQ_ERR raised)
+	slot   []byte
+	wsge   []uverbs.SGE
+	sgl    []SGE
+}
+
+// CreateSharedSRQ creates an SRQ whose receive work requests a client posts
+// to ring (receive slots for attr.MaxSGE, at least attr.MaxWR of them). It
+// cannot grow past the ring.
+func (pd *PD) CreateSharedSRQ(attr SRQInitAttr, ring *uverbs.Ring) (*SRQ, error) {
+	if ring == nil || int(ring.Slots()) < attr.MaxWR || ring.SlotSize() < uverbs.RecvSlotSize(max(attr.MaxSGE, 1)) {
+		return nil, fmt.Errorf("verbs: shared ring too small for SRQ %+v: %w", attr, ErrInvalid)
+	}
+	s, err := pd.CreateSRQ(attr)
+	if err != nil {
+		return nil, err
+	}
+	s.sh = &sharedSRQ{ring: ring, slot: make([]byte, ring.SlotSize())}
+	d := pd.dev
+	err = d.do(func() error {
+		d.objs.sharedSRQs = append(d.objs.sharedSRQs, s)
+		return nil
+	})
+	return s, err
+}
+
+// forgetSharedSRQ drops s from the shared SRQs (under every engine's mutex).
+func (o *objects) forgetSharedSRQ(s *SRQ) {
+	for i, x := range o.sharedSRQs {
+		if x == s {
+			o.sharedSRQs = append(o.sharedSRQs[:i], o.sharedSRQs[i+1:]...)
+			return
+		}
+	}
+}
+
+// pumpSharedSRQs takes what clients posted to shared SRQs.
+func (e *engine) pumpSharedSRQs() bool {
+	busy := false
+	for _, s := range e.sharedSRQs {
+		sh := s.sh
+		if !sh.mu.TryLock() {
+			continue // another engine is at it
+		}
+		if !sh.broken && e.pumpSRQ(s, sh) {
+			busy = true
+		}
+		sh.ring.SetConsumer(sh.taken - uint32(s.used.Load()))
+		sh.mu.Unlock()
+	}
+	return busy
+}
+
+func (e *engine) pumpSRQ(s *SRQ, sh *sharedSRQ) bool {
+	prod := sh.ring.Producer()
+	if prod-sh.taken > sh.ring.Slots() {
+		e.badSharedSRQ(s, sh)
+		return false
+	}
+	busy := false
+	for sh.taken != prod {
+		slot := sh.slot[:sh.ring.SlotSize()]
+		copy(slot, sh.ring.Slot(sh.taken))
+		id, sges, err := uverbs.RecvWQEOf(slot, sh.wsge[:0])
+		sh.wsge = sges
+		if err == nil {
+			sh.sgl = sh.sgl[:0]
+			for _, g := range sges {
+				sh.sgl = append(sh.sgl, SGE(g))
+			}
+			one := [1]RecvWR{{ID: id, SGList: sh.sgl}}
+			_, err = s.PostRecv(one[:])
+		}
+		if errors.Is(err, ErrNoMem) {
+			break
+		}
+		sh.taken++
+		busy = true
+		if err != nil {
+			e.badSharedSRQ(s, sh)
+			break
+		}
+	}
+	return busy
+}
+
+// badSharedSRQ stops taking from an SRQ whose client wrote a malformed
+// WQE, and tells the client (IBV_EVENT_SRQ_ERR).
+func (e *engine) badSharedSRQ(s *SRQ, sh *sharedSRQ) {
+	e.counters.BadSharedWQE++
+	sh.broken = true
+	e.events.post(AsyncEvent{Type: EventSRQErr, SRQ: s})
+}

@@ -212,3 +212,35 @@ func TestHostileSharedCQConsumer(t *testing.T) {
 		t.Fatalf("QP in %v after its CQ overflowed", a.qp.State())
 	}
 }
+
+// A malformed WQE in a shared SRQ's ring stops that SRQ (SRQ_ERR), nothing else.
+func TestHostileSharedSRQ(t *testing.T) {
+	la, _ := NewMemLinkPair(4096 + 200)
+	d := newDevice(t, la, macA, ipA, 4096)
+	pd, err := d.AllocPD()
+	must(t, err)
+	ring := newRing(t, 8, uverbs.RecvSlotSize(1))
+	s, err := pd.CreateSharedSRQ(SRQInitAttr{MaxWR: 8, MaxSGE: 1}, ring)
+	must(t, err)
+	slot := ring.Slot(0)
+	uverbs.PutRecvWQE(slot, 1, []uverbs.SGE{{}})
+	slot[8] = 200 // SGEs past the slot
+	ring.SetProducer(1)
+	d.Wake()
+	ctx, cancel := contextWithTimeout(5 * time.Second)
+	defer cancel()
+	ev, err := d.GetAsyncEvent(ctx)
+	if err != nil || ev.Type != EventSRQErr || ev.SRQ != s {
+		t.Fatalf("event %+v %v", ev, err)
+	}
+	if c, _ := d.Counters(); c.BadSharedWQE != 1 {
+		t.Fatalf("bad_shared_wqe %d", c.BadSharedWQE)
+	}
+	if _, err := pd.CreateSharedSRQ(SRQInitAttr{MaxWR: 16}, ring); !isErr(err, ErrInvalid) {
+		t.Fatalf("an SRQ bigger than its ring: %v", err)
+	}
+	if err := s.Modify(SRQAttr{MaxWR: 9}, SRQAttrMaxWR); !isErr(err, ErrInvalid) {
+		t.Fatalf("growing a shared SRQ past its ring: %v", err)
+	}
+	must(t, s.Destroy())
+}

@@ -47,15 +47,18 @@ type SRQ struct {
 	attached atomic.Int32 // QPs using the SRQ
 
 	q []recvWQE // engine-owned: WQEs taken from post, in order
+
+	sh  *sharedSRQ // the daemon's side of a client's ring (shared.go)
+	rem *remoteSRQ // a client's side: the SRQ lives in the daemon (remote.go)
 }
 
 // CreateSRQ creates a shared receive queue in pd.
 func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
-	if pd.dev.rem != nil {
-		return nil, fmt.Errorf("verbs: SRQs through the daemon: %w", ErrNotSupported)
-	}
 	if attr.MaxWR < 1 || attr.MaxWR > MaxQPWR || attr.MaxSGE < 0 || attr.MaxSGE > MaxSGE || attr.Limit < 0 || attr.Limit > attr.MaxWR {
 		return nil, fmt.Errorf("verbs: SRQ attributes %+v exceed the device's: %w", attr, ErrInvalid)
+	}
+	if pd.dev.rem != nil {
+		return pd.createRemoteSRQ(attr)
 	}
 	return &SRQ{dev: pd.dev, pd: pd, maxSGE: max(attr.MaxSGE, 1), maxWR: attr.MaxWR, limit: attr.Limit}, nil
 }
@@ -66,6 +69,9 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
 	if s.dev.closing.Load() {
 		return 0, ErrClosed
+	}
+	if s.rem != nil {
+		return s.postRecvRemote(wrs)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -89,6 +95,12 @@ func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
 	if mask&^(SRQAttrMaxWR|SRQAttrLimit) != 0 {
 		return fmt.Errorf("verbs: SRQ attribute mask %#x: %w", mask, ErrInvalid)
 	}
+	if s.rem != nil {
+		return s.modifyRemote(attr, mask)
+	}
+	if s.sh != nil && mask&SRQAttrMaxWR != 0 && attr.MaxWR > int(s.sh.ring.Slots()) {
+		return fmt.Errorf("verbs: a shared SRQ cannot grow past its ring's %d slots: %w", s.sh.ring.Slots(), ErrInvalid)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	maxWR := s.maxWR
@@ -110,6 +122,9 @@ func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
 
 // Query returns the SRQ's attributes; Limit is 0 once the event has fired.
 func (s *SRQ) Query() SRQAttr {
+	if s.rem != nil {
+		return s.queryRemote()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return SRQAttr{MaxWR: s.maxWR, MaxSGE: s.maxSGE, Limit: s.limit}
@@ -117,8 +132,18 @@ func (s *SRQ) Query() SRQAttr {
 
 // Destroy releases the SRQ; EBUSY while QPs still use it, as ibv_destroy_srq.
 func (s *SRQ) Destroy() error {
+	if s.rem != nil {
+		return s.destroyRemote()
+	}
 	if n := s.attached.Load(); n > 0 {
 		return fmt.Errorf("verbs: SRQ used by %d QPs: %w", n, ErrBusy)
+	}
+	if s.sh != nil {
+		// No engine reads the client's ring once this returns.
+		return s.dev.do(func() error {
+			s.dev.objs.forgetSharedSRQ(s)
+			return nil
+		})
 	}
 	return nil
 }

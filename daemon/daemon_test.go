@@ -544,3 +544,63 @@ func TestSRQThroughDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMWThroughDaemon: a client binds a type-2 window over part of its
+// region with a BIND_MW in its send ring; the peer writes through it and is
+// refused outside it.
+func TestMWThroughDaemon(t *testing.T) {
+	tb := newTestbed(t)
+	c := tb.dial(t)
+	x := &end{dev: c}
+	var err error
+	if x.pd, err = c.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if x.cq, err = c.CreateCQ(16); err != nil {
+		t.Fatal(err)
+	}
+	if x.qp, err = x.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: x.cq, RecvCQ: x.cq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	if x.mr, err = x.pd.AllocMR(8192, verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
+		t.Fatal(err)
+	}
+	y := newEnd(t, tb.b, 8192)
+	connect(t, x, y, ipA, ipB, macA, macB)
+	mw, err := x.pd.AllocMW(verbs.MWType2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := verbs.IncRKey(mw.RKey())
+	if _, err := x.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, Bind: &verbs.MWBind{MW: mw, RKey: key,
+		MR: x.mr, Addr: x.mr.Addr() + 4096, Length: 1024, Access: verbs.AccessRemoteWrite}}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollOne(t, x.cq); wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCBindMW || mw.RKey() != key {
+		t.Fatalf("bind %+v, rkey %#x want %#x", wc, mw.RKey(), key)
+	}
+	write := func(id uint64, addr uint64) verbs.WorkCompletion {
+		t.Helper()
+		if _, err := y.qp.PostSend([]verbs.SendWR{{ID: id, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{{Addr: y.mr.Addr(), Length: 100, LKey: y.mr.LKey()}}, RemoteAddr: addr, RKey: key}}); err != nil {
+			t.Fatal(err)
+		}
+		return pollOne(t, y.cq)
+	}
+	fill(y.mr.Bytes()[:100], 6)
+	if wc := write(2, x.mr.Addr()+4096+10); wc.Status != verbs.WCSuccess {
+		t.Fatalf("WRITE through the window: %+v", wc)
+	}
+	if !bytes.Equal(x.mr.Bytes()[4106:4206], y.mr.Bytes()[:100]) {
+		t.Fatal("WRITE through the window: data differs")
+	}
+	if wc := write(3, x.mr.Addr()); wc.Status != verbs.WCRemAccessErr {
+		t.Fatalf("WRITE outside the window: %+v", wc)
+	}
+	if err := mw.Dealloc(); err != nil {
+		t.Fatal(err)
+	}
+	if err := mw.Dealloc(); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("second dealloc: %v", err)
+	}
+}

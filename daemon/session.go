@@ -34,6 +34,12 @@ type session struct {
 	cqs     map[uint32]*sharedCQ
 	qps     map[uint32]*sharedQP
 	srqs    map[uint32]*sharedSRQ
+	mws     map[uint32]sharedMW
+}
+
+type sharedMW struct {
+	mw *verbs.MW
+	pd uint32
 }
 
 type sharedSRQ struct {
@@ -65,7 +71,7 @@ type sharedQP struct {
 func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
 	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/comm")
 	return &session{srv: s, conn: c, peer: p, comm: strings.TrimSpace(string(comm)), pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
-		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}}
+		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{}}
 }
 
 // serve answers the client's requests, one at a time, until it hangs up or
@@ -173,6 +179,8 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 		return nil, ss.counters(d, e)
 	case uverbs.OpList:
 		return nil, ss.list(d, e)
+	case uverbs.OpAllocMW, uverbs.OpDeallocMW:
+		return nil, ss.mwOp(op, d, e)
 	case uverbs.OpCreateSRQ:
 		return ss.createSRQ(d, e)
 	case uverbs.OpModifySRQ, uverbs.OpQuerySRQ, uverbs.OpDestroySRQ:
@@ -282,6 +290,11 @@ func (ss *session) deallocPD(d *uverbs.Decoder) error {
 	}
 	for _, s := range ss.srqs {
 		if s.pd == h {
+			return syscall.EBUSY
+		}
+	}
+	for _, m := range ss.mws {
+		if m.pd == h {
 			return syscall.EBUSY
 		}
 	}
@@ -623,6 +636,11 @@ func (ss *session) release() {
 	if len(ss.qps) > 0 {
 		return // a QP that would not go still completes into the CQs and reads the regions
 	}
+	for h, m := range ss.mws {
+		if err := m.mw.Dealloc(); err == nil {
+			delete(ss.mws, h)
+		}
+	}
 	for h, s := range ss.srqs {
 		ss.srv.disown(s.srq)
 		if err := s.srq.Destroy(); err != nil {
@@ -733,4 +751,40 @@ func (ss *session) srqOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) err
 	ss.srv.disown(s.srq)
 	delete(ss.srqs, h)
 	return s.m.Unmap()
+}
+
+// mwOp is ALLOC_MW and DEALLOC_MW.
+func (ss *session) mwOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) error {
+	h := d.U32() // the PD for ALLOC_MW, the window for DEALLOC_MW
+	var typ uint8
+	if op == uverbs.OpAllocMW {
+		typ = d.U8()
+	}
+	if err := d.End(); err != nil {
+		return err
+	}
+	if op == uverbs.OpDeallocMW {
+		m, ok := ss.mws[h]
+		if !ok {
+			return syscall.EINVAL
+		}
+		if err := m.mw.Dealloc(); err != nil {
+			return err
+		}
+		delete(ss.mws, h)
+		return nil
+	}
+	pd := ss.pds[h]
+	if pd == nil {
+		return syscall.EINVAL
+	}
+	mw, err := pd.AllocMW(verbs.MWType(typ))
+	if err != nil {
+		return err
+	}
+	mh := ss.handle32()
+	ss.mws[mh] = sharedMW{mw: mw, pd: h}
+	e.U32(mh)
+	e.U32(mw.RKey())
+	return nil
 }

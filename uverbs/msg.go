@@ -34,6 +34,8 @@ const (
 	OpModifySRQ
 	OpQuerySRQ
 	OpDestroySRQ
+	OpAllocMW
+	OpDeallocMW
 	opEnd
 )
 
@@ -42,6 +44,7 @@ var opNames = [...]string{
 	OpCreateCQ: "CREATE_CQ", OpDestroyCQ: "DESTROY_CQ", OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP",
 	OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP", OpCounters: "COUNTERS", OpShutdown: "SHUTDOWN", OpList: "LIST", OpGetEvent: "GET_EVENT",
 	OpCreateSRQ: "CREATE_SRQ", OpModifySRQ: "MODIFY_SRQ", OpQuerySRQ: "QUERY_SRQ", OpDestroySRQ: "DESTROY_SRQ",
+	OpAllocMW: "ALLOC_MW", OpDeallocMW: "DEALLOC_MW",
 }
 
 func (o Op) String() string {

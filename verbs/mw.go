@@ -30,6 +30,8 @@ type MW struct {
 	addr   uint64
 	length uint64
 	access Access
+
+	rem *remoteMW // a client's side: the window lives in the daemon
 }
 
 // MWBind is a BIND_MW work request's window and what it exposes (struct
@@ -62,7 +64,7 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 		return nil, fmt.Errorf("verbs: memory window type %d (only type 2 is supported): %w", typ, ErrInvalid)
 	}
 	if pd.dev.rem != nil {
-		return nil, fmt.Errorf("verbs: memory windows through the daemon: %w", ErrNotSupported)
+		return pd.allocRemoteMW(typ)
 	}
 	mw := &MW{pd: pd}
 	if err := pd.dev.do(func() error { return pd.dev.addMW(mw) }); err != nil {
@@ -74,6 +76,9 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 // Dealloc frees the window (ibv_dealloc_mw); a bound window is unbound
 // first, so its rkey stops working when Dealloc returns.
 func (mw *MW) Dealloc() error {
+	if mw.rem != nil {
+		return mw.deallocRemote()
+	}
 	return mw.pd.dev.do(func() error {
 		if !mw.alive {
 			return fmt.Errorf("verbs: memory window already deallocated: %w", ErrInvalid)
@@ -118,6 +123,19 @@ func (e *objects) removeMW(mw *MW) {
 	e.mrs.mws[i] = nil
 	e.mrs.mwFree = append(e.mrs.mwFree, i)
 	mw.alive = false
+}
+
+// lookupMWIndex returns the live window whose rkey has key's index, whatever
+// its key byte, or nil: a daemon's client names a window so in a BIND_MW.
+func (e *objects) lookupMWIndex(key uint32) *MW {
+	if !isMWKey(key) {
+		return nil
+	}
+	i := key>>8 - mwFirstIndex
+	if int(i) >= len(e.mrs.mws) {
+		return nil
+	}
+	return e.mrs.mws[i]
 }
 
 // lookupMW returns the live window whose current rkey is key, or nil.

@@ -430,10 +430,6 @@ func (qp *QP) postSendRemote(wrs []SendWR) (int, error) {
 	var err error
 	for i := range wrs {
 		wr := &wrs[i]
-		if wr.Opcode == WRBindMW {
-			err = fmt.Errorf("verbs: BIND_MW through the daemon: %w", ErrNotSupported)
-			break
-		}
 		if _, err = qp.checkSendWR(wr); err != nil {
 			break
 		}
@@ -444,7 +440,17 @@ func (qp *QP) postSendRemote(wrs []SendWR) (int, error) {
 		w := uverbs.SendWQE{WRID: wr.ID, Opcode: uint8(wr.Opcode), SendFlags: uint8(wr.Flags), Imm: wr.ImmData, RemoteAddr: wr.RemoteAddr,
 			RKey: wr.RKey, InvRKey: wr.InvRKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap}
 		slot := q.sq.Slot(q.sqp)
-		if wr.Flags&SendInline != 0 {
+		if wr.Opcode == WRBindMW {
+			b := wr.Bind
+			w.InvRKey, w.RKey, w.RemoteAddr, w.CompareAdd, w.Swap = b.MW.RKey(), b.RKey, b.Addr, b.Length, uint64(b.Access)
+			if b.MR != nil {
+				w.Swap |= uint64(b.MR.LKey()) << 32
+			}
+			uverbs.PutSendWQE(slot, &w, nil, nil)
+			// The window's key once the bind is done, as the daemon will
+			// have it (a failed bind completes with MW_BIND_ERR).
+			b.MW.rkey.Store(b.MW.RKey()&^0xff | b.RKey&0xff)
+		} else if wr.Flags&SendInline != 0 {
 			err = qp.dev.rem.putInline(slot, &w, wr)
 		} else {
 			for j, s := range wr.SGList {
@@ -755,4 +761,24 @@ func (s *SRQ) destroyRemote() error {
 		return s.rem.m.Unmap()
 	}
 	return nil
+}
+
+type remoteMW struct{ h uint32 }
+
+func (pd *PD) allocRemoteMW(typ MWType) (*MW, error) {
+	d, err := pd.dev.rem.callNoFDs(uverbs.OpAllocMW, func(e *uverbs.Encoder) {
+		e.U32(pd.id)
+		e.U8(uint8(typ))
+	})
+	if err != nil {
+		return nil, err
+	}
+	mw := &MW{pd: pd, rem: &remoteMW{h: d.U32()}}
+	mw.rkey.Store(d.U32())
+	return mw, d.End()
+}
+
+func (mw *MW) deallocRemote() error {
+	_, err := mw.pd.dev.rem.callNoFDs(uverbs.OpDeallocMW, func(e *uverbs.Encoder) { e.U32(mw.rem.h) })
+	return err
 }

@@ -212,10 +212,9 @@ func (e *engine) pumpSend(qp *QP, s *sharedQP) bool {
 			wr := SendWR{ID: w.WRID, Opcode: WROpcode(w.Opcode), Flags: SendFlags(w.SendFlags), SGList: s.toSGL(sges),
 				ImmData: w.Imm, InvRKey: w.InvRKey, RemoteAddr: w.RemoteAddr, RKey: w.RKey, CompareAdd: w.CompareAdd, Swap: w.Swap}
 			if wr.Opcode == WRBindMW {
-				err = fmt.Errorf("verbs: BIND_MW through a shared ring: %w", ErrInvalid)
-			} else {
-				err = qp.postShared(&wr, inline)
+				wr.Bind = e.sharedBind(qp, &w)
 			}
+			err = qp.postShared(&wr, inline)
 		}
 		if errors.Is(err, ErrNoMem) {
 			break
@@ -228,6 +227,23 @@ func (e *engine) pumpSend(qp *QP, s *sharedQP) bool {
 		}
 	}
 	return busy
+}
+
+// sharedBind is the bind a BIND_MW slot asks for: the window named by its
+// current rkey's index (invalidate_rkey), the region by its lkey (the top
+// half of swap), the new key byte (rkey), range (remote_addr, compare_add)
+// and rights (the bottom half of swap). A window or region that is not the
+// QP's fails the bind (MW_BIND_ERR), as a stale pointer would in-process.
+func (e *engine) sharedBind(qp *QP, w *uverbs.SendWQE) *MWBind {
+	b := &MWBind{RKey: w.RKey, Addr: w.RemoteAddr, Length: w.CompareAdd, Access: Access(uint32(w.Swap))}
+	b.MW = e.lookupMWIndex(w.InvRKey)
+	if b.MW == nil || b.MW.pd != qp.pd {
+		b.MW = &MW{pd: qp.pd} // dead: the bind fails
+	}
+	if mr := e.lookupMR(uint32(w.Swap >> 32)); mr != nil && mr.pd == qp.pd {
+		b.MR = mr
+	}
+	return b
 }
 
 func (s *sharedQP) toSGL(w []uverbs.SGE) []SGE {

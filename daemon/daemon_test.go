@@ -310,8 +310,8 @@ func TestDaemonMisuseErrno(t *testing.T) {
 	if err := x.qp.Destroy(); !errors.Is(err, verbs.ErrInvalid) {
 		t.Fatalf("second destroy: %v", err)
 	}
-	if _, err := x.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite); !errors.Is(err, verbs.ErrNotSupported) {
-		t.Fatalf("RegMR of the client's memory: %v", err)
+	if _, err := x.pd.RegMR(make([]byte, 64), verbs.AccessRemoteWrite); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("remote write without local write: %v", err)
 	}
 	if tb.srv.Clients() != 1 {
 		t.Fatalf("%d clients", tb.srv.Clients())
@@ -602,5 +602,83 @@ func TestMWThroughDaemon(t *testing.T) {
 	}
 	if err := mw.Dealloc(); !errors.Is(err, verbs.ErrInvalid) {
 		t.Fatalf("second dealloc: %v", err)
+	}
+}
+
+// TestOwnMemoryThroughDaemon: memory the client already has (RegMR of a Go
+// slice, as ibv_reg_mr of malloc'd memory) is reached by the daemon with
+// process_vm_readv/writev: WRITE and SEND from it, READ, a peer's WRITE and
+// SEND and an atomic into it, byte for byte.
+func TestOwnMemoryThroughDaemon(t *testing.T) {
+	tb := newTestbed(t)
+	c := tb.dial(t)
+	x, y := newEnd(t, c, 4096), newEnd(t, tb.b, 1<<16)
+	own := make([]byte, 1<<16+3)[3:] // unaligned, as ibv_reg_mr allows
+	mr, err := x.pd.RegMR(own, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mr.Len() != len(own) || mr.Addr() == 0 {
+		t.Fatalf("region of %d bytes at %#x", mr.Len(), mr.Addr())
+	}
+	connect(t, x, y, ipA, ipB, macA, macB)
+	post := func(wr verbs.SendWR) verbs.WorkCompletion {
+		t.Helper()
+		wr.Flags |= verbs.SendSignaled
+		if _, err := x.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+			t.Fatal(err)
+		}
+		return pollOne(t, x.cq)
+	}
+	sge := func(off, n int) []verbs.SGE { return []verbs.SGE{{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}} }
+
+	fill(own[:30000], 7)
+	if wc := post(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, SGList: sge(0, 30000), RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}); wc.Status != verbs.WCSuccess {
+		t.Fatalf("WRITE from own memory: %+v", wc)
+	}
+	settle(t, tb.b)
+	if !bytes.Equal(y.mr.Bytes()[:30000], own[:30000]) {
+		t.Fatal("WRITE from own memory: data differs")
+	}
+	fill(y.mr.Bytes()[40000:50000], 8)
+	settle(t, tb.b)
+	if wc := post(verbs.SendWR{ID: 2, Opcode: verbs.WRRDMARead, SGList: sge(100, 10000), RemoteAddr: y.mr.Addr() + 40000, RKey: y.mr.RKey()}); wc.Status != verbs.WCSuccess {
+		t.Fatalf("READ into own memory: %+v", wc)
+	}
+	if !bytes.Equal(own[100:10100], y.mr.Bytes()[40000:50000]) {
+		t.Fatal("READ into own memory: data differs")
+	}
+	// The peer's WRITE and SEND into it.
+	fill(y.mr.Bytes()[:20000], 9)
+	if _, err := y.qp.PostSend([]verbs.SendWR{{ID: 3, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{{Addr: y.mr.Addr(), Length: 20000, LKey: y.mr.LKey()}},
+		RemoteAddr: mr.Addr() + 30000, RKey: mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollOne(t, y.cq); wc.Status != verbs.WCSuccess || !bytes.Equal(own[30000:50000], y.mr.Bytes()[:20000]) {
+		t.Fatalf("peer's WRITE into own memory: %+v", wc)
+	}
+	if _, err := x.qp.PostRecv([]verbs.RecvWR{{ID: 4, SGList: sge(60000, 5000)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := y.qp.PostSend([]verbs.SendWR{{ID: 5, Opcode: verbs.WRSend, SGList: []verbs.SGE{{Addr: y.mr.Addr() + 100, Length: 5000, LKey: y.mr.LKey()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollOne(t, x.cq); wc.Status != verbs.WCSuccess || wc.ByteLen != 5000 || !bytes.Equal(own[60000:65000], y.mr.Bytes()[100:5100]) {
+		t.Fatalf("SEND into own memory: %+v", wc)
+	}
+	// An atomic on it, from the peer.
+	off := uint64(64000)
+	off += (8 - (mr.Addr()+off)%8) % 8 // 8-byte aligned in the region's addresses
+	clear(own[off : off+8])
+	own[off] = 5
+	if _, err := y.qp.PostSend([]verbs.SendWR{{ID: 6, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, CompareAdd: 10,
+		SGList: []verbs.SGE{{Addr: y.mr.Addr() + 60000, Length: 8, LKey: y.mr.LKey()}}, RemoteAddr: mr.Addr() + off, RKey: mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollOne(t, y.cq); wc.Status != verbs.WCSuccess || own[off] != 15 || y.mr.Bytes()[60000] != 5 {
+		t.Fatalf("FETCH_ADD on own memory: %+v, now %d, fetched %d", wc, own[off], y.mr.Bytes()[60000])
+	}
+	if err := mr.Dereg(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -27,14 +27,19 @@ type session struct {
 	// goroutine after each request (the tables are that goroutine's alone).
 	summary atomic.Pointer[summary]
 	events  eventQueue
-	hello   bool
-	next    uint32
-	pds     map[uint32]*verbs.PD
-	mrs     map[uint32]*sharedMR
-	cqs     map[uint32]*sharedCQ
-	qps     map[uint32]*sharedQP
-	srqs    map[uint32]*sharedSRQ
-	mws     map[uint32]sharedMW
+	// gone is set once the client's process has exited (its pidfd): its
+	// own memory is never touched after that. memFailures counts copies
+	// to or from its memory that failed.
+	gone        atomic.Bool
+	memFailures atomic.Uint64
+	hello       bool
+	next        uint32
+	pds         map[uint32]*verbs.PD
+	mrs         map[uint32]*sharedMR
+	cqs         map[uint32]*sharedCQ
+	qps         map[uint32]*sharedQP
+	srqs        map[uint32]*sharedSRQ
+	mws         map[uint32]sharedMW
 }
 
 type sharedMW struct {
@@ -78,10 +83,20 @@ func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
 // sends what does not parse; then it destroys what the client created.
 func (ss *session) serve(ctx context.Context) {
 	log := ss.srv.log.With("pid", ss.peer.PID, "uid", ss.peer.UID)
-	log.Info("daemon: client attached")
+	log.Info("daemon: client attached", "comm", ss.comm)
+	wctx, stopWatch := context.WithCancel(ctx)
+	go func() {
+		if ipc.WaitExit(wctx, ss.peer.PID) == nil {
+			ss.gone.Store(true)
+		}
+	}()
 	defer func() {
+		stopWatch()
 		ss.conn.Close()
 		ss.release()
+		if n := ss.memFailures.Load(); n > 0 {
+			log.Warn("daemon: copies to or from the client's own memory failed (unmapped while registered?)", "count", n)
+		}
 		log.Info("daemon: client detached")
 	}()
 	for ctx.Err() == nil {
@@ -143,10 +158,10 @@ func (ss *session) handle(msg []byte, fds []int) (reply []byte, out []int, err e
 // dispatch runs one request, encoding its reply's body into e; fds are the
 // request's, out the reply's (closed by the caller once sent).
 func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverbs.Encoder) (out []int, err error) {
-	// Only REG_MR carries an fd.
+	// Only REG_MR carries an fd, and only for shared memory.
 	wantFDs := 0
 	if op == uverbs.OpRegMR {
-		wantFDs = 1
+		wantFDs = min(len(fds), 1)
 	}
 	if len(fds) != wantFDs {
 		ipc.CloseAll(fds)
@@ -160,6 +175,9 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 	case uverbs.OpDeallocPD:
 		return nil, ss.deallocPD(d)
 	case uverbs.OpRegMR:
+		if len(fds) == 0 {
+			return nil, ss.regOwnMR(d, e)
+		}
 		return nil, ss.regMR(d, fds[0], e)
 	case uverbs.OpDeregMR:
 		return nil, ss.deregMR(d)
@@ -305,7 +323,8 @@ func (ss *session) deallocPD(d *uverbs.Decoder) error {
 // regMR registers memory the client shares through a sealed memfd, at the
 // address the client mapped it.
 func (ss *session) regMR(d *uverbs.Decoder, fd int, e *uverbs.Encoder) error {
-	pdh, addr, length, access := d.U32(), d.U64(), d.U64(), verbs.Access(d.U32())
+	pdh, addr, length, access, iova := d.U32(), d.U64(), d.U64(), verbs.Access(d.U32()), d.U64()
+	_ = addr // where the client mapped the memfd: this side maps its own
 	if err := d.End(); err != nil {
 		ipc.CloseAll([]int{fd})
 		return err
@@ -319,13 +338,37 @@ func (ss *session) regMR(d *uverbs.Decoder, fd int, e *uverbs.Encoder) error {
 	if err != nil {
 		return err
 	}
-	mr, err := pd.RegMRIOVA(m.Mem, addr, access)
+	mr, err := pd.RegMRIOVA(m.Mem, iova, access)
 	if err != nil {
 		m.Unmap()
 		return err
 	}
 	h := ss.handle32()
 	ss.mrs[h] = &sharedMR{mr: mr, pd: pdh, m: m}
+	e.U32(h)
+	e.U32(mr.LKey())
+	e.U32(mr.RKey())
+	return nil
+}
+
+// regOwnMR registers memory of the client's own (no memfd): the engines
+// reach it with process_vm_readv/writev.
+func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
+	pdh, addr, length, access, iova := d.U32(), d.U64(), d.U64(), verbs.Access(d.U32()), d.U64()
+	if err := d.End(); err != nil {
+		return err
+	}
+	pd := ss.pds[pdh]
+	if pd == nil || addr+length < addr {
+		return syscall.EINVAL
+	}
+	mem := &procMem{pid: ss.peer.PID, base: addr, gone: &ss.gone, failures: &ss.memFailures}
+	mr, err := pd.RegRemoteMR(mem, iova, length, access)
+	if err != nil {
+		return err
+	}
+	h := ss.handle32()
+	ss.mrs[h] = &sharedMR{mr: mr, pd: pdh}
 	e.U32(h)
 	e.U32(mr.LKey())
 	e.U32(mr.RKey())
@@ -345,6 +388,9 @@ func (ss *session) deregMR(d *uverbs.Decoder) error {
 		return err
 	}
 	delete(ss.mrs, h)
+	if m.m == nil {
+		return nil // the client's own memory
+	}
 	return m.m.Unmap() // no engine touches the region once Dereg returned
 }
 
@@ -655,7 +701,9 @@ func (ss *session) release() {
 			ss.srv.log.Error("daemon: deregistering a departed client's region", "err", err)
 			continue
 		}
-		m.m.Unmap()
+		if m.m != nil {
+			m.m.Unmap()
+		}
 		delete(ss.mrs, h)
 	}
 	for h, c := range ss.cqs {

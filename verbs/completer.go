@@ -311,7 +311,7 @@ func (c *completion) read() compState {
 		c.e.counters.ResponseOutOfWindow++
 		return compDrop
 	}
-	var one [1][]byte
+	var one [1]span
 	if !scatterPayload(w.local(&one), w.readDone, p) {
 		c.status = WCLocProtErr
 		return compError

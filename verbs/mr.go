@@ -35,7 +35,9 @@ func (d *Device) AllocPD() (*PD, error) {
 // MR is a registered memory region.
 type MR struct {
 	pd     *PD
-	buf    []byte
+	buf    []byte       // the region's memory, in this process
+	mem    RemoteMemory // or, for a daemon's client's own memory, where it is
+	length uint64
 	addr   uint64
 	access Access
 	lkey   uint32
@@ -51,7 +53,7 @@ type MR struct {
 func (m *MR) Addr() uint64 { return m.addr }
 
 // Len is the region's length in bytes.
-func (m *MR) Len() int { return len(m.buf) }
+func (m *MR) Len() int { return int(m.length) }
 
 // LKey is the local key that SGEs name.
 func (m *MR) LKey() uint32 { return m.lkey }
@@ -59,7 +61,7 @@ func (m *MR) LKey() uint32 { return m.lkey }
 // RKey is the remote key peers name in RDMA and atomic requests.
 func (m *MR) RKey() uint32 { return m.rkey }
 
-// Bytes is the registered memory.
+// Bytes is the registered memory (nil for another process's).
 func (m *MR) Bytes() []byte { return m.buf }
 
 // RegMR registers buf with the given access. Remote write or atomic access
@@ -68,10 +70,11 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if err := checkAccess(len(buf), access); err != nil {
 		return nil, err
 	}
+	addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
 	if pd.dev.rem != nil {
-		return nil, fmt.Errorf("verbs: registering the application's own memory through the daemon (AllocMR shares memory with it): %w", ErrNotSupported)
+		return pd.regRemoteMR(buf, addr, access)
 	}
-	return pd.register(buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access)
+	return pd.register(buf, addr, access)
 }
 
 // RegMRIOVA registers buf as a region whose first byte has the address
@@ -85,13 +88,13 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
 		return nil, fmt.Errorf("verbs: region at %#x of %d bytes wraps: %w", iova, len(buf), ErrInvalid)
 	}
 	if pd.dev.rem != nil {
-		return nil, fmt.Errorf("verbs: registering the application's own memory through the daemon: %w", ErrNotSupported)
+		return pd.regRemoteMR(buf, iova, access)
 	}
 	return pd.register(buf, iova, access)
 }
 
 func (pd *PD) register(buf []byte, iova uint64, access Access) (*MR, error) {
-	mr := &MR{pd: pd, buf: buf, access: access, addr: iova}
+	mr := &MR{pd: pd, buf: buf, length: uint64(len(buf)), access: access, addr: iova}
 	err := pd.dev.do(func() error { return pd.dev.addMR(mr) })
 	if err != nil {
 		return nil, err
@@ -294,9 +297,10 @@ func (e *objects) lookupMR(key uint32) *MR {
 	return mr
 }
 
-// slice returns the region's bytes [addr, addr+n) if they lie inside it.
+// slice returns the region's bytes [addr, addr+n) if they lie inside it
+// and in this process.
 func (m *MR) slice(addr uint64, n uint32) ([]byte, bool) {
-	if addr < m.addr {
+	if addr < m.addr || m.buf == nil {
 		return nil, false
 	}
 	off := addr - m.addr
@@ -304,4 +308,85 @@ func (m *MR) slice(addr uint64, n uint32) ([]byte, bool) {
 		return nil, false
 	}
 	return m.buf[off : off+uint64(n)], true
+}
+
+// RemoteMemory is memory of another process that the engines reach by
+// copying: a daemon's client's own memory (process_vm_readv/writev). Its
+// offsets are the region's. A copy that fails (the client unmapped the
+// memory, or died) moves nothing; the client's data is then undefined, as
+// ibverbs leaves it when registered memory is freed.
+type RemoteMemory interface {
+	ReadAt(p []byte, off uint64) error
+	WriteAt(p []byte, off uint64) error
+}
+
+// RegRemoteMR registers length bytes of another process's memory, reached
+// through mem, at address iova (the daemon registers a client's own memory
+// so: ibv_reg_mr on malloc'd memory).
+func (pd *PD) RegRemoteMR(mem RemoteMemory, iova, length uint64, access Access) (*MR, error) {
+	if err := checkAccess(int(min(length, MaxMRSize+1)), access); err != nil {
+		return nil, err
+	}
+	if iova+length < iova || mem == nil {
+		return nil, fmt.Errorf("verbs: region at %#x of %d bytes: %w", iova, length, ErrInvalid)
+	}
+	mr := &MR{pd: pd, mem: mem, length: length, access: access, addr: iova}
+	err := pd.dev.do(func() error { return pd.dev.addMR(mr) })
+	if err != nil {
+		return nil, err
+	}
+	return mr, nil
+}
+
+// span is a piece of a registered region the engines copy to or from: local
+// bytes, or n bytes of another process's memory at offset off.
+type span struct {
+	b   []byte
+	mem RemoteMemory
+	off uint64
+	n   uint32
+}
+
+// span returns the region's piece [addr, addr+n) if it lies inside it.
+func (m *MR) span(addr uint64, n uint32) (span, bool) {
+	if addr < m.addr {
+		return span{}, false
+	}
+	off := addr - m.addr
+	if off > m.length || uint64(n) > m.length-off {
+		return span{}, false
+	}
+	if m.mem != nil {
+		return span{mem: m.mem, off: off, n: n}, true
+	}
+	return span{b: m.buf[off : off+uint64(n)]}, true
+}
+
+func (s span) len() uint32 {
+	if s.mem != nil {
+		return s.n
+	}
+	return uint32(len(s.b))
+}
+
+// read copies the span's bytes from offset off into dst, as many as fit,
+// and returns how many.
+func (s span) read(dst []byte, off uint32) int {
+	if s.mem == nil {
+		return copy(dst, s.b[off:])
+	}
+	n := min(uint32(len(dst)), s.n-off)
+	_ = s.mem.ReadAt(dst[:n], s.off+uint64(off))
+	return int(n)
+}
+
+// write copies src into the span from offset off, as much as fits, and
+// returns how much.
+func (s span) write(src []byte, off uint32) int {
+	if s.mem == nil {
+		return copy(s.b[off:], src)
+	}
+	n := min(uint32(len(src)), s.n-off)
+	_ = s.mem.WriteAt(src[:n], s.off+uint64(off))
+	return int(n)
 }

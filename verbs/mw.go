@@ -170,7 +170,7 @@ func (e *engine) bindMW(qp *QP, b *MWBind) bool {
 		return false // C10-73
 	case b.Access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && mr.access&AccessLocalWrite == 0:
 		return false // C10-74
-	case b.Addr < mr.addr || b.Length > uint64(len(mr.buf)) || b.Addr-mr.addr > uint64(len(mr.buf))-b.Length:
+	case b.Addr < mr.addr || b.Length > mr.length || b.Addr-mr.addr > mr.length-b.Length:
 		return false // C10-75
 	}
 	mw.rkey.Store(mw.rkey.Load()&^0xff | b.RKey&0xff)
@@ -217,7 +217,7 @@ func (e *engine) checkMWAccess(qp *QP, rkey uint32, va uint64, n uint32, need Ac
 	if va < mw.addr || uint64(n) > mw.length || va-mw.addr > mw.length-uint64(n) {
 		return nil, false
 	}
-	if _, ok := mw.mr.slice(va, n); !ok || !mw.mr.valid {
+	if _, ok := mw.mr.span(va, n); !ok || !mw.mr.valid {
 		return nil, false
 	}
 	return mw.mr, true

@@ -225,11 +225,12 @@ func (pd *PD) allocRemoteMR(n int, access Access) (*MR, error) {
 		e.U64(addr)
 		e.U64(uint64(n))
 		e.U32(uint32(access))
+		e.U64(addr)
 	}, m.FD)
 	m.CloseFD()
 	var mr *MR
 	if err == nil {
-		mr = &MR{pd: pd, buf: buf, addr: addr, access: access, valid: true, rem: &remoteMR{m: m}}
+		mr = &MR{pd: pd, buf: buf, length: uint64(n), addr: addr, access: access, valid: true, rem: &remoteMR{m: m}}
 		mr.rem.h, mr.lkey, mr.rkey = d.U32(), d.U32(), d.U32()
 		err = d.End()
 	}
@@ -252,6 +253,9 @@ func (m *MR) deregRemote() error {
 	delete(r.mrs, m.lkey)
 	r.mrMu.Unlock()
 	m.valid = false
+	if m.rem.m == nil {
+		return nil // the application's own memory
+	}
 	return m.rem.m.Unmap()
 }
 
@@ -781,4 +785,31 @@ func (pd *PD) allocRemoteMW(typ MWType) (*MW, error) {
 func (mw *MW) deallocRemote() error {
 	_, err := mw.pd.dev.rem.callNoFDs(uverbs.OpDeallocMW, func(e *uverbs.Encoder) { e.U32(mw.rem.h) })
 	return err
+}
+
+// regRemoteMR registers memory the application already has: the daemon
+// copies to and from it with process_vm_readv/writev, at iova for SGEs and
+// peers.
+func (pd *PD) regRemoteMR(buf []byte, iova uint64, access Access) (*MR, error) {
+	r := pd.dev.rem
+	addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
+	d, err := r.callNoFDs(uverbs.OpRegMR, func(e *uverbs.Encoder) {
+		e.U32(pd.id)
+		e.U64(addr)
+		e.U64(uint64(len(buf)))
+		e.U32(uint32(access))
+		e.U64(iova)
+	})
+	if err != nil {
+		return nil, err
+	}
+	mr := &MR{pd: pd, buf: buf, length: uint64(len(buf)), addr: iova, access: access, valid: true, rem: &remoteMR{}}
+	mr.rem.h, mr.lkey, mr.rkey = d.U32(), d.U32(), d.U32()
+	if err := d.End(); err != nil {
+		return nil, err
+	}
+	r.mrMu.Lock()
+	r.mrs[mr.lkey] = mr
+	r.mrMu.Unlock()
+	return mr, nil
 }

@@ -139,11 +139,11 @@ func (e *engine) readPacket(qp *QP, r *pendingReply) bool {
 	op := segmentOpcode(first, last, wire.RCReadResponseOnly, wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast)
 	pkt := e.header(qp, op, psn, false)
 	pkt.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: r.msn}
-	var src []byte
+	var src [1]span
 	if n > 0 {
-		src, _ = res.mr.slice(res.va+uint64(off), n)
+		src[0], _ = res.mr.span(res.va+uint64(off), n)
 	}
-	e.send(int(n), func(dst []byte) { copy(dst, src) })
+	e.send(int(n), func(dst []byte) { gather(dst, src[:], 0) })
 	r.next = (psn + 1) & 0xffffff
 	return last
 }

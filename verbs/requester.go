@@ -95,10 +95,10 @@ type qpTransport struct {
 type sendWQE struct {
 	wr       SendWR
 	length   uint32
-	segs     [][]byte // the local memory of its SG list, resolved when it starts
-	single   bool     // one SGE, kept in sge1 and resolved into seg1 (no allocation)
+	segs     []span // the memory of its SG list, resolved when it starts
+	single   bool   // one SGE, kept in sge1 and resolved into seg1 (no allocation)
 	sge1     SGE
-	seg1     []byte
+	seg1     span
 	started  bool
 	firstPSN uint32
 	lastPSN  uint32
@@ -297,7 +297,7 @@ func (e *engine) rttSample(t *qpTransport) {
 func (e *engine) resolveLocal(qp *QP, w *sendWQE) bool {
 	if w.wr.Flags&SendInline != 0 {
 		// Inline data was copied at post time.
-		w.segs, w.seg1, w.single = nil, w.inline, true
+		w.segs, w.seg1, w.single = nil, span{b: w.inline}, true
 		return true
 	}
 	needWrite := w.wr.Opcode.isReadOrAtomic()
@@ -312,7 +312,7 @@ func (e *engine) resolveLocal(qp *QP, w *sendWQE) bool {
 			e.failHead(qp, WCLocProtErr)
 			return false
 		}
-		b, ok := mr.slice(s.Addr, s.Length)
+		b, ok := mr.span(s.Addr, s.Length)
 		if !ok {
 			e.failHead(qp, WCLocProtErr)
 			return false
@@ -327,7 +327,7 @@ func (e *engine) resolveLocal(qp *QP, w *sendWQE) bool {
 }
 
 // local returns the WQE's resolved local memory; buf backs the single-SGE case.
-func (w *sendWQE) local(buf *[1][]byte) [][]byte {
+func (w *sendWQE) local(buf *[1]span) []span {
 	if !w.single {
 		return w.segs
 	}
@@ -387,7 +387,7 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	if last && wr.Flags&SendSolicited != 0 && (wr.Opcode != WRRDMAWrite) {
 		p.BTH.SE = true
 	}
-	var one [1][]byte
+	var one [1]span
 	segs := w.local(&one)
 	e.send(int(n), func(dst []byte) { gather(dst, segs, off) })
 	w.sentOff = off + n
@@ -478,16 +478,16 @@ func segmentOpcode(first, last bool, only, firstOp, middle, lastOp wire.Opcode) 
 }
 
 // gather copies len(dst) bytes of the message, starting at offset off, from segs.
-func gather(dst []byte, segs [][]byte, off uint32) {
+func gather(dst []byte, segs []span, off uint32) {
 	for _, s := range segs {
 		if len(dst) == 0 {
 			return
 		}
-		if uint32(len(s)) <= off {
-			off -= uint32(len(s))
+		if s.len() <= off {
+			off -= s.len()
 			continue
 		}
-		n := copy(dst, s[off:])
+		n := s.read(dst, off)
 		dst = dst[n:]
 		off = 0
 	}
@@ -499,21 +499,21 @@ func payloadLen(p *wire.Packet) uint32 { return uint32(len(p.Payload) + len(p.Pa
 
 // scatterPayload copies a received packet's payload, both pieces, into segs
 // at message offset off; false if it does not fit.
-func scatterPayload(segs [][]byte, off uint32, p *wire.Packet) bool {
+func scatterPayload(segs []span, off uint32, p *wire.Packet) bool {
 	return scatter(segs, off, p.Payload) && scatter(segs, off+uint32(len(p.Payload)), p.PayloadTail)
 }
 
 // scatter copies src into segs starting at message offset off; false if it does not fit.
-func scatter(segs [][]byte, off uint32, src []byte) bool {
+func scatter(segs []span, off uint32, src []byte) bool {
 	for _, s := range segs {
 		if len(src) == 0 {
 			return true
 		}
-		if uint32(len(s)) <= off {
-			off -= uint32(len(s))
+		if s.len() <= off {
+			off -= s.len()
 			continue
 		}
-		n := copy(s[off:], src)
+		n := s.write(src, off)
 		src = src[n:]
 		off = 0
 	}
@@ -567,6 +567,6 @@ func (e *engine) checkDrained(qp *QP) {
 func putAtomicResult(w *sendWQE, orig uint64) {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], orig)
-	var one [1][]byte
+	var one [1]span
 	scatter(w.local(&one), 0, b[:])
 }

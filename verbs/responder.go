@@ -19,7 +19,7 @@ const (
 type recvState struct {
 	active  bool
 	wr      recvWQE
-	segs    [][]byte
+	segs    []span
 	written uint32
 }
 
@@ -261,9 +261,9 @@ func (e *engine) takeRecv(qp *QP, psn uint32) bool {
 	var one [1]SGE
 	for _, s := range wr.sges(&one) {
 		mr := e.lookupMR(s.LKey)
-		b, ok := []byte(nil), false
+		b, ok := span{}, false
 		if mr != nil && mr.pd == pd && mr.access&AccessLocalWrite != 0 {
-			b, ok = mr.slice(s.Addr, s.Length)
+			b, ok = mr.span(s.Addr, s.Length)
 		}
 		if !ok {
 			// A malformed receive WQE (class A, as rxe): it completes with
@@ -389,8 +389,9 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 		return
 	}
 	if n > 0 {
-		dst, _ := w.mr.slice(w.va, n) // inside the region: checked against RETH length
-		copy(dst[copy(dst, p.Payload):], p.PayloadTail)
+		dst, _ := w.mr.span(w.va, n) // inside the region: checked against RETH length
+		one := [1]span{dst}
+		scatterPayload(one[:], 0, p)
 		w.va += uint64(n)
 		w.resid -= n
 	}
@@ -418,7 +419,7 @@ func (e *engine) checkRKey(qp *QP, rkey uint32, va uint64, n uint32, need Access
 	if mr == nil || mr.pd != qp.pd || mr.access&need != need {
 		return nil, false
 	}
-	if _, ok := mr.slice(va, n); !ok {
+	if _, ok := mr.span(va, n); !ok {
 		return nil, false
 	}
 	return mr, true
@@ -468,16 +469,20 @@ func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
 		e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
 		return
 	}
-	b, _ := mr.slice(a.VA, 8)
+	target, _ := mr.span(a.VA, 8)
 	// Atomics operate on the 64-bit value in the responder's byte order (rxe: host order).
 	e.atomicMu.Lock()
-	orig := binary.LittleEndian.Uint64(b)
+	var b [8]byte
+	target.read(b[:], 0)
+	orig := binary.LittleEndian.Uint64(b[:])
 	if p.BTH.Opcode == wire.RCCompareSwap {
 		if orig == a.Compare {
-			binary.LittleEndian.PutUint64(b, a.SwapAdd)
+			binary.LittleEndian.PutUint64(b[:], a.SwapAdd)
+			target.write(b[:], 0)
 		}
 	} else {
-		binary.LittleEndian.PutUint64(b, orig+a.SwapAdd)
+		binary.LittleEndian.PutUint64(b[:], orig+a.SwapAdd)
+		target.write(b[:], 0)
 	}
 	e.atomicMu.Unlock()
 	res := e.newResource(qp)

@@ -144,7 +144,6 @@ func TestHostileSharedRings(t *testing.T) {
 			s.post(uverbs.SendWQE{Opcode: uint8(WRSend), SendFlags: uint8(SendInline)}, []uverbs.SGE{{Addr: s.mr.Addr(), Length: 8, LKey: s.mr.LKey()}}, nil)
 		}},
 		{"unknown opcode", func(s *sharedNode) { s.post(uverbs.SendWQE{Opcode: 200}, nil, nil) }},
-		{"bind through the ring", func(s *sharedNode) { s.post(uverbs.SendWQE{Opcode: uint8(WRBindMW)}, nil, nil) }},
 		{"too many receive SGEs", func(s *sharedNode) {
 			slot := s.rq.Slot(s.rq.Producer())
 			uverbs.PutRecvWQE(slot, 1, []uverbs.SGE{{}, {}})

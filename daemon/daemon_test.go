@@ -630,7 +630,9 @@ func TestOwnMemoryThroughDaemon(t *testing.T) {
 		}
 		return pollOne(t, x.cq)
 	}
-	sge := func(off, n int) []verbs.SGE { return []verbs.SGE{{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}} }
+	sge := func(off, n int) []verbs.SGE {
+		return []verbs.SGE{{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}}
+	}
 
 	fill(own[:30000], 7)
 	if wc := post(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, SGList: sge(0, 30000), RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}); wc.Status != verbs.WCSuccess {

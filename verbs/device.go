@@ -112,6 +112,8 @@ type Device struct {
 	// doorbellPage, shared with a daemon's clients, says which engines
 	// sleep (SetDoorbellPage).
 	doorbellPage atomic.Pointer[[]byte]
+	// capture, when set, sees every frame sent and received (SetCapture).
+	capture atomic.Pointer[CaptureFunc]
 	// rem, for a device attached to a daemon (Dial), is the connection;
 	// the device then has no engines of its own.
 	rem *remote
@@ -276,6 +278,21 @@ func (e *engine) takePosted() []*QP {
 	e.posted = e.spare[:0]
 	e.postedMu.Unlock()
 	return l
+}
+
+// CaptureFunc sees a frame the device sent (outbound) or received, on the
+// engine's goroutine: it must not keep the frame, and what it takes slows
+// the device down.
+type CaptureFunc func(frame []byte, outbound bool)
+
+// SetCapture starts showing every frame to f, or, with nil, stops; it may be
+// called at any time (xdproce up --pcap).
+func (d *Device) SetCapture(f CaptureFunc) {
+	if f == nil {
+		d.capture.Store(nil)
+		return
+	}
+	d.capture.Store(&f)
 }
 
 // MAC is the port's MAC address.

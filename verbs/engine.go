@@ -80,6 +80,7 @@ type engine struct {
 	// the rare frame whose headers cross a piece.
 	splitter  splitReceiver
 	rxSplitFn func(head, tail []byte)
+	capBuf    []byte // a split frame gathered for the capture
 	gather    []byte
 	// rxHead and rxTail are the frame being handled as it arrived, to hand
 	// it to another engine.
@@ -107,8 +108,8 @@ const (
 
 func (e *engine) init(d *Device, link Link, index int) {
 	e.objects, e.dev, e.link, e.index = &d.objs, d, link, index
-	e.rxFn = e.handleFrame
-	e.rxSplitFn = e.handleSplit
+	e.rxFn = e.receiveFrame
+	e.rxSplitFn = e.receiveSplit
 	e.inbox.max = link.MaxFrame()
 	if s, ok := link.(splitReceiver); ok {
 		e.splitter = s
@@ -425,6 +426,9 @@ func (e *engine) queue(buf []byte, n int) {
 		clear(buf[n:wire.MinFrameLen]) // the pad; a lent buffer holds old bytes
 		n = wire.MinFrameLen
 	}
+	if c := e.dev.capture.Load(); c != nil {
+		(*c)(buf[:n], true)
+	}
 	if e.lender != nil {
 		e.lender.CommitTX(n)
 	} else {
@@ -483,6 +487,25 @@ func (e *engine) send(payloadLen int, fill func(dst []byte)) {
 		panic(fmt.Sprintf("verbs: sealing a %v packet: %v", e.tx.BTH.Opcode, err))
 	}
 	e.queue(buf, n)
+}
+
+// receiveFrame is the link's receive callback: the capture, if one is on,
+// sees the frame first. Frames handed over from another engine skip it
+// (that engine's capture saw them).
+func (e *engine) receiveFrame(frame []byte) {
+	if c := e.dev.capture.Load(); c != nil {
+		(*c)(frame, false)
+	}
+	e.handleFrame(frame)
+}
+
+// receiveSplit is receiveFrame for links that deliver frames in pieces.
+func (e *engine) receiveSplit(head, tail []byte) {
+	if c := e.dev.capture.Load(); c != nil {
+		e.capBuf = append(append(e.capBuf[:0], head...), tail...)
+		(*c)(e.capBuf, false)
+	}
+	e.handleSplit(head, tail)
 }
 
 // handleFrame is called for every received frame.

@@ -2,10 +2,12 @@ package verbs
 
 import (
 	"bytes"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/xdproce/xdproce/uverbs"
+	"github.com/xdproce/xdproce/wire"
 )
 
 // sharedNode is a node whose QP and CQ use shared rings, written here as a
@@ -242,4 +244,44 @@ func TestHostileSharedSRQ(t *testing.T) {
 		t.Fatalf("growing a shared SRQ past its ring: %v", err)
 	}
 	must(t, s.Destroy())
+}
+
+// SetCapture shows every frame, both ways, once each, and stops when asked.
+func TestCapture(t *testing.T) {
+	a, b, _, _ := pair(t, connOpts{}, 1<<16)
+	var mu sync.Mutex
+	var in, out int
+	var bad error
+	a.dev.SetCapture(func(frame []byte, outbound bool) {
+		var p wire.Packet
+		mu.Lock()
+		defer mu.Unlock()
+		if err := wire.Decode(frame, &p); err != nil {
+			bad = err
+		}
+		if outbound {
+			out++
+		} else {
+			in++
+		}
+	})
+	// 10 packets at path MTU 1024, and their ACK(s).
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 10000), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	poll(t, a.scq, 1, 5*time.Second)
+	a.dev.SetCapture(nil)
+	settleDevice(t, a.dev)
+	mu.Lock()
+	gotIn, gotOut := in, out
+	mu.Unlock()
+	c, _ := a.dev.Counters()
+	if bad != nil || uint64(gotOut) != c.SentPkts || uint64(gotIn) != c.RcvdPkts || gotOut != 10 || gotIn < 1 {
+		t.Fatalf("captured %d out, %d in (sent %d, received %d), decode error %v", gotOut, gotIn, c.SentPkts, c.RcvdPkts, bad)
+	}
+	postSend(t, a, SendWR{ID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 100), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	poll(t, a.scq, 1, 5*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if in != gotIn || out != gotOut {
+		t.Fatal("frames captured after the capture stopped")
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -10,9 +11,11 @@ import (
 	"os"
 	"os/user"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/xdproce/xdproce/daemon"
+	"github.com/xdproce/xdproce/internal/pcap"
 	"github.com/xdproce/xdproce/nic"
 	"github.com/xdproce/xdproce/verbs"
 )
@@ -28,6 +31,7 @@ func runUp(ctx context.Context, args []string, stdout io.Writer) error {
 	group := fs.String("group", "", "let members of this group attach, besides root and the daemon's user")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	metrics := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464)")
+	pcapFile := fs.String("pcap", "", "write every RoCEv2 frame sent and received to this pcapng file (Wireshark decodes it; slows the device)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -54,6 +58,18 @@ func runUp(ctx context.Context, args []string, stdout io.Writer) error {
 	srv, err := daemon.New(daemon.Config{Ifname: *dev, Device: d, Group: gid, Logger: log})
 	if err != nil {
 		return errors.Join(err, d.Close())
+	}
+	if *pcapFile != "" {
+		stop, err := capture(d, *pcapFile)
+		if err != nil {
+			return errors.Join(err, d.Close())
+		}
+		defer func() {
+			if err := stop(); err != nil {
+				log.Error("xdproce: pcap", "err", err)
+			}
+		}()
+		log.Info("xdproce: capturing frames", "file", *pcapFile)
 	}
 	log.Info("xdproce: device up", "device", nic.DeviceName(*dev), "datapath", d.QueryPort().DataPath, "engines", d.Engines())
 	fmt.Fprintf(stdout, "%s up on %s\n", nic.DeviceName(*dev), *dev)
@@ -94,4 +110,35 @@ func runDown(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s down\n", nic.DeviceName(*dev))
 	return nil
+}
+
+// capture writes every frame d sends and receives to path as pcapng, until
+// the returned stop is called.
+func capture(d *verbs.Device, path string) (stop func() error, err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--pcap: %w", err)
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	w, err := pcap.NewNGWriter(bw, 65535)
+	if err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	var mu sync.Mutex // the engines of several queues write
+	var werr error
+	d.SetCapture(func(frame []byte, outbound bool) {
+		mu.Lock()
+		if werr == nil {
+			werr = w.WritePacket(time.Now(), frame, outbound)
+		}
+		mu.Unlock()
+	})
+	return func() error {
+		d.SetCapture(nil)
+		mu.Lock()
+		defer mu.Unlock()
+		err := errors.Join(werr, bw.Flush(), f.Close())
+		werr = os.ErrClosed // an engine that loaded the capture before it stopped writes nothing
+		return err
+	}, nil
 }

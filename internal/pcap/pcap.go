@@ -1,6 +1,7 @@
-// Package pcap reads classic libpcap capture files (not pcapng) from memory:
-// both byte orders, microsecond and nanosecond timestamps. The wire tests use
-// it to replay golden captures.
+// Package pcap reads classic libpcap capture files from memory (both byte
+// orders, microsecond and nanosecond timestamps), which the wire tests
+// replay golden captures with, and writes pcapng captures (ng.go), which
+// xdproce up --pcap records a device's frames in.
 package pcap
 
 import (

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,7 +17,9 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/netns"
+	"github.com/xdproce/xdproce/internal/pcap"
 	"github.com/xdproce/xdproce/verbs"
+	"github.com/xdproce/xdproce/wire"
 )
 
 // daemonUp starts `xdproce up` on h's link and waits until it serves; the
@@ -105,7 +109,8 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 	a, b := topo.Hosts[0], topo.Hosts[1]
 	bin := buildCLI(t)
 	_, aLog := daemonUp(t, bin, a, "--metrics", "127.0.0.1:19464") // the namespace's own loopback
-	daemonUp(t, bin, b)
+	pcapFile := filepath.Join(t.TempDir(), "b.pcapng")
+	bUp, _ := daemonUp(t, bin, b, "--pcap", pcapFile)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
@@ -133,18 +138,64 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 		}
 	})
 
+	parent := t
+	// B's daemon wrote what it sent and received as pcapng: RoCEv2 both
+	// ways, every frame decoding, and as many as its counters say.
+	t.Run("pcap", func(t *testing.T) {
+		stats := cli(t, bin, b, "stats", "-d", b.Link)
+		if err := bUp.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for bUp.ProcessState == nil && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond) // daemonUp's goroutine reaps it
+		}
+		data, err := os.ReadFile(pcapFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkts, err := pcap.ReadNG(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var in, out int
+		for i, p := range pkts {
+			var w wire.Packet
+			if err := wire.Decode(p.Data, &w); err != nil {
+				t.Fatalf("frame %d of the capture: %v", i, err)
+			}
+			if p.Outbound {
+				out++
+			} else {
+				in++
+			}
+		}
+		m := regexp.MustCompile(`sent_pkts (\d+) rcvd_pkts (\d+)`).FindStringSubmatch(stats)
+		if m == nil {
+			t.Fatalf("no counters in %q", stats)
+		}
+		sent, _ := strconv.Atoi(m[1])
+		rcvd, _ := strconv.Atoi(m[2])
+		// At least what the counters said before the daemon stopped (its
+		// Close may send the ACKs it held).
+		if sent == 0 || out < sent || in < rcvd {
+			t.Fatalf("captured %d sent and %d received frames; the counters said %d and %d", out, in, sent, rcvd)
+		}
+		daemonUp(parent, bin, b) // the next subtests need B's daemon: the test's, not this subtest's
+	})
+
 	t.Run("client killed mid-transfer", func(t *testing.T) {
 		long, lo := startPerf(t, ctx, bin, b, 18603, "", "-n", "1000000", "-s", "65536", "-timeout", "20s")
 		short, so := startPerf(t, ctx, bin, b, 18604, "", "-D", "4", "-s", "16384", "--verify")
 		time.Sleep(300 * time.Millisecond)
-		victim, _ := startPerf(t, ctx, bin, a, 18603, b.Addr.String(), "-n", "1000000", "-s", "65536")
+		victim, vo := startPerf(t, ctx, bin, a, 18603, b.Addr.String(), "-n", "1000000", "-s", "65536")
 		other, oo := startPerf(t, ctx, bin, a, 18604, b.Addr.String(), "-D", "4", "-s", "16384", "--verify")
 		time.Sleep(1500 * time.Millisecond)
 		// An operator sees both clients, their QPs and the counters.
 		list := cli(t, bin, a, "list", "-d", a.Link)
 		if strings.Count(list, "comm xdproce") < 4 || strings.Count(list, "\nclient ") != 2 || !strings.Contains(list, "state RTS") ||
 			!strings.Contains(list, "peer "+b.Addr.String()) {
-			t.Errorf("xdproce list while two clients run:\n%s", list)
+			t.Errorf("xdproce list while two clients run:\n%s\nvictim:\n%s\nits server:\n%s", list, vo, lo)
 		}
 		var metrics []byte
 		err := a.Do(func() error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -108,7 +109,16 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
 	a, b := topo.Hosts[0], topo.Hosts[1]
 	bin := buildCLI(t)
-	_, aLog := daemonUp(t, bin, a, "--metrics", "127.0.0.1:19464") // the namespace's own loopback
+	aUp, aLog := daemonUp(t, bin, a, "--metrics", "127.0.0.1:19464") // the namespace's own loopback
+	// sharedMaps counts the daemon's mappings of memory shared with clients
+	// (rings and regions; the doorbell page is the daemon's own).
+	sharedMaps := func() int {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", aUp.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), "memfd:xdproce-") - strings.Count(string(b), "memfd:xdproce-doorbell")
+	}
 	pcapFile := filepath.Join(t.TempDir(), "b.pcapng")
 	bUp, _ := daemonUp(t, bin, b, "--pcap", pcapFile)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -191,6 +201,9 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 		victim, vo := startPerf(t, ctx, bin, a, 18603, b.Addr.String(), "-n", "1000000", "-s", "65536")
 		other, oo := startPerf(t, ctx, bin, a, 18604, b.Addr.String(), "-D", "4", "-s", "16384", "--verify")
 		time.Sleep(1500 * time.Millisecond)
+		if n := sharedMaps(); n < 2*4 { // per client: its region, CQ and QP rings
+			t.Errorf("the daemon maps %d memfds of its two clients", n)
+		}
 		// An operator sees both clients, their QPs and the counters.
 		list := cli(t, bin, a, "list", "-d", a.Link)
 		if strings.Count(list, "comm xdproce") < 4 || strings.Count(list, "\nclient ") != 2 || !strings.Contains(list, "state RTS") ||
@@ -252,6 +265,9 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 		}
 		if list := cli(t, bin, a, "list", "-d", a.Link); strings.Contains(list, "client ") || strings.Contains(list, "lqpn") {
 			t.Errorf("the clients' QPs outlive them:\n%s", list)
+		}
+		if n := sharedMaps(); n != 0 {
+			t.Errorf("the daemon still maps %d memfds of its departed clients", n)
 		}
 		// And a new pair runs at once.
 		s, sout := startPerf(t, ctx, bin, b, 18605, "", "-n", "200", "-s", "4096", "--verify")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"sort"
 	"syscall"
 )
@@ -43,7 +44,30 @@ var errUsage = errors.New("usage")
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(profiled(func() int { return run(ctx, os.Args[1:], os.Stdout, os.Stderr) }))
+}
+
+// profiled runs fn under a CPU profile written to $XDPROCE_CPUPROFILE, if
+// set: any command (xdproce perf in a guest, say) can be profiled so.
+func profiled(fn func() int) int {
+	path := os.Getenv("XDPROCE_CPUPROFILE")
+	if path == "" {
+		return fn()
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "xdproce: XDPROCE_CPUPROFILE: %v\n", err)
+		return 1
+	}
+	code := fn()
+	pprof.StopCPUProfile()
+	if err := f.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "xdproce: XDPROCE_CPUPROFILE: %v\n", err)
+	}
+	return code
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -189,6 +189,22 @@ func (s *Server) Clients() int {
 	return len(s.sessions)
 }
 
+// counters reads the transport's counters (rxe's names) and the port's.
+func (s *Server) counters() (transport, port []uverbs.Counter, err error) {
+	c, err := s.cfg.Device.Counters()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, n := range c.Named() {
+		transport = append(transport, uverbs.Counter(n))
+	}
+	named, err := s.cfg.Device.PortCounters()
+	for _, n := range named {
+		port = append(port, uverbs.Counter(n))
+	}
+	return transport, port, err
+}
+
 // snapshot lists the sessions.
 func (s *Server) snapshot() []*session {
 	s.mu.Lock()

@@ -92,20 +92,39 @@ type end struct {
 
 func newEnd(t *testing.T, d *verbs.Device, size int) *end {
 	t.Helper()
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	return newEndWith(t, d, endSpec{cqDepth: 64, size: size, access: access,
+		attr: verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}}})
+}
+
+// endSpec shapes an end: its CQ's depth, its QP's attributes (the CQs are
+// filled in), its region's size and access.
+type endSpec struct {
+	cqDepth, size int
+	attr          verbs.QPInitAttr
+	access        verbs.Access
+	srq           func(*verbs.PD) *verbs.SRQ // if set, the QP's SRQ
+}
+
+func newEndWith(t *testing.T, d *verbs.Device, s endSpec) *end {
+	t.Helper()
 	e := &end{dev: d}
 	var err error
 	if e.pd, err = d.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
-	if e.cq, err = d.CreateCQ(64); err != nil {
+	if e.cq, err = d.CreateCQ(s.cqDepth); err != nil {
 		t.Fatal(err)
 	}
-	if e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}}); err != nil {
+	attr := s.attr
+	attr.Type, attr.SendCQ, attr.RecvCQ = verbs.QPTypeRC, e.cq, e.cq
+	if s.srq != nil {
+		attr.SRQ = s.srq(e.pd)
+	}
+	if e.qp, err = e.pd.CreateQP(attr); err != nil {
 		t.Fatal(err)
 	}
-	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	if e.mr, err = e.pd.AllocMR(size, access); err != nil {
+	if e.mr, err = e.pd.AllocMR(s.size, s.access); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -427,20 +446,8 @@ func TestMetrics(t *testing.T) {
 func TestAsyncEventsReachTheirOwner(t *testing.T) {
 	tb := newTestbed(t)
 	c1, c2 := tb.dial(t), tb.dial(t)
-	x := &end{dev: c1}
-	var err error
-	if x.pd, err = c1.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if x.cq, err = c1.CreateCQ(1); err != nil {
-		t.Fatal(err)
-	}
-	if x.qp, err = x.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: x.cq, RecvCQ: x.cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if x.mr, err = x.pd.AllocMR(4096, verbs.AccessLocalWrite); err != nil {
-		t.Fatal(err)
-	}
+	x := newEndWith(t, c1, endSpec{cqDepth: 1, size: 4096, access: verbs.AccessLocalWrite,
+		attr: verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 1}}})
 	y := newEnd(t, tb.b, 4096)
 	connect(t, x, y, ipA, ipB, macA, macB)
 	newEnd(t, c2, 4096) // the other client has objects too
@@ -476,24 +483,16 @@ func TestAsyncEventsReachTheirOwner(t *testing.T) {
 func TestSRQThroughDaemon(t *testing.T) {
 	tb := newTestbed(t)
 	c := tb.dial(t)
-	x := &end{dev: c}
-	var err error
-	if x.pd, err = c.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if x.cq, err = c.CreateCQ(16); err != nil {
-		t.Fatal(err)
-	}
-	srq, err := x.pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: 8, MaxSGE: 1, Limit: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if x.qp, err = x.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: x.cq, RecvCQ: x.cq, SRQ: srq, Cap: verbs.QPCap{MaxSendWR: 4}}); err != nil {
-		t.Fatal(err)
-	}
-	if x.mr, err = x.pd.AllocMR(4096, verbs.AccessLocalWrite); err != nil {
-		t.Fatal(err)
-	}
+	var srq *verbs.SRQ
+	x := newEndWith(t, c, endSpec{cqDepth: 16, size: 4096, access: verbs.AccessLocalWrite,
+		attr: verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 4}},
+		srq: func(pd *verbs.PD) *verbs.SRQ {
+			var err error
+			if srq, err = pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: 8, MaxSGE: 1, Limit: 3}); err != nil {
+				t.Fatal(err)
+			}
+			return srq
+		}})
 	y := newEnd(t, tb.b, 4096)
 	connect(t, x, y, ipA, ipB, macA, macB)
 	if _, err := x.qp.PostRecv([]verbs.RecvWR{{ID: 1}}); !errors.Is(err, verbs.ErrInvalid) {
@@ -551,20 +550,8 @@ func TestSRQThroughDaemon(t *testing.T) {
 func TestMWThroughDaemon(t *testing.T) {
 	tb := newTestbed(t)
 	c := tb.dial(t)
-	x := &end{dev: c}
-	var err error
-	if x.pd, err = c.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if x.cq, err = c.CreateCQ(16); err != nil {
-		t.Fatal(err)
-	}
-	if x.qp, err = x.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: x.cq, RecvCQ: x.cq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 4}}); err != nil {
-		t.Fatal(err)
-	}
-	if x.mr, err = x.pd.AllocMR(8192, verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
-		t.Fatal(err)
-	}
+	x := newEndWith(t, c, endSpec{cqDepth: 16, size: 8192, access: verbs.AccessLocalWrite | verbs.AccessMWBind,
+		attr: verbs.QPInitAttr{Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 4}}})
 	y := newEnd(t, tb.b, 8192)
 	connect(t, x, y, ipA, ipB, macA, macB)
 	mw, err := x.pd.AllocMW(verbs.MWType2)

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/xdproce/xdproce/nic"
 )
 
 // ServeMetrics serves the device's counters in Prometheus' text format at
@@ -39,20 +41,12 @@ func (s *Server) ServeMetrics(ctx context.Context, addr string) error {
 }
 
 func (s *Server) writeMetrics(w io.Writer) error {
-	dev := s.cfg.Device
-	c, err := dev.Counters()
+	transport, port, err := s.counters()
 	if err != nil {
 		return err
 	}
-	port, err := dev.PortCounters()
-	if err != nil {
-		return err
-	}
-	label := fmt.Sprintf(`{device=%q}`, "xdp_"+s.cfg.Ifname)
-	for _, n := range c.Named() {
-		fmt.Fprintf(w, "# TYPE xdproce_%s counter\nxdproce_%s%s %d\n", n.Name, n.Name, label, n.Value)
-	}
-	for _, n := range port {
+	label := fmt.Sprintf(`{device=%q}`, nic.DeviceName(s.cfg.Ifname))
+	for _, n := range append(transport, port...) {
 		fmt.Fprintf(w, "# TYPE xdproce_%s counter\nxdproce_%s%s %d\n", n.Name, n.Name, label, n.Value)
 	}
 	_, err = fmt.Fprintf(w, "# TYPE xdproce_clients gauge\nxdproce_clients%s %d\n", label, s.Clients())

@@ -584,24 +584,12 @@ func (ss *session) counters(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if err := d.End(); err != nil {
 		return err
 	}
-	dev := ss.srv.cfg.Device
-	c, err := dev.Counters()
+	transport, port, err := ss.srv.counters()
 	if err != nil {
 		return err
 	}
-	port, err := dev.PortCounters()
-	if err != nil {
-		return err
-	}
-	var cs, ps []uverbs.Counter
-	for _, n := range c.Named() {
-		cs = append(cs, uverbs.Counter(n))
-	}
-	for _, n := range port {
-		ps = append(ps, uverbs.Counter(n))
-	}
-	uverbs.PutCounters(e, cs)
-	uverbs.PutCounters(e, ps)
+	uverbs.PutCounters(e, transport)
+	uverbs.PutCounters(e, port)
 	return nil
 }
 

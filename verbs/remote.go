@@ -514,31 +514,34 @@ func (qp *QP) postRecvRemote(wrs []RecvWR) (int, error) {
 	q := qp.rem
 	q.recvMu.Lock()
 	defer q.recvMu.Unlock()
-	var sgl [MaxSGE]uverbs.SGE
-	posted := 0
-	var err error
-	for i := range wrs {
-		wr := &wrs[i]
-		if len(wr.SGList) > qp.cap.MaxRecvSGE {
-			err = fmt.Errorf("verbs: receive WR %d: %d SGEs, QP allows %d: %w", wr.ID, len(wr.SGList), qp.cap.MaxRecvSGE, ErrInvalid)
-			break
-		}
-		if q.rqp-q.rq.Consumer() >= uint32(qp.cap.MaxRecvWR) {
-			err = fmt.Errorf("verbs: receive queue full (%d WRs): %w", qp.cap.MaxRecvWR, ErrNoMem)
-			break
-		}
-		for j, s := range wr.SGList {
-			sgl[j] = uverbs.SGE(s)
-		}
-		uverbs.PutRecvWQE(q.rq.Slot(q.rqp), wr.ID, sgl[:len(wr.SGList)])
-		q.rqp++
-		posted++
-	}
+	posted, err := postToRecvRing(q.rq, &q.rqp, qp.cap.MaxRecvWR, qp.cap.MaxRecvSGE, "QP", wrs)
 	if posted > 0 {
 		q.rq.SetProducer(q.rqp)
 		qp.dev.rem.ring(q.sq)
 	}
 	return posted, err
+}
+
+// postToRecvRing writes receive work requests to a receive ring (a QP's or
+// an SRQ's of what) after *prod, checked as PostRecv checks them, and
+// returns how many it wrote; the caller publishes them.
+func postToRecvRing(ring *uverbs.Ring, prod *uint32, maxWR, maxSGE int, what string, wrs []RecvWR) (int, error) {
+	var sgl [MaxSGE]uverbs.SGE
+	for i := range wrs {
+		wr := &wrs[i]
+		if len(wr.SGList) > maxSGE {
+			return i, fmt.Errorf("verbs: receive WR %d: %d SGEs, the %s allows %d: %w", wr.ID, len(wr.SGList), what, maxSGE, ErrInvalid)
+		}
+		if *prod-ring.Consumer() >= uint32(maxWR) {
+			return i, fmt.Errorf("verbs: the %s's receive queue is full (%d WRs): %w", what, maxWR, ErrNoMem)
+		}
+		for j, s := range wr.SGList {
+			sgl[j] = uverbs.SGE(s)
+		}
+		uverbs.PutRecvWQE(ring.Slot(*prod), wr.ID, sgl[:len(wr.SGList)])
+		*prod++
+	}
+	return len(wrs), nil
 }
 
 // ring wakes the engine serving a QP (named in its send ring) if it sleeps.
@@ -690,26 +693,7 @@ func (s *SRQ) postRecvRemote(wrs []RecvWR) (int, error) {
 	q := s.rem
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var sgl [MaxSGE]uverbs.SGE
-	posted := 0
-	var err error
-	for i := range wrs {
-		wr := &wrs[i]
-		if len(wr.SGList) > q.attr.MaxSGE {
-			err = fmt.Errorf("verbs: SRQ receive WR %d: %d SGEs, SRQ allows %d: %w", wr.ID, len(wr.SGList), q.attr.MaxSGE, ErrInvalid)
-			break
-		}
-		if q.prod-q.ring.Consumer() >= uint32(q.attr.MaxWR) {
-			err = fmt.Errorf("verbs: SRQ full (%d WRs): %w", q.attr.MaxWR, ErrNoMem)
-			break
-		}
-		for j, g := range wr.SGList {
-			sgl[j] = uverbs.SGE(g)
-		}
-		uverbs.PutRecvWQE(q.ring.Slot(q.prod), wr.ID, sgl[:len(wr.SGList)])
-		q.prod++
-		posted++
-	}
+	posted, err := postToRecvRing(q.ring, &q.prod, q.attr.MaxWR, q.attr.MaxSGE, "SRQ", wrs)
 	if posted > 0 {
 		q.ring.SetProducer(q.prod)
 		r.ring(q.ring) // aux2 0: engine 0 takes SRQ posts

@@ -163,6 +163,7 @@ func TestHostileSharedRings(t *testing.T) {
 			for a.qp.State() != StateErr && time.Now().Before(deadline) {
 				time.Sleep(100 * time.Microsecond)
 			}
+			settleDevice(t, a.dev) // the step that moved it has published the state
 			if a.qp.State() != StateErr || StateErr != QPState(a.sq.Aux().Load()) {
 				t.Fatalf("QP in %v (ring says %d) after a malformed WQE", a.qp.State(), a.sq.Aux().Load())
 			}

@@ -230,6 +230,11 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 		if m := regexp.MustCompile(`xdproce_clients\{device="xdp_` + regexp.QuoteMeta(a.Link) + `"\} (\d+)`).FindSubmatch(metrics); err != nil || m == nil || string(m[1]) < "2" {
 			t.Errorf("metrics (%v):\n%s\ndaemon:\n%s", err, metrics, aLog)
 		}
+		if m := regexp.MustCompile(`lqpn (\d+) `).FindStringSubmatch(list); m != nil {
+			if qp := cli(t, bin, a, "stats", "-d", a.Link, "--qp", m[1]); !strings.Contains(qp, "lqpn "+m[1]+" ") || !strings.Contains(qp, "sent_pkts") {
+				t.Errorf("xdproce stats --qp %s:\n%s", m[1], qp)
+			}
+		}
 		if stats := cli(t, bin, a, "stats", "-d", a.Link); !strings.Contains(stats, "link xdp_"+a.Link+"/1 sent_pkts ") ||
 			!strings.Contains(stats, "xdp_redirected ") {
 			t.Errorf("xdproce stats:\n%s", stats)

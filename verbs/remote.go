@@ -62,9 +62,6 @@ type remoteMR struct {
 	m *ipc.Mapping
 }
 
-// ErrNotSupported is what an operation the daemon does not offer returns.
-var ErrNotSupported = syscall.EOPNOTSUPP
-
 // Dial attaches to the xdproce daemon serving the interface ifname in the
 // calling thread's network namespace (xdproce up) and returns it as a
 // Device: the same API as Open's, with the objects in the daemon, shared

@@ -363,27 +363,34 @@ func IsClosed(err error) bool {
 // Peer is who is at the other end of the connection.
 func (c *Conn) Peer() (Peer, error) { return PeerOf(c.c) }
 
-// WaitExit waits until process pid has exited, or ctx ends.
+// WaitExit waits until process pid has exited, or ctx ends. It parks in
+// Go's network poller on a pidfd, which becomes readable when the process
+// exits (before its pid can be reused).
 func WaitExit(ctx context.Context, pid int) error {
-	fd, err := unix.PidfdOpen(pid, 0)
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if errors.Is(err, unix.ESRCH) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("ipc: pidfd of %d: %w", pid, err)
 	}
-	defer unix.Close(fd)
-	for {
-		// A pidfd polls readable once the process exited.
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 20)
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("ipc: poll pidfd: %w", err)
-		}
-		if n > 0 {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("ipc: pidfd of %d: %w", pid, err)
 	}
+	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	err = rc.Read(func(fd uintptr) bool {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+		return n > 0 || (err != nil && !errors.Is(err, unix.EINTR))
+	})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("ipc: waiting for %d: %w", pid, err)
+	}
+	return nil
 }

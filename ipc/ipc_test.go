@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -145,5 +146,30 @@ func TestEventfd(t *testing.T) {
 	e.Signal()
 	if err := e.Wait(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// WaitExit returns when the process exits, and not before; ctx ends it too.
+func TestWaitExit(t *testing.T) {
+	cmd := exec.Command("sleep", "0.3")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- WaitExit(context.Background(), cmd.Process.Pid) }()
+	select {
+	case err := <-done:
+		t.Fatalf("returned %v before the process exited", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	_ = cmd.Wait()
+	if err := <-done; err != nil || time.Since(start) < 250*time.Millisecond {
+		t.Fatalf("WaitExit: %v after %v", err, time.Since(start))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := WaitExit(ctx, os.Getpid()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiting for ourselves: %v", err)
 	}
 }

@@ -130,12 +130,15 @@ func newEndWith(t *testing.T, d *verbs.Device, s endSpec) *end {
 	return e
 }
 
+// connect takes both QPs to RTS. Timeout 12 (16.8 ms) and 6 retries: a
+// peer that goes away exhausts them within a second or two, a peer slowed by
+// the race detector never does.
 func connect(t *testing.T, x, y *end, xip, yip netip.Addr, xmac, ymac net.HardwareAddr) {
 	t.Helper()
 	peer := func(to *end, ip netip.Addr, mac net.HardwareAddr) verbs.Peer {
 		return verbs.Peer{Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic,
 			AH: verbs.AH{DGID: ip, DMAC: mac}, DestQPN: to.qp.QPN(), RQPSN: 100, SQPSN: 100, PathMTU: verbs.MTU1024,
-			MinRNRTimer: 1, Timeout: 8, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 4, MaxDestRdAtomic: 4}
+			MinRNRTimer: 1, Timeout: 12, RetryCnt: 6, RNRRetry: 7, MaxRdAtomic: 4, MaxDestRdAtomic: 4}
 	}
 	if err := x.qp.Connect(peer(y, yip, ymac)); err != nil {
 		t.Fatal(err)

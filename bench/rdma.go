@@ -51,6 +51,14 @@ const regionAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.Ac
 
 // openPair opens a device on each host with a region of 2·maxSize bytes.
 func openPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options) (*rnicPair, error) {
+	return openPairWith(ctx, hosts, maxSize, opts, false)
+}
+
+// openPairWith is openPair; with ownMemory the regions are the
+// application's own memory (RegMR of a slice) instead of the device's
+// (AllocMR): through a daemon, memory it reaches with process_vm_readv and
+// process_vm_writev instead of memory both map.
+func openPairWith(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options, ownMemory bool) (*rnicPair, error) {
 	p := &rnicPair{busy: opts.BusyPoll}
 	opts.Logger = slog.New(slog.DiscardHandler)
 	for i, h := range hosts {
@@ -69,7 +77,11 @@ func openPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Optio
 		}
 		var err error
 		if r.pd, err = r.dev.AllocPD(); err == nil {
-			r.mr, err = r.pd.AllocMR(2*maxSize, regionAccess)
+			if ownMemory {
+				r.mr, err = r.pd.RegMR(make([]byte, 2*maxSize), regionAccess)
+			} else {
+				r.mr, err = r.pd.AllocMR(2*maxSize, regionAccess)
+			}
 		}
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("bench: %s: %w", h.Link, err), p.Close())
@@ -96,6 +108,12 @@ func (p *rnicPair) Close() error {
 // process, and attaches to each as another process would: the objects live
 // in the daemon, posts and completions go through the shared rings.
 func openDaemonPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options) (*rnicPair, error) {
+	return openDaemonPairWith(ctx, hosts, maxSize, opts, false)
+}
+
+// openDaemonPairWith is openDaemonPair, with regions of the clients' own
+// memory when ownMemory (openPairWith).
+func openDaemonPairWith(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options, ownMemory bool) (*rnicPair, error) {
 	opts.Logger = slog.New(slog.DiscardHandler)
 	dctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -133,7 +151,7 @@ func openDaemonPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs
 			return nil, errors.Join(fmt.Errorf("bench: a daemon on %s: %w", h.Link, err), stop())
 		}
 	}
-	p, err := openPair(ctx, hosts, maxSize, opts) // verbs.Open attaches to the daemons
+	p, err := openPairWith(ctx, hosts, maxSize, opts, ownMemory) // verbs.Open attaches to the daemons
 	if err != nil {
 		return nil, errors.Join(err, stop())
 	}

@@ -14,7 +14,11 @@ const (
 	// XdproceDaemon is xdproce through its daemon (xdproce up): the
 	// application in one place, the device in another, as two processes.
 	XdproceDaemon = "xdproce_daemon"
-	TCP           = "tcp"
+	// XdproceDaemonOwnMemory is XdproceDaemon with regions of the
+	// application's own memory (RegMR), which the daemon reaches with
+	// process_vm_readv/writev, instead of memfds both map (AllocMR).
+	XdproceDaemonOwnMemory = "xdproce_daemon_own_memory"
+	TCP                    = "tcp"
 	// AFXDP is the floor: raw AF_XDP frames on the same link, no transport.
 	AFXDP = "afxdp"
 
@@ -139,10 +143,11 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 // that the operation belongs to the contender and measure.
 func (r Result) Validate() error {
 	ops := map[string]map[string][]string{
-		Xdproce:       {Bandwidth: {OpWrite, OpSend, OpRead}, RTT: {OpWrite, OpSend}, MsgRate: {OpWrite}, CPUPerGB: {OpWrite, OpSend, OpRead}},
-		XdproceDaemon: {Bandwidth: {OpWrite}, RTT: {OpWrite}},
-		TCP:           {Bandwidth: {OpStream}, RTT: {OpPingPong}, MsgRate: {OpStream}, CPUPerGB: {OpStream}},
-		AFXDP:         {Bandwidth: {OpFrame}, RTT: {OpFrame}, MsgRate: {OpFrame}, CPUPerGB: {OpFrame}},
+		Xdproce:                {Bandwidth: {OpWrite, OpSend, OpRead}, RTT: {OpWrite, OpSend}, MsgRate: {OpWrite}, CPUPerGB: {OpWrite, OpSend, OpRead}},
+		XdproceDaemon:          {Bandwidth: {OpWrite}, RTT: {OpWrite}},
+		XdproceDaemonOwnMemory: {Bandwidth: {OpWrite}},
+		TCP:                    {Bandwidth: {OpStream}, RTT: {OpPingPong}, MsgRate: {OpStream}, CPUPerGB: {OpStream}},
+		AFXDP:                  {Bandwidth: {OpFrame}, RTT: {OpFrame}, MsgRate: {OpFrame}, CPUPerGB: {OpFrame}},
 	}
 	byMeasure, ok := ops[r.Contender]
 	if !ok {

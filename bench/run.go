@@ -142,6 +142,7 @@ type group struct {
 	plain, attached []step
 	rtt             bool // round-trip points
 	daemon          bool // attached steps run through each host's daemon
+	ownMemory       bool // daemon: regions of the application's own memory (process_vm_readv/writev)
 }
 
 // Run measures everything cfg asks for and returns the figures in order.
@@ -189,13 +190,16 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		return nil
 	}
-	runAttached := func(steps []step, busy, daemon bool) error {
+	runAttached := func(g group, busy bool) error {
+		steps := g.attached
 		if len(steps) == 0 {
 			return nil
 		}
 		open := openPair
-		if daemon {
-			open = openDaemonPair
+		if g.daemon {
+			open = func(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options) (*rnicPair, error) {
+				return openDaemonPairWith(ctx, hosts, maxSize, opts, g.ownMemory)
+			}
 		}
 		p, err := open(ctx, hosts, maxSize, verbs.Options{BusyPoll: busy, AckHold: cfg.AckHold, SpinMax: cfg.SpinMax})
 		if err != nil {
@@ -205,7 +209,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	for i, g := range groups {
 		// Alternate which contender goes first so that drift hits both.
-		first, second := func() error { return runSteps(g.plain, nil) }, func() error { return runAttached(g.attached, cfg.BusyPoll.busy(g.rtt), g.daemon) }
+		first, second := func() error { return runSteps(g.plain, nil) }, func() error { return runAttached(g, cfg.BusyPoll.busy(g.rtt)) }
 		if i%2 == 1 {
 			first, second = second, first
 		}
@@ -321,7 +325,9 @@ func plan(cfg Config, hosts [2]*Host) []group {
 }
 
 // daemonGroups measure xdproce through its daemon: WRITE 64 KiB streaming
-// and the 8 B WRITE round trip, when the run measures them in-process too.
+// (from and into memory both sides map, and from and into the application's
+// own memory, which the daemon reaches with process_vm_readv/writev) and the
+// 8 B WRITE round trip, when the run measures them in-process too.
 func daemonGroups(cfg Config) []group {
 	w, d := cfg.Warmup, cfg.Duration
 	const big = 64 << 10
@@ -345,7 +351,8 @@ func daemonGroups(cfg Config) []group {
 	}
 	var groups []group
 	if slices.Contains(cfg.Sizes, big) {
-		groups = append(groups, group{daemon: true, attached: []step{bw(XdproceDaemon)}})
+		groups = append(groups, group{daemon: true, attached: []step{bw(XdproceDaemon)}},
+			group{daemon: true, ownMemory: true, attached: []step{bw(XdproceDaemonOwnMemory)}})
 	}
 	if slices.Contains(cfg.LatSizes, 8) {
 		groups = append(groups, group{daemon: true, rtt: true, attached: []step{rtt(XdproceDaemon)}})

@@ -23,14 +23,14 @@ func countSteps(groups []group) (plain, attached int) {
 func TestPlan(t *testing.T) {
 	cfg := Default()
 	groups := plan(cfg, [2]*Host{})
-	if want := len(cfg.Sizes) + len(cfg.LatSizes) + 2 + 2; len(groups) != want {
+	if want := len(cfg.Sizes) + len(cfg.LatSizes) + 2 + 3; len(groups) != want {
 		t.Fatalf("%d groups, want %d", len(groups), want)
 	}
 	plain, attached := countSteps(groups)
 	if want := len(cfg.Sizes) + 2*len(cfg.LatSizes) + len(cfg.QPs) + 2; plain != want {
 		t.Errorf("%d points without XDP, want %d", plain, want)
 	}
-	if want := 4*len(cfg.Sizes) + 3*len(cfg.LatSizes) + len(cfg.QPs) + 2; attached != want {
+	if want := 4*len(cfg.Sizes) + 3*len(cfg.LatSizes) + len(cfg.QPs) + 3; attached != want {
 		t.Errorf("%d points with xdproce open, want %d", attached, want)
 	}
 	for _, g := range groups {
@@ -40,7 +40,7 @@ func TestPlan(t *testing.T) {
 			}
 		}
 		for _, s := range g.attached {
-			if !strings.HasPrefix(s.what, "xdproce ") && !strings.HasPrefix(s.what, "xdproce_daemon ") && !strings.HasPrefix(s.what, "TCP+XDP ") {
+			if !strings.HasPrefix(s.what, "xdproce ") && !strings.HasPrefix(s.what, "xdproce_daemon") && !strings.HasPrefix(s.what, "TCP+XDP ") {
 				t.Errorf("point %q runs while the devices are open", s.what)
 			}
 		}
@@ -119,7 +119,7 @@ func TestBusyPoll(t *testing.T) {
 			t.Errorf("group of %q marked rtt=%v", g.attached[0].what, g.rtt)
 		}
 	}
-	if d := daemonGroups(Default()); len(d) != 2 || !d[0].daemon || d[0].rtt || !d[1].daemon || !d[1].rtt {
+	if d := daemonGroups(Default()); len(d) != 3 || !d[0].daemon || d[0].rtt || d[0].ownMemory || !d[1].ownMemory || d[1].rtt || !d[2].daemon || !d[2].rtt {
 		t.Errorf("daemon groups %+v", d)
 	}
 }

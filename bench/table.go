@@ -264,6 +264,11 @@ func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 			fmt.Fprintf(tw, "WRITE 64 KiB through the daemon ≥ 0.9× in-process (issue 14)\t%.2f× (%.2f Gbit/s)\t%s\t-\n", r, d.GbitS, held(r >= 0.9))
 		}
 	}
+	if d, ok := f[key{XdproceDaemonOwnMemory, false, Bandwidth, OpWrite, big, 0}]; ok {
+		if x, ok := f[key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok && x.GbitS > 0 {
+			fmt.Fprintf(tw, "  the same from and into the client's own memory (process_vm_readv/writev)\t%.2f× (%.2f Gbit/s)\t-\t-\n", d.GbitS/x.GbitS, d.GbitS)
+		}
+	}
 	if d, ok := f[key{XdproceDaemon, false, RTT, OpWrite, 8, 0}]; ok {
 		if x, ok := f[key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok {
 			diff := d.P50us - x.P50us

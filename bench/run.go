@@ -227,6 +227,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 // size, one for message rate.
 func plan(cfg Config, hosts [2]*Host) []group {
 	var groups []group
+	daemonBW, daemonRTT := daemonGroups(cfg)
 	w, d := cfg.Warmup, cfg.Duration
 	tcpBW := func(size int, attached bool) step {
 		name := "TCP"
@@ -262,6 +263,9 @@ func plan(cfg Config, hosts [2]*Host) []group {
 			}
 		}
 		groups = append(groups, g)
+		if cfg.Daemon && size == 64<<10 {
+			groups = append(groups, daemonBW...)
+		}
 	}
 	tcpRTT := func(size int, attached bool) step {
 		name := "TCP"
@@ -295,11 +299,11 @@ func plan(cfg Config, hosts [2]*Host) []group {
 			}
 		}
 		groups = append(groups, g)
+		if cfg.Daemon && size == 8 {
+			groups = append(groups, daemonRTT...)
+		}
 	}
 	groups = append(groups, floorGroup(cfg, hosts))
-	if cfg.Daemon {
-		groups = append(groups, daemonGroups(cfg)...)
-	}
 	if len(cfg.QPs) > 0 {
 		var g group
 		size := cfg.MsgRateSize
@@ -327,8 +331,9 @@ func plan(cfg Config, hosts [2]*Host) []group {
 // daemonGroups measure xdproce through its daemon: WRITE 64 KiB streaming
 // (from and into memory both sides map, and from and into the application's
 // own memory, which the daemon reaches with process_vm_readv/writev) and the
-// 8 B WRITE round trip, when the run measures them in-process too.
-func daemonGroups(cfg Config) []group {
+// 8 B WRITE round trip. plan puts each right after the same point
+// in-process, so that the machine's drift does not come between them.
+func daemonGroups(cfg Config) (bandwidth, roundTrip []group) {
 	w, d := cfg.Warmup, cfg.Duration
 	const big = 64 << 10
 	bw := func(contender string) step {
@@ -349,15 +354,9 @@ func daemonGroups(cfg Config) []group {
 			return []Result{rttResult(contender, false, OpWrite, 8, lat)}, latSummary(lat), nil
 		}}
 	}
-	var groups []group
-	if slices.Contains(cfg.Sizes, big) {
-		groups = append(groups, group{daemon: true, attached: []step{bw(XdproceDaemon)}},
-			group{daemon: true, ownMemory: true, attached: []step{bw(XdproceDaemonOwnMemory)}})
-	}
-	if slices.Contains(cfg.LatSizes, 8) {
-		groups = append(groups, group{daemon: true, rtt: true, attached: []step{rtt(XdproceDaemon)}})
-	}
-	return groups
+	return []group{{daemon: true, attached: []step{bw(XdproceDaemon)}},
+			{daemon: true, ownMemory: true, attached: []step{bw(XdproceDaemonOwnMemory)}}},
+		[]group{{daemon: true, rtt: true, attached: []step{rtt(XdproceDaemon)}}}
 }
 
 // floorGroup measures the floor (floor.go) with no xdproce device open: a

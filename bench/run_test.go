@@ -119,7 +119,22 @@ func TestBusyPoll(t *testing.T) {
 			t.Errorf("group of %q marked rtt=%v", g.attached[0].what, g.rtt)
 		}
 	}
-	if d := daemonGroups(Default()); len(d) != 3 || !d[0].daemon || d[0].rtt || d[0].ownMemory || !d[1].ownMemory || d[1].rtt || !d[2].daemon || !d[2].rtt {
-		t.Errorf("daemon groups %+v", d)
+	if bw, rtt := daemonGroups(Default()); len(bw) != 2 || !bw[0].daemon || bw[0].rtt || bw[0].ownMemory || !bw[1].ownMemory || bw[1].rtt ||
+		len(rtt) != 1 || !rtt[0].daemon || !rtt[0].rtt {
+		t.Errorf("daemon groups %+v %+v", bw, rtt)
+	}
+	// Each daemon point follows the same point in-process.
+	groups := plan(Default(), [2]*Host{})
+	for i, g := range groups {
+		if g.daemon && !g.ownMemory {
+			prev := groups[i-1]
+			want := "xdproce WRITE 64 KiB"
+			if g.rtt {
+				want = "xdproce WRITE ping-pong 8 B"
+			}
+			if len(prev.attached) == 0 || prev.attached[0].what != want {
+				t.Errorf("daemon group %q follows %+v", g.attached[0].what, prev.attached)
+			}
+		}
 	}
 }

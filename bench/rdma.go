@@ -106,14 +106,9 @@ func (p *rnicPair) Close() error {
 
 // openDaemonPair runs a daemon on each host, as xdproce up does but in this
 // process, and attaches to each as another process would: the objects live
-// in the daemon, posts and completions go through the shared rings.
-func openDaemonPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options) (*rnicPair, error) {
-	return openDaemonPairWith(ctx, hosts, maxSize, opts, false)
-}
-
-// openDaemonPairWith is openDaemonPair, with regions of the clients' own
-// memory when ownMemory (openPairWith).
-func openDaemonPairWith(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options, ownMemory bool) (*rnicPair, error) {
+// in the daemon, posts and completions go through the shared rings. With
+// ownMemory the regions are the clients' own memory (openPairWith).
+func openDaemonPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options, ownMemory bool) (*rnicPair, error) {
 	opts.Logger = slog.New(slog.DiscardHandler)
 	dctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

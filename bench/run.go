@@ -198,7 +198,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		open := openPair
 		if g.daemon {
 			open = func(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options) (*rnicPair, error) {
-				return openDaemonPairWith(ctx, hosts, maxSize, opts, g.ownMemory)
+				return openDaemonPair(ctx, hosts, maxSize, opts, g.ownMemory)
 			}
 		}
 		p, err := open(ctx, hosts, maxSize, verbs.Options{BusyPoll: busy, AckHold: cfg.AckHold, SpinMax: cfg.SpinMax})

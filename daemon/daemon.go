@@ -3,7 +3,7 @@
 // (package ipc), create objects with control requests (package uverbs),
 // and post and poll through rings in shared memory that the device's
 // engines read and write themselves. Objects belong to the connection that
-// created it; when it closes, for whatever reason, they are destroyed.
+// created them; when it closes, for whatever reason, they are destroyed.
 package daemon
 
 import (
@@ -102,6 +102,9 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.admit(ctx, c)
 	}
+	if ctx.Err() != nil {
+		err = nil // the listener was closed to stop
+	}
 	cancel()
 	s.mu.Lock()
 	for ss := range s.sessions {
@@ -110,9 +113,8 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	s.bell.Close()
-	if ctx.Err() != nil {
-		err = nil
-	}
+	// The doorbell page stays mapped: the device's engines, which outlive
+	// the server, still write it.
 	return err
 }
 

@@ -26,6 +26,9 @@ type FrameLink struct {
 	rx     []rxQueue
 	rxNext int
 	pkts   []ring.Packet
+	// releaseHook runs before a socket's received frames are released
+	// (SetReleaseHook).
+	releaseHook func()
 	// tx is each queue's transmit side, cur the one SelectTX chose.
 	tx      []txQueue
 	cur     int
@@ -365,6 +368,9 @@ func (l *FrameLink) ReceiveSplit(max int, fn func(head, tail []byte)) (int, erro
 				}
 			}
 		}
+		if l.releaseHook != nil {
+			l.releaseHook() // the frames are still there
+		}
 		if err := s.Release(l.pkts[:got]); err != nil {
 			return total, fmt.Errorf("nic: AF_XDP release: %w", err)
 		}
@@ -456,3 +462,9 @@ func (l *FrameLink) Close() error {
 	}
 	return errors.Join(append(errs, l.set.Close(), unix.Close(l.wakeFD))...)
 }
+
+// SetReleaseHook has f run just before the frames of each receive batch are
+// given back to the kernel: until then they are valid, so an engine can
+// finish with the whole batch at once (the verbs engine writes the payloads
+// bound for other processes' memory in one call there).
+func (l *FrameLink) SetReleaseHook(f func()) { l.releaseHook = f }

@@ -312,7 +312,7 @@ func (c *completion) read() compState {
 		return compDrop
 	}
 	var one [1]span
-	if !scatterPayload(w.local(&one), w.readDone, p) {
+	if !scatterPayload(w.local(&one), w.readDone, p, &c.e.pending) {
 		c.status = WCLocProtErr
 		return compError
 	}
@@ -326,6 +326,7 @@ func (c *completion) read() compState {
 
 // atomic places an atomic's original value.
 func (c *completion) atomic() compState {
+	c.e.pending.flush() // earlier writes to the same memory first
 	putAtomicResult(c.w, c.p.AtomicAck)
 	c.w.respDone = true
 	c.e.resetRetry(c.qp)

@@ -81,7 +81,12 @@ type engine struct {
 	splitter  splitReceiver
 	rxSplitFn func(head, tail []byte)
 	capBuf    []byte // a split frame gathered for the capture
-	gather    []byte
+	// pending are writes into daemon clients' own memory that received
+	// frames carry, made once per receive batch (remoteWrites): before the
+	// link releases the batch's frames, and before anything could let the
+	// data be seen — a completion, a frame sent — or read.
+	pending remoteWrites
+	gather  []byte
 	// rxHead and rxTail are the frame being handled as it arrived, to hand
 	// it to another engine.
 	rxHead, rxTail []byte
@@ -110,6 +115,9 @@ func (e *engine) init(d *Device, link Link, index int) {
 	e.objects, e.dev, e.link, e.index = &d.objs, d, link, index
 	e.rxFn = e.receiveFrame
 	e.rxSplitFn = e.receiveSplit
+	if h, ok := link.(releaseHooker); ok {
+		h.SetReleaseHook(e.pending.flush)
+	}
 	e.inbox.max = link.MaxFrame()
 	if s, ok := link.(splitReceiver); ok {
 		e.splitter = s
@@ -267,6 +275,7 @@ func (e *engine) step() bool {
 		}
 	}
 	e.pruneActive()
+	e.pending.flush() // nothing stays queued between steps (control operations run there)
 	if len(e.sharedQPs) > 0 {
 		e.publishShared()
 	}
@@ -411,6 +420,7 @@ func appendQueue[T any](base *[]T, q, add []T) []T {
 // nil means the link has no buffer free: the frame is lost, as on a
 // congested NIC, and the transport recovers.
 func (e *engine) frame() []byte {
+	e.pending.flush() // what was received is placed before anything leaves
 	if e.nout == txBatch {
 		e.flush()
 	}

@@ -86,6 +86,7 @@ func (e *engine) receiveHandedOff() int {
 	for _, f := range frames {
 		e.handleFrame(f)
 	}
+	e.pending.flush() // the frames are recycled next
 	e.inbox.recycle(frames)
 	clear(frames)
 	e.inFrames = frames[:0]

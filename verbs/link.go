@@ -64,11 +64,13 @@ type MemLink struct {
 	// NIC's RX ring drops them (RingDrops).
 	overflow uint64
 	held     []byte // a frame held back to be delivered after the next one
-	signal   chan struct{}
-	imp      Impairment
-	rng      *rand.Rand
-	max      int
-	stats    MemLinkStats
+	// releaseHook runs before a receive batch's frames go back to the pool.
+	releaseHook func()
+	signal      chan struct{}
+	imp         Impairment
+	rng         *rand.Rand
+	max         int
+	stats       MemLinkStats
 	// drop, if set, drops the frames it returns true for (tests' hook, under mu).
 	drop func(frame []byte) bool
 
@@ -219,7 +221,11 @@ func (l *MemLink) Receive(max int, fn func(frame []byte)) (int, error) {
 	for _, f := range l.batch {
 		fn(f)
 	}
-	// A frame is valid only during fn: the buffers go back to the pool.
+	// A frame is valid only until Receive returns: the buffers go back to
+	// the pool.
+	if l.releaseHook != nil {
+		l.releaseHook()
+	}
 	l.poolMu.Lock()
 	l.pool = append(l.pool, l.batch...)
 	l.poolMu.Unlock()
@@ -258,3 +264,11 @@ func (l *MemLink) Wait(d time.Duration) {
 
 // MaxFrame implements Link.
 func (l *MemLink) MaxFrame() int { return l.max }
+
+// releaseHooker is a Link whose received frames stay valid until the end
+// of the receive call; the hook runs just before they are released, so that
+// an engine can act on the whole batch while its frames are still there.
+type releaseHooker interface{ SetReleaseHook(func()) }
+
+// SetReleaseHook implements releaseHooker.
+func (l *MemLink) SetReleaseHook(f func()) { l.releaseHook = f }

@@ -381,12 +381,76 @@ func (s span) read(dst []byte, off uint32) int {
 }
 
 // write copies src into the span from offset off, as much as fits, and
-// returns how much.
-func (s span) write(src []byte, off uint32) int {
+// returns how much. Into another process's memory, with pending set, the
+// copy is only queued there (src must stay valid until the engine flushes
+// it, see remoteWrites); without, it is made at once.
+func (s span) write(src []byte, off uint32, pending *remoteWrites) int {
 	if s.mem == nil {
 		return copy(s.b[off:], src)
 	}
 	n := min(uint32(len(src)), s.n-off)
-	_ = s.mem.WriteAt(src[:n], s.off+uint64(off))
+	if pending != nil {
+		pending.add(s.mem, src[:n], s.off+uint64(off))
+	} else {
+		_ = s.mem.WriteAt(src[:n], s.off+uint64(off))
+	}
 	return int(n)
+}
+
+// RemoteWriteVec is a RemoteMemory that takes several writes in one call:
+// the engines queue what received frames carry for another process's
+// memory and hand it over once per receive batch (and before anything that
+// could let the data be seen: a completion, a frame sent).
+type RemoteWriteVec interface {
+	WriteVec(p [][]byte, off []uint64) error
+}
+
+// remoteWrites are an engine's writes into other processes' memory not
+// made yet, in order, grouped by memory; their sources are received frames,
+// valid until the batch is released.
+type remoteWrites struct {
+	groups []writeGroup
+	n      int
+}
+
+type writeGroup struct {
+	mem  RemoteMemory
+	bufs [][]byte
+	offs []uint64
+}
+
+func (w *remoteWrites) add(mem RemoteMemory, p []byte, off uint64) {
+	if k := len(w.groups); k == 0 || w.groups[k-1].mem != mem {
+		if k < cap(w.groups) {
+			w.groups = w.groups[:k+1]
+			w.groups[k].mem = mem
+		} else {
+			w.groups = append(w.groups, writeGroup{mem: mem})
+		}
+	}
+	g := &w.groups[len(w.groups)-1]
+	g.bufs = append(g.bufs, p)
+	g.offs = append(g.offs, off)
+	w.n++
+}
+
+// flush makes the queued writes, one call per memory where it can.
+func (w *remoteWrites) flush() {
+	if w.n == 0 {
+		return
+	}
+	for i := range w.groups {
+		g := &w.groups[i]
+		if v, ok := g.mem.(RemoteWriteVec); ok {
+			_ = v.WriteVec(g.bufs, g.offs)
+		} else {
+			for j, b := range g.bufs {
+				_ = g.mem.WriteAt(b, g.offs[j])
+			}
+		}
+		clear(g.bufs) // no reference to frames outlives the batch
+		g.bufs, g.offs, g.mem = g.bufs[:0], g.offs[:0], nil
+	}
+	w.groups = w.groups[:0]
+	w.n = 0
 }

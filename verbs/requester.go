@@ -499,12 +499,15 @@ func payloadLen(p *wire.Packet) uint32 { return uint32(len(p.Payload) + len(p.Pa
 
 // scatterPayload copies a received packet's payload, both pieces, into segs
 // at message offset off; false if it does not fit.
-func scatterPayload(segs []span, off uint32, p *wire.Packet) bool {
-	return scatter(segs, off, p.Payload) && scatter(segs, off+uint32(len(p.Payload)), p.PayloadTail)
+// Writes into another process's memory are queued in pending (the
+// payload is a received frame's).
+func scatterPayload(segs []span, off uint32, p *wire.Packet, pending *remoteWrites) bool {
+	return scatter(segs, off, p.Payload, pending) && scatter(segs, off+uint32(len(p.Payload)), p.PayloadTail, pending)
 }
 
-// scatter copies src into segs starting at message offset off; false if it does not fit.
-func scatter(segs []span, off uint32, src []byte) bool {
+// scatter copies src into segs starting at message offset off; false if it
+// does not fit. pending: see span.write.
+func scatter(segs []span, off uint32, src []byte, pending *remoteWrites) bool {
 	for _, s := range segs {
 		if len(src) == 0 {
 			return true
@@ -513,7 +516,7 @@ func scatter(segs []span, off uint32, src []byte) bool {
 			off -= s.len()
 			continue
 		}
-		n := s.write(src, off)
+		n := s.write(src, off, pending)
 		src = src[n:]
 		off = 0
 	}
@@ -540,6 +543,7 @@ func (e *engine) retire(qp *QP, status WCStatus) {
 		if status == WCSuccess {
 			wc.ByteLen = w.length
 		}
+		e.pending.flush() // a READ's data before its completion
 		if !qp.scq.push(wc, false) && t.state != StateErr {
 			e.fatal(qp)
 		}
@@ -568,5 +572,5 @@ func putAtomicResult(w *sendWQE, orig uint64) {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], orig)
 	var one [1]span
-	scatter(w.local(&one), 0, b[:])
+	scatter(w.local(&one), 0, b[:], nil) // b is on the stack: written at once
 }

@@ -296,6 +296,7 @@ func (e *engine) completeRecv(qp *QP, status WCStatus, op WCOpcode, flags WCFlag
 	t.recv.reset()
 	qp.recvRetired()
 	e.counters.RDMARecvs++
+	e.pending.flush() // the data before its completion
 	if !qp.rcq.push(wc, e.rx.BTH.SE) {
 		e.fatal(qp)
 		return false
@@ -309,7 +310,7 @@ func (e *engine) execSend(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	if info.Flags&wire.FlagStart != 0 && !e.takeRecv(qp, psn) {
 		return
 	}
-	if !scatterPayload(t.recv.segs, t.recv.written, p) {
+	if !scatterPayload(t.recv.segs, t.recv.written, p, &e.pending) {
 		// The message does not fit the receive buffers.
 		e.completeRecvErr(qp, WCLocLenErr)
 		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
@@ -391,7 +392,7 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	if n > 0 {
 		dst, _ := w.mr.span(w.va, n) // inside the region: checked against RETH length
 		one := [1]span{dst}
-		scatterPayload(one[:], 0, p)
+		scatterPayload(one[:], 0, p, &e.pending)
 		w.va += uint64(n)
 		w.resid -= n
 	}
@@ -470,6 +471,7 @@ func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
 		return
 	}
 	target, _ := mr.span(a.VA, 8)
+	e.pending.flush() // the target may have writes queued
 	// Atomics operate on the 64-bit value in the responder's byte order (rxe: host order).
 	e.atomicMu.Lock()
 	var b [8]byte
@@ -478,11 +480,11 @@ func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
 	if p.BTH.Opcode == wire.RCCompareSwap {
 		if orig == a.Compare {
 			binary.LittleEndian.PutUint64(b[:], a.SwapAdd)
-			target.write(b[:], 0)
+			target.write(b[:], 0, nil)
 		}
 	} else {
 		binary.LittleEndian.PutUint64(b[:], orig+a.SwapAdd)
-		target.write(b[:], 0)
+		target.write(b[:], 0, nil)
 	}
 	e.atomicMu.Unlock()
 	res := e.newResource(qp)

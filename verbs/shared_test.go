@@ -286,3 +286,87 @@ func TestCapture(t *testing.T) {
 		t.Fatal("frames captured after the capture stopped")
 	}
 }
+
+// fakeRemote is another process's memory as the engines see it: a slice
+// they may only copy to and from, counting the calls.
+type fakeRemote struct {
+	mu                  sync.Mutex
+	b                   []byte
+	reads, writes, vecs int
+	vecPieces           int
+}
+
+func (f *fakeRemote) ReadAt(p []byte, off uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	copy(p, f.b[off:])
+	return nil
+}
+
+func (f *fakeRemote) WriteAt(p []byte, off uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writes++
+	copy(f.b[off:], p)
+	return nil
+}
+
+func (f *fakeRemote) WriteVec(p [][]byte, off []uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.vecs++
+	f.vecPieces += len(p)
+	for i := range p {
+		copy(f.b[off[i]:], p[i])
+	}
+	return nil
+}
+
+// Payloads bound for another process's memory are written once per
+// receive batch, all of them, before the completion that reports them;
+// what is sent from it is read per packet.
+func TestRemoteMemoryBatchedWrites(t *testing.T) {
+	a, b, _, _ := pair(t, connOpts{}, 1<<16)
+	mem := &fakeRemote{b: make([]byte, 1<<16)}
+	rmr, err := a.pd.RegRemoteMR(mem, 0x7f0000000000, 1<<16, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+	must(t, err)
+	// The peer's 40 KiB WRITE with immediate: 40 packets at MTU 1024.
+	fill(b.mr.Bytes()[:40<<10], 3)
+	postRecv(t, a, RecvWR{ID: 1})
+	postSend(t, b, SendWR{ID: 2, Opcode: WRRDMAWriteWithImm, Flags: SendSignaled, SGList: sge(b.mr, 0, 40<<10), RemoteAddr: rmr.Addr() + 100, RKey: rmr.RKey()})
+	wc := poll(t, a.rcq, 1, 5*time.Second)[0]
+	mem.mu.Lock()
+	got := append([]byte(nil), mem.b[100:100+40<<10]...)
+	vecs, pieces, writes := mem.vecs, mem.vecPieces, mem.writes
+	mem.mu.Unlock()
+	if wc.Status != WCSuccess || !bytes.Equal(got, b.mr.Bytes()[:40<<10]) {
+		t.Fatalf("WRITE into remote memory: %+v, data equal %v", wc, bytes.Equal(got, b.mr.Bytes()[:40<<10]))
+	}
+	if writes != 0 || pieces != 40 || vecs >= 40 {
+		t.Fatalf("%d single writes, %d vector writes of %d pieces for 40 packets", writes, vecs, pieces)
+	}
+	// A READ into it, and a WRITE from it.
+	fill(b.mr.Bytes()[:8000], 5)
+	settleDevice(t, b.dev)
+	postSend(t, a, SendWR{ID: 3, Opcode: WRRDMARead, Flags: SendSignaled, SGList: []SGE{{Addr: rmr.Addr() + 50000, Length: 8000, LKey: rmr.LKey()}},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("READ into remote memory: %+v", wc)
+	}
+	mem.mu.Lock()
+	equal := bytes.Equal(mem.b[50000:58000], b.mr.Bytes()[:8000])
+	mem.mu.Unlock()
+	if !equal {
+		t.Fatal("READ into remote memory: data differs")
+	}
+	postSend(t, a, SendWR{ID: 4, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: []SGE{{Addr: rmr.Addr() + 50000, Length: 8000, LKey: rmr.LKey()}},
+		RemoteAddr: b.mr.Addr() + 20000, RKey: b.mr.RKey()})
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("WRITE from remote memory: %+v", wc)
+	}
+	settleDevice(t, b.dev)
+	if !bytes.Equal(b.mr.Bytes()[20000:28000], b.mr.Bytes()[:8000]) {
+		t.Fatal("WRITE from remote memory: data differs")
+	}
+}

@@ -12,8 +12,8 @@ import (
 // procMem is a client's own memory (ibv_reg_mr on malloc'd memory),
 // reached with process_vm_readv and process_vm_writev straight between the
 // client's memory and the frames, so no more copies per byte than the
-// in-process path: a read per packet sent, and one write per receive batch
-// for all the payloads it brought (WriteVec). The session's watch on the
+// in-process path: one read per transmit batch for what it sends (ReadVec)
+// and one write per receive batch for the payloads it brought (WriteVec). The session's watch on the
 // client's pidfd marks it gone as soon as the client exits, before its pid
 // can be reused, and no copy is tried after that.
 type procMem struct {
@@ -65,7 +65,13 @@ const iovBatch = 64
 
 // WriteVec writes each p[i] at off[i], iovBatch pieces per system call:
 // the engines hand over a receive batch's payloads for one client at once.
-func (m *procMem) WriteVec(p [][]byte, off []uint64) error {
+func (m *procMem) WriteVec(p [][]byte, off []uint64) error { return m.copyVec(p, off, true) }
+
+// ReadVec reads each p[i] from off[i], iovBatch pieces per system call: the
+// engines read what a transmit batch sends from one client at once.
+func (m *procMem) ReadVec(p [][]byte, off []uint64) error { return m.copyVec(p, off, false) }
+
+func (m *procMem) copyVec(p [][]byte, off []uint64, write bool) error {
 	if m.gone.Load() {
 		return errClientGone
 	}
@@ -78,7 +84,13 @@ func (m *procMem) WriteVec(p [][]byte, off []uint64) error {
 			remote[k] = unix.RemoteIovec{Base: uintptr(m.base + off[k]), Len: len(p[k])}
 			want += len(p[k])
 		}
-		n, err := unix.ProcessVMWritev(m.pid, local[:k], remote[:k], 0)
+		var n int
+		var err error
+		if write {
+			n, err = unix.ProcessVMWritev(m.pid, local[:k], remote[:k], 0)
+		} else {
+			n, err = unix.ProcessVMReadv(m.pid, local[:k], remote[:k], 0)
+		}
 		if err == nil && n != want {
 			err = fmt.Errorf("daemon: %d of %d bytes copied", n, want)
 		}

@@ -82,11 +82,17 @@ type engine struct {
 	rxSplitFn func(head, tail []byte)
 	capBuf    []byte // a split frame gathered for the capture
 	// pending are writes into daemon clients' own memory that received
-	// frames carry, made once per receive batch (remoteWrites): before the
+	// frames carry, made once per receive batch (remoteCopies): before the
 	// link releases the batch's frames, and before anything could let the
 	// data be seen — a completion, a frame sent — or read.
-	pending remoteWrites
-	gather  []byte
+	pending remoteCopies
+	// reads are the payloads of frames being sent that come from daemon
+	// clients' own memory, read once per transmit batch; unsealed are
+	// those frames, committed with their final length and sealed once the
+	// reads are made, before the batch is submitted (sealDeferred).
+	reads    remoteCopies
+	unsealed []unsealedFrame
+	gather   []byte
 	// rxHead and rxTail are the frame being handled as it arrived, to hand
 	// it to another engine.
 	rxHead, rxTail []byte
@@ -115,6 +121,7 @@ func (e *engine) init(d *Device, link Link, index int) {
 	e.objects, e.dev, e.link, e.index = &d.objs, d, link, index
 	e.rxFn = e.receiveFrame
 	e.rxSplitFn = e.receiveSplit
+	e.reads.read = true
 	if h, ok := link.(releaseHooker); ok {
 		h.SetReleaseHook(e.pending.flush)
 	}
@@ -431,12 +438,15 @@ func (e *engine) frame() []byte {
 }
 
 // queue adds the frame of n bytes built in the last frame() buffer.
-func (e *engine) queue(buf []byte, n int) {
+func (e *engine) queue(buf []byte, n int) { e.queueFrame(buf, n, true) }
+
+// queueFrame is queue; sealed false leaves the capture to sealDeferred.
+func (e *engine) queueFrame(buf []byte, n int, sealed bool) {
 	if n < wire.MinFrameLen {
 		clear(buf[n:wire.MinFrameLen]) // the pad; a lent buffer holds old bytes
 		n = wire.MinFrameLen
 	}
-	if c := e.dev.capture.Load(); c != nil {
+	if c := e.dev.capture.Load(); c != nil && sealed {
 		(*c)(buf[:n], true)
 	}
 	if e.lender != nil {
@@ -449,6 +459,7 @@ func (e *engine) queue(buf []byte, n int) {
 }
 
 func (e *engine) flush() {
+	e.sealDeferred() // before the frames are submitted
 	if e.holding && e.nout > e.nacks {
 		e.holdCredit = holdCreditMax // a reply joined the ACKs
 	}
@@ -492,11 +503,46 @@ func (e *engine) send(payloadLen int, fill func(dst []byte)) {
 	if payloadLen > 0 {
 		fill(buf[hdr : hdr+payloadLen])
 	}
+	if e.reads.n > 0 || len(e.unsealed) > 0 {
+		// Its payload, or an earlier frame's, is still to be read from a
+		// daemon client's memory: committed now, sealed with the batch.
+		n := wire.SealedLen(hdr, payloadLen)
+		e.unsealed = append(e.unsealed, unsealedFrame{buf: buf, hdr: hdr, payload: payloadLen, n: n})
+		e.queueFrame(buf, n, false)
+		return
+	}
 	n, err := wire.Seal(buf, hdr, payloadLen)
 	if err != nil {
 		panic(fmt.Sprintf("verbs: sealing a %v packet: %v", e.tx.BTH.Opcode, err))
 	}
 	e.queue(buf, n)
+}
+
+// unsealedFrame is a committed frame waiting for its payload (send).
+type unsealedFrame struct {
+	buf             []byte
+	hdr, payload, n int
+}
+
+// sealDeferred reads the batch's payloads from daemon clients' memory, one
+// call per client, and seals the frames that waited for them.
+func (e *engine) sealDeferred() {
+	if len(e.unsealed) == 0 {
+		return
+	}
+	e.reads.flush()
+	c := e.dev.capture.Load()
+	for i := range e.unsealed {
+		u := &e.unsealed[i]
+		if n, err := wire.Seal(u.buf, u.hdr, u.payload); err != nil || n != u.n {
+			panic(fmt.Sprintf("verbs: sealing a deferred frame: %d bytes, %v", n, err))
+		}
+		if c != nil {
+			(*c)(u.buf[:max(u.n, wire.MinFrameLen)], true)
+		}
+		u.buf = nil
+	}
+	e.unsealed = e.unsealed[:0]
 }
 
 // receiveFrame is the link's receive callback: the capture, if one is on,

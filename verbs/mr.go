@@ -370,21 +370,27 @@ func (s span) len() uint32 {
 }
 
 // read copies the span's bytes from offset off into dst, as many as fit,
-// and returns how many.
-func (s span) read(dst []byte, off uint32) int {
+// and returns how many. From another process's memory, with pending set,
+// the copy is only queued there (dst must stay valid until the engine makes
+// it, see engine.sealDeferred); without, it is made at once.
+func (s span) read(dst []byte, off uint32, pending *remoteCopies) int {
 	if s.mem == nil {
 		return copy(dst, s.b[off:])
 	}
 	n := min(uint32(len(dst)), s.n-off)
-	_ = s.mem.ReadAt(dst[:n], s.off+uint64(off))
+	if pending != nil {
+		pending.add(s.mem, dst[:n], s.off+uint64(off))
+	} else {
+		_ = s.mem.ReadAt(dst[:n], s.off+uint64(off))
+	}
 	return int(n)
 }
 
 // write copies src into the span from offset off, as much as fits, and
 // returns how much. Into another process's memory, with pending set, the
 // copy is only queued there (src must stay valid until the engine flushes
-// it, see remoteWrites); without, it is made at once.
-func (s span) write(src []byte, off uint32, pending *remoteWrites) int {
+// it, see remoteCopies); without, it is made at once.
+func (s span) write(src []byte, off uint32, pending *remoteCopies) int {
 	if s.mem == nil {
 		return copy(s.b[off:], src)
 	}
@@ -397,6 +403,13 @@ func (s span) write(src []byte, off uint32, pending *remoteWrites) int {
 	return int(n)
 }
 
+// RemoteReadVec is a RemoteMemory that takes several reads in one call: the
+// engines read what a transmit batch sends from another process's memory
+// at once, before they seal the batch's frames.
+type RemoteReadVec interface {
+	ReadVec(p [][]byte, off []uint64) error
+}
+
 // RemoteWriteVec is a RemoteMemory that takes several writes in one call:
 // the engines queue what received frames carry for another process's
 // memory and hand it over once per receive batch (and before anything that
@@ -405,27 +418,28 @@ type RemoteWriteVec interface {
 	WriteVec(p [][]byte, off []uint64) error
 }
 
-// remoteWrites are an engine's writes into other processes' memory not
-// made yet, in order, grouped by memory; their sources are received frames,
-// valid until the batch is released.
-type remoteWrites struct {
-	groups []writeGroup
+// remoteCopies are an engine's copies to (writes) or from (reads) other
+// processes' memory not made yet, in order, grouped by memory; the local
+// side is frame memory, valid until the engine makes them.
+type remoteCopies struct {
+	read   bool
+	groups []copyGroup
 	n      int
 }
 
-type writeGroup struct {
+type copyGroup struct {
 	mem  RemoteMemory
 	bufs [][]byte
 	offs []uint64
 }
 
-func (w *remoteWrites) add(mem RemoteMemory, p []byte, off uint64) {
+func (w *remoteCopies) add(mem RemoteMemory, p []byte, off uint64) {
 	if k := len(w.groups); k == 0 || w.groups[k-1].mem != mem {
 		if k < cap(w.groups) {
 			w.groups = w.groups[:k+1]
 			w.groups[k].mem = mem
 		} else {
-			w.groups = append(w.groups, writeGroup{mem: mem})
+			w.groups = append(w.groups, copyGroup{mem: mem})
 		}
 	}
 	g := &w.groups[len(w.groups)-1]
@@ -434,23 +448,37 @@ func (w *remoteWrites) add(mem RemoteMemory, p []byte, off uint64) {
 	w.n++
 }
 
-// flush makes the queued writes, one call per memory where it can.
-func (w *remoteWrites) flush() {
+// flush makes the queued copies, one call per memory where it can.
+func (w *remoteCopies) flush() {
 	if w.n == 0 {
 		return
 	}
 	for i := range w.groups {
 		g := &w.groups[i]
-		if v, ok := g.mem.(RemoteWriteVec); ok {
-			_ = v.WriteVec(g.bufs, g.offs)
-		} else {
-			for j, b := range g.bufs {
-				_ = g.mem.WriteAt(b, g.offs[j])
-			}
-		}
+		w.copyGroup(g)
 		clear(g.bufs) // no reference to frames outlives the batch
 		g.bufs, g.offs, g.mem = g.bufs[:0], g.offs[:0], nil
 	}
 	w.groups = w.groups[:0]
 	w.n = 0
+}
+
+func (w *remoteCopies) copyGroup(g *copyGroup) {
+	if w.read {
+		if v, ok := g.mem.(RemoteReadVec); ok {
+			_ = v.ReadVec(g.bufs, g.offs)
+			return
+		}
+		for j, b := range g.bufs {
+			_ = g.mem.ReadAt(b, g.offs[j])
+		}
+		return
+	}
+	if v, ok := g.mem.(RemoteWriteVec); ok {
+		_ = v.WriteVec(g.bufs, g.offs)
+		return
+	}
+	for j, b := range g.bufs {
+		_ = g.mem.WriteAt(b, g.offs[j])
+	}
 }

@@ -143,7 +143,7 @@ func (e *engine) readPacket(qp *QP, r *pendingReply) bool {
 	if n > 0 {
 		src[0], _ = res.mr.span(res.va+uint64(off), n)
 	}
-	e.send(int(n), func(dst []byte) { gather(dst, src[:], 0) })
+	e.send(int(n), func(dst []byte) { gather(dst, src[:], 0, &e.reads) })
 	r.next = (psn + 1) & 0xffffff
 	return last
 }

@@ -389,7 +389,7 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	}
 	var one [1]span
 	segs := w.local(&one)
-	e.send(int(n), func(dst []byte) { gather(dst, segs, off) })
+	e.send(int(n), func(dst []byte) { gather(dst, segs, off, &e.reads) })
 	w.sentOff = off + n
 	w.sentAll = last
 	t.reqPSN = (psn + 1) & 0xffffff
@@ -477,8 +477,10 @@ func segmentOpcode(first, last bool, only, firstOp, middle, lastOp wire.Opcode) 
 	return middle
 }
 
-// gather copies len(dst) bytes of the message, starting at offset off, from segs.
-func gather(dst []byte, segs []span, off uint32) {
+// gather copies len(dst) bytes of the message, starting at offset off, from
+// segs; reads from another process's memory are queued in pending (dst is a
+// frame being built, see engine.send).
+func gather(dst []byte, segs []span, off uint32, pending *remoteCopies) {
 	for _, s := range segs {
 		if len(dst) == 0 {
 			return
@@ -487,7 +489,7 @@ func gather(dst []byte, segs []span, off uint32) {
 			off -= s.len()
 			continue
 		}
-		n := s.read(dst, off)
+		n := s.read(dst, off, pending)
 		dst = dst[n:]
 		off = 0
 	}
@@ -501,13 +503,13 @@ func payloadLen(p *wire.Packet) uint32 { return uint32(len(p.Payload) + len(p.Pa
 // at message offset off; false if it does not fit.
 // Writes into another process's memory are queued in pending (the
 // payload is a received frame's).
-func scatterPayload(segs []span, off uint32, p *wire.Packet, pending *remoteWrites) bool {
+func scatterPayload(segs []span, off uint32, p *wire.Packet, pending *remoteCopies) bool {
 	return scatter(segs, off, p.Payload, pending) && scatter(segs, off+uint32(len(p.Payload)), p.PayloadTail, pending)
 }
 
 // scatter copies src into segs starting at message offset off; false if it
 // does not fit. pending: see span.write.
-func scatter(segs []span, off uint32, src []byte, pending *remoteWrites) bool {
+func scatter(segs []span, off uint32, src []byte, pending *remoteCopies) bool {
 	for _, s := range segs {
 		if len(src) == 0 {
 			return true

@@ -475,7 +475,7 @@ func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
 	// Atomics operate on the 64-bit value in the responder's byte order (rxe: host order).
 	e.atomicMu.Lock()
 	var b [8]byte
-	target.read(b[:], 0)
+	target.read(b[:], 0, nil)
 	orig := binary.LittleEndian.Uint64(b[:])
 	if p.BTH.Opcode == wire.RCCompareSwap {
 		if orig == a.Compare {

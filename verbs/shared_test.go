@@ -294,6 +294,18 @@ type fakeRemote struct {
 	b                   []byte
 	reads, writes, vecs int
 	vecPieces           int
+	readVecs, readPcs   int
+}
+
+func (f *fakeRemote) ReadVec(p [][]byte, off []uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.readVecs++
+	f.readPcs += len(p)
+	for i := range p {
+		copy(p[i], f.b[off[i]:])
+	}
+	return nil
 }
 
 func (f *fakeRemote) ReadAt(p []byte, off uint64) error {
@@ -325,7 +337,8 @@ func (f *fakeRemote) WriteVec(p [][]byte, off []uint64) error {
 
 // Payloads bound for another process's memory are written once per
 // receive batch, all of them, before the completion that reports them;
-// what is sent from it is read per packet.
+// what is sent from it is read once per transmit batch, before the frames
+// are sealed.
 func TestRemoteMemoryBatchedWrites(t *testing.T) {
 	a, b, _, _ := pair(t, connOpts{}, 1<<16)
 	mem := &fakeRemote{b: make([]byte, 1<<16)}
@@ -368,5 +381,11 @@ func TestRemoteMemoryBatchedWrites(t *testing.T) {
 	settleDevice(t, b.dev)
 	if !bytes.Equal(b.mr.Bytes()[20000:28000], b.mr.Bytes()[:8000]) {
 		t.Fatal("WRITE from remote memory: data differs")
+	}
+	mem.mu.Lock()
+	reads, readVecs, readPcs := mem.reads, mem.readVecs, mem.readPcs
+	mem.mu.Unlock()
+	if reads != 0 || readPcs != 8 || readVecs >= 8 {
+		t.Fatalf("%d single reads, %d vector reads of %d pieces for 8 packets sent", reads, readVecs, readPcs)
 	}
 }

@@ -145,6 +145,11 @@ func Seal(frame []byte, hdrLen, payloadLen int) (frameLen int, err error) {
 	return seal(frame, off, v6, hdrLen+payloadLen, pad), nil
 }
 
+// SealedLen is the length Seal will give a frame of hdrLen header and
+// payloadLen payload bytes: a frame can be committed before its payload is
+// in place and it is sealed.
+func SealedLen(hdrLen, payloadLen int) int { return hdrLen + payloadLen + padLen(payloadLen) + ICRCLen }
+
 // seal writes pad zero bytes and the ICRC after the payload ending at
 // payloadEnd and returns the frame length. The caller has validated the
 // layout.

@@ -373,6 +373,21 @@ func TestRemoteMemoryBatchedWrites(t *testing.T) {
 	if !equal {
 		t.Fatal("READ into remote memory: data differs")
 	}
+	// The capture sees those frames sealed: they decode, ICRC included.
+	var capMu sync.Mutex
+	var captured int
+	var capErr error
+	a.dev.SetCapture(func(frame []byte, outbound bool) {
+		var p wire.Packet
+		capMu.Lock()
+		defer capMu.Unlock()
+		if err := wire.Decode(frame, &p); err != nil && capErr == nil {
+			capErr = err
+		}
+		if outbound && p.BTH.Opcode != wire.RCAck {
+			captured++
+		}
+	})
 	postSend(t, a, SendWR{ID: 4, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: []SGE{{Addr: rmr.Addr() + 50000, Length: 8000, LKey: rmr.LKey()}},
 		RemoteAddr: b.mr.Addr() + 20000, RKey: b.mr.RKey()})
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
@@ -382,6 +397,13 @@ func TestRemoteMemoryBatchedWrites(t *testing.T) {
 	if !bytes.Equal(b.mr.Bytes()[20000:28000], b.mr.Bytes()[:8000]) {
 		t.Fatal("WRITE from remote memory: data differs")
 	}
+	a.dev.SetCapture(nil)
+	settleDevice(t, a.dev)
+	capMu.Lock()
+	if captured != 8 || capErr != nil {
+		t.Fatalf("captured %d WRITE frames (want 8), decode error %v", captured, capErr)
+	}
+	capMu.Unlock()
 	mem.mu.Lock()
 	reads, readVecs, readPcs := mem.reads, mem.readVecs, mem.readPcs
 	mem.mu.Unlock()

@@ -403,7 +403,7 @@ func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		return nil, syscall.EINVAL
 	}
 	slots := uverbs.SlotsFor(int(depth))
-	m, err := ipc.NewMapping("cq", uverbs.RingBytes(slots, uverbs.CQESize))
+	m, ring, err := ipc.NewRing("cq", slots, uverbs.CQESize)
 	if err != nil {
 		return nil, err
 	}
@@ -411,11 +411,7 @@ func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	if err != nil {
 		return nil, errors.Join(err, m.Unmap())
 	}
-	ring, err := uverbs.NewRing(m.Mem, slots, uverbs.CQESize)
-	var cq *verbs.CQ
-	if err == nil {
-		cq, err = ss.srv.cfg.Device.CreateSharedCQ(int(depth), ring, notify.Signal)
-	}
+	cq, err := ss.srv.cfg.Device.CreateSharedCQ(int(depth), ring, notify.Signal)
 	if err != nil {
 		return nil, errors.Join(err, notify.Close(), m.Unmap())
 	}
@@ -487,23 +483,15 @@ func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		SendSlots: uverbs.SlotsFor(cp.MaxSendWR), SendSlotSize: uint32(uverbs.SendSlotSize(cp.MaxSendSGE, cp.MaxInlineData)),
 		RecvSlots: uverbs.SlotsFor(max(cp.MaxRecvWR, 1)), RecvSlotSize: uint32(uverbs.RecvSlotSize(cp.MaxRecvSGE)),
 	}
-	sqm, err := ipc.NewMapping("sq", uverbs.RingBytes(rep.SendSlots, int(rep.SendSlotSize)))
+	sqm, sq, err := ipc.NewRing("sq", rep.SendSlots, int(rep.SendSlotSize))
 	if err != nil {
 		return nil, err
 	}
-	rqm, err := ipc.NewMapping("rq", uverbs.RingBytes(rep.RecvSlots, int(rep.RecvSlotSize)))
+	rqm, rq, err := ipc.NewRing("rq", rep.RecvSlots, int(rep.RecvSlotSize))
 	if err != nil {
 		return nil, errors.Join(err, sqm.Unmap())
 	}
 	fail := func(err error) ([]int, error) { return nil, errors.Join(err, sqm.Unmap(), rqm.Unmap()) }
-	sq, err := uverbs.NewRing(sqm.Mem, rep.SendSlots, int(rep.SendSlotSize))
-	if err != nil {
-		return fail(err)
-	}
-	rq, err := uverbs.NewRing(rqm.Mem, rep.RecvSlots, int(rep.RecvSlotSize))
-	if err != nil {
-		return fail(err)
-	}
 	qp, err := pd.CreateSharedQP(verbs.QPInitAttr{Type: verbs.QPType(req.Type), SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: cp, SigAll: req.SigAll, SRQ: srq}, sq, rq)
 	if err != nil {
 		return fail(err)
@@ -729,15 +717,11 @@ func (ss *session) createSRQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error
 	}
 	sge := max(int(a.MaxSGE), 1)
 	slots, size := uverbs.SlotsFor(int(a.MaxWR)), uverbs.RecvSlotSize(sge)
-	m, err := ipc.NewMapping("srq", uverbs.RingBytes(slots, size))
+	m, ring, err := ipc.NewRing("srq", slots, size)
 	if err != nil {
 		return nil, err
 	}
-	ring, err := uverbs.NewRing(m.Mem, slots, size)
-	var srq *verbs.SRQ
-	if err == nil {
-		srq, err = pd.CreateSharedSRQ(verbs.SRQInitAttr{MaxWR: int(a.MaxWR), MaxSGE: sge, Limit: int(a.Limit)}, ring)
-	}
+	srq, err := pd.CreateSharedSRQ(verbs.SRQInitAttr{MaxWR: int(a.MaxWR), MaxSGE: sge, Limit: int(a.Limit)}, ring)
 	if err != nil {
 		return nil, errors.Join(err, m.Unmap())
 	}

@@ -394,3 +394,31 @@ func WaitExit(ctx context.Context, pid int) error {
 	}
 	return nil
 }
+
+// NewRing creates a sealed memfd holding a ring of slots slots of size
+// bytes (uverbs.Ring), for the other side to map with MapRing.
+func NewRing(name string, slots uint32, size int) (*Mapping, *uverbs.Ring, error) {
+	m, err := NewMapping(name, uverbs.RingBytes(slots, size))
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := uverbs.NewRing(m.Mem, slots, size)
+	if err != nil {
+		return nil, nil, errors.Join(err, m.Unmap())
+	}
+	return m, r, nil
+}
+
+// MapRing maps a ring the other side created with NewRing (MapShared's
+// checks apply). It takes fd over.
+func MapRing(fd int, slots uint32, size int) (*Mapping, *uverbs.Ring, error) {
+	m, err := MapShared(fd, uverbs.RingBytes(slots, size))
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := uverbs.NewRing(m.Mem, slots, size)
+	if err != nil {
+		return nil, nil, errors.Join(err, m.Unmap())
+	}
+	return m, r, nil
+}

@@ -372,20 +372,11 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	}
 	qp.postMu.Lock()
 	for i, w := range ws {
-		if int(qp.sqUsed.Load()) >= qp.cap.MaxSendWR {
+		if err := qp.enqueueSend(w, nil); err != nil {
 			qp.postMu.Unlock()
 			qp.notePosted()
-			return i, fmt.Errorf("verbs: send queue full (%d WRs): %w", qp.cap.MaxSendWR, ErrNoMem)
+			return i, err
 		}
-		if w.wr.Flags&SendInline != 0 {
-			if err := qp.copyInline(&w); err != nil {
-				qp.postMu.Unlock()
-				qp.notePosted()
-				return i, err
-			}
-		}
-		qp.sqUsed.Add(1)
-		qp.postSend = append(qp.postSend, w)
 	}
 	qp.postMu.Unlock()
 	qp.notePosted()
@@ -395,16 +386,48 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	return len(wrs), nil
 }
 
-// copyInline copies an INLINE request's data into its slot of the QP's
-// inline buffer, under postMu, so the caller may reuse its buffers when
-// PostSend returns (as ibverbs promises). It reads the region table under
-// the engine's mrMu read lock: no round trip to the engine goroutine, no
-// allocation. Slots are reused in post order; one is free again once the
-// WQE that used it has retired, and at most MaxSendWR WQEs are outstanding.
-func (qp *QP) copyInline(w *sendWQE) error {
+// enqueueSend appends a checked send WQE to the QP's posts (under postMu):
+// ENOMEM if the send queue is full. An INLINE request's data is copied
+// into the QP's inline buffer, from inline if given (a shared ring's slot
+// carries it), else from the regions its SGEs name.
+func (qp *QP) enqueueSend(w sendWQE, inline []byte) error {
+	if int(qp.sqUsed.Load()) >= qp.cap.MaxSendWR {
+		return fmt.Errorf("verbs: send queue full (%d WRs): %w", qp.cap.MaxSendWR, ErrNoMem)
+	}
+	if w.wr.Flags&SendInline != 0 {
+		if inline != nil {
+			if len(inline) > qp.cap.MaxInlineData {
+				return fmt.Errorf("verbs: %d inline bytes: %w", len(inline), ErrInvalid)
+			}
+			w.inline = append(qp.inlineSlot(), inline...)
+			w.length = uint32(len(inline))
+		} else if err := qp.copyInline(&w); err != nil {
+			return err
+		}
+		qp.inlineNext++
+	}
+	qp.sqUsed.Add(1)
+	qp.postSend = append(qp.postSend, w)
+	return nil
+}
+
+// inlineSlot is the next slot of the inline buffer, empty (postMu); the
+// caller takes it (inlineNext++) only once its WQE is queued. Slots are
+// reused in post order; one is free again once the WQE that used it has
+// retired, and at most MaxSendWR WQEs are outstanding.
+func (qp *QP) inlineSlot() []byte {
 	size := qp.cap.MaxInlineData
 	off := int(qp.inlineNext%uint64(qp.cap.MaxSendWR)) * size
-	dst := qp.inlineBuf[off : off : off+size]
+	return qp.inlineBuf[off : off : off+size]
+}
+
+// copyInline copies an INLINE request's data into the next slot of the
+// QP's inline buffer, under postMu, so the caller may reuse its buffers when
+// PostSend returns (as ibverbs promises). It reads the region table under
+// the engine's mrMu read lock: no round trip to the engine goroutine, no
+// allocation.
+func (qp *QP) copyInline(w *sendWQE) error {
+	dst := qp.inlineSlot()
 	e := &qp.dev.objs
 	e.mrMu.RLock()
 	defer e.mrMu.RUnlock()
@@ -426,7 +449,6 @@ func (qp *QP) copyInline(w *sendWQE) error {
 		dst = append(dst, b...)
 	}
 	w.inline = dst
-	qp.inlineNext++
 	return nil
 }
 

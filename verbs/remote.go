@@ -270,18 +270,12 @@ func (d *Device) createRemoteCQ(depth int) (*CQ, error) {
 	rc := &remoteCQ{h: h, notify: ipc.EventfdOf(fds[1])}
 	var ring *uverbs.Ring
 	if err = dec.End(); err == nil {
-		rc.m, err = ipc.MapShared(fds[0], uverbs.RingBytes(slots, uverbs.CQESize))
+		rc.m, ring, err = ipc.MapRing(fds[0], slots, uverbs.CQESize)
 	} else {
 		ipc.CloseAll(fds[:1])
 	}
-	if err == nil {
-		ring, err = uverbs.NewRing(rc.m.Mem, slots, uverbs.CQESize)
-	}
 	if err != nil {
 		rc.notify.Close()
-		if rc.m != nil {
-			rc.m.Unmap()
-		}
 		return nil, err
 	}
 	cq := &CQ{dev: d, depth: depth, shared: ring, rem: rc, event: make(chan struct{}, 1)}
@@ -294,6 +288,9 @@ func (d *Device) createRemoteCQ(depth int) (*CQ, error) {
 // pollRemote reads completions from a daemon's CQ ring.
 func (cq *CQ) pollRemote(wcs []WorkCompletion) int {
 	r := cq.shared
+	if r.Producer() == uint32(cq.head.Load()) {
+		return 0 // an empty poll: two loads, no lock, no store to the shared line
+	}
 	cq.pollMu.Lock()
 	defer cq.pollMu.Unlock()
 	h := uint32(cq.head.Load())
@@ -348,13 +345,10 @@ func (pd *PD) createRemoteQP(attr QPInitAttr) (*QP, error) {
 			ipc.CloseAll([]int{fd})
 			continue
 		}
-		var m *ipc.Mapping
-		if m, err = ipc.MapShared(fd, uverbs.RingBytes(slots, int(size))); err != nil {
+		var ring *uverbs.Ring
+		if rq.maps[i], ring, err = ipc.MapRing(fd, slots, int(size)); err != nil {
 			continue
 		}
-		rq.maps[i] = m
-		var ring *uverbs.Ring
-		ring, err = uverbs.NewRing(m.Mem, slots, int(size))
 		if i == 0 {
 			rq.sq = ring
 		} else {
@@ -668,8 +662,8 @@ func (pd *PD) createRemoteSRQ(attr SRQInitAttr) (*SRQ, error) {
 	slots, size := d.U32(), d.U32()
 	if err = d.End(); err != nil {
 		ipc.CloseAll(fds)
-	} else if rs.m, err = ipc.MapShared(fds[0], uverbs.RingBytes(slots, int(size))); err == nil {
-		rs.ring, err = uverbs.NewRing(rs.m.Mem, slots, int(size))
+	} else {
+		rs.m, rs.ring, err = ipc.MapRing(fds[0], slots, int(size))
 	}
 	s := &SRQ{dev: pd.dev, pd: pd, maxSGE: int(a.MaxSGE), maxWR: int(a.MaxWR), limit: int(a.Limit), rem: rs}
 	rs.attr = SRQAttr{MaxWR: int(a.MaxWR), MaxSGE: int(a.MaxSGE), Limit: int(a.Limit)}

@@ -21,9 +21,31 @@ import (
 type sharedQP struct {
 	sq, rq           *uverbs.Ring
 	sqTaken, rqTaken uint32 // slots taken from the rings
-	slot             []byte // the private copy of the slot being decoded
-	wsge             []uverbs.SGE
-	sgl              []SGE
+	slotDecoder
+}
+
+// slotDecoder decodes slots of a client's ring, reusing its buffers: the
+// private copy of the slot (the client may rewrite the shared one while it
+// is decoded) and the SG lists.
+type slotDecoder struct {
+	slot []byte
+	wsge []uverbs.SGE
+	sgl  []SGE
+}
+
+// copySlot copies slot i of r out of shared memory.
+func (s *slotDecoder) copySlot(r *uverbs.Ring, i uint32) []byte {
+	slot := s.slot[:r.SlotSize()]
+	copy(slot, r.Slot(i))
+	return slot
+}
+
+// recv decodes receive slot i of r; its work request's ID comes back even
+// when the rest is malformed.
+func (s *slotDecoder) recv(r *uverbs.Ring, i uint32) (RecvWR, error) {
+	id, sges, err := uverbs.RecvWQEOf(s.copySlot(r, i), s.wsge[:0])
+	s.wsge = sges
+	return RecvWR{ID: id, SGList: s.toSGL(sges)}, err
 }
 
 // CreateSharedCQ creates a CQ of depth completions whose completions go to
@@ -75,7 +97,7 @@ func (pd *PD) CreateSharedQP(attr QPInitAttr, sq, rq *uverbs.Ring) (*QP, error) 
 	if err != nil {
 		return nil, err
 	}
-	qp.sh = &sharedQP{sq: sq, rq: rq, slot: make([]byte, max(sq.SlotSize(), rq.SlotSize()))}
+	qp.sh = &sharedQP{sq: sq, rq: rq, slotDecoder: slotDecoder{slot: make([]byte, max(sq.SlotSize(), rq.SlotSize()))}}
 	sq.Aux().Store(uint32(qp.State()))
 	d := pd.dev
 	err = d.do(func() error {
@@ -114,7 +136,9 @@ func (e *engine) pumpShared() bool {
 			continue
 		}
 		s := qp.sh
-		s.sq.Aux2().Store(uint32(e.index))
+		if s.sq.Aux2().Load() != uint32(e.index) {
+			s.sq.Aux2().Store(uint32(e.index)) // placed on this engine since
+		}
 		if e.pumpRecv(qp, s) {
 			busy = true
 		}
@@ -126,16 +150,23 @@ func (e *engine) pumpShared() bool {
 }
 
 // publishShared tells the clients of the engine's shared QPs, at the end of
-// a step, which slots the step's completions freed and the QPs' states.
+// a step, which slots the step's completions freed and the QPs' states. It
+// stores only what changed: the client reads these lines on every post.
 func (e *engine) publishShared() {
 	for _, qp := range e.sharedQPs {
 		if qp.eng.Load() != e {
 			continue
 		}
 		s := qp.sh
-		s.rq.SetConsumer(s.rqTaken - uint32(qp.rqUsed.Load()))
-		s.sq.SetConsumer(s.sqTaken - uint32(qp.sqUsed.Load()))
-		s.sq.Aux().Store(uint32(qp.State()))
+		if c := s.rqTaken - uint32(qp.rqUsed.Load()); s.rq.Consumer() != c {
+			s.rq.SetConsumer(c)
+		}
+		if c := s.sqTaken - uint32(qp.sqUsed.Load()); s.sq.Consumer() != c {
+			s.sq.SetConsumer(c)
+		}
+		if st := uint32(qp.State()); s.sq.Aux().Load() != st {
+			s.sq.Aux().Store(st)
+		}
 	}
 }
 
@@ -172,12 +203,9 @@ func (e *engine) pumpRecv(qp *QP, s *sharedQP) bool {
 	}
 	busy := false
 	for s.rqTaken != prod {
-		slot := s.slot[:s.rq.SlotSize()]
-		copy(slot, s.rq.Slot(s.rqTaken))
-		id, sges, err := uverbs.RecvWQEOf(slot, s.wsge[:0])
-		s.wsge = sges
-		if err == nil {
-			one := [1]RecvWR{{ID: id, SGList: s.toSGL(sges)}}
+		one := [1]RecvWR{}
+		var err error
+		if one[0], err = s.recv(s.rq, s.rqTaken); err == nil {
 			_, err = qp.PostRecv(one[:])
 		}
 		if errors.Is(err, ErrNoMem) {
@@ -186,7 +214,7 @@ func (e *engine) pumpRecv(qp *QP, s *sharedQP) bool {
 		s.rqTaken++
 		busy = true
 		if err != nil {
-			e.badSharedWR(qp, qp.rcq, WorkCompletion{WRID: id, Opcode: WCRecv, QPNum: qp.qpn})
+			e.badSharedWR(qp, qp.rcq, WorkCompletion{WRID: one[0].ID, Opcode: WCRecv, QPNum: qp.qpn})
 			break
 		}
 	}
@@ -203,10 +231,8 @@ func (e *engine) pumpSend(qp *QP, s *sharedQP) bool {
 	}
 	busy := false
 	for s.sqTaken != prod {
-		slot := s.slot[:s.sq.SlotSize()]
-		copy(slot, s.sq.Slot(s.sqTaken))
 		var w uverbs.SendWQE
-		sges, inline, err := uverbs.SendWQEOf(slot, &w, s.wsge[:0])
+		sges, inline, err := uverbs.SendWQEOf(s.copySlot(s.sq, s.sqTaken), &w, s.wsge[:0])
 		s.wsge = sges
 		if err == nil {
 			wr := SendWR{ID: w.WRID, Opcode: WROpcode(w.Opcode), Flags: SendFlags(w.SendFlags), SGList: s.toSGL(sges),
@@ -246,7 +272,7 @@ func (e *engine) sharedBind(qp *QP, w *uverbs.SendWQE) *MWBind {
 	return b
 }
 
-func (s *sharedQP) toSGL(w []uverbs.SGE) []SGE {
+func (s *slotDecoder) toSGL(w []uverbs.SGE) []SGE {
 	s.sgl = s.sgl[:0]
 	for _, g := range w {
 		s.sgl = append(s.sgl, SGE(g))
@@ -291,26 +317,12 @@ func (qp *QP) postShared(wr *SendWR, inline []byte) error {
 		return err
 	}
 	qp.postMu.Lock()
-	if int(qp.sqUsed.Load()) >= qp.cap.MaxSendWR {
-		qp.postMu.Unlock()
-		return ErrNoMem
-	}
-	if wr.Flags&SendInline != 0 {
-		if len(inline) > qp.cap.MaxInlineData {
-			qp.postMu.Unlock()
-			return fmt.Errorf("verbs: %d inline bytes: %w", len(inline), ErrInvalid)
-		}
-		size := qp.cap.MaxInlineData
-		off := int(qp.inlineNext%uint64(qp.cap.MaxSendWR)) * size
-		w.inline = append(qp.inlineBuf[off:off:off+size], inline...)
-		w.length = uint32(len(inline))
-		qp.inlineNext++
-	}
-	qp.sqUsed.Add(1)
-	qp.postSend = append(qp.postSend, w)
+	err = qp.enqueueSend(w, inline)
 	qp.postMu.Unlock()
-	qp.notePosted()
-	return nil
+	if err == nil {
+		qp.notePosted()
+	}
+	return err
 }
 
 // SetDoorbellPage gives the engines a page, shared with clients, where
@@ -332,9 +344,7 @@ type sharedSRQ struct {
 	ring   *uverbs.Ring
 	taken  uint32
 	broken bool // a malformed WQE: the SRQ takes no more (SRQ_ERR raised)
-	slot   []byte
-	wsge   []uverbs.SGE
-	sgl    []SGE
+	slotDecoder
 }
 
 // CreateSharedSRQ creates an SRQ whose receive work requests a client posts
@@ -348,7 +358,7 @@ func (pd *PD) CreateSharedSRQ(attr SRQInitAttr, ring *uverbs.Ring) (*SRQ, error)
 	if err != nil {
 		return nil, err
 	}
-	s.sh = &sharedSRQ{ring: ring, slot: make([]byte, ring.SlotSize())}
+	s.sh = &sharedSRQ{ring: ring, slotDecoder: slotDecoder{slot: make([]byte, ring.SlotSize())}}
 	d := pd.dev
 	err = d.do(func() error {
 		d.objs.sharedSRQs = append(d.objs.sharedSRQs, s)
@@ -378,7 +388,9 @@ func (e *engine) pumpSharedSRQs() bool {
 		if !sh.broken && e.pumpSRQ(s, sh) {
 			busy = true
 		}
-		sh.ring.SetConsumer(sh.taken - uint32(s.used.Load()))
+		if c := sh.taken - uint32(s.used.Load()); sh.ring.Consumer() != c {
+			sh.ring.SetConsumer(c)
+		}
 		sh.mu.Unlock()
 	}
 	return busy
@@ -392,16 +404,9 @@ func (e *engine) pumpSRQ(s *SRQ, sh *sharedSRQ) bool {
 	}
 	busy := false
 	for sh.taken != prod {
-		slot := sh.slot[:sh.ring.SlotSize()]
-		copy(slot, sh.ring.Slot(sh.taken))
-		id, sges, err := uverbs.RecvWQEOf(slot, sh.wsge[:0])
-		sh.wsge = sges
-		if err == nil {
-			sh.sgl = sh.sgl[:0]
-			for _, g := range sges {
-				sh.sgl = append(sh.sgl, SGE(g))
-			}
-			one := [1]RecvWR{{ID: id, SGList: sh.sgl}}
+		one := [1]RecvWR{}
+		var err error
+		if one[0], err = sh.recv(sh.ring, sh.taken); err == nil {
 			_, err = s.PostRecv(one[:])
 		}
 		if errors.Is(err, ErrNoMem) {

@@ -128,8 +128,9 @@ func deleteIndex(s []uint32, v uint32) []uint32 {
 	return out
 }
 
-// settle returns once the engine has taken everything posted so far: the
-// next frame it handles sees those WQEs.
+// settle returns once the engines' current steps are over: the next frame
+// they handle sees everything posted so far, and what those steps did
+// (completions pushed, timers set, memory written) is done.
 func settle(t *testing.T, d *Device) {
 	t.Helper()
 	must(t, d.do(func() error { return nil }))
@@ -676,6 +677,9 @@ func TestGoldenSendInvalidateRegion(t *testing.T) {
 		compareFrames(t, peer, req[:2])
 		replay(t, peer, resp)
 		checkWC(t, "SEND_WITH_INV", poll(t, a.scq, 1, 5*time.Second)[0], 1, WCSuccess, WCSend)
+		// The step that pushed the completion restarts the timer after
+		// it: the clock may move only once that step is over.
+		settle(t, a.dev)
 		for i := 2; i < len(req); i++ {
 			clk.Advance(ackTimeout(14) + time.Microsecond)
 			compareFrames(t, peer, req[i:i+1])

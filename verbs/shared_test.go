@@ -88,7 +88,7 @@ func TestSharedRings(t *testing.T) {
 	if c := a.cqe(t); c.WRID != 1 || WCStatus(c.Status) != WCSuccess || WCOpcode(c.Opcode) != WCRDMAWrite {
 		t.Fatalf("WRITE completion %+v", c)
 	}
-	settleDevice(t, b.dev)
+	settle(t, b.dev)
 	equalBytes(t, "WRITE", b.mr.Bytes()[:20000], a.mr.Bytes()[:20000])
 
 	postRecv(t, b, RecvWR{ID: 9, SGList: sge(b.mr, 30000, 64)})
@@ -108,17 +108,10 @@ func TestSharedRings(t *testing.T) {
 	if c := a.cqe(t); c.WRID != 7 || WCOpcode(c.Opcode) != WCRecv || c.ByteLen != 100 || c.Imm != 5 {
 		t.Fatalf("receive completion %+v", c)
 	}
-	settleDevice(t, a.dev)
+	settle(t, a.dev)
 	if a.rq.Consumer() != a.rq.Producer() || a.sq.Consumer() != a.sq.Producer() {
 		t.Fatalf("rings not released: sq %d/%d rq %d/%d", a.sq.Consumer(), a.sq.Producer(), a.rq.Consumer(), a.rq.Producer())
 	}
-}
-
-// settleDevice orders the test after the device's engines' steps so far.
-func settleDevice(t *testing.T, d *Device) {
-	t.Helper()
-	_, err := d.QPStatus()
-	must(t, err)
 }
 
 // A client that writes what its API would refuse moves only its own QP to
@@ -163,7 +156,7 @@ func TestHostileSharedRings(t *testing.T) {
 			for a.qp.State() != StateErr && time.Now().Before(deadline) {
 				time.Sleep(100 * time.Microsecond)
 			}
-			settleDevice(t, a.dev) // the step that moved it has published the state
+			settle(t, a.dev) // the step that moved it has published the state
 			if a.qp.State() != StateErr || StateErr != QPState(a.sq.Aux().Load()) {
 				t.Fatalf("QP in %v (ring says %d) after a malformed WQE", a.qp.State(), a.sq.Aux().Load())
 			}
@@ -270,7 +263,7 @@ func TestCapture(t *testing.T) {
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 10000), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	poll(t, a.scq, 1, 5*time.Second)
 	a.dev.SetCapture(nil)
-	settleDevice(t, a.dev)
+	settle(t, a.dev)
 	mu.Lock()
 	gotIn, gotOut := in, out
 	mu.Unlock()
@@ -361,7 +354,7 @@ func TestRemoteMemoryBatchedWrites(t *testing.T) {
 	}
 	// A READ into it, and a WRITE from it.
 	fill(b.mr.Bytes()[:8000], 5)
-	settleDevice(t, b.dev)
+	settle(t, b.dev)
 	postSend(t, a, SendWR{ID: 3, Opcode: WRRDMARead, Flags: SendSignaled, SGList: []SGE{{Addr: rmr.Addr() + 50000, Length: 8000, LKey: rmr.LKey()}},
 		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
@@ -393,12 +386,12 @@ func TestRemoteMemoryBatchedWrites(t *testing.T) {
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
 		t.Fatalf("WRITE from remote memory: %+v", wc)
 	}
-	settleDevice(t, b.dev)
+	settle(t, b.dev)
 	if !bytes.Equal(b.mr.Bytes()[20000:28000], b.mr.Bytes()[:8000]) {
 		t.Fatal("WRITE from remote memory: data differs")
 	}
 	a.dev.SetCapture(nil)
-	settleDevice(t, a.dev)
+	settle(t, a.dev)
 	capMu.Lock()
 	if captured != 8 || capErr != nil {
 		t.Fatalf("captured %d WRITE frames (want 8), decode error %v", captured, capErr)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +22,18 @@ var (
 	macB = net.HardwareAddr{0x02, 0, 0, 0, 0, 0xb}
 	ipA  = netip.MustParseAddr("198.18.0.1")
 	ipB  = netip.MustParseAddr("198.18.0.2")
+	ipA6 = netip.MustParseAddr("2001:2::a")
+	// ipMute answers no neighbour solicitation.
+	ipMute = netip.MustParseAddr("198.18.0.99")
 )
+
+// resolveB is device A's neighbour table: B, and a host that never answers.
+func resolveB(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+	if ip == ipB {
+		return macB, nil
+	}
+	return nil, context.DeadlineExceeded
+}
 
 // testbed is a daemon serving device A of an in-memory link pair, and
 // device B in-process at the other end.
@@ -40,7 +52,7 @@ func newTestbedGroup(t *testing.T, group int) *testbed {
 	la, lb := verbs.NewMemLinkPair(9000)
 	var err error
 	tb := &testbed{linkAB: la, linkBA: lb}
-	tb.a, err = verbs.NewDevice(la, verbs.DeviceConfig{MAC: macA, GIDs: []netip.Addr{ipA}, ActiveMTU: 1024})
+	tb.a, err = verbs.NewDevice(la, verbs.DeviceConfig{MAC: macA, GIDs: []netip.Addr{ipA, ipA6}, ActiveMTU: 1024, Resolve: resolveB})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -729,5 +741,72 @@ func TestDaemonUnderLinkFaults(t *testing.T) {
 	if wc := post(verbs.SendWR{ID: 99, Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{{Addr: x.mr.Addr(), Length: 8, LKey: x.mr.LKey()}},
 		RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey() ^ 0xff}); wc.Status != verbs.WCRemAccessErr {
 		t.Fatalf("WRITE with a bad rkey: %+v", wc)
+	}
+}
+
+// TestAHThroughDaemon: address handles are validated as the kernel does for
+// RoCE (GRH, GID index and family), resolve the next hop's MAC once, keep
+// their PD busy, and go with their client.
+func TestAHThroughDaemon(t *testing.T) {
+	tb := newTestbed(t)
+	c := tb.dial(t)
+	pd, err := c.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ah, err := pd.CreateAH(verbs.AH{DGID: netip.AddrFrom16(ipB.As16()), SGIDIndex: 0, HopLimit: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ah.Attr(); !bytes.Equal(got.DMAC, macB) || got.DGID.Unmap() != ipB {
+		t.Fatalf("address handle %+v, want MAC %v", got, macB)
+	}
+	for _, bad := range []struct {
+		name string
+		ah   verbs.AH
+		want error
+	}{
+		{"no destination GID", verbs.AH{SGIDIndex: 0}, verbs.ErrInvalid},
+		{"source GID index past the table", verbs.AH{DGID: ipB, SGIDIndex: 2}, verbs.ErrInvalid},
+		{"IPv4 destination from an IPv6 GID", verbs.AH{DGID: ipB, SGIDIndex: 1}, verbs.ErrInvalid},
+		{"flow label past 20 bits", verbs.AH{DGID: ipB, FlowLabel: 1 << 20}, verbs.ErrInvalid},
+		{"a neighbour that never answers", verbs.AH{DGID: ipMute}, syscall.ETIMEDOUT},
+	} {
+		if _, err := pd.CreateAH(bad.ah); !errors.Is(err, bad.want) {
+			t.Errorf("%s: %v, want %v", bad.name, err, bad.want)
+		}
+	}
+	if n := tb.a.AddressHandles(); n != 1 {
+		t.Fatalf("the daemon's device holds %d address handles, want 1", n)
+	}
+	if err := pd.Dealloc(); !errors.Is(err, verbs.ErrBusy) {
+		t.Fatalf("DEALLOC_PD with an address handle: %v, want EBUSY", err)
+	}
+	if err := ah.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ah.Destroy(); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("second destroy: %v", err)
+	}
+	if err := pd.Dealloc(); err != nil {
+		t.Fatal(err)
+	}
+	// A client's handles go when it does.
+	pd, err = c.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := pd.CreateAH(verbs.AH{DGID: ipB}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for tb.a.AddressHandles() != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := tb.a.AddressHandles(); n != 0 {
+		t.Fatalf("%d address handles left after the client detached", n)
 	}
 }

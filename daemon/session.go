@@ -40,6 +40,12 @@ type session struct {
 	qps         map[uint32]*sharedQP
 	srqs        map[uint32]*sharedSRQ
 	mws         map[uint32]sharedMW
+	ahs         map[uint32]sharedAH
+}
+
+type sharedAH struct {
+	ah *verbs.AddressHandle
+	pd uint32
 }
 
 type sharedMW struct {
@@ -76,7 +82,8 @@ type sharedQP struct {
 func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
 	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/comm")
 	return &session{srv: s, conn: c, peer: p, comm: strings.TrimSpace(string(comm)), pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
-		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{}}
+		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{},
+		ahs: map[uint32]sharedAH{}}
 }
 
 // serve answers the client's requests, one at a time, until it hangs up or
@@ -199,6 +206,10 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 		return nil, ss.list(d, e)
 	case uverbs.OpAllocMW, uverbs.OpDeallocMW:
 		return nil, ss.mwOp(op, d, e)
+	case uverbs.OpCreateAH:
+		return nil, ss.createAH(d, e)
+	case uverbs.OpDestroyAH:
+		return nil, ss.destroyAH(d)
 	case uverbs.OpCreateSRQ:
 		return ss.createSRQ(d, e)
 	case uverbs.OpModifySRQ, uverbs.OpQuerySRQ, uverbs.OpDestroySRQ:
@@ -313,6 +324,11 @@ func (ss *session) deallocPD(d *uverbs.Decoder) error {
 	}
 	for _, m := range ss.mws {
 		if m.pd == h {
+			return syscall.EBUSY
+		}
+	}
+	for _, a := range ss.ahs {
+		if a.pd == h {
 			return syscall.EBUSY
 		}
 	}
@@ -663,6 +679,11 @@ func (ss *session) release() {
 			delete(ss.mws, h)
 		}
 	}
+	for h, a := range ss.ahs {
+		if err := a.ah.Destroy(); err == nil {
+			delete(ss.ahs, h)
+		}
+	}
 	for h, s := range ss.srqs {
 		ss.srv.disown(s.srq)
 		if err := s.srq.Destroy(); err != nil {
@@ -806,5 +827,49 @@ func (ss *session) mwOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) erro
 	ss.mws[mh] = sharedMW{mw: mw, pd: h}
 	e.U32(mh)
 	e.U32(mw.RKey())
+	return nil
+}
+
+// createAH makes an address handle; the reply carries the next hop's MAC
+// address, resolved now as the kernel does for RoCE.
+func (ss *session) createAH(d *uverbs.Decoder, e *uverbs.Encoder) error {
+	pdh := d.U32()
+	var w uverbs.AHAttr
+	w.Get(d)
+	if err := d.End(); err != nil {
+		return err
+	}
+	pd := ss.pds[pdh]
+	if pd == nil {
+		return syscall.EINVAL
+	}
+	attr, err := verbs.AHFromWire(&w)
+	if err != nil {
+		return err
+	}
+	ah, err := pd.CreateAH(attr)
+	if err != nil {
+		return err
+	}
+	h := ss.handle32()
+	ss.ahs[h] = sharedAH{ah: ah, pd: pdh}
+	e.U32(h)
+	e.Raw(ah.Attr().DMAC)
+	return nil
+}
+
+func (ss *session) destroyAH(d *uverbs.Decoder) error {
+	h := d.U32()
+	if err := d.End(); err != nil {
+		return err
+	}
+	a, ok := ss.ahs[h]
+	if !ok {
+		return syscall.EINVAL
+	}
+	if err := a.ah.Destroy(); err != nil {
+		return err
+	}
+	delete(ss.ahs, h)
 	return nil
 }

@@ -36,6 +36,8 @@ const (
 	OpDestroySRQ
 	OpAllocMW
 	OpDeallocMW
+	OpCreateAH
+	OpDestroyAH
 	opEnd
 )
 
@@ -44,7 +46,7 @@ var opNames = [...]string{
 	OpCreateCQ: "CREATE_CQ", OpDestroyCQ: "DESTROY_CQ", OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP",
 	OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP", OpCounters: "COUNTERS", OpShutdown: "SHUTDOWN", OpList: "LIST", OpGetEvent: "GET_EVENT",
 	OpCreateSRQ: "CREATE_SRQ", OpModifySRQ: "MODIFY_SRQ", OpQuerySRQ: "QUERY_SRQ", OpDestroySRQ: "DESTROY_SRQ",
-	OpAllocMW: "ALLOC_MW", OpDeallocMW: "DEALLOC_MW",
+	OpAllocMW: "ALLOC_MW", OpDeallocMW: "DEALLOC_MW", OpCreateAH: "CREATE_AH", OpDestroyAH: "DESTROY_AH",
 }
 
 func (o Op) String() string {
@@ -388,6 +390,37 @@ func (a *QPAttr) Get(d *Decoder) {
 	a.EnSQDAsyncNotify = d.Bool()
 	a.SQDraining = d.Bool()
 	a.Cap.get(d)
+}
+
+// AHAttr is an address handle's attributes (struct ibv_ah_attr with its
+// GRH): RoCE needs IsGlobal and port 1.
+type AHAttr struct {
+	DGID                              [16]byte
+	SGIDIndex, HopLimit, TrafficClass uint8
+	FlowLabel                         uint32
+	SL, Port                          uint8
+	IsGlobal                          bool
+}
+
+// Put encodes a.
+func (a *AHAttr) Put(e *Encoder) {
+	e.b = append(e.b, a.DGID[:]...)
+	e.U8(a.SGIDIndex)
+	e.U8(a.HopLimit)
+	e.U8(a.TrafficClass)
+	e.U32(a.FlowLabel)
+	e.U8(a.SL)
+	e.U8(a.Port)
+	e.Bool(a.IsGlobal)
+}
+
+// Get decodes a.
+func (a *AHAttr) Get(d *Decoder) {
+	copy(a.DGID[:], d.take(16))
+	a.SGIDIndex, a.HopLimit, a.TrafficClass = d.U8(), d.U8(), d.U8()
+	a.FlowLabel = d.U32()
+	a.SL, a.Port = d.U8(), d.U8()
+	a.IsGlobal = d.Bool()
 }
 
 // Counter is one named counter of a COUNTERS reply.

@@ -78,10 +78,12 @@ func TestMessagesRoundTrip(t *testing.T) {
 	a := QPAttr{State: 3, AccessFlags: 7, Port: 1, QKey: 5, DGID: [16]byte{15: 1}, HopLimit: 64, DMAC: []byte{1, 2, 3, 4, 5, 6},
 		PathMTU: 3, Timeout: 14, RetryCnt: 7, RNRRetry: 7, RQPSN: 1, SQPSN: 2, DestQPN: 0x11, SQDraining: true, Cap: QPCap{MaxSendWR: 4}}
 	q := CreateQP{PD: 1, SendCQ: 2, RecvCQ: 3, Type: 2, SigAll: true, Cap: QPCap{1, 2, 3, 4, 5}}
+	ah := AHAttr{DGID: [16]byte{10: 0xff, 11: 0xff, 12: 198, 13: 18, 15: 2}, SGIDIndex: 1, HopLimit: 64, TrafficClass: 3, FlowLabel: 0xabcde, SL: 2, Port: 1, IsGlobal: true}
 	e := NewMessage(Header{Version: Version, Op: OpCreateQP, Seq: 9, Errno: -3})
 	info.Put(e)
 	a.Put(e)
 	q.Put(e)
+	ah.Put(e)
 	PutCounters(e, []Counter{{"sent_pkts", 4}})
 	h, d, err := Decode(e.Bytes())
 	if err != nil || h != (Header{Version: Version, Op: OpCreateQP, Seq: 9, Errno: -3}) {
@@ -90,17 +92,19 @@ func TestMessagesRoundTrip(t *testing.T) {
 	var gi DeviceInfo
 	var ga QPAttr
 	var gq CreateQP
+	var gah AHAttr
 	gi.Get(d)
 	ga.Get(d)
 	gq.Get(d)
+	gah.Get(d)
 	cs := GetCounters(d)
 	if err := d.End(); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(gi, info) || !reflect.DeepEqual(ga, a) || gq != q || len(cs) != 1 || cs[0] != (Counter{"sent_pkts", 4}) {
+	if !reflect.DeepEqual(gi, info) || !reflect.DeepEqual(ga, a) || gq != q || gah != ah || len(cs) != 1 || cs[0] != (Counter{"sent_pkts", 4}) {
 		t.Fatalf("round trip:\n%+v\n%+v\n%+v\n%v", gi, ga, gq, cs)
 	}
-	if OpHello.String() != "HELLO" || Op(99).String() != "Op(99)" {
+	if OpHello.String() != "HELLO" || OpDestroyAH.String() != "DESTROY_AH" || Op(99).String() != "Op(99)" {
 		t.Fatal("op names")
 	}
 }

@@ -93,6 +93,7 @@ type Device struct {
 
 	objs   objects
 	shards []*engine
+	ahs    atomic.Int32 // address handles alive
 
 	done    chan struct{}
 	stopped sync.WaitGroup // the engines' goroutines

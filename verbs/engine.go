@@ -180,6 +180,7 @@ func (d *Device) addQP(qp *QP) error {
 	qp.eng.Store(d.shards[0])
 	o.qps[qpn] = qp
 	o.live = append(o.live, qp)
+	qp.pd.users.Add(1)
 	return nil
 }
 
@@ -192,6 +193,7 @@ func (d *Device) removeQP(qp *QP) error {
 		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.qpn, ErrInvalid)
 	}
 	o.qps[qp.qpn] = nil
+	qp.pd.users.Add(-1)
 	if qp.sh != nil {
 		o.forgetShared(qp)
 	}

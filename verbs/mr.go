@@ -2,13 +2,32 @@ package verbs
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
+
+	"github.com/xdproce/xdproce/uverbs"
 )
 
 // PD is a protection domain: QPs reach only memory regions of their own PD.
 type PD struct {
 	dev *Device
 	id  uint32
+	// users counts the regions, windows, QPs, SRQs and address handles of
+	// an in-process PD: Dealloc is EBUSY while any exists, as ibv_dealloc_pd.
+	users atomic.Int32
+}
+
+// Dealloc frees the PD (ibv_dealloc_pd): EBUSY while a region, window, QP,
+// SRQ or address handle uses it.
+func (pd *PD) Dealloc() error {
+	if pd.dev.rem != nil {
+		_, err := pd.dev.rem.callNoFDs(uverbs.OpDeallocPD, func(e *uverbs.Encoder) { e.U32(pd.id) })
+		return err
+	}
+	if n := pd.users.Load(); n > 0 {
+		return fmt.Errorf("verbs: PD used by %d objects: %w", n, ErrBusy)
+	}
+	return nil
 }
 
 // AllocPD creates a protection domain.
@@ -270,6 +289,7 @@ func (d *Device) addMR(mr *MR) error {
 	key := idx<<8 | uint32(d.rng.IntN(256))
 	mr.lkey, mr.rkey, mr.valid = key, key, true
 	t.mrs[idx] = mr
+	mr.pd.users.Add(1)
 	return nil
 }
 
@@ -282,6 +302,7 @@ func (e *objects) removeMR(mr *MR) {
 	mr.valid = false
 	e.mrMu.Unlock()
 	e.mrs.free = append(e.mrs.free, idx)
+	mr.pd.users.Add(-1)
 }
 
 // lookupMR returns the live region with this key, or nil.

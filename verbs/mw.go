@@ -114,6 +114,7 @@ func (d *Device) addMW(mw *MW) error {
 	mw.rkey.Store((mwFirstIndex+i)<<8 | uint32(d.rng.IntN(256)))
 	mw.alive = true
 	t.mws[i] = mw
+	mw.pd.users.Add(1)
 	return nil
 }
 
@@ -123,6 +124,7 @@ func (e *objects) removeMW(mw *MW) {
 	e.mrs.mws[i] = nil
 	e.mrs.mwFree = append(e.mrs.mwFree, i)
 	mw.alive = false
+	mw.pd.users.Add(-1)
 }
 
 // lookupMWIndex returns the live window whose rkey has key's index, whatever

@@ -2,11 +2,13 @@ package verbs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -253,7 +255,7 @@ func (qp *QP) Modify(attr QPAttr, mask AttrMask) error {
 	var dmac net.HardwareAddr
 	if mask&AttrAV != 0 {
 		var err error
-		if dmac, err = qp.resolveAH(attr.AH); err != nil {
+		if dmac, err = qp.dev.resolveMAC(attr.AH); err != nil {
 			return err
 		}
 	}
@@ -315,31 +317,27 @@ func (qp *QP) checkAttrValues(a QPAttr, mask AttrMask) error {
 		return bad("qp_access_flags", a.AccessFlags)
 	}
 	if mask&AttrAV != 0 {
-		if !a.AH.DGID.IsValid() {
-			return bad("ah_attr.grh.dgid", a.AH.DGID)
-		}
-		if a.AH.SGIDIndex < 0 || a.AH.SGIDIndex >= len(qp.dev.cfg.GIDs) {
-			return bad("ah_attr.grh.sgid_index", a.AH.SGIDIndex)
-		}
-		sgid := qp.dev.cfg.GIDs[a.AH.SGIDIndex].Unmap()
-		if sgid.Is4() != a.AH.DGID.Unmap().Is4() {
-			return fmt.Errorf("verbs: source GID %v and destination GID %v are of different IP versions: %w", sgid, a.AH.DGID, ErrInvalid)
-		}
+		return qp.dev.checkAH(a.AH)
 	}
 	return nil
 }
 
-// resolveAH finds the destination MAC of an address vector.
-func (qp *QP) resolveAH(ah AH) (net.HardwareAddr, error) {
+// resolveMAC is the next hop's MAC address for ah: its DMAC, or what the
+// neighbour resolver finds (ARP/ND).
+func (d *Device) resolveMAC(ah AH) (net.HardwareAddr, error) {
 	if len(ah.DMAC) == 6 {
 		return ah.DMAC, nil
 	}
-	if qp.dev.cfg.Resolve == nil {
+	if d.cfg.Resolve == nil {
 		return nil, fmt.Errorf("verbs: no MAC for %v and no resolver: %w", ah.DGID, ErrInvalid)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	mac, err := qp.dev.cfg.Resolve(ctx, ah.DGID.Unmap())
+	mac, err := d.cfg.Resolve(ctx, ah.DGID.Unmap())
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The errno the kernel's address resolution gives when no neighbour answers.
+		return nil, fmt.Errorf("verbs: resolving %v: %w (%w)", ah.DGID, syscall.ETIMEDOUT, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("verbs: resolving %v: %w", ah.DGID, err)
 	}

@@ -43,8 +43,9 @@ type SRQ struct {
 	maxWR int
 	limit int
 
-	used     atomic.Int32 // WQEs posted and not yet completed
-	attached atomic.Int32 // QPs using the SRQ
+	used      atomic.Int32 // WQEs posted and not yet completed
+	attached  atomic.Int32 // QPs using the SRQ
+	destroyed atomic.Bool
 
 	q []recvWQE // engine-owned: WQEs taken from post, in order
 
@@ -60,6 +61,7 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 	if pd.dev.rem != nil {
 		return pd.createRemoteSRQ(attr)
 	}
+	pd.users.Add(1)
 	return &SRQ{dev: pd.dev, pd: pd, maxSGE: max(attr.MaxSGE, 1), maxWR: attr.MaxWR, limit: attr.Limit}, nil
 }
 
@@ -138,6 +140,10 @@ func (s *SRQ) Destroy() error {
 	if n := s.attached.Load(); n > 0 {
 		return fmt.Errorf("verbs: SRQ used by %d QPs: %w", n, ErrBusy)
 	}
+	if s.destroyed.Swap(true) {
+		return fmt.Errorf("verbs: SRQ already destroyed: %w", ErrInvalid)
+	}
+	s.pd.users.Add(-1)
 	if s.sh != nil {
 		// No engine reads the client's ring once this returns.
 		return s.dev.do(func() error {

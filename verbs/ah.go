@@ -1,0 +1,148 @@
+package verbs
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/xdproce/xdproce/uverbs"
+)
+
+// MaxAH is how many address handles a device holds at once (rxe_param.h's
+// RXE_MAX_AH).
+const MaxAH = 1<<15 - 1
+
+// AddressHandle is a destination for datagrams (ibv_ah): a GID, the source
+// GID index, and the next hop's MAC address, resolved once when the handle
+// is created as the kernel does for RoCE (ib_resolve_eth_dmac).
+type AddressHandle struct {
+	pd   *PD
+	attr AH
+	rem  *remoteAH
+
+	mu        sync.Mutex
+	destroyed bool
+}
+
+// CreateAH makes an address handle on the PD (ibv_create_ah). RoCE needs a
+// GRH, so the destination GID is required; the source GID index must name a
+// GID of the same family (IPv4-mapped or IPv6), as rxe derives the packet's
+// IP version from it. Without DMAC the neighbour table resolves it now.
+func (pd *PD) CreateAH(ah AH) (*AddressHandle, error) {
+	if pd.dev.closing.Load() {
+		return nil, ErrClosed
+	}
+	if pd.dev.rem != nil {
+		return pd.createRemoteAH(ah)
+	}
+	if err := pd.dev.checkAH(ah); err != nil {
+		return nil, err
+	}
+	if pd.dev.ahs.Add(1) > MaxAH {
+		pd.dev.ahs.Add(-1)
+		return nil, fmt.Errorf("verbs: %d address handles: %w", MaxAH, ErrNoMem)
+	}
+	mac, err := pd.dev.resolveMAC(ah)
+	if err != nil {
+		pd.dev.ahs.Add(-1)
+		return nil, err
+	}
+	ah.DMAC = mac
+	pd.users.Add(1)
+	return &AddressHandle{pd: pd, attr: ah}, nil
+}
+
+// checkAH validates an address handle's attributes against the port's GID
+// table.
+func (d *Device) checkAH(ah AH) error {
+	if !ah.DGID.IsValid() || ah.DGID.IsUnspecified() {
+		return fmt.Errorf("verbs: address handle without a destination GID (RoCE needs a GRH): %w", ErrInvalid)
+	}
+	sgid, err := d.QueryGID(ah.SGIDIndex)
+	if err != nil {
+		return err
+	}
+	if sgid.Unmap().Is4() != ah.DGID.Unmap().Is4() {
+		return fmt.Errorf("verbs: destination %v and source GID %v are of different IP versions: %w", ah.DGID, sgid, ErrInvalid)
+	}
+	if ah.FlowLabel >= 1<<20 {
+		return fmt.Errorf("verbs: flow label %#x: %w", ah.FlowLabel, ErrInvalid)
+	}
+	if ah.DMAC != nil && len(ah.DMAC) != 6 {
+		return fmt.Errorf("verbs: MAC address of %d bytes: %w", len(ah.DMAC), ErrInvalid)
+	}
+	return nil
+}
+
+// Attr is the handle's destination, its MAC address resolved.
+func (a *AddressHandle) Attr() AH { return a.attr }
+
+// PD is the protection domain the handle belongs to.
+func (a *AddressHandle) PD() *PD { return a.pd }
+
+// Destroy frees the handle (ibv_destroy_ah).
+func (a *AddressHandle) Destroy() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.destroyed {
+		return fmt.Errorf("verbs: address handle already destroyed: %w", ErrInvalid)
+	}
+	if a.rem != nil {
+		if err := a.destroyRemote(); err != nil {
+			return err
+		}
+	} else {
+		a.pd.dev.ahs.Add(-1)
+		a.pd.users.Add(-1)
+	}
+	a.destroyed = true
+	return nil
+}
+
+type remoteAH struct{ h uint32 }
+
+func (pd *PD) createRemoteAH(ah AH) (*AddressHandle, error) {
+	d, err := pd.dev.rem.callNoFDs(uverbs.OpCreateAH, func(e *uverbs.Encoder) {
+		e.U32(pd.id)
+		w := ah.Wire()
+		w.Put(e)
+	})
+	if err != nil {
+		return nil, err
+	}
+	a := &AddressHandle{pd: pd, attr: ah, rem: &remoteAH{h: d.U32()}}
+	mac := d.Raw()
+	if err := d.End(); err != nil {
+		return nil, err
+	}
+	a.attr.DMAC = append([]byte(nil), mac...)
+	return a, nil
+}
+
+func (a *AddressHandle) destroyRemote() error {
+	_, err := a.pd.dev.rem.callNoFDs(uverbs.OpDestroyAH, func(e *uverbs.Encoder) { e.U32(a.rem.h) })
+	return err
+}
+
+// Wire is the handle's attributes as the daemon's protocol carries them.
+func (ah AH) Wire() uverbs.AHAttr {
+	return uverbs.AHAttr{DGID: ah.DGID.As16(), SGIDIndex: uint8(ah.SGIDIndex), HopLimit: ah.HopLimit, TrafficClass: ah.TrafficClass,
+		FlowLabel: ah.FlowLabel, Port: 1, IsGlobal: true}
+}
+
+// AHFromWire is the address handle a CREATE_AH message describes; RoCE
+// needs its GRH and the one port.
+func AHFromWire(w *uverbs.AHAttr) (AH, error) {
+	if !w.IsGlobal {
+		return AH{}, fmt.Errorf("verbs: address handle without a GRH on RoCE: %w", ErrInvalid)
+	}
+	if w.Port != 1 {
+		return AH{}, fmt.Errorf("verbs: port %d (the device has port 1): %w", w.Port, ErrInvalid)
+	}
+	return AH{DGID: netip.AddrFrom16(w.DGID), SGIDIndex: int(w.SGIDIndex), HopLimit: w.HopLimit, TrafficClass: w.TrafficClass,
+		FlowLabel: w.FlowLabel}, nil
+}
+
+// AddressHandles is how many address handles the device holds (what
+// `rdma resource` counts as ah).
+func (d *Device) AddressHandles() int { return int(d.ahs.Load()) }

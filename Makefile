@@ -6,7 +6,7 @@ SUDO        := $(if $(filter 0,$(shell id -u)),,sudo)
 # Packages holding BPF C sources whose bpf2go output is committed.
 BPF_PKGS    := ./bpf/... ./impair/...
 
-.PHONY: all build deps deps-bpf generate check-generate lint test race unit bench fuzz demo interop interop-smoke clean
+.PHONY: all build deps deps-bpf deps-provider deps-stock provider install generate check-generate lint test race unit bench fuzz demo interop interop-smoke clean
 
 all: build
 
@@ -19,9 +19,44 @@ deps-bpf:
 	@command -v clang >/dev/null && command -v llvm-strip >/dev/null && test -f /usr/include/bpf/bpf_helpers.h || \
 		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq clang llvm libbpf-dev linux-libc-dev)
 
-build: deps
+build: deps provider
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) build -o bin/xdproce ./cmd/xdproce
+
+# The drop-in libraries stock RDMA applications load (provider/): C, built with Debian's
+# compiler against Debian's rdma-core headers, so every structure is laid out as rdma-core's.
+# `xdproce run` finds them in bin/lib beside bin/xdproce, or in $(PREFIX)/lib/xdproce.
+CC          ?= cc
+PROVIDER_CFLAGS ?= -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden -std=gnu11
+LIBDIR      := bin/lib
+PREFIX      ?= /usr/local
+VERBS_SRCS  := $(wildcard provider/verbs/*.c)
+VERBS_HDRS  := $(wildcard provider/verbs/*.h)
+
+# Debian's stock RDMA programs, which test/e2e and the interop cells run on xdproce's libibverbs.
+deps-stock:
+	@command -v ib_write_bw >/dev/null && command -v ibv_rc_pingpong >/dev/null && command -v rping >/dev/null || \
+		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq perftest ibverbs-utils rdmacm-utils qperf)
+
+deps-provider:
+	@command -v $(CC) >/dev/null && test -f /usr/include/infiniband/verbs.h && test -f /usr/include/rdma/rdma_cma.h || \
+		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq gcc libibverbs-dev librdmacm-dev)
+
+provider: deps-provider $(LIBDIR)/libibverbs.so.1 $(LIBDIR)/libmlx5.so.1 $(LIBDIR)/libefa.so.1
+
+$(LIBDIR)/libibverbs.so.1: $(VERBS_SRCS) $(VERBS_HDRS) provider/verbs/libibverbs.map
+	@mkdir -p $(LIBDIR)
+	$(CC) $(PROVIDER_CFLAGS) -shared -Wl,-soname,libibverbs.so.1 -Wl,--version-script=provider/verbs/libibverbs.map \
+		-Wl,-z,defs -o $@ $(VERBS_SRCS) -lpthread
+
+$(LIBDIR)/lib%.so.1: provider/stubs/%.c provider/stubs/%.map
+	@mkdir -p $(LIBDIR)
+	$(CC) $(PROVIDER_CFLAGS) -shared -Wl,-soname,lib$*.so.1 -Wl,--version-script=provider/stubs/$*.map -Wl,-z,defs -o $@ $<
+
+install: build
+	install -D -m 0755 bin/xdproce $(DESTDIR)$(PREFIX)/bin/xdproce
+	install -d $(DESTDIR)$(PREFIX)/lib/xdproce
+	install -m 0644 $(LIBDIR)/libibverbs.so.1 $(LIBDIR)/libmlx5.so.1 $(LIBDIR)/libefa.so.1 $(DESTDIR)$(PREFIX)/lib/xdproce/
 
 generate: deps deps-bpf
 	$(GO) generate $(BPF_PKGS)
@@ -40,7 +75,7 @@ lint: deps
 # Every test: unit, golden-pcap, fuzz seeds and the network-namespace tests (these need root),
 # the transport under the race detector, then the interop smoke against stock perftest on
 # Linux rxe in a VM (test/interop --smoke).
-test: deps check-generate lint build
+test: deps deps-stock check-generate lint build
 	$(SUDO) env "PATH=$$PATH" CI=$${CI:-} $(GO) test $(GOTESTFLAGS) ./...
 	$(MAKE) race
 	$(GO) test -run '^$$' -fuzz FuzzTransport -fuzztime 20s ./verbs

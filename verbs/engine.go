@@ -772,6 +772,7 @@ func (e *engine) flushQueues(qp *QP) {
 	}
 	for _, r := range t.rq {
 		qp.rqUsed.Add(-1)
+		qp.freeSharedSlots()
 		qp.rcq.push(WorkCompletion{WRID: r.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
 	}
 	t.rq = t.rq[:0]

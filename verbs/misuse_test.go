@@ -181,3 +181,19 @@ func TestQPNsAreRandom(t *testing.T) {
 		must(t, qp.Destroy())
 	}
 }
+
+// A QP may have no send queue (max_send_wr 0, as rxe allows: qperf's
+// receiving side asks for one); a send on it finds the queue full.
+func TestQPWithoutSendQueue(t *testing.T) {
+	a, b, _, _ := pair(t, connOpts{}, 4096)
+	qp, err := a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, Cap: QPCap{MaxRecvWR: 4}})
+	must(t, err)
+	must(t, qp.Modify(QPAttr{State: StateInit, Port: 1}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags))
+	must(t, qp.Modify(QPAttr{State: StateRTR, AH: AH{DGID: ipB, SGIDIndex: 1, DMAC: macB}, PathMTU: MTU1024, DestQPN: b.qp.QPN(), MaxDestRdAtomic: 1},
+		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer))
+	must(t, qp.Modify(QPAttr{State: StateRTS}, AttrState|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrSQPSN|AttrMaxQPRdAtomic))
+	if _, err := qp.PostSend([]SendWR{{Opcode: WRSend, SGList: sge(a.mr, 0, 8)}}); !isErr(err, ErrNoMem) {
+		t.Fatalf("a send on a QP without a send queue: %v, want ENOMEM", err)
+	}
+	must(t, qp.Destroy())
+}

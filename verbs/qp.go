@@ -79,7 +79,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("verbs: a CQ belongs to another device: %w", ErrInvalid)
 	}
 	c := attr.Cap
-	if c.MaxSendWR < 1 || c.MaxSendWR > MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > MaxQPWR ||
+	if c.MaxSendWR < 0 || c.MaxSendWR > MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > MaxQPWR ||
 		c.MaxSendSGE < 0 || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > MaxSGE ||
 		c.MaxInlineData < 0 || c.MaxInlineData > MaxInlineData {
 		return nil, fmt.Errorf("verbs: QP capabilities %+v exceed the device's: %w", c, ErrInvalid)
@@ -141,6 +141,7 @@ func (qp *QP) recvRetired() {
 		return
 	}
 	qp.rqUsed.Add(-1)
+	qp.freeSharedSlots()
 }
 
 // Query returns the QP's attributes.

@@ -537,6 +537,7 @@ func (e *engine) retire(qp *QP, status WCStatus) {
 	t.sq[0] = sendWQE{}
 	t.sq = t.sq[1:]
 	qp.sqUsed.Add(-1)
+	qp.freeSharedSlots()
 	if t.reqIdx > 0 {
 		t.reqIdx--
 	}

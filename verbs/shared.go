@@ -157,16 +157,27 @@ func (e *engine) publishShared() {
 		if qp.eng.Load() != e {
 			continue
 		}
-		s := qp.sh
-		if c := s.rqTaken - uint32(qp.rqUsed.Load()); s.rq.Consumer() != c {
-			s.rq.SetConsumer(c)
+		qp.freeSharedSlots()
+		if st := uint32(qp.State()); qp.sh.sq.Aux().Load() != st {
+			qp.sh.sq.Aux().Store(st)
 		}
-		if c := s.sqTaken - uint32(qp.sqUsed.Load()); s.sq.Consumer() != c {
-			s.sq.SetConsumer(c)
-		}
-		if st := uint32(qp.State()); s.sq.Aux().Load() != st {
-			s.sq.Aux().Store(st)
-		}
+	}
+}
+
+// freeSharedSlots publishes the ring slots of retired work requests. The
+// engine calls it before a completion becomes visible too: a client that
+// polls a completion and posts at once must find room, as with ibverbs
+// (ibv_rc_pingpong keeps one send in flight on a queue of one).
+func (qp *QP) freeSharedSlots() {
+	s := qp.sh
+	if s == nil {
+		return
+	}
+	if c := s.rqTaken - uint32(qp.rqUsed.Load()); s.rq.Consumer() != c {
+		s.rq.SetConsumer(c)
+	}
+	if c := s.sqTaken - uint32(qp.sqUsed.Load()); s.sq.Consumer() != c {
+		s.sq.SetConsumer(c)
 	}
 }
 

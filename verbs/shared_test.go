@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"bytes"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -26,12 +27,19 @@ func newRing(t *testing.T, slots uint32, size int) *uverbs.Ring {
 
 func newSharedNode(t *testing.T, d *Device, bufSize int) *sharedNode {
 	t.Helper()
+	return newSharedNodeNotify(t, d, bufSize, nil)
+}
+
+// newSharedNodeNotify is newSharedNode whose CQ runs notify (on the engine)
+// for a completion that meets the armed notification request.
+func newSharedNodeNotify(t *testing.T, d *Device, bufSize int, notify func()) *sharedNode {
+	t.Helper()
 	s := &sharedNode{node: &node{dev: d}}
 	var err error
 	s.pd, err = d.AllocPD()
 	must(t, err)
 	s.cqr = newRing(t, 64, uverbs.CQESize)
-	s.scq, err = d.CreateSharedCQ(64, s.cqr, nil)
+	s.scq, err = d.CreateSharedCQ(64, s.cqr, notify)
 	must(t, err)
 	s.rcq = s.scq
 	c := QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}
@@ -402,5 +410,43 @@ func TestRemoteMemoryBatchedWrites(t *testing.T) {
 	mem.mu.Unlock()
 	if reads != 0 || readPcs != 8 || readVecs >= 8 {
 		t.Fatalf("%d single reads, %d vector reads of %d pieces for 8 packets sent", reads, readVecs, readPcs)
+	}
+}
+
+// A send WQE's slot is free before its completion is visible: a client that
+// sees the completion and posts at once finds room, as ibverbs promises
+// (ibv_rc_pingpong keeps one send in flight on a queue of one). The CQ's
+// notification runs on the engine right after each completion is
+// published: the send ring must count it freed by then.
+func TestSharedSlotFreedBeforeCompletion(t *testing.T) {
+	la, lb := NewMemLinkPair(4096 + 200)
+	var a *sharedNode
+	var mu sync.Mutex
+	var late []string
+	a = newSharedNodeNotify(t, newDevice(t, la, macA, ipA, 4096), 1<<16, func() {
+		if done, free := a.cqr.Producer(), a.sq.Consumer(); free < done {
+			mu.Lock()
+			late = append(late, fmt.Sprintf("%d completions visible, %d send slots freed", done, free))
+			mu.Unlock()
+		}
+		a.cqr.Aux().Store(uverbs.NotifyAny) // for the next one
+	})
+	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<16)
+	connect(t, a.node, b, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
+	a.cqr.Aux().Store(uverbs.NotifyAny)
+	const n = 16
+	for i := range n {
+		a.post(uverbs.SendWQE{WRID: uint64(i), Opcode: uint8(WRRDMAWrite), SendFlags: uint8(SendSignaled), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+			[]uverbs.SGE{{Addr: a.mr.Addr(), Length: 64, LKey: a.mr.LKey()}}, nil)
+	}
+	for i := range n {
+		if c := a.cqe(t); c.WRID != uint64(i) || c.Status != uint8(WCSuccess) {
+			t.Fatalf("completion %d: %+v", i, c)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(late) > 0 {
+		t.Fatalf("completions published before their slots were freed: %v", late)
 	}
 }

@@ -21,7 +21,7 @@ type command struct {
 	run     func(ctx context.Context, args []string, stdout io.Writer) error
 }
 
-func commands(stderr io.Writer) map[string]command {
+func commands(stderr io.Writer, rn runner) map[string]command {
 	return map[string]command{
 		"bench": {"measure xdproce against kernel TCP between two network namespaces", func(ctx context.Context, args []string, stdout io.Writer) error {
 			return runBench(ctx, args, stdout, stderr)
@@ -35,6 +35,9 @@ func commands(stderr io.Writer) map[string]command {
 		"stats":   {"a daemon's counters (rxe's names, the XDP program's), and a QP's state", runStats},
 		"list":    {"the daemons' devices, attached clients and QPs, like rdma resource show", runList},
 		"perf":    {"perftest's ib_{send,write,read,atomic}_{bw,lat}, wire-compatible with stock perftest", runPerf},
+		"run": {"run a stock RDMA program (perftest, ibverbs-utils, …) on xdproce's libibverbs", func(ctx context.Context, args []string, stdout io.Writer) error {
+			return rn.run(ctx, args, os.Stdin, stdout, stderr)
+		}},
 	}
 }
 
@@ -71,7 +74,12 @@ func profiled(fn func() int) int {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmds := commands(stderr)
+	return runWith(ctx, args, stdout, stderr, newRunner())
+}
+
+// runWith is run with rn for `xdproce run` (tests give it fakes).
+func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, rn runner) int {
+	cmds := commands(stderr, rn)
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr, cmds)
 		if len(args) == 0 {
@@ -88,6 +96,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := cmd.run(ctx, args[1:], stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
+		}
+		// The program xdproce run ran has spoken for itself: only its status is left.
+		var exit *exitError
+		if errors.As(err, &exit) {
+			return exit.code
 		}
 		fmt.Fprintf(stderr, "xdproce %s: %v\n", args[0], err)
 		if errors.Is(err, errUsage) {

@@ -1,0 +1,636 @@
+/* verbs_check: an application of rdma-core's API, built against Debian's libibverbs-dev and run
+ * on xdproce's libibverbs.so.1 (test/e2e.TestStockLibraryABI). It opens the device of two
+ * network namespaces in one process (setns), connects QPs between them and checks what each
+ * verb does and returns, as an application would see it with rxe. Output: one line per check;
+ * the exit status is the number of failed checks (capped at 100). */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures, checks;
+
+static void check(int ok, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	checks++;
+	printf("%s %d - ", ok ? "ok" : "not ok", checks);
+	vprintf(fmt, ap);
+	printf("\n");
+	va_end(ap);
+	if (!ok)
+		failures++;
+	fflush(stdout);
+}
+
+static void die(const char *what)
+{
+	printf("fatal: %s: %s\n", what, strerror(errno));
+	exit(100);
+}
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+enum { BUF = 1 << 20, DEPTH = 64 };
+
+struct side {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_mr *mr;
+	uint8_t *buf;
+	union ibv_gid gid;
+	int gid_index;
+};
+
+/* open_in opens the device named dev in network namespace ns (a name under /run/netns, or a
+ * path). */
+static struct ibv_context *open_in(const char *ns, const char *dev)
+{
+	char path[256];
+	snprintf(path, sizeof(path), ns[0] == '/' ? "%s" : "/run/netns/%s", ns);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || setns(fd, CLONE_NEWNET) < 0)
+		die("setns");
+	close(fd);
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	if (!list)
+		die("ibv_get_device_list");
+	struct ibv_context *ctx = NULL;
+	for (int i = 0; i < n; i++)
+		if (strcmp(ibv_get_device_name(list[i]), dev) == 0)
+			ctx = ibv_open_device(list[i]);
+	check(ctx != NULL, "%s: ibv_get_device_list lists %s (%d devices) and it opens", ns, dev, n);
+	ibv_free_device_list(list);
+	if (!ctx)
+		exit(100);
+	return ctx;
+}
+
+static void setup(struct side *s, struct ibv_context *ctx, const char *ip)
+{
+	s->ctx = ctx;
+	s->pd = ibv_alloc_pd(ctx);
+	s->cq = ibv_create_cq(ctx, 4 * DEPTH, NULL, NULL, 0);
+	s->buf = aligned_alloc(4096, BUF);
+	if (!s->pd || !s->cq || !s->buf)
+		die("setup");
+	memset(s->buf, 0, BUF);
+	s->mr = ibv_reg_mr(s->pd, s->buf, BUF,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				   IBV_ACCESS_REMOTE_ATOMIC);
+	if (!s->mr)
+		die("ibv_reg_mr");
+	/* The RoCEv2 GID of the interface's IPv4 address: ::ffff:a.b.c.d. */
+	union ibv_gid want = {0};
+	want.raw[10] = want.raw[11] = 0xff;
+	inet_pton(AF_INET, ip, want.raw + 12);
+	s->gid_index = -1;
+	struct ibv_port_attr pa;
+	ibv_query_port(ctx, 1, &pa);
+	for (int i = 0; i < pa.gid_tbl_len; i++) {
+		union ibv_gid g;
+		if (ibv_query_gid(ctx, 1, i, &g) == 0 && memcmp(&g, &want, 16) == 0)
+			s->gid_index = i;
+	}
+	check(s->gid_index >= 0, "%s is in the GID table", ip);
+	s->gid = want;
+}
+
+static struct ibv_qp *make_qp(struct side *s, enum ibv_qp_type type, struct ibv_srq *srq, struct ibv_cq *cq)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = cq ? cq : s->cq,
+		.recv_cq = cq ? cq : s->cq,
+		.srq = srq,
+		.cap = {.max_send_wr = DEPTH, .max_recv_wr = DEPTH, .max_send_sge = 4, .max_recv_sge = 4, .max_inline_data = 128},
+		.qp_type = type,
+	};
+	return ibv_create_qp(s->pd, &a);
+}
+
+static int to_init(struct ibv_qp *qp, enum ibv_qp_type type)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
+						   (type == IBV_QPT_RC ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC : 0)};
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+static int to_rtr(struct ibv_qp *qp, const struct side *me, const struct side *peer, uint32_t dqpn, int global)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = dqpn, .rq_psn = 7,
+				.max_dest_rd_atomic = 4, .min_rnr_timer = 1,
+				.ah_attr = {.is_global = global, .port_num = 1,
+					    .grh = {.dgid = peer->gid, .sgid_index = me->gid_index, .hop_limit = 64}}};
+	int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+	if (qp->qp_type == IBV_QPT_RC)
+		mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	return ibv_modify_qp(qp, &a, mask);
+}
+
+static int to_rts(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS, .sq_psn = 7, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7,
+				.max_rd_atomic = 4};
+	int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+	if (qp->qp_type == IBV_QPT_RC)
+		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+	return ibv_modify_qp(qp, &a, mask);
+}
+
+static void connect_pair(struct side *a, struct ibv_qp *qa, struct side *b, struct ibv_qp *qb)
+{
+	int ok = to_init(qa, qa->qp_type) == 0 && to_init(qb, qb->qp_type) == 0 &&
+		 to_rtr(qa, a, b, qb->qp_num, 1) == 0 && to_rtr(qb, b, a, qa->qp_num, 1) == 0 && to_rts(qa) == 0 &&
+		 to_rts(qb) == 0;
+	check(ok, "connect %s QPs %#x and %#x: INIT, RTR (GRH to the peer's GID), RTS", qa->qp_type == IBV_QPT_RC ? "RC" : "UC",
+	      qa->qp_num, qb->qp_num);
+}
+
+/* poll_within waits up to seconds for one completion on cq. */
+static int poll_within(struct ibv_cq *cq, struct ibv_wc *wc, double seconds)
+{
+	double end = now() + seconds;
+	while (now() < end) {
+		int n = ibv_poll_cq(cq, 1, wc);
+		if (n != 0)
+			return n;
+	}
+	return 0;
+}
+
+static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc) { return poll_within(cq, wc, 10); }
+
+/* none: no completion comes within a fifth of a second (what was not sent). */
+static int none(struct ibv_cq *cq, struct ibv_wc *wc) { return poll_within(cq, wc, 0.2) == 0; }
+
+static int post1(struct ibv_qp *qp, enum ibv_wr_opcode op, struct side *s, size_t off, uint32_t len, uint64_t raddr,
+		 uint32_t rkey, unsigned flags)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)s->buf + off, .length = len, .lkey = s->mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 1000 + op, .sg_list = &sge, .num_sge = 1, .opcode = op,
+				 .send_flags = IBV_SEND_SIGNALED | flags},
+			   *bad;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	if (op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_SEND_WITH_IMM)
+		wr.imm_data = htobe32(0x12345678);
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+static int recv1(struct ibv_qp *qp, struct side *s, size_t off, uint32_t len, uint64_t id)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)s->buf + off, .length = len, .lkey = s->mr->lkey};
+	struct ibv_recv_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1}, *bad;
+	return ibv_post_recv(qp, &wr, &bad);
+}
+
+static void fill(uint8_t *p, size_t n, int seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(i * 7 + seed);
+}
+
+static void queries(struct side *a)
+{
+	struct ibv_device_attr da;
+	check(ibv_query_device(a->ctx, &da) == 0 && da.phys_port_cnt == 1 && da.max_qp_wr > 0 && da.max_sge >= 4 &&
+		      da.atomic_cap == IBV_ATOMIC_HCA,
+	      "ibv_query_device: one port, limits, ATOMIC_HCA");
+	struct ibv_device_attr_ex dx;
+	check(ibv_query_device_ex(a->ctx, NULL, &dx) == 0 && dx.orig_attr.max_qp == da.max_qp,
+	      "ibv_query_device_ex agrees with ibv_query_device");
+	struct ibv_port_attr pa;
+	int rc = ibv_query_port(a->ctx, 1, &pa);
+	check(rc == 0 && pa.state == IBV_PORT_ACTIVE && pa.link_layer == IBV_LINK_LAYER_ETHERNET &&
+		      pa.active_mtu >= IBV_MTU_1024 && pa.gid_tbl_len >= 2,
+	      "ibv_query_port: active, Ethernet link layer, active_mtu %d, %d GIDs", pa.active_mtu, pa.gid_tbl_len);
+	check(ibv_query_port(a->ctx, 2, &pa) != 0, "ibv_query_port of port 2 fails");
+	struct ibv_gid_entry ge;
+	check(ibv_query_gid_ex(a->ctx, 1, a->gid_index, &ge, 0) == 0 && ge.gid_type == IBV_GID_TYPE_ROCE_V2 &&
+		      memcmp(&ge.gid, &a->gid, 16) == 0 && ge.ndev_ifindex > 0,
+	      "ibv_query_gid_ex: RoCE v2, the interface's index");
+	union ibv_gid g;
+	check(ibv_query_gid(a->ctx, 1, 99, &g) != 0, "ibv_query_gid past the table fails");
+	__be16 pkey;
+	check(ibv_query_pkey(a->ctx, 1, 0, &pkey) == 0 && be16toh(pkey) == 0xffff, "ibv_query_pkey: the default P_Key");
+	check(strcmp(ibv_wc_status_str(IBV_WC_SUCCESS), "success") == 0 &&
+		      strcmp(ibv_wc_status_str(IBV_WC_RETRY_EXC_ERR), "transport retry counter exceeded") == 0,
+	      "ibv_wc_status_str");
+	check(ibv_fork_init() == 0, "ibv_fork_init");
+}
+
+static void misuse(struct side *a)
+{
+	errno = 0;
+	struct ibv_mr *mr = ibv_reg_mr(a->pd, a->buf, 4096, IBV_ACCESS_REMOTE_WRITE);
+	check(!mr && errno == EINVAL, "ibv_reg_mr with REMOTE_WRITE and no LOCAL_WRITE: EINVAL (%s)", strerror(errno));
+	mr = ibv_reg_mr(a->pd, a->buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
+	check(mr != NULL, "ibv_reg_mr with IBV_ACCESS_RELAXED_ORDERING (an optional flag) succeeds");
+	if (mr)
+		ibv_dereg_mr(mr);
+	errno = 0;
+	check(!ibv_create_cq(a->ctx, 0, NULL, NULL, 0) && errno == EINVAL, "ibv_create_cq of 0 entries: EINVAL");
+	errno = 0;
+	check(!ibv_create_cq(a->ctx, 1 << 30, NULL, NULL, 0) && errno == EINVAL, "ibv_create_cq past max_cqe: EINVAL");
+	struct ibv_qp *qp = make_qp(a, IBV_QPT_RC, NULL, NULL);
+	check(qp != NULL, "ibv_create_qp RC");
+	struct ibv_sge sge = {.addr = (uintptr_t)a->buf, .length = 8, .lkey = a->mr->lkey};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND}, *bad = NULL;
+	check(ibv_post_send(qp, &wr, &bad) == EINVAL && bad == &wr, "ibv_post_send in RESET: EINVAL, bad_wr the first");
+	check(ibv_dealloc_pd(a->pd) == EBUSY, "ibv_dealloc_pd of a PD with a QP and a region: EBUSY");
+	check(ibv_destroy_cq(a->cq) == EBUSY, "ibv_destroy_cq of a CQ a QP uses: EBUSY");
+	struct ibv_ah_attr ah = {.port_num = 1};
+	errno = 0;
+	check(!ibv_create_ah(a->pd, &ah) && errno == EINVAL, "ibv_create_ah without a GRH on RoCE: EINVAL");
+	struct ibv_qp_attr qa = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+	to_init(qp, IBV_QPT_RC);
+	qa.qp_state = IBV_QPS_RTR;
+	check(ibv_modify_qp(qp, &qa, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == EINVAL,
+	      "INIT to RTR without a GRH: EINVAL");
+	check(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(a->ctx);
+	struct ibv_cq *cq = ibv_create_cq(a->ctx, 4, NULL, ch, 0);
+	check(ch && cq && ibv_destroy_comp_channel(ch) == EBUSY, "ibv_destroy_comp_channel with a CQ: EBUSY");
+	check(ibv_destroy_cq(cq) == 0 && ibv_destroy_comp_channel(ch) == 0, "then the CQ and the channel go");
+}
+
+static void data_old_api(struct side *a, struct side *b, struct ibv_qp *qa, struct ibv_qp *qb)
+{
+	struct ibv_wc wc;
+	/* RDMA WRITE: bytes land in b's region. */
+	fill(a->buf, 100000, 1);
+	check(post1(qa, IBV_WR_RDMA_WRITE, a, 0, 100000, (uintptr_t)b->buf + 4096, b->mr->rkey, 0) == 0 &&
+		      poll_one(a->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_WRITE,
+	      "RDMA WRITE of 100000 bytes completes (%s)", ibv_wc_status_str(wc.status));
+	check(memcmp(a->buf, b->buf + 4096, 100000) == 0, "RDMA WRITE: the peer's memory has the bytes");
+	/* RDMA READ back into a's region. */
+	fill(b->buf + 300000, 50000, 3);
+	check(post1(qa, IBV_WR_RDMA_READ, a, 600000, 50000, (uintptr_t)b->buf + 300000, b->mr->rkey, 0) == 0 &&
+		      poll_one(a->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_READ &&
+		      wc.byte_len == 50000,
+	      "RDMA READ of 50000 bytes completes with byte_len");
+	check(memcmp(a->buf + 600000, b->buf + 300000, 50000) == 0, "RDMA READ: the bytes arrived");
+	/* SEND with immediate into a posted receive. */
+	check(recv1(qb, b, 700000, 9000, 77) == 0, "ibv_post_recv");
+	fill(a->buf + 200000, 9000, 5);
+	check(post1(qa, IBV_WR_SEND_WITH_IMM, a, 200000, 9000, 0, 0, 0) == 0 && poll_one(a->cq, &wc) == 1 &&
+		      wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND,
+	      "SEND_WITH_IMM completes");
+	check(poll_one(b->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.wr_id == 77 &&
+		      wc.byte_len == 9000 && (wc.wc_flags & IBV_WC_WITH_IMM) && be32toh(wc.imm_data) == 0x12345678 &&
+		      wc.qp_num == qb->qp_num,
+	      "the receive: wr_id, byte_len, IBV_WC_WITH_IMM, imm_data in network order, qp_num");
+	check(memcmp(a->buf + 200000, b->buf + 700000, 9000) == 0, "SEND: the bytes arrived");
+	/* WRITE_WITH_IMM consumes a receive and reports the immediate. */
+	recv1(qb, b, 0, 0, 78);
+	check(post1(qa, IBV_WR_RDMA_WRITE_WITH_IMM, a, 0, 64, (uintptr_t)b->buf + 800000, b->mr->rkey, 0) == 0 &&
+		      poll_one(a->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS,
+	      "RDMA_WRITE_WITH_IMM completes");
+	check(poll_one(b->cq, &wc) == 1 && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && wc.wr_id == 78 &&
+		      be32toh(wc.imm_data) == 0x12345678,
+	      "the peer sees RECV_RDMA_WITH_IMM with the immediate");
+	/* Atomics. */
+	uint64_t *target = (uint64_t *)(b->buf + 900000);
+	*target = 5;
+	struct ibv_sge sge = {.addr = (uintptr_t)a->buf + 900000, .length = 8, .lkey = a->mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 9, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+				 .send_flags = IBV_SEND_SIGNALED},
+			   *bad;
+	wr.wr.atomic.remote_addr = (uintptr_t)target;
+	wr.wr.atomic.rkey = b->mr->rkey;
+	wr.wr.atomic.compare_add = 10;
+	check(ibv_post_send(qa, &wr, &bad) == 0 && poll_one(a->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+		      wc.opcode == IBV_WC_FETCH_ADD && *(uint64_t *)(a->buf + 900000) == 5 && *target == 15,
+	      "FETCH_AND_ADD: the old value back, the new one there");
+	wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+	wr.wr.atomic.compare_add = 15;
+	wr.wr.atomic.swap = 99;
+	check(ibv_post_send(qa, &wr, &bad) == 0 && poll_one(a->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+		      wc.opcode == IBV_WC_COMP_SWAP && *target == 99,
+	      "CMP_AND_SWP swaps");
+	sge.length = 4;
+	check(ibv_post_send(qa, &wr, &bad) == EINVAL, "an atomic with a 4-byte SGE: EINVAL");
+	/* Inline: the buffer may be reused as soon as post returns. */
+	recv1(qb, b, 100, 64, 79);
+	char msg[64] = "inline payload";
+	struct ibv_sge isge = {.addr = (uintptr_t)msg, .length = sizeof(msg)};
+	struct ibv_send_wr iwr = {.wr_id = 10, .sg_list = &isge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE};
+	check(ibv_post_send(qa, &iwr, &bad) == 0, "inline SEND from unregistered memory");
+	memset(msg, 'x', sizeof(msg));
+	check(poll_one(a->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && poll_one(b->cq, &wc) == 1 &&
+		      strcmp((char *)b->buf + 100, "inline payload") == 0,
+	      "inline SEND: the data as it was at post time");
+	isge.length = 4096;
+	check(ibv_post_send(qa, &iwr, &bad) == EINVAL, "inline data past max_inline_data: EINVAL");
+	/* A full send queue: ENOMEM and bad_wr at the first that did not fit. */
+	struct ibv_send_wr many[DEPTH + 1];
+	struct ibv_sge msge = {.addr = (uintptr_t)a->buf, .length = 8, .lkey = a->mr->lkey};
+	for (int i = 0; i <= DEPTH; i++)
+		many[i] = (struct ibv_send_wr){.wr_id = i, .sg_list = &msge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+					       .send_flags = IBV_SEND_SIGNALED, .next = i < DEPTH ? &many[i + 1] : NULL,
+					       .wr.rdma = {.remote_addr = (uintptr_t)b->buf, .rkey = b->mr->rkey}};
+	bad = NULL;
+	int rc = ibv_post_send(qa, many, &bad);
+	check(rc == ENOMEM && bad == &many[DEPTH], "posting %d to a queue of %d: ENOMEM, bad_wr the first beyond (%d)",
+	      DEPTH + 1, DEPTH, rc);
+	int got = 0;
+	for (double end = now() + 10; got < DEPTH && now() < end;)
+		got += ibv_poll_cq(a->cq, 1, &wc) == 1 && wc.status == IBV_WC_SUCCESS;
+	check(got == DEPTH, "the %d posted complete, in order", DEPTH);
+	/* After a completion its slot is free at once. */
+	check(post1(qa, IBV_WR_RDMA_WRITE, a, 0, 8, (uintptr_t)b->buf, b->mr->rkey, 0) == 0 && poll_one(a->cq, &wc) == 1,
+	      "a post right after the queue drained");
+	struct ibv_qp_attr attr;
+	struct ibv_qp_init_attr init;
+	check(ibv_query_qp(qa, &attr, IBV_QP_STATE, &init) == 0 && attr.qp_state == IBV_QPS_RTS &&
+		      attr.dest_qp_num == qb->qp_num && attr.path_mtu == IBV_MTU_1024 && init.cap.max_send_wr >= DEPTH &&
+		      init.send_cq == a->cq,
+	      "ibv_query_qp: RTS, the peer's QPN, path MTU, capabilities, CQs");
+}
+
+static void data_new_api(struct side *a, struct side *b)
+{
+	struct ibv_qp_init_attr_ex x = {
+		.send_cq = a->cq,
+		.recv_cq = a->cq,
+		.cap = {.max_send_wr = DEPTH, .max_recv_wr = DEPTH, .max_send_sge = 2, .max_recv_sge = 2, .max_inline_data = 64},
+		.qp_type = IBV_QPT_RC,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = a->pd,
+		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_READ |
+				  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_IMM,
+	};
+	struct ibv_qp *qa = ibv_create_qp_ex(a->ctx, &x);
+	struct ibv_qp *qb = make_qp(b, IBV_QPT_RC, NULL, NULL);
+	check(qa && qb, "ibv_create_qp_ex with send_ops_flags");
+	if (!qa || !qb)
+		return;
+	struct ibv_qp_ex *q = ibv_qp_to_qp_ex(qa);
+	check(q != NULL && ibv_qp_to_qp_ex(qb) == NULL, "ibv_qp_to_qp_ex: the extended QP only");
+	connect_pair(a, qa, b, qb);
+	struct ibv_wc wc;
+	fill(a->buf + 10000, 5000, 9);
+	ibv_wr_start(q);
+	q->wr_id = 21;
+	q->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(q, b->mr->rkey, (uintptr_t)b->buf + 20000);
+	ibv_wr_set_sge(q, a->mr->lkey, (uintptr_t)a->buf + 10000, 5000);
+	q->wr_id = 22;
+	ibv_wr_send_imm(q, htobe32(0xabcdef01));
+	char data[32] = "sent inline by ibv_wr";
+	ibv_wr_set_inline_data(q, data, sizeof(data));
+	recv1(qb, b, 40000, 64, 23);
+	check(ibv_wr_complete(q) == 0, "ibv_wr_start, rdma_write + set_sge, send_imm + set_inline_data, ibv_wr_complete");
+	int w = poll_one(a->cq, &wc) == 1 && wc.wr_id == 21 && wc.status == IBV_WC_SUCCESS;
+	w = w && poll_one(a->cq, &wc) == 1 && wc.wr_id == 22 && wc.status == IBV_WC_SUCCESS;
+	check(w, "both complete, in order");
+	check(memcmp(a->buf + 10000, b->buf + 20000, 5000) == 0, "ibv_wr_rdma_write: the bytes arrived");
+	check(poll_one(b->cq, &wc) == 1 && wc.wr_id == 23 && be32toh(wc.imm_data) == 0xabcdef01 &&
+		      strcmp((char *)b->buf + 40000, "sent inline by ibv_wr") == 0,
+	      "ibv_wr_send_imm inline: data and immediate");
+	*(uint64_t *)(b->buf + 50000) = 40;
+	ibv_wr_start(q);
+	q->wr_id = 24;
+	ibv_wr_atomic_fetch_add(q, b->mr->rkey, (uintptr_t)b->buf + 50000, 2);
+	ibv_wr_set_sge(q, a->mr->lkey, (uintptr_t)a->buf + 50000, 8);
+	q->wr_id = 25;
+	ibv_wr_rdma_read(q, b->mr->rkey, (uintptr_t)b->buf + 20000);
+	struct ibv_sge list[2] = {{(uintptr_t)a->buf + 60000, 2000, a->mr->lkey}, {(uintptr_t)a->buf + 70000, 3000, a->mr->lkey}};
+	ibv_wr_set_sge_list(q, 2, list);
+	check(ibv_wr_complete(q) == 0, "atomic_fetch_add and rdma_read with an SGE list");
+	w = poll_one(a->cq, &wc) == 1 && wc.wr_id == 24 && wc.opcode == IBV_WC_FETCH_ADD;
+	w = w && poll_one(a->cq, &wc) == 1 && wc.wr_id == 25 && wc.opcode == IBV_WC_RDMA_READ && wc.byte_len == 5000;
+	check(w && *(uint64_t *)(a->buf + 50000) == 40 && *(uint64_t *)(b->buf + 50000) == 42 &&
+		      memcmp(a->buf + 60000, b->buf + 20000, 2000) == 0 && memcmp(a->buf + 70000, b->buf + 22000, 3000) == 0,
+	      "fetch_add's old value and the READ scattered over two SGEs");
+	ibv_wr_start(q);
+	q->wr_id = 26;
+	ibv_wr_rdma_write(q, b->mr->rkey, (uintptr_t)b->buf);
+	ibv_wr_set_sge(q, a->mr->lkey, (uintptr_t)a->buf, 8);
+	ibv_wr_abort(q);
+	check(none(a->cq, &wc), "ibv_wr_abort: nothing is sent");
+	ibv_wr_start(q);
+	ibv_wr_send(q);
+	ibv_wr_set_sge_list(q, 2, list);
+	ibv_wr_send(q);
+	struct ibv_sge three[3] = {list[0], list[1], list[0]};
+	ibv_wr_set_sge_list(q, 3, three);
+	check(ibv_wr_complete(q) == EINVAL && none(a->cq, &wc),
+	      "a batch with a request past max_send_sge: EINVAL, none of it sent");
+	ibv_destroy_qp(qa);
+	ibv_destroy_qp(qb);
+}
+
+static void cq_ex_and_events(struct side *a, struct side *b)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(b->ctx);
+	struct ibv_cq_init_attr_ex ca = {.cqe = 16, .channel = ch,
+					 .wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM};
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(b->ctx, &ca);
+	check(ch && cqx, "ibv_create_cq_ex with a completion channel");
+	if (!cqx)
+		return;
+	struct ibv_cq_init_attr_ex ts = {.cqe = 16, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
+	errno = 0;
+	check(!ibv_create_cq_ex(b->ctx, &ts) && errno == EOPNOTSUPP, "completion timestamps: EOPNOTSUPP, as rxe");
+	struct ibv_qp *qa = make_qp(a, IBV_QPT_RC, NULL, NULL);
+	struct ibv_qp *qb = make_qp(b, IBV_QPT_RC, NULL, ibv_cq_ex_to_cq(cqx));
+	connect_pair(a, qa, b, qb);
+	struct ibv_poll_cq_attr pa = {0};
+	check(ibv_start_poll(cqx, &pa) == ENOENT, "ibv_start_poll on an empty CQ: ENOENT");
+	int fl = fcntl(ch->fd, F_GETFL);
+	fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK);
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	errno = 0;
+	check(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == -1 && errno == EAGAIN, "ibv_get_cq_event, O_NONBLOCK, nothing: EAGAIN");
+	fcntl(ch->fd, F_SETFL, fl);
+	check(ibv_req_notify_cq(ibv_cq_ex_to_cq(cqx), 0) == 0, "ibv_req_notify_cq");
+	for (int i = 0; i < 3; i++)
+		recv1(qb, b, 1000 * i, 100, 300 + i);
+	struct ibv_wc wc;
+	for (int i = 0; i < 3; i++) {
+		post1(qa, IBV_WR_SEND_WITH_IMM, a, 0, 10 + i, 0, 0, 0);
+		poll_one(a->cq, &wc);
+	}
+	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+	check(poll(&p, 1, 5000) == 1, "the channel's fd polls readable");
+	check(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == ibv_cq_ex_to_cq(cqx), "ibv_get_cq_event names the CQ");
+	ibv_ack_cq_events(ev_cq, 1);
+	int n = 0, ok = 1;
+	double end = now() + 10;
+	while (n < 3 && now() < end) {
+		if (ibv_start_poll(cqx, &pa) != 0)
+			continue;
+		do {
+			ok = ok && cqx->status == IBV_WC_SUCCESS && cqx->wr_id == (uint64_t)(300 + n) &&
+			     ibv_wc_read_opcode(cqx) == IBV_WC_RECV && ibv_wc_read_byte_len(cqx) == (uint32_t)(10 + n) &&
+			     be32toh(ibv_wc_read_imm_data(cqx)) == 0x12345678 && ibv_wc_read_qp_num(cqx) == qb->qp_num &&
+			     (ibv_wc_read_wc_flags(cqx) & IBV_WC_WITH_IMM);
+			n++;
+		} while (ibv_next_poll(cqx) == 0);
+		ibv_end_poll(cqx);
+	}
+	check(n == 3 && ok, "ibv_start_poll/next_poll/end_poll and the readers: %d completions", n);
+	ibv_destroy_qp(qa);
+	ibv_destroy_qp(qb);
+	check(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) == 0 && ibv_destroy_comp_channel(ch) == 0, "destroy the CQ, then the channel");
+}
+
+static void srq_and_async(struct side *a, struct side *b)
+{
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 16, .max_sge = 1}};
+	struct ibv_srq *srq = ibv_create_srq(b->pd, &sa);
+	check(srq != NULL && sa.attr.max_wr >= 16, "ibv_create_srq");
+	if (!srq)
+		return;
+	struct ibv_qp *qa = make_qp(a, IBV_QPT_RC, NULL, NULL);
+	struct ibv_qp *qb = make_qp(b, IBV_QPT_RC, srq, NULL);
+	connect_pair(a, qa, b, qb);
+	struct ibv_recv_wr *bad;
+	struct ibv_sge sge[4];
+	struct ibv_recv_wr wr[4];
+	for (int i = 0; i < 4; i++) {
+		sge[i] = (struct ibv_sge){(uintptr_t)b->buf + 100 * i, 100, b->mr->lkey};
+		wr[i] = (struct ibv_recv_wr){.wr_id = 500 + i, .sg_list = &sge[i], .num_sge = 1, .next = i < 3 ? &wr[i + 1] : NULL};
+	}
+	check(ibv_post_srq_recv(srq, wr, &bad) == 0, "ibv_post_srq_recv of 4");
+	check(recv1(qb, b, 0, 10, 1) == EINVAL, "ibv_post_recv on a QP with an SRQ: EINVAL");
+	/* The event comes when the receives left drop below the limit: 4 posted, limit 4, one taken. */
+	struct ibv_srq_attr attr = {.srq_limit = 4};
+	check(ibv_modify_srq(srq, &attr, IBV_SRQ_LIMIT) == 0, "arm the SRQ limit at 4");
+	struct ibv_wc wc;
+	post1(qa, IBV_WR_SEND, a, 0, 50, 0, 0, 0);
+	poll_one(a->cq, &wc);
+	check(poll_one(b->cq, &wc) == 1 && wc.wr_id == 500 && wc.byte_len == 50, "a SEND lands in the SRQ's first receive");
+	struct pollfd p = {.fd = b->ctx->async_fd, .events = POLLIN};
+	struct ibv_async_event ev;
+	int got = poll(&p, 1, 5000) == 1 && ibv_get_async_event(b->ctx, &ev) == 0;
+	check(got && ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ev.element.srq == srq,
+	      "the async fd polls readable; ibv_get_async_event: SRQ_LIMIT_REACHED for the SRQ");
+	if (got)
+		ibv_ack_async_event(&ev);
+	check(ibv_query_srq(srq, &attr) == 0 && attr.srq_limit == 0 && attr.max_wr >= 16, "ibv_query_srq: the limit disarmed");
+	int fl = fcntl(b->ctx->async_fd, F_GETFL);
+	fcntl(b->ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+	errno = 0;
+	check(ibv_get_async_event(b->ctx, &ev) == -1 && errno == EAGAIN, "ibv_get_async_event, O_NONBLOCK, nothing: EAGAIN");
+	fcntl(b->ctx->async_fd, F_SETFL, fl);
+	check(ibv_destroy_srq(srq) == EBUSY, "ibv_destroy_srq while a QP uses it: EBUSY");
+	ibv_destroy_qp(qb);
+	check(ibv_destroy_srq(srq) == 0, "then it goes");
+	/* A WRITE with a wrong rkey: REM_ACCESS_ERR, and the QP in the error state flushes. */
+	struct ibv_qp *qc = make_qp(b, IBV_QPT_RC, NULL, NULL);
+	ibv_destroy_qp(qa);
+	qa = make_qp(a, IBV_QPT_RC, NULL, NULL);
+	connect_pair(a, qa, b, qc);
+	int done = post1(qa, IBV_WR_RDMA_WRITE, a, 0, 8, (uintptr_t)b->buf, b->mr->rkey ^ 0x55, 0) == 0 && poll_one(a->cq, &wc) == 1;
+	check(done && wc.status == IBV_WC_REM_ACCESS_ERR, "RDMA WRITE with a bad rkey: %s", done ? ibv_wc_status_str(wc.status) : "-");
+	struct ibv_qp_attr qattr;
+	struct ibv_qp_init_attr init;
+	check(ibv_query_qp(qa, &qattr, IBV_QP_STATE, &init) == 0 && qattr.qp_state == IBV_QPS_ERR, "the requester's QP is in ERR");
+	check(post1(qa, IBV_WR_RDMA_WRITE, a, 0, 8, (uintptr_t)b->buf, b->mr->rkey, 0) == 0 && poll_one(a->cq, &wc) == 1 &&
+		      wc.status == IBV_WC_WR_FLUSH_ERR,
+	      "a post in ERR completes with WR_FLUSH_ERR");
+	ibv_destroy_qp(qa);
+	ibv_destroy_qp(qc);
+}
+
+static void windows_and_ah(struct side *a, struct side *b)
+{
+	struct ibv_mr *mr = ibv_reg_mr(b->pd, b->buf, BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+	struct ibv_mw *mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_2);
+	check(mr && mw, "ibv_alloc_mw type 2");
+	if (!mr || !mw)
+		return;
+	struct ibv_qp *qa = make_qp(a, IBV_QPT_RC, NULL, NULL);
+	struct ibv_qp *qb = make_qp(b, IBV_QPT_RC, NULL, NULL);
+	connect_pair(a, qa, b, qb);
+	uint32_t rkey = ibv_inc_rkey(mw->rkey);
+	struct ibv_send_wr wr = {.wr_id = 600, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED}, *bad;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = rkey;
+	wr.bind_mw.bind_info = (struct ibv_mw_bind_info){.mr = mr, .addr = (uintptr_t)b->buf + 4096, .length = 4096,
+							  .mw_access_flags = IBV_ACCESS_REMOTE_WRITE};
+	struct ibv_wc wc;
+	check(ibv_post_send(qb, &wr, &bad) == 0 && poll_one(b->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+		      wc.opcode == IBV_WC_BIND_MW && mw->rkey == rkey,
+	      "BIND_MW through ibv_post_send; the window's rkey is the new key");
+	fill(a->buf, 64, 11);
+	check(post1(qa, IBV_WR_RDMA_WRITE, a, 0, 64, (uintptr_t)b->buf + 4096 + 100, rkey, 0) == 0 && poll_one(a->cq, &wc) == 1 &&
+		      wc.status == IBV_WC_SUCCESS && memcmp(a->buf, b->buf + 4196, 64) == 0,
+	      "an RDMA WRITE through the window");
+	struct ibv_mw_bind mb = {0};
+	check(ibv_bind_mw(qb, mw, &mb) != 0, "ibv_bind_mw (type 1's call) on a type 2 window fails");
+	check(ibv_dealloc_mw(mw) == 0, "ibv_dealloc_mw");
+	struct ibv_ah_attr ah = {.is_global = 1, .port_num = 1, .grh = {.dgid = b->gid, .sgid_index = a->gid_index, .hop_limit = 64}};
+	struct ibv_ah *h = ibv_create_ah(a->pd, &ah);
+	check(h != NULL && ibv_destroy_ah(h) == 0, "ibv_create_ah with a GRH to the peer, ibv_destroy_ah");
+	ibv_destroy_qp(qa);
+	ibv_destroy_qp(qb);
+	ibv_dereg_mr(mr);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 7) {
+		fprintf(stderr, "usage: %s NETNS_A DEVICE_A IP_A NETNS_B DEVICE_B IP_B\n", argv[0]);
+		return 100;
+	}
+	struct side a, b;
+	struct ibv_context *ca = open_in(argv[1], argv[2]);
+	struct ibv_context *cb = open_in(argv[4], argv[5]);
+	setup(&a, ca, argv[3]);
+	setup(&b, cb, argv[6]);
+	queries(&a);
+	misuse(&a);
+	struct ibv_qp *qa = make_qp(&a, IBV_QPT_RC, NULL, NULL), *qb = make_qp(&b, IBV_QPT_RC, NULL, NULL);
+	check(qa && qb, "ibv_create_qp RC on both devices");
+	connect_pair(&a, qa, &b, qb);
+	data_old_api(&a, &b, qa, qb);
+	ibv_destroy_qp(qa);
+	ibv_destroy_qp(qb);
+	data_new_api(&a, &b);
+	cq_ex_and_events(&a, &b);
+	srq_and_async(&a, &b);
+	windows_and_ah(&a, &b);
+	struct ibv_qp *ua = make_qp(&a, IBV_QPT_UC, NULL, NULL), *ub = make_qp(&b, IBV_QPT_UC, NULL, NULL);
+	connect_pair(&a, ua, &b, ub);
+	check(post1(ua, IBV_WR_RDMA_READ, &a, 0, 8, (uintptr_t)b.buf, b.mr->rkey, 0) == EINVAL, "RDMA READ on a UC QP: EINVAL");
+	struct ibv_wc wc;
+	fill(a.buf, 3000, 13);
+	check(post1(ua, IBV_WR_RDMA_WRITE, &a, 0, 3000, (uintptr_t)b.buf + 500000, b.mr->rkey, 0) == 0 && poll_one(a.cq, &wc) == 1 &&
+		      wc.status == IBV_WC_SUCCESS,
+	      "UC RDMA WRITE completes");
+	double end = now() + 5;
+	while (memcmp(a.buf, b.buf + 500000, 3000) != 0 && now() < end)
+		;
+	check(memcmp(a.buf, b.buf + 500000, 3000) == 0, "UC RDMA WRITE: the bytes arrived");
+	ibv_destroy_qp(ua);
+	ibv_destroy_qp(ub);
+	check(ibv_dereg_mr(a.mr) == 0 && ibv_destroy_cq(a.cq) == 0 && ibv_dealloc_pd(a.pd) == 0, "tear down: region, CQ, PD");
+	check(ibv_close_device(ca) == 0 && ibv_close_device(cb) == 0, "ibv_close_device");
+	printf("%d checks, %d failed\n", checks, failures);
+	return failures > 99 ? 99 : failures;
+}

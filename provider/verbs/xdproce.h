@@ -1,0 +1,266 @@
+/* xdproce's libibverbs.so.1: the verbs of rdma-core's ABI, served by the xdproce daemon of the
+ * caller's network namespace. Objects are made through the daemon's control socket; posts and
+ * polls are operations on rings shared with it (docs/daemon.md is the protocol). */
+#ifndef XDPROCE_VERBS_H
+#define XDPROCE_VERBS_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define XP_EXPORT __attribute__((visibility("default")))
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* The control protocol (docs/daemon.md, package uverbs). */
+enum {
+	XP_VERSION = 1,
+	XP_HEADER = 12,
+	XP_MAX_MSG = 16 << 10,
+	XP_MAX_FDS = 4,
+};
+
+enum xp_op {
+	XP_HELLO = 1,
+	XP_ALLOC_PD,
+	XP_DEALLOC_PD,
+	XP_REG_MR,
+	XP_DEREG_MR,
+	XP_CREATE_CQ,
+	XP_DESTROY_CQ,
+	XP_CREATE_QP,
+	XP_MODIFY_QP,
+	XP_QUERY_QP,
+	XP_DESTROY_QP,
+	XP_COUNTERS,
+	XP_SHUTDOWN,
+	XP_LIST,
+	XP_GET_EVENT,
+	XP_CREATE_SRQ,
+	XP_MODIFY_SRQ,
+	XP_QUERY_SRQ,
+	XP_DESTROY_SRQ,
+	XP_ALLOC_MW,
+	XP_DEALLOC_MW,
+	XP_CREATE_AH,
+	XP_DESTROY_AH,
+};
+
+/* A request being built: the header, then the body, little-endian (requests are short). */
+struct xp_enc {
+	uint8_t b[1024];
+	size_t n;
+	bool overflow;
+};
+
+/* A reply being read: the first field that overruns it sets err, and
+ * every later read returns zero. */
+struct xp_dec {
+	const uint8_t *p;
+	size_t n;
+	bool err;
+};
+
+void xp_start(struct xp_enc *e, enum xp_op op);
+void xp_u8(struct xp_enc *e, uint8_t v);
+void xp_u16(struct xp_enc *e, uint16_t v);
+void xp_u32(struct xp_enc *e, uint32_t v);
+void xp_u64(struct xp_enc *e, uint64_t v);
+void xp_raw(struct xp_enc *e, const void *p, size_t n);
+void xp_bytes(struct xp_enc *e, const void *p, uint16_t n); /* u16 length, then the bytes */
+
+uint8_t xp_get_u8(struct xp_dec *d);
+uint16_t xp_get_u16(struct xp_dec *d);
+uint32_t xp_get_u32(struct xp_dec *d);
+uint64_t xp_get_u64(struct xp_dec *d);
+bool xp_get_bool(struct xp_dec *d);
+const uint8_t *xp_get_raw(struct xp_dec *d, size_t n);
+const uint8_t *xp_get_bytes(struct xp_dec *d, uint16_t *n);
+int xp_end(struct xp_dec *d); /* 0, or EPROTO if the reply did not parse */
+
+/* A ring in shared memory: 256 header bytes (producer, consumer, aux, aux2 words each on its own
+ * cache line), then slots. */
+struct xp_ring {
+	uint8_t *mem;
+	size_t len;
+	uint32_t slots;
+	uint32_t slot_size;
+};
+
+enum { XP_RING_HEADER = 256, XP_SEND_SLOT_HEADER = 64, XP_RECV_SLOT_HEADER = 16, XP_SGE = 16, XP_CQE = 64 };
+
+static inline _Atomic uint32_t *xp_word(const struct xp_ring *r, size_t off)
+{
+	return (_Atomic uint32_t *)(r->mem + off);
+}
+#define XP_PRODUCER(r) xp_word(r, 0)
+#define XP_CONSUMER(r) xp_word(r, 64)
+#define XP_AUX(r) xp_word(r, 128)
+#define XP_AUX2(r) xp_word(r, 192)
+
+static inline uint8_t *xp_slot(const struct xp_ring *r, uint32_t i)
+{
+	return r->mem + XP_RING_HEADER + (size_t)(i & (r->slots - 1)) * r->slot_size;
+}
+
+int xp_map_ring(struct xp_ring *r, int fd, uint32_t slots, uint32_t slot_size);
+void xp_unmap_ring(struct xp_ring *r);
+
+/* The send slot's opcodes beyond ibv_wr_opcode's: BIND_MW is 8 (IBV_WR_BIND_MW). */
+
+struct xdev {
+	struct ibv_device dev;
+	char ifname[64];
+	struct xdev *next;
+};
+
+/* What HELLO tells of the device. */
+struct xp_info {
+	char name[64];
+	uint64_t node_guid;
+	uint8_t mac[6];
+	uint32_t max_qp, max_qp_wr, max_sge, max_cqe, max_inline;
+	uint64_t max_mr_size, max_msg_sz;
+	uint32_t max_qp_rd_atom, max_qp_init_rd_atom;
+	uint8_t max_mtu, active_mtu;
+	char datapath[256];
+	uint16_t ngids;
+	union ibv_gid gids[64];
+	uint32_t engines;
+};
+
+/* Handles the daemon gave, to the objects they name (for async events). */
+struct xp_table {
+	void **v;
+	uint32_t cap;
+};
+
+struct xctx {
+	struct xp_info info;
+	int sock;
+	uint32_t seq;
+	pthread_mutex_t ctl; /* one request at a time on the socket; guards the tables too */
+	const _Atomic uint32_t *bell_page;
+	int bell_fd;
+	int events_fd; /* the daemon rings it when it queued an async event */
+	bool dead;     /* the daemon hung up */
+	bool fatal_told;
+	struct ibv_async_event *pending; /* fetched, not yet returned */
+	size_t npending, cap_pending;
+	struct xp_table qps, cqs, srqs;
+	struct xdev *xd;
+	int ifindex;
+	struct verbs_context vctx; /* last: its ibv_context is the last field */
+};
+
+static inline struct xctx *to_xctx(struct ibv_context *c)
+{
+	return container_of(c, struct xctx, vctx.context);
+}
+
+struct xpd {
+	struct ibv_pd pd;
+};
+
+struct xmr {
+	struct ibv_mr mr;
+};
+
+struct xmw {
+	struct ibv_mw mw;
+};
+
+struct xah {
+	struct ibv_ah ah;
+};
+
+struct xchan {
+	struct ibv_comp_channel ch; /* its fd is an epoll set of the channel's CQs' eventfds */
+};
+
+struct xcq {
+	struct ibv_cq_ex cqx;
+	struct xp_ring ring;
+	int evfd;	   /* the daemon signals it when a notification request is met */
+	uint32_t cons;	   /* consumer index, under lock */
+	pthread_spinlock_t lock;
+	uint8_t cur[XP_CQE]; /* the completion the extended poll API is on */
+	bool polling;
+};
+
+static inline struct xcq *to_xcq(struct ibv_cq *cq)
+{
+	return container_of((struct ibv_cq_ex *)cq, struct xcq, cqx);
+}
+
+struct xsrq {
+	struct ibv_srq srq;
+	struct xp_ring ring;
+	uint32_t prod;
+	uint32_t max_wr, max_sge;
+	pthread_spinlock_t lock;
+};
+
+struct xqp {
+	struct ibv_qp_ex qpx; /* qp_base first: an ibv_qp * is this */
+	struct xp_ring sq, rq;
+	uint32_t sq_prod, rq_prod;
+	struct ibv_qp_cap cap;
+	bool sig_all, ex;
+	pthread_spinlock_t sq_lock, rq_lock;
+	/* The ibv_wr_* batch being built (wr.c): its first index, the slot of the request being
+	 * built, and the first error. */
+	uint32_t wr_first;
+	uint8_t *wr_slot;
+	int wr_err;
+	uint64_t wr_send_ops;
+};
+
+static inline struct xqp *to_xqp(struct ibv_qp *qp)
+{
+	return container_of(qp, struct xqp, qpx.qp_base);
+}
+
+/* ctl.c */
+int xp_connect(const char *ifname);
+/* xp_call sends the request e, then reads its reply into buf (size bytes) and d; fds travel both
+ * ways. It returns 0 or the errno of the failure (the daemon's, EPROTO for a reply that does not
+ * fit or parse, EIO once the daemon is gone). */
+int xp_call(struct xctx *c, struct xp_enc *e, const int *fds, int nfds, uint8_t *buf, size_t size, struct xp_dec *d,
+	    int *rfds, int *nrfds);
+int xp_hello(int sock, struct xp_info *info, int fds[3]);
+void xp_table_put(struct xp_table *t, uint32_t h, void *obj);
+void *xp_table_get(struct xp_table *t, uint32_t h);
+
+/* ring.c: the data path, in the caller's thread. */
+int xp_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int xp_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int xp_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int xp_poll_cq(struct ibv_cq *cq, int ne, struct ibv_wc *wc);
+int xp_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+void xp_doorbell(struct xqp *qp);
+bool xp_sq_full(struct xqp *qp);
+void xp_cqe_to_wc(const uint8_t *slot, struct ibv_wc *wc);
+
+/* wr.c: ibv_qp_ex's ibv_wr_* operations. */
+void xp_init_qp_ex(struct xqp *qp, uint64_t send_ops_flags);
+
+/* cqex.c: ibv_cq_ex's start/next/end poll API. */
+void xp_init_cq_ex(struct xcq *cq, uint64_t wc_flags);
+
+/* objects.c */
+struct ibv_qp *xp_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+struct ibv_cq_ex *xp_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
+struct ibv_mw *xp_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int xp_dealloc_mw(struct ibv_mw *mw);
+int xp_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
+
+/* device.c */
+int xp_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,
+		       struct ibv_device_attr_ex *attr, size_t size);
+int xp_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t size);
+
+#endif

@@ -1,0 +1,241 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/daemon"
+	"github.com/xdproce/xdproce/internal/netns"
+)
+
+// repoRoot is the module's root: tests run in their package's directory.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("no caller")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// providerLibs builds xdproce's libibverbs.so.1 and its companion stubs
+// (make provider) and returns their directory.
+func providerLibs(t *testing.T) string {
+	t.Helper()
+	root := repoRoot(t)
+	if out, err := exec.Command("make", "-C", root, "--no-print-directory", "provider").CombinedOutput(); err != nil {
+		t.Fatalf("make provider: %v\n%s", err, out)
+	}
+	return filepath.Join(root, "bin", "lib")
+}
+
+// requireStock fails (never skips: CI runs as root with the packages make
+// test installs) unless Debian's stock RDMA binaries are installed.
+func requireStock(t *testing.T, bins ...string) {
+	t.Helper()
+	for _, b := range bins {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Fatalf("%s is not installed (make test installs perftest, ibverbs-utils): %v", b, err)
+		}
+	}
+}
+
+// runStock runs `xdproce run [-d IFACE] -- argv` in h with the libraries of
+// lib, and returns its output.
+func runStock(ctx context.Context, bin, lib string, h *netns.Host, dev bool, argv ...string) *exec.Cmd {
+	args := []string{"run"}
+	if dev {
+		args = append(args, "-d", h.Link)
+	}
+	cmd := exec.CommandContext(ctx, bin, append(append(args, "--"), argv...)...)
+	cmd.Env = append(os.Environ(), "XDPROCE_LIBDIR="+lib)
+	return cmd
+}
+
+// TestStockLibraryABI runs verbs_check, an application of rdma-core's API
+// compiled against Debian's libibverbs-dev, on xdproce's libibverbs.so.1:
+// every verb it uses, what each returns (errno values included), data
+// moved by every operation through both post APIs, the extended CQ,
+// completion channels and async events, between the devices of two
+// namespaces.
+func TestStockLibraryABI(t *testing.T) {
+	netns.RequireRoot(t)
+	lib := providerLibs(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
+	a, b := topo.Hosts[0], topo.Hosts[1]
+	bin := buildCLI(t)
+	daemonUp(t, bin, a)
+	daemonUp(t, bin, b)
+	check := filepath.Join(t.TempDir(), "verbs_check")
+	if out, err := exec.Command("cc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-o", check,
+		filepath.Join(repoRoot(t), "provider", "test", "verbs_check.c"), "-libverbs").CombinedOutput(); err != nil {
+		t.Fatalf("cc verbs_check.c: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, check, a.Path(), "xdp_"+a.Link, a.Addr.String(), b.Path(), "xdp_"+b.Link, b.Addr.String())
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	out, err := cmd.CombinedOutput()
+	t.Logf("verbs_check:\n%s", out)
+	if err != nil {
+		t.Fatalf("verbs_check: %v", err)
+	}
+	ok := regexp.MustCompile(`(?m)^(\d+) checks, 0 failed$`).FindSubmatch(out)
+	if ok == nil {
+		t.Fatal("verbs_check did not finish")
+	}
+	if n, _ := strconv.Atoi(string(ok[1])); n < 90 {
+		t.Fatalf("verbs_check ran %d checks, want at least 90", n)
+	}
+}
+
+// stockCell is one stock program run as server in b and client in a.
+type stockCell struct {
+	name string
+	argv []string // without the device, GID index and server address
+	// rows is the pattern of the figures both sides print: bwRow, latRow,
+	// or pingRow for ibv_*_pingpong.
+	rows *regexp.Regexp
+}
+
+var pingRow = regexp.MustCompile(`(?m)^(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter$`)
+
+// stockCells are the stock programs of issue 15's acceptance that run on
+// the host: ibverbs-utils' pingpongs (-c checks every received byte) and
+// perftest's RC tools, with the options applications use.
+func stockCells() []stockCell {
+	ping := func(tool string, args ...string) stockCell {
+		return stockCell{tool + strings.Join(args, ""), append([]string{tool, "-n", "300", "-c"}, args...), pingRow}
+	}
+	perf := func(tool string, args ...string) stockCell {
+		rows := bwRow
+		if strings.HasSuffix(tool, "_lat") {
+			rows = latRow
+		}
+		return stockCell{tool + " " + strings.Join(args, " "), append([]string{tool}, args...), rows}
+	}
+	cells := []stockCell{ping("ibv_rc_pingpong"), ping("ibv_rc_pingpong", "-N"), ping("ibv_rc_pingpong", "-e"),
+		ping("ibv_uc_pingpong"), ping("ibv_srq_pingpong")}
+	for _, verb := range []string{"send", "write", "read", "atomic"} {
+		cells = append(cells, perf("ib_"+verb+"_bw", "-n", "300"), perf("ib_"+verb+"_lat", "-n", "300"))
+	}
+	return append(cells,
+		perf("ib_write_bw", "--use_old_post_send", "-n", "300"),
+		perf("ib_write_bw", "-a", "-n", "20"),
+		perf("ib_read_bw", "-a", "-n", "20"),
+		perf("ib_send_bw", "-q", "8", "-n", "200"),
+		perf("ib_send_lat", "-I", "64", "-s", "64", "-n", "300"),
+		// Event mode (perftest refuses it for WRITE, with rxe too).
+		perf("ib_send_bw", "-e", "-n", "300"),
+		perf("ib_read_bw", "-e", "-n", "300"),
+		perf("ib_send_lat", "-e", "-n", "300"),
+	)
+}
+
+// TestStockToolsOverLibrary runs Debian's stock RDMA programs, unmodified,
+// on xdproce through `xdproce run`, between two namespaces: first
+// ibv_devices and ibv_devinfo with `xdproce run -d` starting and stopping the
+// daemon itself, then every cell of stockCells on running daemons, each
+// side's exit status and figures checked.
+func TestStockToolsOverLibrary(t *testing.T) {
+	netns.RequireRoot(t)
+	requireStock(t, "ibv_devinfo", "ibv_rc_pingpong", "ib_write_bw")
+	lib := providerLibs(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
+	a, b := topo.Hosts[0], topo.Hosts[1]
+	bin := buildCLI(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+
+	t.Run("xdproce run -d starts and stops the daemon", func(t *testing.T) {
+		var out []byte
+		if err := a.Do(func() (err error) {
+			out, err = runStock(ctx, bin, lib, a, true, "ibv_devinfo", "-v").CombinedOutput()
+			return err
+		}); err != nil {
+			t.Fatalf("ibv_devinfo -v: %v\n%s", err, out)
+		}
+		for _, want := range []string{"hca_id:\txdp_" + a.Link, "PORT_ACTIVE (4)", "link_layer:\t\tEthernet",
+			fmt.Sprintf("::ffff:%s, RoCE v2", a.Addr), "active_mtu:\t\t4096 (5)"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("ibv_devinfo -v lacks %q:\n%s", want, out)
+			}
+		}
+		var left []string
+		if err := a.Do(func() (err error) { left, err = daemon.Running(); return err }); err != nil || len(left) != 0 {
+			t.Fatalf("daemons left running after xdproce run: %v %v", left, err)
+		}
+	})
+	// runStock's commands start in the test's namespace; each runs in its
+	// host's through Start.
+	start := func(h *netns.Host, cmd *exec.Cmd, out *bytes.Buffer) error {
+		cmd.Stdout, cmd.Stderr = out, out
+		return h.Start(cmd)
+	}
+
+	daemonUp(t, bin, a)
+	daemonUp(t, bin, b)
+	t.Run("ibv_devices", func(t *testing.T) {
+		var out bytes.Buffer
+		cmd := runStock(ctx, bin, lib, a, false, "ibv_devices")
+		if err := start(a, cmd, &out); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil || !regexp.MustCompile(`xdp_`+a.Link+`\s+[0-9a-f]{16}`).Match(out.Bytes()) {
+			t.Fatalf("ibv_devices: %v\n%s", err, &out)
+		}
+	})
+	for _, c := range stockCells() {
+		t.Run(c.name, func(t *testing.T) {
+			gid := "-x"
+			if strings.HasPrefix(c.argv[0], "ibv_") {
+				gid = "-g"
+			}
+			// GID 1 is the interface's IPv4 address (::ffff:a.b.c.d).
+			args := func(h *netns.Host) []string {
+				return append([]string{c.argv[0], "-d", "xdp_" + h.Link, gid, "1"}, c.argv[1:]...)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+			defer cancel()
+			var sout, cout bytes.Buffer
+			srv := runStock(cctx, bin, lib, b, false, args(b)...)
+			if err := start(b, srv, &sout); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond) // the server listens
+			cli := runStock(cctx, bin, lib, a, false, append(args(a), b.Addr.String())...)
+			if err := start(a, cli, &cout); err != nil {
+				t.Fatal(err)
+			}
+			cerr := cli.Wait()
+			if cerr != nil {
+				_ = srv.Process.Kill()
+			}
+			serr := srv.Wait()
+			if cerr != nil || serr != nil {
+				t.Fatalf("client %v, server %v\nclient:\n%s\nserver:\n%s", cerr, serr, &cout, &sout)
+			}
+			rows := c.rows.FindAllStringSubmatch(cout.String(), -1)
+			if len(rows) == 0 {
+				t.Fatalf("the client printed no figures:\n%s", &cout)
+			}
+			last := rows[len(rows)-1]
+			if c.rows == bwRow {
+				if bw, _ := strconv.ParseFloat(last[4], 64); bw <= 0 {
+					t.Fatalf("bandwidth %s:\n%s", last[4], &cout)
+				}
+			}
+			t.Logf("%s", strings.TrimSpace(last[0]))
+		})
+	}
+}

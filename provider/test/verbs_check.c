@@ -242,7 +242,8 @@ static void misuse(struct side *a)
 {
 	errno = 0;
 	struct ibv_mr *mr = ibv_reg_mr(a->pd, a->buf, 4096, IBV_ACCESS_REMOTE_WRITE);
-	check(!mr && errno == EINVAL, "ibv_reg_mr with REMOTE_WRITE and no LOCAL_WRITE: EINVAL (%s)", strerror(errno));
+	int e = errno;
+	check(!mr && e == EINVAL, "ibv_reg_mr with REMOTE_WRITE and no LOCAL_WRITE: EINVAL (%s)", strerror(e));
 	mr = ibv_reg_mr(a->pd, a->buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
 	check(mr != NULL, "ibv_reg_mr with IBV_ACCESS_RELAXED_ORDERING (an optional flag) succeeds");
 	if (mr)
@@ -592,10 +593,42 @@ static void windows_and_ah(struct side *a, struct side *b)
 	ibv_dereg_mr(mr);
 }
 
+/* fatal: with a QP open, wait (bounded) for the test to kill the daemon: DEVICE_FATAL through
+ * async_fd, then every verb fails with EIO and destroying still frees. */
+static int fatal(const char *ns, const char *dev, const char *ip)
+{
+	struct side a;
+	setup(&a, open_in(ns, dev), ip);
+	struct ibv_qp *qp = make_qp(&a, IBV_QPT_RC, NULL, NULL);
+	check(qp != NULL && to_init(qp, IBV_QPT_RC) == 0, "a QP in INIT");
+	printf("ready\n");
+	fflush(stdout);
+	struct pollfd p = {.fd = a.ctx->async_fd, .events = POLLIN};
+	struct ibv_async_event ev;
+	int got = poll(&p, 1, 30000) == 1 && ibv_get_async_event(a.ctx, &ev) == 0;
+	check(got && ev.event_type == IBV_EVENT_DEVICE_FATAL, "the daemon killed: async_fd readable, IBV_EVENT_DEVICE_FATAL");
+	if (got)
+		ibv_ack_async_event(&ev);
+	errno = 0;
+	struct ibv_pd *pd = ibv_alloc_pd(a.ctx);
+	int e = errno;
+	check(!pd && e == EIO, "ibv_alloc_pd: EIO (%s)", strerror(e));
+	struct ibv_sge sge = {.addr = (uintptr_t)a.buf, .length = 8, .lkey = a.mr->lkey};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND}, *bad;
+	check(ibv_post_send(qp, &wr, &bad) == EIO, "ibv_post_send: EIO");
+	check(ibv_destroy_qp(qp) == 0 && ibv_dereg_mr(a.mr) == 0 && ibv_destroy_cq(a.cq) == 0 && ibv_dealloc_pd(a.pd) == 0 &&
+		      ibv_close_device(a.ctx) == 0,
+	      "destroying every object and closing the device still succeed");
+	printf("%d checks, %d failed\n", checks, failures);
+	return failures;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 5 && strcmp(argv[1], "fatal") == 0)
+		return fatal(argv[2], argv[3], argv[4]);
 	if (argc != 7) {
-		fprintf(stderr, "usage: %s NETNS_A DEVICE_A IP_A NETNS_B DEVICE_B IP_B\n", argv[0]);
+		fprintf(stderr, "usage: %s NETNS_A DEVICE_A IP_A NETNS_B DEVICE_B IP_B | fatal NETNS DEVICE IP\n", argv[0]);
 		return 100;
 	}
 	struct side a, b;

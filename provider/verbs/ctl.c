@@ -240,7 +240,7 @@ int xp_call(struct xctx *c, struct xp_enc *e, const int *fds, int nfds, uint8_t 
 	if (!c->dead) {
 		err = exchange(c->sock, ++c->seq, e, fds, nfds, buf, size, d, rfds, nrfds);
 		if (err == EIO)
-			c->dead = true;
+			__atomic_store_n(&c->dead, true, __ATOMIC_RELAXED); /* the data path reads it without the lock */
 	}
 	pthread_mutex_unlock(&c->ctl);
 	return err;

@@ -549,7 +549,7 @@ XP_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_even
 			struct pollfd p = {.fd = c->sock, .events = POLLRDHUP};
 			if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
 				pthread_mutex_lock(&c->ctl);
-				c->dead = true;
+				__atomic_store_n(&c->dead, true, __ATOMIC_RELAXED); /* the data path reads it without the lock */
 				pthread_mutex_unlock(&c->ctl);
 				/* Only DEVICE_FATAL is left to tell: stop watching the socket. */
 				epoll_ctl(ctx->async_fd, EPOLL_CTL_DEL, c->sock, NULL);
@@ -561,7 +561,7 @@ XP_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_even
 			return -1;
 		if (!fetch_events(c)) {
 			pthread_mutex_lock(&c->ctl);
-			c->dead = true;
+			__atomic_store_n(&c->dead, true, __ATOMIC_RELAXED); /* the data path reads it without the lock */
 			pthread_mutex_unlock(&c->ctl);
 		}
 	}

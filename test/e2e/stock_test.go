@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -76,11 +77,7 @@ func TestStockLibraryABI(t *testing.T) {
 	bin := buildCLI(t)
 	daemonUp(t, bin, a)
 	daemonUp(t, bin, b)
-	check := filepath.Join(t.TempDir(), "verbs_check")
-	if out, err := exec.Command("cc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-o", check,
-		filepath.Join(repoRoot(t), "provider", "test", "verbs_check.c"), "-libverbs").CombinedOutput(); err != nil {
-		t.Fatalf("cc verbs_check.c: %v\n%s", err, out)
-	}
+	check := buildVerbsCheck(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, check, a.Path(), "xdp_"+a.Link, a.Addr.String(), b.Path(), "xdp_"+b.Link, b.Addr.String())
@@ -90,13 +87,72 @@ func TestStockLibraryABI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("verbs_check: %v", err)
 	}
-	ok := regexp.MustCompile(`(?m)^(\d+) checks, 0 failed$`).FindSubmatch(out)
-	if ok == nil {
-		t.Fatal("verbs_check did not finish")
-	}
-	if n, _ := strconv.Atoi(string(ok[1])); n < 90 {
+	if n := checksPassed(t, out); n < 90 {
 		t.Fatalf("verbs_check ran %d checks, want at least 90", n)
 	}
+}
+
+// buildVerbsCheck compiles provider/test/verbs_check.c as an application
+// would be: against Debian's libibverbs-dev, linked with -libverbs.
+func buildVerbsCheck(t *testing.T) string {
+	t.Helper()
+	check := filepath.Join(t.TempDir(), "verbs_check")
+	if out, err := exec.Command("cc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-o", check,
+		filepath.Join(repoRoot(t), "provider", "test", "verbs_check.c"), "-libverbs").CombinedOutput(); err != nil {
+		t.Fatalf("cc verbs_check.c: %v\n%s", err, out)
+	}
+	return check
+}
+
+// checksPassed is how many checks verbs_check ran, all passed; it fails
+// the test otherwise.
+func checksPassed(t *testing.T, out []byte) int {
+	t.Helper()
+	ok := regexp.MustCompile(`(?m)^(\d+) checks, 0 failed$`).FindSubmatch(out)
+	if ok == nil {
+		t.Fatalf("verbs_check failed or did not finish:\n%s", out)
+	}
+	n, _ := strconv.Atoi(string(ok[1]))
+	return n
+}
+
+// TestStockLibraryDeviceFatal kills the daemon (SIGKILL) under an
+// application of the library: as when an RNIC is removed, async_fd turns
+// readable with IBV_EVENT_DEVICE_FATAL, every verb fails with EIO, and
+// destroying the objects and closing the device still succeed.
+func TestStockLibraryDeviceFatal(t *testing.T) {
+	netns.RequireRoot(t)
+	lib := providerLibs(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
+	a := topo.Hosts[0]
+	bin := buildCLI(t)
+	up, _ := daemonUp(t, bin, a)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, buildVerbsCheck(t), "fatal", a.Path(), "xdp_"+a.Link, a.Addr.String())
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if sc.Text() == "ready" {
+			if err := up.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("verbs_check fatal: %v\n%s", err, &out)
+	}
+	t.Logf("verbs_check fatal:\n%s", &out)
+	checksPassed(t, out.Bytes())
 }
 
 // stockCell is one stock program run as server in b and client in a.

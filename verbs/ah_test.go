@@ -9,19 +9,26 @@ import (
 	"testing"
 )
 
+// neighboursB is a neighbour table that knows B alone: other hosts never
+// answer.
+func neighboursB(_ context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+	if ip == ipB {
+		return macB, nil
+	}
+	return nil, context.DeadlineExceeded
+}
+
+// oneLink is one end of an in-memory link.
+func oneLink() Link {
+	l, _ := NewMemLinkPair(9000)
+	return l
+}
+
 // TestDeallocPDWhileUsed: ibv_dealloc_pd is EBUSY while any region, window,
 // QP, SRQ or address handle of the PD exists, and succeeds once they are
 // gone.
 func TestDeallocPDWhileUsed(t *testing.T) {
-	la, _ := NewMemLinkPair(9000)
-	macB := net.HardwareAddr{2, 0, 0, 0, 0, 0xb}
-	d := newDeviceWith(t, la, macA, ipA, DeviceConfig{ActiveMTU: 1024,
-		Resolve: func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
-			if ip == ipB {
-				return macB, nil
-			}
-			return nil, context.DeadlineExceeded
-		}})
+	d := newDeviceWith(t, oneLink(), macA, ipA, DeviceConfig{ActiveMTU: 1024, Resolve: neighboursB})
 	cq, err := d.CreateCQ(8)
 	must(t, err)
 	pd, err := d.AllocPD()
@@ -74,15 +81,7 @@ func TestDeallocPDWhileUsed(t *testing.T) {
 // TestCreateAH: an address handle resolves its next hop once and is checked
 // against the GID table as the kernel checks RoCE address handles.
 func TestCreateAH(t *testing.T) {
-	la, _ := NewMemLinkPair(9000)
-	macB := net.HardwareAddr{2, 0, 0, 0, 0, 0xb}
-	d := newDeviceWith(t, la, macA, ipA, DeviceConfig{ActiveMTU: 1024,
-		Resolve: func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
-			if ip == ipB {
-				return macB, nil
-			}
-			return nil, context.DeadlineExceeded
-		}})
+	d := newDeviceWith(t, oneLink(), macA, ipA, DeviceConfig{ActiveMTU: 1024, Resolve: neighboursB})
 	pd, err := d.AllocPD()
 	must(t, err)
 	ah, err := pd.CreateAH(AH{DGID: ipB, SGIDIndex: 1, HopLimit: 64})

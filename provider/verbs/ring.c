@@ -198,6 +198,30 @@ static int put_recv_wr(uint8_t *slot, size_t slot_size, uint32_t max_sge, const 
 	return 0;
 }
 
+/* post_recvs writes the receive work requests wr into ring r (a QP's or an SRQ's) from *prod on,
+ * up to max_wr outstanding, and publishes them; it returns 0 or the errno of the first that did
+ * not fit, *bad set to it. The caller holds the ring's lock. */
+static int post_recvs(struct xp_ring *r, uint32_t *prod, uint32_t max_wr, uint32_t max_sge, struct ibv_recv_wr *wr,
+		      struct ibv_recv_wr **bad)
+{
+	int err = 0;
+	uint32_t first = *prod;
+	for (; wr; wr = wr->next) {
+		if (*prod - atomic_load_explicit(XP_CONSUMER(r), memory_order_acquire) >= max_wr) {
+			err = ENOMEM;
+			break;
+		}
+		if ((err = put_recv_wr(xp_slot(r, *prod), r->slot_size, max_sge, wr)))
+			break;
+		(*prod)++;
+	}
+	if (*prod != first)
+		atomic_store_explicit(XP_PRODUCER(r), *prod, memory_order_seq_cst);
+	if (err)
+		*bad = wr;
+	return err;
+}
+
 int xp_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct xqp *qp = to_xqp(ibqp);
@@ -209,25 +233,12 @@ int xp_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 		*bad = wr;
 		return EINVAL;
 	}
-	int err = 0;
 	pthread_spin_lock(&qp->rq_lock);
 	uint32_t first = qp->rq_prod;
-	for (; wr; wr = wr->next) {
-		if (qp->rq_prod - atomic_load_explicit(XP_CONSUMER(&qp->rq), memory_order_acquire) >= qp->cap.max_recv_wr) {
-			err = ENOMEM;
-			break;
-		}
-		if ((err = put_recv_wr(xp_slot(&qp->rq, qp->rq_prod), qp->rq.slot_size, qp->cap.max_recv_sge, wr)))
-			break;
-		qp->rq_prod++;
-	}
-	if (qp->rq_prod != first) {
-		atomic_store_explicit(XP_PRODUCER(&qp->rq), qp->rq_prod, memory_order_seq_cst);
+	int err = post_recvs(&qp->rq, &qp->rq_prod, qp->cap.max_recv_wr, qp->cap.max_recv_sge, wr, bad);
+	if (qp->rq_prod != first)
 		xp_doorbell(qp);
-	}
 	pthread_spin_unlock(&qp->rq_lock);
-	if (err)
-		*bad = wr;
 	return err;
 }
 
@@ -238,26 +249,12 @@ int xp_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_r
 		*bad = wr;
 		return EIO;
 	}
-	int err = 0;
 	pthread_spin_lock(&s->lock);
 	uint32_t first = s->prod;
-	for (; wr; wr = wr->next) {
-		if (s->prod - atomic_load_explicit(XP_CONSUMER(&s->ring), memory_order_acquire) >= s->max_wr) {
-			err = ENOMEM;
-			break;
-		}
-		if ((err = put_recv_wr(xp_slot(&s->ring, s->prod), s->ring.slot_size, s->max_sge, wr)))
-			break;
-		s->prod++;
-	}
-	if (s->prod != first) {
-		atomic_store_explicit(XP_PRODUCER(&s->ring), s->prod, memory_order_seq_cst);
-		/* An SRQ's ring is read by engine 0. */
-		ring_bell(to_xctx(ibsrq->context), 0);
-	}
+	int err = post_recvs(&s->ring, &s->prod, s->max_wr, s->max_sge, wr, bad);
+	if (s->prod != first)
+		ring_bell(to_xctx(ibsrq->context), 0); /* an SRQ's ring is read by engine 0 */
 	pthread_spin_unlock(&s->lock);
-	if (err)
-		*bad = wr;
 	return err;
 }
 

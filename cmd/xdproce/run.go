@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -103,6 +104,11 @@ func (rn runner) run(ctx context.Context, args []string, stdin io.Reader, stdout
 			return errors.New("no xdproce daemon runs in this network namespace: pass -d IFACE, or start one with xdproce up -d IFACE")
 		}
 	} else if !slices.Contains(running, *dev) {
+		// The daemon's Pdeathsig fires when the thread that started it
+		// exits, not the process: keep this goroutine on its thread until
+		// the daemon has been stopped.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		if started, err = rn.startDaemon(ctx, *dev, stderr); err != nil {
 			return err
 		}

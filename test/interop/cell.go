@@ -21,6 +21,7 @@ type side struct {
 type result struct {
 	ID        string `json:"id"`
 	Tool      string `json:"tool"`
+	Options   string `json:"options,omitempty"` // what sets the cell apart: its options, the lib side's after "lib:"
 	Direction string `json:"direction"`
 	MTU       int    `json:"mtu"`
 	Sizes     string `json:"sizes"`
@@ -57,8 +58,18 @@ func newResult(c cell) result {
 	case c.Tool == integrityTool:
 		sizes = fmt.Sprintf("8..%d", bigLen)
 	}
-	return result{ID: c.ID(), Tool: c.Tool, Direction: c.Direction(), MTU: c.MTU, Sizes: sizes, QPs: c.QPs, Loss: c.Loss,
+	return result{ID: c.ID(), Tool: c.Tool, Options: c.options(), Direction: c.Direction(), MTU: c.MTU, Sizes: sizes, QPs: c.QPs, Loss: c.Loss,
 		Reference: !c.hasXDP()}
+}
+
+// options are the options that set the cell apart from its tool's plain
+// run, for the table: Opts, then the lib side's LibOpts.
+func (c cell) options() string {
+	o := shellJoin(c.Opts)
+	if len(c.LibOpts) > 0 {
+		o = strings.TrimSpace(o + " lib:" + shellJoin(c.LibOpts))
+	}
+	return o
 }
 
 // runCell runs the server, waits until it listens, runs the client, then
@@ -81,7 +92,7 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 	)
 	srvArgv := h.argv(c, c.Server, "")
 	srv.Cmd = shellJoin(srvArgv)
-	if c.Server == xdp {
+	if c.Server.onHost() {
 		h.logf("$ ip netns exec %s %s &", netns, srv.Cmd)
 		xdpSrv, err = startBg(ctx, timeout+30*time.Second, "ip", append([]string{"netns", "exec", netns}, srvArgv...)...)
 		if err == nil {
@@ -104,7 +115,7 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 		cliArgv := h.argv(c, c.Client, serverAddr(c.Server))
 		cli.Cmd = shellJoin(cliArgv)
 		var out string
-		if c.Client == xdp {
+		if c.Client.onHost() {
 			h.logf("$ ip netns exec %s %s", netns, cli.Cmd)
 			out, err = runCmd(ctx, timeout, "ip", append([]string{"netns", "exec", netns}, cliArgv...)...)
 		} else {
@@ -146,11 +157,22 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 		srv.Exit = -1
 	}
 
+	// xdproce run stops the daemon it started before it exits: one left
+	// behind would serve the next cells instead of their own devices.
+	var leftover error
+	if c.libCell() {
+		leftover = h.reapDaemon(cctx)
+	}
+
 	if ctx.Err() != nil {
 		r.Status, r.Reason = statusFail, "interrupted"
 		return r
 	}
 	judge(c, &r)
+	if leftover != nil {
+		r.Status = statusFail
+		r.Reason = strings.TrimPrefix(r.Reason+"; "+leftover.Error(), "; ")
+	}
 	return r
 }
 
@@ -160,6 +182,17 @@ func (h *harness) argv(c cell, e endpoint, addr string) []string {
 	switch {
 	case e == xdp:
 		a = []string{h.xdproce, "perf", c.Tool, "-d", hostIface}
+	case e == lib:
+		// What a user types: xdproce run starts a daemon for the
+		// interface (none runs between cells) and stops it when the tool
+		// ends. stdbuf as on the VMs, for the lines before a timeout.
+		a = []string{h.xdproce, "run", "-d", hostIface, "--", "stdbuf", "-oL", c.Tool, "-d", libDevice}
+		a = append(a, c.args()...)
+		a = append(a, c.LibOpts...)
+		if addr != "" {
+			a = append(a, addr)
+		}
+		return a
 	case e.guest():
 		a = []string{guestBinary, "perf", c.Tool, "-d", guestIface}
 	default:
@@ -175,19 +208,20 @@ func (h *harness) argv(c cell, e endpoint, addr string) []string {
 }
 
 func serverAddr(e endpoint) string {
-	if e == xdp {
+	if e.onHost() {
 		return hostAddr
 	}
 	return vmAddr(e.vm())
 }
 
-// waitXDPReady polls until the xdproce server listens on its OOB port in
-// the netns; it fails early when the server exits.
+// waitXDPReady polls until a host-side server (xdproce perf, or a stock
+// tool under xdproce run) listens on its OOB port in the netns; it fails
+// early when the server exits.
 func (h *harness) waitXDPReady(ctx context.Context, p *bgProc, port int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		if p.exited() {
-			return errors.New("xdproce server exited before listening")
+			return errors.New("server exited before listening")
 		}
 		out, err := runCmd(ctx, 10*time.Second, "ip", "netns", "exec", netns, "ss", "-Hltn", fmt.Sprintf("sport = :%d", port))
 		if err != nil {
@@ -197,7 +231,7 @@ func (h *harness) waitXDPReady(ctx context.Context, p *bgProc, port int, timeout
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("xdproce server not listening on port %d after %v", port, timeout)
+			return fmt.Errorf("server not listening on port %d after %v", port, timeout)
 		}
 		select {
 		case <-ctx.Done():
@@ -211,7 +245,7 @@ func (h *harness) waitXDPReady(ctx context.Context, p *bgProc, port int, timeout
 // table for tool (perftest 6.06 behaviour).
 func reports(tool string, server bool) bool {
 	switch {
-	case tool == pingpong:
+	case isPingpong(tool):
 		return true
 	case strings.HasSuffix(tool, "_bw"):
 		// SEND: the server counts receives; WRITE/READ/ATOMIC: the client
@@ -256,7 +290,7 @@ func judge(c cell, r *result) {
 			role = "server"
 		}
 		switch {
-		case c.Tool == pingpong:
+		case c.isPingpong():
 			pp, ok := parsePingpong(s.sd.Output)
 			if !ok {
 				fail("%s: no \"iters in\" line", role)

@@ -2,7 +2,9 @@
 // perftest 4.5 on Linux Soft-RoCE (rdma_rxe): it boots rxe-peer VMs, runs
 // every test with xdproce as the server and as the client, plus an rxe↔rxe
 // reference and data-integrity cells (integrity.go), and prints a pass/fail
-// matrix with the figures.
+// matrix with the figures. The lib cells (lib.go) run stock perftest and
+// rdma-core's ping-pong examples on the host over xdproce's libibverbs
+// (xdproce run) against the same tools on rxe.
 //
 //	sudo go run ./test/interop [--smoke | --loss-sweep] [--only REGEX] [--json FILE] [--keep]
 //
@@ -58,7 +60,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cells := selectCells(buildMatrix(matrixConfig{Smoke: opts.smoke, LossSweep: opts.sweep, BWIters: opts.bwIters, LatIters: opts.latIters}), opts.only)
 	if opts.list {
 		for _, c := range cells {
-			fmt.Fprintf(stdout, "%-45s %s\n", c.ID(), shellJoin(c.args()))
+			a := shellJoin(c.args())
+			if len(c.LibOpts) > 0 {
+				a += "  (lib side: " + shellJoin(c.LibOpts) + ")"
+			}
+			fmt.Fprintf(stdout, "%-50s %s\n", c.ID(), a)
 		}
 		return 0
 	}
@@ -114,7 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var only string
 	fs := flag.NewFlagSet("interop", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.BoolVar(&o.smoke, "smoke", false, "only ib_write_bw and ib_send_lat, both directions, MTU 4096 (CI)")
+	fs.BoolVar(&o.smoke, "smoke", false, "only ib_write_bw and ib_send_lat, both directions, MTU 4096, with xdproce perf and with stock perftest on xdproce's libibverbs, and one guest cell (CI)")
 	fs.BoolVar(&o.sweep, "loss-sweep", false, "instead: send/write/read/atomic bandwidth at 4 KiB and 64 KiB under 0, 0.1%, 1% and 5% netem loss, xdproce both roles and rxe<->rxe (issue 17)")
 	fs.StringVar(&only, "only", "", "run only the cells whose ID matches this regexp (see --list)")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results to this file")
@@ -178,6 +184,7 @@ type harness struct {
 	xdproce  string
 	peer     *rxePeer
 	xdpErr   error // why xdproce cannot run, if it cannot
+	libErr   error // why the lib cells cannot run (xdproce run, libibverbs.so.1, the stock tools)
 	pingpong bool  // xdproce perf has an rc_pingpong mode
 	// guests: VMs switched from rxe to xdproce (true) or back (false);
 	// absent: rxe, as booted. datapath: what xdproce ran with in each.
@@ -227,7 +234,7 @@ func (h *harness) runAll(ctx context.Context, cells []cell) (results []result, e
 		vms = max(vms, c.Server.vm(), c.Client.vm())
 		needXDP = needXDP || c.hasXDP()
 	}
-	if err := h.setup(ctx, vms, needXDP); err != nil {
+	if err := h.setup(ctx, vms, needXDP, libTools(cells)); err != nil {
 		return nil, err
 	}
 
@@ -260,7 +267,7 @@ func (h *harness) runAll(ctx context.Context, cells []cell) (results []result, e
 			}
 			netem = c.Loss
 		}
-		prefix := fmt.Sprintf("[%2d/%d] %-45s", i+1, len(cells), c.ID())
+		prefix := fmt.Sprintf("[%2d/%d] %-50s", i+1, len(cells), c.ID())
 		var r result
 		guestErr := h.prepareGuests(ctx, c)
 		switch {
@@ -273,7 +280,10 @@ func (h *harness) runAll(ctx context.Context, cells []cell) (results []result, e
 		case c.hasXDP() && h.xdpErr != nil:
 			r = newResult(c)
 			r.Status, r.Reason = statusFail, h.xdpErr.Error()
-		case c.hasXDP() && c.Tool == pingpong && !h.pingpong:
+		case c.libCell() && h.libErr != nil:
+			r = newResult(c)
+			r.Status, r.Reason = statusFail, h.libErr.Error()
+		case c.hostXDP() && c.Tool == pingpong && !h.pingpong:
 			r = newResult(c)
 			r.Status, r.Reason = statusSkipped, "skipped: xdproce has no rc_pingpong mode"
 		default:
@@ -365,8 +375,9 @@ func (h *harness) prepareGuests(ctx context.Context, c cell) error {
 }
 
 // setup makes sure the image exists, boots the VMs, adds the veth and
-// checks the xdproce binary.
-func (h *harness) setup(ctx context.Context, vms int, needXDP bool) error {
+// checks the xdproce binary, and for the lib cells (running libTools) its
+// library and the host's stock tools.
+func (h *harness) setup(ctx context.Context, vms int, needXDP bool, libTools []string) error {
 	h.progress("rxe-peer build (reuses the cached image; a fresh build takes minutes)")
 	if _, err := h.peer.run(ctx, 45*time.Minute, "build"); err != nil {
 		return err
@@ -389,6 +400,14 @@ func (h *harness) setup(ctx context.Context, vms int, needXDP bool) error {
 	h.xdpErr = h.checkXDP(ctx)
 	if h.xdpErr != nil {
 		h.progress("xdproce unusable, its cells fail: %v", h.xdpErr)
+		h.libErr = h.xdpErr
+		return nil
+	}
+	if len(libTools) > 0 {
+		h.libErr = h.checkLib(ctx, libTools)
+		if h.libErr != nil {
+			h.progress("stock tools on xdproce's libibverbs unusable, the lib cells fail: %v", h.libErr)
+		}
 	}
 	return nil
 }

@@ -16,6 +16,10 @@ const (
 	vm2                 // stock perftest in VM 2 (198.18.0.12)
 	gx1                 // xdproce perf inside VM 1: Debian 12's kernel 6.1, virtio-net, rdma_rxe unloaded
 	gx2                 // the same in VM 2
+	// lib: a stock tool (perftest, ibverbs-utils) on the host, in the
+	// rxepeer netns on the veth, over xdproce's C libibverbs: xdproce run
+	// -d rxhost0 -- TOOL -d xdp_rxhost0, which starts a daemon for the cell.
+	lib
 )
 
 func (e endpoint) String() string {
@@ -28,6 +32,8 @@ func (e endpoint) String() string {
 		return "vm2"
 	case gx1:
 		return "xdproce@vm1"
+	case lib:
+		return "lib"
 	default:
 		return "xdproce@vm2"
 	}
@@ -47,13 +53,16 @@ func (e endpoint) vm() int {
 // guest: xdproce inside a VM, where rxe must be unloaded (both want UDP 4791).
 func (e endpoint) guest() bool { return e == gx1 || e == gx2 }
 
-// isXDP: xdproce, on the host or in a guest.
-func (e endpoint) isXDP() bool { return e == xdp || e.guest() }
+// isXDP: xdproce, on the host (xdproce perf or its libibverbs) or in a guest.
+func (e endpoint) isXDP() bool { return e == xdp || e == lib || e.guest() }
+
+// onHost: the endpoint runs on the host, in the rxepeer netns.
+func (e endpoint) onHost() bool { return e == xdp || e == lib }
 
 const (
-	pingpong  = "ibv_rc_pingpong"
-	allSizes  = "all" // perftest -a: 2..2^23
-	sweepRows = 23    // rows printed by -a
+	pingpong  = "ibv_rc_pingpong" // the one ping-pong xdproce perf has
+	allSizes  = "all"             // perftest -a: 2..2^23
+	sweepRows = 23                // rows printed by -a
 	basePort  = 18515
 )
 
@@ -68,6 +77,12 @@ type cell struct {
 	QPs    int
 	Loss   string // netem loss on VM 1's egress, "" for none
 	Port   int    // own OOB port per cell, so a straggler cannot answer the next one
+	// Opts are more tool options for both sides; LibOpts only for the lib
+	// side (how the tool drives the library: events, post API). Tag names
+	// them in the ID.
+	Opts    []string
+	LibOpts []string
+	Tag     string
 }
 
 // peerName names an endpoint in a guest cell's direction.
@@ -77,6 +92,8 @@ func (e endpoint) peerName() string {
 		return fmt.Sprintf("xdproce (vm%d)", e.vm())
 	case e == xdp:
 		return "xdproce (host)"
+	case e == lib:
+		return "xdproce libibverbs (host)"
 	}
 	return fmt.Sprintf("rxe (vm%d)", e.vm())
 }
@@ -84,12 +101,22 @@ func (e endpoint) peerName() string {
 // isBW reports whether the tool is a bandwidth test (ibv_rc_pingpong is not).
 func (c cell) isBW() bool { return strings.HasSuffix(c.Tool, "_bw") }
 
+// isPingpong: one of rdma-core's examples ibv_{rc,uc,srq}_pingpong.
+func isPingpong(tool string) bool {
+	return strings.HasPrefix(tool, "ibv_") && strings.HasSuffix(tool, "_pingpong")
+}
+
+func (c cell) isPingpong() bool { return isPingpong(c.Tool) }
+
 func (c cell) isLat() bool { return strings.HasSuffix(c.Tool, "_lat") }
 
 func (c cell) hasXDP() bool { return c.Server.isXDP() || c.Client.isXDP() }
 
-// hostXDP: one side is xdproce on the host (the netns veth).
+// hostXDP: one side is xdproce perf on the host (the netns veth).
 func (c cell) hostXDP() bool { return c.Server == xdp || c.Client == xdp }
+
+// libCell: one side is a stock tool over xdproce's libibverbs on the host.
+func (c cell) libCell() bool { return c.Server == lib || c.Client == lib }
 
 // guestCell: one side is xdproce in a guest.
 func (c cell) guestCell() bool { return c.Server.guest() || c.Client.guest() }
@@ -108,6 +135,10 @@ func (c cell) ID() string {
 		role = "xdp-server"
 	case c.Client == xdp:
 		role = "xdp-client"
+	case c.Server == lib:
+		role = "lib-server"
+	case c.Client == lib:
+		role = "lib-client"
 	default:
 		role = "rxe-rxe"
 	}
@@ -126,6 +157,9 @@ func (c cell) ID() string {
 	if c.Loss != "" {
 		id += "/loss" + c.Loss
 	}
+	if c.Tag != "" {
+		id += "/" + c.Tag
+	}
 	return id
 }
 
@@ -140,6 +174,10 @@ func (c cell) Direction() string {
 		return "xdproce server ← stock client"
 	case c.Client == xdp:
 		return "stock server ← xdproce client"
+	case c.Server == lib:
+		return "stock on xdproce lib server ← stock client"
+	case c.Client == lib:
+		return "stock server ← stock on xdproce lib client"
 	default:
 		return fmt.Sprintf("stock server (%v) ← stock client (%v)", c.Server, c.Client)
 	}
@@ -151,8 +189,13 @@ func (c cell) args() []string {
 		return strings.Fields(integrityCmd(c.MTU))
 	}
 	a := []string{"-p", strconv.Itoa(c.Port), "-m", strconv.Itoa(c.MTU), "-n", strconv.Itoa(c.Iters)}
-	if c.Tool == pingpong {
-		return append(a, "-g", "1", "-s", c.Size)
+	if c.isPingpong() {
+		// GID 1 is the IPv4 RoCEv2 GID on rxe and on xdproce alike.
+		a = append(a, "-g", "1", "-s", c.Size)
+		if c.QPs > 1 {
+			a = append(a, "-q", strconv.Itoa(c.QPs))
+		}
+		return append(a, c.Opts...)
 	}
 	a = append([]string{"-F"}, a...)
 	switch {
@@ -167,7 +210,7 @@ func (c cell) args() []string {
 	if c.isBW() {
 		a = append(a, "--report_gbits")
 	}
-	return a
+	return append(a, c.Opts...)
 }
 
 // expectedRows is how many result rows a side that reports must print.
@@ -202,8 +245,9 @@ func (c cell) timeout() time.Duration {
 	}
 	const bytesPerSec = 4 << 20
 	d := 90*time.Second + time.Duration(c.totalBytes()/bytesPerSec)*time.Second
-	if c.isLat() || c.Tool == pingpong {
-		d = 60*time.Second + time.Duration(c.Iters)*20*time.Millisecond
+	if c.isLat() || c.isPingpong() {
+		// ibv_srq_pingpong's -n counts per QP.
+		d = 60*time.Second + time.Duration(c.Iters*max(c.QPs, 1))*20*time.Millisecond
 	}
 	if c.Loss != "" {
 		d *= 3
@@ -256,6 +300,11 @@ func buildMatrix(cfg matrixConfig) []cell {
 		for _, d := range dirs {
 			add(cell{Tool: "ib_send_lat", Server: d[0], Client: d[1], MTU: 4096, Size: "2", Iters: cfg.LatIters})
 		}
+		// Stock perftest on the host over xdproce's libibverbs, through
+		// xdproce run (which starts and stops the daemon): one cell in
+		// each role.
+		add(cell{Tool: "ib_write_bw", Server: vm1, Client: lib, MTU: 4096, Size: allSizes, Iters: cfg.BWIters})
+		add(cell{Tool: "ib_send_lat", Server: lib, Client: vm1, MTU: 4096, Size: "2", Iters: cfg.LatIters})
 		// Kernel 6.1 and virtio-net in CI: xdproce in the guest (rxe
 		// unloaded there) serving xdproce on the host.
 		add(cell{Tool: "ib_write_bw", Server: gx1, Client: xdp, MTU: 2048, Size: "65536", Iters: 8 * cfg.BWIters})
@@ -293,6 +342,9 @@ func buildMatrix(cfg matrixConfig) []cell {
 	for _, d := range dirs {
 		add(cell{Tool: pingpong, Server: d[0], Client: d[1], MTU: 4096, Size: "4096", Iters: cfg.LatIters})
 	}
+	for _, c := range libCells(cfg) {
+		add(c)
+	}
 	// Data integrity, every RC operation both ways, byte for byte.
 	for _, mtu := range []int{4096, 1024} {
 		add(cell{Tool: integrityTool, Server: xdp, Client: vm1, MTU: mtu})
@@ -322,6 +374,40 @@ func buildMatrix(cfg matrixConfig) []cell {
 			}
 		}
 	}
+	return cells
+}
+
+// libCells run stock perftest and rdma-core's ping-pong examples on the
+// host over xdproce's libibverbs (the lib endpoint) against the same stock
+// tool on rxe in VM 1, both roles, at MTU 4096: the eight perftest tools
+// with the xdproce perf cells' options, then the library's other paths
+// (perftest's old post API, several QPs, completion events, inline sends,
+// ibv_wr_* through rc_pingpong -N, UC, SRQ).
+func libCells(cfg matrixConfig) []cell {
+	var cells []cell
+	both := func(c cell) {
+		for _, d := range [][2]endpoint{{lib, vm1}, {vm1, lib}} { // {server, client}
+			c.Server, c.Client, c.MTU = d[0], d[1], 4096
+			cells = append(cells, c)
+		}
+	}
+	for _, v := range perfVerbs {
+		both(cell{Tool: "ib_" + v + "_bw", Size: bwSize(v), Iters: cfg.BWIters})
+		both(cell{Tool: "ib_" + v + "_lat", Size: latSizes(v)[0], Iters: cfg.LatIters})
+	}
+	// perftest posts with ibv_post_send on xdproce as on rxe (it uses
+	// ibv_wr_* only on mlx5, efa and hns): the flag must be taken all the same.
+	both(cell{Tool: "ib_write_bw", Size: allSizes, Iters: cfg.BWIters, LibOpts: []string{"--use_old_post_send"}, Tag: "old-post-send"})
+	both(cell{Tool: "ib_send_bw", Size: "65536", Iters: cfg.BWIters, QPs: 8})
+	// Completion events (-e): perftest 4.5 refuses them for WRITE ("Events
+	// feature not available on WRITE verb"); SEND waits on both sides' CQs.
+	both(cell{Tool: "ib_send_bw", Size: allSizes, Iters: cfg.BWIters, LibOpts: []string{"-e"}, Tag: "events"})
+	both(cell{Tool: "ib_send_lat", Size: "64", Iters: cfg.LatIters, Opts: []string{"-I", "64"}, Tag: "inline64"})
+	both(cell{Tool: "ibv_rc_pingpong", Size: "4096", Iters: cfg.LatIters})
+	both(cell{Tool: "ibv_rc_pingpong", Size: "4096", Iters: cfg.LatIters, LibOpts: []string{"-N"}, Tag: "new-send"})
+	both(cell{Tool: "ibv_uc_pingpong", Size: "4096", Iters: cfg.LatIters})
+	// 16 QPs, ibv_srq_pingpong's default, said aloud.
+	both(cell{Tool: "ibv_srq_pingpong", Size: "4096", Iters: cfg.LatIters, QPs: 16})
 	return cells
 }
 

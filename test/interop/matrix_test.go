@@ -16,8 +16,10 @@ func TestMatrixFull(t *testing.T) {
 	// + the same 64 KiB send/write/read cells without loss x 2 = 6
 	// + integrity at MTU 4096 and 1024 = 2
 	// + in the guests: 5 tools x (rxe-rxe, xdproce server, xdproce client, xdproce-xdproce) = 20
-	if len(cells) != 97 {
-		t.Fatalf("%d cells, want 97", len(cells))
+	// + stock tools over xdproce's libibverbs x 2 roles: the 8 perftest
+	//   tools, 4 perftest variants and 4 ping-pongs = 32
+	if len(cells) != 129 {
+		t.Fatalf("%d cells, want 129", len(cells))
 	}
 	count := func(f func(cell) bool) int {
 		n := 0
@@ -41,10 +43,15 @@ func TestMatrixFull(t *testing.T) {
 		{"mtu 1024", func(c cell) bool { return c.MTU == 1024 && c.Tool != integrityTool }, 22},
 		{"integrity", func(c cell) bool { return c.Tool == integrityTool && c.Client == vm1 && c.Loss == "" }, 2},
 		{"loss", func(c cell) bool { return c.Loss == "1%" }, 8},
-		{"-q 8", func(c cell) bool { return c.QPs == 8 }, 3},
-		{"pingpong", func(c cell) bool { return c.Tool == pingpong }, 3},
-		{"sweeps", func(c cell) bool { return c.Size == allSizes }, 3 + 2*2*3},
-		{"atomic lat", func(c cell) bool { return c.Tool == "ib_atomic_lat" }, 5},
+		{"-q 8", func(c cell) bool { return c.QPs == 8 }, 3 + 2},
+		{"pingpong", func(c cell) bool { return c.Tool == pingpong }, 3 + 2*2},
+		// lib: send/write/read, --use_old_post_send, -e; both roles
+		{"sweeps", func(c cell) bool { return c.Size == allSizes }, 3 + 2*2*3 + 5*2},
+		{"atomic lat", func(c cell) bool { return c.Tool == "ib_atomic_lat" }, 5 + 2},
+		{"lib server", func(c cell) bool { return c.Server == lib && c.Client == vm1 && c.MTU == 4096 && c.Loss == "" }, 16},
+		{"lib client", func(c cell) bool { return c.Client == lib && c.Server == vm1 && c.MTU == 4096 && c.Loss == "" }, 16},
+		{"lib ping-pongs", func(c cell) bool { return c.libCell() && c.isPingpong() }, 8},
+		{"lib tagged", func(c cell) bool { return c.libCell() && c.Tag != "" }, 8},
 	}
 	for _, ch := range checks {
 		if got := count(ch.f); got != ch.want {
@@ -64,6 +71,9 @@ func TestMatrixFull(t *testing.T) {
 		if c.Server == c.Client || c.Server.vm() != 0 && c.Server.vm() == c.Client.vm() || (!c.hasXDP() && c.Server != vm2) {
 			t.Errorf("cell %s: bad roles %v <- %v", c.ID(), c.Server, c.Client)
 		}
+		if c.libCell() && (c.hostXDP() || c.guestCell() || c.Server.onHost() == c.Client.onHost()) {
+			t.Errorf("cell %s: a lib cell runs stock on xdproce's library against rxe: %v <- %v", c.ID(), c.Server, c.Client)
+		}
 		if c.timeout() <= 0 {
 			t.Errorf("cell %s: no timeout", c.ID())
 		}
@@ -72,12 +82,16 @@ func TestMatrixFull(t *testing.T) {
 
 func TestMatrixSmoke(t *testing.T) {
 	cells := buildMatrix(matrixConfig{Smoke: true, BWIters: 20, LatIters: 100})
-	if len(cells) != 5 {
-		t.Fatalf("%d cells, want 5", len(cells))
+	if len(cells) != 7 {
+		t.Fatalf("%d cells, want 7", len(cells))
 	}
 	// The last runs xdproce in a guest: kernel 6.1 and virtio-net in CI.
-	if g := cells[4]; !g.Server.guest() || g.Client != xdp || g.MTU != 2048 {
+	if g := cells[6]; !g.Server.guest() || g.Client != xdp || g.MTU != 2048 {
 		t.Errorf("smoke's guest cell is %s", g.ID())
+	}
+	// Stock perftest over xdproce's libibverbs, once in each role.
+	if w, l := cells[4], cells[5]; w.ID() != "ib_write_bw/lib-client/mtu4096/all" || l.ID() != "ib_send_lat/lib-server/mtu4096/s2" {
+		t.Errorf("smoke's lib cells are %s and %s", w.ID(), l.ID())
 	}
 	roles := map[string]int{}
 	for _, c := range cells[:4] {
@@ -119,6 +133,22 @@ func TestArgsAndSelect(t *testing.T) {
 	if got := shellJoin(h.argv(c, vm1, serverAddr(xdp))); !strings.HasPrefix(got, "stdbuf -oL ib_write_bw -d rxe0 -F ") || !strings.HasSuffix(got, " 198.18.0.2") {
 		t.Errorf("stock client argv %q", got)
 	}
+	lc := selectCells(cells, regexp.MustCompile(`^ibv_rc_pingpong/lib-client/.*/new-send$`))
+	if len(lc) != 1 {
+		t.Fatalf("--only rc_pingpong -N on the lib: %d cells", len(lc))
+	}
+	want = "/x/xdproce run -d rxhost0 -- stdbuf -oL ibv_rc_pingpong -d xdp_rxhost0 -p " + strconv.Itoa(lc[0].Port) +
+		" -m 4096 -n 200 -g 1 -s 4096 -N 198.18.0.11"
+	if got := shellJoin(h.argv(lc[0], lib, serverAddr(lc[0].Server))); got != want {
+		t.Errorf("lib client argv\n%q, want\n%q", got, want)
+	}
+	// The rxe side runs without the lib side's options.
+	if got := shellJoin(h.argv(lc[0], vm1, "")); strings.Contains(got, "-N") || !strings.HasPrefix(got, "stdbuf -oL ibv_rc_pingpong -d rxe0 ") {
+		t.Errorf("rxe server argv %q", got)
+	}
+	if got := serverAddr(lib); got != hostAddr {
+		t.Errorf("lib server address %s", got)
+	}
 	if q := shellQuote("a b'c"); q != `'a b'\''c'` {
 		t.Errorf("shellQuote: %s", q)
 	}
@@ -129,8 +159,8 @@ func TestRunListNeedsNoRoot(t *testing.T) {
 	if code := run(context.Background(), []string{"--smoke", "--list", "--only", "send_lat"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	if n := strings.Count(out.String(), "\n"); n != 2 {
-		t.Errorf("listed %d cells, want 2:\n%s", n, out.String())
+	if n := strings.Count(out.String(), "\n"); n != 3 {
+		t.Errorf("listed %d cells, want 3:\n%s", n, out.String())
 	}
 	if code := run(context.Background(), []string{"--only", "("}, &out, &errb); code != 2 {
 		t.Errorf("bad regexp: exit %d, want 2", code)
@@ -164,5 +194,71 @@ func TestLossSweepMatrix(t *testing.T) {
 	}
 	if switches != len(sweepRates)-1 {
 		t.Errorf("netem switched %d times, want %d", switches, len(sweepRates)-1)
+	}
+}
+
+// The lib cells: every one has an ID of its own, the ping-pongs' options
+// take GID 1 (the IPv4 RoCEv2 GID on rxe and xdproce) and the lib side's
+// own options stay on the lib side.
+func TestLibCells(t *testing.T) {
+	cells := libCells(matrixConfig{BWIters: 25, LatIters: 200})
+	if len(cells) != 32 {
+		t.Fatalf("%d lib cells, want 32", len(cells))
+	}
+	tools := map[string]int{}
+	for _, c := range cells {
+		tools[c.Tool]++
+		a := " " + shellJoin(c.args()) + " "
+		if c.isPingpong() && !strings.Contains(a, " -g 1 ") {
+			t.Errorf("%s: ping-pong without -g 1: %s", c.ID(), a)
+		}
+		for _, o := range c.LibOpts {
+			if strings.Contains(a, " "+o+" ") {
+				t.Errorf("%s: lib option %s given to both sides", c.ID(), o)
+			}
+		}
+		if !strings.Contains(c.ID(), "/lib-server/") && !strings.Contains(c.ID(), "/lib-client/") {
+			t.Errorf("%s: not named as a lib cell", c.ID())
+		}
+	}
+	want := map[string]int{"ib_send_bw": 6, "ib_write_bw": 4, "ib_send_lat": 4, "ibv_rc_pingpong": 4, "ibv_uc_pingpong": 2, "ibv_srq_pingpong": 2,
+		"ib_read_bw": 2, "ib_atomic_bw": 2, "ib_write_lat": 2, "ib_read_lat": 2, "ib_atomic_lat": 2}
+	for tool, n := range want {
+		if tools[tool] != n {
+			t.Errorf("%s: %d lib cells, want %d", tool, tools[tool], n)
+		}
+	}
+	h := &harness{xdproce: "/x/xdproce"}
+	for _, c := range cells {
+		if c.Tag != "events" || c.Client != lib {
+			continue
+		}
+		got := shellJoin(h.argv(c, lib, hostAddr))
+		if !strings.HasPrefix(got, "/x/xdproce run -d rxhost0 -- stdbuf -oL ib_send_bw -d xdp_rxhost0 ") || !strings.Contains(got, " --report_gbits -e 198.18.0.2") {
+			t.Errorf("events client argv %q", got)
+		}
+	}
+}
+
+func TestUnixListener(t *testing.T) {
+	procNetUnix := `Num       RefCount Protocol Flags    Type St Inode Path
+0000000000000000: 00000002 00000000 00010000 0005 01 41239 @xdproce/rxhost0
+0000000000000000: 00000003 00000000 00000000 0005 03 41240 @xdproce/rxhost0
+0000000000000000: 00000002 00000000 00010000 0001 01 1234 /run/other.sock
+`
+	if !unixListener(procNetUnix, "@xdproce/rxhost0") {
+		t.Error("listener not found")
+	}
+	if unixListener(procNetUnix, "@xdproce/eth0") || unixListener(strings.Replace(procNetUnix, "00010000 0005", "00000000 0005", 1), "@xdproce/rxhost0") {
+		t.Error("found a listener that is not there")
+	}
+}
+
+func TestLibDirs(t *testing.T) {
+	if got := libDirs("", "/repo/bin/xdproce"); len(got) != 2 || got[0] != "/repo/bin/lib" || got[1] != "/repo/lib/xdproce" {
+		t.Errorf("libDirs: %v", got)
+	}
+	if got := libDirs("/opt/x", "/repo/bin/xdproce"); len(got) != 1 || got[0] != "/opt/x" {
+		t.Errorf("libDirs with $XDPROCE_LIBDIR: %v", got)
 	}
 }

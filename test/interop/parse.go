@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -39,8 +40,10 @@ type pingpongResult struct {
 
 var (
 	// perftest's row formats: tabs and spaces mixed, so match any blank run.
+	// A latency's standard deviation perftest could not compute (from the
+	// deltas of a TSC that went backwards between CPUs) is "-nan" or "inf".
 	bwRowRE  = regexp.MustCompile(`^\s*\d+\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s*$`)
-	latRowRE = regexp.MustCompile(`^\s*\d+\s+\d+(\s+[\d.]+){5,7}\s*$`)
+	latRowRE = regexp.MustCompile(`^\s*\d+\s+\d+(\s+([\d.]+|-?nan|-?inf)){5,7}\s*$`)
 	ppBytes  = regexp.MustCompile(`(\d+) bytes in [\d.]+ seconds = ([\d.]+) Mbit/sec`)
 	ppIters  = regexp.MustCompile(`(\d+) iters in [\d.]+ seconds = ([\d.]+) usec/iter`)
 )
@@ -133,7 +136,11 @@ func atoi(s string) int64 {
 	return n
 }
 
+// atof is 0 for perftest's "-nan" and "inf": JSON has no such numbers.
 func atof(s string) float64 {
-	f, _ := strconv.ParseFloat(s, 64)
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0
+	}
 	return f
 }

@@ -66,6 +66,20 @@ func TestParseLatBaseline(t *testing.T) {
 	}
 }
 
+// A stock ib_write_lat client (over xdproce's libibverbs) printed a
+// standard deviation it could not compute; the row still counts.
+func TestParseLatNaN(t *testing.T) {
+	out := ` #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
+ 2       200          109.26         62800.20      407.40   	       1353.49     	-nan   		58029.71 		62800.20
+ 2       200          109.26         62800.20      407.40   	       1353.49     	inf   		58029.71 		62800.20
+`
+	rows := parseLat(out)
+	want := latRow{2, 200, 109.26, 62800.20, 407.40, 1353.49, 0, 58029.71, 62800.20}
+	if len(rows) != 2 || rows[0] != want || rows[1] != want {
+		t.Fatalf("got %+v, want 2 x %+v", rows, want)
+	}
+}
+
 // The *_all_* files are perftest -a -n 100 runs between two rxe VMs.
 func TestParseBWSweep(t *testing.T) {
 	for _, tc := range []struct {

@@ -60,8 +60,12 @@ func printTable(w io.Writer, results []result) {
 		if ratio, ok := lossRatio(results, r); ok {
 			fig += fmt.Sprintf(" (%.2f× of no loss)", ratio)
 		}
+		tool := r.Tool
+		if r.Options != "" {
+			tool += " " + r.Options
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n",
-			r.Tool, r.Direction, r.MTU, r.Sizes, r.QPs, loss, strings.ToUpper(r.Status), fig, note)
+			tool, r.Direction, r.MTU, r.Sizes, r.QPs, loss, strings.ToUpper(r.Status), fig, note)
 	}
 	tw.Flush()
 }

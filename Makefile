@@ -105,7 +105,7 @@ fuzz: deps
 
 # The main job: two network namespaces, xdproce in each, measured against kernel TCP
 # (tables on stdout; figures in bin/bench.json, bandwidth plot in bin/bench.svg).
-demo: build
+demo: deps-stock build
 	$(SUDO) ./bin/xdproce bench --json bin/bench.json --plot bin/bench.svg
 
 # Interoperability with stock perftest on Linux Soft-RoCE (rdma_rxe) in QEMU VMs, both

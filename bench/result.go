@@ -18,7 +18,14 @@ const (
 	// application's own memory (RegMR), which the daemon reaches with
 	// process_vm_readv/writev, instead of memfds both map (AllocMR).
 	XdproceDaemonOwnMemory = "xdproce_daemon_own_memory"
-	TCP                    = "tcp"
+	// PerftestLibibverbs is Debian's stock perftest binary on xdproce's
+	// libibverbs.so.1 through a daemon (xdproce run), and XdprocePerf the
+	// same tool as xdproce perf (Go, the verbs API) through the same
+	// daemon: issue 15's comparison. Their round trips are perftest's
+	// ib_write_lat figures doubled (perftest prints half round trips).
+	PerftestLibibverbs = "perftest_libibverbs"
+	XdprocePerf        = "xdproce_perf"
+	TCP                = "tcp"
 	// AFXDP is the floor: raw AF_XDP frames on the same link, no transport.
 	AFXDP = "afxdp"
 
@@ -146,6 +153,8 @@ func (r Result) Validate() error {
 		Xdproce:                {Bandwidth: {OpWrite, OpSend, OpRead}, RTT: {OpWrite, OpSend}, MsgRate: {OpWrite}, CPUPerGB: {OpWrite, OpSend, OpRead}},
 		XdproceDaemon:          {Bandwidth: {OpWrite}, RTT: {OpWrite}},
 		XdproceDaemonOwnMemory: {Bandwidth: {OpWrite}},
+		PerftestLibibverbs:     {Bandwidth: {OpWrite}, RTT: {OpWrite}},
+		XdprocePerf:            {Bandwidth: {OpWrite}, RTT: {OpWrite}},
 		TCP:                    {Bandwidth: {OpStream}, RTT: {OpPingPong}, MsgRate: {OpStream}, CPUPerGB: {OpStream}},
 		AFXDP:                  {Bandwidth: {OpFrame}, RTT: {OpFrame}, MsgRate: {OpFrame}, CPUPerGB: {OpFrame}},
 	}

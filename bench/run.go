@@ -38,6 +38,10 @@ type Config struct {
 	// Daemon adds the WRITE bandwidth at 64 KiB and the 8 B WRITE round
 	// trip through each host's daemon (xdproce up), beside in-process.
 	Daemon bool
+	// Stock, if set, adds issue 15's comparison of stock perftest over
+	// xdproce's libibverbs with xdproce perf (stock.go): ib_write_lat at
+	// 8 B if LatSizes has 8, ib_write_bw at 64 KiB if Sizes has 64 KiB.
+	Stock *Stock
 }
 
 // BusyPoll says which points run with busy-polling devices and applications.
@@ -143,6 +147,13 @@ type group struct {
 	rtt             bool // round-trip points
 	daemon          bool // attached steps run through each host's daemon
 	ownMemory       bool // daemon: regions of the application's own memory (process_vm_readv/writev)
+	// stock, if set, runs the plain steps as processes through real
+	// daemons (xdproce up) it starts in the hosts' namespaces for the
+	// group, and each figure of the group is the median of its rounds.
+	stock *stockRunner
+	// est is how long each of the group's points takes, if not
+	// Config.Warmup+Duration.
+	est time.Duration
 }
 
 // Run measures everything cfg asks for and returns the figures in order.
@@ -207,7 +218,39 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		return errors.Join(runSteps(steps, p), p.Close())
 	}
+	runStock := func(g group) error {
+		// The daemons busy-poll only if every point does (--busy-poll=on):
+		// a spinning engine in each daemon beside a spinning program in
+		// each host is four spinning processes on a 2-core machine, and a
+		// round trip then waits for the kernel's time slices (ms).
+		busy := cfg.BusyPoll == BusyPollAlways
+		stop, err := g.stock.daemons(ctx, busy)
+		if err != nil {
+			return fmt.Errorf("bench: starting the daemons of the stock comparison: %w", err)
+		}
+		how := "sleeping when idle"
+		if busy {
+			how = "busy-polling"
+		}
+		fmt.Fprintf(progress, "bench: xdproce up on %s and %s (%s) for stock perftest and xdproce perf\n", hosts[0].Link, hosts[1].Link, how)
+		n := len(results)
+		err = runSteps(g.plain, nil)
+		for _, l := range roundsSummary(results[n:]) {
+			fmt.Fprintf(progress, "bench: %s\n", l)
+		}
+		results = append(results[:n], medianOfRounds(results[n:])...)
+		if serr := stop(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("bench: stopping the daemons of the stock comparison: %w", serr))
+		}
+		return err
+	}
 	for i, g := range groups {
+		if g.stock != nil {
+			if err := runStock(g); err != nil {
+				return results, err
+			}
+			continue
+		}
 		// Alternate which contender goes first so that drift hits both.
 		first, second := func() error { return runSteps(g.plain, nil) }, func() error { return runAttached(g, cfg.BusyPoll.busy(g.rtt)) }
 		if i%2 == 1 {
@@ -325,7 +368,8 @@ func plan(cfg Config, hosts [2]*Host) []group {
 		}
 		groups = append(groups, g)
 	}
-	return groups
+	// Last, so that a stock program that fails costs none of the figures above.
+	return append(groups, stockGroups(cfg, hosts)...)
 }
 
 // daemonGroups measure xdproce through its daemon: WRITE 64 KiB streaming

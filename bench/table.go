@@ -33,11 +33,13 @@ func index(results []Result) figures {
 }
 
 // sizesOf lists the sizes that have figures of a measure from xdproce or
-// TCP, ascending (the AF_XDP floor has its own sizes).
+// TCP, ascending (the AF_XDP floor has its own sizes, and the comparison
+// of stock perftest with xdproce perf its own table).
 func sizesOf(results []Result, measure string) []int {
 	var out []int
 	for _, r := range results {
-		if r.Measure == measure && r.Contender != AFXDP && !slices.Contains(out, r.Size) {
+		if r.Measure == measure && r.Contender != AFXDP && r.Contender != PerftestLibibverbs && r.Contender != XdprocePerf &&
+			!slices.Contains(out, r.Size) {
 			out = append(out, r.Size)
 		}
 	}
@@ -184,7 +186,77 @@ func WriteTables(w io.Writer, results []Result) error {
 	perSize(CPUPerGB, func(r Result) float64 { return r.CPUSPerGB },
 		"CPU seconds per GB moved (process user+system plus all softirq time; ratio: lower is better)")
 	tw.Flush()
-	return nil
+	return writeStockTable(w, f)
+}
+
+// writeStockTable prints issue 15's comparison, if results have it: stock
+// perftest over xdproce's libibverbs against xdproce perf.
+func writeStockTable(w io.Writer, f figures) error {
+	lat, latOK := stockPair(f, RTT, stockLatSize)
+	bw, bwOK := stockPair(f, Bandwidth, stockBWSize)
+	if !latOK && !bwOK {
+		return nil
+	}
+	fmt.Fprintln(w, "\nStock perftest over xdproce's libibverbs (xdproce run) vs xdproce perf, each host's program on its daemon (xdproce up), medians of")
+	fmt.Fprintln(w, "alternating rounds (round trips in µs: perftest's t_typical, 99% and 99.9% percentiles doubled, for it prints half round trips)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
+	row("point", "xdproce perf", "stock perftest", "stock − Go / stock ÷ Go")
+	if latOK {
+		trip := func(r Result) string {
+			return fmt.Sprintf("%s / %s / %s", formatValue(r.P50us, true), formatValue(r.P99us, true), formatValue(r.P999us, true))
+		}
+		row(fmt.Sprintf("ib_write_lat %s: round trip, median / p99 / p99.9", FormatSize(stockLatSize)),
+			trip(lat[0]), trip(lat[1]), fmt.Sprintf("%+.2f µs", lat[1].P50us-lat[0].P50us))
+	}
+	if bwOK {
+		row(fmt.Sprintf("ib_write_bw %s: BW average, Gbit/s", FormatSize(stockBWSize)),
+			formatValue(bw[0].GbitS, true), formatValue(bw[1].GbitS, true), FormatRatio(bw[1].GbitS, bw[0].GbitS, true, true))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	note := "Both register memory of their own (stock perftest ibv_reg_mr of its buffers, xdproce perf --own-memory),\n" +
+		"which the daemon reaches with process_vm_readv/writev: what differs is the C library's posts and polls"
+	own, okO := f[key{XdproceDaemonOwnMemory, false, Bandwidth, OpWrite, stockBWSize, 0}]
+	shared, okS := f[key{XdproceDaemon, false, Bandwidth, OpWrite, stockBWSize, 0}]
+	if okO && okS && shared.GbitS > 0 {
+		note += fmt.Sprintf(" (that memory path itself: the daemon column's WRITE %s at %.2f× of shared regions in this run)", FormatSize(stockBWSize), own.GbitS/shared.GbitS)
+	}
+	_, err := fmt.Fprintln(w, note+".")
+	return err
+}
+
+// stockPair finds the figures of issue 15's comparison for one measure:
+// xdproce perf's, then stock perftest's over the library; ok if both are
+// there.
+func stockPair(f figures, measure string, size int) ([2]Result, bool) {
+	g, okG := f[key{XdprocePerf, false, measure, OpWrite, size, 0}]
+	c, okC := f[key{PerftestLibibverbs, false, measure, OpWrite, size, 0}]
+	return [2]Result{g, c}, okG && okC
+}
+
+// Issue 15's bounds on what the C library may cost against the Go path:
+// per round trip, and as a fraction of the bandwidth.
+const (
+	stockMaxExtraRTTus = 1.0
+	stockMinBWRatio    = 0.9
+)
+
+// stockTargets judges issue 15's comparison: the extra round trip of
+// stock ib_write_lat (median) over xdproce perf's, in µs, and the ratio
+// of stock ib_write_bw's BW average to xdproce perf's; ok says the figures
+// are there.
+func stockTargets(f figures) (extraUS float64, latHeld, latOK bool, ratio float64, bwHeld, bwOK bool) {
+	if lat, ok := stockPair(f, RTT, stockLatSize); ok {
+		extraUS, latOK = lat[1].P50us-lat[0].P50us, true
+		latHeld = extraUS <= stockMaxExtraRTTus
+	}
+	if bw, ok := stockPair(f, Bandwidth, stockBWSize); ok && bw[0].GbitS > 0 {
+		ratio, bwOK = bw[1].GbitS/bw[0].GbitS, true
+		bwHeld = ratio >= stockMinBWRatio
+	}
+	return
 }
 
 // WriteTargets prints issue 6's targets with what results show for each,
@@ -274,6 +346,17 @@ func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 			diff := d.P50us - x.P50us
 			fmt.Fprintf(tw, "8 B WRITE round trip through the daemon ≤ in-process + 2 µs, medians (issue 14)\t%+.2f µs (%.2f µs)\t%s\t-\n", diff, d.P50us, held(diff <= 2))
 		}
+	}
+	extra, latHeld, latOK, bwRatio, bwHeld, bwOK := stockTargets(f)
+	if latOK {
+		lat, _ := stockPair(f, RTT, stockLatSize)
+		fmt.Fprintf(tw, "stock ib_write_lat 8 B over libibverbs ≤ xdproce perf + 1 µs per round trip, medians (issue 15)\t%+.2f µs (%.2f against %.2f µs)\t%s\t-\n",
+			extra, lat[1].P50us, lat[0].P50us, held(latHeld))
+	}
+	if bwOK {
+		bw, _ := stockPair(f, Bandwidth, stockBWSize)
+		fmt.Fprintf(tw, "stock ib_write_bw 64 KiB over libibverbs ≥ 0.9× xdproce perf (issue 15)\t%.2f× (%.2f against %.2f Gbit/s)\t%s\t-\n",
+			bwRatio, bw[1].GbitS, bw[0].GbitS, held(bwHeld))
 	}
 	if x, ok := f[key{Xdproce, false, CPUPerGB, OpWrite, big, 0}]; ok {
 		if t, ok := f[key{TCP, false, CPUPerGB, OpStream, big, 0}]; ok && t.CPUSPerGB > 0 {

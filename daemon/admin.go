@@ -60,9 +60,10 @@ func Query(ctx context.Context, ifname string) (*Status, error) {
 }
 
 // Running lists the interfaces whose daemon listens in the calling
-// thread's network namespace (the abstract sockets of /proc/net/unix).
+// thread's network namespace (the abstract sockets of its net/unix: the
+// thread's, for /proc/net shows the main thread's namespace).
 func Running() ([]string, error) {
-	f, err := os.Open("/proc/net/unix")
+	f, err := os.Open("/proc/thread-self/net/unix")
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}

@@ -148,6 +148,11 @@ type Config struct {
 	// Verify fills the source memory with a pattern and checks every byte
 	// that arrives. Both sides must be xdproce perf with Verify.
 	Verify bool
+	// OwnMemory registers memory the program allocated itself (RegMR), as
+	// stock perftest registers its malloc'd buffers, instead of memory it
+	// shares with the device (AllocMR): through a daemon that is the
+	// process_vm_readv/writev path the C library's applications take.
+	OwnMemory bool
 	// Timeout bounds each out-of-band exchange and each wait for the peer.
 	Timeout time.Duration
 }

@@ -163,7 +163,12 @@ func (s *session) setup() error {
 	case Atomic:
 		access |= verbs.AccessRemoteAtomic
 	}
-	if s.mr, err = s.pd.AllocMR(bufSize, access); err != nil {
+	if c.OwnMemory {
+		s.mr, err = s.pd.RegMR(make([]byte, bufSize), access)
+	} else {
+		s.mr, err = s.pd.AllocMR(bufSize, access)
+	}
+	if err != nil {
 		return fmt.Errorf("perftest: registering %d bytes: %w", bufSize, err)
 	}
 	s.fill()

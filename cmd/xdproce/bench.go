@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -38,6 +39,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	plotOut := fs.String("plot", "", "draw bandwidth against message size into this file (.svg or .png)")
 	loss := fs.String("loss", "", "instead: the loss sweep, RoCEv2 packets dropped at these rates both ways on a bridge between the hosts (e.g. 0.1%,1%,5%); --sizes defaults to 4K,64K there")
 	viaDaemon := fs.Bool("daemon", true, "also measure WRITE 64 KiB and the 8 B WRITE round trip through each host's daemon (xdproce up)")
+	stockRounds := fs.Int("stock-rounds", 0, "rounds of the stock perftest comparison, each contender once per round, alternating which goes first (default 3, 2 with --quick); the figures are the medians")
+	stock := fs.Bool("stock", true, "also compare stock perftest over xdproce's libibverbs (xdproce run) with xdproce perf, ib_write_lat 8 B and ib_write_bw 64 KiB, both through an xdproce up started on each host (issue 15); skipped, with a note, when perftest or the library is missing")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both engines and applications) to this file, for go tool pprof")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -93,6 +96,20 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg.AckHold = *ackHold
 	cfg.SpinMax = *spinMax
 	cfg.Daemon = *viaDaemon
+	if *stockRounds < 0 {
+		return fmt.Errorf("%w: --stock-rounds %d: at least 1", errUsage, *stockRounds)
+	}
+	if *stock {
+		s, why := findStock(os.Executable, exec.LookPath, os.Getenv("XDPROCE_LIBDIR"))
+		if s == nil {
+			fmt.Fprintf(stderr, "bench: stock perftest over libibverbs vs xdproce perf skipped: %s\n", why)
+		} else if *stockRounds > 0 {
+			s.Rounds = *stockRounds
+		} else if *quick {
+			s.Rounds = 2 // each contender first once
+		}
+		cfg.Stock = s
+	}
 	if *ifaces != "" {
 		cfg.Ifaces = strings.Split(*ifaces, ",")
 	}
@@ -139,6 +156,27 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	return nil
+}
+
+// findStock sets up the comparison of stock perftest over xdproce's
+// libibverbs with xdproce perf: this executable (for xdproce up, run and
+// perf), the library as xdproce run finds it, and perftest's binaries on
+// the PATH. Without one of them it returns nil and why.
+func findStock(executable func() (string, error), lookPath func(string) (string, error), libEnv string) (*bench.Stock, string) {
+	exe, err := executable()
+	if err != nil {
+		return nil, fmt.Sprintf("no path to this executable: %v", err)
+	}
+	lib, err := findLibDir(libEnv, exe)
+	if err != nil {
+		return nil, err.Error()
+	}
+	for _, tool := range bench.StockTools {
+		if _, err := lookPath(tool); err != nil {
+			return nil, fmt.Sprintf("%s is not installed (apt-get install perftest): %v", tool, err)
+		}
+	}
+	return &bench.Stock{Exe: exe, LibDir: lib}, ""
 }
 
 func writeFile(name string, write func(io.Writer) error) error {

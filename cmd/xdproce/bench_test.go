@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -59,10 +62,17 @@ func runTinyBench(t *testing.T, qps []int, extra ...string) (stdout, stderr stri
 	jsonFile, plotFile := filepath.Join(dir, "bench.json"), filepath.Join(dir, "bench.svg")
 	var out, errOut strings.Builder
 	qpList := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(qps)), ","), "[]")
+	// The comparison with stock perftest runs xdproce up, run and perf as
+	// processes, which this test binary is not (TestBenchStock runs it):
+	// without the library it is skipped, with one line, and the rest runs.
+	t.Setenv("XDPROCE_LIBDIR", t.TempDir())
 	args := append([]string{"bench", "--sizes", "4K", "--lat-sizes", "8", "--qps", qpList, "--time", "200ms", "--warmup", "50ms",
 		"--json", jsonFile, "--plot", plotFile}, extra...)
 	if code := run(t.Context(), args, &out, &errOut); code != 0 {
 		t.Fatalf("bench exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	if n := strings.Count(errOut.String(), "bench: stock perftest over libibverbs vs xdproce perf skipped: no libibverbs.so.1 in "); n != 1 {
+		t.Errorf("%d lines saying the comparison was skipped:\n%s", n, errOut.String())
 	}
 
 	f, err := os.Open(jsonFile)
@@ -151,10 +161,123 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{"bench", "--msg-size", "64,128"},
 		{"bench", "extra"},
 		{"bench", "--busy-poll=sometimes"},
+		{"bench", "--stock-rounds", "-1"},
 	} {
 		var out, errOut strings.Builder
 		if code := run(t.Context(), args, &out, &errOut); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, code, errOut.String())
 		}
+	}
+}
+
+func TestFindStock(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "bin", "xdproce")
+	lib := filepath.Join(dir, "bin", "lib")
+	if err := os.MkdirAll(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	executable := func() (string, error) { return exe, nil }
+	installed := func(string) (string, error) { return "/usr/bin/x", nil }
+	missing := func(name string) (string, error) {
+		if name == "ib_write_bw" {
+			return "", exec.ErrNotFound
+		}
+		return "/usr/bin/" + name, nil
+	}
+	// No library beside the executable yet.
+	if s, why := findStock(executable, installed, ""); s != nil || !strings.Contains(why, "no libibverbs.so.1") {
+		t.Errorf("without the library: %+v, %q", s, why)
+	}
+	if err := os.WriteFile(filepath.Join(lib, "libibverbs.so.1"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if s, why := findStock(executable, installed, ""); s == nil || s.Exe != exe || s.LibDir != lib || why != "" {
+		t.Errorf("with everything: %+v, %q", s, why)
+	}
+	if s, why := findStock(executable, missing, ""); s != nil || !strings.Contains(why, "ib_write_bw is not installed (apt-get install perftest)") {
+		t.Errorf("without ib_write_bw: %+v, %q", s, why)
+	}
+	// $XDPROCE_LIBDIR is where xdproce run looks, then, and only there.
+	if s, why := findStock(executable, installed, filepath.Join(dir, "elsewhere")); s != nil || !strings.Contains(why, "XDPROCE_LIBDIR") {
+		t.Errorf("with $XDPROCE_LIBDIR elsewhere: %+v, %q", s, why)
+	}
+	if s, why := findStock(func() (string, error) { return "", errors.New("gone") }, installed, ""); s != nil || !strings.Contains(why, "gone") {
+		t.Errorf("without an executable: %+v, %q", s, why)
+	}
+}
+
+// TestBenchStock runs the comparison of stock perftest over xdproce's
+// libibverbs with xdproce perf between two namespaces, through a built
+// xdproce (its up, run and perf commands), with one short round trip and
+// one bandwidth point besides: both contenders' figures present and
+// positive, their table and targets printed, no daemon left behind.
+func TestBenchStock(t *testing.T) {
+	netns.RequireRoot(t)
+	for _, tool := range bench.StockTools {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is not installed (make test installs perftest)", tool)
+			}
+			t.Skipf("%s is not installed (apt-get install perftest)", tool)
+		}
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	if b, err := exec.Command("make", "-C", root, "--no-print-directory", "provider").CombinedOutput(); err != nil {
+		t.Fatalf("make provider: %v\n%s", err, b)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "xdproce")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	jsonFile := filepath.Join(dir, "bench.json")
+	cmd := exec.CommandContext(t.Context(), bin, "bench", "--sizes", "64K", "--lat-sizes", "8", "--qps", "1", "--time", "200ms",
+		"--warmup", "50ms", "--daemon=false", "--json", jsonFile)
+	cmd.Env = append(os.Environ(), "XDPROCE_LIBDIR="+filepath.Join(root, "bin", "lib"))
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+	}
+	for _, want := range []string{"Stock perftest over xdproce's libibverbs", "stock ib_write_lat 8 B over libibverbs ≤ xdproce perf + 1 µs",
+		"stock ib_write_bw 64 KiB over libibverbs ≥ 0.9× xdproce perf"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, want := range []string{"stock perftest over libibverbs: ib_write_lat 8 B, round 3 of 3", "xdproce perf: ib_write_bw 64 KiB, round 3 of 3"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
+		}
+	}
+	f, err := os.Open(jsonFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	results, err := bench.ReadJSON(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range results {
+		if r.Contender != bench.PerftestLibibverbs && r.Contender != bench.XdprocePerf {
+			continue
+		}
+		n++
+		if r.Measure == bench.RTT && !(r.P50us > 0 && r.P50us <= r.P99us && r.P99us <= r.P999us) || r.Measure == bench.Bandwidth && !(r.GbitS > 0) {
+			t.Errorf("figure %+v", r)
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d figures of the comparison, want 4 (one per contender and point, the medians of the rounds): %+v", n, results)
+	}
+	// Its daemons are gone with the namespaces; none runs under this binary.
+	if b, _ := exec.Command("pgrep", "-f", bin+" up").Output(); len(b) != 0 {
+		t.Errorf("daemons left running: %s", b)
 	}
 }

@@ -63,12 +63,13 @@ static struct xdev *device_for(const char *ifname)
 }
 
 /* The interfaces whose daemon listens in this network namespace: the abstract sockets
- * @xdproce/IFACE that /proc/net/unix lists as listening. */
+ * @xdproce/IFACE that the thread's net/unix lists as listening. */
 XP_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 {
 	if (num)
 		*num = 0;
-	FILE *f = fopen("/proc/net/unix", "re");
+	/* The calling thread's namespace: /proc/net is the main thread's. */
+	FILE *f = fopen("/proc/thread-self/net/unix", "re");
 	if (!f)
 		return NULL;
 	size_t n = 0, cap = 8;

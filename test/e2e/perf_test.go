@@ -92,6 +92,14 @@ func TestPerfToolsOverXDP(t *testing.T) {
 			})
 		}
 	}
+	// --own-memory: regions of memory the program allocated (PD.RegMR), as
+	// stock perftest registers its buffers; every byte checked.
+	t.Run("ib_read_bw --own-memory", func(t *testing.T) {
+		cout, sout := perfRun(t, bin, a, b, "ib_read_bw", "-n", "200", "-s", "70000", "--verify", "--own-memory")
+		if !strings.Contains(cout+sout, "Data validation : every byte") {
+			t.Errorf("no side reported its data check:\n%s\n%s", cout, sout)
+		}
+	})
 	t.Run("ib_write_bw -a", func(t *testing.T) {
 		cout, _ := perfRun(t, bin, a, b, "ib_write_bw", "-a", "-n", "5", "--verify")
 		if n := len(bwRow.FindAllString(cout, -1)); n != 23 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/xdproce/xdproce/uverbs"
 )
@@ -20,8 +21,8 @@ type AddressHandle struct {
 	attr AH
 	rem  *remoteAH
 
-	mu        sync.Mutex
-	destroyed bool
+	mu        sync.Mutex  // serializes Destroy
+	destroyed atomic.Bool // read by posters
 }
 
 // CreateAH makes an address handle on the PD (ibv_create_ah). RoCE needs a
@@ -84,7 +85,7 @@ func (a *AddressHandle) PD() *PD { return a.pd }
 func (a *AddressHandle) Destroy() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.destroyed {
+	if a.destroyed.Load() {
 		return fmt.Errorf("verbs: address handle already destroyed: %w", ErrInvalid)
 	}
 	if a.rem != nil {
@@ -95,9 +96,13 @@ func (a *AddressHandle) Destroy() error {
 		a.pd.dev.ahs.Add(-1)
 		a.pd.users.Add(-1)
 	}
-	a.destroyed = true
+	a.destroyed.Store(true)
 	return nil
 }
+
+// gone reports whether the handle was destroyed. Its attributes never
+// change: a datagram posted before Destroy still leaves as addressed.
+func (a *AddressHandle) gone() bool { return a.destroyed.Load() }
 
 type remoteAH struct{ h uint32 }
 

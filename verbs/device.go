@@ -379,6 +379,10 @@ type Counters struct {
 	RDMASends, RDMARecvs                       uint64
 	DroppedMalformed, DroppedNoQP, AckDeferred uint64
 	DroppedBadPKey                             uint64 // BTH P_Key not the default partition's
+	// DroppedBadQKey counts datagrams whose DETH Q_Key is not their UD
+	// QP's (the port's qkey_viol_cntr); DroppedNoRecv datagrams that found
+	// no receive posted (UD has no RNR).
+	DroppedBadQKey, DroppedNoRecv uint64
 	SendErr                                    uint64 // frames lost for want of a transmit buffer
 	// DroppedReplies counts responses not queued because a QP already had
 	// maxQueuedReplies waiting (duplicate READs piling up: replies.go).
@@ -436,7 +440,7 @@ func (c *Counters) fields() []counterField {
 		{"completer_retry_err", &c.CompleterRetryErr}, {"retry_exceeded_err", &c.RetryExceededErr},
 		{"retry_rnr_exceeded_err", &c.RetryRNRExceededErr}, {"rdma_sends", &c.RDMASends}, {"rdma_recvs", &c.RDMARecvs},
 		{"ack_deferred", &c.AckDeferred}, {"dropped_malformed", &c.DroppedMalformed}, {"dropped_no_qp", &c.DroppedNoQP},
-		{"dropped_bad_pkey", &c.DroppedBadPKey},
+		{"dropped_bad_pkey", &c.DroppedBadPKey}, {"dropped_bad_qkey", &c.DroppedBadQKey}, {"dropped_no_recv", &c.DroppedNoRecv},
 		{"response_out_of_window", &c.ResponseOutOfWindow}, {"duplicate_response", &c.DuplicateResponse},
 		{"lost_response_retry", &c.LostResponseRetry}, {"transport_timeouts", &c.TransportTimeouts},
 		{"send_err", &c.SendErr}, {"dropped_replies", &c.DroppedReplies}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},

@@ -622,6 +622,10 @@ func (e *engine) dispatch() {
 	qp := e.qps[qpn]
 	info, _ := p.BTH.Opcode.Info()
 	t := &qp.t
+	if qp.typ == QPTypeUD {
+		e.dispatchUD(qp, p)
+		return
+	}
 	wantTransport := wire.TransportRC
 	if qp.typ == QPTypeUC {
 		wantTransport = wire.TransportUC
@@ -658,6 +662,12 @@ func (e *engine) dispatch() {
 func (e *engine) modify(qp *QP, a QPAttr, mask AttrMask, next QPState, dmac net.HardwareAddr) {
 	t := &qp.t
 	prev := t.state
+	if qp.typ == QPTypeUD {
+		// Datagrams leave from one port per QP (rxe's) and are one packet
+		// of up to the port's MTU; each names its destination itself.
+		t.sport, t.mtu = wire.UDSourcePort(qp.qpn), e.dev.cfg.ActiveMTU
+		copy(t.smac[:], e.dev.cfg.MAC)
+	}
 	if mask&AttrEnSQDAsyncNotify != 0 {
 		t.attr.EnSQDAsyncNotify = a.EnSQDAsyncNotify
 	}

@@ -64,8 +64,8 @@ type QP struct {
 
 // CreateQP creates a queue pair in pd.
 func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
-	if attr.Type != QPTypeRC && attr.Type != QPTypeUC {
-		return nil, fmt.Errorf("verbs: QP type %d not supported (RC and UC are): %w", attr.Type, ErrInvalid)
+	if attr.Type != QPTypeRC && attr.Type != QPTypeUC && attr.Type != QPTypeUD {
+		return nil, fmt.Errorf("verbs: QP type %d not supported (RC, UC and UD are): %w", attr.Type, ErrInvalid)
 	}
 	if pd.dev.rem != nil {
 		return pd.createRemoteQP(attr)
@@ -456,6 +456,19 @@ func (qp *QP) checkSendWR(wr *SendWR) (sendWQE, error) {
 	bad := func(why string) (sendWQE, error) {
 		return w, fmt.Errorf("verbs: send WR %d: %s: %w", wr.ID, why, ErrInvalid)
 	}
+	if qp.typ == QPTypeUD {
+		if wr.Opcode != WRSend && wr.Opcode != WRSendWithImm {
+			return bad(fmt.Sprintf("opcode %d on a UD QP (SEND and SEND_WITH_IMM only)", wr.Opcode))
+		}
+		if wr.AH == nil || wr.AH.pd.dev != qp.dev || wr.AH.gone() {
+			return bad("a UD send needs a live address handle of the QP's device")
+		}
+		if wr.RemoteQPN > 0xffffff {
+			return bad(fmt.Sprintf("remote QPN %#x", wr.RemoteQPN))
+		}
+	} else if wr.AH != nil {
+		return bad("an address handle on a connected QP")
+	}
 	switch wr.Opcode {
 	case WRSend, WRSendWithImm, WRRDMAWrite, WRRDMAWriteWithImm:
 	case WRLocalInv:
@@ -494,6 +507,9 @@ func (qp *QP) checkSendWR(wr *SendWR) (sendWQE, error) {
 	}
 	if total > MaxMsgSize {
 		return bad(fmt.Sprintf("message of %d bytes", total))
+	}
+	if qp.typ == QPTypeUD && int(total) > qp.dev.cfg.ActiveMTU {
+		return bad(fmt.Sprintf("a UD message of %d bytes, over the port's MTU %d", total, qp.dev.cfg.ActiveMTU))
 	}
 	w.length = uint32(total)
 	if wr.Opcode == WRAtomicCmpAndSwp || wr.Opcode == WRAtomicFetchAdd {

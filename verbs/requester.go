@@ -195,8 +195,8 @@ func (e *engine) requester(qp *QP) bool {
 		sent = true
 		if w.sentAll {
 			t.reqIdx++
-			if qp.typ == QPTypeUC {
-				// UC completes when the last packet is handed to the link.
+			if qp.typ != QPTypeRC {
+				// UC and UD complete when the last packet is handed to the link.
 				e.retireSent(qp)
 			}
 		}
@@ -363,6 +363,12 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	n := min(mtu, w.length-off)
 	first, last := off == 0, off+n == w.length
 	op := dataOpcode(wr.Opcode, first, last, qp.typ == QPTypeUC)
+	if qp.typ == QPTypeUD {
+		op = wire.UDSendOnly // one packet: checkSendWR bounds it by the MTU
+		if wr.Opcode == WRSendWithImm {
+			op = wire.UDSendOnlyImm
+		}
+	}
 	psn := (w.firstPSN + off/mtu) & 0xffffff
 	t.noackPkts++
 	// The packet that fills the window asks for an ACK: nothing else
@@ -373,7 +379,12 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 		t.noackPkts = 0
 	}
 	e.rttStart(t, psn)
-	p := e.header(qp, op, psn, ackReq)
+	var p *wire.Packet
+	if qp.typ == QPTypeUD {
+		p = e.udHeader(qp, wr, op, psn)
+	} else {
+		p = e.header(qp, op, psn, ackReq)
+	}
 	info, _ := op.Info()
 	if info.Headers&wire.HasRETH != 0 {
 		p.RETH = wire.RETH{VA: wr.RemoteAddr, RKey: wr.RKey, Len: w.length}
@@ -545,6 +556,10 @@ func (e *engine) retire(qp *QP, status WCStatus) {
 		wc := WorkCompletion{WRID: w.wr.ID, Status: status, Opcode: w.wr.Opcode.completion(), QPNum: qp.qpn}
 		if status == WCSuccess {
 			wc.ByteLen = w.length
+			// rxe flags a send's completion WITH_IMM too (rc_imm.jsonl, ud_imm.jsonl).
+			if w.wr.Opcode == WRSendWithImm || w.wr.Opcode == WRRDMAWriteWithImm {
+				wc.Flags = WCWithImm
+			}
 		}
 		e.pending.flush() // a READ's data before its completion
 		if !qp.scq.push(wc, false) && t.state != StateErr {

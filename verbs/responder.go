@@ -282,6 +282,9 @@ func (e *engine) takeRecv(qp *QP, psn uint32) bool {
 func (e *engine) completeRecv(qp *QP, status WCStatus, op WCOpcode, flags WCFlags) bool {
 	t := &qp.t
 	wc := WorkCompletion{WRID: t.recv.wr.ID, Status: status, Opcode: op, QPNum: qp.qpn, SrcQP: t.attr.DestQPN}
+	if qp.typ == QPTypeUD {
+		wc.SrcQP = e.rx.DETH.SrcQP
+	}
 	if status == WCSuccess {
 		wc.ByteLen = t.recv.written
 		wc.Flags = flags | WCWithGRH

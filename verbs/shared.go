@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 
 	"github.com/xdproce/xdproce/uverbs"
 )
@@ -88,6 +89,10 @@ func (cq *CQ) pushShared(wc *WorkCompletion, solicited bool) bool {
 // rq, memory it shares: slots of the sizes uverbs.SendSlotSize and
 // RecvSlotSize give for the QP's capabilities.
 func (pd *PD) CreateSharedQP(attr QPInitAttr, sq, rq *uverbs.Ring) (*QP, error) {
+	if attr.Type == QPTypeUD {
+		// A send slot has no room for an address handle yet.
+		return nil, fmt.Errorf("verbs: UD QPs through the daemon: %w", syscall.EOPNOTSUPP)
+	}
 	c := attr.Cap
 	if sq == nil || rq == nil || int(sq.Slots()) < c.MaxSendWR || int(rq.Slots()) < c.MaxRecvWR ||
 		sq.SlotSize() < uverbs.SendSlotSize(c.MaxSendSGE, c.MaxInlineData) || rq.SlotSize() < uverbs.RecvSlotSize(max(c.MaxRecvSGE, 1)) {

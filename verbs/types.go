@@ -240,6 +240,11 @@ type SendWR struct {
 	Swap       uint64
 	// Bind is what a BIND_MW request binds; PostSend copies it.
 	Bind *MWBind
+	// UD: the destination's address handle, QPN and Q_Key. A Q_Key with
+	// the top bit set sends the QP's own Q_Key instead (IBTA 10.2.5).
+	AH         *AddressHandle
+	RemoteQPN  uint32
+	RemoteQKey uint32
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).

@@ -77,32 +77,7 @@ func EncodeHeaders(dst []byte, p *Packet, payloadLen int) (hdrLen int, err error
 	binary.BigEndian.PutUint16(b[l2-2:], et)
 
 	ip := b[l2:]
-	if v6 {
-		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(p.IP.TOS)<<20|p.IP.FlowLabel)
-		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
-		ip[6] = ipProtoUDP
-		ip[7] = p.IP.TTL
-		src, dst := p.IP.Src.As16(), p.IP.Dst.As16()
-		copy(ip[8:24], src[:])
-		copy(ip[24:40], dst[:])
-	} else {
-		ip[0] = 0x45
-		ip[1] = p.IP.TOS
-		binary.BigEndian.PutUint16(ip[2:], uint16(IPv4HeaderLen+udpLen))
-		binary.BigEndian.PutUint16(ip[4:], p.IP.ID)
-		flags := uint16(0)
-		if p.IP.DF {
-			flags = 0x4000
-		}
-		binary.BigEndian.PutUint16(ip[6:], flags)
-		ip[8] = p.IP.TTL
-		ip[9] = ipProtoUDP
-		ip[10], ip[11] = 0, 0
-		src, dst := p.IP.Src.As4(), p.IP.Dst.As4()
-		copy(ip[12:16], src[:])
-		copy(ip[16:20], dst[:])
-		binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip[:IPv4HeaderLen]))
-	}
+	putIP(ip, &p.IP, udpLen)
 
 	u := ip[l3:]
 	binary.BigEndian.PutUint16(u[0:], p.UDP.SrcPort)
@@ -112,6 +87,53 @@ func EncodeHeaders(dst []byte, p *Packet, payloadLen int) (hdrLen int, err error
 
 	encodeTransport(u[UDPHeaderLen:], p, info.Headers, uint8(pad))
 	return len(b), nil
+}
+
+// putIP writes the IP header of h, carrying udpLen bytes of UDP datagram,
+// into ip: 40 bytes for IPv6, 20 for IPv4 (with its checksum).
+func putIP(ip []byte, h *IP, udpLen int) {
+	if h.V6 {
+		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(h.TOS)<<20|h.FlowLabel)
+		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
+		ip[6] = ipProtoUDP
+		ip[7] = h.TTL
+		src, dst := h.Src.As16(), h.Dst.As16()
+		copy(ip[8:24], src[:])
+		copy(ip[24:40], dst[:])
+		return
+	}
+	ip[0] = 0x45
+	ip[1] = h.TOS
+	binary.BigEndian.PutUint16(ip[2:], uint16(IPv4HeaderLen+udpLen))
+	binary.BigEndian.PutUint16(ip[4:], h.ID)
+	flags := uint16(0)
+	if h.DF {
+		flags = 0x4000
+	}
+	binary.BigEndian.PutUint16(ip[6:], flags)
+	ip[8] = h.TTL
+	ip[9] = ipProtoUDP
+	ip[10], ip[11] = 0, 0
+	src, dst := h.Src.As4(), h.Dst.As4()
+	copy(ip[12:16], src[:])
+	copy(ip[16:20], dst[:])
+	binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip[:IPv4HeaderLen]))
+}
+
+// GRHLen is the size of the GRH area at the head of a UD receive buffer.
+const GRHLen = 40
+
+// PutGRH writes what an RNIC puts in the 40-byte GRH area at the head of a
+// UD receive buffer for a packet that came with IP header h and a UDP
+// datagram of udpLen bytes: the IPv6 header, or for IPv4 20 zero bytes and
+// then the IPv4 header (RoCEv2, as rxe fills it).
+func PutGRH(dst *[GRHLen]byte, h *IP, udpLen int) {
+	if h.V6 {
+		putIP(dst[:], h, udpLen)
+		return
+	}
+	clear(dst[:GRHLen-IPv4HeaderLen])
+	putIP(dst[GRHLen-IPv4HeaderLen:], h, udpLen)
 }
 
 // Seal is the second half of a scatter encode: frame holds the headers

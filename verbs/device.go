@@ -383,7 +383,7 @@ type Counters struct {
 	// QP's (the port's qkey_viol_cntr); DroppedNoRecv datagrams that found
 	// no receive posted (UD has no RNR).
 	DroppedBadQKey, DroppedNoRecv uint64
-	SendErr                                    uint64 // frames lost for want of a transmit buffer
+	SendErr                       uint64 // frames lost for want of a transmit buffer
 	// DroppedReplies counts responses not queued because a QP already had
 	// maxQueuedReplies waiting (duplicate READs piling up: replies.go).
 	DroppedReplies uint64

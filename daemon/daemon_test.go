@@ -810,3 +810,86 @@ func TestAHThroughDaemon(t *testing.T) {
 		t.Fatalf("%d address handles left after the client detached", n)
 	}
 }
+
+// udEnd is a UD QP in RTS with Q_Key 0x11111111, its CQ and a region.
+func udEnd(t *testing.T, d *verbs.Device) *end {
+	t.Helper()
+	e := &end{dev: d}
+	var err error
+	if e.pd, err = d.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if e.cq, err = d.CreateCQ(64); err != nil {
+		t.Fatal(err)
+	}
+	if e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if e.mr, err = e.pd.AllocMR(1<<16, verbs.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []struct {
+		a    verbs.QPAttr
+		mask verbs.AttrMask
+	}{
+		{verbs.QPAttr{State: verbs.StateInit, Port: 1, QKey: 0x11111111}, verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey},
+		{verbs.QPAttr{State: verbs.StateRTR}, verbs.AttrState},
+		{verbs.QPAttr{State: verbs.StateRTS, SQPSN: 5}, verbs.AttrState | verbs.AttrSQPSN},
+	} {
+		if err := e.qp.Modify(m.a, m.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// TestUDThroughDaemon: a client's UD QP sends datagrams through an address
+// handle the send slot names by its handle, and receives them with the GRH
+// area and the sender's QPN.
+func TestUDThroughDaemon(t *testing.T) {
+	tb := newTestbed(t)
+	c := tb.dial(t)
+	x, y := udEnd(t, c), udEnd(t, tb.b)
+	toY, err := x.pd.CreateAH(verbs.AH{DGID: ipB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toX, err := y.pd.CreateAH(verbs.AH{DGID: ipA, DMAC: macA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := func(e *end) {
+		t.Helper()
+		if _, err := e.qp.PostRecv([]verbs.RecvWR{{ID: 5, SGList: []verbs.SGE{{Addr: e.mr.Addr(), Length: 2048, LKey: e.mr.LKey()}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(from, to *end, ah *verbs.AddressHandle, n int) {
+		t.Helper()
+		fill(from.mr.Bytes()[4096:4096+n], byte(n))
+		if _, err := from.qp.PostSend([]verbs.SendWR{{ID: 6, Opcode: verbs.WRSendWithImm, Flags: verbs.SendSignaled, ImmData: 77,
+			SGList: []verbs.SGE{{Addr: from.mr.Addr() + 4096, Length: uint32(n), LKey: from.mr.LKey()}}, AH: ah,
+			RemoteQPN: to.qp.QPN(), RemoteQKey: 0x11111111}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dir := range []struct {
+		from, to *end
+		ah       *verbs.AddressHandle
+		src      netip.Addr
+	}{{x, y, toY, ipA}, {y, x, toX, ipB}} {
+		recv(dir.to)
+		send(dir.from, dir.to, dir.ah, 300)
+		if wc := pollOne(t, dir.from.cq); wc.Status != verbs.WCSuccess || wc.WRID != 6 {
+			t.Fatalf("send from %v: %+v", dir.src, wc)
+		}
+		wc := pollOne(t, dir.to.cq)
+		got := dir.to.mr.Bytes()
+		if wc.Status != verbs.WCSuccess || wc.ByteLen != 40+300 || wc.SrcQP != dir.from.qp.QPN() || wc.ImmData != 77 ||
+			wc.Flags&verbs.WCWithGRH == 0 || !bytes.Equal(got[32:36], dir.src.AsSlice()) ||
+			!bytes.Equal(got[40:340], dir.from.mr.Bytes()[4096:4396]) {
+			t.Fatalf("datagram from %v: %+v, GRH %x", dir.src, wc, got[:40])
+		}
+	}
+}

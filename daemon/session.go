@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -40,7 +41,9 @@ type session struct {
 	qps         map[uint32]*sharedQP
 	srqs        map[uint32]*sharedSRQ
 	mws         map[uint32]sharedMW
-	ahs         map[uint32]sharedAH
+	// ahs is read by the engines too (a UD send slot names its handle).
+	ahMu sync.RWMutex
+	ahs  map[uint32]sharedAH
 }
 
 type sharedAH struct {
@@ -327,6 +330,8 @@ func (ss *session) deallocPD(d *uverbs.Decoder) error {
 			return syscall.EBUSY
 		}
 	}
+	ss.ahMu.RLock()
+	defer ss.ahMu.RUnlock()
 	for _, a := range ss.ahs {
 		if a.pd == h {
 			return syscall.EBUSY
@@ -508,7 +513,7 @@ func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		return nil, errors.Join(err, sqm.Unmap())
 	}
 	fail := func(err error) ([]int, error) { return nil, errors.Join(err, sqm.Unmap(), rqm.Unmap()) }
-	qp, err := pd.CreateSharedQP(verbs.QPInitAttr{Type: verbs.QPType(req.Type), SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: cp, SigAll: req.SigAll, SRQ: srq}, sq, rq)
+	qp, err := pd.CreateSharedQP(verbs.QPInitAttr{Type: verbs.QPType(req.Type), SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: cp, SigAll: req.SigAll, SRQ: srq}, sq, rq, ss.addressHandle)
 	if err != nil {
 		return fail(err)
 	}
@@ -679,11 +684,13 @@ func (ss *session) release() {
 			delete(ss.mws, h)
 		}
 	}
+	ss.ahMu.Lock()
 	for h, a := range ss.ahs {
 		if err := a.ah.Destroy(); err == nil {
 			delete(ss.ahs, h)
 		}
 	}
+	ss.ahMu.Unlock()
 	for h, s := range ss.srqs {
 		ss.srv.disown(s.srq)
 		if err := s.srq.Destroy(); err != nil {
@@ -852,7 +859,9 @@ func (ss *session) createAH(d *uverbs.Decoder, e *uverbs.Encoder) error {
 		return err
 	}
 	h := ss.handle32()
+	ss.ahMu.Lock()
 	ss.ahs[h] = sharedAH{ah: ah, pd: pdh}
+	ss.ahMu.Unlock()
 	e.U32(h)
 	e.Raw(ah.Attr().DMAC)
 	return nil
@@ -863,6 +872,8 @@ func (ss *session) destroyAH(d *uverbs.Decoder) error {
 	if err := d.End(); err != nil {
 		return err
 	}
+	ss.ahMu.Lock()
+	defer ss.ahMu.Unlock()
 	a, ok := ss.ahs[h]
 	if !ok {
 		return syscall.EINVAL
@@ -871,5 +882,16 @@ func (ss *session) destroyAH(d *uverbs.Decoder) error {
 		return err
 	}
 	delete(ss.ahs, h)
+	return nil
+}
+
+// addressHandle is the client's address handle h, or nil: what a UD send
+// slot names (called on the engines).
+func (ss *session) addressHandle(h uint32) *verbs.AddressHandle {
+	ss.ahMu.RLock()
+	defer ss.ahMu.RUnlock()
+	if a, ok := ss.ahs[h]; ok {
+		return a.ah
+	}
 	return nil
 }

@@ -150,6 +150,9 @@ type SendWQE struct {
 	CompareAdd uint64
 	Swap       uint64
 	InlineLen  uint32
+	// UD: the address handle (the client's handle), the destination QPN
+	// and its Q_Key.
+	AH, RemoteQPN, RemoteQKey uint32
 }
 
 var le = binary.LittleEndian
@@ -170,6 +173,9 @@ func PutSendWQE(slot []byte, w *SendWQE, sgl []SGE, inline []byte) bool {
 	le.PutUint64(slot[32:], w.CompareAdd)
 	le.PutUint64(slot[40:], w.Swap)
 	le.PutUint32(slot[48:], uint32(len(inline)))
+	le.PutUint32(slot[52:], w.AH)
+	le.PutUint32(slot[56:], w.RemoteQPN)
+	le.PutUint32(slot[60:], w.RemoteQKey)
 	putSGEs(slot[SendSlotHeader:], sgl)
 	copy(slot[SendSlotHeader:], inline)
 	return true
@@ -192,6 +198,7 @@ func SendWQEOf(slot []byte, w *SendWQE, sgl []SGE) (sges []SGE, inline []byte, e
 	w.CompareAdd = le.Uint64(slot[32:])
 	w.Swap = le.Uint64(slot[40:])
 	w.InlineLen = le.Uint32(slot[48:])
+	w.AH, w.RemoteQPN, w.RemoteQKey = le.Uint32(slot[52:]), le.Uint32(slot[56:]), le.Uint32(slot[60:])
 	body := slot[SendSlotHeader:]
 	if int(w.NumSGE)*SGESize > len(body) || uint64(w.InlineLen) > uint64(len(body)) {
 		return sgl, nil, fmt.Errorf("uverbs: send slot names %d SGEs and %d inline bytes in %d bytes", w.NumSGE, w.InlineLen, len(body))

@@ -433,7 +433,10 @@ func (qp *QP) postSendRemote(wrs []SendWR) (int, error) {
 			break
 		}
 		w := uverbs.SendWQE{WRID: wr.ID, Opcode: uint8(wr.Opcode), SendFlags: uint8(wr.Flags), Imm: wr.ImmData, RemoteAddr: wr.RemoteAddr,
-			RKey: wr.RKey, InvRKey: wr.InvRKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap}
+			RKey: wr.RKey, InvRKey: wr.InvRKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey}
+		if wr.AH != nil {
+			w.AH = wr.AH.rem.h // checkSendWR: an address handle of this (remote) device
+		}
 		slot := q.sq.Slot(q.sqp)
 		if wr.Opcode == WRBindMW {
 			b := wr.Bind

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"syscall"
 
 	"github.com/xdproce/xdproce/uverbs"
 )
@@ -22,6 +21,9 @@ import (
 type sharedQP struct {
 	sq, rq           *uverbs.Ring
 	sqTaken, rqTaken uint32 // slots taken from the rings
+	// ahs finds the address handle a UD send slot names by the client's
+	// handle (nil if it names none); called on the engine.
+	ahs func(h uint32) *AddressHandle
 	slotDecoder
 }
 
@@ -87,11 +89,11 @@ func (cq *CQ) pushShared(wc *WorkCompletion, solicited bool) bool {
 
 // CreateSharedQP creates a QP whose work requests a client posts to sq and
 // rq, memory it shares: slots of the sizes uverbs.SendSlotSize and
-// RecvSlotSize give for the QP's capabilities.
-func (pd *PD) CreateSharedQP(attr QPInitAttr, sq, rq *uverbs.Ring) (*QP, error) {
-	if attr.Type == QPTypeUD {
-		// A send slot has no room for an address handle yet.
-		return nil, fmt.Errorf("verbs: UD QPs through the daemon: %w", syscall.EOPNOTSUPP)
+// RecvSlotSize give for the QP's capabilities. For a UD QP, ahs finds the
+// address handle a send slot names by its handle (the engines call it).
+func (pd *PD) CreateSharedQP(attr QPInitAttr, sq, rq *uverbs.Ring, ahs func(h uint32) *AddressHandle) (*QP, error) {
+	if attr.Type == QPTypeUD && ahs == nil {
+		return nil, fmt.Errorf("verbs: a shared UD QP needs its client's address handles: %w", ErrInvalid)
 	}
 	c := attr.Cap
 	if sq == nil || rq == nil || int(sq.Slots()) < c.MaxSendWR || int(rq.Slots()) < c.MaxRecvWR ||
@@ -102,7 +104,7 @@ func (pd *PD) CreateSharedQP(attr QPInitAttr, sq, rq *uverbs.Ring) (*QP, error) 
 	if err != nil {
 		return nil, err
 	}
-	qp.sh = &sharedQP{sq: sq, rq: rq, slotDecoder: slotDecoder{slot: make([]byte, max(sq.SlotSize(), rq.SlotSize()))}}
+	qp.sh = &sharedQP{sq: sq, rq: rq, ahs: ahs, slotDecoder: slotDecoder{slot: make([]byte, max(sq.SlotSize(), rq.SlotSize()))}}
 	sq.Aux().Store(uint32(qp.State()))
 	d := pd.dev
 	err = d.do(func() error {
@@ -255,6 +257,9 @@ func (e *engine) pumpSend(qp *QP, s *sharedQP) bool {
 				ImmData: w.Imm, InvRKey: w.InvRKey, RemoteAddr: w.RemoteAddr, RKey: w.RKey, CompareAdd: w.CompareAdd, Swap: w.Swap}
 			if wr.Opcode == WRBindMW {
 				wr.Bind = e.sharedBind(qp, &w)
+			}
+			if qp.typ == QPTypeUD {
+				wr.AH, wr.RemoteQPN, wr.RemoteQKey = s.ahs(w.AH), w.RemoteQPN, w.RemoteQKey
 			}
 			err = qp.postShared(&wr, inline)
 		}

@@ -45,7 +45,7 @@ func newSharedNodeNotify(t *testing.T, d *Device, bufSize int, notify func()) *s
 	c := QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}
 	s.sq = newRing(t, 16, uverbs.SendSlotSize(2, 64))
 	s.rq = newRing(t, 16, uverbs.RecvSlotSize(2))
-	s.qp, err = s.pd.CreateSharedQP(QPInitAttr{Type: QPTypeRC, SendCQ: s.scq, RecvCQ: s.rcq, Cap: c}, s.sq, s.rq)
+	s.qp, err = s.pd.CreateSharedQP(QPInitAttr{Type: QPTypeRC, SendCQ: s.scq, RecvCQ: s.rcq, Cap: c}, s.sq, s.rq, nil)
 	must(t, err)
 	s.mr, err = s.pd.AllocMR(bufSize, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
 	must(t, err)

@@ -623,6 +623,85 @@ static int fatal(const char *ns, const char *dev, const char *ip)
 	return failures;
 }
 
+/* ud_up takes a UD QP to RTS with Q_Key 0x11111111. */
+static int ud_up(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111};
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+		return -1;
+	a.qp_state = IBV_QPS_RTR;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
+		return -1;
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 9;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+/* datagrams: UD QPs through address handles, the GRH area ahead of each received datagram, a
+ * reply through ibv_create_ah_from_wc and ibv_wr_set_ud_addr, and what UD refuses. */
+static void datagrams(struct side *a, struct side *b)
+{
+	struct ibv_qp *qa = make_qp(a, IBV_QPT_UD, NULL, NULL);
+	struct ibv_qp_init_attr_ex x = {.send_cq = b->cq, .recv_cq = b->cq, .qp_type = IBV_QPT_UD,
+					.cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1},
+					.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = b->pd,
+					.send_ops_flags = IBV_QP_EX_WITH_SEND};
+	struct ibv_qp *qb = ibv_create_qp_ex(b->ctx, &x);
+	check(qa && qb && ud_up(qa) == 0 && ud_up(qb) == 0, "UD QPs (one extended) to RTS: INIT with a Q_Key, RTR, RTS");
+	if (!qa || !qb)
+		return;
+	struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1, .grh = {.dgid = b->gid, .sgid_index = a->gid_index, .hop_limit = 64}};
+	struct ibv_ah *ah = ibv_create_ah(a->pd, &aa);
+	check(ah != NULL, "ibv_create_ah to the peer");
+	recv1(qb, b, 0, 40 + 100, 700);
+	fill(a->buf + 1000, 100, 17);
+	struct ibv_sge sge = {.addr = (uintptr_t)a->buf + 1000, .length = 100, .lkey = a->mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 701, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_IMM,
+				 .send_flags = IBV_SEND_SIGNALED, .imm_data = htobe32(0xfeedbeef)},
+			   *bad;
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = qb->qp_num;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	struct ibv_wc wc;
+	check(ibv_post_send(qa, &wr, &bad) == 0 && poll_one(a->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 701,
+	      "a UD SEND_WITH_IMM through the address handle completes");
+	int got = poll_one(b->cq, &wc) == 1;
+	uint8_t ip[4];
+	memcpy(ip, a->gid.raw + 12, 4);
+	check(got && wc.status == IBV_WC_SUCCESS && wc.wr_id == 700 && wc.byte_len == 140 && wc.src_qp == qa->qp_num &&
+		      (wc.wc_flags & IBV_WC_GRH) && (wc.wc_flags & IBV_WC_WITH_IMM) && be32toh(wc.imm_data) == 0xfeedbeef,
+	      "the datagram: byte_len with the GRH, src_qp, IBV_WC_GRH, the immediate");
+	static const uint8_t zero[20];
+	check(memcmp(b->buf, zero, 20) == 0 && b->buf[20] == 0x45 && memcmp(b->buf + 32, ip, 4) == 0 &&
+		      memcmp(b->buf + 40, a->buf + 1000, 100) == 0,
+	      "the GRH area: 20 zero bytes and the IPv4 header from the sender, then the data");
+	struct ibv_ah *back = got ? ibv_create_ah_from_wc(b->pd, &wc, (struct ibv_grh *)b->buf, 1) : NULL;
+	check(back != NULL, "ibv_create_ah_from_wc: an address handle back to the sender");
+	recv1(qa, a, 2000, 40 + 64, 702);
+	struct ibv_qp_ex *q = ibv_qp_to_qp_ex(qb);
+	ibv_wr_start(q);
+	q->wr_id = 703;
+	q->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(q);
+	ibv_wr_set_ud_addr(q, back, wc.src_qp, 0x80000000); /* the top bit: the QP's own Q_Key */
+	ibv_wr_set_sge(q, b->mr->lkey, (uintptr_t)b->buf + 40, 64);
+	check(back && ibv_wr_complete(q) == 0 && poll_one(b->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && poll_one(a->cq, &wc) == 1 &&
+		      wc.wr_id == 702 && wc.byte_len == 104 && wc.src_qp == qb->qp_num && memcmp(a->buf + 2040, a->buf + 1000, 64) == 0,
+	      "the reply with ibv_wr_send + ibv_wr_set_ud_addr (the QP's own Q_Key) arrives");
+	recv1(qb, b, 0, 40 + 100, 704);
+	wr.wr.ud.remote_qkey = 0x22222222;
+	check(ibv_post_send(qa, &wr, &bad) == 0 && poll_one(a->cq, &wc) == 1 && none(b->cq, &wc),
+	      "a datagram with another Q_Key is dropped");
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	check(ibv_post_send(qa, &wr, &bad) == EINVAL, "RDMA WRITE on a UD QP: EINVAL");
+	wr.opcode = IBV_WR_SEND;
+	sge.length = 5000;
+	check(ibv_post_send(qa, &wr, &bad) == EINVAL, "a datagram over the MTU: EINVAL");
+	ibv_destroy_qp(qa);
+	ibv_destroy_qp(qb);
+	check(ibv_destroy_ah(ah) == 0 && (!back || ibv_destroy_ah(back) == 0), "ibv_destroy_ah");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 5 && strcmp(argv[1], "fatal") == 0)
@@ -648,6 +727,7 @@ int main(int argc, char **argv)
 	cq_ex_and_events(&a, &b);
 	srq_and_async(&a, &b);
 	windows_and_ah(&a, &b);
+	datagrams(&a, &b);
 	struct ibv_qp *ua = make_qp(&a, IBV_QPT_UC, NULL, NULL), *ub = make_qp(&b, IBV_QPT_UC, NULL, NULL);
 	connect_pair(&a, ua, &b, ub);
 	check(post1(ua, IBV_WR_RDMA_READ, &a, 0, 8, (uintptr_t)b.buf, b.mr->rkey, 0) == EINVAL, "RDMA READ on a UC QP: EINVAL");

@@ -409,7 +409,7 @@ struct ibv_qp *xp_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 	bool ex = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	if (ex && (attr->send_ops_flags & ~ops))
 		return fail(EOPNOTSUPP);
-	if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC)
+	if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD)
 		return fail(EOPNOTSUPP);
 	if (!ours_cq(ctx, attr->send_cq) || !ours_cq(ctx, attr->recv_cq) || (attr->srq && attr->srq->context != ctx))
 		return fail(EINVAL);

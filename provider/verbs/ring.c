@@ -59,11 +59,17 @@ static int put_send_wr(struct xqp *qp, uint8_t *slot, const struct ibv_send_wr *
 	enum ibv_wr_opcode op = wr->opcode;
 	unsigned flags = wr->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
 	bool inl = flags & IBV_SEND_INLINE;
+	bool ud = qp->qpx.qp_base.qp_type == IBV_QPT_UD;
 	if ((unsigned)op > IBV_WR_SEND_WITH_INV || (rc_only(op) && qp->qpx.qp_base.qp_type != IBV_QPT_RC))
+		return EINVAL;
+	if (ud && ((op != IBV_WR_SEND && op != IBV_WR_SEND_WITH_IMM) || !wr->wr.ud.ah ||
+		   wr->wr.ud.ah->context != qp->qpx.qp_base.context))
 		return EINVAL;
 	memset(slot, 0, XP_SEND_SLOT_HEADER);
 	put64(slot, wr->wr_id);
 	slot[8] = (uint8_t)op;
+	if (ud)
+		xp_put_ud(slot, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
 	if (op == IBV_WR_BIND_MW) {
 		const struct ibv_mw_bind_info *b = &wr->bind_mw.bind_info;
 		if (inl || !wr->bind_mw.mw || wr->bind_mw.mw->type != IBV_MW_TYPE_2)
@@ -90,7 +96,7 @@ static int put_send_wr(struct xqp *qp, uint8_t *slot, const struct ibv_send_wr *
 	uint64_t total = 0;
 	for (int i = 0; i < wr->num_sge; i++)
 		total += wr->sg_list[i].length;
-	if (total > to_xctx(qp->qpx.qp_base.context)->info.max_msg_sz)
+	if (total > to_xctx(qp->qpx.qp_base.context)->info.max_msg_sz || (ud && total > xp_mtu_bytes(qp)))
 		return EINVAL;
 	switch (op) {
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -143,6 +149,19 @@ static int put_send_wr(struct xqp *qp, uint8_t *slot, const struct ibv_send_wr *
 		put32(body + 12, wr->sg_list[i].lkey);
 	}
 	return 0;
+}
+
+void xp_put_ud(uint8_t *slot, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey)
+{
+	put32(slot + 52, ah->handle);
+	put32(slot + 56, remote_qpn);
+	put32(slot + 60, remote_qkey);
+}
+
+uint32_t xp_mtu_bytes(struct xqp *qp)
+{
+	uint8_t mtu = to_xctx(qp->qpx.qp_base.context)->info.active_mtu; /* enum ibv_mtu: 1 is 256 bytes */
+	return mtu >= 1 && mtu <= 5 ? 128u << mtu : 0;
 }
 
 static bool can_send(enum ibv_qp_state s) { return s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE || s == IBV_QPS_ERR; }

@@ -27,7 +27,8 @@ static uint8_t *begin(struct ibv_qp_ex *q, enum ibv_wr_opcode op)
 	qp->wr_slot = NULL;
 	if (qp->wr_err)
 		return NULL;
-	if (rc_only(op) && q->qp_base.qp_type != IBV_QPT_RC) {
+	bool ud = q->qp_base.qp_type == IBV_QPT_UD;
+	if ((rc_only(op) && q->qp_base.qp_type != IBV_QPT_RC) || (ud && op != IBV_WR_SEND && op != IBV_WR_SEND_WITH_IMM)) {
 		qp->wr_err = EINVAL;
 		return NULL;
 	}
@@ -194,6 +195,7 @@ static void wr_set_sge_list(struct ibv_qp_ex *q, size_t n, const struct ibv_sge 
 		total += sge[i].length;
 	fail_unless(qp, n <= qp->cap.max_send_sge && n * XP_SGE <= qp->sq.slot_size - XP_SEND_SLOT_HEADER, EINVAL);
 	fail_unless(qp, total <= to_xctx(q->qp_base.context)->info.max_msg_sz, EINVAL);
+	fail_unless(qp, q->qp_base.qp_type != IBV_QPT_UD || total <= xp_mtu_bytes(qp), EINVAL);
 	fail_unless(qp, op != IBV_WR_LOCAL_INV && op != IBV_WR_BIND_MW, EINVAL);
 	fail_unless(qp, (op != IBV_WR_ATOMIC_CMP_AND_SWP && op != IBV_WR_ATOMIC_FETCH_AND_ADD) || (n == 1 && total == 8),
 		    EINVAL);
@@ -226,6 +228,7 @@ static void wr_set_inline_data_list(struct ibv_qp_ex *q, size_t n, const struct 
 	for (size_t i = 0; i < n; i++)
 		total += bufs[i].length;
 	fail_unless(qp, total <= qp->cap.max_inline_data && total <= qp->sq.slot_size - XP_SEND_SLOT_HEADER, EINVAL);
+	fail_unless(qp, q->qp_base.qp_type != IBV_QPT_UD || total <= xp_mtu_bytes(qp), EINVAL);
 	fail_unless(qp, op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
 			    op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM, EINVAL);
 	if (qp->wr_err)
@@ -245,13 +248,15 @@ static void wr_set_inline_data(struct ibv_qp_ex *q, void *addr, size_t length)
 	wr_set_inline_data_list(q, 1, &b);
 }
 
-/* What needs UD, XRC or TSO fails the batch: those QPs are not made here. */
 static void wr_set_ud_addr(struct ibv_qp_ex *q, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)
 {
-	(void)ah, (void)qpn, (void)qkey;
-	fail_unless(qx(q), false, EOPNOTSUPP);
+	struct xqp *qp = qx(q);
+	fail_unless(qp, q->qp_base.qp_type == IBV_QPT_UD && ah && ah->context == q->qp_base.context, EINVAL);
+	if (qp->wr_slot && !qp->wr_err)
+		xp_put_ud(qp->wr_slot, ah, qpn, qkey);
 }
 
+/* What needs XRC or TSO fails the batch: those QPs are not made here. */
 static void wr_set_xrc_srqn(struct ibv_qp_ex *q, uint32_t srqn)
 {
 	(void)srqn;

@@ -244,6 +244,9 @@ int xp_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 void xp_doorbell(struct xqp *qp);
 bool xp_sq_full(struct xqp *qp);
 void xp_cqe_to_wc(const uint8_t *slot, struct ibv_wc *wc);
+/* xp_put_ud writes a UD send slot's destination: the address handle, QPN and Q_Key. */
+void xp_put_ud(uint8_t *slot, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey);
+uint32_t xp_mtu_bytes(struct xqp *qp); /* the port's active MTU: a UD message's limit */
 
 /* wr.c: ibv_qp_ex's ibv_wr_* operations. */
 void xp_init_qp_ex(struct xqp *qp, uint64_t send_ops_flags);

@@ -87,8 +87,8 @@ func TestStockLibraryABI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("verbs_check: %v", err)
 	}
-	if n := checksPassed(t, out); n < 90 {
-		t.Fatalf("verbs_check ran %d checks, want at least 90", n)
+	if n := checksPassed(t, out); n < 100 {
+		t.Fatalf("verbs_check ran %d checks, want at least 100", n)
 	}
 }
 
@@ -166,9 +166,9 @@ type stockCell struct {
 
 var pingRow = regexp.MustCompile(`(?m)^(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter$`)
 
-// stockCells are the stock programs of issue 15's acceptance that run on
-// the host: ibverbs-utils' pingpongs (-c checks every received byte) and
-// perftest's RC tools, with the options applications use.
+// stockCells are the stock programs of issues 15 and 16 that run on the
+// host without rdma_cm: ibverbs-utils' pingpongs (-c checks every received
+// byte) and perftest's tools, with the options applications use.
 func stockCells() []stockCell {
 	ping := func(tool string, args ...string) stockCell {
 		return stockCell{tool + strings.Join(args, ""), append([]string{tool, "-n", "300", "-c"}, args...), pingRow}
@@ -181,7 +181,7 @@ func stockCells() []stockCell {
 		return stockCell{tool + " " + strings.Join(args, " "), append([]string{tool}, args...), rows}
 	}
 	cells := []stockCell{ping("ibv_rc_pingpong"), ping("ibv_rc_pingpong", "-N"), ping("ibv_rc_pingpong", "-e"),
-		ping("ibv_uc_pingpong"), ping("ibv_srq_pingpong")}
+		ping("ibv_uc_pingpong"), ping("ibv_srq_pingpong"), ping("ibv_ud_pingpong")}
 	for _, verb := range []string{"send", "write", "read", "atomic"} {
 		cells = append(cells, perf("ib_"+verb+"_bw", "-n", "300"), perf("ib_"+verb+"_lat", "-n", "300"))
 	}
@@ -195,6 +195,9 @@ func stockCells() []stockCell {
 		perf("ib_send_bw", "-e", "-n", "300"),
 		perf("ib_read_bw", "-e", "-n", "300"),
 		perf("ib_send_lat", "-e", "-n", "300"),
+		// Datagrams: UD QPs and address handles.
+		perf("ib_send_bw", "-c", "UD", "-n", "300"),
+		perf("ib_send_lat", "-c", "UD", "-n", "300"),
 	)
 }
 

@@ -408,6 +408,10 @@ func libCells(cfg matrixConfig) []cell {
 	both(cell{Tool: "ibv_uc_pingpong", Size: "4096", Iters: cfg.LatIters})
 	// 16 QPs, ibv_srq_pingpong's default, said aloud.
 	both(cell{Tool: "ibv_srq_pingpong", Size: "4096", Iters: cfg.LatIters, QPs: 16})
+	// Datagrams (issue 16): UD QPs, address handles, the GRH area.
+	both(cell{Tool: "ibv_ud_pingpong", Size: "2048", Iters: cfg.LatIters})
+	both(cell{Tool: "ib_send_bw", Size: "2048", Iters: cfg.BWIters, Opts: []string{"-c", "UD"}, Tag: "ud"})
+	both(cell{Tool: "ib_send_lat", Size: "2048", Iters: cfg.LatIters, Opts: []string{"-c", "UD"}, Tag: "ud"})
 	return cells
 }
 

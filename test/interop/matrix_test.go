@@ -17,9 +17,9 @@ func TestMatrixFull(t *testing.T) {
 	// + integrity at MTU 4096 and 1024 = 2
 	// + in the guests: 5 tools x (rxe-rxe, xdproce server, xdproce client, xdproce-xdproce) = 20
 	// + stock tools over xdproce's libibverbs x 2 roles: the 8 perftest
-	//   tools, 4 perftest variants and 4 ping-pongs = 32
-	if len(cells) != 129 {
-		t.Fatalf("%d cells, want 129", len(cells))
+	//   tools, 4 perftest variants, 4 ping-pongs and 3 UD tools = 38
+	if len(cells) != 135 {
+		t.Fatalf("%d cells, want 135", len(cells))
 	}
 	count := func(f func(cell) bool) int {
 		n := 0
@@ -48,10 +48,10 @@ func TestMatrixFull(t *testing.T) {
 		// lib: send/write/read, --use_old_post_send, -e; both roles
 		{"sweeps", func(c cell) bool { return c.Size == allSizes }, 3 + 2*2*3 + 5*2},
 		{"atomic lat", func(c cell) bool { return c.Tool == "ib_atomic_lat" }, 5 + 2},
-		{"lib server", func(c cell) bool { return c.Server == lib && c.Client == vm1 && c.MTU == 4096 && c.Loss == "" }, 16},
-		{"lib client", func(c cell) bool { return c.Client == lib && c.Server == vm1 && c.MTU == 4096 && c.Loss == "" }, 16},
-		{"lib ping-pongs", func(c cell) bool { return c.libCell() && c.isPingpong() }, 8},
-		{"lib tagged", func(c cell) bool { return c.libCell() && c.Tag != "" }, 8},
+		{"lib server", func(c cell) bool { return c.Server == lib && c.Client == vm1 && c.MTU == 4096 && c.Loss == "" }, 19},
+		{"lib client", func(c cell) bool { return c.Client == lib && c.Server == vm1 && c.MTU == 4096 && c.Loss == "" }, 19},
+		{"lib ping-pongs", func(c cell) bool { return c.libCell() && c.isPingpong() }, 10},
+		{"lib tagged", func(c cell) bool { return c.libCell() && c.Tag != "" }, 12},
 	}
 	for _, ch := range checks {
 		if got := count(ch.f); got != ch.want {
@@ -202,8 +202,8 @@ func TestLossSweepMatrix(t *testing.T) {
 // own options stay on the lib side.
 func TestLibCells(t *testing.T) {
 	cells := libCells(matrixConfig{BWIters: 25, LatIters: 200})
-	if len(cells) != 32 {
-		t.Fatalf("%d lib cells, want 32", len(cells))
+	if len(cells) != 38 {
+		t.Fatalf("%d lib cells, want 38", len(cells))
 	}
 	tools := map[string]int{}
 	for _, c := range cells {
@@ -221,7 +221,7 @@ func TestLibCells(t *testing.T) {
 			t.Errorf("%s: not named as a lib cell", c.ID())
 		}
 	}
-	want := map[string]int{"ib_send_bw": 6, "ib_write_bw": 4, "ib_send_lat": 4, "ibv_rc_pingpong": 4, "ibv_uc_pingpong": 2, "ibv_srq_pingpong": 2,
+	want := map[string]int{"ib_send_bw": 8, "ib_write_bw": 4, "ib_send_lat": 6, "ibv_rc_pingpong": 4, "ibv_uc_pingpong": 2, "ibv_srq_pingpong": 2, "ibv_ud_pingpong": 2,
 		"ib_read_bw": 2, "ib_atomic_bw": 2, "ib_write_lat": 2, "ib_read_lat": 2, "ib_atomic_lat": 2}
 	for tool, n := range want {
 		if tools[tool] != n {

@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 		defer cancel()
 		d, err := verbs.Dial(ctx, name)
 		if err == nil {
-			_, err = d.AllocPD()
+			err = clientAction(d, os.Getenv("XDPROCE_TEST_ACTION"))
 			d.Close()
 		}
 		if err != nil {
@@ -34,12 +34,37 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// clientAction is what the test binary does as a client: allocate a PD,
+// or ("qkey") give a UD QP a controlled Q_Key.
+func clientAction(d *verbs.Device, action string) error {
+	pd, err := d.AllocPD()
+	if err != nil || action != "qkey" {
+		return err
+	}
+	cq, err := d.CreateCQ(4)
+	if err != nil {
+		return err
+	}
+	qp, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	if err != nil {
+		return err
+	}
+	return qp.Modify(verbs.QPAttr{State: verbs.StateInit, Port: 1, QKey: verbs.QKeyControlled | 1},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrQKey)
+}
+
 // dialAs runs the test binary as a client of the daemon named name, with
 // the given credentials.
 func dialAs(t *testing.T, name string, uid, gid uint32, groups ...uint32) (string, error) {
 	t.Helper()
+	return dialAsDoing(t, name, "", uid, gid, groups...)
+}
+
+// dialAsDoing is dialAs with the client's action (clientAction).
+func dialAsDoing(t *testing.T, name, action string, uid, gid uint32, groups ...uint32) (string, error) {
+	t.Helper()
 	cmd := exec.Command(clientBinary(t), "-test.run=^$")
-	cmd.Env = append(os.Environ(), "XDPROCE_TEST_DIAL="+name)
+	cmd.Env = append(os.Environ(), "XDPROCE_TEST_DIAL="+name, "XDPROCE_TEST_ACTION="+action)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups}}
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
@@ -85,5 +110,12 @@ func TestSocketPermissions(t *testing.T) {
 	}
 	if out, err := dialAs(t, tb.name, 65534, 4242); err != nil || out != "attached" {
 		t.Fatalf("primary group the daemon's: %v %s", err, out)
+	}
+	// A controlled Q_Key: root may give a QP one, another user may not.
+	if out, err := dialAsDoing(t, tb.name, "qkey", 0, 0); err != nil || out != "attached" {
+		t.Fatalf("root with a controlled Q_Key: %v %s", err, out)
+	}
+	if out, err := dialAsDoing(t, tb.name, "qkey", 65534, 4242); err == nil || !strings.Contains(out, "operation not permitted") {
+		t.Fatalf("an unprivileged client with a controlled Q_Key: %v %s, want EPERM", err, out)
 	}
 }

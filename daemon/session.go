@@ -549,6 +549,11 @@ func (ss *session) modifyQP(d *uverbs.Decoder) error {
 	if q == nil {
 		return syscall.EINVAL
 	}
+	// Controlled Q_Keys (the top bit set) are for privileged processes
+	// only, as the kernel's uverbs requires CAP_NET_RAW for them.
+	if mask&verbs.AttrQKey != 0 && w.QKey&verbs.QKeyControlled != 0 && !ss.privileged() {
+		return syscall.EPERM
+	}
 	err := q.qp.Modify(verbs.QPAttrFromWire(&w), mask)
 	q.qp.PublishState()
 	return err

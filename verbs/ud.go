@@ -6,9 +6,12 @@ import "github.com/xdproce/xdproce/wire"
 // names, through an address handle; a receive gets the packet's GRH area
 // (40 bytes) ahead of the payload, as rxe fills it.
 
-// qkeyOwn, in a work request's Q_Key, sends the QP's own Q_Key instead
-// (IBTA 10.2.5: the high-order bit).
-const qkeyOwn = 1 << 31
+// QKeyControlled is the top bit of a Q_Key. In a work request's Q_Key it
+// sends the QP's own Q_Key instead (IBTA 10.2.5); a QP's own Q_Key with it
+// set is a controlled one, which only privileged processes may give a QP.
+const QKeyControlled = 1 << 31
+
+const qkeyOwn = QKeyControlled
 
 // udHeader fills e.tx for a datagram of qp: addressed by the work request's
 // address handle, with a DETH carrying the Q_Key and the source QPN.

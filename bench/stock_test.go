@@ -181,12 +181,9 @@ func TestStockTargets(t *testing.T) {
 	if err := WriteTargets(&out, stockResults(20, 21.5, 10, 9.5), true); err != nil {
 		t.Fatal(err)
 	}
-	var lines []string
-	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		lines = append(lines, strings.Join(strings.Fields(l), " "))
-	}
+	lines := squeezed(out.String())
 	want := []string{
-		"Targets (issue 6)",
+		"Targets (issues 6, 14 and 15)",
 		"target measured held AF_XDP floor",
 		"stock ib_write_lat 8 B over libibverbs ≤ xdproce perf + 1 µs per round trip, medians (issue 15) +1.50 µs (21.50 against 20.00 µs) no -",
 		"stock ib_write_bw 64 KiB over libibverbs ≥ 0.9× xdproce perf (issue 15) 0.95× (9.50 against 10.00 Gbit/s) yes -",

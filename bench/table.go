@@ -267,7 +267,7 @@ func stockTargets(f figures) (extraUS float64, latHeld, latOK bool, ratio float6
 // were measured busy-polling, as the target asks.
 func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 	f := index(results)
-	if _, err := fmt.Fprintln(w, "\nTargets (issue 6)"); err != nil {
+	if _, err := fmt.Fprintln(w, "\nTargets (issues 6, 14 and 15)"); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

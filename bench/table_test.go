@@ -87,13 +87,9 @@ func TestWriteTargets(t *testing.T) {
 	if err := WriteTargets(&out, results, true); err != nil {
 		t.Fatal(err)
 	}
-	// Compare with runs of blanks squeezed: the column widths are tabwriter's.
-	var lines []string
-	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		lines = append(lines, strings.Join(strings.Fields(l), " "))
-	}
+	lines := squeezed(out.String())
 	want := []string{
-		"Targets (issue 6)",
+		"Targets (issues 6, 14 and 15)",
 		"target measured held AF_XDP floor",
 		"RC WRITE 64 KiB bandwidth ≥ 1.0× TCP 1.20× yes 0.80×",
 		"8 B WRITE round trip (busy-poll) ≤ 0.35× TCP ping-pong, medians 0.50× no 0.40×",
@@ -138,4 +134,14 @@ func TestWriteTablesFloor(t *testing.T) {
 	if strings.Contains(s, "4 KiB      -") {
 		t.Errorf("the floor's frame size became a row:\n%s", s)
 	}
+}
+
+// squeezed is out's lines with runs of blanks squeezed: a table's column
+// widths are tabwriter's.
+func squeezed(out string) []string {
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		lines = append(lines, strings.Join(strings.Fields(l), " "))
+	}
+	return lines
 }

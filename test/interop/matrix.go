@@ -189,6 +189,10 @@ func (c cell) args() []string {
 		return strings.Fields(integrityCmd(c.MTU))
 	}
 	a := []string{"-p", strconv.Itoa(c.Port), "-m", strconv.Itoa(c.MTU), "-n", strconv.Itoa(c.Iters)}
+	if c.Tool == "ibv_ud_pingpong" {
+		// Datagrams take the port's MTU: ibv_ud_pingpong has no -m.
+		a = []string{"-p", strconv.Itoa(c.Port), "-n", strconv.Itoa(c.Iters)}
+	}
 	if c.isPingpong() {
 		// GID 1 is the IPv4 RoCEv2 GID on rxe and on xdproce alike.
 		a = append(a, "-g", "1", "-s", c.Size)

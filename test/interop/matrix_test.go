@@ -212,6 +212,9 @@ func TestLibCells(t *testing.T) {
 		if c.isPingpong() && !strings.Contains(a, " -g 1 ") {
 			t.Errorf("%s: ping-pong without -g 1: %s", c.ID(), a)
 		}
+		if c.Tool == "ibv_ud_pingpong" && strings.Contains(a, " -m ") {
+			t.Errorf("%s: ibv_ud_pingpong takes no -m: %s", c.ID(), a)
+		}
 		for _, o := range c.LibOpts {
 			if strings.Contains(a, " "+o+" ") {
 				t.Errorf("%s: lib option %s given to both sides", c.ID(), o)

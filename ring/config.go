@@ -85,8 +85,9 @@ type Config struct {
 	TXBudget int
 	// BindRetry bounds how long Open retries bind while the queue is busy
 	// (a socket closed on the same queue is released asynchronously: EBUSY
-	// for 1-35 ms). Default 500 ms; the context passed to Open can end it
-	// earlier.
+	// for 1-35 ms, and for more than 500 ms once on a loaded CI machine,
+	// when a daemon was restarted right after the old one exited). Default
+	// 3 s; the context passed to Open can end it earlier.
 	BindRetry time.Duration
 	// Logger receives notes about optional features the kernel lacks.
 	// Default slog.Default().
@@ -130,7 +131,7 @@ func (c Config) withDefaults() Config {
 		c.TXBudget = 256
 	}
 	if c.BindRetry == 0 {
-		c.BindRetry = 500 * time.Millisecond
+		c.BindRetry = 3 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -80,6 +80,7 @@ test: deps deps-stock check-generate lint build
 	$(MAKE) race
 	$(GO) test -run '^$$' -fuzz FuzzTransport -fuzztime 20s ./verbs
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 10s ./daemon
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 10s ./cm
 	$(SUDO) env "PATH=$$PATH" $(GO) run ./test/interop --smoke
 
 # The transport under the race detector: the engine and the application goroutines that
@@ -102,6 +103,7 @@ fuzz: deps
 	$(GO) test -run '^$$' -fuzz FuzzTransport -fuzztime 60s ./verbs
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./uverbs
 	$(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 60s ./daemon
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./cm
 
 # The main job: two network namespaces, xdproce in each, measured against kernel TCP
 # (tables on stdout; figures in bin/bench.json, bandwidth plot in bin/bench.svg).

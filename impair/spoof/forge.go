@@ -170,11 +170,17 @@ func (s *Spoofer) inWindow() []byte {
 		return s.request(s.rng.IntN(len(requestKinds)), v.peerReq-uint32(s.rng.IntN(8)))
 	}
 	psn := v.peerAck + 1 + uint32(s.rng.IntN(int(span)))
+	// A NAK implicitly acknowledges every PSN before its own (IBTA; rxe
+	// completes them): one past what the peer acknowledged would complete
+	// requests the peer may never have received, which no RNIC can tell
+	// from the peer's own NAK. At the first unacknowledged PSN it
+	// acknowledges nothing new and costs a retransmission.
+	nakPSN := v.peerAck + 1
 	switch s.rng.IntN(4) {
 	case 0:
-		return s.response(1, psn, false) // sequence NAK
+		return s.response(1, nakPSN, false) // sequence NAK
 	case 1:
-		return s.response(6, psn, false) // RNR NAK
+		return s.response(6, nakPSN, false) // RNR NAK
 	case 2:
 		if v.atomics[psn&0xffffff] {
 			return s.response(1, psn, false)

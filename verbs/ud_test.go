@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/pcap"
+	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -262,5 +263,52 @@ func TestGoldenUD(t *testing.T) {
 			t.Fatalf("receive %d: %+v, GRH %x; rxe: %+v", i, wc, buf[:wire.GRHLen], r)
 		}
 		equalBytes(t, "datagram", buf[wire.GRHLen:wc.ByteLen], frames[i].p.Payload)
+	}
+}
+
+// A daemon's client that names an address handle it does not have in a UD
+// send slot gets what any malformed work request gets: LOC_QP_OP_ERR, its
+// QP in the error state, bad_shared_wqe counted; one it has is sent.
+func TestSharedUDUnknownAddressHandle(t *testing.T) {
+	la, lb := NewMemLinkPair(9000)
+	d := newDevice(t, la, macA, ipA, 4096)
+	b := newUDNode(t, newDevice(t, lb, macB, ipB, 4096), testQKey, 0, 1<<16)
+	pd, err := d.AllocPD()
+	must(t, err)
+	ah, err := pd.CreateAH(AH{DGID: ipB, SGIDIndex: 1, DMAC: macB})
+	must(t, err)
+	cqr := newRing(t, 16, uverbs.CQESize)
+	cq, err := d.CreateSharedCQ(16, cqr, nil)
+	must(t, err)
+	sq, rq := newRing(t, 8, uverbs.SendSlotSize(1, 0)), newRing(t, 8, uverbs.RecvSlotSize(1))
+	qp, err := pd.CreateSharedQP(QPInitAttr{Type: QPTypeUD, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}},
+		sq, rq, func(h uint32) *AddressHandle {
+			if h == 1 {
+				return ah
+			}
+			return nil
+		})
+	must(t, err)
+	must(t, qp.Modify(QPAttr{State: StateInit, Port: 1, QKey: testQKey}, AttrState|AttrPKeyIndex|AttrPort|AttrQKey))
+	must(t, qp.Modify(QPAttr{State: StateRTR}, AttrState))
+	must(t, qp.Modify(QPAttr{State: StateRTS}, AttrState|AttrSQPSN))
+	s := &sharedNode{node: &node{dev: d, qp: qp}, sq: sq, rq: rq, cqr: cqr}
+	postRecv(t, b, RecvWR{ID: 1, SGList: sge(b.mr, 0, 2048)})
+	s.post(uverbs.SendWQE{WRID: 5, Opcode: uint8(WRSend), SendFlags: uint8(SendSignaled), AH: 1, RemoteQPN: b.qp.QPN(), RemoteQKey: testQKey}, nil, nil)
+	if c := s.cqe(t); c.WRID != 5 || WCStatus(c.Status) != WCSuccess {
+		t.Fatalf("a datagram through the client's handle: %+v", c)
+	}
+	if wc := poll(t, b.rcq, 1, 5*time.Second)[0]; wc.Status != WCSuccess || wc.SrcQP != qp.QPN() {
+		t.Fatalf("its receive: %+v", wc)
+	}
+	before, _ := d.Counters()
+	s.post(uverbs.SendWQE{WRID: 6, Opcode: uint8(WRSend), SendFlags: uint8(SendSignaled), AH: 7, RemoteQPN: b.qp.QPN(), RemoteQKey: testQKey}, nil, nil)
+	if c := s.cqe(t); c.WRID != 6 || WCStatus(c.Status) != WCLocQPOpErr {
+		t.Fatalf("a datagram naming an unknown handle: %+v", c)
+	}
+	settle(t, d)
+	after, _ := d.Counters()
+	if qp.State() != StateErr || after.BadSharedWQE != before.BadSharedWQE+1 {
+		t.Fatalf("QP in %v, bad_shared_wqe %d → %d", qp.State(), before.BadSharedWQE, after.BadSharedWQE)
 	}
 }

@@ -47,12 +47,6 @@ bool xp_sq_full(struct xqp *qp)
 	return qp->sq_prod - atomic_load_explicit(XP_CONSUMER(&qp->sq), memory_order_acquire) >= qp->cap.max_send_wr;
 }
 
-static bool rc_only(enum ibv_wr_opcode op)
-{
-	return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD ||
-	       op == IBV_WR_SEND_WITH_INV;
-}
-
 /* put_send_wr writes one work request into slot: EINVAL for what the QP cannot carry. */
 static int put_send_wr(struct xqp *qp, uint8_t *slot, const struct ibv_send_wr *wr)
 {
@@ -60,7 +54,7 @@ static int put_send_wr(struct xqp *qp, uint8_t *slot, const struct ibv_send_wr *
 	unsigned flags = wr->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
 	bool inl = flags & IBV_SEND_INLINE;
 	bool ud = qp->qpx.qp_base.qp_type == IBV_QPT_UD;
-	if ((unsigned)op > IBV_WR_SEND_WITH_INV || (rc_only(op) && qp->qpx.qp_base.qp_type != IBV_QPT_RC))
+	if ((unsigned)op > IBV_WR_SEND_WITH_INV || (xp_rc_only(op) && qp->qpx.qp_base.qp_type != IBV_QPT_RC))
 		return EINVAL;
 	if (ud && ((op != IBV_WR_SEND && op != IBV_WR_SEND_WITH_IMM) || !wr->wr.ud.ah ||
 		   wr->wr.ud.ah->context != qp->qpx.qp_base.context))

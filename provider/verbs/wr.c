@@ -14,12 +14,6 @@ static inline struct xqp *qx(struct ibv_qp_ex *q) { return container_of(q, struc
 static inline void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static inline void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 
-static bool rc_only(enum ibv_wr_opcode op)
-{
-	return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD ||
-	       op == IBV_WR_SEND_WITH_INV;
-}
-
 /* begin starts the next request of the batch: NULL once the batch has failed. */
 static uint8_t *begin(struct ibv_qp_ex *q, enum ibv_wr_opcode op)
 {
@@ -28,7 +22,7 @@ static uint8_t *begin(struct ibv_qp_ex *q, enum ibv_wr_opcode op)
 	if (qp->wr_err)
 		return NULL;
 	bool ud = q->qp_base.qp_type == IBV_QPT_UD;
-	if ((rc_only(op) && q->qp_base.qp_type != IBV_QPT_RC) || (ud && op != IBV_WR_SEND && op != IBV_WR_SEND_WITH_IMM)) {
+	if ((xp_rc_only(op) && q->qp_base.qp_type != IBV_QPT_RC) || (ud && op != IBV_WR_SEND && op != IBV_WR_SEND_WITH_IMM)) {
 		qp->wr_err = EINVAL;
 		return NULL;
 	}

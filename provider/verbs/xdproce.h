@@ -107,6 +107,13 @@ static inline uint8_t *xp_slot(const struct xp_ring *r, uint32_t i)
 }
 
 int xp_map_ring(struct xp_ring *r, int fd, uint32_t slots, uint32_t slot_size);
+
+/* xp_rc_only: the operations only an RC QP carries. */
+static inline bool xp_rc_only(enum ibv_wr_opcode op)
+{
+	return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+	       op == IBV_WR_SEND_WITH_INV;
+}
 void xp_unmap_ring(struct xp_ring *r);
 
 /* The send slot's opcodes beyond ibv_wr_opcode's: BIND_MW is 8 (IBV_WR_BIND_MW). */

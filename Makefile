@@ -81,6 +81,7 @@ test: deps deps-stock check-generate lint build
 	$(GO) test -run '^$$' -fuzz FuzzTransport -fuzztime 20s ./verbs
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 10s ./daemon
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 10s ./cm
+	$(GO) test -run '^$$' -fuzz FuzzReceive -fuzztime 10s ./cmagent
 	$(SUDO) env "PATH=$$PATH" $(GO) run ./test/interop --smoke
 
 # The transport under the race detector: the engine and the application goroutines that
@@ -88,7 +89,7 @@ test: deps deps-stock check-generate lint build
 # retransmission storm of issue 18 was found. perftest is left out: its tools spin on
 # memory the engine writes and reuse receive buffers in a cycle, as perftest does on
 # hardware, where a NIC's DMA is no Go memory access either.
-RACE_PKGS ?= ./verbs/ ./wire/ ./daemon/ ./ipc/
+RACE_PKGS ?= ./verbs/ ./wire/ ./daemon/ ./ipc/ ./cmagent/ ./rdmacm/
 race: deps
 	$(SUDO) env "PATH=$$PATH" CI=$${CI:-} $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
 
@@ -104,6 +105,7 @@ fuzz: deps
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./uverbs
 	$(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 60s ./daemon
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./cm
+	$(GO) test -run '^$$' -fuzz FuzzReceive -fuzztime 60s ./cmagent
 
 # The main job: two network namespaces, xdproce in each, measured against kernel TCP
 # (tables on stdout; figures in bin/bench.json, bandwidth plot in bin/bench.svg).

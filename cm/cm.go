@@ -1,8 +1,9 @@
 // Package cm is the InfiniBand Communication Management protocol as
 // rdma_cm speaks it on RoCE (IBTA vol. 1 ch. 12, Linux's cm.c and cma.c): the
 // 256-byte MADs that travel as UD datagrams to QP1 — REQ, REP, RTU, REJ,
-// MRA, DREQ, DREP — and the IP addressing header rdma_cm puts at the head of
-// a REQ's private data. It is a pure codec: no sockets, no timers, no state.
+// MRA, DREQ, DREP, and SIDR_REQ and SIDR_REP for UD services — and the IP
+// addressing header rdma_cm puts at the head of a REQ's and a SIDR_REQ's
+// private data. It is a pure codec: no sockets, no timers, no state.
 //
 // Every multi-byte field is big-endian; a field narrower than a byte, or a
 // 24-bit one, takes the most significant bits of its bytes first (Linux's

@@ -13,6 +13,10 @@ const (
 	PortSpaceIB  = 0x013f
 )
 
+// UDPQKey is the Q_Key of rdma_cm's UD QPs (RDMA_UDP_QKEY): a SIDR_REP for
+// an RDMA_PS_UDP id carries it, and the datagrams that follow use it.
+const UDPQKey = 0x01234567
+
 // ServiceID is rdma_cm's service ID for port in port space ps.
 func ServiceID(ps, port uint16) uint64 { return uint64(ps)<<16 | uint64(port) }
 
@@ -26,6 +30,8 @@ const IPHeaderLen = 36
 
 // IPHeader is that header (cma.c's struct cma_hdr): the addresses and the
 // active side's port, which the passive side matches its listeners on.
+// rdma_cm puts it in REQs and SIDR_REQs only: REP, SIDR_REP and the others
+// carry the application's private data alone.
 type IPHeader struct {
 	SrcPort  uint16
 	Src, Dst netip.Addr // both IPv4 or both IPv6

@@ -45,6 +45,11 @@ func Decode(mad []byte) (Header, Message, error) {
 	case AttrMRA:
 		m = &MRA{Comm: getComm(mad), MsgMRAed: bits(mad[32], 7, 6), ServiceTimeout: bits(mad[33], 7, 3),
 			PrivateData: [222]byte(mad[34:256])}
+	case AttrSIDRREQ:
+		m = &SIDRREQ{RequestID: be.Uint32(mad[24:]), PKey: be.Uint16(mad[28:]), ServiceID: be.Uint64(mad[32:]),
+			PrivateData: [216]byte(mad[40:256])}
+	case AttrSIDRREP:
+		m = getSIDRREP(mad)
 	default:
 		return h, nil, fmt.Errorf("%w: %v", ErrUnknown, h.Attr)
 	}
@@ -260,18 +265,49 @@ func (r *DREP) put(mad []byte) bool {
 	return true
 }
 
-// RejReason is why a REJ rejects (ib_cm_rej_reason).
+// RejReason is why a REJ rejects (IBTA table 112, Linux's ib_cm_rej_reason).
 type RejReason uint16
 
-// The reasons rdma_cm's peers give most.
+// The reasons. Linux sends RejInvalidServiceID when no listener matches a
+// REQ, RejStaleConn for a REQ naming a connection in timewait,
+// RejInvalidGID when it cannot resolve the REQ's path, RejConsumerDefined
+// when the application rejects (rdma_reject) and RejTimeout when its REQ
+// or REP went unanswered.
 const (
-	RejNoQP                RejReason = 1
-	RejTimeout             RejReason = 4
-	RejInvalidServiceID    RejReason = 8
-	RejStaleConn           RejReason = 10
-	RejInvalidGID          RejReason = 12
-	RejConsumerDefined     RejReason = 28
-	RejInvalidClassVersion RejReason = 31
+	RejNoQP                     RejReason = 1
+	RejNoEEC                    RejReason = 2
+	RejNoResources              RejReason = 3
+	RejTimeout                  RejReason = 4
+	RejUnsupported              RejReason = 5
+	RejInvalidCommID            RejReason = 6
+	RejInvalidCommInstance      RejReason = 7
+	RejInvalidServiceID         RejReason = 8
+	RejInvalidTransportType     RejReason = 9
+	RejStaleConn                RejReason = 10
+	RejRDCNotExist              RejReason = 11
+	RejInvalidGID               RejReason = 12
+	RejInvalidLID               RejReason = 13
+	RejInvalidSL                RejReason = 14
+	RejInvalidTrafficClass      RejReason = 15
+	RejInvalidHopLimit          RejReason = 16
+	RejInvalidPacketRate        RejReason = 17
+	RejInvalidAltGID            RejReason = 18
+	RejInvalidAltLID            RejReason = 19
+	RejInvalidAltSL             RejReason = 20
+	RejInvalidAltTrafficClass   RejReason = 21
+	RejInvalidAltHopLimit       RejReason = 22
+	RejInvalidAltPacketRate     RejReason = 23
+	RejPortCMRedirect           RejReason = 24
+	RejPortRedirect             RejReason = 25
+	RejInvalidMTU               RejReason = 26
+	RejInsufficientRespRes      RejReason = 27
+	RejConsumerDefined          RejReason = 28
+	RejInvalidRNRRetry          RejReason = 29
+	RejDuplicateLocalCommID     RejReason = 30
+	RejInvalidClassVersion      RejReason = 31
+	RejInvalidFlowLabel         RejReason = 32
+	RejInvalidAltFlowLabel      RejReason = 33
+	RejVendorOptionNotSupported RejReason = 35
 )
 
 // REJ rejects a REQ (MsgRejected 0), a REP (1) or another message (2).
@@ -318,5 +354,84 @@ func (r *MRA) put(mad []byte) bool {
 	mad[32] = r.MsgMRAed << 6
 	mad[33] = r.ServiceTimeout << 3
 	copy(mad[34:], r.PrivateData[:])
+	return true
+}
+
+// SIDRREQ asks which UD QP serves a service ID (Service ID Resolution,
+// IBTA §12.11). rdma_cm sends one for RDMA_PS_UDP and RDMA_PS_IPOIB ids,
+// with the IP header at the head of its private data as in a REQ.
+type SIDRREQ struct {
+	RequestID   uint32 // the sender's ID for the request; the SIDR_REP echoes it
+	PKey        uint16
+	ServiceID   uint64
+	PrivateData [216]byte
+}
+
+func (*SIDRREQ) Attr() Attr { return AttrSIDRREQ }
+
+func (r *SIDRREQ) put(mad []byte) bool {
+	be.PutUint32(mad[24:], r.RequestID)
+	be.PutUint16(mad[28:], r.PKey)
+	be.PutUint64(mad[32:], r.ServiceID)
+	copy(mad[40:], r.PrivateData[:])
+	return true
+}
+
+// SIDRStatus is a SIDR_REP's status (IBTA table 120).
+type SIDRStatus uint8
+
+// The statuses; Linux's ib_cm_sidr_status has the same values.
+const (
+	SIDRValid              SIDRStatus = 0 // QPN and Q_Key are the service's
+	SIDRUnsupported        SIDRStatus = 1 // service ID not supported (no listener)
+	SIDRRejected           SIDRStatus = 2 // the service rejected the request
+	SIDRNoQP               SIDRStatus = 3 // no QP available
+	SIDRRedirect           SIDRStatus = 4 // redirect: AdditionalInfo holds a ClassPortInfo
+	SIDRUnsupportedVersion SIDRStatus = 5 // unsupported class version
+)
+
+var sidrStatusNames = [...]string{"valid", "service ID not supported", "rejected", "no QP", "redirect", "unsupported class version"}
+
+func (s SIDRStatus) String() string {
+	if int(s) < len(sidrStatusNames) {
+		return sidrStatusNames[s]
+	}
+	return fmt.Sprintf("SIDRStatus(%d)", uint8(s))
+}
+
+// SIDRREP answers a SIDR_REQ with the QPN and Q_Key of the service's UD QP.
+type SIDRREP struct {
+	RequestID         uint32 // the SIDR_REQ's
+	Status            SIDRStatus
+	AdditionalInfoLen uint8  // bytes of AdditionalInfo in use
+	VendorID          uint32 // 24 bits (IBTA 1.4; Linux's ECE): its high 16 bits precede the QPN, its low 8 follow it
+	QPN               uint32 // 24 bits
+	ServiceID         uint64
+	QKey              uint32
+	AdditionalInfo    [72]byte
+	PrivateData       [136]byte
+}
+
+func (*SIDRREP) Attr() Attr { return AttrSIDRREP }
+
+func getSIDRREP(mad []byte) *SIDRREP {
+	return &SIDRREP{RequestID: be.Uint32(mad[24:]), Status: SIDRStatus(mad[28]), AdditionalInfoLen: mad[29],
+		VendorID: uint32(be.Uint16(mad[30:]))<<8 | uint32(mad[35]), QPN: u24(mad, 32), ServiceID: be.Uint64(mad[36:]),
+		QKey: be.Uint32(mad[44:]), AdditionalInfo: [72]byte(mad[48:120]), PrivateData: [136]byte(mad[120:256])}
+}
+
+func (r *SIDRREP) put(mad []byte) bool {
+	if !fits(uint64(r.QPN), 24) || !fits(uint64(r.VendorID), 24) {
+		return false
+	}
+	be.PutUint32(mad[24:], r.RequestID)
+	mad[28], mad[29] = uint8(r.Status), r.AdditionalInfoLen
+	be.PutUint16(mad[30:], uint16(r.VendorID>>8))
+	put24(mad, 32, r.QPN)
+	mad[35] = byte(r.VendorID)
+	be.PutUint64(mad[36:], r.ServiceID)
+	be.PutUint32(mad[44:], r.QKey)
+	copy(mad[48:120], r.AdditionalInfo[:])
+	copy(mad[120:], r.PrivateData[:])
 	return true
 }

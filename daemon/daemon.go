@@ -12,12 +12,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/xdproce/xdproce/ipc"
+	"github.com/xdproce/xdproce/nic"
+	"github.com/xdproce/xdproce/rdmacm"
 	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/verbs"
 )
@@ -33,6 +36,9 @@ type Config struct {
 	Group int
 	// Logger receives the server's notes. Default slog.Default().
 	Logger *slog.Logger
+	// CM tunes the device's connection manager (QP1, rdma_cm), which the
+	// server runs; Route defaults to the kernel's route lookup.
+	CM rdmacm.Options
 }
 
 // Server is a running daemon's control socket and clients.
@@ -42,6 +48,7 @@ type Server struct {
 	ln   *net.UnixListener
 	page *ipc.Mapping // the doorbell page, which clients may only read
 	bell *ipc.Eventfd // clients signal it for a sleeping engine
+	cm   *rdmacm.Service
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -68,11 +75,21 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(err, page.Unmap())
 	}
-	ln, err := ipc.Listen(cfg.Ifname)
+	if cfg.CM.Route == nil {
+		cfg.CM.Route = func(dst netip.Addr) (netip.Addr, error) {
+			p, err := nic.Route(dst)
+			return p.Src, err
+		}
+	}
+	cm, err := rdmacm.Start(cfg.Device, cfg.CM)
 	if err != nil {
 		return nil, errors.Join(err, bell.Close(), page.Unmap())
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, page: page, bell: bell, sessions: map[*session]struct{}{}, owners: map[any]owner{}, stop: make(chan struct{})}
+	ln, err := ipc.Listen(cfg.Ifname)
+	if err != nil {
+		return nil, errors.Join(err, cm.Close(), bell.Close(), page.Unmap())
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, page: page, bell: bell, cm: cm, sessions: map[*session]struct{}{}, owners: map[any]owner{}, stop: make(chan struct{})}
 	cfg.Device.SetDoorbellPage(page.Mem)
 	return s, nil
 }
@@ -112,6 +129,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.cm.Close()
 	s.bell.Close()
 	// The doorbell page stays mapped: the device's engines, which outlive
 	// the server, still write it.

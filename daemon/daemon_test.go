@@ -372,7 +372,7 @@ func TestDetachDestroysEverything(t *testing.T) {
 	if n := tb.srv.Clients(); n != 1 {
 		t.Fatalf("%d clients after one detached", n)
 	}
-	if st, err := tb.a.QPStatus(); err != nil || len(st) != 1 || st[0].QPN != x2.qp.QPN() {
+	if st, err := tb.a.QPStatus(); err != nil || len(st) != 2 || st[0].QPN != verbs.GSIQPN || st[1].QPN != x2.qp.QPN() {
 		t.Fatalf("daemon's QPs after detach: %v %v", st, err)
 	}
 	// B's QP to the departed client: its WRITE is retried, then fails.
@@ -422,7 +422,12 @@ func TestQueryListsClientsAndQPs(t *testing.T) {
 	if len(st.Clients) != 1 || st.Clients[0].QPs != 1 || st.Clients[0].MRs != 1 || st.Clients[0].CQs != 1 || st.Clients[0].PDs != 1 {
 		t.Fatalf("clients %+v", st.Clients)
 	}
-	if len(st.QPs) != 1 || st.QPs[0].QPN != x.qp.QPN() || st.QPs[0].DestQPN != y.qp.QPN() || verbs.QPState(st.QPs[0].State) != verbs.StateRTS ||
+	// QP1 is the daemon's (its connection manager's), the client's QP next.
+	if len(st.QPs) != 2 || st.QPs[0].QPN != verbs.GSIQPN || st.QPs[0].OwnerPID != 0 {
+		t.Fatalf("QPs %+v", st.QPs)
+	}
+	st.QPs = st.QPs[1:]
+	if st.QPs[0].QPN != x.qp.QPN() || st.QPs[0].DestQPN != y.qp.QPN() || verbs.QPState(st.QPs[0].State) != verbs.StateRTS ||
 		netip.AddrFrom16(st.QPs[0].Peer).Unmap() != ipB || st.QPs[0].OwnerPID != st.Clients[0].PID {
 		t.Fatalf("QPs %+v", st.QPs)
 	}
@@ -434,7 +439,7 @@ func TestQueryListsClientsAndQPs(t *testing.T) {
 	for tb.srv.Clients() > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if st, err = Query(ctx, tb.name); err != nil || len(st.Clients) != 0 || len(st.QPs) != 0 {
+	if st, err = Query(ctx, tb.name); err != nil || len(st.Clients) != 0 || len(st.QPs) != 1 {
 		t.Fatalf("after the client left: %+v %v", st, err)
 	}
 }

@@ -41,9 +41,11 @@ type session struct {
 	qps         map[uint32]*sharedQP
 	srqs        map[uint32]*sharedSRQ
 	mws         map[uint32]sharedMW
-	// ahs is read by the engines too (a UD send slot names its handle).
-	ahMu sync.RWMutex
-	ahs  map[uint32]sharedAH
+	// ahs holds the client's address handles (uint32 → sharedAH). The
+	// engines look one up for every UD send slot (addressHandle), without
+	// a lock; only the session's goroutine stores and deletes.
+	ahs sync.Map
+	cm  cmState
 }
 
 type sharedAH struct {
@@ -84,9 +86,10 @@ type sharedQP struct {
 
 func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
 	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/comm")
-	return &session{srv: s, conn: c, peer: p, comm: strings.TrimSpace(string(comm)), pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
-		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{},
-		ahs: map[uint32]sharedAH{}}
+	ss := &session{srv: s, conn: c, peer: p, comm: strings.TrimSpace(string(comm)), pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
+		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{}}
+	ss.cm.init()
+	return ss
 }
 
 // serve answers the client's requests, one at a time, until it hangs up or
@@ -227,6 +230,11 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 		}
 		ev.Put(e)
 		return nil, nil
+	case uverbs.OpCMCreateChannel, uverbs.OpCMDestroyChannel, uverbs.OpCMCreateID, uverbs.OpCMDestroyID, uverbs.OpCMMigrateID,
+		uverbs.OpCMBind, uverbs.OpCMResolveAddr, uverbs.OpCMResolveRoute, uverbs.OpCMListen, uverbs.OpCMAttachQP,
+		uverbs.OpCMConnect, uverbs.OpCMAccept, uverbs.OpCMReject, uverbs.OpCMDisconnect, uverbs.OpCMEstablish,
+		uverbs.OpCMQuery, uverbs.OpCMInitQPAttr, uverbs.OpCMGetEvent, uverbs.OpCMSetOption:
+		return ss.cmOp(op, d, e)
 	case uverbs.OpShutdown:
 		if err := d.End(); err != nil {
 			return nil, err
@@ -330,12 +338,13 @@ func (ss *session) deallocPD(d *uverbs.Decoder) error {
 			return syscall.EBUSY
 		}
 	}
-	ss.ahMu.RLock()
-	defer ss.ahMu.RUnlock()
-	for _, a := range ss.ahs {
-		if a.pd == h {
-			return syscall.EBUSY
-		}
+	busy := false
+	ss.ahs.Range(func(_, a any) bool {
+		busy = a.(sharedAH).pd == h
+		return !busy
+	})
+	if busy {
+		return syscall.EBUSY
 	}
 	delete(ss.pds, h)
 	return nil
@@ -584,6 +593,7 @@ func (ss *session) destroyQP(d *uverbs.Decoder) error {
 	if q == nil {
 		return syscall.EINVAL
 	}
+	ss.detachQP(q.qp)
 	if err := q.qp.Destroy(); err != nil {
 		return err
 	}
@@ -671,6 +681,7 @@ func (ss *session) privileged() bool { return ss.peer.UID == 0 || int(ss.peer.UI
 // RETRY_EXC_ERR, as when a host with an RNIC dies.
 func (ss *session) release() {
 	ss.events.close()
+	ss.releaseCM()
 	for h, q := range ss.qps {
 		ss.srv.disown(q.qp)
 		if err := q.qp.Destroy(); err != nil {
@@ -689,13 +700,12 @@ func (ss *session) release() {
 			delete(ss.mws, h)
 		}
 	}
-	ss.ahMu.Lock()
-	for h, a := range ss.ahs {
-		if err := a.ah.Destroy(); err == nil {
-			delete(ss.ahs, h)
+	ss.ahs.Range(func(h, a any) bool {
+		if err := a.(sharedAH).ah.Destroy(); err == nil {
+			ss.ahs.Delete(h)
 		}
-	}
-	ss.ahMu.Unlock()
+		return true
+	})
 	for h, s := range ss.srqs {
 		ss.srv.disown(s.srq)
 		if err := s.srq.Destroy(); err != nil {
@@ -864,9 +874,7 @@ func (ss *session) createAH(d *uverbs.Decoder, e *uverbs.Encoder) error {
 		return err
 	}
 	h := ss.handle32()
-	ss.ahMu.Lock()
-	ss.ahs[h] = sharedAH{ah: ah, pd: pdh}
-	ss.ahMu.Unlock()
+	ss.ahs.Store(h, sharedAH{ah: ah, pd: pdh})
 	e.U32(h)
 	e.Raw(ah.Attr().DMAC)
 	return nil
@@ -877,26 +885,27 @@ func (ss *session) destroyAH(d *uverbs.Decoder) error {
 	if err := d.End(); err != nil {
 		return err
 	}
-	ss.ahMu.Lock()
-	defer ss.ahMu.Unlock()
-	a, ok := ss.ahs[h]
+	a, ok := ss.ahs.Load(h)
 	if !ok {
 		return syscall.EINVAL
 	}
-	if err := a.ah.Destroy(); err != nil {
+	if err := a.(sharedAH).ah.Destroy(); err != nil {
 		return err
 	}
-	delete(ss.ahs, h)
+	ss.ahs.Delete(h)
 	return nil
 }
 
-// addressHandle is the client's address handle h, or nil: what a UD send
-// slot names (called on the engines).
+// addressHandle is the client's address handle h, or nil (one it never
+// had or destroyed): what a UD send slot names. The engines call it for
+// every datagram, on any number of them at once: sync.Map's Load takes no
+// lock, where a read lock's shared count made them contend
+// (BenchmarkAddressHandle). An engine that found a handle just before the
+// client destroyed it posts nothing through it: the QP refuses a destroyed
+// handle (LOC_QP_OP_ERR).
 func (ss *session) addressHandle(h uint32) *verbs.AddressHandle {
-	ss.ahMu.RLock()
-	defer ss.ahMu.RUnlock()
-	if a, ok := ss.ahs[h]; ok {
-		return a.ah
+	if a, ok := ss.ahs.Load(h); ok {
+		return a.(sharedAH).ah
 	}
 	return nil
 }

@@ -38,6 +38,25 @@ const (
 	OpDeallocMW
 	OpCreateAH
 	OpDestroyAH
+	OpCMCreateChannel
+	OpCMDestroyChannel
+	OpCMCreateID
+	OpCMDestroyID
+	OpCMMigrateID
+	OpCMBind
+	OpCMResolveAddr
+	OpCMResolveRoute
+	OpCMListen
+	OpCMAttachQP
+	OpCMConnect
+	OpCMAccept
+	OpCMReject
+	OpCMDisconnect
+	OpCMEstablish
+	OpCMQuery
+	OpCMInitQPAttr
+	OpCMGetEvent
+	OpCMSetOption
 	opEnd
 )
 
@@ -47,6 +66,11 @@ var opNames = [...]string{
 	OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP", OpCounters: "COUNTERS", OpShutdown: "SHUTDOWN", OpList: "LIST", OpGetEvent: "GET_EVENT",
 	OpCreateSRQ: "CREATE_SRQ", OpModifySRQ: "MODIFY_SRQ", OpQuerySRQ: "QUERY_SRQ", OpDestroySRQ: "DESTROY_SRQ",
 	OpAllocMW: "ALLOC_MW", OpDeallocMW: "DEALLOC_MW", OpCreateAH: "CREATE_AH", OpDestroyAH: "DESTROY_AH",
+	OpCMCreateChannel: "CM_CREATE_CHANNEL", OpCMDestroyChannel: "CM_DESTROY_CHANNEL", OpCMCreateID: "CM_CREATE_ID",
+	OpCMDestroyID: "CM_DESTROY_ID", OpCMMigrateID: "CM_MIGRATE_ID", OpCMBind: "CM_BIND", OpCMResolveAddr: "CM_RESOLVE_ADDR",
+	OpCMResolveRoute: "CM_RESOLVE_ROUTE", OpCMListen: "CM_LISTEN", OpCMAttachQP: "CM_ATTACH_QP", OpCMConnect: "CM_CONNECT",
+	OpCMAccept: "CM_ACCEPT", OpCMReject: "CM_REJECT", OpCMDisconnect: "CM_DISCONNECT", OpCMEstablish: "CM_ESTABLISH",
+	OpCMQuery: "CM_QUERY", OpCMInitQPAttr: "CM_INIT_QP_ATTR", OpCMGetEvent: "CM_GET_EVENT", OpCMSetOption: "CM_SET_OPTION",
 }
 
 func (o Op) String() string {

@@ -167,11 +167,18 @@ func (d *Device) pickQPN() uint32 {
 // addQP numbers qp and gives it to the first engine; placeQP moves it to
 // its queue's engine once it has a flow. A control operation.
 func (d *Device) addQP(qp *QP) error {
-	qpn := d.pickQPN()
-	if qpn == 0 {
-		return fmt.Errorf("verbs: all %d QPs in use: %w", MaxQP, ErrNoMem)
-	}
 	o := &d.objs
+	var qpn uint32
+	switch {
+	case qp.gsi && len(o.qps) > GSIQPN && o.qps[GSIQPN] != nil:
+		return fmt.Errorf("verbs: the device has its QP1: %w", ErrBusy)
+	case qp.gsi:
+		qpn = GSIQPN
+	default:
+		if qpn = d.pickQPN(); qpn == 0 {
+			return fmt.Errorf("verbs: all %d QPs in use: %w", MaxQP, ErrNoMem)
+		}
+	}
 	for int(qpn) >= len(o.qps) {
 		o.qps = append(o.qps, nil)
 	}

@@ -27,6 +27,7 @@ var (
 	ErrInvalid = syscall.EINVAL
 	ErrNoMem   = syscall.ENOMEM
 	ErrBusy    = syscall.EBUSY
+	ErrNotSup  = syscall.EOPNOTSUPP
 	// ErrClosed is returned by every call on a closed device.
 	ErrClosed = errors.New("verbs: device closed")
 )

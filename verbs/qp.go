@@ -31,6 +31,7 @@ type QP struct {
 	pd     *PD
 	qpn    uint32
 	typ    QPType
+	gsi    bool // QP1: its datagrams carry GSIQKey whatever a request says
 	scq    *CQ
 	rcq    *CQ
 	cap    QPCap
@@ -63,7 +64,10 @@ type QP struct {
 }
 
 // CreateQP creates a queue pair in pd.
-func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
+func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) { return pd.createQP(attr, false) }
+
+// createQP creates a QP; gsi makes it the device's QP1.
+func (pd *PD) createQP(attr QPInitAttr, gsi bool) (*QP, error) {
 	if attr.Type != QPTypeRC && attr.Type != QPTypeUC && attr.Type != QPTypeUD {
 		return nil, fmt.Errorf("verbs: QP type %d not supported (RC, UC and UD are): %w", attr.Type, ErrInvalid)
 	}
@@ -96,7 +100,7 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 		}
 		c.MaxRecvWR = 0
 	}
-	qp := &QP{dev: pd.dev, pd: pd, typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, cap: c, sigAll: attr.SigAll, srq: attr.SRQ}
+	qp := &QP{dev: pd.dev, pd: pd, typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, cap: c, sigAll: attr.SigAll, srq: attr.SRQ, gsi: gsi}
 	if c.MaxInlineData > 0 {
 		qp.inlineBuf = make([]byte, c.MaxSendWR*c.MaxInlineData)
 	}
@@ -112,6 +116,9 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 
 // QPN is the QP's number.
 func (qp *QP) QPN() uint32 { return qp.qpn }
+
+// HasSRQ reports whether the QP receives from a shared receive queue.
+func (qp *QP) HasSRQ() bool { return qp.srq != nil }
 
 // State is the QP's current state.
 func (qp *QP) State() QPState {
@@ -138,6 +145,7 @@ func (qp *QP) Destroy() error {
 func (qp *QP) recvRetired() {
 	if qp.srq != nil {
 		qp.srq.used.Add(-1)
+		qp.srq.freeSharedSlots()
 		return
 	}
 	qp.rqUsed.Add(-1)
@@ -329,18 +337,24 @@ func (d *Device) resolveMAC(ah AH) (net.HardwareAddr, error) {
 	if len(ah.DMAC) == 6 {
 		return ah.DMAC, nil
 	}
-	if d.cfg.Resolve == nil {
-		return nil, fmt.Errorf("verbs: no MAC for %v and no resolver: %w", ah.DGID, ErrInvalid)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	mac, err := d.cfg.Resolve(ctx, ah.DGID.Unmap())
+	return d.ResolveMAC(ctx, ah.DGID)
+}
+
+// ResolveMAC finds the MAC address of the neighbour ip (ARP/ND through the
+// device's resolver): syscall.ETIMEDOUT when none answers before ctx ends,
+// the errno of the kernel's address resolution.
+func (d *Device) ResolveMAC(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+	if d.cfg.Resolve == nil {
+		return nil, fmt.Errorf("verbs: no MAC for %v and no resolver: %w", ip, ErrInvalid)
+	}
+	mac, err := d.cfg.Resolve(ctx, ip.Unmap())
 	if errors.Is(err, context.DeadlineExceeded) {
-		// The errno the kernel's address resolution gives when no neighbour answers.
-		return nil, fmt.Errorf("verbs: resolving %v: %w (%w)", ah.DGID, syscall.ETIMEDOUT, err)
+		return nil, fmt.Errorf("verbs: resolving %v: %w (%w)", ip, syscall.ETIMEDOUT, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("verbs: resolving %v: %w", ah.DGID, err)
+		return nil, fmt.Errorf("verbs: resolving %v: %w", ip, err)
 	}
 	return mac, nil
 }

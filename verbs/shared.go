@@ -409,12 +409,38 @@ func (e *engine) pumpSharedSRQs() bool {
 		if !sh.broken && e.pumpSRQ(s, sh) {
 			busy = true
 		}
-		if c := sh.taken - uint32(s.used.Load()); sh.ring.Consumer() != c {
-			sh.ring.SetConsumer(c)
-		}
+		sh.publishConsumer(s)
 		sh.mu.Unlock()
 	}
 	return busy
+}
+
+// publishConsumer stores the ring's consumer index: the slots taken from
+// it less the receives taken and not yet retired. The caller holds sh.mu,
+// so the stores of several engines go in order and never go back (taken
+// and used move together under it; retirements only raise the index).
+func (sh *sharedSRQ) publishConsumer(s *SRQ) {
+	if c := sh.taken - uint32(s.used.Load()); sh.ring.Consumer() != c {
+		sh.ring.SetConsumer(c)
+	}
+}
+
+// freeSharedSlots publishes the slot of a receive the SRQ's QP just
+// retired, before its completion becomes visible, as QP.freeSharedSlots
+// does for a QP's own rings: a client that polls the completion and posts
+// into a full SRQ at once must find room. It waits for the SRQ's mutex:
+// the engine holding it (pumping, or retiring a receive of a QP it serves)
+// may have read the count before this retirement, so skipping the store
+// when TryLock fails could leave the completion ahead of the index. The
+// holder never waits for anything an engine holds while it retires.
+func (s *SRQ) freeSharedSlots() {
+	sh := s.sh
+	if sh == nil {
+		return
+	}
+	sh.mu.Lock()
+	sh.publishConsumer(s)
+	sh.mu.Unlock()
 }
 
 func (e *engine) pumpSRQ(s *SRQ, sh *sharedSRQ) bool {

@@ -450,3 +450,115 @@ func TestSharedSlotFreedBeforeCompletion(t *testing.T) {
 		t.Fatalf("completions published before their slots were freed: %v", late)
 	}
 }
+
+// A shared SRQ's slot is free before the completion of the receive that
+// took it is visible, as a QP's own rings' are
+// (TestSharedSlotFreedBeforeCompletion): a client that polls a receive
+// completion and re-posts into its full SRQ at once must find room. The
+// CQ's notification runs on the engine right after each completion is
+// published: the SRQ's ring must count the receive freed by then. With two
+// engines, QPs on both retire receives of the one SRQ.
+func TestSharedSRQSlotFreedBeforeCompletion(t *testing.T) {
+	for _, engines := range []int{1, 2} {
+		t.Run(fmt.Sprintf("engines=%d", engines), func(t *testing.T) {
+			var da, db *Device
+			if engines == 1 {
+				la, lb := NewMemLinkPair(4096 + 200)
+				da, db = newDevice(t, la, macA, ipA, 4096), newDevice(t, lb, macB, ipB, 4096)
+			} else {
+				da, db = twoQueueDevices(t, false)
+			}
+			const slots, size, perQP, maxQPs = 8, 64, 24, 64
+			ring := newRing(t, slots, uverbs.RecvSlotSize(1))
+			cqr := newRing(t, 64, uverbs.CQESize)
+			var mu sync.Mutex
+			var late []string
+			pd, err := da.AllocPD()
+			must(t, err)
+			cq, err := da.CreateSharedCQ(64, cqr, func() {
+				if done, free := cqr.Producer(), ring.Consumer(); int32(free-done) < 0 {
+					mu.Lock()
+					late = append(late, fmt.Sprintf("%d receive completions visible, %d SRQ slots freed", done, free))
+					mu.Unlock()
+				}
+				cqr.Aux().Store(uverbs.NotifyAny) // for the next one
+			})
+			must(t, err)
+			srq, err := pd.CreateSharedSRQ(SRQInitAttr{MaxWR: slots, MaxSGE: 1}, ring)
+			must(t, err)
+			// Each receive has its own buffer: the engines complete them
+			// out of order.
+			mr, err := pd.AllocMR((slots+maxQPs*perQP)*size, AccessLocalWrite)
+			must(t, err)
+			post := func() {
+				p := ring.Producer()
+				uverbs.PutRecvWQE(ring.Slot(p), uint64(p), []uverbs.SGE{{Addr: mr.Addr() + uint64(p*size), Length: size, LKey: mr.LKey()}})
+				ring.SetProducer(p + 1)
+				da.Wake()
+			}
+			for range slots {
+				post()
+			}
+
+			// QPs of a on the SRQ, each facing a sender of b; with two
+			// engines, pairs are added until both of a's engines serve some.
+			b := newNode(t, db, 4096)
+			var senders []*node
+			served := map[*engine]bool{}
+			for len(senders) < 2 || engines == 2 && len(served) < 2 && len(senders) < maxQPs {
+				a := &node{dev: da, pd: pd, scq: cq, rcq: cq, mr: mr}
+				a.qp, err = pd.CreateSharedQP(QPInitAttr{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq, SRQ: srq,
+					Cap: QPCap{MaxSendWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}},
+					newRing(t, 16, uverbs.SendSlotSize(1, 0)), newRing(t, 1, uverbs.RecvSlotSize(1)), nil)
+				must(t, err)
+				s := *b
+				s.qp, err = b.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: b.scq, RecvCQ: b.rcq,
+					Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+				must(t, err)
+				connect(t, a, &s, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
+				served[a.qp.eng.Load()] = true
+				senders = append(senders, &s)
+			}
+			if len(served) != engines {
+				t.Fatalf("the SRQ's QPs are served by %d engines, want %d", len(served), engines)
+			}
+
+			cqr.Aux().Store(uverbs.NotifyAny)
+			for _, s := range senders {
+				for range perQP {
+					postSend(t, s, SendWR{Opcode: WRSend, SGList: sge(s.mr, 0, size)})
+				}
+			}
+			total := len(senders) * perQP
+			for i := range total {
+				deadline := time.Now().Add(10 * time.Second)
+				for cqr.Producer() == cqr.Consumer() {
+					if time.Now().After(deadline) {
+						t.Fatalf("%d of %d receive completions", i, total)
+					}
+					time.Sleep(20 * time.Microsecond)
+				}
+				var c uverbs.CQE
+				uverbs.CQEOf(cqr.Slot(cqr.Consumer()), &c)
+				cqr.SetConsumer(cqr.Consumer() + 1)
+				if WCStatus(c.Status) != WCSuccess || WCOpcode(c.Opcode) != WCRecv || c.ByteLen != size {
+					t.Fatalf("receive completion %d: %+v", i, c)
+				}
+				// The client re-posts at once, as ibverbs lets it.
+				if used := ring.Producer() - ring.Consumer(); used >= slots {
+					t.Fatalf("receive completion %d polled, yet the SRQ ring holds %d of %d", i, used, slots)
+				}
+				post()
+			}
+			settle(t, da)
+			if got := ring.Consumer(); got != uint32(total) {
+				t.Fatalf("SRQ consumer index %d after %d receives", got, total)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(late) > 0 {
+				t.Fatalf("%d receive completions published before their SRQ slots were freed, the first: %s", len(late), late[0])
+			}
+		})
+	}
+}

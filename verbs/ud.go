@@ -1,6 +1,10 @@
 package verbs
 
-import "github.com/xdproce/xdproce/wire"
+import (
+	"fmt"
+
+	"github.com/xdproce/xdproce/wire"
+)
 
 // Unreliable datagrams: each SEND is one packet to the QP its work request
 // names, through an address handle; a receive gets the packet's GRH area
@@ -12,6 +16,25 @@ import "github.com/xdproce/xdproce/wire"
 const QKeyControlled = 1 << 31
 
 const qkeyOwn = QKeyControlled
+
+// QP1, the General Services Interface QP: the UD QP every node has under
+// a fixed number, which carries the Communication Manager's MADs, all with
+// one Q_Key (IBTA 13.5; rxe's GSI QP).
+const (
+	GSIQPN  = 1
+	GSIQKey = 0x80010000
+)
+
+// CreateGSIQP creates the device's QP1 (a UD QP, attr.Type is ignored): for
+// the owner of the device's connection manager, hence in-process devices
+// only. Its sends carry GSIQKey whatever the work request says, as rxe's.
+func (pd *PD) CreateGSIQP(attr QPInitAttr) (*QP, error) {
+	if pd.dev.rem != nil {
+		return nil, fmt.Errorf("verbs: QP1 belongs to the daemon: %w", ErrNotSup)
+	}
+	attr.Type = QPTypeUD
+	return pd.createQP(attr, true)
+}
 
 // udHeader fills e.tx for a datagram of qp: addressed by the work request's
 // address handle, with a DETH carrying the Q_Key and the source QPN.
@@ -25,7 +48,10 @@ func (e *engine) udHeader(qp *QP, wr *SendWR, op wire.Opcode, psn uint32) *wire.
 	p.UDP = wire.UDP{SrcPort: t.sport, DstPort: wire.UDPPort}
 	p.BTH = wire.BTH{Opcode: op, PKey: 0xffff, DestQP: wr.RemoteQPN, PSN: psn & 0xffffff}
 	qkey := wr.RemoteQKey
-	if qkey&qkeyOwn != 0 {
+	switch {
+	case qp.gsi:
+		qkey = GSIQKey
+	case qkey&qkeyOwn != 0:
 		qkey = t.attr.QKey
 	}
 	p.DETH = wire.DETH{QKey: qkey, SrcQP: qp.qpn}

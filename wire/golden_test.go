@@ -44,11 +44,17 @@ var goldenFiles = []struct {
 	{"rc_write_lat.pcap", 27, "0a:10 11:10"},
 	{"rc_write_loss.pcap", 0, "06:21 07:44 08:20 11:15"},
 	{"rc_write_multi.pcap", 41, "06:5 07:10 08:5 11:5"},
+	{"qperf_cm.pcap", 0, "04:39 11:39 64:5"},
 	{"rdma_cm_send.pcap", 0, "04:27 11:27 64:10"},
 	{"rping.pcap", 0, "04:8 0a:2 0c:2 10:2 11:10 64:5"},
+	{"rping_mra.pcap", 0, "04:12 0a:3 0c:3 10:3 11:15 64:7"},
+	{"rping_rej.pcap", 0, "64:2"},
 	{"uc_ops.pcap", 0, "20:2 21:2 22:1 23:1 24:1 25:1 26:2 27:2 28:1 29:1 2a:1 2b:1"},
+	{"ucmatose.pcap", 0, "04:12 11:12 64:10"},
+	{"ud_cm_send.pcap", 0, "04:22 11:22 64:12"},
 	{"ud_imm.pcap", 0, "64:1 65:2"},
 	{"ud_send.pcap", 31, "64:5"},
+	{"udaddy.pcap", 0, "64:2 65:6"},
 }
 
 // The one frame with a deliberately corrupted ICRC (rxe ignored it).

@@ -139,6 +139,11 @@ func qpLine(st *daemon.Status, q uverbs.QPInfo) string {
 			comm = c.Comm
 		}
 	}
+	if q.QPN == verbs.GSIQPN {
+		// QP1 is the daemon's own, carrying the connection manager's MADs
+		// (rxe lists it as ib_core's).
+		typ, comm = "GSI", "[rdmacm]"
+	}
 	return fmt.Sprintf("link %s/1 lqpn %d rqpn %d type %s state %v sq-psn %#x comp-psn %#x rq-psn %#x sq %d rq %d timeouts %d queue %d peer %s pid %d comm %s",
 		st.Device.Name, q.QPN, q.DestQPN, typ, verbs.QPState(q.State), q.SQPSN, q.CompPSN, q.EPSN, q.SendQueued, q.RecvQueued,
 		q.Timeouts, q.Queue, peer, q.OwnerPID, comm)

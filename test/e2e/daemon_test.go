@@ -69,6 +69,41 @@ func daemonUp(t *testing.T, bin string, h *netns.Host, extra ...string) (*exec.C
 	}
 }
 
+// daemonSharedMaps counts the mappings of memory a daemon (pid) shares
+// with clients: rings and regions; the doorbell page is the daemon's own.
+func daemonSharedMaps(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "memfd:xdproce-") - strings.Count(string(b), "memfd:xdproce-doorbell")
+}
+
+// waitDetached waits (5 s at most) until every client a daemon's log shows
+// attaching has detached, and fails the test if one has not.
+func waitDetached(t *testing.T, log *bytes.Buffer) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(log.String(), "client detached") < strings.Count(log.String(), "client attached") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n, m := strings.Count(log.String(), "client attached"), strings.Count(log.String(), "client detached"); n != m {
+		t.Fatalf("%d clients attached, %d detached:\n%s", n, m, log)
+	}
+}
+
+// hasClientQP reports whether an `xdproce list` shows a QP other than the
+// daemon's own QP1 (type GSI).
+func hasClientQP(list string) bool {
+	for _, l := range strings.Split(list, "\n") {
+		if strings.Contains(l, "lqpn ") && !strings.Contains(l, "type GSI") {
+			return true
+		}
+	}
+	return false
+}
+
 // cli runs an xdproce command in h and returns its output.
 func cli(t *testing.T, bin string, h *netns.Host, args ...string) string {
 	t.Helper()
@@ -110,15 +145,7 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 	a, b := topo.Hosts[0], topo.Hosts[1]
 	bin := buildCLI(t)
 	aUp, aLog := daemonUp(t, bin, a, "--metrics", "127.0.0.1:19464") // the namespace's own loopback
-	// sharedMaps counts the daemon's mappings of memory shared with clients
-	// (rings and regions; the doorbell page is the daemon's own).
-	sharedMaps := func() int {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", aUp.Process.Pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Count(string(b), "memfd:xdproce-") - strings.Count(string(b), "memfd:xdproce-doorbell")
-	}
+	sharedMaps := func() int { return daemonSharedMaps(t, aUp.Process.Pid) }
 	pcapFile := filepath.Join(t.TempDir(), "b.pcapng")
 	bUp, _ := daemonUp(t, bin, b, "--pcap", pcapFile)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -261,14 +288,8 @@ func TestDaemonServesManyProcesses(t *testing.T) {
 			t.Fatalf("the dead client's server still runs 40 s on:\n%s", lo)
 		}
 		// The daemon noticed: the dead client detached, and its QPs are gone.
-		deadline := time.Now().Add(5 * time.Second)
-		for strings.Count(aLog.String(), "client detached") < strings.Count(aLog.String(), "client attached") && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if n, m := strings.Count(aLog.String(), "client attached"), strings.Count(aLog.String(), "client detached"); n != m {
-			t.Fatalf("%d clients attached, %d detached:\n%s", n, m, aLog)
-		}
-		if list := cli(t, bin, a, "list", "-d", a.Link); strings.Contains(list, "client ") || strings.Contains(list, "lqpn") {
+		waitDetached(t, aLog)
+		if list := cli(t, bin, a, "list", "-d", a.Link); strings.Contains(list, "client ") || hasClientQP(list) {
 			t.Errorf("the clients' QPs outlive them:\n%s", list)
 		}
 		if n := sharedMaps(); n != 0 {

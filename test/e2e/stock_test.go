@@ -298,3 +298,162 @@ func TestStockToolsOverLibrary(t *testing.T) {
 		})
 	}
 }
+
+// startOnLibrary starts a stock program in h on the library of lib, itself
+// (no `xdproce run` between: a signal reaches the program), its output
+// going to the buffer returned.
+func startOnLibrary(t *testing.T, ctx context.Context, lib string, h *netns.Host, argv ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := h.Start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, &out
+}
+
+// daemonFDs counts a daemon's open file descriptors.
+func daemonFDs(t *testing.T, pid int) int {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(fds)
+}
+
+// TestStockLibraryClientKilled kills (SIGKILL) a stock program on the
+// library mid-transfer: ib_write_bw's client, WRITEs in flight. Its daemon
+// frees everything the program had: its session, QP, region, CQ and rings
+// (xdproce list empty, the daemon's shared mappings and file descriptors
+// back to what they were before the program came). Its peer, the server,
+// learns of it on its TCP connection and fails instead of hanging, and its
+// QP goes with it. A new pair of programs then runs on the same daemons.
+//
+// The peer is ib_write_bw's server, which posts nothing: perftest sets
+// retry_cnt 7 without rdma_cm, and with 7 an RC requester whose responder
+// vanished retries forever (rxe's rule, which the engines follow), so a
+// peer that posted (-b) would never see its QP fail.
+func TestStockLibraryClientKilled(t *testing.T) {
+	netns.RequireRoot(t)
+	requireStock(t, "ib_write_bw")
+	lib := providerLibs(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
+	a, b := topo.Hosts[0], topo.Hosts[1]
+	bin := buildCLI(t)
+	aUp, aLog := daemonUp(t, bin, a)
+	_, bLog := daemonUp(t, bin, b)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	// noClients checks that h's daemon serves no client and holds no QP.
+	noClients := func(h *netns.Host, log *bytes.Buffer) {
+		t.Helper()
+		waitDetached(t, log)
+		if list := cli(t, bin, h, "list", "-d", h.Link); strings.Contains(list, "client ") || hasClientQP(list) {
+			t.Fatalf("the daemon of %s still serves clients or QPs:\n%s", h.Link, list)
+		}
+	}
+	sentPkts := func() int {
+		t.Helper()
+		m := regexp.MustCompile(`sent_pkts (\d+)`).FindStringSubmatch(cli(t, bin, a, "stats", "-d", a.Link))
+		if m == nil {
+			t.Fatal("no sent_pkts in xdproce stats")
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	noClients(a, aLog)
+	noClients(b, bLog)
+	waitDetached(t, aLog) // list's own connection
+	baseFDs, baseMaps := daemonFDs(t, aUp.Process.Pid), daemonSharedMaps(t, aUp.Process.Pid)
+
+	// GID 1 is the interface's IPv4 address (::ffff:a.b.c.d).
+	args := func(h *netns.Host, extra ...string) []string {
+		return append([]string{"ib_write_bw", "-d", "xdp_" + h.Link, "-x", "1", "-p", "18620"}, extra...)
+	}
+	transfer := []string{"-s", "65536", "-n", "5000000"}
+	srv, sout := startOnLibrary(t, ctx, lib, b, args(b, transfer...)...)
+	time.Sleep(300 * time.Millisecond) // the server listens
+	victim, vout := startOnLibrary(t, ctx, lib, a, args(a, append(transfer, b.Addr.String())...)...)
+
+	// Mid-transfer: the program's QP is in RTS on A's daemon and frames flow.
+	deadline := time.Now().Add(30 * time.Second)
+	for sent := sentPkts(); ; {
+		time.Sleep(200 * time.Millisecond)
+		list := cli(t, bin, a, "list", "-d", a.Link)
+		now := sentPkts()
+		if strings.Contains(list, "comm ib_write_bw") && strings.Contains(list, "state RTS") && now > sent+100 {
+			t.Logf("A's daemon while ib_write_bw transfers (%d frames sent in 200 ms):\n%s", now-sent, list)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no transfer after 30 s:\n%s\nclient:\n%s\nserver:\n%s", list, vout, sout)
+		}
+		sent = now
+	}
+	if n, fds := daemonSharedMaps(t, aUp.Process.Pid), daemonFDs(t, aUp.Process.Pid); n <= baseMaps || fds <= baseFDs {
+		t.Errorf("with a client the daemon maps %d memfds and holds %d fds, %d and %d without", n, fds, baseMaps, baseFDs)
+	}
+	if err := victim.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := victim.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("the killed ib_write_bw: %v\n%s", err, vout)
+	}
+
+	// A's daemon let go of everything the dead program had.
+	noClients(a, aLog)
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		waitDetached(t, aLog) // list's and stats' connections
+		fds, maps := daemonFDs(t, aUp.Process.Pid), daemonSharedMaps(t, aUp.Process.Pid)
+		if fds == baseFDs && maps == baseMaps {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon holds %d fds and %d shared mappings, %d and %d before its client", fds, maps, baseFDs, baseMaps)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// The peer sees its TCP connection close: it exits, failing, and B's
+	// daemon has destroyed its QP.
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("the dead program's peer exited 0:\n%s", sout)
+		}
+		t.Logf("the dead program's peer: %v\n%s", err, lastLines(sout.String(), 5))
+	case <-time.After(40 * time.Second):
+		list := cli(t, bin, b, "list", "-d", b.Link)
+		_ = srv.Process.Kill()
+		t.Fatalf("the dead program's peer still runs 40 s on:\n%s\nB's daemon:\n%s", sout, list)
+	}
+	noClients(b, bLog)
+
+	// A new pair runs at once on the same daemons.
+	srv, sout = startOnLibrary(t, ctx, lib, b, args(b, "-n", "300")...)
+	time.Sleep(300 * time.Millisecond)
+	c, cout := startOnLibrary(t, ctx, lib, a, args(a, "-n", "300", b.Addr.String())...)
+	cerr := c.Wait()
+	if cerr != nil {
+		_ = srv.Process.Kill()
+	}
+	if serr := srv.Wait(); cerr != nil || serr != nil {
+		t.Fatalf("a new pair: client %v, server %v\nclient:\n%s\nserver:\n%s", cerr, serr, cout, sout)
+	}
+	if m := bwRow.FindStringSubmatch(cout.String()); m == nil || m[2] != "300" {
+		t.Fatalf("the new client printed no bandwidth row of 300 iterations:\n%s", cout)
+	}
+	noClients(a, aLog)
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-n):], "\n")
+}

@@ -101,8 +101,7 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		if c == nil {
 			return nil, syscall.EINVAL
 		}
-		id.Migrate(c.ch)
-		return nil, nil
+		return nil, id.Migrate(c.ch)
 	case uverbs.OpCMBind:
 		var a uverbs.CMAddr
 		a.Get(d)
@@ -163,7 +162,6 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		if err := id.AttachQP(q.qp); err != nil {
 			return nil, err
 		}
-		q.qp.PublishState()
 	case uverbs.OpCMConnect, uverbs.OpCMAccept:
 		var p uverbs.CMConnParam
 		p.Get(d)
@@ -181,9 +179,6 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		}
 		if err != nil {
 			return nil, err
-		}
-		if qp := id.QP(); qp != nil {
-			qp.PublishState()
 		}
 	case uverbs.OpCMReject:
 		private := d.Raw()
@@ -205,9 +200,6 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		}
 		if err != nil {
 			return nil, err
-		}
-		if qp := id.QP(); qp != nil {
-			qp.PublishState()
 		}
 	case uverbs.OpCMQuery:
 		if err := d.End(); err != nil {

@@ -35,6 +35,14 @@ func resolveB(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
 	return nil, context.DeadlineExceeded
 }
 
+// resolveA is device B's neighbour table: A.
+func resolveA(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+	if ip == ipA {
+		return macA, nil
+	}
+	return nil, context.DeadlineExceeded
+}
+
 // testbed is a daemon serving device A of an in-memory link pair, and
 // device B in-process at the other end.
 type testbed struct {
@@ -57,7 +65,7 @@ func newTestbedGroup(t *testing.T, group int) *testbed {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tb.a.Close() })
-	tb.b, err = verbs.NewDevice(lb, verbs.DeviceConfig{MAC: macB, GIDs: []netip.Addr{ipB}, ActiveMTU: 1024})
+	tb.b, err = verbs.NewDevice(lb, verbs.DeviceConfig{MAC: macB, GIDs: []netip.Addr{ipB}, ActiveMTU: 1024, Resolve: resolveA})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -563,9 +563,7 @@ func (ss *session) modifyQP(d *uverbs.Decoder) error {
 	if mask&verbs.AttrQKey != 0 && w.QKey&verbs.QKeyControlled != 0 && !ss.privileged() {
 		return syscall.EPERM
 	}
-	err := q.qp.Modify(verbs.QPAttrFromWire(&w), mask)
-	q.qp.PublishState()
-	return err
+	return q.qp.Modify(verbs.QPAttrFromWire(&w), mask)
 }
 
 func (ss *session) queryQP(d *uverbs.Decoder, e *uverbs.Encoder) error {

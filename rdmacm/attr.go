@@ -6,6 +6,7 @@ import (
 
 	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/cmagent"
+	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -23,6 +24,9 @@ type Route struct {
 func (id *ID) Route() Route {
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if id.rem != nil {
+		return id.remoteRoute()
+	}
 	r := Route{GIDIndex: id.sgid, DMAC: id.dmac, FlowLabel: id.flow, TrafficClass: id.tos}
 	switch id.state {
 	case stateRouteResolved, stateConnect, stateDisconnect:
@@ -35,6 +39,9 @@ func (id *ID) Route() Route {
 // state (INIT, RTR or RTS), as rdma_init_qp_attr, for owners that move
 // their QPs themselves.
 func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error) {
+	if id.rem != nil {
+		return id.remoteInitQPAttr(state)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.ud() {
@@ -102,6 +109,13 @@ const (
 // the ACK timeout take effect; address reuse and family restriction are
 // accepted (one device, no port sharing to relax); path records are IB's.
 func (id *ID) SetOption(level, name uint32, val []byte) error {
+	if id.rem != nil {
+		return id.remoteOp(uverbs.OpCMSetOption, func(e *uverbs.Encoder) {
+			e.U32(level)
+			e.U32(name)
+			e.Raw(val)
+		})
+	}
 	bad := fmt.Errorf("rdmacm: option %d/%d of %d bytes: %w", level, name, len(val), ErrInvalid)
 	switch {
 	case level == OptionLevelID && name == OptionTOS && len(val) == 1:

@@ -238,7 +238,10 @@ func (l *Listener) Next(ctx context.Context) (*Request, error) {
 // once and returns a nil Conn). p nil takes the request's resources.
 func (r *Request) Accept(ctx context.Context, qp *verbs.QP, p *ConnParam) (*Conn, error) {
 	ch := NewEventChannel()
-	r.id.Migrate(ch)
+	if err := r.id.Migrate(ch); err != nil {
+		r.Reject(nil)
+		return nil, err
+	}
 	if err := r.id.AttachQP(qp); err != nil {
 		r.Reject(nil)
 		return nil, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/cmagent"
+	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -73,6 +74,7 @@ type ID struct {
 	ackTO    uint8      // RDMA_OPTION_ID_ACK_TIMEOUT, 0 for the CM's
 	tos      uint8
 	timeout  time.Duration
+	rem      *remoteID // the daemon's ID, on a device attached to it
 }
 
 // CreateID makes an ID in port space ps whose events go to ch.
@@ -83,6 +85,11 @@ func (s *Service) CreateID(ch *EventChannel, ps PortSpace, ctx any) (*ID, error)
 		return nil, fmt.Errorf("rdmacm: port space %#x: %w", uint16(ps), ErrNotSup)
 	}
 	id := &ID{s: s, ch: ch, ps: ps, Context: ctx, qkey: UDPQKey}
+	if s.rem != nil {
+		if err := s.rem.createID(id); err != nil {
+			return nil, err
+		}
+	}
 	s.mu.Lock()
 	s.ids[id] = struct{}{}
 	s.mu.Unlock()
@@ -100,10 +107,16 @@ func (id *ID) Channel() *EventChannel {
 }
 
 // Migrate moves the ID's future events to ch (rdma_migrate_id).
-func (id *ID) Migrate(ch *EventChannel) {
+func (id *ID) Migrate(ch *EventChannel) error {
+	if id.rem != nil {
+		if err := id.remoteMigrate(ch); err != nil {
+			return err
+		}
+	}
 	id.mu.Lock()
 	id.ch = ch
 	id.mu.Unlock()
+	return nil
 }
 
 // LocalAddr and RemoteAddr are the ID's addresses (rdma_get_local_addr,
@@ -111,6 +124,9 @@ func (id *ID) Migrate(ch *EventChannel) {
 func (id *ID) LocalAddr() netip.AddrPort {
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if id.rem != nil {
+		return addrOf(id.rem.info.Src)
+	}
 	return id.src
 }
 
@@ -118,6 +134,9 @@ func (id *ID) LocalAddr() netip.AddrPort {
 func (id *ID) RemoteAddr() netip.AddrPort {
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if id.rem != nil {
+		return addrOf(id.rem.info.Dst)
+	}
 	return id.dst
 }
 
@@ -132,6 +151,9 @@ func (id *ID) QP() *verbs.QP {
 func (id *ID) GIDIndex() int {
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if id.rem != nil {
+		return int(id.rem.info.GIDIndex)
+	}
 	return id.sgid
 }
 
@@ -149,6 +171,9 @@ func (id *ID) post(e Event) {
 // Bind gives the ID a local address (one of the device's, or unspecified)
 // and port (0: a free one), as rdma_bind_addr.
 func (id *ID) Bind(addr netip.AddrPort) error {
+	if id.rem != nil {
+		return id.remoteBind(addr)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.state != stateIdle {
@@ -177,6 +202,9 @@ func (id *ID) bindLocked(addr netip.AddrPort) error {
 // the neighbour's MAC address: ADDR_RESOLVED, or ADDR_ERROR with the
 // errno, follows within timeout.
 func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error {
+	if id.rem != nil {
+		return id.remoteResolveAddr(src, dst, timeout)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if !dst.Addr().IsValid() || dst.Addr().IsUnspecified() {
@@ -234,6 +262,9 @@ func (id *ID) resolveNeighbour(dst netip.Addr, timeout time.Duration) {
 // ResolveRoute fixes the path to the resolved address: on RoCE the
 // addresses are the route, so ROUTE_RESOLVED follows at once.
 func (id *ID) ResolveRoute(timeout time.Duration) error {
+	if id.rem != nil {
+		return id.remoteResolveRoute(timeout)
+	}
 	id.mu.Lock()
 	if id.state != stateAddrResolved {
 		defer id.mu.Unlock()
@@ -255,6 +286,10 @@ func flowLabel(sport, dport uint16) uint32 {
 
 // SetTOS sets the type of service of the ID's path (RDMA_OPTION_ID_TOS).
 func (id *ID) SetTOS(tos uint8) {
+	if id.rem != nil {
+		id.SetOption(OptionLevelID, OptionTOS, []byte{tos})
+		return
+	}
 	id.mu.Lock()
 	id.tos = tos
 	id.mu.Unlock()
@@ -264,6 +299,9 @@ func (id *ID) SetTOS(tos uint8) {
 // and accept move it to RTS, disconnect to ERR. A UD QP is brought to RTS
 // at once with rdma_cm's Q_Key, as rdma_create_qp does.
 func (id *ID) AttachQP(qp *verbs.QP) error {
+	if id.rem != nil {
+		return id.remoteAttachQP(qp)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.qp != nil {
@@ -312,6 +350,9 @@ func bringUpUD(qp *verbs.QP, qkey uint32) error {
 // Listen takes connection requests (UD: SIDR lookups) to the ID's port,
 // at most backlog unanswered at once; an unbound ID gets a free port.
 func (id *ID) Listen(backlog int) error {
+	if id.rem != nil {
+		return id.remoteListen(backlog)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.state == stateIdle {
@@ -398,6 +439,9 @@ func (id *ID) answeredLocked() {
 // no QP of the ID's, CONNECT_RESPONSE, after which the owner moves its QP
 // and calls Establish.
 func (id *ID) Connect(p ConnParam) error {
+	if id.rem != nil {
+		return id.remoteConnParamOp(uverbs.OpCMConnect, &p)
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.state != stateRouteResolved {
@@ -553,6 +597,9 @@ func (s *Service) connectQP(qp *verbs.QP, peer verbs.Peer) error {
 // Establish completes an active connection whose CONNECT_RESPONSE the
 // owner handled (its QP is in RTS): the RTU goes, ESTABLISHED follows.
 func (id *ID) Establish() error {
+	if id.rem != nil {
+		return id.remoteOp(uverbs.OpCMEstablish, nil)
+	}
 	id.mu.Lock()
 	c := id.conn
 	id.mu.Unlock()
@@ -578,6 +625,15 @@ func (id *ID) Accept(p *ConnParam) error {
 	if p == nil {
 		p = &ConnParam{ResponderResources: id.req.InitiatorDepth, InitiatorDepth: id.req.ResponderResources,
 			RetryCount: defaultRetry, RNRRetryCount: defaultRetry}
+	}
+	if id.rem != nil {
+		id.mu.Unlock()
+		err := id.remoteConnParamOp(uverbs.OpCMAccept, p)
+		id.mu.Lock()
+		if err == nil {
+			id.accepted = true
+		}
+		return err
 	}
 	qpn := p.QPNum
 	if id.qp != nil {
@@ -617,6 +673,9 @@ func (id *ID) Accept(p *ConnParam) error {
 // Reject refuses a CONNECT_REQUEST with private data (REJ reason 28,
 // "consumer defined"; for a UD lookup a SIDR reply "rejected").
 func (id *ID) Reject(private []byte) error {
+	if id.rem != nil {
+		return id.remoteOp(uverbs.OpCMReject, func(e *uverbs.Encoder) { e.Raw(private) })
+	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.parent == nil || id.accepted || id.conn == nil {
@@ -635,6 +694,9 @@ func (id *ID) Reject(private []byte) error {
 // Disconnect moves the ID's QP to ERR (its work flushes) and closes the
 // connection: the DREQ, or the DREP of the peer's.
 func (id *ID) Disconnect() error {
+	if id.rem != nil {
+		return id.remoteOp(uverbs.OpCMDisconnect, nil)
+	}
 	id.mu.Lock()
 	qp, c, st := id.qp, id.conn, id.state
 	id.mu.Unlock()
@@ -663,6 +725,13 @@ func (id *ID) Destroy() error {
 	}
 	id.state = stateDestroying
 	l, c, bound, port := id.listener, id.conn, id.bound, id.src.Port()
+	if id.rem != nil {
+		id.mu.Unlock()
+		id.s.mu.Lock()
+		delete(id.s.ids, id)
+		id.s.mu.Unlock()
+		return id.remoteDestroy()
+	}
 	id.answeredLocked()
 	id.mu.Unlock()
 	if l != nil {

@@ -71,6 +71,7 @@ type Service struct {
 	opts  Options
 	agent *cmagent.Agent
 	gsi   *gsi
+	rem   *remote // a device attached to the daemon: the daemon's CM
 	gids  []netip.Addr
 	mtu   verbs.MTU
 	attr  verbs.DeviceAttr
@@ -89,11 +90,13 @@ type portKey struct {
 	port uint16
 }
 
-// Start runs a connection manager on dev, which must be in-process (its
-// QP1 is the caller's). Close stops it.
+// Start runs a connection manager on dev: for an in-process device its QP1
+// and CM; for one attached to the daemon (verbs.Dial), the daemon's,
+// reached through the device's session (opts are then the daemon's).
+// Close stops it.
 func Start(dev *verbs.Device, opts Options) (*Service, error) {
 	if dev.Remote() {
-		return nil, fmt.Errorf("rdmacm: the daemon runs the device's connection manager: %w", ErrNotSup)
+		return startRemote(dev), nil
 	}
 	s := &Service{dev: dev, opts: opts, ports: map[portKey]*ID{}, ids: map[*ID]struct{}{}}
 	if s.opts.Now == nil {
@@ -138,17 +141,32 @@ func Start(dev *verbs.Device, opts Options) (*Service, error) {
 
 // Close stops the service: QP1 goes, IDs get no more events.
 func (s *Service) Close() error {
+	if s.rem != nil {
+		s.rem.close()
+		return nil
+	}
 	s.cancel()
 	s.wg.Wait()
 	s.gsi.close()
 	return nil
 }
 
-// Counters are the CM's counters.
-func (s *Service) Counters() cmagent.Counters { return s.agent.Counters() }
+// Counters are the CM's counters (the daemon's are its own: zero here).
+func (s *Service) Counters() cmagent.Counters {
+	if s.rem != nil {
+		return cmagent.Counters{}
+	}
+	return s.agent.Counters()
+}
 
-// Connections is how many connections the CM holds (timewait included).
-func (s *Service) Connections() int { return s.agent.Conns() }
+// Connections is how many connections the CM holds (timewait included;
+// -1 when the daemon's CM serves the device).
+func (s *Service) Connections() int {
+	if s.rem != nil {
+		return -1
+	}
+	return s.agent.Conns()
+}
 
 // IDs is how many communication IDs exist.
 func (s *Service) IDs() int {

@@ -268,6 +268,8 @@ func (qp *QP) Modify(attr QPAttr, mask AttrMask) error {
 			return err
 		}
 	}
+	// A client of the daemon reads a shared QP's state from its ring.
+	defer qp.PublishState()
 	return qp.dev.do(func() error {
 		cur := qp.t.state
 		next := cur

@@ -162,6 +162,26 @@ func (r *remote) getEvent(ctx context.Context) (AsyncEvent, error) {
 // Remote reports whether the device is a daemon's, attached with Dial.
 func (d *Device) Remote() bool { return d.rem != nil }
 
+// Control sends a request of a package layered on verbs (rdmacm's CM_*
+// requests) to the daemon of a device attached with Dial, in this device's
+// session (so it may name the device's objects): the reply's body and fds,
+// which are the caller's. ErrNotSup for an in-process device.
+func (d *Device) Control(op uverbs.Op, body func(*uverbs.Encoder)) (*uverbs.Decoder, []int, error) {
+	if d.rem == nil {
+		return nil, nil, fmt.Errorf("verbs: %v on an in-process device: %w", op, ErrNotSup)
+	}
+	return d.rem.call(op, body)
+}
+
+// Handle is the daemon's handle of a QP of a device attached with Dial, as
+// Control's requests name it; 0 for an in-process QP.
+func (qp *QP) Handle() uint32 {
+	if qp.rem == nil {
+		return 0
+	}
+	return qp.rem.h
+}
+
 // call sends one request and returns its reply's body and fds.
 func (r *remote) call(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, []int, error) {
 	d, got, err := r.conn.Call(op, body, fds...)

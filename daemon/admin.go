@@ -22,6 +22,10 @@ type Status struct {
 	Port      []uverbs.Counter
 	Clients   []uverbs.Client
 	QPs       []uverbs.QPInfo
+	// CMIDs are the clients' rdma_cm IDs; CMConnections the connections
+	// the device's CM holds, timewait included.
+	CMIDs         []uverbs.CMIDStatus
+	CMConnections uint32
 }
 
 // Query asks the daemon serving ifname for its Status (root or the
@@ -53,6 +57,7 @@ func Query(ctx context.Context, ifname string) (*Status, error) {
 		return nil, err
 	}
 	st.Clients, st.QPs = uverbs.GetList(d)
+	st.CMIDs, st.CMConnections = uverbs.GetCMIDs(d)
 	if err := d.End(); err != nil {
 		return nil, err
 	}

@@ -87,6 +87,15 @@ func TestCMThroughDaemon(t *testing.T) {
 	if _, err := svcA.Dial(ctx, newEnd(t, client, 64).qp, netip.AddrPortFrom(ipB, 9), rdmacm.ConnParam{}); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("dial to no listener: %v", err)
 	}
+	// An operator sees the client's connected ID, and the CM's connection.
+	st, err := Query(ctx, tb.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.CMIDs) != 1 || st.CMIDs[0].State != "CONNECT" || st.CMIDs[0].QPN != x.qp.QPN() || st.CMIDs[0].PortSpace != 0x0106 ||
+		netip.AddrFrom16(st.CMIDs[0].Dst.IP).Unmap() != ipB || st.CMIDs[0].Dst.Port != 7174 || st.CMConnections != 1 {
+		t.Fatalf("LIST's CM: %+v, %d connections", st.CMIDs, st.CMConnections)
+	}
 	// The client hangs up without disconnecting.
 	client.Close()
 	if e, err := acc.c.Next(ctx); err != nil || e.Type != rdmacm.EventDisconnected {
@@ -104,6 +113,9 @@ func TestCMThroughDaemon(t *testing.T) {
 	}
 	if n := tb.srv.cm.IDs(); n != 0 {
 		t.Fatalf("the daemon keeps %d IDs of the departed client", n)
+	}
+	if st, err := Query(ctx, tb.name); err != nil || len(st.CMIDs) != 0 || st.CMConnections != 0 {
+		t.Fatalf("LIST after the client left: %+v %v", st, err)
 	}
 	_ = svcA.Close()
 }

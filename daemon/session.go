@@ -651,6 +651,13 @@ func (ss *session) list(d *uverbs.Decoder, e *uverbs.Encoder) error {
 		qps = append(qps, q)
 	}
 	uverbs.PutList(e, clients, qps)
+	var ids []uverbs.CMIDStatus
+	for _, o := range ss.srv.snapshot() {
+		if s := o.summary.Load(); s != nil && o != ss {
+			ids = append(ids, s.cmIDs...)
+		}
+	}
+	uverbs.PutCMIDs(e, ids, uint32(max(ss.srv.cm.Connections(), 0)))
 	return nil
 }
 
@@ -658,6 +665,7 @@ func (ss *session) list(d *uverbs.Decoder, e *uverbs.Encoder) error {
 type summary struct {
 	client uverbs.Client
 	qpns   []uint32
+	cmIDs  []uverbs.CMIDStatus
 }
 
 // publish records the session's summary for other sessions' LIST.
@@ -666,6 +674,14 @@ func (ss *session) publish() {
 		PDs: uint32(len(ss.pds)), MRs: uint32(len(ss.mrs)), CQs: uint32(len(ss.cqs)), QPs: uint32(len(ss.qps))}}
 	for _, q := range ss.qps {
 		s.qpns = append(s.qpns, q.qp.QPN())
+	}
+	for _, id := range ss.cm.ids {
+		st := uverbs.CMIDStatus{OwnerPID: uint32(ss.peer.PID), PortSpace: uint16(id.PortSpace()), State: id.State(),
+			Src: cmAddr(id.LocalAddr()), Dst: cmAddr(id.RemoteAddr())}
+		if qp := id.QP(); qp != nil {
+			st.QPN = qp.QPN()
+		}
+		s.cmIDs = append(s.cmIDs, st)
 	}
 	ss.summary.Store(s)
 }

@@ -96,6 +96,17 @@ func (s *Service) CreateID(ch *EventChannel, ps PortSpace, ctx any) (*ID, error)
 	return id, nil
 }
 
+// State is the ID's rdma_cm state (ADDR_BOUND, LISTEN, CONNECT, ...);
+// empty for an ID in the daemon, which knows it.
+func (id *ID) State() string {
+	if id.rem != nil {
+		return ""
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.state.String()
+}
+
 // PortSpace is the ID's port space.
 func (id *ID) PortSpace() PortSpace { return id.ps }
 

@@ -103,8 +103,39 @@ func runList(ctx context.Context, args []string, stdout io.Writer) error {
 		for _, q := range st.QPs {
 			fmt.Fprintln(stdout, qpLine(st, q))
 		}
+		for _, c := range st.CMIDs {
+			fmt.Fprintln(stdout, cmIDLine(st, c))
+		}
+		fmt.Fprintf(stdout, "cm %s connections %d\n", st.Device.Name, st.CMConnections)
 	}
 	return nil
+}
+
+// cmIDLine is an rdma_cm ID as `rdma resource show cm_id` shows one.
+func cmIDLine(st *daemon.Status, c uverbs.CMIDStatus) string {
+	ps := map[uint16]string{0x0106: "TCP", 0x0111: "UDP", 0x013f: "IB"}[c.PortSpace]
+	comm := "-"
+	for _, cl := range st.Clients {
+		if cl.PID == c.OwnerPID {
+			comm = cl.Comm
+		}
+	}
+	addr := func(a uverbs.CMAddr) string {
+		if a.Family == 0 {
+			return fmt.Sprintf("-:%d", a.Port)
+		}
+		ip := netip.AddrFrom16(a.IP)
+		if a.Family == 4 {
+			ip = ip.Unmap()
+		}
+		return netip.AddrPortFrom(ip, a.Port).String()
+	}
+	typ := "RC"
+	if ps == "UDP" {
+		typ = "UD"
+	}
+	return fmt.Sprintf("cm_id link %s/1 lqpn %d qp-type %s state %s ps %s pid %d comm %s src-addr %s dst-addr %s",
+		st.Device.Name, c.QPN, typ, c.State, ps, c.OwnerPID, comm, addr(c.Src), addr(c.Dst))
 }
 
 func query(ctx context.Context, ifname string) (*daemon.Status, error) {

@@ -97,7 +97,7 @@ func waitDetached(t *testing.T, log *bytes.Buffer) {
 // daemon's own QP1 (type GSI).
 func hasClientQP(list string) bool {
 	for _, l := range strings.Split(list, "\n") {
-		if strings.Contains(l, "lqpn ") && !strings.Contains(l, "type GSI") {
+		if strings.HasPrefix(l, "link ") && !strings.Contains(l, "type GSI") {
 			return true
 		}
 	}

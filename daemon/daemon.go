@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/xdproce/xdproce/cmagent"
 	"github.com/xdproce/xdproce/ipc"
 	"github.com/xdproce/xdproce/nic"
 	"github.com/xdproce/xdproce/rdmacm"
@@ -217,6 +218,10 @@ func (s *Server) counters() (transport, port []uverbs.Counter, err error) {
 	}
 	for _, n := range c.Named() {
 		transport = append(transport, uverbs.Counter(n))
+	}
+	// The connection manager's MADs on QP1 count with the transport.
+	for i, v := range s.cm.Counters().Values() {
+		transport = append(transport, uverbs.Counter{Name: cmagent.CounterNames[i], Value: v})
 	}
 	named, err := s.cfg.Device.PortCounters()
 	for _, n := range named {

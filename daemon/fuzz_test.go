@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/xdproce/xdproce/ipc"
+	"github.com/xdproce/xdproce/rdmacm"
 	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/verbs"
 )
@@ -48,6 +49,26 @@ func FuzzControl(f *testing.F) {
 	f.Add(script(hello, pd, cq, qp, msg(uverbs.OpDestroyQP, func(e *uverbs.Encoder) { e.U32(3) }), msg(uverbs.OpDestroyCQ, func(e *uverbs.Encoder) { e.U32(2) })))
 	f.Add(script(hello, msg(uverbs.OpCounters, nil), msg(uverbs.OpDeallocPD, func(e *uverbs.Encoder) { e.U32(9) })))
 	f.Add(script(pd))
+	// The connection manager: a channel, an ID bound and listening, one
+	// resolving an address, its events, and what a client may get wrong.
+	channel := msg(uverbs.OpCMCreateChannel, nil)
+	id := msg(uverbs.OpCMCreateID, func(e *uverbs.Encoder) { e.U32(1); e.U16(0x0106) })
+	addr := func(e *uverbs.Encoder, ip netipAddr, port uint16) {
+		(&uverbs.CMAddr{IP: ip.As16(), Family: 4, Port: port}).Put(e)
+	}
+	f.Add(script(hello, channel, id,
+		msg(uverbs.OpCMBind, func(e *uverbs.Encoder) { e.U32(2); addr(e, ipA, 7174) }),
+		msg(uverbs.OpCMListen, func(e *uverbs.Encoder) { e.U32(2); e.U32(8) }),
+		msg(uverbs.OpCMQuery, func(e *uverbs.Encoder) { e.U32(2) }),
+		msg(uverbs.OpCMGetEvent, func(e *uverbs.Encoder) { e.U32(1) }),
+		msg(uverbs.OpCMDestroyID, func(e *uverbs.Encoder) { e.U32(2) })))
+	f.Add(script(hello, channel, id, pd, cq, qp,
+		msg(uverbs.OpCMResolveAddr, func(e *uverbs.Encoder) { e.U32(2); addr(e, ipA, 0); addr(e, ipA, 9); e.U32(10) }),
+		msg(uverbs.OpCMAttachQP, func(e *uverbs.Encoder) { e.U32(2); e.U32(5) }),
+		msg(uverbs.OpCMConnect, func(e *uverbs.Encoder) { e.U32(2); (&uverbs.CMConnParam{PrivateData: []byte("x")}).Put(e) }),
+		msg(uverbs.OpCMInitQPAttr, func(e *uverbs.Encoder) { e.U32(2); e.U8(2) }),
+		msg(uverbs.OpCMSetOption, func(e *uverbs.Encoder) { e.U32(2); e.U32(0); e.U32(0); e.Raw([]byte{4}) }),
+		msg(uverbs.OpCMDestroyChannel, func(e *uverbs.Encoder) { e.U32(1) })))
 	la, lb := verbs.NewMemLinkPair(9000)
 	_ = lb
 	dev, err := verbs.NewDevice(la, verbs.DeviceConfig{MAC: macA, GIDs: []netipAddr{ipA}, ActiveMTU: 1024})
@@ -64,7 +85,12 @@ func FuzzControl(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { bell.Close() })
-	srv := &Server{cfg: Config{Ifname: "fuzz", Device: dev, Group: -1}, page: page, bell: bell, owners: map[any]owner{}, stop: make(chan struct{})}
+	cm, err := rdmacm.Start(dev, rdmacm.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { cm.Close() })
+	srv := &Server{cfg: Config{Ifname: "fuzz", Device: dev, Group: -1}, page: page, bell: bell, cm: cm, owners: map[any]owner{}, stop: make(chan struct{})}
 	srv.log = discardLogger()
 	f.Fuzz(func(t *testing.T, in []byte) {
 		ss := newSession(srv, nil, ipc.Peer{PID: 1})

@@ -2,7 +2,6 @@ package rdmacm
 
 import (
 	"bytes"
-	"context"
 	"net"
 	"net/netip"
 	"os"
@@ -74,35 +73,16 @@ var (
 // hence node GUIDs, and addresses) and what they transmit.
 func vmPair(t *testing.T) (a, b *node, sent func() []wire.Packet) {
 	t.Helper()
-	la, lb := verbs.NewMemLinkPair(4096 + 200)
-	macs := map[netip.Addr]net.HardwareAddr{vmA: macVA, vmB: macVB}
-	resolve := func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) { return macs[ip], nil }
 	var mu sync.Mutex
 	var frames [][]byte
-	mk := func(l *verbs.MemLink, mac net.HardwareAddr, ip netip.Addr) *node {
-		dev, err := verbs.NewDevice(l, verbs.DeviceConfig{MAC: mac, GIDs: []netip.Addr{ip}, ActiveMTU: 4096, Resolve: resolve})
-		if err != nil {
-			t.Fatal(err)
-		}
-		dev.SetCapture(func(frame []byte, out bool) {
+	a, b = nodePair(t, pairSpec{ips: [2]netip.Addr{vmA, vmB}, macs: [2]net.HardwareAddr{macVA, macVB}, mtu: 4096,
+		capture: func(frame []byte, out bool) {
 			if out {
 				mu.Lock()
 				frames = append(frames, bytes.Clone(frame))
 				mu.Unlock()
 			}
-		})
-		svc, err := Start(dev, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { svc.Close(); dev.Close() })
-		n := &node{dev: dev, svc: svc, link: l}
-		n.pd, _ = dev.AllocPD()
-		n.cq, _ = dev.CreateCQ(64)
-		n.mr, _ = n.pd.AllocMR(1<<16, verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
-		return n
-	}
-	a, b = mk(la, macVA, vmA), mk(lb, macVB, vmB)
+		}})
 	return a, b, func() []wire.Packet {
 		mu.Lock()
 		defer mu.Unlock()

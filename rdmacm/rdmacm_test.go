@@ -38,21 +38,42 @@ var testOptions = Options{PacketLifetime: 10, ResponseTimeout: 12}
 
 func pairOf(t *testing.T) (*node, *node) {
 	t.Helper()
+	return nodePair(t, pairSpec{ips: [2]netip.Addr{ipA, ipB}, macs: [2]net.HardwareAddr{macA, macB}, mtu: 1024, opts: testOptions})
+}
+
+// pairSpec shapes two nodes on an in-memory link: their addresses, the
+// port MTU, the CM's options, and what watches each device's frames.
+type pairSpec struct {
+	ips     [2]netip.Addr
+	macs    [2]net.HardwareAddr
+	mtu     int
+	opts    Options
+	capture verbs.CaptureFunc
+}
+
+// nodePair makes the two nodes; each resolves the other's address, and an
+// unknown one never answers.
+func nodePair(t *testing.T, spec pairSpec) (*node, *node) {
+	t.Helper()
 	la, lb := verbs.NewMemLinkPair(4096 + 200)
-	macs := map[netip.Addr]net.HardwareAddr{ipA: macA, ipB: macB}
 	resolve := func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
-		if m, ok := macs[ip]; ok {
-			return m, nil
+		for i, a := range spec.ips {
+			if a == ip {
+				return spec.macs[i], nil
+			}
 		}
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	mk := func(l *verbs.MemLink, mac net.HardwareAddr, ip netip.Addr) *node {
-		dev, err := verbs.NewDevice(l, verbs.DeviceConfig{MAC: mac, GIDs: []netip.Addr{ip}, ActiveMTU: 1024, Resolve: resolve})
+	mk := func(l *verbs.MemLink, i int) *node {
+		dev, err := verbs.NewDevice(l, verbs.DeviceConfig{MAC: spec.macs[i], GIDs: []netip.Addr{spec.ips[i]}, ActiveMTU: spec.mtu, Resolve: resolve})
 		if err != nil {
 			t.Fatal(err)
 		}
-		svc, err := Start(dev, testOptions)
+		if spec.capture != nil {
+			dev.SetCapture(spec.capture)
+		}
+		svc, err := Start(dev, spec.opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +94,7 @@ func pairOf(t *testing.T) (*node, *node) {
 		}
 		return n
 	}
-	return mk(la, macA, ipA), mk(lb, macB, ipB)
+	return mk(la, 0), mk(lb, 1)
 }
 
 func (n *node) qp(t *testing.T, typ verbs.QPType) *verbs.QP {

@@ -248,15 +248,7 @@ func TestGoldenUDaddy(t *testing.T) {
 	if err := id.Bind(netip.AddrPortFrom(netip.IPv4Unspecified(), hdr.SrcPort)); err != nil {
 		t.Fatal(err)
 	}
-	if err := id.resolve(ctx, ch, netip.AddrPortFrom(vmB, 7174)); err != nil {
-		t.Fatal(err)
-	}
-	if err := id.AttachQP(a.qp(t, verbs.QPTypeUD)); err != nil {
-		t.Fatal(err)
-	}
-	if err := id.Connect(ConnParam{}); err != nil {
-		t.Fatal(err)
-	}
+	startConnect(t, ctx, id, ch, netip.AddrPortFrom(vmB, 7174), a.qp(t, verbs.QPTypeUD))
 	if e, err := wait(ctx, ch, EventEstablished); err != nil || e.UD.QPNum != qb.QPN() || e.UD.QKey != UDPQKey {
 		t.Fatalf("lookup %v %+v", err, e.UD)
 	}

@@ -327,15 +327,7 @@ func TestRefused(t *testing.T) {
 	ch := NewEventChannel()
 	id, _ := a.svc.CreateID(ch, PortSpaceTCP, nil)
 	defer id.Destroy()
-	if err := id.resolve(ctx, ch, netip.AddrPortFrom(ipB, 7175)); err != nil {
-		t.Fatal(err)
-	}
-	if err := id.AttachQP(a.qp(t, verbs.QPTypeRC)); err != nil {
-		t.Fatal(err)
-	}
-	if err := id.Connect(ConnParam{}); err != nil {
-		t.Fatal(err)
-	}
+	startConnect(t, ctx, id, ch, netip.AddrPortFrom(ipB, 7175), a.qp(t, verbs.QPTypeRC))
 	e, err := ch.Get(ctx)
 	if err != nil || e.Type != EventRejected || e.Status != int(cm.RejConsumerDefined) || !bytes.HasPrefix(e.Param.PrivateData, []byte("not today")) {
 		t.Fatalf("event %v, private data %q, %v", e, e.Param.PrivateData, err)
@@ -458,5 +450,19 @@ func TestUDLookup(t *testing.T) {
 	a.complete(t)
 	if wc := b.complete(t); wc.SrcQP != qa.QPN() || string(b.mr.Bytes()[40:48]) != "datagram" {
 		t.Fatalf("datagram %+v %q", wc, b.mr.Bytes()[40:48])
+	}
+}
+
+// startConnect resolves dst for id, gives it qp and sends the request.
+func startConnect(t *testing.T, ctx context.Context, id *ID, ch *EventChannel, dst netip.AddrPort, qp *verbs.QP) {
+	t.Helper()
+	if err := id.resolve(ctx, ch, dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.AttachQP(qp); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.Connect(ConnParam{}); err != nil {
+		t.Fatal(err)
 	}
 }

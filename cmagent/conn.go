@@ -209,6 +209,19 @@ func (c *Conn) sendREJ(which uint8, reason cm.RejReason, private []byte) {
 	c.a.send(c.peer, c.tid, rej)
 }
 
+// Ignore forgets a request without answering it, as Linux does when a
+// listener's backlog is full: the requester's retransmission is a new
+// request, which may find room.
+func (c *Conn) Ignore() {
+	a := c.a
+	a.mu.Lock()
+	defer a.unlock()
+	if c.passive && c.state == StateReqRcvd {
+		c.destroyed = true
+		a.forget(c)
+	}
+}
+
 // Establish sends the RTU that completes an active connection whose REP
 // arrived (the owner has moved its QP to RTS): ESTABLISHED follows.
 func (c *Conn) Establish(private []byte) error {

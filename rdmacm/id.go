@@ -389,9 +389,16 @@ func (id *ID) Listen(backlog int) error {
 // a new ID for it, announced on the listener's channel.
 func (l *ID) request(e cmagent.Event) {
 	l.mu.Lock()
-	if l.state != stateListen || l.pending >= l.backlog {
+	if l.state != stateListen {
 		l.mu.Unlock()
 		e.Conn.Reject(cm.RejConsumerDefined, nil)
+		return
+	}
+	if l.pending >= l.backlog {
+		// No answer, so the requester's retransmission may find room (Linux:
+		// no REJ for ENOMEM).
+		l.mu.Unlock()
+		e.Conn.Ignore()
 		return
 	}
 	listenAddr := l.src.Addr()

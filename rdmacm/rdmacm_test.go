@@ -466,3 +466,54 @@ func startConnect(t *testing.T, ctx context.Context, id *ID, ch *EventChannel, d
 		t.Fatal(err)
 	}
 }
+
+// TestBacklogFull: a request beyond the listener's backlog is not answered
+// (Linux sends no REJ for it), so the requester's retransmission finds room
+// once the first request is accepted, and both connect.
+func TestBacklogFull(t *testing.T) {
+	a, b := pairOf(t)
+	ctx := ctxFor(t, 10*time.Second)
+	l, err := b.svc.Listen(PortSpaceTCP, netip.AddrPortFrom(ipB, 7176), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dialed := make(chan error, 2)
+	for range 2 {
+		qp := a.qp(t, verbs.QPTypeRC)
+		go func() {
+			_, err := a.svc.Dial(ctx, qp, netip.AddrPortFrom(ipB, 7176), ConnParam{RetryCount: 7, RNRRetryCount: 7})
+			dialed <- err
+		}()
+	}
+	first, err := l.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both REQs arrived and the second was retransmitted a few times: still
+	// one request, and no refusal.
+	time.Sleep(150 * time.Millisecond)
+	if n := l.ch.Len(); n != 0 {
+		t.Fatalf("%d more requests past a backlog of 1", n)
+	}
+	select {
+	case err := <-dialed:
+		t.Fatalf("a dial ended while its request waited for room: %v", err)
+	default:
+	}
+	if _, err := first.Accept(ctx, b.qp(t, verbs.QPTypeRC), nil); err != nil {
+		t.Fatal(err)
+	}
+	second, err := l.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Accept(ctx, b.qp(t, verbs.QPTypeRC), nil); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-dialed; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -64,6 +64,21 @@ func ParseTool(name string) (Tool, error) {
 	return Tool{}, fmt.Errorf("perftest: unknown tool %q (want one of ib_{send,write,read,atomic}_{bw,lat})", name)
 }
 
+// ConnType is the transport of the data QPs (-c).
+type ConnType int
+
+const (
+	RC ConnType = iota
+	UD
+)
+
+func (t ConnType) String() string {
+	if t == UD {
+		return "UD"
+	}
+	return "RC"
+}
+
 // AtomicOp is the operation of the atomic tests (-A).
 type AtomicOp int
 
@@ -108,15 +123,25 @@ const (
 	cacheLine     = 64
 	minRNRTimer   = 12
 	qpTimeout     = 14
-	defInlineRC   = 236 // DEF_INLINE_SEND_RC_UC
-	defInlineW    = 220 // DEF_INLINE_WRITE
-	latencyTail   = 2   // LAT_MEASURE_TAIL: the slowest samples a latency report drops
+	defInlineRC   = 236   // DEF_INLINE_SEND_RC_UC
+	defInlineW    = 220   // DEF_INLINE_WRITE
+	defInlineUD   = 188   // DEF_INLINE_SEND_UD
+	maxInlineUD   = 884   // MAX_INLINE_UD
+	maxRxUD       = 16000 // UC_MAX_RX: UD's receive depth follows -n up to it
+	grhSize       = 40    // UD_ADDITION: the GRH area in front of a datagram
+	latencyTail   = 2     // LAT_MEASURE_TAIL: the slowest samples a latency report drops
 )
 
 // Config is one run of a tool, as perftest's command line sets it. Zero
 // values take perftest's defaults (Normalize).
 type Config struct {
 	Tool Tool
+	// Conn is the data QPs' transport: RC, or UD (SEND tools only).
+	Conn ConnType
+	// RDMACM connects the data QPs with rdma_cm and exchanges the
+	// out-of-band messages over an rdma_cm connection of their own, both
+	// on Port (-R).
+	RDMACM bool
 	// Server is the server's address; empty runs the server side.
 	Server string
 	// Bind is the address the server listens on; empty is every address,
@@ -155,6 +180,10 @@ type Config struct {
 	OwnMemory bool
 	// Timeout bounds each out-of-band exchange and each wait for the peer.
 	Timeout time.Duration
+
+	// sizeDefaulted records that Normalize chose Size: UD may then lower
+	// it to the path MTU (perftest's check_mtu).
+	sizeDefaulted bool
 }
 
 // Normalize fills perftest's defaults and applies its dependencies between
@@ -176,11 +205,18 @@ func (c *Config) Normalize() error {
 		}
 		c.Size = defSizeAtomic
 	}
+	if c.Conn == UD && c.Tool.Verb != Send {
+		return errors.New("perftest: UD connection only possible in SEND verb")
+	}
+	if c.Conn == UD && !c.RDMACM {
+		return errors.New("perftest: UD runs over rdma_cm (RDMACM) only")
+	}
 	if c.Size == 0 {
 		c.Size = defSizeLat
 		if bw {
 			c.Size = defSizeBW
 		}
+		c.sizeDefaulted = true
 	}
 	if c.Size < 1 || c.Size > maxSize {
 		return fmt.Errorf("perftest: message size %d out of range 1..%d", c.Size, maxSize)
@@ -205,6 +241,10 @@ func (c *Config) Normalize() error {
 		if c.Tool.Verb == Send {
 			c.RxDepth = defRxSend
 		}
+		if c.Conn == UD && c.Duration == 0 {
+			// Datagrams find no receive otherwise: all of them are posted.
+			c.RxDepth = min(c.Iters, maxRxUD)
+		}
 	}
 	explicitCQMod := c.CQMod != 0
 	if c.CQMod == 0 {
@@ -213,6 +253,8 @@ func (c *Config) Normalize() error {
 	if c.Inline < 0 {
 		c.Inline = 0
 		switch {
+		case c.Tool.Verb == Send && c.Conn == UD:
+			c.Inline = defInlineUD
 		case c.Tool.Verb == Send:
 			c.Inline = defInlineRC
 		case c.Tool.Verb == Write:
@@ -221,6 +263,9 @@ func (c *Config) Normalize() error {
 	}
 	if c.Tool.Verb == Read || c.Tool.Verb == Atomic {
 		c.Inline = 0
+	}
+	if c.Conn == UD {
+		c.Inline = min(c.Inline, maxInlineUD)
 	}
 	if c.Duration > 0 {
 		if c.AllSizes {
@@ -238,7 +283,7 @@ func (c *Config) Normalize() error {
 	if c.AllSizes {
 		c.Size = maxSize
 	}
-	if c.Size > cqModLimit && !c.AllSizes && !explicitCQMod {
+	if c.Size > cqModLimit && !c.AllSizes && !explicitCQMod && c.Conn != UD {
 		c.CQMod = 1
 	}
 	c.CQMod = min(c.CQMod, c.TxDepth)
@@ -255,12 +300,13 @@ func (c *Config) Normalize() error {
 }
 
 // sizes is the message sizes a run measures: -a's sweep or the one size.
+// The sweep goes from 2 bytes up to Size: 8 MiB, or for UD the path MTU.
 func (c *Config) sizes() []int {
 	if !c.AllSizes {
 		return []int{c.Size}
 	}
 	var s []int
-	for i := 1; i < 24; i++ {
+	for i := 1; i < 24 && 1<<i <= c.Size; i++ {
 		s = append(s, 1<<i)
 	}
 	return s

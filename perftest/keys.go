@@ -1,6 +1,7 @@
 package perftest
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -18,6 +19,9 @@ type Dest struct {
 	VAddr    uint64
 	GID      [16]byte
 	SRQN     uint32
+	// GIDIndex is the sender's GID index; only the binary struct carries
+	// it, and no reader uses it.
+	GIDIndex int32
 }
 
 // KeyMsgSize is the length of a key message with a GID, NUL included
@@ -80,3 +84,39 @@ func ParseDest(msg []byte) (Dest, error) {
 
 // Addr is the GID as an IP address (IPv4-mapped GIDs unmapped).
 func (d Dest) Addr() netip.Addr { return netip.AddrFrom16(d.GID).Unmap() }
+
+// DestStructSize is the size of struct pingpong_dest as perftest sends it
+// over an rdma_cm control connection (-R): binary, on x86-64.
+const DestStructSize = 56
+
+// MarshalStruct lays d out as perftest's rdma_write_keys sends it: struct
+// pingpong_dest with every field big-endian (htobe32/htobe64) — lid,
+// out_reads, qpn, psn, rkey, 4 bytes of padding, vaddr, the raw GID, srqn,
+// gid_index. perftest leaves the padding uninitialised; it is zero here.
+func (d Dest) MarshalStruct() []byte {
+	b := make([]byte, DestStructSize)
+	binary.BigEndian.PutUint32(b[0:], uint32(d.LID))
+	binary.BigEndian.PutUint32(b[4:], uint32(d.OutReads))
+	binary.BigEndian.PutUint32(b[8:], d.QPN)
+	binary.BigEndian.PutUint32(b[12:], d.PSN)
+	binary.BigEndian.PutUint32(b[16:], d.RKey)
+	binary.BigEndian.PutUint64(b[24:], d.VAddr)
+	copy(b[32:48], d.GID[:])
+	binary.BigEndian.PutUint32(b[48:], d.SRQN)
+	binary.BigEndian.PutUint32(b[52:], uint32(d.GIDIndex))
+	return b
+}
+
+// ParseDestStruct reads a binary struct pingpong_dest as perftest's
+// rdma_read_keys does: lid, out_reads, qpn, psn, rkey, vaddr and the GID
+// (and here srqn and gid_index as well, which perftest ignores).
+func ParseDestStruct(b []byte) (Dest, error) {
+	if len(b) != DestStructSize {
+		return Dest{}, fmt.Errorf("perftest: key struct of %d bytes, want %d", len(b), DestStructSize)
+	}
+	d := Dest{LID: uint16(binary.BigEndian.Uint32(b[0:])), OutReads: uint16(binary.BigEndian.Uint32(b[4:])),
+		QPN: binary.BigEndian.Uint32(b[8:]), PSN: binary.BigEndian.Uint32(b[12:]), RKey: binary.BigEndian.Uint32(b[16:]),
+		VAddr: binary.BigEndian.Uint64(b[24:]), SRQN: binary.BigEndian.Uint32(b[48:]), GIDIndex: int32(binary.BigEndian.Uint32(b[52:]))}
+	copy(d.GID[:], b[32:48])
+	return d, nil
+}

@@ -25,16 +25,37 @@ const Version = "6.06"
 
 const versionSize = 16
 
-// oob is perftest's out-of-band channel: one TCP connection on which every
-// exchange is lock-step and of a fixed size. The client writes first and
-// then reads; the server reads first and then writes. perftest reads with a
-// single read(2), so each message goes out in one write.
+// channel carries perftest's out-of-band messages: TCP by default, or
+// with -R a control connection of its own made with rdma_cm (cm.go).
+type channel interface {
+	// write sends one message; read receives the next, of n bytes. A zero
+	// deadline waits as long as the channel lives.
+	write(b []byte, deadline time.Time) error
+	read(n int, deadline time.Time) ([]byte, error)
+	// marshalDest and parseDest are the channel's key message: ASCII text
+	// over TCP, the binary struct over rdma_cm.
+	marshalDest(d Dest) []byte
+	parseDest(b []byte) (Dest, error)
+	// finish ends the conversation after the closing hand shake.
+	finish() error
+	// abort fails the exchange under way, from any goroutine.
+	abort()
+	// close releases the channel.
+	close() error
+}
+
+// oob is perftest's out-of-band exchange: every exchange is lock-step and
+// of a fixed size. The client writes first and then reads; the server
+// reads first and then writes. perftest reads with a single read(2) (or
+// one receive), so each message goes out in one write.
 type oob struct {
-	conn   net.Conn
+	ch     channel
 	server bool
 	// timeout bounds each exchange: a peer that stops answering fails the
 	// run instead of hanging it.
 	timeout time.Duration
+	// sent, if set, sees every message written (tests record them).
+	sent func([]byte)
 }
 
 // exchange sends out and returns the peer's message of the same size,
@@ -42,32 +63,29 @@ type oob struct {
 func (o *oob) exchange(out []byte) ([]byte, error) { return o.exchangeWithin(out, o.timeout) }
 
 // exchangeWithin is exchange with its own bound; 0 waits as long as the
-// connection lives (the run's context still ends it).
+// channel lives (the run's context still ends it).
 func (o *oob) exchangeWithin(out []byte, timeout time.Duration) ([]byte, error) {
-	in := make([]byte, len(out))
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	if err := o.conn.SetDeadline(deadline); err != nil {
-		return nil, err
+	write := func() error {
+		if o.sent != nil {
+			o.sent(out)
+		}
+		return o.ch.write(out, deadline)
 	}
 	if o.server {
-		if _, err := io.ReadFull(o.conn, in); err != nil {
-			return nil, fmt.Errorf("perftest: reading %d bytes from the peer: %w", len(in), err)
+		in, err := o.ch.read(len(out), deadline)
+		if err != nil {
+			return nil, err
 		}
-		if _, err := o.conn.Write(out); err != nil {
-			return nil, fmt.Errorf("perftest: writing %d bytes to the peer: %w", len(out), err)
-		}
-		return in, nil
+		return in, write()
 	}
-	if _, err := o.conn.Write(out); err != nil {
-		return nil, fmt.Errorf("perftest: writing %d bytes to the peer: %w", len(out), err)
+	if err := write(); err != nil {
+		return nil, err
 	}
-	if _, err := io.ReadFull(o.conn, in); err != nil {
-		return nil, fmt.Errorf("perftest: reading %d bytes from the peer: %w", len(in), err)
-	}
-	return in, nil
+	return o.ch.read(len(out), deadline)
 }
 
 // versions exchanges version strings and checks the peer's is one this
@@ -134,11 +152,11 @@ func (o *oob) mtu(m int) (int, error) {
 
 // keys exchanges one QP's key message.
 func (o *oob) keys(d Dest) (Dest, error) {
-	in, err := o.exchange(d.Marshal())
+	in, err := o.exchange(o.ch.marshalDest(d))
 	if err != nil {
 		return Dest{}, err
 	}
-	return ParseDest(in)
+	return o.ch.parseDest(in)
 }
 
 // barrier is a key exchange whose content nobody reads: perftest's
@@ -151,20 +169,57 @@ func (o *oob) barrier(d Dest) error {
 // awaitPeer is a hand shake that waits for however long the peer runs its
 // test first: a passive server meets its client only when the client is done.
 func (o *oob) awaitPeer(d Dest) error {
-	_, err := o.exchangeWithin(d.Marshal(), 0)
+	_, err := o.exchangeWithin(o.ch.marshalDest(d), 0)
 	return err
 }
 
 // closeConn ends the conversation as perftest's ctx_close_connection: one
-// last hand shake (the peer may still be running), then each side writes
-// "done" with its NUL and closes, reading nothing.
+// last hand shake (the peer may still be running), then what the channel
+// does at its end (over TCP, "done").
 func (o *oob) closeConn(d Dest) error {
 	if err := o.awaitPeer(d); err != nil {
 		return err
 	}
-	_, err := o.conn.Write([]byte("done\x00"))
-	return errors.Join(err, o.conn.Close())
+	return o.ch.finish()
 }
+
+// tcpChannel is perftest's default channel: one TCP connection.
+type tcpChannel struct{ conn net.Conn }
+
+func (t *tcpChannel) write(b []byte, deadline time.Time) error {
+	if err := t.conn.SetDeadline(deadline); err != nil {
+		return err
+	}
+	if _, err := t.conn.Write(b); err != nil {
+		return fmt.Errorf("perftest: writing %d bytes to the peer: %w", len(b), err)
+	}
+	return nil
+}
+
+func (t *tcpChannel) read(n int, deadline time.Time) ([]byte, error) {
+	if err := t.conn.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	in := make([]byte, n)
+	if _, err := io.ReadFull(t.conn, in); err != nil {
+		return nil, fmt.Errorf("perftest: reading %d bytes from the peer: %w", n, err)
+	}
+	return in, nil
+}
+
+func (t *tcpChannel) marshalDest(d Dest) []byte        { return d.Marshal() }
+func (t *tcpChannel) parseDest(b []byte) (Dest, error) { return ParseDest(b) }
+
+// finish writes "done" with its NUL and closes, reading nothing, as
+// perftest's ctx_close_connection over TCP.
+func (t *tcpChannel) finish() error {
+	_, err := t.conn.Write([]byte("done\x00"))
+	return errors.Join(err, t.conn.Close())
+}
+
+func (t *tcpChannel) abort() { t.conn.Close() }
+
+func (t *tcpChannel) close() error { return t.conn.Close() }
 
 // dial connects to a perftest server, retrying while it is not yet
 // listening, until ctx ends.

@@ -29,7 +29,7 @@ func (s *session) printInfo() {
 	fmt.Fprintf(w, "%*s\n", 20+len(title), title)
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : xdproce\n")
 	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", c.QPs)
-	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
+	fmt.Fprintf(w, " Connection type : %v\t\tUsing SRQ      : OFF\n", c.Conn)
 	fmt.Fprintf(w, " TX depth        : %d\n", c.TxDepth)
 	if c.Tool.Verb == Send {
 		fmt.Fprintf(w, " RX depth        : %d\n", c.RxDepth)
@@ -41,8 +41,19 @@ func (s *session) printInfo() {
 	fmt.Fprintf(w, " Link type       : Ethernet\n")
 	fmt.Fprintf(w, " GID index       : %d\n", s.gidIndex)
 	fmt.Fprintf(w, " Max inline data : %d[B]\n", c.Inline)
-	fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
-	fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	if c.RDMACM {
+		fmt.Fprintf(w, " rdma_cm QPs\t : ON\n")
+		fmt.Fprintf(w, " Data ex. method : rdma_cm")
+		if s.server() {
+			// perftest prints it after the connections are made.
+			fmt.Fprintf(w, "\n%s Waiting for client rdma_cm QP to connect\n", resultLine)
+			fmt.Fprintf(w, " Please run the same command with the IB/RoCE interface IP")
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
+		fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	}
 	if c.Verify {
 		fmt.Fprintf(w, " Data validation : ON (xdproce --verify)\n")
 	}

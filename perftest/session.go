@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/xdproce/xdproce/rdmacm"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -50,6 +51,25 @@ type session struct {
 	gidIndex int
 	// wrap, if set, wraps the out-of-band connection (tests record it).
 	wrap func(net.Conn) net.Conn
+	// sent, if set, sees every out-of-band message this side writes.
+	sent func([]byte)
+
+	// With -R (cm.go): the device's connection manager, its options, and
+	// the data connections.
+	svc    *rdmacm.Service
+	cmOpts rdmacm.Options
+	cm     *cmState
+	// cmStopped, if set, sees the connection manager just before it stops
+	// (tests check that nothing is left).
+	cmStopped func(*rdmacm.Service)
+	// lateListen, if set, makes a server listen for the data connections
+	// that long after its side of the hand shake before them (tests: the
+	// race of perftest's own order).
+	lateListen time.Duration
+	// UD: how each QP reaches its peer.
+	ahs    []*verbs.AddressHandle
+	remQPN []uint32
+	remKey []uint32
 }
 
 // Run runs cfg's tool on dev against one peer and prints perftest's report
@@ -63,29 +83,53 @@ func run(ctx context.Context, s *session) ([]Result, error) {
 		return nil, err
 	}
 	defer s.close()
+	if s.cfg.RDMACM {
+		svc, err := startCM(s.dev, s.cmOpts)
+		if err != nil {
+			return nil, err
+		}
+		s.svc = svc
+	}
 	if err := s.connectOOB(ctx); err != nil {
 		return nil, err
 	}
-	// A peer that stops answering must not hang the run: closing the
-	// connection fails the exchange under way.
-	stop := context.AfterFunc(ctx, func() { s.oob.conn.Close() })
+	// A peer that stops answering must not hang the run: aborting the
+	// channel fails the exchange under way.
+	stop := context.AfterFunc(ctx, s.oob.ch.abort)
 	defer stop()
 	if err := s.negotiate(); err != nil {
 		return nil, err
 	}
-	if err := s.setup(); err != nil {
+	if err := s.setup(ctx); err != nil {
 		return nil, err
 	}
-	return s.run(ctx)
+	results, err := s.run(ctx)
+	if err == nil && s.cm != nil {
+		// rdma_cm's teardown: the data connections close before the
+		// resources go. As perftest's destroy_ctx, a disconnection that
+		// fails is reported and does not fail the run.
+		if derr := s.cmDisconnect(); derr != nil {
+			fmt.Fprintf(s.out, " Failed to disconnect RDMA CM nodes: %v\n", derr)
+		}
+	}
+	return results, err
 }
 
 func (s *session) server() bool { return s.cfg.Server == "" }
 
 func (s *session) connectOOB(ctx context.Context) error {
+	if s.cfg.RDMACM {
+		ch, err := s.connectControl(ctx) // the server prints its banner once it listens
+		if err != nil {
+			return err
+		}
+		s.oob = &oob{ch: ch, server: s.server(), timeout: s.cfg.Timeout, sent: s.sent}
+		return nil
+	}
 	var conn net.Conn
 	var err error
 	if s.server() {
-		fmt.Fprintf(s.out, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+		s.printWaiting()
 		conn, err = accept(ctx, s.cfg.Bind, s.cfg.Port)
 	} else {
 		dctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
@@ -98,8 +142,13 @@ func (s *session) connectOOB(ctx context.Context) error {
 	if s.wrap != nil {
 		conn = s.wrap(conn)
 	}
-	s.oob = &oob{conn: conn, server: s.server(), timeout: s.cfg.Timeout}
+	s.oob = &oob{ch: &tcpChannel{conn: conn}, server: s.server(), timeout: s.cfg.Timeout, sent: s.sent}
 	return nil
+}
+
+// printWaiting is the server's banner before its client comes.
+func (s *session) printWaiting() {
+	fmt.Fprintf(s.out, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 }
 
 // negotiate runs perftest's opening exchanges: versions, the cycle buffer
@@ -132,14 +181,38 @@ func (s *session) negotiate() error {
 		fmt.Fprintf(s.out, " Requested mtu is higher than active mtu \n Changing to active mtu - %d\n", active)
 		mine = active
 	}
-	s.mtu, err = s.oob.mtu(mine)
-	return err
+	if s.mtu, err = s.oob.mtu(mine); err != nil {
+		return err
+	}
+	return s.fitUD()
 }
 
-// setup creates the PD, CQs, buffer and QPs (taken to INIT) and this
-// side's key messages, laid out as perftest lays out its buffer: QP i sends
-// from slot i and is the target of the peer's operations in slot QPs+i.
-func (s *session) setup() error {
+// fitUD applies perftest's check_mtu to UD, whose messages are single
+// packets: a size above the path MTU becomes the MTU when it was not asked
+// for (or with -a), and is an error when it was.
+func (s *session) fitUD() error {
+	c := &s.cfg
+	if c.Conn != UD {
+		return nil
+	}
+	mtu := verbs.MTU(s.mtu).Bytes()
+	switch {
+	case c.AllSizes:
+		c.Size = min(c.Size, mtu)
+	case c.Size > mtu && c.sizeDefaulted:
+		fmt.Fprintf(s.out, " Max msg size in UD is MTU %d\n Changing to this MTU\n", mtu)
+		c.Size = mtu
+	case c.Size > mtu:
+		return fmt.Errorf("perftest: max message size in UD cannot be greater than the MTU (%d bytes)", mtu)
+	}
+	return nil
+}
+
+// setup creates the PD, CQs, buffer and QPs (taken to INIT; with -R
+// connected by rdma_cm) and this side's key messages, laid out as perftest
+// lays out its buffer: QP i sends from slot i and is the target of the
+// peer's operations in slot QPs+i.
+func (s *session) setup(ctx context.Context) error {
 	c := &s.cfg
 	var err error
 	if s.pd, err = s.dev.AllocPD(); err != nil {
@@ -153,9 +226,62 @@ func (s *session) setup() error {
 		return fmt.Errorf("perftest: receive CQ: %w", err)
 	}
 	s.slot = slotSize(c.Size, s.cycle)
+	if c.Conn == UD {
+		// Room for the GRH area in front of a receive of the largest size.
+		s.slot = slotSize(c.Size+grhSize+cacheLine, s.cycle)
+	}
 	bufSize := stride(s.slot, s.line) * 2 * c.QPs
+	if c.OwnMemory {
+		s.mr, err = s.pd.RegMR(make([]byte, bufSize), s.access())
+	} else {
+		s.mr, err = s.pd.AllocMR(bufSize, s.access())
+	}
+	if err != nil {
+		return fmt.Errorf("perftest: registering %d bytes: %w", bufSize, err)
+	}
+	s.fill()
+	s.qps = make([]*verbs.QP, c.QPs)
+	if s.gidIndex, err = s.pickGID(); err != nil {
+		return err
+	}
+	if c.RDMACM {
+		// rdma_cm creates and connects the QPs.
+		if err := s.cmConnect(ctx); err != nil {
+			return err
+		}
+	} else {
+		for i := range c.QPs {
+			qp, err := s.createQP(i)
+			if err != nil {
+				return err
+			}
+			if err := qp.Modify(verbs.QPAttr{State: verbs.StateInit, Port: 1, AccessFlags: s.access()},
+				verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+				return fmt.Errorf("perftest: QP %d to INIT: %w", i, err)
+			}
+		}
+	}
+	gid, err := s.dev.QueryGID(s.gidIndex)
+	if err != nil {
+		return fmt.Errorf("perftest: GID %d: %w", s.gidIndex, err)
+	}
+	outReads := s.outReads()
+	if c.Tool.Verb == Send || c.Tool.Verb == Write {
+		outReads = 1 // perftest offers 1 where no READ or atomic runs
+	}
+	for i, qp := range s.qps {
+		d := Dest{OutReads: uint16(outReads), QPN: qp.QPN(), PSN: rand.Uint32() & 0xffffff,
+			RKey: s.mr.RKey(), VAddr: s.mr.Addr() + uint64((c.QPs+i)*s.slot), GID: gid.As16(), GIDIndex: int32(s.gidIndex)}
+		s.my = append(s.my, d)
+	}
+	s.rem = make([]Dest, c.QPs)
+	return nil
+}
+
+// access is what the buffer and the QPs allow the peer.
+func (s *session) access() verbs.Access {
 	access := verbs.AccessLocalWrite
-	switch c.Tool.Verb {
+	switch s.cfg.Tool.Verb {
 	case Write:
 		access |= verbs.AccessRemoteWrite
 	case Read:
@@ -163,47 +289,34 @@ func (s *session) setup() error {
 	case Atomic:
 		access |= verbs.AccessRemoteAtomic
 	}
-	if c.OwnMemory {
-		s.mr, err = s.pd.RegMR(make([]byte, bufSize), access)
-	} else {
-		s.mr, err = s.pd.AllocMR(bufSize, access)
+	return access
+}
+
+// outReads is the READs and atomics this side serves at once: the device's
+// maximum, or -o's.
+func (s *session) outReads() int {
+	n := s.dev.QueryDevice().MaxQPRdAtom
+	if s.cfg.OutReads > 0 {
+		n = min(n, s.cfg.OutReads)
 	}
+	return n
+}
+
+// createQP makes QP i (RC or UD) with perftest's capabilities.
+func (s *session) createQP(i int) (*verbs.QP, error) {
+	c := &s.cfg
+	typ := verbs.QPTypeRC
+	if c.Conn == UD {
+		typ = verbs.QPTypeUD
+	}
+	qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: typ, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
+		Cap: verbs.QPCap{MaxSendWR: 2 * c.TxDepth, MaxRecvWR: c.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1,
+			MaxInlineData: c.Inline}})
 	if err != nil {
-		return fmt.Errorf("perftest: registering %d bytes: %w", bufSize, err)
+		return nil, fmt.Errorf("perftest: creating QP %d: %w", i, err)
 	}
-	s.fill()
-	if s.gidIndex, err = s.pickGID(); err != nil {
-		return err
-	}
-	gid, err := s.dev.QueryGID(s.gidIndex)
-	if err != nil {
-		return fmt.Errorf("perftest: GID %d: %w", s.gidIndex, err)
-	}
-	outReads := s.dev.QueryDevice().MaxQPRdAtom
-	if c.OutReads > 0 {
-		outReads = min(outReads, c.OutReads)
-	}
-	if c.Tool.Verb == Send || c.Tool.Verb == Write {
-		outReads = 1 // perftest offers 1 where no READ or atomic runs
-	}
-	for i := range c.QPs {
-		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
-			Cap: verbs.QPCap{MaxSendWR: 2 * c.TxDepth, MaxRecvWR: c.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1,
-				MaxInlineData: c.Inline}})
-		if err != nil {
-			return fmt.Errorf("perftest: creating QP %d: %w", i, err)
-		}
-		s.qps = append(s.qps, qp)
-		if err := qp.Modify(verbs.QPAttr{State: verbs.StateInit, Port: 1, AccessFlags: access},
-			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
-			return fmt.Errorf("perftest: QP %d to INIT: %w", i, err)
-		}
-		d := Dest{OutReads: uint16(outReads), QPN: qp.QPN(), PSN: rand.Uint32() & 0xffffff,
-			RKey: s.mr.RKey(), VAddr: s.mr.Addr() + uint64((c.QPs+i)*s.slot), GID: gid.As16()}
-		s.my = append(s.my, d)
-	}
-	s.rem = make([]Dest, c.QPs)
-	return nil
+	s.qps[i] = qp
+	return qp, nil
 }
 
 // pickGID takes -x's index, or else the first IPv4-mapped GID (perftest's
@@ -239,8 +352,12 @@ func (s *session) keys() error {
 // barrier is one hand shake used as a synchronisation point.
 func (s *session) barrier() error { return s.oob.barrier(s.my[0]) }
 
-// connect takes every QP through RTR to RTS with perftest's attributes.
+// connect takes every QP through RTR to RTS with perftest's attributes
+// (with -R, rdma_cm has done it).
 func (s *session) connect() error {
+	if s.cfg.RDMACM {
+		return nil
+	}
 	for i, qp := range s.qps {
 		r, m := s.rem[i], s.my[i]
 		if r.Addr().Is4() != m.Addr().Is4() {
@@ -257,16 +374,30 @@ func (s *session) connect() error {
 	return nil
 }
 
-// close destroys what setup created and closes the channel.
+// close destroys what setup created and closes the channel (with -R,
+// the connection manager last).
 func (s *session) close() {
+	if s.cm != nil {
+		s.cmRelease()
+	}
+	for _, ah := range s.ahs {
+		if ah != nil {
+			ah.Destroy()
+		}
+	}
 	for _, qp := range s.qps {
-		qp.Destroy()
+		if qp != nil {
+			qp.Destroy()
+		}
 	}
 	if s.mr != nil {
 		s.mr.Dereg()
 	}
 	if s.oob != nil {
-		s.oob.conn.Close()
+		s.oob.ch.close()
+	}
+	if s.svc != nil {
+		s.stopCM()
 	}
 }
 

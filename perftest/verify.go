@@ -28,6 +28,18 @@ func checkPattern(b []byte, off int) error {
 	return nil
 }
 
+// checkPatternRun reports whether b is a run of the pattern from any
+// offset: a datagram whose sending position the receiver does not know.
+func checkPatternRun(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if b[0] == 0 || b[0] > 251 {
+		return fmt.Errorf("data mismatch: first byte %#02x is no pattern byte", b[0])
+	}
+	return checkPattern(b, int(b[0])-1)
+}
+
 // fill prepares the buffer as perftest does (random bytes; zeros for
 // write_lat, whose receivers poll a byte), or, with Verify, for checking:
 // the slots this side sends from hold the pattern, and so do the targets a

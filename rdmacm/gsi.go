@@ -30,6 +30,7 @@ type gsi struct {
 	freeSend []int
 	// dropped counts MADs not sent: no address handle, no send slot.
 	dropped uint64
+	ready   bool // set up: every send slot accounted for
 }
 
 type outMAD struct {
@@ -92,6 +93,7 @@ func newGSI(dev *verbs.Device, sgid func(netip.Addr) (int, bool)) (*gsi, error) 
 	for i := range gsiSends {
 		g.freeSend = append(g.freeSend, gsiRecvs+i)
 	}
+	g.ready = true
 	return g, nil
 }
 
@@ -124,6 +126,14 @@ func (g *gsi) wake() {
 	}
 }
 
+// drain waits, at most d, until the sender goroutine has taken every
+// queued MAD.
+func (g *gsi) drain(d time.Duration) {
+	for end := time.Now().Add(d); len(g.out) > 0 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // receive runs until ctx ends: every MAD that arrives goes to the agent.
 func (g *gsi) receive(ctx context.Context) {
 	wcs := make([]verbs.WorkCompletion, 32)
@@ -145,8 +155,8 @@ func (g *gsi) receive(ctx context.Context) {
 					return
 				}
 			} else if wc.ByteLen == gsiRecvLen {
-				if src, ok := grhSource(g.buf(i)); ok {
-					g.agent.Receive(src, g.buf(i)[wire.GRHLen:])
+				if ah, err := verbs.AHFromGRH(g.buf(i), 0); err == nil {
+					g.agent.Receive(ah.DGID, g.buf(i)[wire.GRHLen:])
 				}
 			}
 			if g.postRecv(i) != nil {
@@ -155,19 +165,6 @@ func (g *gsi) receive(ctx context.Context) {
 		}
 		g.wake()
 	}
-}
-
-// grhSource is the sender's address in a UD receive's GRH area: IPv4's
-// header sits in its last 20 bytes (rxe leaves the first 20 zero), IPv6's
-// fills it.
-func grhSource(b []byte) (netip.Addr, bool) {
-	switch {
-	case b[20]>>4 == 4:
-		return netip.AddrFrom4([4]byte(b[32:36])), true
-	case b[0]>>4 == 6:
-		return netip.AddrFrom16([16]byte(b[8:24])), true
-	}
-	return netip.Addr{}, false
 }
 
 // send runs until ctx ends: it transmits queued MADs and runs the agent's
@@ -232,8 +229,19 @@ func (g *gsi) transmit(ctx context.Context, m outMAD) {
 	}
 }
 
-// close destroys QP1 and its resources (after both goroutines ended).
+// close destroys QP1 and its resources (after both goroutines ended),
+// once the sends posted last have left (100 ms at most).
 func (g *gsi) close() {
+	wcs := make([]verbs.WorkCompletion, gsiSends)
+	for end := time.Now().Add(100 * time.Millisecond); g.ready && len(g.freeSend) < gsiSends && time.Now().Before(end); {
+		n := g.scq.Poll(wcs)
+		for _, wc := range wcs[:n] {
+			g.freeSend = append(g.freeSend, int(wc.WRID))
+		}
+		if n == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
 	if g.qp != nil {
 		g.qp.Destroy()
 	}

@@ -410,9 +410,13 @@ func (l *ID) request(e cmagent.Event) {
 		return
 	}
 	hdr, err := cm.GetIPHeader(e.PrivateData)
+	if err != nil {
+		e.Conn.Reject(cm.RejConsumerDefined, nil)
+		return
+	}
 	dst := hdr.Dst.Unmap()
 	sgid := l.s.gidIndex(dst)
-	if err != nil || sgid < 0 || e.Peer.Unmap() != hdr.Src.Unmap() ||
+	if sgid < 0 || e.Peer.Unmap() != hdr.Src.Unmap() ||
 		(listenAddr.IsValid() && !listenAddr.IsUnspecified() && listenAddr != dst) {
 		// Not rdma_cm's, not to us, or to another address than the
 		// listener's: Linux's cma finds no listener and rejects.

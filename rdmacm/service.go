@@ -145,6 +145,9 @@ func (s *Service) Close() error {
 		s.rem.close()
 		return nil
 	}
+	// What the CM queued last (a DREQ or DREP of an ID destroyed just
+	// before) still goes out.
+	s.gsi.drain(100 * time.Millisecond)
 	s.cancel()
 	s.wg.Wait()
 	s.gsi.close()

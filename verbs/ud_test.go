@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -310,5 +311,29 @@ func TestSharedUDUnknownAddressHandle(t *testing.T) {
 	after, _ := d.Counters()
 	if qp.State() != StateErr || after.BadSharedWQE != before.BadSharedWQE+1 {
 		t.Fatalf("QP in %v, bad_shared_wqe %d → %d", qp.State(), before.BadSharedWQE, after.BadSharedWQE)
+	}
+}
+
+// TestAHFromGRH: the address handle that answers a datagram comes from its
+// GRH area as the device fills it (wire.PutGRH), as ibv_create_ah_from_wc
+// builds it.
+func TestAHFromGRH(t *testing.T) {
+	var v4 [wire.GRHLen]byte
+	wire.PutGRH(&v4, &wire.IP{Src: netip.MustParseAddr("198.18.0.11"), Dst: netip.MustParseAddr("198.18.0.2"), TOS: 8, TTL: 64}, 100)
+	ah, err := AHFromGRH(v4[:], 1)
+	if err != nil || ah.DGID != netip.MustParseAddr("198.18.0.11") || ah.SGIDIndex != 1 || ah.HopLimit != 0xff || ah.TrafficClass != 8 {
+		t.Fatalf("IPv4: %+v, %v", ah, err)
+	}
+	var v6 [wire.GRHLen]byte
+	wire.PutGRH(&v6, &wire.IP{V6: true, Src: netip.MustParseAddr("fd00::11"), Dst: netip.MustParseAddr("fd00::2"), TOS: 0x12, FlowLabel: 5, TTL: 64}, 100)
+	ah, err = AHFromGRH(v6[:], 0)
+	if err != nil || ah.DGID != netip.MustParseAddr("fd00::11") || ah.TrafficClass != 0x12 || ah.FlowLabel != 5 {
+		t.Fatalf("IPv6: %+v, %v", ah, err)
+	}
+	if _, err := AHFromGRH(make([]byte, wire.GRHLen), 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an empty GRH area: %v", err)
+	}
+	if _, err := AHFromGRH(v4[:39], 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a short GRH area: %v", err)
 	}
 }

@@ -20,7 +20,10 @@ TOOL is one of perftest's RC tools: ib_send_bw ib_send_lat ib_write_bw
 ib_write_lat ib_read_bw ib_read_lat ib_atomic_bw ib_atomic_lat. Without
 SERVER it is the server; with it, the client of SERVER. Either side may be
 stock perftest (4.5 and later) on another RNIC: the out-of-band exchange on
-TCP port 18515, the QP attributes and the reports are perftest's.
+TCP port 18515, the QP attributes and the reports are perftest's. With -R
+the QPs are connected with rdma_cm and the exchange runs over an rdma_cm
+connection of its own, both to port 18515, as perftest -R does; -R also
+runs ib_send_bw and ib_send_lat over UD (-c UD, found with SIDR).
 TOOL ibv_rc_pingpong is rdma-core's example instead (xdproce perf
 ibv_rc_pingpong -h lists its options).
 
@@ -120,7 +123,7 @@ func perfFlags(a *perfArgs) *flag.FlagSet {
 	fs := flag.NewFlagSet("perf", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&a.iface, "d", "", "network interface xdproce runs on (perftest: the IB device)")
-	fs.IntVar(&a.port, "p", perftest.DefaultPort, "TCP port of the out-of-band exchange")
+	fs.IntVar(&a.port, "p", perftest.DefaultPort, "port of the out-of-band exchange: TCP, or with -R the rdma_cm port of every connection")
 	fs.IntVar(&a.size, "s", 0, "message size in bytes (default 65536 for bw, 2 for lat, 8 for atomics)")
 	fs.IntVar(&a.iters, "n", 0, "iterations (default 5000 for ib_write_bw, else 1000)")
 	fs.IntVar(&a.secs, "D", 0, "run for this many seconds instead of -n iterations")
@@ -140,8 +143,9 @@ func perfFlags(a *perfArgs) *flag.FlagSet {
 	fs.BoolVar(&a.counters, "counters", false, "print the device's transport counters (rxe's names) at the end")
 	fs.DurationVar(&a.timeout, "timeout", 2*time.Minute, "bound on each out-of-band exchange and each wait for the peer")
 	fs.IntVar(&a.ibPort, "i", 1, "port number (xdproce devices have port 1)")
-	fs.StringVar(&a.connType, "c", "RC", "connection type (RC)")
-	fs.BoolVar(&a.rdmaCM, "R", false, "connect with rdma_cm (not supported)")
+	fs.StringVar(&a.connType, "c", "RC", "connection type: RC, or with -R and the SEND tools UD")
+	fs.BoolVar(&a.rdmaCM, "R", false, "connect the QPs with rdma_cm and exchange over rdma_cm (perftest's --rdma_cm)")
+	fs.BoolVar(&a.rdmaCM, "rdma_cm", false, "same as -R")
 	fs.BoolVar(&a.version, "V", false, "print the perftest version spoken")
 	fs.Bool("F", false, "accepted for compatibility (perftest: do not fail on CPU frequency)")
 	fs.Bool("report-gbits", false, "same as --report_gbits")
@@ -184,14 +188,14 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (cfg per
 		return perftest.Config{}, "", false, fmt.Errorf("%w: one server address at most, got %q", errUsage, pos)
 	case a.iface == "":
 		return perftest.Config{}, "", false, fmt.Errorf("%w: -d IFACE names the interface xdproce runs on", errUsage)
-	case a.rdmaCM:
-		return perftest.Config{}, "", false, fmt.Errorf("%w: -R (rdma_cm) is not supported; perftest's default TCP exchange is", errUsage)
-	case strings.ToUpper(a.connType) != "RC":
-		return perftest.Config{}, "", false, fmt.Errorf("%w: -c %s: only RC is supported", errUsage, a.connType)
 	case a.ibPort != 1:
 		return perftest.Config{}, "", false, fmt.Errorf("%w: -i %d: xdproce devices have one port, 1", errUsage, a.ibPort)
 	}
-	cfg = perftest.Config{Tool: tool, Port: a.port, Size: a.size, Iters: a.iters, AllSizes: a.all, QPs: a.qps,
+	conn, err := parseConnType(a.connType, a.rdmaCM)
+	if err != nil {
+		return perftest.Config{}, "", false, err
+	}
+	cfg = perftest.Config{Tool: tool, Conn: conn, RDMACM: a.rdmaCM, Port: a.port, Size: a.size, Iters: a.iters, AllSizes: a.all, QPs: a.qps,
 		TxDepth: a.tx, RxDepth: a.rx, CQMod: a.cq, OutReads: a.outReads, GIDIndex: a.gid, Inline: a.inline,
 		ReportGbits: a.gbits, Verify: a.verify, OwnMemory: a.ownMemory, Timeout: a.timeout, Duration: time.Duration(a.secs) * time.Second}
 	if len(pos) == 1 {
@@ -209,6 +213,25 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (cfg per
 		return perftest.Config{}, "", false, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	return cfg, a.iface, a.counters, nil
+}
+
+// parseConnType reads -c as perftest does, with its refusals under -R.
+func parseConnType(s string, rdmaCM bool) (perftest.ConnType, error) {
+	switch t := strings.ToUpper(s); {
+	case t == "RC":
+		return perftest.RC, nil
+	case t == "UD" && rdmaCM:
+		return perftest.UD, nil
+	case t == "UD":
+		return 0, fmt.Errorf("%w: -c UD: xdproce perf runs UD with -R (rdma_cm) only", errUsage)
+	case t == "UC" && rdmaCM:
+		return 0, fmt.Errorf("%w: -c UC: UC is not supported in librdmacm", errUsage)
+	case t == "XRC" && rdmaCM:
+		return 0, fmt.Errorf("%w: -c XRC: XRC does not support RDMA_CM", errUsage)
+	case (t == "DC" || t == "SRD") && rdmaCM:
+		return 0, fmt.Errorf("%w: -c %s: %s does not support RDMA_CM", errUsage, t, t)
+	}
+	return 0, fmt.Errorf("%w: -c %s: xdproce perf runs RC (and with -R, UD)", errUsage, s)
 }
 
 // runRCPingPong is `xdproce perf ibv_rc_pingpong`, rdma-core's example.

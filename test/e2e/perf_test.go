@@ -180,3 +180,61 @@ func linkInfoIn(h *netns.Host) (l loader.Link, err error) {
 	})
 	return l, err
 }
+
+// xdproce perf -R connects with rdma_cm (QP1, the CM's MADs, SIDR for UD)
+// between two namespaces over XDP: first with each process's own device,
+// then through a daemon on each side, whose CM the processes use.
+func TestPerfRDMACM(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
+	a, b := topo.Hosts[0], topo.Hosts[1]
+	bin := buildCLI(t)
+	runs := []struct {
+		tool string
+		args []string
+	}{
+		{"ib_send_bw", []string{"-n", "300", "-s", "5000", "--verify"}},
+		{"ib_read_bw", []string{"-n", "300", "-s", "5000", "--verify"}},
+		{"ib_write_lat", []string{"-n", "300", "-s", "8"}},
+		{"ib_send_bw", []string{"-c", "UD", "-n", "300", "-s", "1024", "--verify"}},
+	}
+	check := func(t *testing.T, tool string, args []string, mode string) {
+		cout, sout := perfRun(t, bin, a, b, tool, append([]string{"-R"}, args...)...)
+		for side, out := range map[string]string{"client": cout, "server": sout} {
+			if !strings.Contains(out, "rdma_cm QPs\t : ON") {
+				t.Errorf("%s %s: the %s does not report rdma_cm:\n%s", mode, tool, side, out)
+			}
+		}
+		row := bwRow
+		if strings.HasSuffix(tool, "_lat") {
+			row = latRow
+		}
+		if m := row.FindStringSubmatch(cout); m == nil || m[2] != "300" {
+			t.Errorf("%s %s %q: no row with 300 iterations:\n%s", mode, tool, args, cout)
+		}
+	}
+	for _, r := range runs {
+		t.Run("own device/"+r.tool+strings.Join(r.args, ""), func(t *testing.T) { check(t, r.tool, r.args, "own device") })
+	}
+	t.Run("through daemons", func(t *testing.T) {
+		daemonUp(t, bin, a)
+		daemonUp(t, bin, b)
+		for _, r := range runs[:2] {
+			check(t, r.tool, r.args, "daemon")
+		}
+		// The daemons keep no ID and, once timewait is over, no connection.
+		deadline := time.Now().Add(10 * time.Second)
+		for _, h := range []*netns.Host{a, b} {
+			for {
+				list := cli(t, bin, h, "list", "-d", h.Link)
+				if !strings.Contains(list, "cm_id ") && strings.Contains(list, "connections 0") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the daemon of %s keeps rdma_cm state:\n%s", h.Link, list)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	})
+}

@@ -32,6 +32,8 @@ LIBDIR      := bin/lib
 PREFIX      ?= /usr/local
 VERBS_SRCS  := $(wildcard provider/verbs/*.c)
 VERBS_HDRS  := $(wildcard provider/verbs/*.h)
+RDMACM_SRCS := $(wildcard provider/rdmacm/*.c)
+RDMACM_HDRS := $(wildcard provider/rdmacm/*.h)
 
 # Debian's stock RDMA programs, which test/e2e and the interop cells run on xdproce's libibverbs.
 deps-stock:
@@ -42,12 +44,19 @@ deps-provider:
 	@command -v $(CC) >/dev/null && test -f /usr/include/infiniband/verbs.h && test -f /usr/include/rdma/rdma_cma.h || \
 		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq gcc libibverbs-dev librdmacm-dev)
 
-provider: deps-provider $(LIBDIR)/libibverbs.so.1 $(LIBDIR)/libmlx5.so.1 $(LIBDIR)/libefa.so.1
+provider: deps-provider $(LIBDIR)/libibverbs.so.1 $(LIBDIR)/librdmacm.so.1 $(LIBDIR)/libmlx5.so.1 $(LIBDIR)/libefa.so.1
 
 $(LIBDIR)/libibverbs.so.1: $(VERBS_SRCS) $(VERBS_HDRS) provider/verbs/libibverbs.map
 	@mkdir -p $(LIBDIR)
 	$(CC) $(PROVIDER_CFLAGS) -shared -Wl,-soname,libibverbs.so.1 -Wl,--version-script=provider/verbs/libibverbs.map \
 		-Wl,-z,defs -o $@ $(VERBS_SRCS) -lpthread
+
+# librdmacm.so.1 is a client of the daemon's connection manager on the contexts of xdproce's
+# libibverbs.so.1, whose private node (XDPROCE_PRIVATE_1) it links against.
+$(LIBDIR)/librdmacm.so.1: $(RDMACM_SRCS) $(RDMACM_HDRS) provider/rdmacm/librdmacm.map $(LIBDIR)/libibverbs.so.1
+	@mkdir -p $(LIBDIR)
+	$(CC) $(PROVIDER_CFLAGS) -shared -Wl,-soname,librdmacm.so.1 -Wl,--version-script=provider/rdmacm/librdmacm.map \
+		-Wl,-z,defs -o $@ $(RDMACM_SRCS) $(LIBDIR)/libibverbs.so.1 -lpthread
 
 $(LIBDIR)/lib%.so.1: provider/stubs/%.c provider/stubs/%.map
 	@mkdir -p $(LIBDIR)
@@ -56,7 +65,7 @@ $(LIBDIR)/lib%.so.1: provider/stubs/%.c provider/stubs/%.map
 install: build
 	install -D -m 0755 bin/xdproce $(DESTDIR)$(PREFIX)/bin/xdproce
 	install -d $(DESTDIR)$(PREFIX)/lib/xdproce
-	install -m 0644 $(LIBDIR)/libibverbs.so.1 $(LIBDIR)/libmlx5.so.1 $(LIBDIR)/libefa.so.1 $(DESTDIR)$(PREFIX)/lib/xdproce/
+	install -m 0644 $(LIBDIR)/libibverbs.so.1 $(LIBDIR)/librdmacm.so.1 $(LIBDIR)/libmlx5.so.1 $(LIBDIR)/libefa.so.1 $(DESTDIR)$(PREFIX)/lib/xdproce/
 
 generate: deps deps-bpf
 	$(GO) generate $(BPF_PKGS)

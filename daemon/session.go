@@ -503,14 +503,19 @@ func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		srq = s.srq
 	}
 	c := req.Cap
-	if c.MaxSendWR < 1 || c.MaxSendWR > verbs.MaxQPWR || c.MaxRecvWR > verbs.MaxQPWR || c.MaxSendSGE > verbs.MaxSGE ||
+	if c.MaxSendWR > verbs.MaxQPWR || c.MaxRecvWR > verbs.MaxQPWR || c.MaxSendSGE > verbs.MaxSGE ||
 		c.MaxRecvSGE > verbs.MaxSGE || c.MaxInlineData > verbs.MaxInlineData {
 		return nil, syscall.EINVAL
 	}
-	cp := verbs.QPCap{MaxSendWR: int(c.MaxSendWR), MaxRecvWR: int(c.MaxRecvWR), MaxSendSGE: max(int(c.MaxSendSGE), 1),
-		MaxRecvSGE: max(int(c.MaxRecvSGE), 1), MaxInlineData: int(c.MaxInlineData)}
+	cp, err := verbs.GrantCap(verbs.QPCap{MaxSendWR: int(c.MaxSendWR), MaxRecvWR: int(c.MaxRecvWR), MaxSendSGE: int(c.MaxSendSGE),
+		MaxRecvSGE: int(c.MaxRecvSGE), MaxInlineData: int(c.MaxInlineData)})
+	if err != nil {
+		return nil, err
+	}
+	// A QP that only receives (max_send_wr 0, as qperf's rc_bw server) still
+	// has a ring of one slot.
 	rep := uverbs.QPCreated{
-		SendSlots: uverbs.SlotsFor(cp.MaxSendWR), SendSlotSize: uint32(uverbs.SendSlotSize(cp.MaxSendSGE, cp.MaxInlineData)),
+		SendSlots: uverbs.SlotsFor(max(cp.MaxSendWR, 1)), SendSlotSize: uint32(uverbs.SendSlotSize(cp.MaxSendSGE, cp.MaxInlineData)),
 		RecvSlots: uverbs.SlotsFor(max(cp.MaxRecvWR, 1)), RecvSlotSize: uint32(uverbs.RecvSlotSize(cp.MaxRecvSGE)),
 	}
 	sqm, sq, err := ipc.NewRing("sq", rep.SendSlots, int(rep.SendSlotSize))

@@ -137,6 +137,24 @@ func (c *EventChannel) TryGet() (Event, bool) {
 	return e, true
 }
 
+// takeFor removes and returns the events queued for id, in order.
+func (c *EventChannel) takeFor(id *ID) []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Event
+	kept := c.q[:0]
+	for _, e := range c.q {
+		if e.ID == id {
+			out = append(out, e)
+		} else {
+			kept = append(kept, e)
+		}
+	}
+	clear(c.q[len(kept):])
+	c.q = kept
+	return out
+}
+
 // Len is the number of events waiting.
 func (c *EventChannel) Len() int {
 	c.mu.Lock()

@@ -75,6 +75,7 @@ type ID struct {
 	tos      uint8
 	timeout  time.Duration
 	rem      *remoteID // the daemon's ID, on a device attached to it
+	quiet    bool      // the owner established: its ESTABLISHED is not reported
 }
 
 // CreateID makes an ID in port space ps whose events go to ch.
@@ -125,8 +126,15 @@ func (id *ID) Migrate(ch *EventChannel) error {
 		}
 	}
 	id.mu.Lock()
+	from := id.ch
 	id.ch = ch
 	id.mu.Unlock()
+	// The events already queued for the ID go with it, as the kernel's.
+	if from != ch {
+		for _, e := range from.takeFor(id) {
+			ch.post(e)
+		}
+	}
 	return nil
 }
 
@@ -524,6 +532,12 @@ func (id *ID) cmEvent(e cmagent.Event) {
 	case cmagent.EventConnectResponse:
 		id.connectResponse(e)
 	case cmagent.EventEstablished:
+		id.mu.Lock()
+		quiet := id.quiet
+		id.mu.Unlock()
+		if quiet {
+			return
+		}
 		ev := Event{Type: EventEstablished}
 		if id.ud() {
 			id.mu.Lock()
@@ -617,13 +631,15 @@ func (s *Service) connectQP(qp *verbs.QP, peer verbs.Peer) error {
 }
 
 // Establish completes an active connection whose CONNECT_RESPONSE the
-// owner handled (its QP is in RTS): the RTU goes, ESTABLISHED follows.
+// owner handled (its QP is in RTS): the RTU goes. No ESTABLISHED follows,
+// as with rdma_establish: the owner knows.
 func (id *ID) Establish() error {
 	if id.rem != nil {
 		return id.remoteOp(uverbs.OpCMEstablish, nil)
 	}
 	id.mu.Lock()
 	c := id.conn
+	id.quiet = true
 	id.mu.Unlock()
 	if c == nil {
 		return fmt.Errorf("rdmacm: establish without a connection: %w", ErrInvalid)

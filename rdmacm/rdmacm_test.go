@@ -517,3 +517,89 @@ func TestBacklogFull(t *testing.T) {
 		}
 	}
 }
+
+// TestEstablishByOwner: an ID without a QP gets CONNECT_RESPONSE; its
+// owner moves the QP and establishes (the RTU goes, no ESTABLISHED follows
+// on its side, as rdma_establish), and the passive side is established.
+// Migrating an ID takes its queued events along.
+func TestEstablishByOwner(t *testing.T) {
+	a, b := pairOf(t)
+	ctx := ctxFor(t, 10*time.Second)
+	l, err := b.svc.Listen(PortSpaceTCP, netip.AddrPortFrom(ipB, 7177), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	qa, qb := a.qp(t, verbs.QPTypeRC), b.qp(t, verbs.QPTypeRC)
+	accepted := make(chan *Conn, 1)
+	go func() {
+		req, err := l.Next(ctx)
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		c, _ := req.Accept(ctx, qb, nil)
+		accepted <- c
+	}()
+	ch := NewEventChannel()
+	id, _ := a.svc.CreateID(ch, PortSpaceTCP, nil)
+	defer id.Destroy()
+	if err := id.resolve(ctx, ch, netip.AddrPortFrom(ipB, 7177)); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.Connect(ConnParam{QPNum: qa.QPN(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := wait(ctx, ch, EventConnectResponse)
+	if err != nil || e.Param.QPNum != qb.QPN() {
+		t.Fatalf("%v %+v", err, e.Param)
+	}
+	// The owner's QP, moved with the attributes rdma_init_qp_attr gives.
+	for _, st := range []verbs.QPState{verbs.StateInit, verbs.StateRTR, verbs.StateRTS} {
+		attr, mask, err := id.InitQPAttr(st)
+		if err == nil {
+			err = qa.Modify(attr, mask)
+		}
+		if err != nil {
+			t.Fatalf("to %v: %v", st, err)
+		}
+	}
+	if err := id.Establish(); err != nil {
+		t.Fatal(err)
+	}
+	if cb := <-accepted; cb == nil {
+		t.Fatal("the passive side was not established")
+	}
+	other := NewEventChannel()
+	if err := id.Migrate(other); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := ch.TryGet(); ok {
+		t.Fatalf("after rdma_establish: %v", e)
+	}
+	// The peer closes; its DISCONNECTED, queued on the old channel before
+	// a second migration, moves with the ID.
+	if n := b.svc.agent.Conns(); n < 1 {
+		t.Fatal("no connection")
+	}
+	var peer *ID
+	b.svc.mu.Lock()
+	for i := range b.svc.ids {
+		if i != l.id {
+			peer = i
+		}
+	}
+	b.svc.mu.Unlock()
+	if err := peer.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	for other.Len() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := id.Migrate(ch); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := wait(ctx, ch, EventDisconnected); err != nil || other.Len() != 0 {
+		t.Fatalf("%v %v, %d left behind", e, err, other.Len())
+	}
+}

@@ -82,17 +82,9 @@ func (pd *PD) createQP(attr QPInitAttr, gsi bool) (*QP, error) {
 		// from its own goroutine.
 		return nil, fmt.Errorf("verbs: a CQ belongs to another device: %w", ErrInvalid)
 	}
-	c := attr.Cap
-	if c.MaxSendWR < 0 || c.MaxSendWR > MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > MaxQPWR ||
-		c.MaxSendSGE < 0 || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > MaxSGE ||
-		c.MaxInlineData < 0 || c.MaxInlineData > MaxInlineData {
-		return nil, fmt.Errorf("verbs: QP capabilities %+v exceed the device's: %w", c, ErrInvalid)
-	}
-	if c.MaxSendSGE == 0 {
-		c.MaxSendSGE = 1
-	}
-	if c.MaxRecvSGE == 0 {
-		c.MaxRecvSGE = 1
+	c, err := GrantCap(attr.Cap)
+	if err != nil {
+		return nil, err
 	}
 	if attr.SRQ != nil {
 		if attr.SRQ.dev != pd.dev {
@@ -104,8 +96,7 @@ func (pd *PD) createQP(attr QPInitAttr, gsi bool) (*QP, error) {
 	if c.MaxInlineData > 0 {
 		qp.inlineBuf = make([]byte, c.MaxSendWR*c.MaxInlineData)
 	}
-	err := pd.dev.do(func() error { return pd.dev.addQP(qp) })
-	if err != nil {
+	if err := pd.dev.do(func() error { return pd.dev.addQP(qp) }); err != nil {
 		return nil, err
 	}
 	if qp.srq != nil {
@@ -113,6 +104,24 @@ func (pd *PD) createQP(attr QPInitAttr, gsi bool) (*QP, error) {
 	}
 	return qp, nil
 }
+
+// GrantCap is what a QP asking for c gets, as rxe grants it: at least one
+// SGE each way, and inline data as long as a send's SGE list (16 bytes an
+// SGE: rxe sizes a send WQE for the larger of the two, and applications
+// count on it). ErrInvalid beyond the device's limits.
+func GrantCap(c QPCap) (QPCap, error) {
+	if c.MaxSendWR < 0 || c.MaxSendWR > MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > MaxQPWR ||
+		c.MaxSendSGE < 0 || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > MaxSGE ||
+		c.MaxInlineData < 0 || c.MaxInlineData > MaxInlineData {
+		return c, fmt.Errorf("verbs: QP capabilities %+v exceed the device's: %w", c, ErrInvalid)
+	}
+	c.MaxSendSGE, c.MaxRecvSGE = max(c.MaxSendSGE, 1), max(c.MaxRecvSGE, 1)
+	c.MaxInlineData = min(max(c.MaxInlineData, c.MaxSendSGE*sgeBytes), MaxInlineData)
+	return c, nil
+}
+
+// sgeBytes is the size of an SGE in a send WQE (struct ib_sge).
+const sgeBytes = 16
 
 // QPN is the QP's number.
 func (qp *QP) QPN() uint32 { return qp.qpn }

@@ -1,0 +1,409 @@
+/* Devices (the daemons of the caller's network namespace, through libibverbs), the daemon
+ * requests' encoding, and the table from daemon handles to IDs. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cma.h"
+
+void put_raw(struct enc *e, const void *p, size_t n)
+{
+	if (e->over || n > sizeof(e->b) - e->n) {
+		e->over = true;
+		return;
+	}
+	if (n)
+		memcpy(e->b + e->n, p, n);
+	e->n += n;
+}
+
+void put_u8(struct enc *e, uint8_t v) { put_raw(e, &v, 1); }
+
+void put_u16(struct enc *e, uint16_t v)
+{
+	uint8_t b[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
+	put_raw(e, b, 2);
+}
+
+void put_u32(struct enc *e, uint32_t v)
+{
+	uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+	put_raw(e, b, 4);
+}
+
+void put_bytes(struct enc *e, const void *p, size_t n)
+{
+	if (n > 0xffff) {
+		e->over = true;
+		return;
+	}
+	put_u16(e, (uint16_t)n);
+	put_raw(e, p, n);
+}
+
+const uint8_t *get_raw(struct dec *d, size_t n)
+{
+	if (d->err || n > d->n) {
+		d->err = true;
+		return NULL;
+	}
+	const uint8_t *p = d->p;
+	d->p += n;
+	d->n -= n;
+	return p;
+}
+
+uint8_t get_u8(struct dec *d)
+{
+	const uint8_t *p = get_raw(d, 1);
+	return p ? p[0] : 0;
+}
+
+uint16_t get_u16(struct dec *d)
+{
+	const uint8_t *p = get_raw(d, 2);
+	return p ? (uint16_t)(p[0] | p[1] << 8) : 0;
+}
+
+uint32_t get_u32(struct dec *d)
+{
+	const uint8_t *p = get_raw(d, 4);
+	return p ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24 : 0;
+}
+
+const uint8_t *get_bytes(struct dec *d, uint16_t *n)
+{
+	*n = get_u16(d);
+	return get_raw(d, *n);
+}
+
+void put_addr(struct enc *e, const struct cmaddr *a)
+{
+	put_raw(e, a->ip, 16);
+	put_u8(e, a->family);
+	put_u16(e, a->port);
+}
+
+void get_addr(struct dec *d, struct cmaddr *a)
+{
+	const uint8_t *p = get_raw(d, 16);
+	memset(a, 0, sizeof(*a));
+	if (p)
+		memcpy(a->ip, p, 16);
+	a->family = get_u8(d);
+	a->port = get_u16(d);
+}
+
+void get_info(struct dec *d, struct cminfo *i)
+{
+	get_addr(d, &i->src);
+	get_addr(d, &i->dst);
+	i->sgid_index = get_u8(d);
+	i->mtu = get_u8(d);
+	const uint8_t *p = get_raw(d, 6);
+	if (p)
+		memcpy(i->dmac, p, 6);
+	i->flow_label = get_u32(d);
+	i->traffic_class = get_u8(d);
+	i->hop_limit = get_u8(d);
+}
+
+int to_cmaddr(const struct sockaddr *sa, struct cmaddr *a)
+{
+	/* Copies, not casts: applications pass any of the sockaddr types (no aliasing assumed). */
+	memset(a, 0, sizeof(*a));
+	sa_family_t family;
+	memcpy(&family, (const char *)sa + offsetof(struct sockaddr, sa_family), sizeof(family));
+	switch (family) {
+	case AF_INET: {
+		struct sockaddr_in in;
+		memcpy(&in, sa, sizeof(in));
+		a->ip[10] = a->ip[11] = 0xff;
+		memcpy(a->ip + 12, &in.sin_addr, 4);
+		a->family = 4;
+		a->port = ntohs(in.sin_port);
+		return 0;
+	}
+	case AF_INET6: {
+		struct sockaddr_in6 in6;
+		memcpy(&in6, sa, sizeof(in6));
+		memcpy(a->ip, &in6.sin6_addr, 16);
+		a->family = IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr) ? 4 : 6;
+		a->port = ntohs(in6.sin6_port);
+		return 0;
+	}
+	}
+	return EAFNOSUPPORT;
+}
+
+socklen_t from_cmaddr(const struct cmaddr *a, void *out)
+{
+	if (a->family == 4) {
+		struct sockaddr_in in = {.sin_family = AF_INET, .sin_port = htons(a->port)};
+		memcpy(&in.sin_addr, a->ip + 12, 4);
+		memcpy(out, &in, sizeof(in));
+		return sizeof(in);
+	}
+	if (a->family == 6) {
+		struct sockaddr_in6 in6 = {.sin6_family = AF_INET6, .sin6_port = htons(a->port)};
+		memcpy(&in6.sin6_addr, a->ip, 16);
+		memcpy(out, &in6, sizeof(in6));
+		return sizeof(in6);
+	}
+	return 0;
+}
+
+/* Devices stay open for the life of the process, as rdma-core's librdmacm keeps its contexts;
+ * libibverbs keeps one ibv_device per interface, so its address identifies the device. */
+pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cmdev *devices;
+
+/* gone reports whether a device's daemon hung up (it is then opened afresh: a new daemon). */
+static bool gone(struct cmdev *d)
+{
+	if (d->gone)
+		return true;
+	struct pollfd p = {.fd = d->verbs->cmd_fd, .events = POLLRDHUP};
+	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		d->gone = true;
+	return d->gone;
+}
+
+static struct cmdev *dev_open_locked(struct ibv_device *dev)
+{
+	for (struct cmdev *d = devices; d; d = d->next)
+		if (d->dev == dev && !gone(d))
+			return d;
+	struct ibv_context *verbs = ibv_open_device(dev);
+	if (!verbs)
+		return NULL;
+	struct cmdev *d = calloc(1, sizeof(*d));
+	struct ibv_device_attr da;
+	struct ibv_port_attr pa;
+	if (!d || ibv_query_device(verbs, &da) || ibv_query_port(verbs, 1, &pa))
+		goto fail;
+	d->gids = calloc(pa.gid_tbl_len ? pa.gid_tbl_len : 1, sizeof(*d->gids));
+	if (!d->gids)
+		goto fail;
+	for (int i = 0; i < pa.gid_tbl_len; i++)
+		if (ibv_query_gid(verbs, 1, i, &d->gids[d->ngids]) == 0)
+			d->ngids++;
+	d->dev = dev;
+	d->verbs = verbs;
+	d->max_resp_res = (uint8_t)(da.max_qp_rd_atom > 0xfe ? 0xfe : da.max_qp_rd_atom);
+	d->max_init_depth = (uint8_t)(da.max_qp_init_rd_atom > 0xfe ? 0xfe : da.max_qp_init_rd_atom);
+	d->next = devices;
+	devices = d;
+	return d;
+fail:
+	if (d)
+		free(d->gids);
+	free(d);
+	ibv_close_device(verbs);
+	errno = ENOMEM;
+	return NULL;
+}
+
+/* dev_list lists the devices of the calling thread's network namespace: all of them, opened
+ * (the ones already open reused), for rdma_get_devices and wildcard binds; or (open false) only
+ * those already open. */
+int dev_list(struct cmdev ***out, int *n, bool open)
+{
+	int num = 0;
+	struct ibv_device **list = ibv_get_device_list(&num);
+	*out = NULL;
+	*n = 0;
+	if (!list)
+		return errno ? errno : ENODEV;
+	struct cmdev **v = calloc((size_t)num + 1, sizeof(*v));
+	if (!v) {
+		ibv_free_device_list(list);
+		return ENOMEM;
+	}
+	pthread_mutex_lock(&cm_lock);
+	for (int i = 0; i < num; i++) {
+		struct cmdev *d = NULL;
+		if (open)
+			d = dev_open_locked(list[i]);
+		else
+			for (struct cmdev *x = devices; x && !d; x = x->next)
+				if (x->dev == list[i] && !gone(x))
+					d = x;
+		if (d)
+			v[(*n)++] = d;
+	}
+	pthread_mutex_unlock(&cm_lock);
+	ibv_free_device_list(list);
+	*out = v;
+	return 0;
+}
+
+int dev_all(struct cmdev ***out, int *n) { return dev_list(out, n, true); }
+
+static bool has_gid(const struct cmdev *d, const uint8_t ip[16])
+{
+	for (int i = 0; i < d->ngids; i++)
+		if (memcmp(d->gids[i].raw, ip, 16) == 0)
+			return true;
+	return false;
+}
+
+/* is_local reports whether the address is one of the host's (a socket binds to it). */
+static bool is_local(const struct cmaddr *a)
+{
+	struct sockaddr_storage ss;
+	struct cmaddr probe = *a;
+	probe.port = 0;
+	socklen_t len = from_cmaddr(&probe, &ss);
+	int s = socket(a->family == 4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return true;
+	bool ok = bind(s, (struct sockaddr *)&ss, len) == 0 || errno != EADDRNOTAVAIL;
+	close(s);
+	return ok;
+}
+
+int dev_for_ip(const struct cmaddr *a, struct cmdev **out)
+{
+	struct cmdev **v;
+	int n;
+	int err = dev_all(&v, &n);
+	if (err)
+		return err;
+	*out = NULL;
+	for (int i = 0; i < n && !*out; i++)
+		if (has_gid(v[i], a->ip))
+			*out = v[i];
+	free(v);
+	if (*out)
+		return 0;
+	return is_local(a) ? ENODEV : EADDRNOTAVAIL;
+}
+
+int dev_for_dst(const struct sockaddr *dst, struct cmdev **out, struct cmaddr *src)
+{
+	struct cmaddr d;
+	int err = to_cmaddr(dst, &d);
+	if (err)
+		return err;
+	/* The kernel's route lookup: the source address a datagram to dst would leave from. */
+	union {
+		struct sockaddr_storage ss;
+		struct sockaddr_in6 in6;
+	} u;
+	d.port = 9;
+	socklen_t len = from_cmaddr(&d, &u);
+	if (d.family == 6)
+		memcpy(&u.in6.sin6_scope_id, (const char *)dst + offsetof(struct sockaddr_in6, sin6_scope_id),
+		       sizeof(u.in6.sin6_scope_id));
+	int s = socket(d.family == 4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return errno;
+	if (connect(s, (struct sockaddr *)&u, len) < 0) {
+		err = errno;
+		close(s);
+		return err;
+	}
+	struct sockaddr_storage me;
+	socklen_t mlen = sizeof(me);
+	err = getsockname(s, (struct sockaddr *)&me, &mlen) < 0 ? errno : 0;
+	close(s);
+	if (err)
+		return err;
+	if ((err = to_cmaddr((struct sockaddr *)&me, src)))
+		return err;
+	src->port = 0;
+	err = dev_for_ip(src, out);
+	return err == EADDRNOTAVAIL ? ENODEV : err;
+}
+
+int dev_get(struct cmdev *d)
+{
+	int err = 0;
+	pthread_mutex_lock(&cm_lock);
+	if (d->refs++ == 0 || !d->pd) {
+		d->pd = ibv_alloc_pd(d->verbs);
+		if (!d->pd) {
+			err = errno ? errno : ENOMEM;
+			d->refs--;
+		}
+	}
+	pthread_mutex_unlock(&cm_lock);
+	return err;
+}
+
+void dev_put(struct cmdev *d)
+{
+	pthread_mutex_lock(&cm_lock);
+	if (--d->refs == 0) {
+		/* The application may still hold objects on it (rdma-core then leaks it too). */
+		ibv_dealloc_pd(d->pd);
+		d->pd = NULL;
+	}
+	pthread_mutex_unlock(&cm_lock);
+}
+
+int cm_call(struct cmdev *d, uint16_t op, const struct enc *e, struct dec *out, uint8_t *buf, size_t size, int *fds,
+	    int maxfds, int *nfds)
+{
+	if (e->over)
+		return EINVAL;
+	size_t rlen = 0;
+	int err = xdproce_ctl(d->verbs, op, e->b, e->n, buf, size, &rlen, fds, maxfds, nfds);
+	if (out)
+		*out = (struct dec){.p = buf, .n = rlen};
+	return err;
+}
+
+/* The daemon-side IDs by device and handle: where an event goes. */
+enum { HBUCKETS = 256 };
+static struct cmsub *handles[HBUCKETS];
+
+static unsigned hbucket(struct cmdev *d, uint32_t h) { return (unsigned)(h ^ ((uintptr_t)d >> 6)) % HBUCKETS; }
+
+void sub_insert(struct cmsub *s)
+{
+	pthread_mutex_lock(&cm_lock);
+	unsigned b = hbucket(s->dev, s->handle);
+	s->hnext = handles[b];
+	handles[b] = s;
+	pthread_mutex_unlock(&cm_lock);
+}
+
+void sub_remove(struct cmsub *s)
+{
+	pthread_mutex_lock(&cm_lock);
+	for (struct cmsub **p = &handles[hbucket(s->dev, s->handle)]; *p; p = &(*p)->hnext)
+		if (*p == s) {
+			*p = s->hnext;
+			break;
+		}
+	pthread_mutex_unlock(&cm_lock);
+}
+
+struct cmid *sub_lookup(struct cmdev *d, uint32_t h)
+{
+	struct cmid *id = NULL;
+	pthread_mutex_lock(&cm_lock);
+	for (struct cmsub *s = handles[hbucket(d, h)]; s && !id; s = s->hnext)
+		if (s->dev == d && s->handle == h)
+			id = s->id;
+	pthread_mutex_unlock(&cm_lock);
+	return id;
+}
+
+void subs_on(struct cmdev *d, struct rdma_event_channel *ch, void (*f)(struct cmid *id, void *arg), void *arg)
+{
+	pthread_mutex_lock(&cm_lock);
+	for (int b = 0; b < HBUCKETS; b++)
+		for (struct cmsub *s = handles[b]; s; s = s->hnext)
+			if (s->dev == d && s->id->id.channel == ch)
+				f(s->id, arg);
+	pthread_mutex_unlock(&cm_lock);
+}

@@ -246,6 +246,19 @@ int dev_list(struct cmdev ***out, int *n, bool open)
 
 int dev_all(struct cmdev ***out, int *n) { return dev_list(out, n, true); }
 
+/* gid_family is 4 for an IPv4-mapped GID, 6 for a routable IPv6 one, 0 for the link-local
+ * (fe80::) or empty ones, which no route leaves from. */
+static int gid_family(const union ibv_gid *g)
+{
+	static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	static const uint8_t zero[16];
+	if (memcmp(g->raw, mapped, 12) == 0)
+		return 4;
+	if (memcmp(g->raw, zero, 16) == 0 || (g->raw[0] == 0xfe && (g->raw[1] & 0xc0) == 0x80))
+		return 0;
+	return 6;
+}
+
 static bool has_gid(const struct cmdev *d, const uint8_t ip[16])
 {
 	for (int i = 0; i < d->ngids; i++)
@@ -320,7 +333,25 @@ int dev_for_dst(const struct sockaddr *dst, struct cmdev **out, struct cmaddr *s
 		return err;
 	src->port = 0;
 	err = dev_for_ip(src, out);
-	return err == EADDRNOTAVAIL ? ENODEV : err;
+	if (err == 0)
+		return 0;
+	/* The route leaves through an interface without an xdproce device (on a host with two
+	 * interfaces on one subnet, the other one's): as the daemon's own CM does, take the first
+	 * device with an address of the destination's family, and that address. */
+	struct cmdev **v;
+	int n;
+	if (dev_all(&v, &n))
+		return ENODEV;
+	*out = NULL;
+	for (int i = 0; i < n && !*out; i++)
+		for (int g = 0; g < v[i]->ngids && !*out; g++)
+			if (gid_family(&v[i]->gids[g]) == d.family) {
+				*out = v[i];
+				memcpy(src->ip, v[i]->gids[g].raw, 16);
+				src->family = d.family;
+			}
+	free(v);
+	return *out ? 0 : ENODEV;
 }
 
 int dev_get(struct cmdev *d)

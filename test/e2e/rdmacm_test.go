@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -171,6 +172,34 @@ func TestStockRDMACMTools(t *testing.T) {
 			t.Log(lastLines(cl, 1))
 		})
 	}
+	t.Run("rping with the route through another interface", func(t *testing.T) {
+		// A's kernel routes B through another interface (a veth pair of its
+		// own) with an address of its own, as on a host with two interfaces
+		// on one subnet: no
+		// xdproce device has that address, so the library takes the
+		// device's, as the daemon's CM does, and rping connects through it.
+		other := netip.MustParseAddr("198.18.77.1")
+		for _, args := range [][]string{
+			{"link", "add", "xdpalt0", "type", "veth", "peer", "name", "xdpalt1"},
+			{"addr", "add", other.String() + "/32", "dev", "xdpalt0"},
+			{"link", "set", "xdpalt0", "up"},
+			{"link", "set", "xdpalt1", "up"},
+			{"route", "add", bs + "/32", "dev", "xdpalt0", "src", other.String()},
+		} {
+			if out, err := a.Exec(ctx, "ip", args...); err != nil {
+				t.Fatalf("ip %v: %v\n%s", args, err, out)
+			}
+		}
+		t.Cleanup(func() { a.Exec(context.Background(), "ip", "link", "del", "xdpalt0") })
+		if out, err := a.Exec(ctx, "ip", "route", "get", bs); err != nil || !strings.Contains(string(out), "src "+other.String()) {
+			t.Fatalf("the route to B: %s %v", out, err)
+		}
+		srv, cl := stockPair(t, ctx, lib, b, []string{"rping", "-s", "-a", bs, "-v", "-C", "10"},
+			a, []string{"rping", "-c", "-a", bs, "-v", "-V", "-C", "10"}, false)
+		if !strings.Contains(cl, "ping data: rdma-ping-9: ") || !strings.Contains(srv, "server ping data: rdma-ping-9: ") {
+			t.Fatalf("not 10 pings:\nclient:\n%s\nserver:\n%s", lastLines(cl, 5), lastLines(srv, 5))
+		}
+	})
 	t.Run("rping -q", func(t *testing.T) {
 		// The application's own QP: rdma_init_qp_attr, CONNECT_RESPONSE, rdma_establish.
 		srv, cl := stockPair(t, ctx, lib, b, []string{"rping", "-s", "-q", "-a", bs, "-v", "-C", "20"},

@@ -15,6 +15,9 @@ type side struct {
 	Exit     int    `json:"exit"`
 	Error    string `json:"error,omitempty"`
 	Output   string `json:"output"`
+	// Stopped: a server that never exits by itself (rping -P, qperf) was
+	// still serving after its client, and the harness stopped it.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // result is the outcome of one cell, as printed and written to --json.
@@ -35,6 +38,7 @@ type result struct {
 	BWGbps    float64 `json:"bw_avg_gbps,omitempty"`  // BW average of the largest size
 	TypicalUs float64 `json:"t_typical_us,omitempty"` // latency tests and ping-pong
 	Seconds   float64 `json:"seconds"`
+	Figure    string  `json:"figure,omitempty"` // the tool cells' count: pings, cycles, connections
 
 	BWRows   []bwRow         `json:"bw_rows,omitempty"`
 	LatRows  []latRow        `json:"lat_rows,omitempty"`
@@ -57,6 +61,8 @@ func newResult(c cell) result {
 		sizes = "2..8388608"
 	case c.Tool == integrityTool:
 		sizes = fmt.Sprintf("8..%d", bigLen)
+	case c.cmTool() && sizes == "":
+		sizes = "default"
 	}
 	return result{ID: c.ID(), Tool: c.Tool, Options: c.options(), Direction: c.Direction(), MTU: c.MTU, Sizes: sizes, QPs: c.QPs, Loss: c.Loss,
 		Reference: !c.hasXDP()}
@@ -95,12 +101,23 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 	if c.Server.onHost() {
 		h.logf("$ ip netns exec %s %s &", netns, srv.Cmd)
 		xdpSrv, err = startBg(ctx, timeout+30*time.Second, "ip", append([]string{"netns", "exec", netns}, srvArgv...)...)
-		if err == nil {
-			err = h.waitXDPReady(ctx, xdpSrv, c.Port, 60*time.Second)
+		switch {
+		case err == nil && c.Server == lib && c.cmListener():
+			// Its rdma_cm listener, as the daemon lists it.
+			err = h.waitLibCMListen(ctx, xdpSrv, c.listenPort(), 60*time.Second)
+		case err == nil && c.rdmaCM():
+			err = h.waitXDPBanner(ctx, xdpSrv, 60*time.Second)
+		case err == nil:
+			err = h.waitXDPReady(ctx, xdpSrv, c.listenPort(), 60*time.Second)
 		}
 	} else {
-		vmSrv, err = startVMServer(ctx, h.peer, c.Server.vm(), n, c.Port, srvArgv, timeout)
-		if err == nil {
+		vmSrv, err = startVMServer(ctx, h.peer, c.Server.vm(), n, c.listenPort(), srvArgv, timeout)
+		switch {
+		case err == nil && c.cmListener():
+			// A stock client takes a refusal for an answer: wait for the
+			// listener itself, as rdma_rxe lists it.
+			err = vmSrv.waitCMListen(ctx, 90*time.Second)
+		case err == nil:
 			err = vmSrv.waitReady(ctx, 90*time.Second)
 		}
 	}
@@ -134,7 +151,11 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 	// Collect the server. A server whose client failed may wait forever for
 	// a peer that is gone, so it gets a short grace only.
 	grace := 60 * time.Second
-	if !clientOK {
+	switch {
+	case c.persistent():
+		// It serves until stopped: time for the last disconnection only.
+		grace = c.settle()
+	case !clientOK:
 		grace = 10 * time.Second
 	}
 	// Collecting must happen even after Ctrl-C, to leave nothing running.
@@ -144,13 +165,15 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 	case xdpSrv != nil:
 		out, err := xdpSrv.finish(grace)
 		srv.Output, srv.Exit = out, exitCode(err)
-		if err != nil && srv.Error == "" {
+		srv.Stopped = c.persistent() && xdpSrv.stopped
+		if err != nil && srv.Error == "" && !srv.Stopped {
 			srv.Error = err.Error()
 		}
 	case vmSrv != nil:
 		out, code, err := vmSrv.finish(cctx, grace)
 		srv.Output, srv.Exit = out, code
-		if err != nil && srv.Error == "" {
+		srv.Stopped = c.persistent() && vmSrv.killed
+		if err != nil && srv.Error == "" && !srv.Stopped {
 			srv.Error = err.Error()
 		}
 	default:
@@ -178,6 +201,17 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 
 // argv is the command line of one endpoint; addr is empty for a server.
 func (h *harness) argv(c cell, e endpoint, addr string) []string {
+	if c.cmTool() {
+		// rdma_cm finds the device from the address: no -d.
+		a := c.toolArgs(addr)
+		if a[0] != "sh" {
+			a = append([]string{"stdbuf", "-oL"}, a...)
+		}
+		if e == lib {
+			a = append([]string{h.xdproce, "run", "-d", hostIface, "--"}, a...)
+		}
+		return a
+	}
 	var a []string
 	switch {
 	case e == xdp:
@@ -241,6 +275,32 @@ func (h *harness) waitXDPReady(ctx context.Context, p *bgProc, port int, timeout
 	}
 }
 
+// waitingBanner is what a perftest server prints before its client comes.
+// With -R nothing listens on a TCP port: xdproce perf -R prints it once its
+// rdma_cm listener exists; stock perftest just before it listens, and
+// xdproce's client tries again while a server does not listen yet.
+const waitingBanner = "Waiting for client to connect"
+
+// waitXDPBanner polls until a host-side -R server printed waitingBanner; it
+// fails early when the server exits.
+func (h *harness) waitXDPBanner(ctx context.Context, p *bgProc, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(p.out.String(), waitingBanner) {
+		if p.exited() {
+			return errors.New("server exited before listening")
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("server not listening with rdma_cm after %v", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 // reports says whether an endpoint in role server/client prints the result
 // table for tool (perftest 6.06 behaviour).
 func reports(tool string, server bool) bool {
@@ -259,25 +319,13 @@ func reports(tool string, server bool) bool {
 
 // judge sets the status, the reason and the figures of r from both outputs.
 func judge(c cell, r *result) {
-	var problems []string
-	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	for _, s := range []struct {
-		name string
-		sd   *side
-	}{{"server", r.Server}, {"client", r.Client}} {
-		if s.sd.Exit != 0 {
-			// The status says it all for a tool that failed by itself; the
-			// error explains timeouts and sides that never ran.
-			msg := fmt.Sprintf("%s (%s) exit %d", s.name, s.sd.Endpoint, s.sd.Exit)
-			switch {
-			case strings.Contains(s.sd.Error, "timed out"):
-				msg += " (timed out)"
-			case s.sd.Exit < 0 && s.sd.Error != "":
-				msg += ": " + firstLine(s.sd.Error)
-			}
-			fail("%s", msg)
-		}
+	defer expectFailure(c, r)
+	if c.cmTool() {
+		judgeTool(c, r)
+		return
 	}
+	problems := exitProblems(r, nil)
+	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	for _, s := range []struct {
 		server bool
 		sd     *side
@@ -342,6 +390,32 @@ func judge(c cell, r *result) {
 	if len(problems) > 0 {
 		r.Status, r.Reason = statusFail, strings.Join(problems, "; ")
 	}
+}
+
+// exitProblems are the sides that did not exit 0, but for those excused
+// (may be nil): a persistent server the harness stopped as planned, a
+// tool's own known teardown race.
+func exitProblems(r *result, excused func(*side) bool) []string {
+	var problems []string
+	for _, s := range []struct {
+		name string
+		sd   *side
+	}{{"server", r.Server}, {"client", r.Client}} {
+		if s.sd.Exit == 0 || excused != nil && excused(s.sd) {
+			continue
+		}
+		// The status says it all for a tool that failed by itself; the
+		// error explains timeouts and sides that never ran.
+		msg := fmt.Sprintf("%s (%s) exit %d", s.name, s.sd.Endpoint, s.sd.Exit)
+		switch {
+		case strings.Contains(s.sd.Error, "timed out"):
+			msg += " (timed out)"
+		case s.sd.Exit < 0 && s.sd.Error != "":
+			msg += ": " + firstLine(s.sd.Error)
+		}
+		problems = append(problems, msg)
+	}
+	return problems
 }
 
 func firstLine(s string) string {

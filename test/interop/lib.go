@@ -21,15 +21,18 @@ const (
 	libDevice = "xdp_" + hostIface
 	// verbsLib is the library the stock tools load from xdproce's lib dir.
 	verbsLib = "libibverbs.so.1"
-	// hostPackages hold the stock tools of the lib cells (Debian's).
-	hostPackages = "perftest ibverbs-utils"
+	// cmLib is the rdma_cm library the rdma_cm lib cells load beside it.
+	cmLib = "librdmacm.so.1"
+	// hostPackages hold the stock tools of the lib cells (Debian's):
+	// perftest, rdma-core's ping-pongs, rping/ucmatose/udaddy, qperf.
+	hostPackages = "perftest ibverbs-utils rdmacm-utils qperf"
 )
 
 // checkLib makes sure the lib cells can run: xdproce has a run command, its
 // libibverbs.so.1 is where xdproce run looks (built with make provider when
 // the default binary's is missing), and the host has the stock tools
 // (installed with apt when missing, as the other targets install theirs).
-func (h *harness) checkLib(ctx context.Context, tools []string) error {
+func (h *harness) checkLib(ctx context.Context, tools []string, needCM bool) error {
 	out, _ := runCmd(ctx, 30*time.Second, h.xdproce, "run", "--help")
 	if !strings.Contains(out, "xdproce run") {
 		return fmt.Errorf("%s has no run command (run --help: %s)", h.xdproce, firstLine(out))
@@ -39,6 +42,12 @@ func (h *harness) checkLib(ctx context.Context, tools []string) error {
 		return err
 	}
 	h.progress("stock tools on the host load %s from %s", verbsLib, dir)
+	if needCM {
+		h.cmLibErr = h.checkCMLib(ctx, dir)
+		if h.cmLibErr != nil {
+			h.progress("no drop-in librdmacm, the rdma_cm lib cells fail: %v", h.cmLibErr)
+		}
+	}
 	if missing := missingTools(tools); len(missing) > 0 {
 		h.progress("installing %s on the host (%s missing)", hostPackages, strings.Join(missing, ", "))
 		out, err := runCmd(ctx, 10*time.Minute, "sh", "-c",
@@ -106,6 +115,38 @@ func (h *harness) libDir(ctx context.Context) (string, error) {
 		where += " ($XDPROCE_LIBDIR)"
 	}
 	return "", fmt.Errorf("no %s in %s: make provider builds it into bin/lib beside bin/xdproce (or set $XDPROCE_LIBDIR)", verbsLib, where)
+}
+
+// checkCMLib makes sure xdproce's librdmacm.so.1 is beside its
+// libibverbs.so.1 in dir, for the rdma_cm lib cells (perftest -R,
+// rdmacm-utils, qperf -cm1): built with make provider when the
+// repository's own bin/xdproce has none.
+func (h *harness) checkCMLib(ctx context.Context, dir string) error {
+	path := filepath.Join(dir, cmLib)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	if os.Getenv("XDPROCE_LIBDIR") == "" && h.opts.xdproce == "" {
+		h.progress("building %s (make provider)", path)
+		out, err := runCmd(ctx, 10*time.Minute, "make", "-C", h.root, "provider")
+		if err != nil {
+			return fmt.Errorf("make provider: %w\n%s", err, lastLines(out, 10))
+		}
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("no %s in %s beside %s: the rdma_cm lib cells need xdproce's drop-in librdmacm (make provider builds it into bin/lib)", cmLib, dir, verbsLib)
+}
+
+// libCM: a lib cell among cells loads librdmacm.so.1.
+func libCM(cells []cell) bool {
+	for _, c := range cells {
+		if c.libCell() && c.needsRDMACM() {
+			return true
+		}
+	}
+	return false
 }
 
 // daemonListening reports whether an xdproce daemon listens for hostIface

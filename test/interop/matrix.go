@@ -83,6 +83,9 @@ type cell struct {
 	Opts    []string
 	LibOpts []string
 	Tag     string
+	// XFail says why the cell fails rxe<->rxe too (a tool's own
+	// limitation): its failure is then a skip that says so.
+	XFail string
 }
 
 // peerName names an endpoint in a guest cell's direction.
@@ -144,6 +147,9 @@ func (c cell) ID() string {
 	}
 	if c.Tool == integrityTool {
 		return fmt.Sprintf("%s/xdp-vm%d/mtu%d", c.Tool, c.Client.vm(), c.MTU)
+	}
+	if c.cmTool() { // the path MTU is rdma_cm's choice, not an option
+		return fmt.Sprintf("%s/%s/%s", c.Tool, role, c.Tag)
 	}
 	id := fmt.Sprintf("%s/%s/mtu%d", c.Tool, role, c.MTU)
 	if c.Size == allSizes {
@@ -247,6 +253,9 @@ func (c cell) timeout() time.Duration {
 	if c.Tool == integrityTool {
 		return 10 * time.Minute // the whole cell; every wait in it is bounded by waitLimit
 	}
+	if c.cmTool() {
+		return c.toolTimeout()
+	}
 	const bytesPerSec = 4 << 20
 	d := 90*time.Second + time.Duration(c.totalBytes()/bytesPerSec)*time.Second
 	if c.isLat() || c.isPingpong() {
@@ -309,6 +318,12 @@ func buildMatrix(cfg matrixConfig) []cell {
 		// each role.
 		add(cell{Tool: "ib_write_bw", Server: vm1, Client: lib, MTU: 4096, Size: allSizes, Iters: cfg.BWIters})
 		add(cell{Tool: "ib_send_lat", Server: lib, Client: vm1, MTU: 4096, Size: "2", Iters: cfg.LatIters})
+		// rdma_cm against rxe's CM: stock rping on xdproce's libraries in
+		// both roles, and xdproce perf -R serving stock perftest -R.
+		for _, d := range [][2]endpoint{{lib, vm1}, {vm1, lib}} {
+			add(cell{Tool: rpingTool, Server: d[0], Client: d[1], MTU: 4096, Size: strconv.Itoa(rpingSize), Iters: rpingPings, Tag: "verify"})
+		}
+		add(cell{Tool: "ib_send_lat", Server: xdp, Client: vm1, MTU: 4096, Size: "2", Iters: cfg.LatIters, Opts: []string{"-R"}, Tag: "rdma_cm"})
 		// Kernel 6.1 and virtio-net in CI: xdproce in the guest (rxe
 		// unloaded there) serving xdproce on the host.
 		add(cell{Tool: "ib_write_bw", Server: gx1, Client: xdp, MTU: 2048, Size: "65536", Iters: 8 * cfg.BWIters})
@@ -347,6 +362,12 @@ func buildMatrix(cfg matrixConfig) []cell {
 		add(cell{Tool: pingpong, Server: d[0], Client: d[1], MTU: 4096, Size: "4096", Iters: cfg.LatIters})
 	}
 	for _, c := range libCells(cfg) {
+		add(c)
+	}
+	for _, c := range rdmaCMCells(cfg) {
+		add(c)
+	}
+	for _, c := range cmToolCells() {
 		add(c)
 	}
 	// Data integrity, every RC operation both ways, byte for byte.
@@ -417,6 +438,43 @@ func libCells(cfg matrixConfig) []cell {
 	both(cell{Tool: "ib_send_bw", Size: "2048", Iters: cfg.BWIters, Opts: []string{"-c", "UD"}, Tag: "ud"})
 	both(cell{Tool: "ib_send_lat", Size: "2048", Iters: cfg.LatIters, Opts: []string{"-c", "UD"}, Tag: "ud"})
 	return cells
+}
+
+// rdmaCMCells run perftest's rdma_cm mode (-R): xdproce perf -R, and stock
+// perftest -R on the host over xdproce's librdmacm and libibverbs (the lib
+// endpoint), against stock perftest -R on rxe in VM 1, both roles, at MTU
+// 4096, each tool after its rxe<->rxe reference: the RC SEND, WRITE and
+// READ tools with the other cells' options, and SEND over UD (SIDR) at
+// 2048 bytes as the UD lib cells.
+func rdmaCMCells(cfg matrixConfig) []cell {
+	var cells []cell
+	both := func(c cell) {
+		for _, d := range [][2]endpoint{{vm2, vm1}, {xdp, vm1}, {vm1, xdp}, {lib, vm1}, {vm1, lib}} { // {server, client}
+			c.Server, c.Client, c.MTU = d[0], d[1], 4096
+			cells = append(cells, c)
+		}
+	}
+	for _, v := range []string{"send", "write", "read"} {
+		both(cell{Tool: "ib_" + v + "_bw", Size: allSizes, Iters: cfg.BWIters, Opts: []string{"-R"}, Tag: rdmaCMTag})
+		both(cell{Tool: "ib_" + v + "_lat", Size: "2", Iters: cfg.LatIters, Opts: []string{"-R"}, Tag: rdmaCMTag})
+	}
+	both(cell{Tool: "ib_send_bw", Size: "2048", Iters: cfg.BWIters, Opts: []string{"-R", "-c", "UD"}, Tag: rdmaCMTag + "-ud"})
+	both(cell{Tool: "ib_send_lat", Size: "2048", Iters: cfg.LatIters, Opts: []string{"-R", "-c", "UD"}, Tag: rdmaCMTag + "-ud"})
+	return cells
+}
+
+// rdmaCMTag names the rdma_cm cells (--only rdma_cm).
+const rdmaCMTag = "rdma_cm"
+
+// rdmaCM: the cell runs perftest's rdma_cm mode, whose server listens with
+// rdma_cm and not on a TCP port.
+func (c cell) rdmaCM() bool {
+	for _, o := range c.Opts {
+		if o == "-R" || o == "--rdma_cm" {
+			return true
+		}
+	}
+	return false
 }
 
 // bwSize is the size selection of a bandwidth cell: the -a sweep, except for

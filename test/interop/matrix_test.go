@@ -18,8 +18,12 @@ func TestMatrixFull(t *testing.T) {
 	// + in the guests: 5 tools x (rxe-rxe, xdproce server, xdproce client, xdproce-xdproce) = 20
 	// + stock tools over xdproce's libibverbs x 2 roles: the 8 perftest
 	//   tools, 4 perftest variants, 4 ping-pongs and 3 UD tools = 38
-	if len(cells) != 135 {
-		t.Fatalf("%d cells, want 135", len(cells))
+	// + rdma_cm (-R): send/write/read bw and lat, send bw and lat over UD,
+	//   each rxe-rxe, xdproce perf x 2 roles, lib x 2 roles = 8 x 5 = 40
+	// + rdmacm-utils and qperf: rping (verify, cycles), ucmatose, udaddy,
+	//   qperf x 4 tests, each rxe-rxe and lib x 2 roles = 8 x 3 = 24
+	if len(cells) != 199 {
+		t.Fatalf("%d cells, want 199", len(cells))
 	}
 	count := func(f func(cell) bool) int {
 		n := 0
@@ -35,23 +39,30 @@ func TestMatrixFull(t *testing.T) {
 		f    func(cell) bool
 		want int
 	}{
-		{"reference", func(c cell) bool { return !c.hasXDP() }, 13 + 5},
+		{"reference", func(c cell) bool { return !c.hasXDP() }, 13 + 5 + 8 + 8},
 		{"guest", func(c cell) bool { return c.guestCell() && c.MTU == 2048 && !c.hostXDP() }, 15},
 		{"guest xdproce-xdproce", func(c cell) bool { return c.Server.guest() && c.Client.guest() }, 5},
-		{"xdproce server", func(c cell) bool { return c.Server == xdp && c.Tool != integrityTool }, 31},
-		{"xdproce client", func(c cell) bool { return c.Client == xdp }, 31},
+		{"xdproce server", func(c cell) bool { return c.Server == xdp && c.Tool != integrityTool }, 31 + 8},
+		{"xdproce client", func(c cell) bool { return c.Client == xdp }, 31 + 8},
 		{"mtu 1024", func(c cell) bool { return c.MTU == 1024 && c.Tool != integrityTool }, 22},
 		{"integrity", func(c cell) bool { return c.Tool == integrityTool && c.Client == vm1 && c.Loss == "" }, 2},
 		{"loss", func(c cell) bool { return c.Loss == "1%" }, 8},
 		{"-q 8", func(c cell) bool { return c.QPs == 8 }, 3 + 2},
 		{"pingpong", func(c cell) bool { return c.Tool == pingpong }, 3 + 2*2},
 		// lib: send/write/read, --use_old_post_send, -e; both roles
-		{"sweeps", func(c cell) bool { return c.Size == allSizes }, 3 + 2*2*3 + 5*2},
+		{"sweeps", func(c cell) bool { return c.Size == allSizes }, 3 + 2*2*3 + 5*2 + 3*5},
+		{"rdma_cm", func(c cell) bool { return c.rdmaCM() && c.hostXDP() && c.MTU == 4096 && c.Loss == "" }, 16},
+		{"rdma_cm UD", func(c cell) bool { return c.rdmaCM() && c.Tag == "rdma_cm-ud" }, 2 * 5},
+		{"rdma_cm lib", func(c cell) bool { return c.rdmaCM() && c.libCell() }, 16},
+		{"rdma_cm reference", func(c cell) bool { return c.rdmaCM() && !c.hasXDP() }, 8},
+		{"rdma_cm tools", func(c cell) bool { return c.cmTool() }, 24},
+		{"rdma_cm tools on the lib", func(c cell) bool { return c.cmTool() && c.libCell() }, 16},
+		{"expected failures", func(c cell) bool { return c.XFail != "" }, 6},
 		{"atomic lat", func(c cell) bool { return c.Tool == "ib_atomic_lat" }, 5 + 2},
-		{"lib server", func(c cell) bool { return c.Server == lib && c.Client == vm1 && c.MTU == 4096 && c.Loss == "" }, 19},
-		{"lib client", func(c cell) bool { return c.Client == lib && c.Server == vm1 && c.MTU == 4096 && c.Loss == "" }, 19},
+		{"lib server", func(c cell) bool { return c.Server == lib && c.Client == vm1 && c.MTU == 4096 && c.Loss == "" }, 19 + 8 + 8},
+		{"lib client", func(c cell) bool { return c.Client == lib && c.Server == vm1 && c.MTU == 4096 && c.Loss == "" }, 19 + 8 + 8},
 		{"lib ping-pongs", func(c cell) bool { return c.libCell() && c.isPingpong() }, 10},
-		{"lib tagged", func(c cell) bool { return c.libCell() && c.Tag != "" }, 12},
+		{"lib tagged", func(c cell) bool { return c.libCell() && c.Tag != "" }, 12 + 16 + 16},
 	}
 	for _, ch := range checks {
 		if got := count(ch.f); got != ch.want {
@@ -82,12 +93,18 @@ func TestMatrixFull(t *testing.T) {
 
 func TestMatrixSmoke(t *testing.T) {
 	cells := buildMatrix(matrixConfig{Smoke: true, BWIters: 20, LatIters: 100})
-	if len(cells) != 7 {
-		t.Fatalf("%d cells, want 7", len(cells))
+	if len(cells) != 10 {
+		t.Fatalf("%d cells, want 10", len(cells))
 	}
 	// The last runs xdproce in a guest: kernel 6.1 and virtio-net in CI.
-	if g := cells[6]; !g.Server.guest() || g.Client != xdp || g.MTU != 2048 {
+	if g := cells[9]; !g.Server.guest() || g.Client != xdp || g.MTU != 2048 {
 		t.Errorf("smoke's guest cell is %s", g.ID())
+	}
+	// rdma_cm against rxe's CM: stock rping on the libraries in both roles,
+	// xdproce perf -R serving stock perftest -R.
+	if a, b, r := cells[6], cells[7], cells[8]; a.ID() != "rping/lib-server/verify" || b.ID() != "rping/lib-client/verify" ||
+		r.ID() != "ib_send_lat/xdp-server/mtu4096/s2/rdma_cm" {
+		t.Errorf("smoke's rdma_cm cells are %s, %s and %s", a.ID(), b.ID(), r.ID())
 	}
 	// Stock perftest over xdproce's libibverbs, once in each role.
 	if w, l := cells[4], cells[5]; w.ID() != "ib_write_bw/lib-client/mtu4096/all" || l.ID() != "ib_send_lat/lib-server/mtu4096/s2" {
@@ -159,8 +176,8 @@ func TestRunListNeedsNoRoot(t *testing.T) {
 	if code := run(context.Background(), []string{"--smoke", "--list", "--only", "send_lat"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	if n := strings.Count(out.String(), "\n"); n != 3 {
-		t.Errorf("listed %d cells, want 3:\n%s", n, out.String())
+	if n := strings.Count(out.String(), "\n"); n != 4 {
+		t.Errorf("listed %d cells, want 4:\n%s", n, out.String())
 	}
 	if code := run(context.Background(), []string{"--only", "("}, &out, &errb); code != 2 {
 		t.Errorf("bad regexp: exit %d, want 2", code)
@@ -263,5 +280,31 @@ func TestLibDirs(t *testing.T) {
 	}
 	if got := libDirs("/opt/x", "/repo/bin/xdproce"); len(got) != 1 || got[0] != "/opt/x" {
 		t.Errorf("libDirs with $XDPROCE_LIBDIR: %v", got)
+	}
+}
+
+// The rdma_cm cells: both sides run -R (UD ones -c UD too), each cell on a
+// port of its own, selected by --only rdma_cm.
+func TestRDMACMCells(t *testing.T) {
+	cells := selectCells(buildMatrix(matrixConfig{BWIters: 25, LatIters: 200}), regexp.MustCompile(`/xdp-(server|client)/.*/rdma_cm`))
+	if len(cells) != 16 {
+		t.Fatalf("%d xdproce perf cells match /rdma_cm, want 16", len(cells))
+	}
+	h := &harness{xdproce: "/x/xdproce"}
+	for _, c := range cells {
+		if !c.rdmaCM() {
+			t.Errorf("%s: no -R", c.ID())
+		}
+		srv := " " + shellJoin(h.argv(c, c.Server, "")) + " "
+		cli := " " + shellJoin(h.argv(c, c.Client, serverAddr(c.Server))) + " "
+		for _, a := range []string{srv, cli} {
+			if !strings.Contains(a, " -R ") || strings.Contains(c.Tag, "ud") != strings.Contains(a, " -c UD ") ||
+				!strings.Contains(a, " -p "+strconv.Itoa(c.Port)+" ") {
+				t.Errorf("%s: argv %q", c.ID(), a)
+			}
+		}
+	}
+	if id := cells[len(cells)-1].ID(); id != "ib_send_lat/xdp-client/mtu4096/s2048/rdma_cm-ud" {
+		t.Errorf("last rdma_cm cell %s", id)
 	}
 }

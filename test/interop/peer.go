@@ -59,6 +59,8 @@ type vmServer struct {
 	base string // vmDir/cN: .log .pid .rc
 	port int
 	cmd  string
+	// killed: finish found it still running after its grace and killed it.
+	killed bool
 }
 
 func startVMServer(ctx context.Context, p *rxePeer, vm, n, port int, argv []string, timeout time.Duration) (*vmServer, error) {
@@ -78,7 +80,22 @@ func startVMServer(ctx context.Context, p *rxePeer, vm, n, port int, argv []stri
 // waitReady polls until the server listens on its port; it fails early
 // when the server already exited.
 func (s *vmServer) waitReady(ctx context.Context, timeout time.Duration) error {
-	probe := fmt.Sprintf(`if [ -f %[1]s.rc ]; then echo EXITED; elif ss -Hltn 'sport = :%[2]d' | grep -q .; then echo LISTENING; fi`, s.base, s.port)
+	return s.poll(ctx, timeout, fmt.Sprintf("ss -Hltn 'sport = :%d' | grep -q .", s.port))
+}
+
+// waitCMListen polls until the server's rdma_cm ID listens on its port, as
+// rdma_rxe lists it ("link rxe0/- cm-idn 0 state LISTEN ps TCP pid 303
+// comm rping src-addr 0.0.0.0:7001"): perftest -R, rping, ucmatose and
+// udaddy have no TCP port, and a stock client refused (REJ, no listener)
+// gives up.
+func (s *vmServer) waitCMListen(ctx context.Context, timeout time.Duration) error {
+	return s.poll(ctx, timeout, fmt.Sprintf("rdma resource show cm_id | grep -Eq 'state LISTEN .*src-addr [^ ]*:%d( |$)'", s.port))
+}
+
+// poll runs the shell test ready in the VM until it succeeds; it fails
+// early when the server already exited.
+func (s *vmServer) poll(ctx context.Context, timeout time.Duration, ready string) error {
+	probe := fmt.Sprintf(`if [ -f %[1]s.rc ]; then echo EXITED; elif %[2]s; then echo LISTENING; fi`, s.base, ready)
 	deadline := time.Now().Add(timeout)
 	for {
 		out, err := s.peer.exec(ctx, 30*time.Second, s.vm, probe)
@@ -126,6 +143,7 @@ echo; echo "%[3]s${killed:+killed}$(cat %[1]s.rc 2>/dev/null)"`, s.base, polls, 
 	status := strings.TrimSpace(out[i+len(marker):])
 	out = strings.TrimSuffix(out[:i], "\n")
 	if strings.HasPrefix(status, "killed") {
+		s.killed = true
 		return out, -1, fmt.Errorf("server still running %v after the client ended, killed", grace)
 	}
 	code, err := strconv.Atoi(status)

@@ -99,6 +99,7 @@ type bgProc struct {
 	timeout time.Duration
 	done    chan struct{}
 	err     error // valid once done is closed
+	stopped bool  // finish found it still running and stopped it
 }
 
 func startBg(ctx context.Context, timeout time.Duration, name string, args ...string) (*bgProc, error) {
@@ -133,6 +134,7 @@ func (b *bgProc) finish(grace time.Duration) (string, error) {
 	select {
 	case <-b.done:
 	case <-t.C:
+		b.stopped = true
 		b.cancel()
 		<-b.done // bounded by WaitDelay
 		b.err = fmt.Errorf("still running %v after the client ended, stopped: %w", grace, b.err)

@@ -16,6 +16,8 @@ func figure(r result) string {
 		return fmt.Sprintf("%.6f Gb/s", r.BWGbps)
 	case r.TypicalUs > 0:
 		return fmt.Sprintf("%.2f µs", r.TypicalUs)
+	case r.Figure != "":
+		return r.Figure
 	case len(r.Checks) > 0:
 		ok := 0
 		for _, c := range r.Checks {

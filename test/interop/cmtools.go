@@ -32,9 +32,11 @@ const (
 	// followed by letters, NUL-terminated.
 	rpingSize = 64
 	// rpingCycles and rpingPings: the connect/disconnect cycles of the
-	// cycles cells and the pings of the verify cells.
-	rpingCycles = 1000
-	rpingPings  = 100
+	// cycles cells and the pings of the verify cells (issue 16's -C 1000);
+	// the smoke's verify cells ping rpingSmokePings times.
+	rpingCycles     = 1000
+	rpingPings      = 1000
+	rpingSmokePings = 100
 	// cmConnections is ucmatose's and udaddy's -c: a few connections (or
 	// SIDR lookups) at once.
 	cmConnections = 4

@@ -126,6 +126,7 @@ func judged(c cell, srv, cli side) result {
 
 func TestJudgeTool(t *testing.T) {
 	verify := toolCell(t, "rping/lib-server/verify")
+	verify.Iters = 100 // judged as the full -C 1000, on a shorter output
 	srvOut := "server DISCONNECT EVENT...\nwait for RDMA_READ_ADV state 10\n" + rpingOutput("server ping data: ", 100)
 	cliOut := "client DISCONNECT EVENT...\n" + rpingOutput("ping data: ", 100)
 	cycles := toolCell(t, "rping/lib-client/cycles")

@@ -321,7 +321,7 @@ func buildMatrix(cfg matrixConfig) []cell {
 		// rdma_cm against rxe's CM: stock rping on xdproce's libraries in
 		// both roles, and xdproce perf -R serving stock perftest -R.
 		for _, d := range [][2]endpoint{{lib, vm1}, {vm1, lib}} {
-			add(cell{Tool: rpingTool, Server: d[0], Client: d[1], MTU: 4096, Size: strconv.Itoa(rpingSize), Iters: rpingPings, Tag: "verify"})
+			add(cell{Tool: rpingTool, Server: d[0], Client: d[1], MTU: 4096, Size: strconv.Itoa(rpingSize), Iters: rpingSmokePings, Tag: "verify"})
 		}
 		add(cell{Tool: "ib_send_lat", Server: xdp, Client: vm1, MTU: 4096, Size: "2", Iters: cfg.LatIters, Opts: []string{"-R"}, Tag: "rdma_cm"})
 		// Kernel 6.1 and virtio-net in CI: xdproce in the guest (rxe

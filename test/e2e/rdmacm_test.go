@@ -157,17 +157,19 @@ func TestStockRDMACMTools(t *testing.T) {
 		}
 	})
 
-	rping := regexp.MustCompile(`(?m)^ping data: rdma-ping-99: `)
+	rping := regexp.MustCompile(`(?m)^ping data: rdma-ping-999: `)
 	for _, dir := range []struct {
 		name     string
 		srv, cli *netns.Host
 		addr     string
 	}{{"rping A to B", b, a, bs}, {"rping B to A", a, b, as}} {
 		t.Run(dir.name, func(t *testing.T) {
-			srv, cl := stockPair(t, ctx, lib, dir.srv, []string{"rping", "-s", "-a", dir.addr, "-v", "-C", "100"},
-				dir.cli, []string{"rping", "-c", "-a", dir.addr, "-v", "-V", "-C", "100"}, false)
-			if !rping.MatchString(cl) || !strings.Contains(srv, "server ping data: rdma-ping-99: ") {
-				t.Fatalf("not 100 pings:\nclient:\n%s\nserver:\n%s", lastLines(cl, 5), lastLines(srv, 5))
+			srv, cl := stockPair(t, ctx, lib, dir.srv, []string{"rping", "-s", "-a", dir.addr, "-v", "-C", "1000"},
+				dir.cli, []string{"rping", "-c", "-a", dir.addr, "-v", "-V", "-C", "1000"}, false)
+			// (rping's threads write the server's lines and its disconnect
+			// message at once: the last line may come interleaved.)
+			if !rping.MatchString(cl) || !strings.Contains(srv, "rdma-ping-999: NOPQ") {
+				t.Fatalf("not 1000 pings:\nclient:\n%s\nserver:\n%s", lastLines(cl, 5), lastLines(srv, 5))
 			}
 			t.Log(lastLines(cl, 1))
 		})

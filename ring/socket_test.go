@@ -400,15 +400,17 @@ func TestOpenQueues(t *testing.T) {
 		}
 	}
 	// Queue 2 does not exist: the sockets already opened are closed again,
-	// so queue 0 is free for the next socket.
+	// so queue 0 is free for the next socket. (The kernel lets go of a
+	// closed socket's queue asynchronously: on a loaded machine that takes
+	// more than the default 3 s of retries.)
 	err = n.do(func() error {
-		_, err := OpenQueues(t.Context(), n.b, []int{0, 2}, Config{RXFrames: 16, TXFrames: 16, Mode: ModeCopy})
+		_, err := OpenQueues(t.Context(), n.b, []int{0, 2}, Config{RXFrames: 16, TXFrames: 16, Mode: ModeCopy, BindRetry: 15 * time.Second})
 		return err
 	})
 	if !errors.Is(err, unix.EINVAL) {
 		t.Fatalf("OpenQueues with a missing queue: %v", err)
 	}
-	n.open(n.b, 0, Config{RXFrames: 16, TXFrames: 16})
+	n.open(n.b, 0, Config{RXFrames: 16, TXFrames: 16, BindRetry: 15 * time.Second})
 }
 
 // TestHeadroom: UMEM headroom moves received data to chunk base + 256 +

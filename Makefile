@@ -30,10 +30,13 @@ CC          ?= cc
 PROVIDER_CFLAGS ?= -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden -std=gnu11
 LIBDIR      := bin/lib
 PREFIX      ?= /usr/local
-VERBS_SRCS  := $(wildcard provider/verbs/*.c)
-VERBS_HDRS  := $(wildcard provider/verbs/*.h)
-RDMACM_SRCS := $(wildcard provider/rdmacm/*.c)
-RDMACM_HDRS := $(wildcard provider/rdmacm/*.h)
+# provider/common: what both libraries compile in (the control messages' codec).
+COMMON_SRCS := $(wildcard provider/common/*.c)
+COMMON_HDRS := $(wildcard provider/common/*.h)
+VERBS_SRCS  := $(wildcard provider/verbs/*.c) $(COMMON_SRCS)
+VERBS_HDRS  := $(wildcard provider/verbs/*.h) $(COMMON_HDRS)
+RDMACM_SRCS := $(wildcard provider/rdmacm/*.c) $(COMMON_SRCS)
+RDMACM_HDRS := $(wildcard provider/rdmacm/*.h) $(COMMON_HDRS)
 
 # Debian's stock RDMA programs, which test/e2e and the interop cells run on xdproce's libibverbs.
 deps-stock:

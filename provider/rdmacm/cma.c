@@ -10,14 +10,14 @@
 #include "cma.h"
 
 /* call runs one request on the device of sub s: the ID's handle, then the rest of e. */
-static int call(struct cmsub *s, uint16_t op, const struct enc *rest, struct dec *r, uint8_t *buf, size_t size)
+static int call(struct cmsub *s, uint16_t op, const struct xp_enc *rest, struct xp_dec *r, uint8_t *buf, size_t size)
 {
-	struct enc e = {0};
-	put_u32(&e, s->handle);
+	struct xp_enc e = {0};
+	xp_u32(&e, s->handle);
 	if (rest)
-		put_raw(&e, rest->b, rest->n);
-	if (rest && rest->over)
-		e.over = true;
+		xp_raw(&e, rest->b, rest->n);
+	if (rest && rest->overflow)
+		e.overflow = true;
 	return cm_call(s->dev, op, &e, r, buf, size, NULL, 0, NULL);
 }
 
@@ -29,10 +29,10 @@ static void replay_options(struct cmid *c, struct cmsub *s)
 {
 	uint8_t buf[64];
 	for (int i = 0; i < c->nopts; i++) {
-		struct enc e = {0};
-		put_u32(&e, c->opts[i].level);
-		put_u32(&e, c->opts[i].name);
-		put_bytes(&e, c->opts[i].val, c->opts[i].len);
+		struct xp_enc e = {0};
+		xp_u32(&e, c->opts[i].level);
+		xp_u32(&e, c->opts[i].name);
+		xp_bytes(&e, c->opts[i].val, c->opts[i].len);
 		call(s, CM_SET_OPTION, &e, NULL, buf, sizeof(buf));
 	}
 }
@@ -44,20 +44,20 @@ int id_new_sub(struct cmid *c, struct cmdev *d, struct cmsub **out)
 	int err = chan_sub(to_chan(c->id.channel), d, &ch);
 	if (err)
 		return err;
-	struct enc e = {0};
-	struct dec r;
+	struct xp_enc e = {0};
+	struct xp_dec r;
 	uint8_t buf[64];
-	put_u32(&e, ch);
-	put_u16(&e, (uint16_t)c->id.ps);
+	xp_u32(&e, ch);
+	xp_u16(&e, (uint16_t)c->id.ps);
 	if ((err = cm_call(d, CM_CREATE_ID, &e, &r, buf, sizeof(buf), NULL, 0, NULL)))
 		return err;
-	uint32_t h = get_u32(&r);
+	uint32_t h = xp_get_u32(&r);
 	if (r.err || r.n)
 		return EPROTO;
 	struct cmsub *s = calloc(1, sizeof(*s));
 	if (!s) {
-		struct enc x = {0};
-		put_u32(&x, h);
+		struct xp_enc x = {0};
+		xp_u32(&x, h);
 		cm_call(d, CM_DESTROY_ID, &x, NULL, buf, sizeof(buf), NULL, 0, NULL);
 		return ENOMEM;
 	}
@@ -113,7 +113,7 @@ static int query(struct cmid *c)
 	if (!s)
 		return 0;
 	uint8_t buf[256];
-	struct dec r;
+	struct xp_dec r;
 	int err = call(s, CM_QUERY, NULL, &r, buf, sizeof(buf));
 	if (err)
 		return err;
@@ -228,7 +228,7 @@ static bool wildcard(const struct cmaddr *a)
 
 static int bind_one(struct cmsub *s, const struct cmaddr *a)
 {
-	struct enc e = {0};
+	struct xp_enc e = {0};
 	uint8_t buf[64];
 	put_addr(&e, a);
 	return call(s, CM_BIND, &e, NULL, buf, sizeof(buf));
@@ -338,11 +338,11 @@ XP_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr
 		return set_errno(err);
 	}
 	memcpy(&id->route.addr.dst_addr, dst_addr, addr_len(dst_addr));
-	struct enc e = {0};
+	struct xp_enc e = {0};
 	uint8_t buf[64];
 	put_addr(&e, &src);
 	put_addr(&e, &dst);
-	put_u32(&e, timeout_ms > 0 ? (uint32_t)timeout_ms : 0);
+	xp_u32(&e, timeout_ms > 0 ? (uint32_t)timeout_ms : 0);
 	err = call(s, CM_RESOLVE_ADDR, &e, NULL, buf, sizeof(buf));
 	if (err) {
 		if (fresh) {
@@ -368,9 +368,9 @@ XP_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 	struct cmsub *s = id_sub(c);
 	if (!s || !c->dev)
 		return set_errno(EINVAL);
-	struct enc e = {0};
+	struct xp_enc e = {0};
 	uint8_t buf[64];
-	put_u32(&e, timeout_ms > 0 ? (uint32_t)timeout_ms : 0);
+	xp_u32(&e, timeout_ms > 0 ? (uint32_t)timeout_ms : 0);
 	int err = call(s, CM_RESOLVE_ROUTE, &e, NULL, buf, sizeof(buf));
 	if (err)
 		return set_errno(err);
@@ -391,8 +391,8 @@ XP_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	}
 	uint8_t buf[64];
 	for (struct cmsub *s = c->subs; s; s = s->next) {
-		struct enc e = {0};
-		put_u32(&e, backlog > 0 ? (uint32_t)backlog : 0);
+		struct xp_enc e = {0};
+		xp_u32(&e, backlog > 0 ? (uint32_t)backlog : 0);
 		if ((err = call(s, CM_LISTEN, &e, NULL, buf, sizeof(buf))))
 			return set_errno(err);
 	}
@@ -417,7 +417,7 @@ static int valid_param(struct cmid *c, const struct rdma_conn_param *p)
 }
 
 /* put_param encodes CMConnParam: the ID's private data prefix (rdma_create_ep's), then p's. */
-static int put_param(struct enc *e, struct cmid *c, const struct rdma_conn_param *p, uint32_t qpn, bool srq)
+static int put_param(struct xp_enc *e, struct cmid *c, const struct rdma_conn_param *p, uint32_t qpn, bool srq)
 {
 	uint8_t priv[512];
 	size_t n = 0;
@@ -431,14 +431,14 @@ static int put_param(struct enc *e, struct cmid *c, const struct rdma_conn_param
 		memcpy(priv + n, p->private_data, p->private_data_len);
 		n += p->private_data_len;
 	}
-	put_bytes(e, priv, n);
-	put_u8(e, c->responder_resources);
-	put_u8(e, c->initiator_depth);
-	put_u8(e, p && p->flow_control ? 1 : 0);
-	put_u8(e, p ? p->retry_count : 7);
-	put_u8(e, p ? p->rnr_retry_count : 7);
-	put_u8(e, srq ? 1 : 0);
-	put_u32(e, qpn);
+	xp_bytes(e, priv, n);
+	xp_u8(e, c->responder_resources);
+	xp_u8(e, c->initiator_depth);
+	xp_u8(e, p && p->flow_control ? 1 : 0);
+	xp_u8(e, p ? p->retry_count : 7);
+	xp_u8(e, p ? p->rnr_retry_count : 7);
+	xp_u8(e, srq ? 1 : 0);
+	xp_u32(e, qpn);
 	return 0;
 }
 
@@ -462,7 +462,7 @@ XP_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 		qpn = id->qp->qp_num;
 		srq = id->qp->srq != NULL;
 	}
-	struct enc e = {0};
+	struct xp_enc e = {0};
 	uint8_t buf[64];
 	if ((err = put_param(&e, c, p, qpn, srq)))
 		return set_errno(err);
@@ -496,7 +496,7 @@ XP_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 		c->responder_resources = p->responder_resources;
 	uint32_t qpn = id->qp ? id->qp->qp_num : p->qp_num;
 	bool srq = id->qp ? id->qp->srq != NULL : p->srq != 0;
-	struct enc e = {0};
+	struct xp_enc e = {0};
 	uint8_t buf[64];
 	if ((err = put_param(&e, c, p, qpn, srq)))
 		return set_errno(err);
@@ -519,9 +519,9 @@ static int reject(struct rdma_cm_id *id, const void *private_data, uint8_t len)
 	struct cmsub *s = id_sub(to_cmid(id));
 	if (!s)
 		return set_errno(EINVAL);
-	struct enc e = {0};
+	struct xp_enc e = {0};
 	uint8_t buf[64];
-	put_bytes(&e, private_data, private_data ? len : 0);
+	xp_bytes(&e, private_data, private_data ? len : 0);
 	return fail(call(s, CM_REJECT, &e, NULL, buf, sizeof(buf)));
 }
 
@@ -585,48 +585,48 @@ XP_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr,
 	struct cmsub *s = id_sub(to_cmid(id));
 	if (!s)
 		return set_errno(EINVAL);
-	struct enc e = {0};
-	struct dec r;
+	struct xp_enc e = {0};
+	struct xp_dec r;
 	uint8_t buf[256];
-	put_u8(&e, (uint8_t)attr->qp_state);
+	xp_u8(&e, (uint8_t)attr->qp_state);
 	int err = call(s, CM_INIT_QP_ATTR, &e, &r, buf, sizeof(buf));
 	if (err)
 		return set_errno(err);
 	struct ibv_qp_attr a;
 	memset(&a, 0, sizeof(a));
-	a.qp_state = (enum ibv_qp_state)get_u8(&r);
-	a.cur_qp_state = (enum ibv_qp_state)get_u8(&r);
-	a.qp_access_flags = (int)get_u32(&r);
-	a.pkey_index = get_u16(&r);
-	a.port_num = get_u8(&r);
-	a.qkey = get_u32(&r);
-	const uint8_t *g = get_raw(&r, 16);
+	a.qp_state = (enum ibv_qp_state)xp_get_u8(&r);
+	a.cur_qp_state = (enum ibv_qp_state)xp_get_u8(&r);
+	a.qp_access_flags = (int)xp_get_u32(&r);
+	a.pkey_index = xp_get_u16(&r);
+	a.port_num = xp_get_u8(&r);
+	a.qkey = xp_get_u32(&r);
+	const uint8_t *g = xp_get_raw(&r, 16);
 	if (g)
 		memcpy(a.ah_attr.grh.dgid.raw, g, 16);
-	a.ah_attr.grh.sgid_index = get_u8(&r);
-	a.ah_attr.grh.hop_limit = get_u8(&r);
-	a.ah_attr.grh.traffic_class = get_u8(&r);
-	a.ah_attr.grh.flow_label = get_u32(&r);
+	a.ah_attr.grh.sgid_index = xp_get_u8(&r);
+	a.ah_attr.grh.hop_limit = xp_get_u8(&r);
+	a.ah_attr.grh.traffic_class = xp_get_u8(&r);
+	a.ah_attr.grh.flow_label = xp_get_u32(&r);
 	uint16_t n;
-	get_bytes(&r, &n); /* the next hop's MAC address: libibverbs' daemon resolves it again */
-	a.path_mtu = (enum ibv_mtu)get_u8(&r);
-	a.timeout = get_u8(&r);
-	a.retry_cnt = get_u8(&r);
-	a.rnr_retry = get_u8(&r);
-	a.rq_psn = get_u32(&r);
-	a.sq_psn = get_u32(&r);
-	a.max_rd_atomic = get_u8(&r);
-	a.max_dest_rd_atomic = get_u8(&r);
-	a.min_rnr_timer = get_u8(&r);
-	a.dest_qp_num = get_u32(&r);
-	a.en_sqd_async_notify = get_u8(&r);
-	a.sq_draining = get_u8(&r);
-	a.cap.max_send_wr = get_u32(&r);
-	a.cap.max_recv_wr = get_u32(&r);
-	a.cap.max_send_sge = get_u32(&r);
-	a.cap.max_recv_sge = get_u32(&r);
-	a.cap.max_inline_data = get_u32(&r);
-	uint32_t m = get_u32(&r);
+	xp_get_bytes(&r, &n); /* the next hop's MAC address: libibverbs' daemon resolves it again */
+	a.path_mtu = (enum ibv_mtu)xp_get_u8(&r);
+	a.timeout = xp_get_u8(&r);
+	a.retry_cnt = xp_get_u8(&r);
+	a.rnr_retry = xp_get_u8(&r);
+	a.rq_psn = xp_get_u32(&r);
+	a.sq_psn = xp_get_u32(&r);
+	a.max_rd_atomic = xp_get_u8(&r);
+	a.max_dest_rd_atomic = xp_get_u8(&r);
+	a.min_rnr_timer = xp_get_u8(&r);
+	a.dest_qp_num = xp_get_u32(&r);
+	a.en_sqd_async_notify = xp_get_u8(&r);
+	a.sq_draining = xp_get_u8(&r);
+	a.cap.max_send_wr = xp_get_u32(&r);
+	a.cap.max_recv_wr = xp_get_u32(&r);
+	a.cap.max_send_sge = xp_get_u32(&r);
+	a.cap.max_recv_sge = xp_get_u32(&r);
+	a.cap.max_inline_data = xp_get_u32(&r);
+	uint32_t m = xp_get_u32(&r);
 	if (r.err || r.n)
 		return set_errno(EPROTO);
 	a.ah_attr.is_global = 1;
@@ -716,9 +716,9 @@ XP_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 		return set_errno(err);
 	}
 	/* The daemon moves it to INIT (UD: to RTS with rdma_cm's Q_Key), as rdma_create_qp does. */
-	struct enc e = {0};
+	struct xp_enc e = {0};
 	uint8_t buf[64];
-	put_u32(&e, qp->handle);
+	xp_u32(&e, qp->handle);
 	int err = call(s, CM_ATTACH_QP, &e, NULL, buf, sizeof(buf));
 	if (err) {
 		ibv_destroy_qp(qp);
@@ -840,10 +840,10 @@ XP_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, voi
 	memcpy(c->opts[i].val, optval, optlen);
 	uint8_t buf[64];
 	for (struct cmsub *s = c->subs; s; s = s->next) {
-		struct enc e = {0};
-		put_u32(&e, (uint32_t)level);
-		put_u32(&e, (uint32_t)optname);
-		put_bytes(&e, optval, optlen);
+		struct xp_enc e = {0};
+		xp_u32(&e, (uint32_t)level);
+		xp_u32(&e, (uint32_t)optname);
+		xp_bytes(&e, optval, optlen);
 		int err = call(s, CM_SET_OPTION, &e, NULL, buf, sizeof(buf));
 		if (err)
 			return set_errno(err);
@@ -866,8 +866,8 @@ XP_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 	for (struct cmsub *s = c->subs; s; s = s->next) {
 		uint32_t h;
 		int err = chan_sub(to, s->dev, &h);
-		struct enc e = {0};
-		put_u32(&e, h);
+		struct xp_enc e = {0};
+		xp_u32(&e, h);
 		if (!err)
 			err = call(s, CM_MIGRATE_ID, &e, NULL, buf, sizeof(buf));
 		if (err) {

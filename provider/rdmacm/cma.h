@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/codec.h"
+
 #define XP_EXPORT __attribute__((visibility("default")))
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
@@ -45,31 +47,6 @@ enum cm_op {
 	CM_SET_OPTION,
 };
 
-/* A request's body, little-endian. */
-struct enc {
-	uint8_t b[512];
-	size_t n;
-	bool over;
-};
-
-/* A reply being read: a field that overruns it sets err, and reads return zero from then on. */
-struct dec {
-	const uint8_t *p;
-	size_t n;
-	bool err;
-};
-
-void put_u8(struct enc *e, uint8_t v);
-void put_u16(struct enc *e, uint16_t v);
-void put_u32(struct enc *e, uint32_t v);
-void put_raw(struct enc *e, const void *p, size_t n);
-void put_bytes(struct enc *e, const void *p, size_t n); /* u16 length, then the bytes */
-uint8_t get_u8(struct dec *d);
-uint16_t get_u16(struct dec *d);
-uint32_t get_u32(struct dec *d);
-const uint8_t *get_raw(struct dec *d, size_t n);
-const uint8_t *get_bytes(struct dec *d, uint16_t *n);
-
 /* CMAddr: the address as 16 bytes (IPv4 as ::ffff:a.b.c.d), family 4, 6 or 0, port in host order. */
 struct cmaddr {
 	uint8_t ip[16];
@@ -86,9 +63,9 @@ struct cminfo {
 	uint8_t traffic_class, hop_limit;
 };
 
-void put_addr(struct enc *e, const struct cmaddr *a);
-void get_addr(struct dec *d, struct cmaddr *a);
-void get_info(struct dec *d, struct cminfo *i);
+void put_addr(struct xp_enc *e, const struct cmaddr *a);
+void get_addr(struct xp_dec *d, struct cmaddr *a);
+void get_info(struct xp_dec *d, struct cminfo *i);
 /* to_cmaddr converts a sockaddr (AF_INET, AF_INET6); EAFNOSUPPORT for another family. */
 int to_cmaddr(const struct sockaddr *sa, struct cmaddr *a);
 /* from_cmaddr writes a as a sockaddr_in or sockaddr_in6 at out and returns its length; nothing
@@ -197,7 +174,7 @@ int dev_for_ip(const struct cmaddr *a, struct cmdev **out);
 int dev_for_dst(const struct sockaddr *dst, struct cmdev **out, struct cmaddr *src);
 int dev_get(struct cmdev *d); /* a reference for an ID; allocates the PD with the first */
 void dev_put(struct cmdev *d);
-int cm_call(struct cmdev *d, uint16_t op, const struct enc *e, struct dec *d_out, uint8_t *buf, size_t size,
+int cm_call(struct cmdev *d, uint16_t op, const struct xp_enc *e, struct xp_dec *d_out, uint8_t *buf, size_t size,
 	    int *fds, int maxfds, int *nfds);
 void sub_insert(struct cmsub *s);
 /* subs_on calls f for every ID with a daemon-side ID on d whose events go to channel ch. */

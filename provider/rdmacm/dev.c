@@ -12,106 +12,35 @@
 
 #include "cma.h"
 
-void put_raw(struct enc *e, const void *p, size_t n)
+void put_addr(struct xp_enc *e, const struct cmaddr *a)
 {
-	if (e->over || n > sizeof(e->b) - e->n) {
-		e->over = true;
-		return;
-	}
-	if (n)
-		memcpy(e->b + e->n, p, n);
-	e->n += n;
+	xp_raw(e, a->ip, 16);
+	xp_u8(e, a->family);
+	xp_u16(e, a->port);
 }
 
-void put_u8(struct enc *e, uint8_t v) { put_raw(e, &v, 1); }
-
-void put_u16(struct enc *e, uint16_t v)
+void get_addr(struct xp_dec *d, struct cmaddr *a)
 {
-	uint8_t b[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
-	put_raw(e, b, 2);
-}
-
-void put_u32(struct enc *e, uint32_t v)
-{
-	uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-	put_raw(e, b, 4);
-}
-
-void put_bytes(struct enc *e, const void *p, size_t n)
-{
-	if (n > 0xffff) {
-		e->over = true;
-		return;
-	}
-	put_u16(e, (uint16_t)n);
-	put_raw(e, p, n);
-}
-
-const uint8_t *get_raw(struct dec *d, size_t n)
-{
-	if (d->err || n > d->n) {
-		d->err = true;
-		return NULL;
-	}
-	const uint8_t *p = d->p;
-	d->p += n;
-	d->n -= n;
-	return p;
-}
-
-uint8_t get_u8(struct dec *d)
-{
-	const uint8_t *p = get_raw(d, 1);
-	return p ? p[0] : 0;
-}
-
-uint16_t get_u16(struct dec *d)
-{
-	const uint8_t *p = get_raw(d, 2);
-	return p ? (uint16_t)(p[0] | p[1] << 8) : 0;
-}
-
-uint32_t get_u32(struct dec *d)
-{
-	const uint8_t *p = get_raw(d, 4);
-	return p ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24 : 0;
-}
-
-const uint8_t *get_bytes(struct dec *d, uint16_t *n)
-{
-	*n = get_u16(d);
-	return get_raw(d, *n);
-}
-
-void put_addr(struct enc *e, const struct cmaddr *a)
-{
-	put_raw(e, a->ip, 16);
-	put_u8(e, a->family);
-	put_u16(e, a->port);
-}
-
-void get_addr(struct dec *d, struct cmaddr *a)
-{
-	const uint8_t *p = get_raw(d, 16);
+	const uint8_t *p = xp_get_raw(d, 16);
 	memset(a, 0, sizeof(*a));
 	if (p)
 		memcpy(a->ip, p, 16);
-	a->family = get_u8(d);
-	a->port = get_u16(d);
+	a->family = xp_get_u8(d);
+	a->port = xp_get_u16(d);
 }
 
-void get_info(struct dec *d, struct cminfo *i)
+void get_info(struct xp_dec *d, struct cminfo *i)
 {
 	get_addr(d, &i->src);
 	get_addr(d, &i->dst);
-	i->sgid_index = get_u8(d);
-	i->mtu = get_u8(d);
-	const uint8_t *p = get_raw(d, 6);
+	i->sgid_index = xp_get_u8(d);
+	i->mtu = xp_get_u8(d);
+	const uint8_t *p = xp_get_raw(d, 6);
 	if (p)
 		memcpy(i->dmac, p, 6);
-	i->flow_label = get_u32(d);
-	i->traffic_class = get_u8(d);
-	i->hop_limit = get_u8(d);
+	i->flow_label = xp_get_u32(d);
+	i->traffic_class = xp_get_u8(d);
+	i->hop_limit = xp_get_u8(d);
 }
 
 int to_cmaddr(const struct sockaddr *sa, struct cmaddr *a)
@@ -380,15 +309,15 @@ void dev_put(struct cmdev *d)
 	pthread_mutex_unlock(&cm_lock);
 }
 
-int cm_call(struct cmdev *d, uint16_t op, const struct enc *e, struct dec *out, uint8_t *buf, size_t size, int *fds,
+int cm_call(struct cmdev *d, uint16_t op, const struct xp_enc *e, struct xp_dec *out, uint8_t *buf, size_t size, int *fds,
 	    int maxfds, int *nfds)
 {
-	if (e->over)
+	if (e->overflow)
 		return EINVAL;
 	size_t rlen = 0;
 	int err = xdproce_ctl(d->verbs, op, e->b, e->n, buf, size, &rlen, fds, maxfds, nfds);
 	if (out)
-		*out = (struct dec){.p = buf, .n = rlen};
+		*out = (struct xp_dec){.p = buf, .n = rlen};
 	return err;
 }
 

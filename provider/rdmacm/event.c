@@ -79,12 +79,12 @@ int chan_sub(struct cmchan *c, struct cmdev *d, uint32_t *handle)
 			pthread_mutex_unlock(&c->lock);
 			return 0;
 		}
-	struct enc e = {0};
-	struct dec r;
+	struct xp_enc e = {0};
+	struct xp_dec r;
 	uint8_t buf[64];
 	int fds[2], nfds = 0;
 	int err = cm_call(d, CM_CREATE_CHANNEL, &e, &r, buf, sizeof(buf), fds, 2, &nfds);
-	uint32_t h = get_u32(&r);
+	uint32_t h = xp_get_u32(&r);
 	if (!err && (r.err || r.n || nfds != 1))
 		err = EPROTO;
 	struct chsub *s = err ? NULL : calloc(1, sizeof(*s));
@@ -107,8 +107,8 @@ int chan_sub(struct cmchan *c, struct cmdev *d, uint32_t *handle)
 			close(fds[i]);
 		free(s);
 		if (nfds) {
-			struct enc x = {0};
-			put_u32(&x, h);
+			struct xp_enc x = {0};
+			xp_u32(&x, h);
 			cm_call(d, CM_DESTROY_CHANNEL, &x, NULL, buf, sizeof(buf), NULL, 0, NULL);
 		}
 		pthread_mutex_unlock(&c->lock);
@@ -207,8 +207,8 @@ static void destroy_child(struct cmid *child)
 {
 	uint8_t buf[64];
 	for (struct cmsub *s = child->subs; s; s = s->next) {
-		struct enc e = {0};
-		put_u32(&e, s->handle);
+		struct xp_enc e = {0};
+		xp_u32(&e, s->handle);
 		cm_call(s->dev, CM_DESTROY_ID, &e, NULL, buf, sizeof(buf), NULL, 0, NULL);
 		sub_remove(s);
 	}
@@ -219,31 +219,31 @@ static void destroy_child(struct cmid *child)
 
 /* decode turns the daemon's CMEvent from device d into an event; NULL when it is for no ID of
  * ours (destroyed meanwhile). */
-static struct cmevt *decode(struct cmdev *d, struct dec *r)
+static struct cmevt *decode(struct cmdev *d, struct xp_dec *r)
 {
-	uint8_t type = get_u8(r);
-	uint32_t idh = get_u32(r), lh = get_u32(r);
-	int32_t status = (int32_t)get_u32(r);
+	uint8_t type = xp_get_u8(r);
+	uint32_t idh = xp_get_u32(r), lh = xp_get_u32(r);
+	int32_t status = (int32_t)xp_get_u32(r);
 	uint16_t plen;
-	const uint8_t *priv = get_bytes(r, &plen);
-	uint8_t rr = get_u8(r), idepth = get_u8(r), fc = get_u8(r), retry = get_u8(r), rnr = get_u8(r), srq = get_u8(r);
-	uint32_t qpn = get_u32(r);
+	const uint8_t *priv = xp_get_bytes(r, &plen);
+	uint8_t rr = xp_get_u8(r), idepth = xp_get_u8(r), fc = xp_get_u8(r), retry = xp_get_u8(r), rnr = xp_get_u8(r), srq = xp_get_u8(r);
+	uint32_t qpn = xp_get_u32(r);
 	struct cmevt *e = calloc(1, sizeof(*e));
 	if (!e)
 		return NULL;
-	const uint8_t *g = get_raw(r, 16);
+	const uint8_t *g = xp_get_raw(r, 16);
 	if (g)
 		memcpy(e->ah_dgid, g, 16);
-	e->ah_sgid_index = get_u8(r);
-	e->ah_hop_limit = get_u8(r);
-	e->ah_tclass = get_u8(r);
-	e->ah_flow = get_u32(r);
-	e->ah_sl = get_u8(r);
-	e->ah_port = get_u8(r);
-	e->ah_global = get_u8(r) != 0;
-	uint32_t udqpn = get_u32(r), udqkey = get_u32(r);
+	e->ah_sgid_index = xp_get_u8(r);
+	e->ah_hop_limit = xp_get_u8(r);
+	e->ah_tclass = xp_get_u8(r);
+	e->ah_flow = xp_get_u32(r);
+	e->ah_sl = xp_get_u8(r);
+	e->ah_port = xp_get_u8(r);
+	e->ah_global = xp_get_u8(r) != 0;
+	uint32_t udqpn = xp_get_u32(r), udqkey = xp_get_u32(r);
 	get_info(r, &e->info);
-	get_u16(r); /* the port space: the ID's own */
+	xp_get_u16(r); /* the port space: the ID's own */
 	if (r->err) {
 		free(e);
 		return NULL;
@@ -258,8 +258,8 @@ static struct cmevt *decode(struct cmdev *d, struct dec *r)
 		if (!s || dev_get(d)) {
 			/* A request for a listener destroyed meanwhile: the daemon rejects it. */
 			uint8_t buf[64];
-			struct enc x = {0};
-			put_u32(&x, idh);
+			struct xp_enc x = {0};
+			xp_u32(&x, idh);
 			cm_call(d, CM_DESTROY_ID, &x, NULL, buf, sizeof(buf), NULL, 0, NULL);
 			if (child)
 				free_id(child);
@@ -361,9 +361,9 @@ static void fetch(struct cmchan *c)
 	}
 	for (struct chsub *s = c->subs; s; s = s->next) {
 		while (!s->dead && s->pending) {
-			struct enc q = {0};
-			struct dec r;
-			put_u32(&q, s->handle);
+			struct xp_enc q = {0};
+			struct xp_dec r;
+			xp_u32(&q, s->handle);
 			int err = cm_call(s->dev, CM_GET_EVENT, &q, &r, buf, sizeof(buf), NULL, 0, NULL);
 			if (err == EIO) {
 				/* The daemon is gone, as a removed RNIC: DEVICE_REMOVAL for each ID of it. */
@@ -587,8 +587,8 @@ XP_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	while (subs) {
 		struct chsub *s = subs;
 		subs = s->next;
-		struct enc e = {0};
-		put_u32(&e, s->handle);
+		struct xp_enc e = {0};
+		xp_u32(&e, s->handle);
 		cm_call(s->dev, CM_DESTROY_CHANNEL, &e, NULL, buf, sizeof(buf), NULL, 0, NULL);
 		close(s->efd);
 		free(s);

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/codec.h"
+
 #define XP_EXPORT __attribute__((visibility("default")))
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
@@ -49,36 +51,7 @@ enum xp_op {
 	XP_DESTROY_AH,
 };
 
-/* A request being built: the header, then the body, little-endian (requests are short). */
-struct xp_enc {
-	uint8_t b[1024];
-	size_t n;
-	bool overflow;
-};
-
-/* A reply being read: the first field that overruns it sets err, and
- * every later read returns zero. */
-struct xp_dec {
-	const uint8_t *p;
-	size_t n;
-	bool err;
-};
-
-void xp_start(struct xp_enc *e, enum xp_op op);
-void xp_u8(struct xp_enc *e, uint8_t v);
-void xp_u16(struct xp_enc *e, uint16_t v);
-void xp_u32(struct xp_enc *e, uint32_t v);
-void xp_u64(struct xp_enc *e, uint64_t v);
-void xp_raw(struct xp_enc *e, const void *p, size_t n);
-void xp_bytes(struct xp_enc *e, const void *p, uint16_t n); /* u16 length, then the bytes */
-
-uint8_t xp_get_u8(struct xp_dec *d);
-uint16_t xp_get_u16(struct xp_dec *d);
-uint32_t xp_get_u32(struct xp_dec *d);
-uint64_t xp_get_u64(struct xp_dec *d);
-bool xp_get_bool(struct xp_dec *d);
-const uint8_t *xp_get_raw(struct xp_dec *d, size_t n);
-const uint8_t *xp_get_bytes(struct xp_dec *d, uint16_t *n);
+void xp_start(struct xp_enc *e, enum xp_op op); /* the header; the body follows (../common/codec.h) */
 int xp_end(struct xp_dec *d); /* 0, or EPROTO if the reply did not parse */
 
 /* A ring in shared memory: 256 header bytes (producer, consumer, aux, aux2 words each on its own

@@ -257,9 +257,13 @@ func TestStockRDMACMTools(t *testing.T) {
 		rows *regexp.Regexp
 	}{
 		{[]string{"ib_send_bw", "-R"}, bwRow},
+		{[]string{"ib_send_lat", "-R"}, latRow},
+		{[]string{"ib_write_bw", "-R"}, bwRow},
 		{[]string{"ib_write_lat", "-R"}, latRow},
 		{[]string{"ib_read_bw", "-R"}, bwRow},
+		{[]string{"ib_read_lat", "-R"}, latRow},
 		{[]string{"ib_send_bw", "-R", "-c", "UD"}, bwRow},
+		{[]string{"ib_send_lat", "-R", "-c", "UD"}, latRow},
 	} {
 		t.Run(strings.Join(c.argv, " "), func(t *testing.T) {
 			args := func(h *netns.Host) []string {

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"net/netip"
 	"syscall"
 	"time"
 
@@ -108,7 +107,7 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		if err := d.End(); err != nil {
 			return nil, err
 		}
-		ap, err := addrPort(a)
+		ap, err := a.AddrPort()
 		if err != nil {
 			return nil, err
 		}
@@ -123,11 +122,11 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		if err := d.End(); err != nil {
 			return nil, err
 		}
-		s, err := addrPort(src)
+		s, err := src.AddrPort()
 		if err != nil {
 			return nil, err
 		}
-		t, err := addrPort(dst)
+		t, err := dst.AddrPort()
 		if err != nil {
 			return nil, err
 		}
@@ -168,9 +167,7 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		if err := d.End(); err != nil {
 			return nil, err
 		}
-		cp := rdmacm.ConnParam{PrivateData: p.PrivateData, ResponderResources: p.ResponderResources,
-			InitiatorDepth: p.InitiatorDepth, FlowControl: p.FlowControl, RetryCount: p.RetryCount,
-			RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ, QPNum: p.QPNum}
+		cp := rdmacm.ConnParam(p)
 		var err error
 		if op == uverbs.OpCMConnect {
 			err = id.Connect(cp)
@@ -278,9 +275,7 @@ func (ss *session) cmGetEvent(d *uverbs.Decoder, e *uverbs.Encoder) error {
 			return syscall.EAGAIN
 		}
 		out := uverbs.CMEvent{Type: uint8(ev.Type), Status: int32(ev.Status), PortSpace: uint16(ev.ID.PortSpace()),
-			Param: uverbs.CMConnParam{PrivateData: ev.Param.PrivateData, ResponderResources: ev.Param.ResponderResources,
-				InitiatorDepth: ev.Param.InitiatorDepth, FlowControl: ev.Param.FlowControl, RetryCount: ev.Param.RetryCount,
-				RNRRetryCount: ev.Param.RNRRetryCount, SRQ: ev.Param.SRQ, QPNum: ev.Param.QPNum}}
+			Param: uverbs.CMConnParam(ev.Param)}
 		if ev.Type == rdmacm.EventConnectRequest {
 			lh, ok := ss.cm.handles[ev.Listen]
 			if !ok {
@@ -334,36 +329,9 @@ func (ss *session) detachQP(qp *verbs.QP) {
 	}
 }
 
-// addrPort is a as an address and port; family 0 is no address.
-func addrPort(a uverbs.CMAddr) (netip.AddrPort, error) {
-	switch a.Family {
-	case 0:
-		return netip.AddrPortFrom(netip.Addr{}, a.Port), nil
-	case 4:
-		return netip.AddrPortFrom(netip.AddrFrom16(a.IP).Unmap(), a.Port), nil
-	case 6:
-		return netip.AddrPortFrom(netip.AddrFrom16(a.IP), a.Port), nil
-	}
-	return netip.AddrPort{}, fmt.Errorf("daemon: address family %d: %w", a.Family, syscall.EAFNOSUPPORT)
-}
-
-func cmAddr(ap netip.AddrPort) uverbs.CMAddr {
-	a := ap.Addr()
-	out := uverbs.CMAddr{Port: ap.Port()}
-	if !a.IsValid() {
-		return out
-	}
-	out.IP = a.As16()
-	out.Family = 6
-	if a.Unmap().Is4() {
-		out.Family = 4
-	}
-	return out
-}
-
 func idInfo(id *rdmacm.ID) uverbs.CMIDInfo {
 	r := id.Route()
-	info := uverbs.CMIDInfo{Src: cmAddr(id.LocalAddr()), Dst: cmAddr(id.RemoteAddr()), GIDIndex: uint8(r.GIDIndex),
+	info := uverbs.CMIDInfo{Src: uverbs.CMAddrFrom(id.LocalAddr()), Dst: uverbs.CMAddrFrom(id.RemoteAddr()), GIDIndex: uint8(r.GIDIndex),
 		PathMTU: uint8(r.PathMTU), FlowLabel: r.FlowLabel, TrafficClass: r.TrafficClass, HopLimit: r.HopLimit}
 	copy(info.DMAC[:], r.DMAC)
 	return info

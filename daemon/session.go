@@ -682,7 +682,7 @@ func (ss *session) publish() {
 	}
 	for _, id := range ss.cm.ids {
 		st := uverbs.CMIDStatus{OwnerPID: uint32(ss.peer.PID), PortSpace: uint16(id.PortSpace()), State: id.State(),
-			Src: cmAddr(id.LocalAddr()), Dst: cmAddr(id.RemoteAddr())}
+			Src: uverbs.CMAddrFrom(id.LocalAddr()), Dst: uverbs.CMAddrFrom(id.RemoteAddr())}
 		if qp := id.QP(); qp != nil {
 			st.QPN = qp.QPN()
 		}

@@ -47,7 +47,8 @@ func (t EventType) String() string {
 
 // ConnParam is struct rdma_conn_param: what connect and accept offer, and
 // what CONNECT_REQUEST, CONNECT_RESPONSE and ESTABLISHED report of the
-// peer's (resources from this end's point of view).
+// peer's (resources from this end's point of view). Its fields are
+// uverbs.CMConnParam's, so that each converts to the other.
 type ConnParam struct {
 	PrivateData []byte
 	// ResponderResources is the READs and atomics this end serves at once,

@@ -116,10 +116,7 @@ func (r *remote) pump(ctx context.Context, c *remoteChannel, ch *EventChannel) {
 func (r *remote) event(ch *EventChannel, ev *uverbs.CMEvent) (Event, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := Event{Type: EventType(ev.Type), Status: int(ev.Status),
-		Param: ConnParam{PrivateData: ev.Param.PrivateData, ResponderResources: ev.Param.ResponderResources,
-			InitiatorDepth: ev.Param.InitiatorDepth, FlowControl: ev.Param.FlowControl, RetryCount: ev.Param.RetryCount,
-			RNRRetryCount: ev.Param.RNRRetryCount, SRQ: ev.Param.SRQ, QPNum: ev.Param.QPNum}}
+	out := Event{Type: EventType(ev.Type), Status: int(ev.Status), Param: ConnParam(ev.Param)}
 	id := r.ids[ev.ID]
 	if out.Type == EventConnectRequest {
 		l := r.ids[ev.Listen]
@@ -233,32 +230,15 @@ func (id *ID) refresh() error {
 }
 
 func putAddr(e *uverbs.Encoder, ap netip.AddrPort) {
-	a := uverbs.CMAddr{Port: ap.Port()}
-	if ip := ap.Addr(); ip.IsValid() {
-		a.IP, a.Family = ip.As16(), 6
-		if ip.Unmap().Is4() {
-			a.Family = 4
-		}
-	}
+	a := uverbs.CMAddrFrom(ap)
 	a.Put(e)
 }
 
+// addrOf is what the daemon said of an address (nothing for a family it
+// would not send).
 func addrOf(a uverbs.CMAddr) netip.AddrPort {
-	if a.Family == 0 {
-		return netip.AddrPortFrom(netip.Addr{}, a.Port)
-	}
-	ip := netip.AddrFrom16(a.IP)
-	if a.Family == 4 {
-		ip = ip.Unmap()
-	}
-	return netip.AddrPortFrom(ip, a.Port)
-}
-
-func putParam(e *uverbs.Encoder, p *ConnParam) {
-	w := uverbs.CMConnParam{PrivateData: p.PrivateData, ResponderResources: p.ResponderResources,
-		InitiatorDepth: p.InitiatorDepth, FlowControl: p.FlowControl, RetryCount: p.RetryCount,
-		RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ, QPNum: p.QPNum}
-	w.Put(e)
+	ap, _ := a.AddrPort()
+	return ap
 }
 
 // The ID's operations through the daemon.
@@ -297,7 +277,10 @@ func (id *ID) remoteAttachQP(qp *verbs.QP) error {
 }
 
 func (id *ID) remoteConnParamOp(op uverbs.Op, p *ConnParam) error {
-	return id.remoteOp(op, func(e *uverbs.Encoder) { putParam(e, p) })
+	return id.remoteOp(op, func(e *uverbs.Encoder) {
+		w := uverbs.CMConnParam(*p)
+		w.Put(e)
+	})
 }
 
 func (id *ID) remoteInitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error) {

@@ -1,5 +1,11 @@
 package uverbs
 
+import (
+	"fmt"
+	"net/netip"
+	"syscall"
+)
+
 // The connection manager's messages (docs/daemon.md, "Connection
 // management"): rdma_cm's IDs and event channels live in the daemon, which
 // owns QP1; a client names them by handles of its session.
@@ -25,7 +31,33 @@ func (a *CMAddr) Get(d *Decoder) {
 	a.Family, a.Port = d.U8(), d.U16()
 }
 
-// CMConnParam is struct rdma_conn_param.
+// CMAddrFrom is ap as the protocol carries it (an invalid address: family 0).
+func CMAddrFrom(ap netip.AddrPort) CMAddr {
+	a := CMAddr{Port: ap.Port()}
+	if ip := ap.Addr(); ip.IsValid() {
+		a.IP, a.Family = ip.As16(), 6
+		if ip.Unmap().Is4() {
+			a.Family = 4
+		}
+	}
+	return a
+}
+
+// AddrPort is a as an address and port; family 0 is no address, another
+// than 0, 4 or 6 EAFNOSUPPORT.
+func (a CMAddr) AddrPort() (netip.AddrPort, error) {
+	switch a.Family {
+	case 0:
+		return netip.AddrPortFrom(netip.Addr{}, a.Port), nil
+	case 4:
+		return netip.AddrPortFrom(netip.AddrFrom16(a.IP).Unmap(), a.Port), nil
+	case 6:
+		return netip.AddrPortFrom(netip.AddrFrom16(a.IP), a.Port), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("uverbs: address family %d: %w", a.Family, syscall.EAFNOSUPPORT)
+}
+
+// CMConnParam is struct rdma_conn_param (rdmacm.ConnParam converts to it).
 type CMConnParam struct {
 	PrivateData                        []byte
 	ResponderResources, InitiatorDepth uint8

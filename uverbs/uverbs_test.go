@@ -2,7 +2,10 @@ package uverbs
 
 import (
 	"bytes"
+	"errors"
+	"net/netip"
 	"reflect"
+	"syscall"
 	"testing"
 )
 
@@ -144,4 +147,22 @@ func FuzzDecode(f *testing.F) {
 		SendWQEOf(slot, &w, nil)
 		RecvWQEOf(slot, nil)
 	})
+}
+
+// CM addresses survive the trip both ways, IPv4 as ::ffff:a.b.c.d with
+// family 4; a family the protocol does not know is EAFNOSUPPORT.
+func TestCMAddr(t *testing.T) {
+	for _, ap := range []netip.AddrPort{netip.MustParseAddrPort("198.18.0.2:7174"), netip.MustParseAddrPort("[fd00::2]:9"),
+		netip.AddrPortFrom(netip.Addr{}, 18515)} {
+		a := CMAddrFrom(ap)
+		if got, err := a.AddrPort(); err != nil || got != ap {
+			t.Errorf("%v: %+v back as %v, %v", ap, a, got, err)
+		}
+	}
+	if a := CMAddrFrom(netip.MustParseAddrPort("198.18.0.2:1")); a.Family != 4 || a.IP[10] != 0xff {
+		t.Errorf("IPv4 as %+v", a)
+	}
+	if _, err := (CMAddr{Family: 5}).AddrPort(); !errors.Is(err, syscall.EAFNOSUPPORT) {
+		t.Errorf("family 5: %v", err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/xdproce/xdproce/cm"
@@ -28,6 +29,13 @@ type gsi struct {
 	// Owned by the sender goroutine:
 	ahs      map[netip.Addr]*verbs.AddressHandle
 	freeSend []int
+	// resolving holds the MADs waiting for a peer's address handle, which
+	// a goroutine of its own makes: a peer that never answers ARP (a forged
+	// request's source) must not hold up the MADs to everyone else.
+	resolving map[netip.Addr][]outMAD
+	resolved  chan resolution
+	resolvers sync.WaitGroup
+	wcs       []verbs.WorkCompletion // the send CQ's, polled into
 	// dropped counts MADs not sent: no address handle, no send slot.
 	dropped uint64
 	ready   bool // set up: every send slot accounted for
@@ -38,6 +46,13 @@ type outMAD struct {
 	mad []byte
 }
 
+// resolution is the address handle made for a peer, or why none.
+type resolution struct {
+	to  netip.Addr
+	ah  *verbs.AddressHandle
+	err error
+}
+
 // Sizes of QP1's queues: receives stay posted; a send slot is free again
 // once its completion is polled.
 const (
@@ -45,11 +60,15 @@ const (
 	gsiSends   = 64
 	gsiRecvLen = wire.GRHLen + cm.MADLen
 	gsiOutCap  = 1024
+	// At most this many peers' address handles are being made at once,
+	// with at most this many MADs waiting for each.
+	gsiResolving    = 256
+	gsiWaitingPerAH = 16
 )
 
 func newGSI(dev *verbs.Device, sgid func(netip.Addr) (int, bool)) (*gsi, error) {
 	g := &gsi{dev: dev, sgid: sgid, out: make(chan outMAD, gsiOutCap), kick: make(chan struct{}, 1),
-		ahs: map[netip.Addr]*verbs.AddressHandle{}}
+		ahs: map[netip.Addr]*verbs.AddressHandle{}, resolving: map[netip.Addr][]outMAD{}, resolved: make(chan resolution, 64), wcs: make([]verbs.WorkCompletion, gsiSends)}
 	var err error
 	if g.pd, err = dev.AllocPD(); err != nil {
 		return nil, fmt.Errorf("rdmacm: QP1's PD: %w", err)
@@ -172,7 +191,6 @@ func (g *gsi) receive(ctx context.Context) {
 func (g *gsi) send(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	wcs := make([]verbs.WorkCompletion, gsiSends)
 	for {
 		next, ok := g.agent.NextDeadline()
 		wait := time.Hour
@@ -184,10 +202,9 @@ func (g *gsi) send(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case m := <-g.out:
-			for _, wc := range wcs[:g.scq.Poll(wcs)] {
-				g.freeSend = append(g.freeSend, int(wc.WRID))
-			}
 			g.transmit(ctx, m)
+		case r := <-g.resolved:
+			g.resolvedAH(r)
 		case <-g.kick:
 		case <-timer.C:
 			g.agent.Tick()
@@ -195,23 +212,69 @@ func (g *gsi) send(ctx context.Context) {
 	}
 }
 
-// transmit posts one MAD, making the peer's address handle first.
-func (g *gsi) transmit(ctx context.Context, m outMAD) {
-	ah := g.ahs[m.to]
-	if ah == nil {
-		idx, ok := g.sgid(m.to)
-		if !ok {
-			g.dropped++
-			return
-		}
-		var err error
-		ah, err = g.pd.CreateAH(verbs.AH{DGID: m.to, SGIDIndex: idx, HopLimit: 64})
-		if err != nil || ctx.Err() != nil {
-			g.dropped++
-			return
-		}
-		g.ahs[m.to] = ah
+// reclaim frees the send slots whose completions came.
+func (g *gsi) reclaim() {
+	for _, wc := range g.wcs[:g.scq.Poll(g.wcs)] {
+		g.freeSend = append(g.freeSend, int(wc.WRID))
 	}
+}
+
+// resolvedAH sends the MADs that waited for r's address handle (or drops
+// them: the CM sends again what still matters).
+func (g *gsi) resolvedAH(r resolution) {
+	waiting := g.resolving[r.to]
+	delete(g.resolving, r.to)
+	if r.err != nil {
+		g.dropped += uint64(len(waiting))
+		return
+	}
+	g.ahs[r.to] = r.ah
+	for _, m := range waiting {
+		g.post(r.ah, m)
+	}
+}
+
+// transmit posts one MAD, or has the peer's address handle made first.
+func (g *gsi) transmit(ctx context.Context, m outMAD) {
+	if ah := g.ahs[m.to]; ah != nil {
+		g.post(ah, m)
+		return
+	}
+	if waiting, ok := g.resolving[m.to]; ok {
+		if len(waiting) < gsiWaitingPerAH {
+			g.resolving[m.to] = append(waiting, m)
+		} else {
+			g.dropped++
+		}
+		return
+	}
+	idx, ok := g.sgid(m.to)
+	if !ok || len(g.resolving) >= gsiResolving {
+		g.dropped++
+		return
+	}
+	g.resolving[m.to] = []outMAD{m}
+	g.resolvers.Add(1)
+	go func() {
+		defer g.resolvers.Done()
+		ah, err := g.pd.CreateAH(verbs.AH{DGID: m.to, SGIDIndex: idx, HopLimit: 64})
+		if err == nil && ctx.Err() != nil {
+			ah.Destroy()
+			return
+		}
+		select {
+		case g.resolved <- resolution{m.to, ah, err}:
+		case <-ctx.Done():
+			if ah != nil {
+				ah.Destroy()
+			}
+		}
+	}()
+}
+
+// post sends one MAD through ah.
+func (g *gsi) post(ah *verbs.AddressHandle, m outMAD) {
+	g.reclaim()
 	if len(g.freeSend) == 0 {
 		g.dropped++
 		return
@@ -230,15 +293,17 @@ func (g *gsi) transmit(ctx context.Context, m outMAD) {
 }
 
 // close destroys QP1 and its resources (after both goroutines ended),
-// once the sends posted last have left (100 ms at most).
+// once the sends posted last have left (100 ms at most) and no address
+// handle is being made.
 func (g *gsi) close() {
-	wcs := make([]verbs.WorkCompletion, gsiSends)
-	for end := time.Now().Add(100 * time.Millisecond); g.ready && len(g.freeSend) < gsiSends && time.Now().Before(end); {
-		n := g.scq.Poll(wcs)
-		for _, wc := range wcs[:n] {
-			g.freeSend = append(g.freeSend, int(wc.WRID))
+	g.resolvers.Wait()
+	for len(g.resolved) > 0 {
+		if r := <-g.resolved; r.ah != nil {
+			r.ah.Destroy()
 		}
-		if n == 0 {
+	}
+	for end := time.Now().Add(100 * time.Millisecond); g.ready && len(g.freeSend) < gsiSends && time.Now().Before(end); {
+		if g.reclaim(); len(g.freeSend) < gsiSends {
 			time.Sleep(time.Millisecond)
 		}
 	}

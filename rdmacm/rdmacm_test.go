@@ -603,3 +603,36 @@ func TestEstablishByOwner(t *testing.T) {
 		t.Fatalf("%v %v, %d left behind", e, err, other.Len())
 	}
 }
+
+// TestForgedSourceDoesNotStall: a request forged from an address no
+// neighbour answers for makes the CM answer it (a REJ), and the address
+// handle for that answer waits on ARP for seconds; the MADs to everyone
+// else do not wait with it: a connection made meanwhile completes at once.
+func TestForgedSourceDoesNotStall(t *testing.T) {
+	a, b := pairOf(t)
+	ctx := ctxFor(t, 10*time.Second)
+	l, err := b.svc.Listen(PortSpaceTCP, netip.AddrPortFrom(ipB, 7178), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	forged, _ := cm.Encode(cm.CMHeader(cm.AttrREQ, 1), &cm.REQ{LocalCommID: 7, ServiceID: cm.ServiceID(cm.PortSpaceTCP, 9),
+		LocalQPN: 0x99, MaxCMRetries: 15})
+	for i := range 40 { // forty spoofed sources, none of which answers ARP
+		b.svc.agent.Receive(netip.AddrFrom4([4]byte{198, 18, 9, byte(i)}), forged)
+	}
+	go func() {
+		if req, err := l.Next(ctx); err == nil {
+			req.Accept(ctx, b.qp(t, verbs.QPTypeRC), nil)
+		}
+	}()
+	start := time.Now()
+	if _, err := a.svc.Dial(ctx, a.qp(t, verbs.QPTypeRC), netip.AddrPortFrom(ipB, 7178), ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	// Each forged source's handle takes the resolver's 3 s; the dial, one
+	// REQ and its REP, must not wait behind them.
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the connection took %v behind the forged requests' address resolution", d)
+	}
+}

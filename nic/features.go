@@ -33,7 +33,10 @@ type Features struct {
 	// TXBudget is XDP_MAX_TX_SKB_BUDGET, frames per copy-mode kick; 0 when
 	// the kernel lacks it (Linux 6.17) and sends 32.
 	TXBudget int
-	Queues   int // RX queues served, one AF_XDP socket each
+	// SendBuffer is each socket's send buffer in bytes, which bounds the
+	// copy-mode frames in flight (ring.Config.SendBuffer).
+	SendBuffer int
+	Queues     int // RX queues served, one AF_XDP socket each
 	// BusyPoll: the sockets ask the kernel to busy-poll their queues
 	// (SO_PREFER_BUSY_POLL, Linux 5.11); NoBusyPoll is why not.
 	BusyPoll   bool
@@ -73,6 +76,9 @@ func (f Features) String() string {
 		fmt.Fprintf(&b, ", TX budget %d", f.TXBudget)
 	} else {
 		b.WriteString(", TX budget 32 (kernel lacks XDP_MAX_TX_SKB_BUDGET)")
+	}
+	if !f.ZeroCopy && f.SendBuffer > 0 {
+		fmt.Fprintf(&b, ", send buffer %d KiB", f.SendBuffer>>10)
 	}
 	return b.String()
 }

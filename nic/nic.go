@@ -161,6 +161,7 @@ func (p *Port) openSockets(ctx context.Context, cfg Config, queues int) (err err
 		}
 	}
 	p.feat.TXBudget = s.TXBudget()
+	p.feat.SendBuffer = s.SendBuffer()
 	p.busyPoll(cfg.BusyPoll)
 	p.feat.Queues = len(p.sockets)
 	p.feat.ActiveMTU = cappedMTU(p.link.MTU, p.feat.MaxFrame)

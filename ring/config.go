@@ -83,6 +83,17 @@ type Config struct {
 	// copy-mode kick (kernel default 32). Default 256, capped at the TX
 	// ring size; negative leaves the kernel default.
 	TXBudget int
+	// SendBuffer is the socket's send buffer (SO_SNDBUF) in bytes. In copy
+	// mode every frame the kernel transmits is an skb charged to it until the
+	// driver frees it, and a kick that finds it full sends nothing (EAGAIN):
+	// the kernel's default (wmem_default, 208 KiB) holds about 45 frames of
+	// 2 KiB, fewer than one kick's budget, and a NIC that completes late
+	// (virtio-net in a guest) then starves the sender. Default: room for
+	// every TX buffer in flight at once (TXFrames × (2 × TXFrameSize +
+	// 1 KiB), the skb's slab rounding and bookkeeping included), set with
+	// SO_SNDBUFFORCE, or SO_SNDBUF (capped by net.core.wmem_max) without
+	// CAP_NET_ADMIN; negative leaves the kernel default.
+	SendBuffer int
 	// BindRetry bounds how long Open retries bind while the queue is busy
 	// (a socket closed on the same queue is released asynchronously: EBUSY
 	// for 1-35 ms, and for more than 500 ms once on a loaded CI machine,
@@ -93,6 +104,10 @@ type Config struct {
 	// Default slog.Default().
 	Logger *slog.Logger
 }
+
+// maxSendBuffer bounds the default SendBuffer: the kernel doubles what it
+// is given, into an int.
+const maxSendBuffer = 256 << 20
 
 // geometry is a validated Config turned into sizes.
 type geometry struct {
@@ -129,6 +144,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TXBudget == 0 {
 		c.TXBudget = 256
+	}
+	if c.SendBuffer == 0 {
+		c.SendBuffer = min(c.TXFrames*(2*c.TXFrameSize+1024), maxSendBuffer)
 	}
 	if c.BindRetry == 0 {
 		c.BindRetry = 3 * time.Second

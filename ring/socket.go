@@ -26,6 +26,7 @@ type Socket struct {
 	zcErr    error
 	sg       bool
 	txBudget int
+	sndbuf   int
 	umem     []byte
 	rings    [4][]byte // fill, completion, RX, TX mappings
 	closed   bool
@@ -215,6 +216,9 @@ func (s *Socket) setup(ctx context.Context, cfg Config, g geometry, modeFlag uin
 	if err := s.setTXBudget(cfg, g); err != nil {
 		return err
 	}
+	if err := s.setSendBuffer(cfg.SendBuffer); err != nil {
+		return err
+	}
 	flags := modeFlag | unix.XDP_USE_NEED_WAKEUP
 	if g.multiBuffer {
 		flags |= unix.XDP_USE_SG
@@ -240,6 +244,26 @@ func (s *Socket) setTXBudget(cfg Config, g geometry) error {
 	default:
 		return fmt.Errorf("ring: set TX budget %d: %w", b, err)
 	}
+	return nil
+}
+
+// setSendBuffer sizes the send buffer copy-mode transmission charges its
+// skbs to (Config.SendBuffer) and records what the kernel made of it.
+func (s *Socket) setSendBuffer(n int) error {
+	if n > 0 {
+		err := unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n)
+		if errors.Is(err, unix.EPERM) {
+			err = unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
+		}
+		if err != nil {
+			return fmt.Errorf("ring: set a %d-byte send buffer: %w", n, err)
+		}
+	}
+	got, err := unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+	if err != nil {
+		return fmt.Errorf("ring: read the send buffer size: %w", err)
+	}
+	s.sndbuf = got
 	return nil
 }
 
@@ -334,6 +358,11 @@ func (s *Socket) MultiBuffer() bool { return s.sg }
 // TXBudget is the XDP_MAX_TX_SKB_BUDGET set, or 0 if the kernel default
 // (32) applies.
 func (s *Socket) TXBudget() int { return s.txBudget }
+
+// SendBuffer is the socket's send buffer in bytes as the kernel set it
+// (twice what was asked, for its bookkeeping): what copy-mode frames in
+// flight may occupy (Config.SendBuffer).
+func (s *Socket) SendBuffer() int { return s.sndbuf }
 
 // RXSegmentSize is the most bytes one RX descriptor carries.
 func (s *Socket) RXSegmentSize() int {

@@ -411,15 +411,7 @@ type receiver struct {
 // consecutive strides of its target slot as perftest does; a UD receive
 // has room for the GRH area in front (perftest's SIZE(UD, size)).
 func (s *session) postReceives(size int) (*receiver, error) {
-	length := size
-	if s.cfg.Conn == UD {
-		length += grhSize
-	}
-	step := stride(length, s.line)
-	r := &receiver{size: size, length: length, step: step, positions: 1, posted: make([]uint64, len(s.qps))}
-	if length <= s.cycle/2 {
-		r.positions = max(s.cycle/step, 1)
-	}
+	r := s.newReceiver(size)
 	for q := range s.qps {
 		for range s.cfg.RxDepth {
 			if err := s.repost(r, q); err != nil {
@@ -430,9 +422,38 @@ func (s *session) postReceives(size int) (*receiver, error) {
 	return r, nil
 }
 
+// newReceiver lays out the receives of size bytes.
+func (s *session) newReceiver(size int) *receiver {
+	length := size
+	if s.cfg.Conn == UD {
+		length += grhSize
+	}
+	step := stride(length, s.line)
+	r := &receiver{size: size, length: length, step: step, positions: 1, posted: make([]uint64, len(s.qps))}
+	switch {
+	case s.cfg.Conn == UD && s.cfg.Verify:
+		// perftest's receives share a few positions of the cycle buffer.
+		// A SEND to an RC receive writes what the last one there wrote,
+		// but datagrams come from any of the sender's positions, so one
+		// landing where an earlier one waits for its check would tear it:
+		// with Verify each receive posted gets its own region (the slot
+		// has room, see setup), and the next receive there is posted only
+		// after that check.
+		r.positions = s.cfg.RxDepth
+	case length <= s.cycle/2:
+		r.positions = max(s.cycle/step, 1)
+	}
+	return r
+}
+
+// recvOffset is where in QP q's receive slot the n-th receive posted lands.
+func (s *session) recvOffset(r *receiver, n uint64) int {
+	return int(n%uint64(r.positions)) * r.step
+}
+
 // repost posts QP q's next receive; its ID names the QP and the offset.
 func (s *session) repost(r *receiver, q int) error {
-	off := int(r.posted[q]%uint64(r.positions)) * r.step
+	off := s.recvOffset(r, r.posted[q])
 	base := (len(s.qps) + q) * s.slot
 	wr := []verbs.RecvWR{{ID: uint64(q) | uint64(off)<<32,
 		SGList: []verbs.SGE{{Addr: s.mr.Addr() + uint64(base+off), Length: uint32(r.length), LKey: s.mr.LKey()}}}}

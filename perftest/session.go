@@ -117,6 +117,23 @@ func run(ctx context.Context, s *session) ([]Result, error) {
 
 func (s *session) server() bool { return s.cfg.Server == "" }
 
+// slotSize is one QP's share of each half of the buffer (perftest's
+// BUFF_SIZE).
+func (s *session) slotSize() int {
+	c := &s.cfg
+	if c.Conn != UD {
+		return slotSize(c.Size, s.cycle)
+	}
+	// Room for the GRH area in front of a receive of the largest size, and
+	// with Verify a region of its own for every receive posted
+	// (newReceiver).
+	slot := slotSize(c.Size+grhSize+cacheLine, s.cycle)
+	if c.Verify {
+		slot = max(slot, c.RxDepth*stride(c.Size+grhSize, s.line))
+	}
+	return slot
+}
+
 func (s *session) connectOOB(ctx context.Context) error {
 	if s.cfg.RDMACM {
 		ch, err := s.connectControl(ctx) // the server prints its banner once it listens
@@ -225,11 +242,7 @@ func (s *session) setup(ctx context.Context) error {
 	if s.recvCQ, err = s.dev.CreateCQ(depth); err != nil {
 		return fmt.Errorf("perftest: receive CQ: %w", err)
 	}
-	s.slot = slotSize(c.Size, s.cycle)
-	if c.Conn == UD {
-		// Room for the GRH area in front of a receive of the largest size.
-		s.slot = slotSize(c.Size+grhSize+cacheLine, s.cycle)
-	}
+	s.slot = s.slotSize()
 	bufSize := stride(s.slot, s.line) * 2 * c.QPs
 	if c.OwnMemory {
 		s.mr, err = s.pd.RegMR(make([]byte, bufSize), s.access())

@@ -385,3 +385,32 @@ func TestDeadPeerTimesOut(t *testing.T) {
 		t.Error("the server succeeded against a client that failed")
 	}
 }
+
+// With Verify, no two UD receives posted at once share memory: a datagram
+// arriving while an earlier one waits for its check would tear it. Without
+// Verify the receives share positions, as perftest's do.
+func TestUDVerifyReceivesOwnRegions(t *testing.T) {
+	for _, verify := range []bool{true, false} {
+		s := &session{cfg: Config{Tool: Tool{Send, BW}, Conn: UD, QPs: 1, RxDepth: 300, Size: 1024, Verify: verify}}
+		s.cycle, s.line = cycleBuffer, cacheLine
+		s.slot = s.slotSize()
+		s.qps = make([]*verbs.QP, 1)
+		r := s.newReceiver(1024)
+		used := make([]bool, s.slot)
+		overlap := false
+		// Any RxDepth receives in a row are outstanding together.
+		for n := uint64(1000); n < 1000+uint64(s.cfg.RxDepth); n++ {
+			off := s.recvOffset(r, n)
+			if off+r.length > s.slot {
+				t.Fatalf("verify %v: receive %d at %d+%d leaves the %d-byte slot", verify, n, off, r.length, s.slot)
+			}
+			for i := off; i < off+r.length; i++ {
+				overlap = overlap || used[i]
+				used[i] = true
+			}
+		}
+		if overlap == verify {
+			t.Errorf("verify %v: receives outstanding together overlap: %v", verify, overlap)
+		}
+	}
+}

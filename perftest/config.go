@@ -313,6 +313,19 @@ func (c *Config) sizes() []int {
 }
 
 // slotSize is perftest's BUFF_SIZE: one QP's share of each half of the buffer.
+// Passive reports whether this side's application leaves the device alone
+// during the run: the server of a WRITE bandwidth test and of every READ
+// and atomic test, which as perftest's only waits for the client to finish
+// while its device answers. Nothing there spins on the device, so it need
+// not busy-poll.
+func (c Config) Passive() bool {
+	if c.Server != "" {
+		return false
+	}
+	v := c.Tool.Verb
+	return v == Read || v == Atomic || v == Write && c.Tool.Test == BW
+}
+
 func slotSize(size, cycle int) int { return max(size, cycle) }
 
 // stride is perftest's INC: how far consecutive messages are apart in the

@@ -414,3 +414,26 @@ func TestUDVerifyReceivesOwnRegions(t *testing.T) {
 		}
 	}
 }
+
+// Only the server of WRITE bandwidth and of READ and atomic tests leaves its
+// device alone during the run, as perftest's does.
+func TestPassive(t *testing.T) {
+	for _, tc := range []struct {
+		tool   Tool
+		server bool
+		want   bool
+	}{
+		{Tool{Write, BW}, true, true}, {Tool{Write, BW}, false, false},
+		{Tool{Write, Lat}, true, false}, {Tool{Read, BW}, true, true}, {Tool{Read, Lat}, true, true},
+		{Tool{Atomic, BW}, true, true}, {Tool{Atomic, Lat}, true, true}, {Tool{Read, Lat}, false, false},
+		{Tool{Send, BW}, true, false}, {Tool{Send, Lat}, true, false},
+	} {
+		c := Config{Tool: tc.tool}
+		if !tc.server {
+			c.Server = "198.18.0.2"
+		}
+		if got := c.Passive(); got != tc.want {
+			t.Errorf("%v server %v: passive %v, want %v", tc.tool, tc.server, got, tc.want)
+		}
+	}
+}

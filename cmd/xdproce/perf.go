@@ -52,7 +52,7 @@ func runPerf(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	dev, err := openPerfDevice(ctx, iface)
+	dev, err := openPerfDevice(ctx, iface, !cfg.Passive())
 	if err != nil {
 		return err
 	}
@@ -95,12 +95,16 @@ func printStalls(w io.Writer, dev *verbs.Device) {
 
 // openPerfDevice opens the device the tools run on. perftest and
 // ibv_rc_pingpong spin on their completion queues, and so does xdproce perf;
-// the engine must spin too (BusyPoll): a goroutine that spins starves Go's
-// network poller, which would wake a parked engine only when the runtime's
-// monitor polls, up to 10 ms later (2.8 ms ib_send_lat against rxe before,
-// 0.22 ms after).
-func openPerfDevice(ctx context.Context, iface string) (*verbs.Device, error) {
-	dev, err := verbs.Open(ctx, iface, verbs.Options{BusyPoll: true, Logger: slog.New(slog.DiscardHandler)})
+// where it does (polls), the engine must spin too (BusyPoll): a goroutine
+// that spins starves Go's network poller, which would wake a parked engine
+// only when the runtime's monitor polls, up to 10 ms later (2.8 ms
+// ib_send_lat against rxe before, 0.22 ms after). A passive side
+// (perftest.Config.Passive) only waits, so its engine sleeps when idle
+// instead of taking a CPU from the kernel work that carries its packets: in
+// a 1-vCPU guest the WRITE and READ servers' busy-polling cost 13-15% of the
+// bandwidth (docs/performance.md).
+func openPerfDevice(ctx context.Context, iface string, polls bool) (*verbs.Device, error) {
+	dev, err := verbs.Open(ctx, iface, verbs.Options{BusyPoll: polls, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, fmt.Errorf("opening xdproce on %s: %w", iface, err)
 	}
@@ -272,7 +276,7 @@ func runRCPingPong(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(pos) == 1 {
 		c.Server = pos[0]
 	}
-	dev, err := openPerfDevice(ctx, iface)
+	dev, err := openPerfDevice(ctx, iface, true)
 	if err != nil {
 		return err
 	}

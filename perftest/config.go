@@ -312,7 +312,6 @@ func (c *Config) sizes() []int {
 	return s
 }
 
-// slotSize is perftest's BUFF_SIZE: one QP's share of each half of the buffer.
 // Passive reports whether this side's application leaves the device alone
 // during the run: the server of a WRITE bandwidth test and of every READ
 // and atomic test, which as perftest's only waits for the client to finish
@@ -326,6 +325,7 @@ func (c Config) Passive() bool {
 	return v == Read || v == Atomic || v == Write && c.Tool.Test == BW
 }
 
+// slotSize is perftest's BUFF_SIZE: one QP's share of each half of the buffer.
 func slotSize(size, cycle int) int { return max(size, cycle) }
 
 // stride is perftest's INC: how far consecutive messages are apart in the

@@ -117,9 +117,9 @@ func run(ctx context.Context, s *session) ([]Result, error) {
 
 func (s *session) server() bool { return s.cfg.Server == "" }
 
-// slotSize is one QP's share of each half of the buffer (perftest's
-// BUFF_SIZE).
-func (s *session) slotSize() int {
+// slotBytes is one QP's share of each half of the buffer (perftest's
+// BUFF_SIZE) for this run.
+func (s *session) slotBytes() int {
 	c := &s.cfg
 	if c.Conn != UD {
 		return slotSize(c.Size, s.cycle)
@@ -242,7 +242,7 @@ func (s *session) setup(ctx context.Context) error {
 	if s.recvCQ, err = s.dev.CreateCQ(depth); err != nil {
 		return fmt.Errorf("perftest: receive CQ: %w", err)
 	}
-	s.slot = s.slotSize()
+	s.slot = s.slotBytes()
 	bufSize := stride(s.slot, s.line) * 2 * c.QPs
 	if c.OwnMemory {
 		s.mr, err = s.pd.RegMR(make([]byte, bufSize), s.access())

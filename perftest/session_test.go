@@ -393,7 +393,7 @@ func TestUDVerifyReceivesOwnRegions(t *testing.T) {
 	for _, verify := range []bool{true, false} {
 		s := &session{cfg: Config{Tool: Tool{Send, BW}, Conn: UD, QPs: 1, RxDepth: 300, Size: 1024, Verify: verify}}
 		s.cycle, s.line = cycleBuffer, cacheLine
-		s.slot = s.slotSize()
+		s.slot = s.slotBytes()
 		s.qps = make([]*verbs.QP, 1)
 		r := s.newReceiver(1024)
 		used := make([]bool, s.slot)

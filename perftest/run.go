@@ -436,9 +436,9 @@ func (s *session) newReceiver(size int) *receiver {
 		// A SEND to an RC receive writes what the last one there wrote,
 		// but datagrams come from any of the sender's positions, so one
 		// landing where an earlier one waits for its check would tear it:
-		// with Verify each receive posted gets its own region (the slot
-		// has room, see setup), and the next receive there is posted only
-		// after that check.
+		// with Verify each receive posted gets its own region (slotBytes
+		// makes room), and the next receive there is posted only after
+		// that check.
 		r.positions = s.cfg.RxDepth
 	case length <= s.cycle/2:
 		r.positions = max(s.cycle/step, 1)

@@ -5,15 +5,12 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/xdproce/xdproce/cmagent"
-	"github.com/xdproce/xdproce/internal/pcap"
 	"github.com/xdproce/xdproce/rdmacm"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -347,14 +344,7 @@ func TestRDMACMExchangeMatchesStockPerftest(t *testing.T) {
 // carry one), and the client's messages.
 func cmGoldenExchange(t *testing.T, name string) (client, server []int, msgs [][]byte) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "wire", "testdata", "pcaps", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, recs, err := pcap.ReadAll(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := goldenRecords(t, name)
 	var clientIP netip.Addr
 	var toServer, toClient uint32
 	for _, rec := range recs {

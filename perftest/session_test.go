@@ -103,9 +103,8 @@ func runPair(t *testing.T, p memPair, cfg Config) (client, server []Result, cout
 	return client, server, cbuf.String(), sbuf.String(), ct, st
 }
 
-// goldenExchange reads the out-of-band messages of a capture of two stock
-// perftests (rxe-peer's golden pcaps): the sizes each side wrote, in order.
-func goldenExchange(t *testing.T, name string) (client, server []int) {
+// goldenRecords reads one of rxe-peer's golden captures.
+func goldenRecords(t *testing.T, name string) []pcap.Record {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "wire", "testdata", "pcaps", name))
 	if err != nil {
@@ -115,6 +114,14 @@ func goldenExchange(t *testing.T, name string) (client, server []int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return recs
+}
+
+// goldenExchange reads the out-of-band messages of a capture of two stock
+// perftests (rxe-peer's golden pcaps): the sizes each side wrote, in order.
+func goldenExchange(t *testing.T, name string) (client, server []int) {
+	t.Helper()
+	recs := goldenRecords(t, name)
 	for _, r := range recs {
 		f := r.Data
 		if len(f) < 14+20 || binary.BigEndian.Uint16(f[12:]) != 0x0800 || f[14+9] != 6 {

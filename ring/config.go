@@ -87,10 +87,12 @@ type Config struct {
 	// mode every frame the kernel transmits is an skb charged to it until the
 	// driver frees it, and a kick that finds it full sends nothing (EAGAIN):
 	// the kernel's default (wmem_default, 208 KiB) holds about 45 frames of
-	// 2 KiB, fewer than one kick's budget, and a NIC that completes late
-	// (virtio-net in a guest) then starves the sender. Default: room for
-	// every TX buffer in flight at once (TXFrames × (2 × TXFrameSize +
-	// 1 KiB), the skb's slab rounding and bookkeeping included), set with
+	// 2 KiB, and a NIC that completes late (virtio-net in a guest) then
+	// starves the sender. The buffer is also the only backpressure a kick
+	// has: frames beyond what the link queues (veth's ring holds 256) are
+	// dropped, not refused. Default: room for sendBufferFrames full frames
+	// (2 × TXFrameSize + 1 KiB each, the skb's slab rounding and bookkeeping
+	// included; the kernel doubles what it is given), set with
 	// SO_SNDBUFFORCE, or SO_SNDBUF (capped by net.core.wmem_max) without
 	// CAP_NET_ADMIN; negative leaves the kernel default.
 	SendBuffer int
@@ -105,9 +107,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// maxSendBuffer bounds the default SendBuffer: the kernel doubles what it
-// is given, into an int.
-const maxSendBuffer = 256 << 20
+// sendBufferFrames is how many full frames the default SendBuffer lets a
+// socket have in flight: three times the kernel default's, two kicks of a
+// 6.1 kernel (32 frames each), and well inside veth's 256-frame ring.
+const sendBufferFrames = 64
 
 // geometry is a validated Config turned into sizes.
 type geometry struct {
@@ -146,7 +149,7 @@ func (c Config) withDefaults() Config {
 		c.TXBudget = 256
 	}
 	if c.SendBuffer == 0 {
-		c.SendBuffer = min(c.TXFrames*(2*c.TXFrameSize+1024), maxSendBuffer)
+		c.SendBuffer = min(c.TXFrames, sendBufferFrames) * (2*c.TXFrameSize + 1024) / 2
 	}
 	if c.BindRetry == 0 {
 		c.BindRetry = 3 * time.Second

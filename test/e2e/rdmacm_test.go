@@ -118,6 +118,23 @@ func listenRace(client string) bool {
 		strings.Contains(client, "unexpected event from RDMA CM: Event rejected") // qperf, which sends its port before it listens
 }
 
+// retryListenRace runs a stock server and client pair (run returns the
+// server's output, the client's and the error) up to three times while the
+// client fails only by listenRace, and returns the client's output.
+func retryListenRace(t *testing.T, run func() (server, client string, err error)) string {
+	t.Helper()
+	for try := 1; ; try++ {
+		srv, out, err := run()
+		if err == nil {
+			return out
+		}
+		if !listenRace(out) || try == 3 {
+			t.Fatalf("%v\nclient:\n%s\nserver:\n%s", err, out, srv)
+		}
+		t.Logf("try %d: the client connected before the server listened (the stock tool's own race): %v", try, err)
+	}
+}
+
 // TestStockRDMACMTools runs Debian's stock rdma_cm programs, unmodified, on
 // xdproce's librdmacm.so.1 and libibverbs.so.1 (LD_LIBRARY_PATH) between the
 // daemons of two namespaces: rping both ways (and with -q, the application's
@@ -269,18 +286,9 @@ func TestStockRDMACMTools(t *testing.T) {
 			args := func(h *netns.Host) []string {
 				return append([]string{c.argv[0], "-d", "xdp_" + h.Link, "-n", "500"}, c.argv[1:]...)
 			}
-			var cl string
-			for try := 1; ; try++ {
-				srv, out, err := runPair(t, ctx, lib, b, args(b), a, append(args(a), bs), false)
-				if err == nil {
-					cl = out
-					break
-				}
-				if !listenRace(out) || try == 3 {
-					t.Fatalf("%v\nclient:\n%s\nserver:\n%s", err, out, srv)
-				}
-				t.Logf("try %d: the client's data connection came before the server listened (perftest's race): %v", try, err)
-			}
+			cl := retryListenRace(t, func() (string, string, error) {
+				return runPair(t, ctx, lib, b, args(b), a, append(args(a), bs), false)
+			})
 			rows := c.rows.FindAllStringSubmatch(cl, -1)
 			if len(rows) == 0 || rows[len(rows)-1][2] != "500" {
 				t.Fatalf("no row of 500 iterations:\n%s", cl)
@@ -289,18 +297,9 @@ func TestStockRDMACMTools(t *testing.T) {
 		})
 	}
 	t.Run("qperf -cm1", func(t *testing.T) {
-		var cl string
-		for try := 1; ; try++ {
-			srv, out, err := runPair(t, ctx, lib, b, []string{"qperf"}, a, []string{"qperf", "-cm1", "-t", "2", bs, "rc_bw", "rc_lat"}, true)
-			if err == nil {
-				cl = out
-				break
-			}
-			if !listenRace(out) || try == 3 {
-				t.Fatalf("%v\nclient:\n%s\nserver:\n%s", err, out, srv)
-			}
-			t.Logf("try %d: the client connected before the server listened (qperf's race): %v", try, err)
-		}
+		cl := retryListenRace(t, func() (string, string, error) {
+			return runPair(t, ctx, lib, b, []string{"qperf"}, a, []string{"qperf", "-cm1", "-t", "2", bs, "rc_bw", "rc_lat"}, true)
+		})
 		bw := regexp.MustCompile(`(?m)^\s+bw\s+=\s+([\d.]+) ([KMG]B/sec)$`).FindStringSubmatch(cl)
 		lat := regexp.MustCompile(`(?m)^\s+latency\s+=\s+([\d.]+) (us|ms)$`).FindStringSubmatch(cl)
 		if bw == nil || lat == nil {

@@ -97,6 +97,9 @@ type Device struct {
 
 	done    chan struct{}
 	stopped sync.WaitGroup // the engines' goroutines
+	// drives counts Progress calls that ran an engine round; while it
+	// grows, the engines' goroutines skip theirs (run, droveSince).
+	drives  atomic.Uint64
 	closeMu sync.Mutex
 	closed  bool
 	// closing is set as Close begins: posts then fail with ErrClosed.
@@ -482,11 +485,20 @@ func (c *Counters) Set(name string, v uint64) bool {
 // an application's Progress and control operations take too.
 func (d *Device) run(e *engine) {
 	defer d.stopped.Done()
+	var drives uint64 // d.drives when this goroutine last looked
 	for {
 		select {
 		case <-d.done:
 			return
 		default:
+		}
+		if d.droveSince(&drives) {
+			// An application ran the engine since this goroutine last
+			// looked (Progress): its round would find the work done and
+			// take the engine's mutex from the next Progress. Let the
+			// application have the processor instead.
+			runtime.Gosched()
+			continue
 		}
 		e.mu.Lock()
 		e.work.Store(false)
@@ -498,7 +510,7 @@ func (d *Device) run(e *engine) {
 		}
 		e.mu.Unlock()
 		spin := false
-		if d.cfg.SpinMax > 0 {
+		if d.cfg.SpinMax > 0 && !d.cfg.BusyPoll { // BusyPoll spins regardless
 			spin = e.spin.next(busy, time.Now, d.cfg.SpinMax)
 		}
 		switch {
@@ -580,6 +592,17 @@ func (s *spinner) next(busy bool, now func() time.Time, max time.Duration) bool 
 	return t.Sub(s.idleAt) < s.window
 }
 
+// droveSince reports whether an application ran the engine (Progress) since
+// *seen was taken, and takes it again.
+func (d *Device) droveSince(seen *uint64) bool {
+	n := d.drives.Load()
+	if n == *seen {
+		return false
+	}
+	*seen = n
+	return true
+}
+
 // BusyPolling reports whether the engines spin instead of sleeping
 // (DeviceConfig.BusyPoll).
 func (d *Device) BusyPolling() bool { return d.cfg.BusyPoll }
@@ -602,6 +625,7 @@ func (d *Device) Progress() bool {
 			busy = true
 		}
 		e.mu.Unlock()
+		d.drives.Add(1)
 	}
 	return busy
 }

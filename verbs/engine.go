@@ -280,7 +280,10 @@ func (e *engine) step() bool {
 	}
 	e.sendDueAcks()
 	busy := n > 0 || fed
-	now := e.dev.clock.Now()
+	var now time.Time
+	if len(e.active) > 0 {
+		now = e.dev.clock.Now() // an idle round reads no clock
+	}
 	for _, qp := range e.active {
 		e.checkTimers(qp, now)
 		if e.requester(qp) {

@@ -102,3 +102,26 @@ func TestProgressAfterClose(t *testing.T) {
 		t.Fatal("completion from a closed device")
 	}
 }
+
+// An engine's goroutine skips one round after an application ran one
+// (Progress): once per drive, so it takes over again as soon as the
+// application stops.
+func TestEngineSkipsDrivenRound(t *testing.T) {
+	a, _ := busyPair(t)
+	seen := a.dev.drives.Load()
+	if a.dev.droveSince(&seen) {
+		t.Fatal("no application drove, yet the engine would skip its round")
+	}
+	for deadline := time.Now().Add(5 * time.Second); a.dev.drives.Load() == seen; {
+		a.dev.Progress() // may find the engine's goroutine mid-round
+		if time.Now().After(deadline) {
+			t.Fatal("Progress never ran a round")
+		}
+	}
+	if !a.dev.droveSince(&seen) {
+		t.Fatal("an application drove, yet the engine would run its round too")
+	}
+	if a.dev.droveSince(&seen) {
+		t.Fatal("the engine would skip a second round for one drive")
+	}
+}

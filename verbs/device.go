@@ -97,9 +97,6 @@ type Device struct {
 
 	done    chan struct{}
 	stopped sync.WaitGroup // the engines' goroutines
-	// drives counts Progress calls that ran an engine round; while it
-	// grows, the engines' goroutines skip theirs (run, droveSince).
-	drives  atomic.Uint64
 	closeMu sync.Mutex
 	closed  bool
 	// closing is set as Close begins: posts then fail with ErrClosed.
@@ -485,14 +482,14 @@ func (c *Counters) Set(name string, v uint64) bool {
 // an application's Progress and control operations take too.
 func (d *Device) run(e *engine) {
 	defer d.stopped.Done()
-	var drives uint64 // d.drives when this goroutine last looked
+	var drives uint64 // e.drives when this goroutine last looked
 	for {
 		select {
 		case <-d.done:
 			return
 		default:
 		}
-		if d.droveSince(&drives) {
+		if e.droveSince(&drives) {
 			// An application ran the engine since this goroutine last
 			// looked (Progress): its round would find the work done and
 			// take the engine's mutex from the next Progress. Let the
@@ -592,10 +589,10 @@ func (s *spinner) next(busy bool, now func() time.Time, max time.Duration) bool 
 	return t.Sub(s.idleAt) < s.window
 }
 
-// droveSince reports whether an application ran the engine (Progress) since
-// *seen was taken, and takes it again.
-func (d *Device) droveSince(seen *uint64) bool {
-	n := d.drives.Load()
+// droveSince reports whether an application ran a round of the engine
+// (Progress) since *seen was taken, and takes it again.
+func (e *engine) droveSince(seen *uint64) bool {
+	n := e.drives.Load()
 	if n == *seen {
 		return false
 	}
@@ -625,7 +622,7 @@ func (d *Device) Progress() bool {
 			busy = true
 		}
 		e.mu.Unlock()
-		d.drives.Add(1)
+		e.drives.Add(1)
 	}
 	return busy
 }

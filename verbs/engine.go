@@ -53,6 +53,9 @@ type engine struct {
 	link     Link // this engine's queue
 	index    int  // its queue's index among the device's engines
 	mu       sync.Mutex
+	// drives counts the rounds applications ran (Progress); while it grows,
+	// the engine's goroutine skips its own (Device.run, droveSince).
+	drives atomic.Uint64
 	// The doorbell. A poster sets work and wakes the link only when the
 	// engine said it is going to sleep; the engine says so, then looks at
 	// work once more before sleeping, so no post is missed and a busy engine

@@ -108,20 +108,21 @@ func TestProgressAfterClose(t *testing.T) {
 // application stops.
 func TestEngineSkipsDrivenRound(t *testing.T) {
 	a, _ := busyPair(t)
-	seen := a.dev.drives.Load()
-	if a.dev.droveSince(&seen) {
+	e := a.dev.shards[0]
+	seen := e.drives.Load()
+	if e.droveSince(&seen) {
 		t.Fatal("no application drove, yet the engine would skip its round")
 	}
-	for deadline := time.Now().Add(5 * time.Second); a.dev.drives.Load() == seen; {
+	for deadline := time.Now().Add(5 * time.Second); e.drives.Load() == seen; {
 		a.dev.Progress() // may find the engine's goroutine mid-round
 		if time.Now().After(deadline) {
 			t.Fatal("Progress never ran a round")
 		}
 	}
-	if !a.dev.droveSince(&seen) {
+	if !e.droveSince(&seen) {
 		t.Fatal("an application drove, yet the engine would run its round too")
 	}
-	if a.dev.droveSince(&seen) {
+	if e.droveSince(&seen) {
 		t.Fatal("the engine would skip a second round for one drive")
 	}
 }

@@ -416,6 +416,11 @@ type Counters struct {
 	// shared ring that its API would have refused: each moved its QP to
 	// the error state.
 	BadSharedWQE uint64
+	// ReadRetryPaced counts duplicate READs asking again for part of a
+	// response that had left whole, lost on the way (when a path
+	// overflowed, its tail): each turns on the QP's READ pacing, or slows
+	// it (pacing.go).
+	ReadRetryPaced uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -445,6 +450,7 @@ func (c *Counters) fields() []counterField {
 		{"lost_response_retry", &c.LostResponseRetry}, {"transport_timeouts", &c.TransportTimeouts},
 		{"send_err", &c.SendErr}, {"dropped_replies", &c.DroppedReplies}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},
 		{"handed_off", &c.HandedOff}, {"handoff_drops", &c.HandOffDrops}, {"bad_shared_wqe", &c.BadSharedWQE},
+		{"read_retry_paced", &c.ReadRetryPaced},
 	}
 }
 

@@ -109,6 +109,9 @@ type engine struct {
 	holdEnd    time.Time
 	holdSkip   int
 	holdCredit int
+	// paceDue is when, on the real clock, the earliest READ response this
+	// step held back for its QP's pace may leave (pacing.go); zero if none.
+	paceDue time.Time
 	// lender is the link when it lends transmit buffers (then bufs and out
 	// are unused and each frame is built in place).
 	lender frameLender
@@ -256,6 +259,7 @@ func (e *engine) step() bool {
 	// Posted receives are taken before packets are handled, so a SEND that
 	// follows its receive's post never meets an empty queue.
 	e.steps++
+	e.paceDue = time.Time{}
 	fed := len(e.sharedQPs) > 0 && e.pumpShared()
 	if len(e.sharedSRQs) > 0 && e.pumpSharedSRQs() {
 		fed = true
@@ -382,6 +386,9 @@ func (e *engine) nextTimer() time.Duration {
 	wait := idleWait
 	if due := e.nextDeadline(); !due.IsZero() {
 		wait = min(wait, max(due.Sub(e.dev.clock.Now()), 0))
+	}
+	if !e.paceDue.IsZero() { // the real clock's (pacing.go)
+		wait = min(wait, max(time.Until(e.paceDue), 0))
 	}
 	return wait
 }

@@ -11,7 +11,8 @@ import "github.com/xdproce/xdproce/wire"
 // next steps, round robin with the other QPs, and every response behind it
 // (ACK, NAK, atomic ACK, further READ data) queues behind it. rxe's
 // responder works the same way: one READ reply at a time, in slices, with
-// the later requests waiting behind it.
+// the later requests waiting behind it. A QP whose path has lost a READ
+// response's tail also waits for its pace (pacing.go).
 
 const (
 	// replyBudget is the packets one QP's responder sends per engine step.
@@ -57,6 +58,19 @@ func (e *engine) replyRoom(qp *QP) bool {
 	return true
 }
 
+// readRoom is replyRoom for a READ response packet, which also waits for
+// the QP's pace (pacing.go).
+func (e *engine) readRoom(qp *QP) bool {
+	if !e.replyRoom(qp) {
+		return false
+	}
+	if !e.paceAllows(qp) {
+		qp.t.replySent--
+		return false
+	}
+	return true
+}
+
 // respond sends an acknowledgement (ACK, NAK or atomic ACK) now, or queues
 // it behind the responses already waiting or when the step's budget is
 // spent.
@@ -73,7 +87,7 @@ func (e *engine) respond(qp *QP, r pendingReply) {
 func (e *engine) startRead(qp *QP, res *respResource, from uint32) {
 	r := pendingReply{read: true, res: *res, next: from, msn: qp.t.msn}
 	if !qp.t.replying() {
-		for e.replyRoom(qp) {
+		for e.readRoom(qp) {
 			if e.readPacket(qp, &r) {
 				return
 			}
@@ -98,9 +112,12 @@ func (e *engine) queueReply(qp *QP, r pendingReply) {
 func (e *engine) pumpReplies(qp *QP) bool {
 	t := &qp.t
 	sent := false
-	for t.replying() && e.replyRoom(qp) {
-		sent = true
+	for t.replying() {
 		r := &t.replies[t.replyHead]
+		if r.read && !e.readRoom(qp) || !r.read && !e.replyRoom(qp) {
+			break
+		}
+		sent = true
 		if r.read && !e.readPacket(qp, r) {
 			continue
 		}

@@ -89,6 +89,7 @@ type qpTransport struct {
 	replyHead int
 	replyStep uint64
 	replySent int
+	pace      readPacer // READ responses' pace (pacing.go)
 }
 
 // sendWQE is a posted send work request and its progress.

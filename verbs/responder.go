@@ -450,13 +450,16 @@ func (e *engine) execRead(qp *QP, p *wire.Packet) {
 		va: r.VA, rkey: r.RKey, length: r.Len, mr: mr}
 	t.msn = (t.msn + 1) & 0xffffff
 	t.ePSN = (res.lastPSN + 1) & 0xffffff
-	e.readReply(qp, res, psn)
+	e.readRequested(qp)
+	e.readReply(qp, res, psn, false)
 }
 
 // readReply sends the READ responses of res from PSN from on, after the
-// QP's deferred ACK; what the step's budget leaves is queued (replies.go).
-func (e *engine) readReply(qp *QP, res *respResource, from uint32) {
+// QP's deferred ACK; what the step's budget or the QP's pace leaves is
+// queued (replies.go). reread says it answers a duplicate READ.
+func (e *engine) readReply(qp *QP, res *respResource, from uint32, reread bool) {
 	e.sendDueAck(qp)
+	e.readStarting(qp, res, from, reread)
 	e.startRead(qp, res, from)
 }
 
@@ -540,7 +543,7 @@ func (e *engine) duplicate(qp *QP, p *wire.Packet, info wire.OpInfo) {
 				}
 				r.mr = mr
 			}
-			e.readReply(qp, r, psn)
+			e.readReply(qp, r, psn, true)
 		}
 		return
 	}

@@ -1,0 +1,177 @@
+package verbs
+
+import (
+	"bytes"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// bottleneck is the receiving end of a slow path: the frames its MemLink
+// receives wait in a queue of at most depth frames and come out one every
+// gap, in real time; a frame that finds the queue full is dropped, as the
+// tap into a slow guest drops it.
+type bottleneck struct {
+	link  *MemLink
+	depth int
+	gap   time.Duration
+	queue []timedFrame
+	last  time.Time // when the newest queued frame comes out
+	drops atomic.Int64
+}
+
+type timedFrame struct {
+	at    time.Time
+	frame []byte
+}
+
+// admit moves what arrived into the queue, or drops it.
+func (b *bottleneck) admit() {
+	now := time.Now()
+	for {
+		n, _ := b.link.Receive(rxBatch, func(f []byte) {
+			if len(b.queue) >= b.depth {
+				b.drops.Add(1)
+				return
+			}
+			if b.last.Before(now) {
+				b.last = now
+			}
+			b.last = b.last.Add(b.gap)
+			b.queue = append(b.queue, timedFrame{b.last, bytes.Clone(f)})
+		})
+		if n == 0 {
+			return
+		}
+	}
+}
+
+func (b *bottleneck) Receive(max int, fn func([]byte)) (int, error) {
+	b.admit()
+	now := time.Now()
+	n := 0
+	for n < max && n < len(b.queue) && !b.queue[n].at.After(now) {
+		fn(b.queue[n].frame)
+		n++
+	}
+	b.queue = b.queue[n:]
+	return n, nil
+}
+
+func (b *bottleneck) Wait(d time.Duration) {
+	b.admit()
+	if len(b.queue) > 0 {
+		d = min(d, time.Until(b.queue[0].at))
+	}
+	if d > 0 {
+		b.link.Wait(d)
+	}
+}
+
+func (b *bottleneck) Send(frames [][]byte) error { return b.link.Send(frames) }
+func (b *bottleneck) Wake()                      { b.link.Wake() }
+func (b *bottleneck) MaxFrame() int              { return b.link.MaxFrame() }
+
+// TestReadResponsesPacedAfterTailLoss: READs of 128 packets, one at a time
+// (as rxe's requester keeps one large READ in flight), to a requester
+// behind a path that holds 48 frames and takes one every 100 µs, as rxe in
+// a small guest behind its tap. The first response overflows the path; the
+// requester sees no gap (the tail is gone) and asks again when its timer
+// expires. From then on the responder paces that QP's READ responses at
+// the rate it saw them taken in, and the later READs arrive whole: one
+// re-read in all, where an unpaced responder causes one per READ.
+func TestReadResponsesPacedAfterTailLoss(t *testing.T) {
+	la, lb := NewMemLinkPair(4096 + 200)
+	slow := &bottleneck{link: la, depth: 48, gap: 100 * time.Microsecond}
+	a := newNode(t, newDevice(t, slow, macA, ipA, 4096), 1<<20)
+	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<20)
+	// retry_cnt 6: rxe's fixed timer (4.2 ms), not the adaptive one.
+	connect(t, a, b, ipA, ipB, macA, macB, connOpts{mtu: MTU4096, timeout: 10, retry: 6, rnr: 7})
+	fill(b.mr.Bytes(), 5)
+	const reads, size = 12, 512 << 10
+	for i := range reads {
+		clear(a.mr.Bytes()[:size])
+		postSend(t, a, SendWR{ID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, size),
+			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+		if wc := poll(t, a.scq, 1, 10*time.Second)[0]; wc.Status != WCSuccess {
+			t.Fatalf("READ %d: completion %+v", i, wc)
+		}
+		equalBytes(t, "READ", a.mr.Bytes()[:size], b.mr.Bytes()[:size])
+		if i == 0 && slow.drops.Load() == 0 {
+			t.Fatal("the first response did not overflow the path: the test shows nothing")
+		}
+	}
+	cb := counters(b.dev)
+	if cb.ReadRetryPaced == 0 || cb.DuplicateRequest > 2 {
+		t.Fatalf("responder's counters %+v, %d frames dropped on the path: want the first tail asked for again, and (paced) at most one more re-read in %d READs",
+			cb, slow.drops.Load(), reads)
+	}
+}
+
+// TestReadPacer: the estimate comes only from a READ arriving with nothing
+// queued, after a response of two packets or more; it keeps the highest
+// recent sample, decaying, and ignores responses shorter than the path
+// holds; and the pace lets a bounded burst go, then one packet per
+// interval.
+func TestReadPacer(t *testing.T) {
+	var p readPacer
+	t0 := time.Unix(1e9, 0)
+	p.started(t0, 0, 99, true)
+	p.requested(t0.Add(10*time.Millisecond), false) // a response still queued: no sample
+	if p.rate != 0 {
+		t.Fatalf("rate %v from a busy arrival", p.rate)
+	}
+	p.requested(t0.Add(10*time.Millisecond), true) // 100 packets in 10 ms
+	if p.rate != 10000 {
+		t.Fatalf("rate %v, want 10000 packets/s", p.rate)
+	}
+	p.started(t0, 0, 99, true)
+	p.requested(t0.Add(100*time.Millisecond), true) // a requester that paused: 1000/s
+	if p.rate != 10000*paceDecay {
+		t.Fatalf("rate %v after a low sample, want %v", p.rate, 10000*paceDecay)
+	}
+	p.started(t0, 0, 0, true)
+	p.requested(t0.Add(time.Second), true) // one packet times the round trip
+	if p.rate != 10000*paceDecay {
+		t.Fatalf("rate %v after a one-packet response", p.rate)
+	}
+	p.started(t0, 0, 99, false) // behind other responses: not a sample
+	p.requested(t0.Add(time.Second), true)
+	if p.rate != 10000*paceDecay || p.pacing() {
+		t.Fatalf("rate %v, pacing %v", p.rate, p.pacing())
+	}
+	p.safe = 200 // the path took 200 packets whole in one burst
+	p.started(t0, 0, 99, true)
+	p.requested(t0.Add(time.Millisecond), true) // shorter: its buffers took it
+	if p.rate != 10000*paceDecay {
+		t.Fatalf("rate %v after a response shorter than the path holds", p.rate)
+	}
+	p.started(t0, 0, 199, true)
+	p.requested(t0.Add(10*time.Millisecond), true)
+	if p.rate != 20000 {
+		t.Fatalf("rate %v, want 20000 packets/s", p.rate)
+	}
+
+	p.rate, p.paced, p.safe = 8000/paceGain, true, 0 // paced at 8000 packets/s: 125 µs apart, bursts of 8
+	now := t0
+	burst := 0
+	for p.take(now) {
+		burst++
+	}
+	if burst != 8 {
+		t.Fatalf("a burst of %d packets, want 8", burst)
+	}
+	if due := p.due(); due.Sub(now) != 125*time.Microsecond {
+		t.Fatalf("next packet due after %v, want 125µs", due.Sub(now))
+	}
+	if p.take(now.Add(124*time.Microsecond)) || !p.take(now.Add(125*time.Microsecond)) {
+		t.Fatal("the next packet did not leave at its interval")
+	}
+
+	// However low the estimate, packets leave at least every 500 µs; and
+	// an eighth of what the path took whole in one burst always may.
+	p = readPacer{rate: 10, paced: true, safe: 200}
+	if interval, tolerance := p.interval(); interval != 500*time.Microsecond || tolerance != 24*interval {
+		t.Fatalf("interval %v, tolerance %v: want 500µs and a burst of 25", interval, tolerance)
+	}
+}

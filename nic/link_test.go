@@ -115,3 +115,40 @@ func roceFrame(t *testing.T, a, b *netns.Host, ports [2]*Port, flow uint16, psn 
 	}
 	return frame[:n]
 }
+
+// TestDoorbell: a Wake makes the Wait in progress, or the next one, return
+// at once, and only once: the Wait after it sleeps its time again (the
+// doorbell is reset when, and only when, it rang).
+func TestDoorbell(t *testing.T) {
+	l, err := newFrameLink(nil, 1514)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := l.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	took := func(d time.Duration) time.Duration {
+		start := time.Now()
+		l.Wait(d)
+		return time.Since(start)
+	}
+	if d := took(30 * time.Millisecond); d < 25*time.Millisecond {
+		t.Fatalf("a Wait with no frame and no Wake returned after %v", d)
+	}
+	l.Wake()
+	if d := took(5 * time.Second); d > time.Second {
+		t.Fatalf("a Wait after Wake took %v", d)
+	}
+	if d := took(30 * time.Millisecond); d < 25*time.Millisecond {
+		t.Fatalf("the doorbell rang twice for one Wake: the next Wait returned after %v", d)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		l.Wake()
+	}()
+	if d := took(5 * time.Second); d > time.Second {
+		t.Fatalf("a Wake during a Wait ended it after %v", d)
+	}
+}

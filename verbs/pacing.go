@@ -154,19 +154,18 @@ func (e *engine) readRequested(qp *QP) {
 // readStarting notes the READ response about to be sent for qp, of res's
 // PSNs from on; reread says it answers a duplicate READ.
 func (e *engine) readStarting(qp *QP, res *respResource, from uint32, reread bool) {
-	t := &qp.t
+	p := &qp.t.pace
 	last := res.lastPSN
-	alone := !t.replying()
+	alone := !qp.t.replying()
 	if reread && alone && from != res.firstPSN {
 		// Every response had left, and one is asked for again from
 		// past its start: its head arrived, its tail did not (a request
 		// duplicated on the way, or a requester whose timer found nothing
 		// at all, asks from the start). If the pace was on, it ran too
 		// fast.
-		if t.pace.paced {
-			t.pace.rate *= paceBackoff
+		if p.paced {
+			p.rate *= paceBackoff
 		}
-		p := &t.pace
 		burstFrom := res.firstPSN
 		if last == p.last && psnCmp(from, p.first) > 0 {
 			burstFrom = p.first // the newest response, itself a re-read's
@@ -174,7 +173,7 @@ func (e *engine) readStarting(qp *QP, res *respResource, from uint32, reread boo
 		p.paced, p.safe = true, (from-burstFrom)&0xffffff
 		e.counters.ReadRetryPaced++
 	}
-	t.pace.started(time.Now(), from, last, alone)
+	p.started(time.Now(), from, last, alone)
 }
 
 // paceAllows reports whether qp may send a READ response packet now; if

@@ -78,8 +78,9 @@ func (b *bottleneck) MaxFrame() int              { return b.link.MaxFrame() }
 // a small guest behind its tap. The first response overflows the path; the
 // requester sees no gap (the tail is gone) and asks again when its timer
 // expires. From then on the responder paces that QP's READ responses at
-// the rate it saw them taken in, and the later READs arrive whole: one
-// re-read in all, where an unpaced responder causes one per READ.
+// the rate it saw them taken in, and the later READs arrive whole: one or
+// two re-reads in all, where an unpaced responder causes two per READ (the
+// first re-read's remainder overflows the path too).
 func TestReadResponsesPacedAfterTailLoss(t *testing.T) {
 	la, lb := NewMemLinkPair(4096 + 200)
 	slow := &bottleneck{link: la, depth: 48, gap: 100 * time.Microsecond}

@@ -35,8 +35,9 @@ import "time"
 // not held long. The pacer uses the real clock, as the ACK hold does: a
 // test's fake transport clock may stand still.
 //
-// In-memory test: TestReadResponsesPacedAfterTailLoss; against rxe in a
-// guest, docs/interop.md ("The whole matrix in one run").
+// In-memory tests: TestReadResponsesPacedAfterTailLoss,
+// TestDuplicatedReadRequestsDoNotPace; against rxe in a guest,
+// docs/interop.md ("The whole matrix in one run").
 type readPacer struct {
 	// startAt is when the newest READ response began, if it began with
 	// nothing queued before it (a sample); pkts is its length.
@@ -146,17 +147,17 @@ func (p *readPacer) due() time.Time {
 	return p.nextAt.Add(-tolerance)
 }
 
-// readRequested notes a new READ for qp's pacer.
-func (e *engine) readRequested(qp *QP) {
-	qp.t.pace.requested(time.Now(), !qp.t.replying())
-}
-
-// readStarting notes the READ response about to be sent for qp, of res's
-// PSNs from on; reread says it answers a duplicate READ.
+// readStarting notes, with one clock read, the READ response about to be
+// sent for qp, of res's PSNs from on: a new READ ends the previous
+// response's sample; reread says it answers a duplicate READ.
 func (e *engine) readStarting(qp *QP, res *respResource, from uint32, reread bool) {
 	p := &qp.t.pace
 	last := res.lastPSN
 	alone := !qp.t.replying()
+	now := time.Now()
+	if !reread {
+		p.requested(now, alone)
+	}
 	if reread && alone && from != res.firstPSN {
 		// Every response had left, and one is asked for again from
 		// past its start: its head arrived, its tail did not (a request
@@ -173,7 +174,7 @@ func (e *engine) readStarting(qp *QP, res *respResource, from uint32, reread boo
 		p.paced, p.safe = true, (from-burstFrom)&0xffffff
 		e.counters.ReadRetryPaced++
 	}
-	p.started(time.Now(), from, last, alone)
+	p.started(now, from, last, alone)
 }
 
 // paceAllows reports whether qp may send a READ response packet now; if

@@ -176,3 +176,24 @@ func TestReadPacer(t *testing.T) {
 		t.Fatalf("interval %v, tolerance %v: want 500µs and a burst of 25", interval, tolerance)
 	}
 }
+
+// TestDuplicatedReadRequestsDoNotPace: every READ request arrives twice (a
+// fabric that duplicates). Each copy finds its response sent and asks for
+// it from the start again, which is no sign of a lost tail: the responder
+// answers it (the requester drops the duplicates) but never paces.
+func TestDuplicatedReadRequestsDoNotPace(t *testing.T) {
+	a, b, la, _ := readLossPair(t)
+	la.SetImpairment(Impairment{Duplicate: 1, Seed: 5})
+	for i := range 8 {
+		postSend(t, a, SendWR{ID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 32<<10),
+			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+		if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+			t.Fatalf("READ %d: completion %+v", i, wc)
+		}
+	}
+	equalBytes(t, "READ", a.mr.Bytes()[:32<<10], b.mr.Bytes()[:32<<10])
+	cb := waitCounter(t, b.dev, "the duplicated requests", func(c Counters) bool { return c.DuplicateRequest >= 8 })
+	if cb.ReadRetryPaced != 0 {
+		t.Fatalf("responder's counters %+v: duplicated requests turned pacing on", cb)
+	}
+}

@@ -450,7 +450,6 @@ func (e *engine) execRead(qp *QP, p *wire.Packet) {
 		va: r.VA, rkey: r.RKey, length: r.Len, mr: mr}
 	t.msn = (t.msn + 1) & 0xffffff
 	t.ePSN = (res.lastPSN + 1) & 0xffffff
-	e.readRequested(qp)
 	e.readReply(qp, res, psn, false)
 }
 
@@ -458,8 +457,8 @@ func (e *engine) execRead(qp *QP, p *wire.Packet) {
 // QP's deferred ACK; what the step's budget or the QP's pace leaves is
 // queued (replies.go). reread says it answers a duplicate READ.
 func (e *engine) readReply(qp *QP, res *respResource, from uint32, reread bool) {
-	e.sendDueAck(qp)
 	e.readStarting(qp, res, from, reread)
+	e.sendDueAck(qp)
 	e.startRead(qp, res, from)
 }
 

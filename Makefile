@@ -90,10 +90,11 @@ lint: deps
 test: deps deps-stock check-generate lint build
 	$(SUDO) env "PATH=$$PATH" CI=$${CI:-} $(GO) test $(GOTESTFLAGS) ./...
 	$(MAKE) race
-	$(GO) test -run '^$$' -fuzz FuzzTransport -fuzztime 20s ./verbs
-	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 10s ./daemon
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 10s ./cm
-	$(GO) test -run '^$$' -fuzz FuzzReceive -fuzztime 10s ./cmagent
+	$(GO) test -run '^$$' -fuzz '^FuzzTransport$$' -fuzztime 20s ./verbs
+	$(GO) test -run '^$$' -fuzz '^FuzzSharedRings$$' -fuzztime 10s ./verbs
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzControl$$' -fuzztime 10s ./daemon
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./cm
+	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime 10s ./cmagent
 	$(SUDO) env "PATH=$$PATH" $(GO) run ./test/interop --smoke
 
 # The transport under the race detector: the engine and the application goroutines that
@@ -112,12 +113,14 @@ bench: deps
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -bench . -benchmem ./...
 
 fuzz: deps
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./wire
-	$(GO) test -run '^$$' -fuzz FuzzTransport -fuzztime 60s ./verbs
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./uverbs
-	$(GO) test -run '^$$' -fuzz FuzzControl -fuzztime 60s ./daemon
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./cm
-	$(GO) test -run '^$$' -fuzz FuzzReceive -fuzztime 60s ./cmagent
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 60s ./wire
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSplit$$' -fuzztime 60s ./wire
+	$(GO) test -run '^$$' -fuzz '^FuzzTransport$$' -fuzztime 60s ./verbs
+	$(GO) test -run '^$$' -fuzz '^FuzzSharedRings$$' -fuzztime 60s ./verbs
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 60s ./uverbs
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzControl$$' -fuzztime 60s ./daemon
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 60s ./cm
+	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime 60s ./cmagent
 
 # The main job: two network namespaces, xdproce in each, measured against kernel TCP
 # (tables on stdout; figures in bin/bench.json, bandwidth plot in bin/bench.svg).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,6 +39,16 @@ type FrameLink struct {
 	setConn syscall.RawConn
 	events  []unix.EpollEvent
 	max     int
+	// Receive coalescing (SetRxCoalesce): coalesce sizes the sleeps, armed
+	// says which sockets' one-shot wakeups are armed, timerFD ends a
+	// coalescing sleep (only Wait touches these); received counts the
+	// frames handed out since the last Wait (Receive may run on an
+	// application's goroutine while Wait sleeps on the engine's), and sent
+	// the frames sent meanwhile.
+	coalesce       coalescer
+	armed          []bool
+	timerFD        int
+	received, sent atomic.Int64
 }
 
 // txQueue is one socket's transmit side: frames[:ready] are committed,
@@ -125,6 +136,8 @@ func newFrameLink(socks []*ring.Socket, maxFrame int) (*FrameLink, error) {
 		setConn: conn,
 		events:  make([]unix.EpollEvent, len(fds)),
 		max:     maxFrame,
+		armed:   make([]bool, len(socks)),
+		timerFD: -1,
 	}
 	for _, s := range socks {
 		l.rx = append(l.rx, s)
@@ -226,6 +239,9 @@ func (l *FrameLink) CommitTX(n int) {
 func (l *FrameLink) FlushTX() error {
 	var errs []error
 	for i := range l.tx {
+		if r := l.tx[i].ready; r > 0 {
+			l.sent.Add(int64(r))
+		}
 		if err := l.tx[i].flush(); err != nil {
 			errs = append(errs, fmt.Errorf("nic: queue %d: %w", l.tx[i].sock.Queue(), err))
 		}
@@ -378,6 +394,7 @@ func (l *FrameLink) ReceiveSplit(max int, fn func(head, tail []byte)) (int, erro
 			return total, fmt.Errorf("nic: AF_XDP refill: %w", err)
 		}
 		total += got
+		l.received.Add(int64(got))
 		if total >= max {
 			break
 		}
@@ -416,6 +433,54 @@ func (l *FrameLink) Wake() {
 	_, _ = unix.Write(l.wakeFD, one[:]) // EAGAIN means it is already signalled
 }
 
+// SetRxCoalesce makes Wait, after a wakeup that brought a stream's frames,
+// sleep with the sockets' wakeups disarmed until the next batch has
+// gathered, up to longest: the frames arriving meanwhile are taken in one
+// batch rather than a wakeup for every few (a NIC's adaptive rx-usecs).
+// Where engines sleep rather than spin (one CPU), each wakeup costs the
+// processor the kernel needs to move those very frames. A Wait after fewer
+// frames than a stream brings re-arms the sockets (their one-shot wakeups
+// report frames already waiting), the doorbell always wakes, and no Wait
+// sleeps past its own time. Zero or less turns coalescing off. The link's
+// owner calls it before the link is used.
+func (l *FrameLink) SetRxCoalesce(longest time.Duration) error {
+	l.coalesce = newCoalescer(longest)
+	events := uint32(unix.EPOLLIN)
+	if longest > 0 {
+		events |= unix.EPOLLONESHOT
+		if l.timerFD < 0 {
+			fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+			if err != nil {
+				return fmt.Errorf("nic: receive coalescing timer: %w", err)
+			}
+			l.timerFD = fd
+			if err := l.ctl(unix.EPOLL_CTL_ADD, fd, unix.EPOLLIN); err != nil {
+				return fmt.Errorf("nic: receive coalescing timer: %w", err)
+			}
+		}
+	}
+	for i, s := range l.socks {
+		if err := l.ctl(unix.EPOLL_CTL_MOD, s.FD(), events); err != nil {
+			return fmt.Errorf("nic: queue %d: receive coalescing: %w", s.Queue(), err)
+		}
+		l.armed[i] = true
+	}
+	return nil
+}
+
+// RxCoalesce is the longest coalescing sleep (SetRxCoalesce), 0 if off.
+func (l *FrameLink) RxCoalesce() time.Duration { return l.coalesce.longest }
+
+// ctl changes what fd wakes the wait set for.
+func (l *FrameLink) ctl(op, fd int, events uint32) error {
+	var err error
+	cerr := l.setConn.Control(func(set uintptr) {
+		ev := unix.EpollEvent{Events: events, Fd: int32(fd)}
+		err = unix.EpollCtl(int(set), op, fd, &ev)
+	})
+	return errors.Join(cerr, err)
+}
+
 // Wait blocks until a frame may be ready, Wake is called, or d passes. It
 // parks in Go's network poller on an epoll set of every queue's socket and
 // the doorbell, rather than blocking its thread in poll(2): a parked
@@ -423,20 +488,69 @@ func (l *FrameLink) Wake() {
 // application, another device's engine) run without waiting for the
 // runtime to notice a blocked system call.
 func (l *FrameLink) Wait(d time.Duration) {
+	sleep := time.Duration(0)
+	if l.coalesce.longest > 0 {
+		if sleep = l.coalesce.sleep(l.received.Swap(0), l.sent.Swap(0)); sleep == 0 {
+			l.arm()
+		} else if sleep < d {
+			l.startTimer(sleep) // a stream: let its next batch gather, disarmed
+		}
+	}
 	_ = l.set.SetReadDeadline(time.Now().Add(d))
-	rang := false
+	rang, slept := false, false
 	_ = l.setConn.Read(func(fd uintptr) bool {
 		n, err := unix.EpollWait(int(fd), l.events, 0)
 		for _, ev := range l.events[:max(n, 0)] {
-			rang = rang || int(ev.Fd) == l.wakeFD
+			switch int(ev.Fd) {
+			case l.wakeFD:
+				rang = true
+			case l.timerFD:
+				var b [8]byte
+				_, _ = unix.Read(l.timerFD, b[:]) // level-triggered: reset it
+				slept = sleep > 0
+			default:
+				l.disarmed(int(ev.Fd)) // a one-shot wakeup fired
+			}
 		}
 		return n > 0 || (err != nil && err != unix.EINTR)
 	})
+	if slept && !rang {
+		waiting := 0
+		for _, s := range l.socks {
+			waiting += s.RXWaiting()
+		}
+		l.coalesce.gathered(waiting)
+	}
 	if rang {
 		// Reset the doorbell: only when it rang, a system call saved on
 		// every other wakeup (a small guest pays tens of µs for one).
 		var b [8]byte
 		_, _ = unix.Read(l.wakeFD, b[:])
+	}
+}
+
+// startTimer has the coalescing timer end the Wait after d: µs precision,
+// where the Go poller's deadlines sleep in whole milliseconds.
+func (l *FrameLink) startTimer(d time.Duration) {
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(d.Nanoseconds())}
+	_ = unix.TimerfdSettime(l.timerFD, 0, &spec, nil)
+}
+
+// arm re-arms the one-shot wakeups of the sockets whose wakeup fired.
+func (l *FrameLink) arm() {
+	for i, s := range l.socks {
+		if !l.armed[i] && l.ctl(unix.EPOLL_CTL_MOD, s.FD(), unix.EPOLLIN|unix.EPOLLONESHOT) == nil {
+			l.armed[i] = true
+		}
+	}
+}
+
+// disarmed notes that the one-shot wakeup of the socket fd fired.
+func (l *FrameLink) disarmed(fd int) {
+	for i, s := range l.socks {
+		if s.FD() == fd {
+			l.armed[i] = false
+		}
 	}
 }
 
@@ -467,6 +581,9 @@ func (l *FrameLink) Close() error {
 		if st := s.FrameStats(); st.RXHeld != 0 || st.TXHeld != 0 {
 			errs = append(errs, fmt.Errorf("nic: queue %d: %d RX frames and %d TX buffers still held at close", s.Queue(), st.RXHeld, st.TXHeld))
 		}
+	}
+	if l.timerFD >= 0 {
+		errs = append(errs, unix.Close(l.timerFD))
 	}
 	return errors.Join(append(errs, l.set.Close(), unix.Close(l.wakeFD))...)
 }

@@ -45,26 +45,7 @@ func TestReceiveReadsQueuesFairly(t *testing.T) {
 // the same index, so each QP's traffic stays on one queue at both ends and
 // QPs spread over the queues.
 func TestFlowsStayOnTheirQueue(t *testing.T) {
-	topo := netns.New(t, netns.Config{Kind: netns.Direct, Queues: 2})
-	var ports [2]*Port
-	var links [2]*FrameLink
-	for i, h := range topo.Hosts[:2] {
-		err := h.Do(func() (err error) {
-			if ports[i], err = Open(t.Context(), Config{Ifname: h.Link}); err != nil {
-				return err
-			}
-			links[i], err = NewFrameLink(ports[i])
-			return err
-		})
-		if err != nil {
-			t.Fatalf("%s: %v", h.Name, err)
-		}
-		t.Cleanup(func() {
-			if err := errors.Join(links[i].Close(), ports[i].Close()); err != nil {
-				t.Error(err)
-			}
-		})
-	}
+	topo, ports, links := linkPair(t, 2)
 	if links[0].Queues() != 2 || links[1].Queues() != 2 {
 		t.Fatalf("queues %d and %d, want 2", links[0].Queues(), links[1].Queues())
 	}
@@ -95,6 +76,33 @@ func TestFlowsStayOnTheirQueue(t *testing.T) {
 			t.Errorf("queue %d: sent %d, received %d, want %d each", q, tx, rx, want[q])
 		}
 	}
+}
+
+// linkPair opens a port and a link on all its queues at each end of a veth
+// pair with that many queues, closed when the test ends.
+func linkPair(t *testing.T, queues int) (*netns.Topology, [2]*Port, [2]*FrameLink) {
+	t.Helper()
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, Queues: queues})
+	var ports [2]*Port
+	var links [2]*FrameLink
+	for i, h := range topo.Hosts[:2] {
+		err := h.Do(func() (err error) {
+			if ports[i], err = Open(t.Context(), Config{Ifname: h.Link}); err != nil {
+				return err
+			}
+			links[i], err = NewFrameLink(ports[i])
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", h.Name, err)
+		}
+		t.Cleanup(func() {
+			if err := errors.Join(links[i].Close(), ports[i].Close()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	return topo, ports, links
 }
 
 // roceFrame is a RoCEv2 SEND_ONLY frame from host a to host b with UDP
@@ -150,5 +158,85 @@ func TestDoorbell(t *testing.T) {
 	}()
 	if d := took(5 * time.Second); d > time.Second {
 		t.Fatalf("a Wake during a Wait ended it after %v", d)
+	}
+}
+
+// TestRxCoalesce: after a stream's frames, a Wait sleeps its coalescing
+// time with the socket's wakeup disarmed, so frames arriving meanwhile do
+// not end it, and the next sleep follows what it gathered; a lone frame's
+// Wait, an answering side's and the doorbell wake at once.
+func TestRxCoalesce(t *testing.T) {
+	topo, ports, links := linkPair(t, 1)
+	tx, rx := links[0], links[1]
+	if err := rx.SetRxCoalesce(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	send := func(after time.Duration) {
+		go func() {
+			time.Sleep(after)
+			if err := tx.Transmit(t.Context(), [][]byte{roceFrame(t, topo.Hosts[0], topo.Hosts[1], ports, 0xc000, 1)}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	took := func(d time.Duration) time.Duration {
+		start := time.Now()
+		rx.Wait(d)
+		return time.Since(start)
+	}
+	receive := func(what string) {
+		t.Helper()
+		if n, err := rx.Receive(64, func([]byte) {}); n != 1 || err != nil {
+			t.Fatalf("%s: received %d frames, %v", what, n, err)
+		}
+	}
+	// A lone frame: its Wait arms the socket and wakes when it arrives (and
+	// the one-shot wakeup is spent).
+	send(30 * time.Millisecond)
+	if d := took(5 * time.Second); d > 2*time.Second {
+		t.Fatalf("a lone frame woke its Wait after %v", d)
+	}
+	receive("lone frame")
+
+	// A stream: the Wait sleeps its 300 ms through a frame at 30 ms.
+	rx.coalesce.cur = 300 * time.Millisecond
+	rx.received.Store(coalesceBatch)
+	send(30 * time.Millisecond)
+	if d := took(5 * time.Second); d < 250*time.Millisecond || d > 4*time.Second {
+		t.Fatalf("a stream's coalescing Wait returned after %v, want its 300 ms", d)
+	}
+	receive("frame of the stream")
+	if rx.coalesce.cur != 375*time.Millisecond {
+		t.Fatalf("a sleep that gathered one frame left the next at %v, want 375ms", rx.coalesce.cur)
+	}
+
+	// One frame received since: the Wait re-arms the socket.
+	send(30 * time.Millisecond)
+	if d := took(5 * time.Second); d > 2*time.Second {
+		t.Fatalf("after the stream, a lone frame woke its Wait after %v", d)
+	}
+	receive("frame after the stream")
+
+	// A side that sent as much as it received answers requests: no sleep.
+	rx.received.Store(coalesceBatch)
+	rx.sent.Store(coalesceBatch)
+	send(30 * time.Millisecond)
+	if d := took(5 * time.Second); d > 2*time.Second {
+		t.Fatalf("an answering side's Wait took %v", d)
+	}
+	receive("request")
+
+	// The doorbell ends a coalescing sleep, which then teaches nothing.
+	rx.coalesce.cur = 5 * time.Second
+	rx.received.Store(coalesceBatch)
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		rx.Wake()
+	}()
+	if d := took(10 * time.Second); d > 2*time.Second {
+		t.Fatalf("the doorbell ended a coalescing Wait after %v", d)
+	}
+	if rx.coalesce.cur != 5*time.Second {
+		t.Fatalf("a sleep the doorbell ended moved the next to %v", rx.coalesce.cur)
 	}
 }

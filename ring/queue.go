@@ -88,6 +88,17 @@ func (r *ringIndex) pending() uint32 {
 	return used
 }
 
+// waiting reports, from the shared indices alone, the entries the producer
+// has written that the consumer has not released: any goroutine may ask,
+// while the ring's owner reads it.
+func (r *ringIndex) waiting() uint32 {
+	if r.producer == nil {
+		return 0
+	}
+	n := atomic.LoadUint32(r.producer) - atomic.LoadUint32(r.consumer)
+	return min(n, r.size)
+}
+
 // available returns how many entries a consumer may read (at most size,
 // whatever the producer index claims), refreshing the kernel's producer
 // index when the cached value shows fewer than want.

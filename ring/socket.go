@@ -509,6 +509,16 @@ func (s *Socket) Kick() error {
 	return nil
 }
 
+// RXWaiting is how many received frames wait in the RX ring, not yet
+// taken by Receive or taken and not yet released. Any goroutine may call
+// it: it reads only the ring's shared indices.
+func (s *Socket) RXWaiting() int {
+	if s.closed {
+		return 0
+	}
+	return int(s.dp.rx.waiting())
+}
+
 // TXPending is the number of TX descriptors queued that the kernel has not
 // taken yet.
 func (s *Socket) TXPending() int {

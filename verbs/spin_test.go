@@ -84,3 +84,21 @@ func TestNoSpinOnOneCPU(t *testing.T) {
 		t.Fatal("BusyPoll not kept with one CPU")
 	}
 }
+
+// TestRxCoalesceOnOneCPU: receive coalescing is on by default only where
+// engines never spin (one CPU); an explicit choice holds everywhere.
+func TestRxCoalesceOnOneCPU(t *testing.T) {
+	if runtime.GOMAXPROCS(0) > 1 && RxCoalesceFor(0) != 0 {
+		t.Fatalf("coalescing %v by default on %d CPUs", RxCoalesceFor(0), runtime.GOMAXPROCS(0))
+	}
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	for _, c := range []struct{ set, want time.Duration }{{0, DefaultRxCoalesce}, {-1, 0}, {300 * time.Microsecond, 300 * time.Microsecond}} {
+		if got := RxCoalesceFor(c.set); got != c.want {
+			t.Errorf("RxCoalesce %v on one CPU: %v, want %v", c.set, got, c.want)
+		}
+	}
+	if d := DescribeRxCoalesce(RxCoalesceFor(0)); d != ", receive wakeups coalesced up to 2ms" {
+		t.Errorf("described as %q", d)
+	}
+}

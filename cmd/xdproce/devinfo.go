@@ -57,10 +57,11 @@ func probePort(ctx context.Context, ifname string, activeMTU int) (int, string) 
 		return activeMTU, "cannot open: " + err.Error()
 	}
 	f := port.Features()
+	desc := f.String() + verbs.DescribeRxCoalesce(verbs.RxCoalesceFor(0)) // as a device opened here by default
 	if err := port.Close(); err != nil {
-		return f.ActiveMTU, f.String() + " (closing: " + err.Error() + ")"
+		return f.ActiveMTU, desc + " (closing: " + err.Error() + ")"
 	}
-	return f.ActiveMTU, f.String()
+	return f.ActiveMTU, desc
 }
 
 // writeDevinfo prints the device in the layout of `ibv_devinfo -v`.

@@ -48,16 +48,16 @@ func runPerf(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	cfg, iface, showCounters, err := parsePerfArgs(tool, args[1:], stdout)
+	cfg, local, err := parsePerfArgs(tool, args[1:], stdout)
 	if err != nil {
 		return err
 	}
-	dev, err := openPerfDevice(ctx, iface, !cfg.Passive())
+	dev, err := openPerfDevice(ctx, local.iface, verbs.Options{BusyPoll: !cfg.Passive(), RxCoalesce: local.rxCoalesce})
 	if err != nil {
 		return err
 	}
 	_, runErr := perftest.Run(ctx, dev, cfg, stdout)
-	if showCounters {
+	if local.counters {
 		if c, err := dev.Counters(); err == nil {
 			printCounters(stdout, c)
 		}
@@ -103,8 +103,9 @@ func printStalls(w io.Writer, dev *verbs.Device) {
 // instead of taking a CPU from the kernel work that carries its packets: in
 // a 1-vCPU guest the WRITE and READ servers' busy-polling cost 13-15% of the
 // bandwidth (docs/performance.md).
-func openPerfDevice(ctx context.Context, iface string, polls bool) (*verbs.Device, error) {
-	dev, err := verbs.Open(ctx, iface, verbs.Options{BusyPoll: polls, Logger: slog.New(slog.DiscardHandler)})
+func openPerfDevice(ctx context.Context, iface string, opts verbs.Options) (*verbs.Device, error) {
+	opts.Logger = slog.New(slog.DiscardHandler)
+	dev, err := verbs.Open(ctx, iface, opts)
 	if err != nil {
 		return nil, fmt.Errorf("opening xdproce on %s: %w", iface, err)
 	}
@@ -121,6 +122,7 @@ type perfArgs struct {
 	counters                            bool
 	connType                            string
 	timeout                             time.Duration
+	rxCoalesce                          time.Duration
 }
 
 func perfFlags(a *perfArgs) *flag.FlagSet {
@@ -146,6 +148,7 @@ func perfFlags(a *perfArgs) *flag.FlagSet {
 	fs.BoolVar(&a.ownMemory, "own-memory", false, "register memory this program allocated (as stock perftest does) instead of memory shared with the device; through a daemon, it is reached with process_vm_readv/writev")
 	fs.BoolVar(&a.counters, "counters", false, "print the device's transport counters (rxe's names) at the end")
 	fs.DurationVar(&a.timeout, "timeout", 2*time.Minute, "bound on each out-of-band exchange and each wait for the peer")
+	fs.DurationVar(&a.rxCoalesce, "rx-coalesce", 0, "longest a sleeping engine lets received frames gather (verbs.Options.RxCoalesce; 0: the default, 1ms on one CPU; negative: never)")
 	fs.IntVar(&a.ibPort, "i", 1, "port number (xdproce devices have port 1)")
 	fs.StringVar(&a.connType, "c", "RC", "connection type: RC, or with -R and the SEND tools UD")
 	fs.BoolVar(&a.rdmaCM, "R", false, "connect the QPs with rdma_cm and exchange over rdma_cm (perftest's --rdma_cm)")
@@ -158,7 +161,15 @@ func perfFlags(a *perfArgs) *flag.FlagSet {
 
 // parsePerfArgs parses perftest's command line. Like getopt, it accepts the
 // server's address before, between or after the options.
-func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (cfg perftest.Config, iface string, counters bool, err error) {
+// perfLocal is what the command line says of this side's device, beside
+// the test's configuration.
+type perfLocal struct {
+	iface      string
+	counters   bool          // print the transport counters at the end
+	rxCoalesce time.Duration // verbs.Options.RxCoalesce
+}
+
+func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (cfg perftest.Config, local perfLocal, err error) {
 	var a perfArgs
 	fs := perfFlags(&a)
 	var pos []string
@@ -168,9 +179,9 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (cfg per
 				fmt.Fprint(stdout, perfUsage)
 				fs.SetOutput(stdout)
 				fs.PrintDefaults()
-				return perftest.Config{}, "", false, err
+				return perftest.Config{}, perfLocal{}, err
 			}
-			return perftest.Config{}, "", false, fmt.Errorf("%w: %v", errUsage, err)
+			return perftest.Config{}, perfLocal{}, fmt.Errorf("%w: %v", errUsage, err)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -180,7 +191,7 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (cfg per
 	}
 	if a.version {
 		fmt.Fprintf(stdout, "Version: %s\n", perftest.Version)
-		return perftest.Config{}, "", false, flag.ErrHelp
+		return perftest.Config{}, perfLocal{}, flag.ErrHelp
 	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "report-gbits" {
@@ -189,15 +200,15 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (cfg per
 	})
 	switch {
 	case len(pos) > 1:
-		return perftest.Config{}, "", false, fmt.Errorf("%w: one server address at most, got %q", errUsage, pos)
+		return perftest.Config{}, perfLocal{}, fmt.Errorf("%w: one server address at most, got %q", errUsage, pos)
 	case a.iface == "":
-		return perftest.Config{}, "", false, fmt.Errorf("%w: -d IFACE names the interface xdproce runs on", errUsage)
+		return perftest.Config{}, perfLocal{}, fmt.Errorf("%w: -d IFACE names the interface xdproce runs on", errUsage)
 	case a.ibPort != 1:
-		return perftest.Config{}, "", false, fmt.Errorf("%w: -i %d: xdproce devices have one port, 1", errUsage, a.ibPort)
+		return perftest.Config{}, perfLocal{}, fmt.Errorf("%w: -i %d: xdproce devices have one port, 1", errUsage, a.ibPort)
 	}
 	conn, err := parseConnType(a.connType, a.rdmaCM)
 	if err != nil {
-		return perftest.Config{}, "", false, err
+		return perftest.Config{}, perfLocal{}, err
 	}
 	cfg = perftest.Config{Tool: tool, Conn: conn, RDMACM: a.rdmaCM, Port: a.port, Size: a.size, Iters: a.iters, AllSizes: a.all, QPs: a.qps,
 		TxDepth: a.tx, RxDepth: a.rx, CQMod: a.cq, OutReads: a.outReads, GIDIndex: a.gid, Inline: a.inline,
@@ -207,16 +218,16 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (cfg per
 	}
 	if a.mtu != "" {
 		if _, err := fmt.Sscanf(a.mtu, "%d", &cfg.MTU); err != nil {
-			return perftest.Config{}, "", false, fmt.Errorf("%w: -m %q: %v", errUsage, a.mtu, err)
+			return perftest.Config{}, perfLocal{}, fmt.Errorf("%w: -m %q: %v", errUsage, a.mtu, err)
 		}
 	}
 	if cfg.Atomic, err = perftest.ParseAtomicOp(a.atomic); err != nil {
-		return perftest.Config{}, "", false, fmt.Errorf("%w: %v", errUsage, err)
+		return perftest.Config{}, perfLocal{}, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if err := cfg.Normalize(); err != nil {
-		return perftest.Config{}, "", false, fmt.Errorf("%w: %v", errUsage, err)
+		return perftest.Config{}, perfLocal{}, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	return cfg, a.iface, a.counters, nil
+	return cfg, perfLocal{iface: a.iface, counters: a.counters, rxCoalesce: a.rxCoalesce}, nil
 }
 
 // parseConnType reads -c as perftest does, with its refusals under -R.
@@ -276,7 +287,7 @@ func runRCPingPong(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(pos) == 1 {
 		c.Server = pos[0]
 	}
-	dev, err := openPerfDevice(ctx, iface, true)
+	dev, err := openPerfDevice(ctx, iface, verbs.Options{BusyPoll: true})
 	if err != nil {
 		return err
 	}

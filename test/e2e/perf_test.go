@@ -158,6 +158,19 @@ func TestPerfToolsOverXDP(t *testing.T) {
 		}
 		perfRun(t, bin, a, b, "ib_write_bw", "-n", "100", "-s", "4096", "--verify")
 	})
+	// On one CPU (GOMAXPROCS follows a cgroup's limit) the engines never
+	// spin and the passive sides coalesce their receive wakeups by default
+	// (verbs.DefaultRxCoalesce): every byte still arrives, and a READ
+	// responder, which answers what it receives, is not held back.
+	t.Run("one CPU, receive wakeups coalesced", func(t *testing.T) {
+		t.Setenv("GOMAXPROCS", "1")
+		for _, tool := range []string{"ib_write_bw", "ib_send_bw", "ib_read_bw"} {
+			cout, sout := perfRun(t, bin, a, b, tool, "-n", "2000", "-s", "65536", "--verify")
+			if m := bwRow.FindStringSubmatch(cout); m == nil || m[2] != "2000" {
+				t.Errorf("%s: want 2000 iterations:\n%s\n%s", tool, cout, sout)
+			}
+		}
+	})
 	t.Run("ib_write_bw -q 8", func(t *testing.T) {
 		cout, sout := perfRun(t, bin, a, b, "ib_write_bw", "-q", "8", "-n", "200", "-s", "8192", "--verify")
 		if m := bwRow.FindStringSubmatch(cout); m == nil || m[2] != "1600" {

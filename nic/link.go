@@ -488,11 +488,11 @@ func (l *FrameLink) ctl(op, fd int, events uint32) error {
 // application, another device's engine) run without waiting for the
 // runtime to notice a blocked system call.
 func (l *FrameLink) Wait(d time.Duration) {
-	sleep := time.Duration(0)
+	timed := false // the coalescing timer ends this Wait
 	if l.coalesce.longest > 0 {
-		if sleep = l.coalesce.sleep(l.received.Swap(0), l.sent.Swap(0)); sleep == 0 {
+		if sleep := l.coalesce.sleep(l.received.Swap(0), l.sent.Swap(0)); sleep == 0 {
 			l.arm()
-		} else if sleep < d {
+		} else if timed = sleep < d; timed {
 			l.startTimer(sleep) // a stream: let its next batch gather, disarmed
 		}
 	}
@@ -507,9 +507,11 @@ func (l *FrameLink) Wait(d time.Duration) {
 			case l.timerFD:
 				var b [8]byte
 				_, _ = unix.Read(l.timerFD, b[:]) // level-triggered: reset it
-				slept = sleep > 0
+				slept = timed                     // not a timer an earlier Wait left running
 			default:
-				l.disarmed(int(ev.Fd)) // a one-shot wakeup fired
+				if l.coalesce.longest > 0 {
+					l.disarmed(int(ev.Fd)) // a one-shot wakeup fired
+				}
 			}
 		}
 		return n > 0 || (err != nil && err != unix.EINTR)

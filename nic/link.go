@@ -394,7 +394,9 @@ func (l *FrameLink) ReceiveSplit(max int, fn func(head, tail []byte)) (int, erro
 			return total, fmt.Errorf("nic: AF_XDP refill: %w", err)
 		}
 		total += got
-		l.received.Add(int64(got))
+		if got > 0 {
+			l.received.Add(int64(got))
+		}
 		if total >= max {
 			break
 		}

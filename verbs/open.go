@@ -39,7 +39,8 @@ type Options struct {
 	// (nic.FrameLink.SetRxCoalesce). Zero means DefaultRxCoalesce on one
 	// CPU, where engines sleep rather than spin and each wakeup takes the
 	// processor from the kernel moving the frames, and off elsewhere;
-	// negative, off.
+	// negative, off. A busy-polling device never coalesces: its engines
+	// never sleep.
 	RxCoalesce time.Duration
 	// Logger receives setup notes. Default slog.Default().
 	Logger *slog.Logger
@@ -92,7 +93,7 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 		return errors.Join(errs...)
 	}
 	dataPath := port.Features().String()
-	if co := RxCoalesceFor(opts.RxCoalesce); co > 0 {
+	if co := RxCoalesceFor(opts.RxCoalesce); co > 0 && !opts.BusyPoll {
 		for _, q := range queues {
 			if err := q.SetRxCoalesce(co); err != nil {
 				return nil, errors.Join(err, closeLinks(), port.Close(), ns.Close())
@@ -128,10 +129,11 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 }
 
 // DefaultRxCoalesce is the RxCoalesce of a device on one CPU that does not
-// set one. Measured in a 1-vCPU guest under emulation (docs/performance.md):
-// an engine woke every six frames of a WRITE stream; batches of a
-// millisecond cut the receiver's CPU by a third and raised WRITE 64 KiB by
-// a quarter.
+// set one. In a 1-vCPU guest under emulation (docs/performance.md) a
+// passive WRITE receiver woke every six frames or so; sleeps of up to 2 ms
+// cut its CPU by a third and raised WRITE 64 KiB by a fifth. The sleeps
+// are sized to the arrival rate (about 48 frames each), so a fast link
+// gets short ones.
 const DefaultRxCoalesce = 2 * time.Millisecond
 
 // RxCoalesceFor is the receive coalescing a device opened on this machine

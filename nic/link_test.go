@@ -190,13 +190,18 @@ func TestRxCoalesce(t *testing.T) {
 			t.Fatalf("%s: received %d frames, %v", what, n, err)
 		}
 	}
+	// wokenBy: a frame 30 ms into a Wait of 5 s ends it.
+	wokenBy := func(what string) {
+		t.Helper()
+		send(30 * time.Millisecond)
+		if d := took(5 * time.Second); d > 2*time.Second {
+			t.Fatalf("%s woke its Wait after %v", what, d)
+		}
+		receive(what)
+	}
 	// A lone frame: its Wait arms the socket and wakes when it arrives (and
 	// the one-shot wakeup is spent).
-	send(30 * time.Millisecond)
-	if d := took(5 * time.Second); d > 2*time.Second {
-		t.Fatalf("a lone frame woke its Wait after %v", d)
-	}
-	receive("lone frame")
+	wokenBy("a lone frame")
 
 	// A stream: the Wait sleeps its 300 ms through a frame at 30 ms.
 	rx.coalesce.cur = 300 * time.Millisecond
@@ -211,20 +216,12 @@ func TestRxCoalesce(t *testing.T) {
 	}
 
 	// One frame received since: the Wait re-arms the socket.
-	send(30 * time.Millisecond)
-	if d := took(5 * time.Second); d > 2*time.Second {
-		t.Fatalf("after the stream, a lone frame woke its Wait after %v", d)
-	}
-	receive("frame after the stream")
+	wokenBy("a lone frame after the stream")
 
 	// A side that sent as much as it received answers requests: no sleep.
 	rx.received.Store(coalesceBatch)
 	rx.sent.Store(coalesceBatch)
-	send(30 * time.Millisecond)
-	if d := took(5 * time.Second); d > 2*time.Second {
-		t.Fatalf("an answering side's Wait took %v", d)
-	}
-	receive("request")
+	wokenBy("a request to an answering side")
 
 	// The doorbell ends a coalescing sleep, which then teaches nothing.
 	rx.coalesce.cur = 5 * time.Second

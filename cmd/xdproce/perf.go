@@ -148,7 +148,7 @@ func perfFlags(a *perfArgs) *flag.FlagSet {
 	fs.BoolVar(&a.ownMemory, "own-memory", false, "register memory this program allocated (as stock perftest does) instead of memory shared with the device; through a daemon, it is reached with process_vm_readv/writev")
 	fs.BoolVar(&a.counters, "counters", false, "print the device's transport counters (rxe's names) at the end")
 	fs.DurationVar(&a.timeout, "timeout", 2*time.Minute, "bound on each out-of-band exchange and each wait for the peer")
-	fs.DurationVar(&a.rxCoalesce, "rx-coalesce", 0, "longest a sleeping engine lets received frames gather (verbs.Options.RxCoalesce; 0: the default, 1ms on one CPU; negative: never)")
+	fs.DurationVar(&a.rxCoalesce, "rx-coalesce", 0, rxCoalesceUsage)
 	fs.IntVar(&a.ibPort, "i", 1, "port number (xdproce devices have port 1)")
 	fs.StringVar(&a.connType, "c", "RC", "connection type: RC, or with -R and the SEND tools UD")
 	fs.BoolVar(&a.rdmaCM, "R", false, "connect the QPs with rdma_cm and exchange over rdma_cm (perftest's --rdma_cm)")
@@ -159,8 +159,9 @@ func perfFlags(a *perfArgs) *flag.FlagSet {
 	return fs
 }
 
-// parsePerfArgs parses perftest's command line. Like getopt, it accepts the
-// server's address before, between or after the options.
+// rxCoalesceUsage is the help of perf's and up's --rx-coalesce.
+var rxCoalesceUsage = fmt.Sprintf("longest a sleeping engine lets received frames gather (verbs.Options.RxCoalesce; 0: the default, %v on one CPU and off elsewhere; negative: never; busy-polling devices never coalesce)", verbs.DefaultRxCoalesce)
+
 // perfLocal is what the command line says of this side's device, beside
 // the test's configuration.
 type perfLocal struct {
@@ -169,6 +170,8 @@ type perfLocal struct {
 	rxCoalesce time.Duration // verbs.Options.RxCoalesce
 }
 
+// parsePerfArgs parses perftest's command line. Like getopt, it accepts the
+// server's address before, between or after the options.
 func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (cfg perftest.Config, local perfLocal, err error) {
 	var a perfArgs
 	fs := perfFlags(&a)

@@ -28,7 +28,7 @@ func runUp(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(dev, "dev", "", "same as -d")
 	queues := fs.Int("queues", 0, "RX queues to serve (0: all the interface has)")
 	busyPoll := fs.Bool("busy-poll", false, "engines spin instead of sleeping when idle")
-	rxCoalesce := fs.Duration("rx-coalesce", 0, "longest a sleeping engine lets received frames gather (0: the default, 1ms on one CPU; negative: never)")
+	rxCoalesce := fs.Duration("rx-coalesce", 0, rxCoalesceUsage)
 	group := fs.String("group", "", "let members of this group attach, besides root and the daemon's user")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	metrics := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464)")

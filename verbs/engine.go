@@ -783,7 +783,7 @@ func (e *engine) toError(qp *QP) {
 		return
 	}
 	qp.t.state = StateErr
-	qp.t.draining = false
+	qp.t.draining, qp.t.failAfterReplies = false, false
 	qp.t.dropReplies()
 	qp.state.Store(uint32(StateErr))
 	e.flushQueues(qp)

@@ -129,6 +129,9 @@ func (e *engine) pumpReplies(qp *QP) bool {
 	}
 	if !t.replying() {
 		t.replies, t.replyHead = t.replies[:0], 0
+		if t.failAfterReplies {
+			e.fatal(qp) // the NAK that waited behind them is out
+		}
 	}
 	return sent
 }

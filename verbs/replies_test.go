@@ -173,3 +173,28 @@ func TestDuplicateReadBurstIsBounded(t *testing.T) {
 	equalBytes(t, "WRITE", b.mr.Bytes()[7<<20:7<<20+64], a.mr.Bytes()[:64])
 	t.Logf("at most %d packets per step; b's counters: duplicate_request %d dropped_replies %d", most, c.DuplicateRequest, c.DroppedReplies)
 }
+
+// A request the responder refuses (here a WRITE with a bad rkey) behind a
+// READ whose response is still queued: as rxe, which sends a READ's whole
+// response before it takes the next request, the READ's response leaves
+// whole, then the NAK, and only then does the responder's QP enter the
+// error state. Entering it at once dropped both, and the requester retried
+// into a QP that no longer answered: RETRY_EXC_ERR for both instead.
+func TestNAKBehindQueuedReadResponse(t *testing.T) {
+	a, b, _, _ := pair(t, connOpts{timeout: 10, retry: 3}, 1<<20)
+	// 100 packets at PMTU 1024: more than a step's budget of replies, and
+	// few enough PSNs that the WRITE leaves with the READ request.
+	const size = 100 << 10
+	fill(b.mr.Bytes()[:size], 7)
+	postSend(t, a,
+		SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, size), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+		SendWR{ID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, size, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey() ^ 0x100})
+	wcs := poll(t, a.scq, 2, 10*time.Second)
+	if wcs[0].WRID != 1 || wcs[0].Status != WCSuccess || wcs[1].WRID != 2 || wcs[1].Status != WCRemAccessErr {
+		t.Fatalf("completions %+v and %+v, want the READ's SUCCESS and the WRITE's REM_ACCESS_ERR", wcs[0], wcs[1])
+	}
+	equalBytes(t, "READ", a.mr.Bytes()[:size], b.mr.Bytes()[:size])
+	if st := b.qp.State(); st != StateErr {
+		t.Fatalf("the responder's QP in %v after its NAK, want ERR", st)
+	}
+}

@@ -90,6 +90,10 @@ type qpTransport struct {
 	replyStep uint64
 	replySent int
 	pace      readPacer // READ responses' pace (pacing.go)
+	// failAfterReplies: a class C error's NAK waits behind replies to
+	// earlier requests; the QP enters the error state once they have all
+	// left (respError), and takes no request meanwhile.
+	failAfterReplies bool
 }
 
 // sendWQE is a posted send work request and its progress.

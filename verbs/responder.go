@@ -86,6 +86,9 @@ type reception struct {
 // responder handles a request packet, as rxe_resp.c: one method per state,
 // the loop dispatching until respstDone.
 func (e *engine) responder(qp *QP, p *wire.Packet, info wire.OpInfo) {
+	if qp.t.failAfterReplies {
+		return // as good as in the error state (respError)
+	}
 	r := reception{e: e, qp: qp, t: &qp.t, p: p, info: info}
 	for s := respstCheckPSN; s != respstDone; {
 		s = r.step(s)
@@ -621,6 +624,16 @@ func (e *engine) respError(qp *QP, psn uint32, code wire.NAKCode, status WCStatu
 		e.completeRecv(qp, status, WCRecv, 0)
 	}
 	e.sendAck(qp, psn, wire.NAKSyndrome(code))
+	if t.replying() {
+		// The NAK waits behind replies to earlier requests (a READ's
+		// response, paced or beyond this step's budget). The error state
+		// drops what is queued, so it waits for them: rxe sends a READ's
+		// whole response before it takes the next request. Entering it
+		// now would drop the NAK too, and the requester would retry into
+		// a QP that no longer answers: RETRY_EXC_ERR, not the error meant.
+		t.failAfterReplies = true
+		return
+	}
 	e.fatal(qp)
 }
 

@@ -239,7 +239,7 @@ func (l *FrameLink) CommitTX(n int) {
 func (l *FrameLink) FlushTX() error {
 	var errs []error
 	for i := range l.tx {
-		if r := l.tx[i].ready; r > 0 {
+		if r := l.tx[i].ready; r > 0 && l.coalesce.longest > 0 {
 			l.sent.Add(int64(r))
 		}
 		if err := l.tx[i].flush(); err != nil {
@@ -394,8 +394,8 @@ func (l *FrameLink) ReceiveSplit(max int, fn func(head, tail []byte)) (int, erro
 			return total, fmt.Errorf("nic: AF_XDP refill: %w", err)
 		}
 		total += got
-		if got > 0 {
-			l.received.Add(int64(got))
+		if got > 0 && l.coalesce.longest > 0 {
+			l.received.Add(int64(got)) // only coalescing reads it
 		}
 		if total >= max {
 			break

@@ -221,11 +221,25 @@ func msgPattern(b []byte, id int) {
 // (it reads back the WRITE two messages before it), and each FETCH_ADD's
 // original value (the number of FETCH_ADDs before it: none ran twice).
 func TestVerbsUnderLinkFaults(t *testing.T) {
+	verbsUnderLinkFaults(t, verbs.Options{}, 100000)
+}
+
+// TestVerbsUnderLinkFaultsCoalesced is the same (fewer messages) with
+// engines that never spin and coalesce their receive wakeups, as on one
+// CPU: whatever the faults do to a stream arrives in the batches a sleep
+// gathered, and the NAKs and resends they call for may wait out a sleep.
+func TestVerbsUnderLinkFaultsCoalesced(t *testing.T) {
+	verbsUnderLinkFaults(t, verbs.Options{SpinMax: -1, RxCoalesce: 2 * time.Millisecond}, 20000)
+}
+
+func verbsUnderLinkFaults(t *testing.T, opts verbs.Options, messages int) {
 	faults := &impair.Config{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.05, Reorder: 0.05, Seed: 42}
 	topo := netns.New(t, netns.Config{Kind: netns.Bridge, Queues: 1, Faults: faults})
-	a, b := openRNIC(t, topo.Hosts[0], 1<<20), openRNIC(t, topo.Hosts[1], 1<<20)
+	a, b := openRNICWith(t, topo.Hosts[0], 1<<20, opts), openRNICWith(t, topo.Hosts[1], 1<<20, opts)
+	if opts.RxCoalesce > 0 && !strings.Contains(a.dev.QueryPort().DataPath, "coalesced") {
+		t.Fatalf("receive coalescing asked for, the data path is %q", a.dev.QueryPort().DataPath)
+	}
 	connectRC(t, a, b, verbs.MTU1024, 8)
-	const messages = 100000
 	const depth = 64
 	const size = 64
 	const slots = 4096 // WRITE/SEND source slots at A, WRITE target slots at B

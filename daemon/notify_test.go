@@ -268,6 +268,8 @@ func TestHostileDoorbellStealsNoWakeup(t *testing.T) {
 			if n, _ := unix.Poll(p, 5); n > 0 && p[0].Revents&unix.POLLIN != 0 {
 				if n, err := unix.Read(h.bell, buf[:]); err == nil && n > 0 {
 					stolen.Add(1)
+				} else {
+					time.Sleep(time.Millisecond) // end of file: nothing to steal
 				}
 			}
 			if p[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 {

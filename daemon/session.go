@@ -30,7 +30,7 @@ type session struct {
 	// goroutine after each request (the tables are that goroutine's alone).
 	summary atomic.Pointer[summary]
 	events  eventQueue
-	// bell is the read end of the client's own doorbell pipe, which only
+	// bell is the daemon's end of the client's own doorbell, which only
 	// the daemon holds; ringDoorbell reads it until release closes it and
 	// closes bellDone.
 	bell     *ipc.Waiter
@@ -288,13 +288,13 @@ func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	}
 	info.Put(e)
 	// The client gets the doorbell page (a dup: the server keeps its own),
-	// the write end of its own doorbell pipe and the read end of its events
-	// pipe; the other ends are the daemon's alone.
+	// one end of its own doorbell and the read end of its events pipe; the
+	// other ends are the daemon's alone.
 	page, err := dupAll(ss.srv.page.FD)
 	if err != nil {
 		return nil, err
 	}
-	bell, bellW, err := ipc.NewWaitPipe()
+	bell, bellW, err := ipc.NewDoorbell()
 	if err != nil {
 		ipc.CloseAll(page)
 		return nil, err

@@ -93,7 +93,7 @@ func (c *Conn) CallNoFDs(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (
 }
 
 // Hello opens the session: the daemon's device, and the doorbell page, the
-// write end of the session's doorbell pipe and the read end of its
+// client's end of the session's doorbell and the read end of its
 // asynchronous events' pipe (the caller's to close).
 func (c *Conn) Hello() (uverbs.DeviceInfo, []int, error) {
 	var info uverbs.DeviceInfo
@@ -309,17 +309,18 @@ func pageRound(n int) int {
 	return (n + p - 1) / p * p
 }
 
-// Notifications, both ways, are pipes, one per channel: the side that
-// signals keeps the write end, the side that waits the read end, and
-// neither end's open file description is ever shared. A signal is one byte
-// written without blocking: a full pipe (EAGAIN) already holds a pending
-// wakeup, and nothing the other side does to its own end (clearing its
-// O_NONBLOCK, never reading, reading from it) can block the signaller or
-// take another channel's wakeups. The waiter drains whatever bytes are
-// there; end of file means the signaller closed its end (its object, or
-// the whole process, is gone). So the daemon keeps the write end of each
-// channel to a client (CQ completions, asynchronous events, CM events) and
-// the read end of each client's doorbell.
+// Notifications, both ways, go through channels of their own, one per
+// object, whose two ends are distinct open file descriptions: the side
+// that signals keeps one, the side that waits the other, and neither is
+// ever shared. A signal is one byte written without blocking: a full
+// channel (EAGAIN) already holds a pending wakeup, and nothing the other
+// side does to its own end (clearing its O_NONBLOCK, never reading,
+// reading from it) can block the signaller or take another channel's
+// wakeups. The waiter drains whatever bytes are there; end of file means
+// the signaller closed its end (its object, or the whole process, is
+// gone). The daemon keeps the write end of each pipe to a client (CQ
+// completions, asynchronous events, CM events: NewSignalPipe) and its end
+// of each client's doorbell (NewDoorbell).
 
 // pipeBytes is a notification pipe's capacity: a page, the least the
 // kernel gives; a signal is one byte and only the first unread one counts.
@@ -328,13 +329,14 @@ var pipeBytes = os.Getpagesize()
 // ErrHangup is what Wait returns once the signaller closed its end.
 var ErrHangup = fmt.Errorf("ipc: notification channel closed by its signaller: %w", io.EOF)
 
-// Signaler is the write end of a notification pipe.
+// Signaler is the write end of a notification pipe (or the ringing end of
+// a doorbell).
 type Signaler struct {
 	f  *os.File
 	rc syscall.RawConn
 }
 
-// Waiter is the read end of a notification pipe.
+// Waiter is the read end of a notification pipe (or a doorbell's).
 type Waiter struct{ f *os.File }
 
 func newPipe() (r, w int, err error) {
@@ -357,14 +359,26 @@ func NewSignalPipe() (*Signaler, int, error) {
 	return SignalerOf(w), r, nil
 }
 
-// NewWaitPipe makes a channel this side waits on: the Waiter it keeps and
-// the write end's fd, to send to the signaller (the caller's to close).
-func NewWaitPipe() (*Waiter, int, error) {
-	r, w, err := newPipe()
+// NewDoorbell makes a channel the other side rings and this side waits on:
+// the Waiter it keeps and the other end's fd, to send (the caller's to
+// close). It is a stream socket pair rather than a pipe: a C client rings
+// with send(MSG_DONTWAIT|MSG_NOSIGNAL), which neither blocks whatever it
+// did to its description's flags nor raises SIGPIPE in the application
+// once the daemon is gone. This side's end is shut for writing: the other
+// side reads nothing from its own.
+func NewDoorbell() (*Waiter, int, error) {
+	p, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, -1, err
+		return nil, -1, fmt.Errorf("ipc: doorbell: %w", err)
 	}
-	return WaiterOf(r), w, nil
+	if err := unix.Shutdown(p[0], unix.SHUT_WR); err != nil {
+		CloseAll(p[:])
+		return nil, -1, fmt.Errorf("ipc: doorbell: %w", err)
+	}
+	// Best effort: few rings can be pending (each is a buffer in the kernel);
+	// more say nothing more.
+	_ = unix.SetsockoptInt(p[1], unix.SOL_SOCKET, unix.SO_SNDBUF, pipeBytes)
+	return WaiterOf(p[0]), p[1], nil
 }
 
 // SignalerOf wraps the write end of a notification pipe, taking it over.

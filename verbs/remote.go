@@ -213,6 +213,13 @@ func (r *remote) close() error {
 	err := r.conn.Close()
 	r.bell.Close()
 	r.events.Close()
+	// The CQs' pipes too (a waiter on one returns): the rings stay mapped
+	// for a poll racing it.
+	r.objMu.Lock()
+	for _, cq := range r.cqs {
+		cq.rem.notify.Close()
+	}
+	r.objMu.Unlock()
 	return err
 }
 

@@ -15,11 +15,12 @@ import (
 // the device's rdmacm.Service, named by the session's handles, as
 // librdmacm names the kernel's through ucma.
 
-// cmChannel is a client's event channel: the service's queue and the
-// eventfd the daemon signals for each event it queues.
+// cmChannel is a client's event channel: the service's queue and the write
+// end of the pipe the daemon signals for each event it queues (never
+// blocking: the CM posts events from its own goroutines).
 type cmChannel struct {
 	ch *rdmacm.EventChannel
-	fd *ipc.Eventfd
+	fd *ipc.Signaler
 }
 
 // cmState is a session's CM objects.
@@ -240,13 +241,8 @@ func (ss *session) cmCreateChannel(d *uverbs.Decoder, e *uverbs.Encoder) ([]int,
 	if err := d.End(); err != nil {
 		return nil, err
 	}
-	fd, err := ipc.NewEventfd()
+	fd, peer, err := ipc.NewSignalPipe()
 	if err != nil {
-		return nil, err
-	}
-	out, err := dupAll(fd.FD())
-	if err != nil {
-		fd.Close()
 		return nil, err
 	}
 	c := &cmChannel{ch: rdmacm.NewEventChannel(), fd: fd}
@@ -254,7 +250,7 @@ func (ss *session) cmCreateChannel(d *uverbs.Decoder, e *uverbs.Encoder) ([]int,
 	h := ss.handle32()
 	ss.cm.channels[h] = c
 	e.U32(h)
-	return out, nil
+	return []int{peer}, nil
 }
 
 // cmGetEvent hands the client its channel's next event (EAGAIN if none).

@@ -48,7 +48,6 @@ type Server struct {
 	log  *slog.Logger
 	ln   *net.UnixListener
 	page *ipc.Mapping // the doorbell page, which clients may only read
-	bell *ipc.Eventfd // clients signal it for a sleeping engine
 	cm   *rdmacm.Service
 
 	mu       sync.Mutex
@@ -72,10 +71,6 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	bell, err := ipc.NewEventfd()
-	if err != nil {
-		return nil, errors.Join(err, page.Unmap())
-	}
 	if cfg.CM.Route == nil {
 		cfg.CM.Route = func(dst netip.Addr) (netip.Addr, error) {
 			p, err := nic.Route(dst)
@@ -84,13 +79,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	cm, err := rdmacm.Start(cfg.Device, cfg.CM)
 	if err != nil {
-		return nil, errors.Join(err, bell.Close(), page.Unmap())
+		return nil, errors.Join(err, page.Unmap())
 	}
 	ln, err := ipc.Listen(cfg.Ifname)
 	if err != nil {
-		return nil, errors.Join(err, cm.Close(), bell.Close(), page.Unmap())
+		return nil, errors.Join(err, cm.Close(), page.Unmap())
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, page: page, bell: bell, cm: cm, sessions: map[*session]struct{}{}, owners: map[any]owner{}, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, page: page, cm: cm, sessions: map[*session]struct{}{}, owners: map[any]owner{}, stop: make(chan struct{})}
 	cfg.Device.SetDoorbellPage(page.Mem)
 	return s, nil
 }
@@ -108,8 +103,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.ln.Close()
 	}()
-	s.wg.Add(2)
-	go s.ringDoorbells(ctx)
+	s.wg.Add(1)
 	go s.routeEvents(ctx)
 	var err error
 	for {
@@ -131,18 +125,9 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	s.cm.Close()
-	s.bell.Close()
 	// The doorbell page stays mapped: the device's engines, which outlive
 	// the server, still write it.
 	return err
-}
-
-// ringDoorbells wakes the engines when a client rang.
-func (s *Server) ringDoorbells(ctx context.Context) {
-	defer s.wg.Done()
-	for s.bell.Wait(ctx) == nil {
-		s.cfg.Device.Wake()
-	}
 }
 
 // admit checks a new connection's credentials and serves it.

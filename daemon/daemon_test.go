@@ -50,6 +50,8 @@ type testbed struct {
 	srv            *Server
 	a, b           *verbs.Device
 	linkAB, linkBA *verbs.MemLink // A's end (the daemon's device) and B's
+	stop           context.CancelFunc
+	done           chan error // Run's result, once
 }
 
 func newTestbed(t *testing.T) *testbed { return newTestbedGroup(t, -1) }
@@ -78,15 +80,31 @@ func newTestbedGroup(t *testing.T, group int) *testbed {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tb.srv.Run(ctx) }()
+	tb.stop, tb.done = cancel, make(chan error, 1)
+	go func() { tb.done <- tb.srv.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err, ok := <-tb.done; ok && err != nil {
 			t.Errorf("daemon: %v", err)
 		}
 	})
 	return tb
+}
+
+// shutdown stops the daemon and reports whether Run returned within d.
+func (tb *testbed) shutdown(t *testing.T, d time.Duration) bool {
+	t.Helper()
+	tb.stop()
+	select {
+	case err := <-tb.done:
+		close(tb.done)
+		if err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
 
 func (tb *testbed) dial(t *testing.T) *verbs.Device {

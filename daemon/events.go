@@ -11,8 +11,8 @@ import (
 // Asynchronous events go to the client that owns the object they name:
 // the device's one event queue is read by the server, which finds the
 // owner in its table and queues the event, by the client's own handle, on
-// the client's session; the session's eventfd tells the client to fetch it
-// (GET_EVENT).
+// the client's session; the session's events pipe tells the client to fetch
+// it (GET_EVENT).
 
 // owner is a session's object as events name it.
 type owner struct {
@@ -67,7 +67,7 @@ type eventQueue struct {
 	mu      sync.Mutex
 	q       []uverbs.Event
 	dropped uint64
-	fd      *ipc.Eventfd // signalled when an event is queued
+	fd      *ipc.Signaler // signalled when an event is queued; never blocks
 }
 
 // maxEvents bounds a client's undelivered events; beyond it the oldest go.
@@ -98,7 +98,8 @@ func (eq *eventQueue) take() (uverbs.Event, bool) {
 	return ev, true
 }
 
-// close drops the eventfd (the session is gone).
+// close drops the events pipe (the session is gone): the client sees its
+// end hang up.
 func (eq *eventQueue) close() {
 	eq.mu.Lock()
 	fd := eq.fd

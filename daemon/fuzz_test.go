@@ -80,17 +80,12 @@ func FuzzControl(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	bell, err := ipc.NewEventfd()
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { bell.Close() })
 	cm, err := rdmacm.Start(dev, rdmacm.Options{})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { cm.Close() })
-	srv := &Server{cfg: Config{Ifname: "fuzz", Device: dev, Group: -1}, page: page, bell: bell, cm: cm, owners: map[any]owner{}, stop: make(chan struct{})}
+	srv := &Server{cfg: Config{Ifname: "fuzz", Device: dev, Group: -1}, page: page, cm: cm, owners: map[any]owner{}, stop: make(chan struct{})}
 	srv.log = discardLogger()
 	f.Fuzz(func(t *testing.T, in []byte) {
 		ss := newSession(srv, nil, ipc.Peer{PID: 1})

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xdproce/xdproce/ipc"
 	"github.com/xdproce/xdproce/nic"
 	"github.com/xdproce/xdproce/uverbs"
@@ -28,6 +30,11 @@ type session struct {
 	// goroutine after each request (the tables are that goroutine's alone).
 	summary atomic.Pointer[summary]
 	events  eventQueue
+	// bell is the daemon's end of the client's own doorbell, which only
+	// the daemon holds; ringDoorbell reads it until release closes it and
+	// closes bellDone.
+	bell     *ipc.Waiter
+	bellDone chan struct{}
 	// gone is set once the client's process has exited (its pidfd): its
 	// own memory is never touched after that. memFailures counts copies
 	// to or from its memory that failed.
@@ -73,7 +80,7 @@ type sharedMR struct {
 type sharedCQ struct {
 	cq     *verbs.CQ
 	m      *ipc.Mapping
-	notify *ipc.Eventfd
+	notify *ipc.Signaler // the engines signal it, never blocking
 }
 
 type sharedQP struct {
@@ -280,20 +287,42 @@ func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		info.GIDs = append(info.GIDs, g.As16())
 	}
 	info.Put(e)
-	// The fds sent are dups: the server keeps its own.
-	evfd, err := ipc.NewEventfd()
+	// The client gets the doorbell page (a dup: the server keeps its own),
+	// one end of its own doorbell and the read end of its events pipe; the
+	// other ends are the daemon's alone.
+	page, err := dupAll(ss.srv.page.FD)
 	if err != nil {
 		return nil, err
 	}
-	out, err := dupAll(ss.srv.page.FD, ss.srv.bell.FD(), evfd.FD())
+	bell, bellW, err := ipc.NewDoorbell()
 	if err != nil {
-		evfd.Close()
+		ipc.CloseAll(page)
 		return nil, err
 	}
+	evfd, evR, err := ipc.NewSignalPipe()
+	if err != nil {
+		ipc.CloseAll(append(page, bellW))
+		bell.Close()
+		return nil, err
+	}
+	ss.bell, ss.bellDone = bell, make(chan struct{})
+	go ringDoorbell(bell, ss.srv.cfg.Device, ss.bellDone)
 	ss.events.mu.Lock()
 	ss.events.fd = evfd
 	ss.events.mu.Unlock()
-	return out, nil
+	return append(page, bellW, evR), nil
+}
+
+// ringDoorbell wakes the engines each time the client rings, until its
+// doorbell is closed (release) or the client closed its end. The read is
+// in Go's poller on a description only the daemon holds: nothing the
+// client does to its write end blocks the daemon or reaches another
+// client's doorbell.
+func ringDoorbell(bell *ipc.Waiter, dev *verbs.Device, done chan<- struct{}) {
+	defer close(done)
+	for bell.Wait(context.Background()) == nil {
+		dev.Wake()
+	}
 }
 
 func (ss *session) allocPD(d *uverbs.Decoder, e *uverbs.Encoder) error {
@@ -437,19 +466,22 @@ func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	if err != nil {
 		return nil, err
 	}
-	notify, err := ipc.NewEventfd()
+	notify, peer, err := ipc.NewSignalPipe()
 	if err != nil {
 		return nil, errors.Join(err, m.Unmap())
 	}
 	cq, err := ss.srv.cfg.Device.CreateSharedCQ(int(depth), ring, notify.Signal)
 	if err != nil {
+		unix.Close(peer)
 		return nil, errors.Join(err, notify.Close(), m.Unmap())
 	}
-	out, err := dupAll(m.FD, notify.FD())
+	out, err := dupAll(m.FD)
 	m.CloseFD()
 	if err != nil {
+		unix.Close(peer)
 		return nil, errors.Join(err, notify.Close(), m.Unmap())
 	}
+	out = append(out, peer)
 	h := ss.handle32()
 	ss.cqs[h] = &sharedCQ{cq: cq, m: m, notify: notify}
 	ss.srv.own(cq, owner{ss, uverbs.EventCQ, h})
@@ -699,6 +731,11 @@ func (ss *session) privileged() bool { return ss.peer.UID == 0 || int(ss.peer.UI
 // client's peers see their requests go unanswered: retries, then
 // RETRY_EXC_ERR, as when a host with an RNIC dies.
 func (ss *session) release() {
+	if ss.bell != nil {
+		ss.bell.Close()
+		<-ss.bellDone
+		ss.bell = nil
+	}
 	ss.events.close()
 	ss.releaseCM()
 	for h, q := range ss.qps {

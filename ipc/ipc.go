@@ -1,7 +1,7 @@
 // Package ipc is what the daemon and its clients share of the operating
 // system: the control socket (a SOCK_SEQPACKET unix socket whose abstract
 // name belongs to the network namespace), file descriptors passed over it,
-// sealed memfd mappings and eventfds.
+// sealed memfd mappings and notification pipes.
 package ipc
 
 import (
@@ -93,8 +93,8 @@ func (c *Conn) CallNoFDs(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (
 }
 
 // Hello opens the session: the daemon's device, and the doorbell page, the
-// doorbell eventfd and the asynchronous events' eventfd (the caller's to
-// close).
+// client's end of the session's doorbell and the read end of its
+// asynchronous events' pipe (the caller's to close).
 func (c *Conn) Hello() (uverbs.DeviceInfo, []int, error) {
 	var info uverbs.DeviceInfo
 	d, fds, err := c.Call(uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) })
@@ -309,51 +309,131 @@ func pageRound(n int) int {
 	return (n + p - 1) / p * p
 }
 
-// Eventfd is a counter one side signals and the other waits on.
-type Eventfd struct{ f *os.File }
+// Notifications, both ways, go through channels of their own, one per
+// object, whose two ends are distinct open file descriptions: the side
+// that signals keeps one, the side that waits the other, and neither is
+// ever shared. A signal is one byte written without blocking: a full
+// channel (EAGAIN) already holds a pending wakeup, and nothing the other
+// side does to its own end (clearing its O_NONBLOCK, never reading,
+// reading from it) can block the signaller or take another channel's
+// wakeups. The waiter drains whatever bytes are there; end of file means
+// the signaller closed its end (its object, or the whole process, is
+// gone). The daemon keeps the write end of each pipe to a client (CQ
+// completions, asynchronous events, CM events: NewSignalPipe) and its end
+// of each client's doorbell (NewDoorbell).
 
-// NewEventfd creates an eventfd.
-func NewEventfd() (*Eventfd, error) {
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return nil, fmt.Errorf("ipc: eventfd: %w", err)
-	}
-	return EventfdOf(fd), nil
+// pipeBytes is a notification pipe's capacity: a page, the least the
+// kernel gives; a signal is one byte and only the first unread one counts.
+var pipeBytes = os.Getpagesize()
+
+// ErrHangup is what Wait returns once the signaller closed its end.
+var ErrHangup = fmt.Errorf("ipc: notification channel closed by its signaller: %w", io.EOF)
+
+// Signaler is the write end of a notification pipe (or the ringing end of
+// a doorbell).
+type Signaler struct {
+	f  *os.File
+	rc syscall.RawConn
 }
 
-// EventfdOf wraps an eventfd received from the other side, taking it over.
-func EventfdOf(fd int) *Eventfd {
+// Waiter is the read end of a notification pipe (or a doorbell's).
+type Waiter struct{ f *os.File }
+
+func newPipe() (r, w int, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return -1, -1, fmt.Errorf("ipc: notification pipe: %w", err)
+	}
+	// Best effort: a user over its pipe-user-pages quota gets a page anyway.
+	_, _ = unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, pipeBytes)
+	return p[0], p[1], nil
+}
+
+// NewSignalPipe makes a channel this side signals: the Signaler it keeps
+// and the read end's fd, to send to the waiter (the caller's to close).
+func NewSignalPipe() (*Signaler, int, error) {
+	r, w, err := newPipe()
+	if err != nil {
+		return nil, -1, err
+	}
+	return SignalerOf(w), r, nil
+}
+
+// NewDoorbell makes a channel the other side rings and this side waits on:
+// the Waiter it keeps and the other end's fd, to send (the caller's to
+// close). It is a stream socket pair rather than a pipe: a C client rings
+// with send(MSG_DONTWAIT|MSG_NOSIGNAL), which neither blocks whatever it
+// did to its description's flags nor raises SIGPIPE in the application
+// once the daemon is gone. This side's end is shut for writing: the other
+// side reads nothing from its own.
+func NewDoorbell() (*Waiter, int, error) {
+	p, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, -1, fmt.Errorf("ipc: doorbell: %w", err)
+	}
+	if err := unix.Shutdown(p[0], unix.SHUT_WR); err != nil {
+		CloseAll(p[:])
+		return nil, -1, fmt.Errorf("ipc: doorbell: %w", err)
+	}
+	// Best effort: few rings can be pending (each is a buffer in the kernel);
+	// more say nothing more.
+	_ = unix.SetsockoptInt(p[1], unix.SOL_SOCKET, unix.SO_SNDBUF, pipeBytes)
+	return WaiterOf(p[0]), p[1], nil
+}
+
+// SignalerOf wraps the write end of a notification pipe, taking it over.
+func SignalerOf(fd int) *Signaler {
 	_ = unix.SetNonblock(fd, true)
-	return &Eventfd{f: os.NewFile(uintptr(fd), "eventfd")}
+	f := os.NewFile(uintptr(fd), "notify-w")
+	rc, _ := f.SyscallConn() // fails only for a nil file
+	return &Signaler{f: f, rc: rc}
 }
 
-// FD is the eventfd's descriptor, to send.
-func (e *Eventfd) FD() int { return int(e.f.Fd()) }
-
-// Signal adds one to the counter, waking a waiter.
-func (e *Eventfd) Signal() {
-	var one = [8]byte{1}
-	_, _ = e.f.Write(one[:])
+// WaiterOf wraps the read end of a notification pipe, taking it over.
+func WaiterOf(fd int) *Waiter {
+	_ = unix.SetNonblock(fd, true)
+	return &Waiter{f: os.NewFile(uintptr(fd), "notify-r")}
 }
 
-// Wait blocks until the counter is non-zero and resets it, or ctx ends.
-func (e *Eventfd) Wait(ctx context.Context) error {
-	stop := context.AfterFunc(ctx, func() { _ = e.f.SetReadDeadline(time.Unix(1, 0)) })
+// Signal wakes the waiter. It never blocks: one write(2) on a non-blocking
+// description only this side holds, whose EAGAIN means a wakeup is
+// pending, and whose EPIPE means no one waits any more. After Close it
+// does nothing (the raw connection refuses a closed file: a racing
+// Signal never writes to a reused descriptor).
+func (s *Signaler) Signal() {
+	_ = s.rc.Write(func(fd uintptr) bool {
+		one := [1]byte{1}
+		_, _ = unix.Write(int(fd), one[:])
+		return true // never wait for room
+	})
+}
+
+// Close closes the write end: the waiter then sees ErrHangup.
+func (s *Signaler) Close() error { return s.f.Close() }
+
+// Wait blocks, in Go's poller, until the channel was signalled, and drains
+// it; ErrHangup once the signaller closed its end, ctx's error once ctx
+// ends.
+func (w *Waiter) Wait(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { _ = w.f.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	var buf [8]byte
-	_, err := e.f.Read(buf[:])
-	if err != nil {
-		if ctx.Err() != nil {
-			_ = e.f.SetReadDeadline(time.Time{})
-			return ctx.Err()
-		}
-		return fmt.Errorf("ipc: eventfd: %w", err)
+	buf := make([]byte, pipeBytes)
+	_, err := w.f.Read(buf)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		_ = w.f.SetReadDeadline(time.Time{})
+		return ctx.Err()
+	case errors.Is(err, io.EOF):
+		return ErrHangup
+	default:
+		return fmt.Errorf("ipc: notification channel: %w", err)
 	}
-	return nil
 }
 
-// Close closes the eventfd.
-func (e *Eventfd) Close() error { return e.f.Close() }
+// Close closes the read end, ending a Wait in progress.
+func (w *Waiter) Close() error { return w.f.Close() }
 
 // IsClosed reports whether err means the connection is gone.
 func IsClosed(err error) bool {

@@ -132,20 +132,79 @@ func TestMapSharedRefusesUnsafeMemory(t *testing.T) {
 	}
 }
 
-func TestEventfd(t *testing.T) {
-	e, err := NewEventfd()
+// A notification pipe wakes its waiter; a signaller whose waiter never
+// reads, or cleared O_NONBLOCK on its own end, never blocks; closing the
+// signaller's end is a hang-up.
+func TestNotifyPipe(t *testing.T) {
+	s, r, err := NewSignalPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	w := WaiterOf(r)
+	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if err := e.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("wait on a silent eventfd: %v", err)
+	if err := w.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait on a silent pipe: %v", err)
 	}
-	e.Signal()
-	if err := e.Wait(context.Background()); err != nil {
+	s.Signal()
+	if err := w.Wait(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	// The waiter's own description is its business: blocking, and full.
+	if err := unix.SetNonblock(r, false); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 4 * pipeBytes {
+			s.Signal()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Signal blocked on a full pipe")
+	}
+	if err := unix.SetNonblock(r, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s.Signal() // after Close: nothing, no panic
+	for range 4 {
+		if err = w.Wait(context.Background()); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrHangup) {
+		t.Fatalf("wait after the signaller closed: %v", err)
+	}
+}
+
+// A doorbell: the waiter's end is its own; a signaller that reads its end
+// gets nothing.
+func TestDoorbell(t *testing.T) {
+	w, wfd, err := NewDoorbell()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	s := SignalerOf(wfd)
+	s.Signal()
+	var b [8]byte
+	if n, _ := unix.Read(wfd, b[:]); n > 0 {
+		t.Fatalf("read %d bytes from a write end", n)
+	}
+	if err := w.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := w.Wait(context.Background()); !errors.Is(err, ErrHangup) {
+		t.Fatalf("wait after the signaller closed: %v", err)
 	}
 }
 

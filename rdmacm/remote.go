@@ -31,7 +31,7 @@ type remote struct {
 // remoteChannel is the daemon's channel behind an EventChannel.
 type remoteChannel struct {
 	h    uint32
-	fd   *ipc.Eventfd
+	fd   *ipc.Waiter // the read end of the daemon channel's pipe
 	stop context.CancelFunc
 }
 
@@ -72,7 +72,7 @@ func (r *remote) channel(ch *EventChannel) (*remoteChannel, error) {
 		ipc.CloseAll(fds)
 		return nil, fmt.Errorf("rdmacm: CM_CREATE_CHANNEL brought %d fds", len(fds))
 	}
-	c := &remoteChannel{h: d.U32(), fd: ipc.EventfdOf(fds[0])}
+	c := &remoteChannel{h: d.U32(), fd: ipc.WaiterOf(fds[0])}
 	if err := d.End(); err != nil {
 		c.fd.Close()
 		return nil, err
@@ -88,7 +88,8 @@ func (r *remote) channel(ch *EventChannel) (*remoteChannel, error) {
 	return c, nil
 }
 
-// pump moves the daemon channel's events to ch until ctx ends.
+// pump moves the daemon channel's events to ch until ctx ends or the
+// daemon closed its end (the channel, or the daemon, is gone).
 func (r *remote) pump(ctx context.Context, c *remoteChannel, ch *EventChannel) {
 	for {
 		for {

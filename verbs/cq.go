@@ -2,10 +2,12 @@ package verbs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
+	"github.com/xdproce/xdproce/ipc"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
@@ -106,7 +108,13 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) {
 // Wait blocks until the armed notification fires or ctx ends.
 func (cq *CQ) Wait(ctx context.Context) error {
 	if cq.rem != nil {
-		return cq.rem.notify.Wait(ctx)
+		err := cq.rem.notify.Wait(ctx)
+		if errors.Is(err, ipc.ErrHangup) {
+			// The daemon is gone (or dropped the session): as the kernel's
+			// completion channel of a disassociated device, EIO.
+			return fmt.Errorf("verbs: completion channel: %w", ErrDeviceFatal)
+		}
+		return err
 	}
 	select {
 	case <-cq.event:

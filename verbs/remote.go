@@ -25,11 +25,11 @@ import (
 type remote struct {
 	conn *ipc.Conn
 	info uverbs.DeviceInfo
-	page *ipc.Mapping // the doorbell page
-	bell *ipc.Eventfd // rung when a QP's engine sleeps
-	// events is signalled when the daemon queued an asynchronous event, or
-	// the daemon died (dead).
-	events *ipc.Eventfd
+	page *ipc.Mapping  // the doorbell page
+	bell *ipc.Signaler // this client's own doorbell, rung when a QP's engine sleeps
+	// events is signalled when the daemon queued an asynchronous event; it
+	// hangs up when the daemon dropped the session or died (dead).
+	events *ipc.Waiter
 	dead   atomic.Bool
 	stop   context.CancelFunc // ends the watch on the daemon's process
 
@@ -54,7 +54,7 @@ type remoteQP struct {
 type remoteCQ struct {
 	h      uint32
 	m      *ipc.Mapping
-	notify *ipc.Eventfd
+	notify *ipc.Waiter // hangs up when the daemon is gone
 }
 
 type remoteMR struct {
@@ -76,7 +76,7 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 	var fds []int
 	r.info, fds, err = conn.Hello()
 	if err == nil {
-		r.bell, r.events = ipc.EventfdOf(fds[1]), ipc.EventfdOf(fds[2])
+		r.bell, r.events = ipc.SignalerOf(fds[1]), ipc.WaiterOf(fds[2])
 		if r.page, err = ipc.MapSharedReadOnly(fds[0], uverbs.DoorbellPageSize); err != nil {
 			r.bell.Close()
 			r.events.Close()
@@ -103,19 +103,14 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 }
 
 // watch waits for the daemon's process to end: the device is then gone, as
-// a removed RNIC (IBV_EVENT_DEVICE_FATAL); posts fail, and a waiter on the
-// events or on a completion channel wakes.
+// a removed RNIC (IBV_EVENT_DEVICE_FATAL); posts fail. A waiter on the
+// events or on a completion channel wakes by itself: the daemon's ends of
+// their pipes closed with it.
 func (r *remote) watch(ctx context.Context, pid int) {
 	if ipc.WaitExit(ctx, pid) != nil {
 		return // detached first
 	}
 	r.dead.Store(true)
-	r.events.Signal()
-	r.objMu.Lock()
-	for _, cq := range r.cqs {
-		cq.rem.notify.Signal()
-	}
-	r.objMu.Unlock()
 }
 
 // ErrDeviceFatal is what posting to a device whose daemon died returns.
@@ -153,7 +148,9 @@ func (r *remote) getEvent(ctx context.Context) (AsyncEvent, error) {
 			}
 			return AsyncEvent{}, err
 		}
-		if err := r.events.Wait(ctx); err != nil {
+		if err := r.events.Wait(ctx); errors.Is(err, ipc.ErrHangup) {
+			r.dead.Store(true) // the daemon dropped the session, or died
+		} else if err != nil {
 			return AsyncEvent{}, err
 		}
 	}
@@ -192,10 +189,11 @@ func (r *remote) call(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uv
 	return d, got, nil
 }
 
-// noteGone marks the device dead when err says the daemon hung up.
+// noteGone marks the device dead when err says the daemon hung up (a
+// waiter on the events wakes as the daemon closes its end).
 func (r *remote) noteGone(err error) {
-	if ipc.IsClosed(err) && !r.dead.Swap(true) {
-		r.events.Signal()
+	if ipc.IsClosed(err) {
+		r.dead.Store(true)
 	}
 }
 
@@ -215,6 +213,13 @@ func (r *remote) close() error {
 	err := r.conn.Close()
 	r.bell.Close()
 	r.events.Close()
+	// The CQs' pipes too (a waiter on one returns): the rings stay mapped
+	// for a poll racing it.
+	r.objMu.Lock()
+	for _, cq := range r.cqs {
+		cq.rem.notify.Close()
+	}
+	r.objMu.Unlock()
 	return err
 }
 
@@ -287,7 +292,7 @@ func (d *Device) createRemoteCQ(depth int) (*CQ, error) {
 		return nil, fmt.Errorf("verbs: CREATE_CQ reply carried %d fds, 2 expected", len(fds))
 	}
 	h, slots := dec.U32(), dec.U32()
-	rc := &remoteCQ{h: h, notify: ipc.EventfdOf(fds[1])}
+	rc := &remoteCQ{h: h, notify: ipc.WaiterOf(fds[1])}
 	var ring *uverbs.Ring
 	if err = dec.End(); err == nil {
 		rc.m, ring, err = ipc.MapRing(fds[0], slots, uverbs.CQESize)

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "../common/codec.h"
+#include "../common/notify.h"
 
 #define XP_EXPORT __attribute__((visibility("default")))
 
@@ -99,15 +100,15 @@ struct cmsub {
 struct chsub {
 	struct cmdev *dev;
 	uint32_t handle;
-	int efd;   /* the daemon's eventfd, shared and non-blocking */
+	int efd;      /* the read end of the daemon channel's pipe, non-blocking */
 	bool dead;    /* the daemon hung up: its IDs were told DEVICE_REMOVAL */
-	bool pending; /* the daemon may hold events: its eventfd rang since the last EAGAIN */
+	bool pending; /* the daemon may hold events: its pipe was signalled since the last EAGAIN */
 	struct chsub *next;
 };
 
 struct cmevt;
 
-/* An event channel: its fd is an epoll set of its daemon channels' eventfds and of qfd, which is
+/* An event channel: its fd is an epoll set of its daemon channels' pipes and of qfd, which is
  * readable while events fetched from the daemon wait here to be returned; so the fd polls
  * readable exactly while an event is pending, and its O_NONBLOCK is the application's alone. */
 struct cmchan {

@@ -91,8 +91,9 @@ int chan_sub(struct cmchan *c, struct cmdev *d, uint32_t *handle)
 	if (!err && !s)
 		err = ENOMEM;
 	if (!err) {
-		/* The eventfd, and the daemon connection's hang-up: a daemon that dies (its eventfd
-		 * stays open here) wakes the channel, whose IDs then learn of the device's removal. */
+		/* The pipe, and the daemon connection's hang-up: a daemon that dies wakes the channel
+		 * (its pipe's end of file too), whose IDs then learn of the device's removal. */
+		xp_notify_fd(fds[0]);
 		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s};
 		struct epoll_event hup = {.events = EPOLLRDHUP, .data.ptr = s};
 		if (epoll_ctl(c->ch.fd, EPOLL_CTL_ADD, fds[0], &ev) < 0)
@@ -344,16 +345,22 @@ static void tell_removal(struct cmid *id, void *arg)
 }
 
 /* fetch takes every event the daemon holds for the channel, in the order of each device's queue;
- * the caller holds the channel. The eventfds are read first, so an event queued after the last
- * CM_GET_EVENT rings them again; a daemon channel whose eventfd has not rung since its queue was
- * found empty is not asked. */
+ * the caller holds the channel. The pipes are drained first, so an event queued after the last
+ * CM_GET_EVENT signals them again; a daemon channel whose pipe was not signalled since its queue
+ * was found empty is not asked. */
 static void fetch(struct cmchan *c)
 {
 	uint8_t buf[1024];
 	for (struct chsub *s = c->subs; s; s = s->next) {
-		uint64_t v;
-		while (read(s->efd, &v, sizeof(v)) == sizeof(v))
+		int got = xp_drain(s->efd);
+		if (got > 0)
 			s->pending = true;
+		if (got < 0 && !s->dead) {
+			/* The daemon closed its end (end of file, readable for ever): stop watching it,
+			 * and ask once more, which tells the device's removal. */
+			epoll_ctl(c->ch.fd, EPOLL_CTL_DEL, s->efd, NULL);
+			s->pending = true;
+		}
 		/* A daemon that hung up is asked once more: that tells the device's removal. */
 		struct pollfd p = {.fd = s->dev->verbs->cmd_fd, .events = POLLRDHUP};
 		if (!s->dead && !s->pending && poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))

@@ -601,6 +601,9 @@ static int fatal(const char *ns, const char *dev, const char *ip)
 	setup(&a, open_in(ns, dev), ip);
 	struct ibv_qp *qp = make_qp(&a, IBV_QPT_RC, NULL, NULL);
 	check(qp != NULL && to_init(qp, IBV_QPT_RC) == 0, "a QP in INIT");
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(a.ctx);
+	struct ibv_cq *ccq = ch ? ibv_create_cq(a.ctx, 4, NULL, ch, 0) : NULL;
+	check(ccq != NULL && ibv_req_notify_cq(ccq, 0) == 0, "a CQ on a completion channel, armed");
 	printf("ready\n");
 	fflush(stdout);
 	struct pollfd p = {.fd = a.ctx->async_fd, .events = POLLIN};
@@ -609,6 +612,13 @@ static int fatal(const char *ns, const char *dev, const char *ip)
 	check(got && ev.event_type == IBV_EVENT_DEVICE_FATAL, "the daemon killed: async_fd readable, IBV_EVENT_DEVICE_FATAL");
 	if (got)
 		ibv_ack_async_event(&ev);
+	/* A waiter on a completion channel wakes too, with EIO, as on a disassociated device. */
+	struct pollfd cp = {.fd = ch ? ch->fd : -1, .events = POLLIN};
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	errno = 0;
+	int r = poll(&cp, 1, 10000) == 1 ? ibv_get_cq_event(ch, &ev_cq, &ev_ctx) : 0;
+	check(r == -1 && errno == EIO, "the daemon killed: the completion channel readable, ibv_get_cq_event: EIO");
 	errno = 0;
 	struct ibv_pd *pd = ibv_alloc_pd(a.ctx);
 	int e = errno;
@@ -616,8 +626,8 @@ static int fatal(const char *ns, const char *dev, const char *ip)
 	struct ibv_sge sge = {.addr = (uintptr_t)a.buf, .length = 8, .lkey = a.mr->lkey};
 	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND}, *bad;
 	check(ibv_post_send(qp, &wr, &bad) == EIO, "ibv_post_send: EIO");
-	check(ibv_destroy_qp(qp) == 0 && ibv_dereg_mr(a.mr) == 0 && ibv_destroy_cq(a.cq) == 0 && ibv_dealloc_pd(a.pd) == 0 &&
-		      ibv_close_device(a.ctx) == 0,
+	check(ibv_destroy_qp(qp) == 0 && ibv_dereg_mr(a.mr) == 0 && ibv_destroy_cq(a.cq) == 0 && (!ccq || ibv_destroy_cq(ccq) == 0) &&
+		      (!ch || ibv_destroy_comp_channel(ch) == 0) && ibv_dealloc_pd(a.pd) == 0 && ibv_close_device(a.ctx) == 0,
 	      "destroying every object and closing the device still succeed");
 	printf("%d checks, %d failed\n", checks, failures);
 	return failures;

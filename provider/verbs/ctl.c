@@ -162,7 +162,7 @@ int xp_call(struct xctx *c, struct xp_enc *e, const int *fds, int nfds, uint8_t 
 }
 
 /* xp_hello greets the daemon on a fresh connection: the device's description, and its doorbell
- * page, doorbell eventfd and async events eventfd. */
+ * page, this context's doorbell and its async events pipe (notify.h). */
 int xp_hello(int sock, struct xp_info *info, int fds[3])
 {
 	struct xp_enc *e = malloc(sizeof(*e));

@@ -194,7 +194,8 @@ XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	fds[0] = -1;
 	c->bell_page = page;
 	c->bell_fd = fds[1];
-	/* async_fd is an epoll set of the daemon's events eventfd and the control socket (its hang-up
+	xp_notify_fd(fds[2]);
+	/* async_fd is an epoll set of the daemon's events pipe and the control socket (its hang-up
 	 * is DEVICE_FATAL): its O_NONBLOCK is the application's alone. */
 	int ep = epoll_create1(EPOLL_CLOEXEC);
 	struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[2]};
@@ -466,7 +467,7 @@ XP_EXPORT int ibv_get_sysfs_path(char *buf, size_t size)
 	return 0;
 }
 
-/* Async events: the daemon queues them per client and rings the events eventfd. */
+/* Async events: the daemon queues them per client and signals the events pipe. */
 static void push_event(struct xctx *c, const struct ibv_async_event *ev)
 {
 	if (c->npending == c->cap_pending) {
@@ -557,9 +558,14 @@ XP_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_even
 			}
 			continue;
 		}
-		uint64_t v;
-		if (read(c->events_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-			return -1;
+		if (xp_drain(c->events_fd) < 0) {
+			/* The daemon closed its end: it dropped the session or died. */
+			epoll_ctl(ctx->async_fd, EPOLL_CTL_DEL, c->events_fd, NULL);
+			pthread_mutex_lock(&c->ctl);
+			__atomic_store_n(&c->dead, true, __ATOMIC_RELAXED);
+			pthread_mutex_unlock(&c->ctl);
+			continue;
+		}
 		if (!fetch_events(c)) {
 			pthread_mutex_lock(&c->ctl);
 			__atomic_store_n(&c->dead, true, __ATOMIC_RELAXED); /* the data path reads it without the lock */

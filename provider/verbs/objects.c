@@ -138,7 +138,7 @@ XP_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void
 	return IBV_REREG_MR_ERR_INPUT;
 }
 
-/* A completion channel's fd is an epoll set of its CQs' eventfds: pollable, and
+/* A completion channel's fd is an epoll set of its CQs' pipes: pollable, and
  * ibv_get_cq_event learns from it which CQ fired. */
 XP_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
 {
@@ -191,6 +191,8 @@ static struct xcq *create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 		err = ENOMEM;
 	if (!err)
 		err = xp_map_ring(&cq->ring, fds[0], slots, XP_CQE);
+	if (!err)
+		xp_notify_fd(fds[1]);
 	if (!err && channel) {
 		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = cq};
 		if (epoll_ctl(channel->fd, EPOLL_CTL_ADD, fds[1], &ev) < 0) {
@@ -298,8 +300,15 @@ XP_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq *
 			return -1;
 		}
 		struct xcq *x = ev.data.ptr;
-		uint64_t v;
-		if (read(x->evfd, &v, sizeof(v)) != sizeof(v))
+		int got = xp_drain(x->evfd);
+		if (got < 0) {
+			/* The daemon closed its end: the CQ is gone with the daemon (or a racing
+			 * ibv_destroy_cq). As the kernel's channel of a disassociated device: EIO. */
+			epoll_ctl(channel->fd, EPOLL_CTL_DEL, x->evfd, NULL);
+			errno = EIO;
+			return -1;
+		}
+		if (!got)
 			continue; /* another thread took it */
 		*cq = ibv_cq_ex_to_cq(&x->cqx);
 		*cq_context = x->cqx.cq_context;

@@ -30,11 +30,8 @@ static bool dead(struct ibv_context *ctx) { return __atomic_load_n(&to_xctx(ctx)
  * the rings a last time, so a post published before this load is never missed. */
 static void ring_bell(struct xctx *c, uint32_t e)
 {
-	if (atomic_load_explicit(&c->bell_page[(e % 64) * 16], memory_order_seq_cst) != 0) {
-		uint64_t one = 1;
-		ssize_t r = write(c->bell_fd, &one, sizeof(one));
-		(void)r; /* a full counter is a rung bell */
-	}
+	if (atomic_load_explicit(&c->bell_page[(e % 64) * 16], memory_order_seq_cst) != 0)
+		xp_ring(c->bell_fd);
 }
 
 void xp_doorbell(struct xqp *qp)

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "../common/codec.h"
+#include "../common/notify.h"
 
 #define XP_EXPORT __attribute__((visibility("default")))
 
@@ -124,8 +125,8 @@ struct xctx {
 	uint32_t seq;
 	pthread_mutex_t ctl; /* one request at a time on the socket; guards the tables too */
 	const _Atomic uint32_t *bell_page;
-	int bell_fd;
-	int events_fd; /* the daemon rings it when it queued an async event */
+	int bell_fd;   /* this context's own doorbell (xp_ring) */
+	int events_fd; /* a pipe the daemon signals when it queued an async event (xp_drain) */
 	bool dead;     /* the daemon hung up */
 	bool fatal_told;
 	struct ibv_async_event *pending; /* fetched, not yet returned */
@@ -158,13 +159,13 @@ struct xah {
 };
 
 struct xchan {
-	struct ibv_comp_channel ch; /* its fd is an epoll set of the channel's CQs' eventfds */
+	struct ibv_comp_channel ch; /* its fd is an epoll set of the channel's CQs' pipes */
 };
 
 struct xcq {
 	struct ibv_cq_ex cqx;
 	struct xp_ring ring;
-	int evfd;	   /* the daemon signals it when a notification request is met */
+	int evfd;	   /* a pipe the daemon signals when a notification request is met */
 	uint32_t cons;	   /* consumer index, under lock */
 	pthread_spinlock_t lock;
 	uint8_t cur[XP_CQE]; /* the completion the extended poll API is on */

@@ -376,11 +376,16 @@ func WaitExit(ctx context.Context, pid int) error {
 	}
 	f := os.NewFile(uintptr(fd), "pidfd")
 	defer f.Close()
-	rc, err := f.SyscallConn()
+	return WaitPidfd(ctx, f)
+}
+
+// WaitPidfd is WaitExit on a pidfd the caller holds (and closes).
+func WaitPidfd(ctx context.Context, pidfd *os.File) error {
+	rc, err := pidfd.SyscallConn()
 	if err != nil {
-		return fmt.Errorf("ipc: pidfd of %d: %w", pid, err)
+		return fmt.Errorf("ipc: pidfd: %w", err)
 	}
-	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { _ = pidfd.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	err = rc.Read(func(fd uintptr) bool {
 		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
@@ -390,9 +395,65 @@ func WaitExit(ctx context.Context, pid int) error {
 		return ctx.Err()
 	}
 	if err != nil {
-		return fmt.Errorf("ipc: waiting for %d: %w", pid, err)
+		return fmt.Errorf("ipc: waiting on a pidfd: %w", err)
 	}
 	return nil
+}
+
+// Exited reports whether the process of pidfd has exited (a pidfd becomes
+// readable then, and stays so).
+func Exited(pidfd *os.File) (bool, error) {
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		return false, fmt.Errorf("ipc: pidfd: %w", err)
+	}
+	var n int
+	var perr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			n, perr = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+			if !errors.Is(perr, unix.EINTR) {
+				return
+			}
+		}
+	}); err != nil {
+		return false, fmt.Errorf("ipc: pidfd: %w", err)
+	}
+	if perr != nil {
+		return false, fmt.Errorf("ipc: poll pidfd: %w", perr)
+	}
+	return n > 0, nil
+}
+
+// PeerPidfd is a pidfd of c's peer, the process that connected (pid is
+// its SO_PEERCRED pid). Taken from the socket (SO_PEERPIDFD, Linux 6.5), it
+// names that process even once it has exited and its pid was reused. It is
+// non-blocking, for WaitPidfd.
+func PeerPidfd(c *net.UnixConn, pid int) (*os.File, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	fd, gerr := -1, error(nil)
+	if err := raw.Control(func(s uintptr) {
+		fd, gerr = unix.GetsockoptInt(int(s), unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+	}); err != nil {
+		return nil, err
+	}
+	if errors.Is(gerr, unix.ENOPROTOOPT) {
+		// Before Linux 6.5: a pidfd of the pid SO_PEERCRED recorded. It
+		// cannot rule out that the peer exited and its pid went to another
+		// process between its connect and this open.
+		fd, gerr = unix.PidfdOpen(pid, 0)
+	}
+	if gerr != nil {
+		return nil, fmt.Errorf("ipc: pidfd of the peer %d: %w", pid, gerr)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("ipc: pidfd of the peer %d: %w", pid, err)
+	}
+	return os.NewFile(uintptr(fd), "pidfd"), nil
 }
 
 // NewRing creates a sealed memfd holding a ring of slots slots of size

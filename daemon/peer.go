@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -39,18 +40,25 @@ type client struct {
 	// process may not have its own memory registered (memErr says why).
 	mem, maps int
 	memErr    error
+	stage     *sync.Pool // procMem's staging buffers
 }
 
-// identify binds a new connection to the process that connected: its
-// pidfd (from the socket where the kernel has it), then its /proc
-// directory, which the pidfd confirms is that process's (it was still
-// alive after the open, so its pid was not yet anyone else's).
+// identify binds a new connection to the process that connected, by the
+// pidfd the kernel keeps with the socket.
 func identify(c *net.UnixConn, peer ipc.Peer) (*client, error) {
 	pidfd, err := ipc.PeerPidfd(c, peer.PID)
 	if err != nil {
 		return nil, err
 	}
-	cl := &client{peer: peer, pidfd: pidfd, dir: -1, mem: -1, maps: -1}
+	return bindProcess(peer, pidfd)
+}
+
+// bindProcess opens the /proc directory of the process of pidfd (taking
+// pidfd over), and confirms with the pidfd that it is that process's: it
+// was still alive after the open, so its pid was not yet anyone else's.
+func bindProcess(peer ipc.Peer, pidfd *os.File) (*client, error) {
+	cl := &client{peer: peer, pidfd: pidfd, dir: -1, mem: -1, maps: -1, stage: newStagePool()}
+	var err error
 	cl.dir, err = unix.Open("/proc/"+strconv.Itoa(peer.PID), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err == nil {
 		var gone bool
@@ -90,7 +98,7 @@ func (cl *client) openMem() {
 
 // checkPlain: all four user and group IDs the peer's (SO_PEERCRED's
 // effective ones), and the process dumpable (else the kernel makes root
-// the owner of its /proc directory).
+// the owner of its /proc files).
 func (cl *client) checkPlain() error {
 	status, err := cl.read("status")
 	if err != nil {
@@ -110,12 +118,13 @@ func (cl *client) checkPlain() error {
 			}
 		}
 	}
+	// The files in the directory, not the directory itself, go to root.
 	var st unix.Stat_t
-	if err := unix.Fstat(cl.dir, &st); err != nil {
-		return fmt.Errorf("stat: %w", err)
+	if err := unix.Fstatat(cl.dir, "status", &st, 0); err != nil {
+		return fmt.Errorf("stat status: %w", err)
 	}
 	if st.Uid != cl.peer.UID {
-		return fmt.Errorf("not dumpable (its /proc directory is uid %d's): %w", st.Uid, syscall.EPERM)
+		return fmt.Errorf("not dumpable (its /proc files are uid %d's): %w", st.Uid, syscall.EPERM)
 	}
 	return nil
 }

@@ -405,7 +405,7 @@ func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if err := ss.proc.checkRange(addr, length, access&writeAccess != 0); err != nil {
 		return err
 	}
-	mem := &procMem{fd: ss.proc.mem, pid: ss.peer.PID, base: addr, gone: &ss.gone, failures: &ss.memFailures}
+	mem := &procMem{fd: ss.proc.mem, pid: ss.peer.PID, base: addr, gone: &ss.gone, failures: &ss.memFailures, stage: ss.proc.stage}
 	mr, err := pd.RegRemoteMR(mem, iova, length, access)
 	if err != nil {
 		return err

@@ -253,8 +253,9 @@ func newMapping(name string, size int, readOnly bool) (*Mapping, error) {
 }
 
 // MapShared maps a memfd the other side sent. It must be sealed against
-// shrinking (else it could make this side's accesses fault) and hold at
-// least size bytes. It takes fd over.
+// shrinking, be tmpfs memory (not hugetlbfs) and hold at least size bytes:
+// else the other side could make this side's accesses fault (SIGBUS). It
+// takes fd over.
 func MapShared(fd, size int) (*Mapping, error) {
 	return mapShared(fd, size, unix.PROT_READ|unix.PROT_WRITE)
 }
@@ -270,6 +271,17 @@ func mapShared(fd, size, prot int) (*Mapping, error) {
 	}
 	if seals&unix.F_SEAL_SHRINK == 0 {
 		return nil, fmt.Errorf("ipc: memfd not sealed against shrinking: %w", unix.EINVAL)
+	}
+	// Only tmpfs (shmem) memory: a fault in its mapping finds or allocates
+	// a page. A hugetlbfs memfd's pages are reserved at mmap, but the other
+	// side can punch them out (a shrink seal does not forbid that) and a
+	// later fault with the pool empty is SIGBUS.
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return nil, fmt.Errorf("ipc: statfs memfd: %w", err)
+	}
+	if fs.Type != unix.TMPFS_MAGIC {
+		return nil, fmt.Errorf("ipc: memfd on file system %#x, not tmpfs: %w", fs.Type, unix.EINVAL)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {

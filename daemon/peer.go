@@ -77,7 +77,9 @@ func bindProcess(peer ipc.Peer, pidfd *os.File) (*client, error) {
 // openMem opens the client's address space for its own-memory regions,
 // then checks that it is the peer's own and plain: an execve after the open
 // leaves the handles on the old, dead address space; one before it shows
-// here. A process running a setuid or setgid image, or one with file
+// here (the open waits out an execve in progress: the kernel switches the
+// address space and commits the new credentials under the lock the open
+// takes, so a handle on the new image comes with its credentials). A process running a setuid or setgid image, or one with file
 // capabilities (any non-dumpable one), is another identity than the
 // peer's credentials: its memory is not reachable this way (EPERM), as
 // the peer could not reach it with ptrace either. Root's processes are

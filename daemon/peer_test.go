@@ -372,7 +372,7 @@ func TestOwnMemoryOfAnotherIdentityRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	suid := filepath.Join(dir, "sleep")
-	if err := os.WriteFile(suid, b, 0o755); err == nil {
+	if err = os.WriteFile(suid, b, 0o755); err == nil {
 		err = os.Chmod(suid, 0o755|os.ModeSetuid)
 	}
 	if err != nil {
@@ -398,6 +398,14 @@ func TestIdentifyRefusesExitedPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := fds()
 	for _, reap := range []bool{false, true} {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), envConnect+"="+name)
@@ -410,7 +418,6 @@ func TestIdentifyRefusesExitedPeer(t *testing.T) {
 				t.Fatal(err)
 			}
 		} else {
-			t.Cleanup(func() { cmd.Wait() })
 			waitZombie(t, pid)
 		}
 		c, err := ln.AcceptUnix()
@@ -426,20 +433,26 @@ func TestIdentifyRefusesExitedPeer(t *testing.T) {
 			t.Errorf("reaped %v: a connection of a process that exited was admitted", reap)
 		}
 		c.Close()
+		if !reap {
+			cmd.Wait() // its pidfd (os.Process's) goes
+		}
+	}
+	if n := fds(); n != before {
+		t.Errorf("%d fds open after refusing, %d before", n, before)
 	}
 }
 
-// waitZombie waits until process pid has exited (its state Z).
+// waitZombie waits until child pid has exited, all its threads, without
+// reaping it.
 func waitZombie(t *testing.T, pid int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i := bytes.LastIndexByte(b, ')'); i > 0 && len(b) > i+2 && b[i+2] == 'Z' {
+	for {
+		err := unix.Waitid(unix.P_PID, pid, nil, unix.WEXITED|unix.WNOWAIT, nil)
+		if err == nil {
 			return
 		}
+		if !errors.Is(err, unix.EINTR) {
+			t.Fatal(err)
+		}
 	}
-	t.Fatalf("process %d did not exit", pid)
 }

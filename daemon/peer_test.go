@@ -31,7 +31,7 @@ import (
 const (
 	envExec    = "XDPROCE_TEST_EXEC"    // a client that registers own memory, then execs (execClient)
 	envPeers   = "XDPROCE_TEST_PEERS"   // the QPNs execClient's QPs connect to
-	envVictim  = "XDPROCE_TEST_VICTIM"  // the image execClient execs (victim)
+	envVictim  = "XDPROCE_TEST_VICTIM"  // the image execClient execs (victim): its path, or "self"
 	envNoDump  = "XDPROCE_TEST_NODUMP"  // a process that made itself non-dumpable
 	envConnect = "XDPROCE_TEST_CONNECT" // a process that connects to a socket and exits
 )
@@ -43,7 +43,7 @@ func runHelper() {
 	switch {
 	case os.Getenv(envExec) != "":
 		err = execClient(os.Getenv(envExec), os.Getenv(envPeers))
-	case os.Getenv(envVictim) != "":
+	case os.Getenv(envVictim) != "" && os.Getenv(envExec) == "":
 		err = victim()
 	case os.Getenv(envNoDump) != "":
 		if err = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err == nil {
@@ -145,13 +145,17 @@ func execClient(name, peers string) error {
 			}
 		}
 	}
-	env := []string{envVictim + "=1"}
+	env := []string{envVictim + "=self"}
 	for _, v := range os.Environ() {
-		if !strings.HasPrefix(v, envExec+"=") {
+		if !strings.HasPrefix(v, envExec+"=") && !strings.HasPrefix(v, envVictim+"=") {
 			env = append(env, v)
 		}
 	}
-	return syscall.Exec("/proc/self/exe", []string{os.Args[0], "-test.run=^$"}, env)
+	path := os.Getenv(envVictim)
+	if path == "self" {
+		path = "/proc/self/exe"
+	}
+	return syscall.Exec(path, []string{path, "-test.run=^$"}, env)
 }
 
 // execPeer is the RC peer of a QP at dest: short retries, so a peer that
@@ -169,7 +173,7 @@ func victim() error {
 	if err != nil {
 		return err
 	}
-	fmt.Println("victim")
+	fmt.Println("victim", os.Geteuid())
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		return err
 	}
@@ -183,15 +187,43 @@ func victim() error {
 
 // A client registers its own memory, then execs another image that keeps
 // the control socket: the region reached the first image's memory, and
-// must not reach the new one's (issue 30 item 1: with a setuid image, a
-// peer read and wrote root's memory). Before the execve a peer's WRITE and
-// READ go through; after it both fail, read nothing of the new image and
-// leave its memory as it was.
+// must not reach the new one's (issue 30 item 1: with a setuid-root image,
+// a peer read and wrote root's memory). Before the execve a peer's WRITE
+// and READ go through; after it both fail, read nothing of the new image
+// and leave its memory as it was. The same image again as the same user,
+// and, from an unprivileged client (nobody, in the daemon's group), a
+// setuid-root copy of it.
 func TestOwnMemoryNotReachedAfterExec(t *testing.T) {
-	tb := newTestbed(t)
+	t.Run("same image", func(t *testing.T) {
+		tb := newTestbed(t)
+		ownMemoryAcrossExec(t, tb, os.Args[0], "self", nil)
+	})
+	t.Run("setuid root", func(t *testing.T) {
+		netns.RequireRoot(t)
+		tb := newTestbedGroup(t, 4242)
+		bin := clientBinary(t)
+		victim := bin + "-suid"
+		b, err := os.ReadFile(bin)
+		if err == nil {
+			err = os.WriteFile(victim, b, 0o755)
+		}
+		if err == nil {
+			err = os.Chmod(victim, 0o755|os.ModeSetuid)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ownMemoryAcrossExec(t, tb, bin, victim, &syscall.Credential{Uid: 65534, Gid: 4242})
+	})
+}
+
+// ownMemoryAcrossExec runs execClient (the binary bin, with cred) against
+// the testbed's daemon, the victim being the image at path victim.
+func ownMemoryAcrossExec(t *testing.T, tb *testbed, bin, victim string, cred *syscall.Credential) {
 	y := [2]*end{newEnd(t, tb.b, 1<<16), newEnd(t, tb.b, 1<<16)}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envExec+"="+tb.name, fmt.Sprintf("%s=%d,%d", envPeers, y[0].qp.QPN(), y[1].qp.QPN()))
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), envExec+"="+tb.name, envVictim+"="+victim, fmt.Sprintf("%s=%d,%d", envPeers, y[0].qp.QPN(), y[1].qp.QPN()))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +298,7 @@ func TestOwnMemoryNotReachedAfterExec(t *testing.T) {
 	if _, err := io.WriteString(stdin, "exec\n"); err != nil {
 		t.Fatal(err)
 	}
-	if l := line(); l != "victim" {
+	if l := line(); l != "victim "+strconv.Itoa(map[bool]int{true: 0, false: os.Getuid()}[cred != nil]) {
 		t.Fatalf("helper said %q", l)
 	}
 	// The copies fail and move nothing (the region's memory is undefined,

@@ -161,8 +161,15 @@ func (s *Server) admit(ctx context.Context, c *net.UnixConn) {
 		c.Close()
 		return
 	}
+	conn := ipc.NewConn(c)
+	if err := conn.PassCred(); err != nil {
+		s.log.Warn("daemon: client refused", "err", err)
+		cl.close(true)
+		c.Close()
+		return
+	}
 	cl.openMem()
-	ss := newSession(s, ipc.NewConn(c), peer)
+	ss := newSession(s, conn, peer)
 	ss.proc, ss.comm = cl, cl.comm()
 	s.mu.Lock()
 	s.sessions[ss] = struct{}{}

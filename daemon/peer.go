@@ -196,17 +196,29 @@ func (cl *client) comm() string {
 	return strings.TrimSpace(string(b))
 }
 
-// checkRange is what ibv_reg_mr's pinning checks under the kernel: every
-// page of [addr, addr+length) mapped in the attach-time address space,
-// readable, and writable if the region's access writes to it. (Writes
-// through /proc/PID/mem are forced: without this check they would land in
-// read-only pages.) EFAULT otherwise, as ib_umem_get fails.
-func (cl *client) checkRange(addr, length uint64, write bool) error {
+// checkRange checks a registration of own memory by the process sender
+// (the request's, SCM_CREDENTIALS): it must be the process bound at attach
+// and still alive, as the kernel registers only the caller's own memory —
+// another process holding the connection (a child it was passed or leaked
+// to) would register the attach-time process's instead (EPERM). Then what
+// ibv_reg_mr's pinning checks under the kernel: every page of
+// [addr, addr+length) mapped in the attach-time address space, readable,
+// and writable if the region's access writes to it (writes through
+// /proc/PID/mem are forced: they would land in read-only pages). EFAULT
+// otherwise, as ib_umem_get fails.
+func (cl *client) checkRange(sender int, addr, length uint64, write bool) error {
 	if cl == nil || cl.mem < 0 {
 		if cl != nil && cl.memErr != nil {
 			return cl.memErr
 		}
 		return syscall.EPERM
+	}
+	if sender != cl.peer.PID {
+		return fmt.Errorf("daemon: own memory of process %d registered by process %d: %w", cl.peer.PID, sender, syscall.EPERM)
+	}
+	// A live process's pid is its own: the sender is the attach-time one.
+	if gone, err := ipc.Exited(cl.pidfd); err != nil || gone {
+		return fmt.Errorf("daemon: own memory of process %d, which exited: %w", cl.peer.PID, syscall.EPERM)
 	}
 	maps, err := readAllAt(cl.maps)
 	if err != nil {

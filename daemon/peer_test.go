@@ -24,6 +24,7 @@ import (
 
 	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/ipc"
+	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -34,6 +35,7 @@ const (
 	envVictim  = "XDPROCE_TEST_VICTIM"  // the image execClient execs (victim): its path, or "self"
 	envNoDump  = "XDPROCE_TEST_NODUMP"  // a process that made itself non-dumpable
 	envConnect = "XDPROCE_TEST_CONNECT" // a process that connects to a socket and exits
+	envRegMR   = "XDPROCE_TEST_REGMR"   // a process that registers own memory on an inherited connection (fd 3)
 )
 
 // runHelper runs the test binary as one of the helper processes below if
@@ -50,6 +52,8 @@ func runHelper() {
 			fmt.Println("ready")
 			_, err = io.Copy(io.Discard, os.Stdin)
 		}
+	case os.Getenv(envRegMR) != "":
+		err = regMRInherited(os.Getenv(envRegMR))
 	case os.Getenv(envConnect) != "":
 		var c *ipc.Conn
 		if c, err = ipc.Dial(context.Background(), os.Getenv(envConnect)); err == nil {
@@ -375,7 +379,7 @@ func TestOwnMemoryOfAnotherIdentityRefused(t *testing.T) {
 		t.Helper()
 		cl.openMem()
 
-		if cl.mem >= 0 || !errors.Is(cl.checkRange(fixedAddr, 1, false), syscall.EPERM) {
+		if cl.mem >= 0 || !errors.Is(cl.checkRange(cl.peer.PID, fixedAddr, 1, false), syscall.EPERM) {
 			t.Errorf("%s: own memory not refused (%v)", what, cl.memErr)
 		}
 	}
@@ -486,5 +490,80 @@ func waitZombie(t *testing.T, pid int) {
 		if !errors.Is(err, unix.EINTR) {
 			t.Fatal(err)
 		}
+	}
+}
+
+// regMRInherited sends REG_MR of its own memory for PD pd on the control
+// connection it inherited as fd 3, and prints the outcome.
+func regMRInherited(pd string) error {
+	h, err := strconv.ParseUint(pd, 10, 32)
+	if err != nil {
+		return err
+	}
+	fc, err := net.FileConn(os.NewFile(3, "control"))
+	if err != nil {
+		return err
+	}
+	uc, ok := fc.(*net.UnixConn)
+	if !ok {
+		return fmt.Errorf("fd 3 is a %T", fc)
+	}
+	buf := make([]byte, 4096)
+	_, err = ipc.NewConn(uc).CallNoFDs(uverbs.OpRegMR, func(e *uverbs.Encoder) {
+		e.U32(uint32(h))
+		e.U64(uint64(uintptr(unsafe.Pointer(&buf[0]))))
+		e.U64(uint64(len(buf)))
+		e.U32(uint32(verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead))
+		e.U64(uint64(uintptr(unsafe.Pointer(&buf[0]))))
+	})
+	fmt.Println("REG_MR:", err)
+	return nil
+}
+
+// Own memory is registered only by the process that attached, as the
+// kernel registers only the caller's memory: a process the connection was
+// passed or leaked to (here a child that inherited it) would otherwise
+// register the attach-time process's memory — perhaps root's, the child
+// being unprivileged — for a peer to read and write. It gets EPERM; the
+// attach-time process registers as before.
+func TestOwnMemoryRegisteredOnlyByItsProcess(t *testing.T) {
+	tb := newTestbed(t)
+	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: ipc.SocketName(tb.name), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := ipc.NewConn(uc)
+	defer conn.Close()
+	_, fds, err := conn.Hello()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ipc.CloseAll(fds)
+	d, err := conn.CallNoFDs(uverbs.OpAllocPD, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd := d.U32()
+	buf := make([]byte, 4096)
+	if _, err := conn.CallNoFDs(uverbs.OpRegMR, func(e *uverbs.Encoder) {
+		e.U32(pd)
+		e.U64(uint64(uintptr(unsafe.Pointer(&buf[0]))))
+		e.U64(uint64(len(buf)))
+		e.U32(uint32(verbs.AccessLocalWrite | verbs.AccessRemoteRead))
+		e.U64(0)
+	}); err != nil {
+		t.Fatalf("REG_MR of own memory by the attached process: %v", err)
+	}
+	f, err := uc.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envRegMR+"="+strconv.FormatUint(uint64(pd), 10))
+	cmd.ExtraFiles = []*os.File{f}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "operation not permitted") {
+		t.Fatalf("REG_MR of own memory by another process on the connection: %v %s, want EPERM", err, out)
 	}
 }

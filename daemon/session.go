@@ -23,8 +23,10 @@ type session struct {
 	peer ipc.Peer
 	comm string // the client's command name, for operators
 	// proc is the client's process as bound at attach (nil in tests that
-	// drive a session directly: then it has no own memory).
-	proc *client
+	// drive a session directly: then it has no own memory). sender is the
+	// pid that sent the request being handled (SCM_CREDENTIALS, 0 unknown).
+	proc   *client
+	sender int
 	// summary is what LIST tells of the session, published by its
 	// goroutine after each request (the tables are that goroutine's alone).
 	summary atomic.Pointer[summary]
@@ -117,7 +119,8 @@ func (ss *session) serve(ctx context.Context) {
 		log.Info("daemon: client detached")
 	}()
 	for ctx.Err() == nil {
-		msg, fds, err := ss.conn.Recv()
+		msg, fds, from, err := ss.conn.RecvFrom()
+		ss.sender = from.PID
 		if err != nil {
 			if !ipc.IsClosed(err) {
 				log.Warn("daemon: client", "err", err)
@@ -402,7 +405,7 @@ func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if pd == nil || addr+length < addr {
 		return syscall.EINVAL
 	}
-	if err := ss.proc.checkRange(addr, length, access&writeAccess != 0); err != nil {
+	if err := ss.proc.checkRange(ss.sender, addr, length, access&writeAccess != 0); err != nil {
 		return err
 	}
 	mem := &procMem{fd: ss.proc.mem, pid: ss.peer.PID, base: addr, gone: &ss.gone, failures: &ss.memFailures, stage: ss.proc.stage}

@@ -132,14 +132,42 @@ func (c *Conn) Send(msg []byte, fds ...int) error {
 
 // Recv reads one message and the fds attached to it; the caller owns them.
 func (c *Conn) Recv() (msg []byte, fds []int, err error) {
+	msg, fds, _, err = c.RecvFrom()
+	return msg, fds, err
+}
+
+// PassCred asks the kernel to tell, with each message received from now
+// on, which process sent it (RecvFrom).
+func (c *Conn) PassCred() error {
+	raw, err := c.c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("ipc: SO_PASSCRED: %w", serr)
+	}
+	return nil
+}
+
+// RecvFrom is Recv that also tells the message's sender as the kernel saw
+// it at send time (SCM_CREDENTIALS, with PassCred): a process holding the
+// connection, which need not be the one that connected. Its PID is 0 when
+// unknown (sent before PassCred, or without it).
+func (c *Conn) RecvFrom() (msg []byte, fds []int, from Peer, err error) {
 	buf := make([]byte, uverbs.MaxMessage+1)
-	oob := make([]byte, unix.CmsgSpace(4*maxFDs))
+	oob := make([]byte, unix.CmsgSpace(4*maxFDs)+unix.CmsgSpace(unix.SizeofUcred))
 	n, oobn, flags, _, err := c.c.ReadMsgUnix(buf, oob)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, Peer{}, err
 	}
 	if oobn > 0 {
-		fds, err = parseRights(oob[:oobn])
+		fds, from, err = parseControl(oob[:oobn])
 	}
 	if err == nil && flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 		err = fmt.Errorf("ipc: message or its fds truncated")
@@ -149,32 +177,42 @@ func (c *Conn) Recv() (msg []byte, fds []int, err error) {
 	}
 	if err != nil {
 		CloseAll(fds)
-		return nil, nil, err
+		return nil, nil, Peer{}, err
 	}
-	return buf[:n], fds, nil
+	return buf[:n], fds, from, nil
 }
 
 // maxFDs is the most fds one message carries.
 const maxFDs = 4
 
-func parseRights(oob []byte) ([]int, error) {
+// parseControl takes the fds and the sender's credentials from a
+// message's control data.
+func parseControl(oob []byte) ([]int, Peer, error) {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
-		return nil, fmt.Errorf("ipc: control message: %w", err)
+		return nil, Peer{}, fmt.Errorf("ipc: control message: %w", err)
 	}
 	var fds []int
+	var from Peer
 	for _, m := range msgs {
-		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
+		if m.Header.Level != unix.SOL_SOCKET {
 			continue
 		}
-		got, err := unix.ParseUnixRights(&m)
-		if err != nil {
-			CloseAll(fds)
-			return nil, fmt.Errorf("ipc: rights: %w", err)
+		switch m.Header.Type {
+		case unix.SCM_RIGHTS:
+			got, err := unix.ParseUnixRights(&m)
+			if err != nil {
+				CloseAll(fds)
+				return nil, Peer{}, fmt.Errorf("ipc: rights: %w", err)
+			}
+			fds = append(fds, got...)
+		case unix.SCM_CREDENTIALS:
+			if cred, err := unix.ParseUnixCredentials(&m); err == nil {
+				from = Peer{PID: int(cred.Pid), UID: cred.Uid, GID: cred.Gid}
+			}
 		}
-		fds = append(fds, got...)
 	}
-	return fds, nil
+	return fds, from, nil
 }
 
 // CloseAll closes fds.

@@ -14,8 +14,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/xdproce/xdproce/cmagent"
@@ -130,10 +128,17 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-// admit checks a new connection's credentials and serves it.
+// admit checks a new connection's credentials and serves it. Its process
+// is bound first (identify): the group check and the own-memory handles
+// are that process's, not whoever has its pid by then.
 func (s *Server) admit(ctx context.Context, c *net.UnixConn) {
 	peer, err := ipc.PeerOf(c)
-	if err == nil && !s.allowed(peer) {
+	var cl *client
+	if err == nil {
+		cl, err = identify(c, peer)
+	}
+	if err == nil && !s.allowed(peer, cl) {
+		cl.close(true)
 		err = fmt.Errorf("uid %d gid %d may not use the device", peer.UID, peer.GID)
 	}
 	if err != nil {
@@ -141,7 +146,16 @@ func (s *Server) admit(ctx context.Context, c *net.UnixConn) {
 		c.Close()
 		return
 	}
-	ss := newSession(s, ipc.NewConn(c), peer)
+	conn := ipc.NewConn(c)
+	if err := conn.PassCred(); err != nil {
+		s.log.Warn("daemon: client refused", "err", err)
+		cl.close(true)
+		c.Close()
+		return
+	}
+	cl.openMem()
+	ss := newSession(s, conn, peer)
+	ss.proc, ss.comm = cl, cl.comm()
 	s.mu.Lock()
 	s.sessions[ss] = struct{}{}
 	s.mu.Unlock()
@@ -156,7 +170,7 @@ func (s *Server) admit(ctx context.Context, c *net.UnixConn) {
 }
 
 // allowed: root, the daemon's user, and members of the configured group.
-func (s *Server) allowed(p ipc.Peer) bool {
+func (s *Server) allowed(p ipc.Peer, cl *client) bool {
 	if p.UID == 0 || int(p.UID) == os.Getuid() {
 		return true
 	}
@@ -166,26 +180,7 @@ func (s *Server) allowed(p ipc.Peer) bool {
 	if int(p.GID) == s.cfg.Group {
 		return true
 	}
-	return inGroup(p.PID, s.cfg.Group)
-}
-
-// inGroup reads a process's supplementary groups (SO_PEERCRED has only its
-// primary group).
-func inGroup(pid, gid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if g, ok := strings.CutPrefix(line, "Groups:"); ok {
-			for _, f := range strings.Fields(g) {
-				if f == strconv.Itoa(gid) {
-					return true
-				}
-			}
-		}
-	}
-	return false
+	return cl.inGroup(s.cfg.Group)
 }
 
 // Clients is the number of attached clients.

@@ -16,6 +16,7 @@ import (
 
 // TestMain lets the test binary double as a client process.
 func TestMain(m *testing.M) {
+	runHelper()
 	if name := os.Getenv("XDPROCE_TEST_DIAL"); name != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

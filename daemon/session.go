@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,6 +24,11 @@ type session struct {
 	conn *ipc.Conn
 	peer ipc.Peer
 	comm string // the client's command name, for operators
+	// proc is the client's process as bound at attach (nil in tests that
+	// drive a session directly: then it has no own memory). sender is the
+	// pid that sent the request being handled (SCM_CREDENTIALS, 0 unknown).
+	proc   *client
+	sender int
 	// summary is what LIST tells of the session, published by its
 	// goroutine after each request (the tables are that goroutine's alone).
 	summary atomic.Pointer[summary]
@@ -92,8 +95,7 @@ type sharedQP struct {
 }
 
 func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
-	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/comm")
-	ss := &session{srv: s, conn: c, peer: p, comm: strings.TrimSpace(string(comm)), pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
+	ss := &session{srv: s, conn: c, peer: p, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
 		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{}}
 	ss.cm.init()
 	return ss
@@ -105,8 +107,10 @@ func (ss *session) serve(ctx context.Context) {
 	log := ss.srv.log.With("pid", ss.peer.PID, "uid", ss.peer.UID)
 	log.Info("daemon: client attached", "comm", ss.comm)
 	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
 	go func() {
-		if ipc.WaitExit(wctx, ss.peer.PID) == nil {
+		defer close(watched)
+		if ipc.WaitPidfd(wctx, ss.proc.pidfd) == nil {
 			ss.gone.Store(true)
 		}
 	}()
@@ -114,13 +118,16 @@ func (ss *session) serve(ctx context.Context) {
 		stopWatch()
 		ss.conn.Close()
 		ss.release()
+		<-watched
+		ss.proc.close(len(ss.mrs) == 0)
 		if n := ss.memFailures.Load(); n > 0 {
 			log.Warn("daemon: copies to or from the client's own memory failed (unmapped while registered?)", "count", n)
 		}
 		log.Info("daemon: client detached")
 	}()
 	for ctx.Err() == nil {
-		msg, fds, err := ss.conn.Recv()
+		msg, fds, from, err := ss.conn.RecvFrom()
+		ss.sender = from.PID
 		if err != nil {
 			if !ipc.IsClosed(err) {
 				log.Warn("daemon: client", "err", err)
@@ -255,9 +262,15 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 	return nil, fmt.Errorf("%w: unknown op %v", errProtocol, op)
 }
 
+// handle32 allocates a handle: never 0, and never one a live object of
+// the session has (the counter wraps after 2^32 allocations).
 func (ss *session) handle32() uint32 {
-	ss.next++
-	return ss.next
+	for {
+		ss.next++
+		if ss.next != 0 && !ss.live(ss.next) {
+			return ss.next
+		}
+	}
 }
 
 func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
@@ -411,7 +424,7 @@ func (ss *session) regMR(d *uverbs.Decoder, fd int, e *uverbs.Encoder) error {
 }
 
 // regOwnMR registers memory of the client's own (no memfd): the engines
-// reach it with process_vm_readv/writev.
+// reach it through the address space the client had at attach (procMem).
 func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	pdh, addr, length, access, iova := d.U32(), d.U64(), d.U64(), verbs.Access(d.U32()), d.U64()
 	if err := d.End(); err != nil {
@@ -421,7 +434,10 @@ func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if pd == nil || addr+length < addr {
 		return syscall.EINVAL
 	}
-	mem := &procMem{pid: ss.peer.PID, base: addr, gone: &ss.gone, failures: &ss.memFailures}
+	if err := ss.proc.checkRange(ss.sender, addr, length, access&writeAccess != 0); err != nil {
+		return err
+	}
+	mem := &procMem{fd: ss.proc.mem, pid: ss.peer.PID, base: addr, gone: &ss.gone, failures: &ss.memFailures, stage: ss.proc.stage}
 	mr, err := pd.RegRemoteMR(mem, iova, length, access)
 	if err != nil {
 		return err

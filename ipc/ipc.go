@@ -132,14 +132,42 @@ func (c *Conn) Send(msg []byte, fds ...int) error {
 
 // Recv reads one message and the fds attached to it; the caller owns them.
 func (c *Conn) Recv() (msg []byte, fds []int, err error) {
+	msg, fds, _, err = c.RecvFrom()
+	return msg, fds, err
+}
+
+// PassCred asks the kernel to tell, with each message received from now
+// on, which process sent it (RecvFrom).
+func (c *Conn) PassCred() error {
+	raw, err := c.c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("ipc: SO_PASSCRED: %w", serr)
+	}
+	return nil
+}
+
+// RecvFrom is Recv that also tells the message's sender as the kernel saw
+// it at send time (SCM_CREDENTIALS, with PassCred): a process holding the
+// connection, which need not be the one that connected. Its PID is 0 when
+// unknown (sent before PassCred, or without it).
+func (c *Conn) RecvFrom() (msg []byte, fds []int, from Peer, err error) {
 	buf := make([]byte, uverbs.MaxMessage+1)
-	oob := make([]byte, unix.CmsgSpace(4*maxFDs))
+	oob := make([]byte, unix.CmsgSpace(4*maxFDs)+unix.CmsgSpace(unix.SizeofUcred))
 	n, oobn, flags, _, err := c.c.ReadMsgUnix(buf, oob)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, Peer{}, err
 	}
 	if oobn > 0 {
-		fds, err = parseRights(oob[:oobn])
+		fds, from, err = parseControl(oob[:oobn])
 	}
 	if err == nil && flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 		err = fmt.Errorf("ipc: message or its fds truncated")
@@ -149,32 +177,42 @@ func (c *Conn) Recv() (msg []byte, fds []int, err error) {
 	}
 	if err != nil {
 		CloseAll(fds)
-		return nil, nil, err
+		return nil, nil, Peer{}, err
 	}
-	return buf[:n], fds, nil
+	return buf[:n], fds, from, nil
 }
 
 // maxFDs is the most fds one message carries.
 const maxFDs = 4
 
-func parseRights(oob []byte) ([]int, error) {
+// parseControl takes the fds and the sender's credentials from a
+// message's control data.
+func parseControl(oob []byte) ([]int, Peer, error) {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
-		return nil, fmt.Errorf("ipc: control message: %w", err)
+		return nil, Peer{}, fmt.Errorf("ipc: control message: %w", err)
 	}
 	var fds []int
+	var from Peer
 	for _, m := range msgs {
-		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
+		if m.Header.Level != unix.SOL_SOCKET {
 			continue
 		}
-		got, err := unix.ParseUnixRights(&m)
-		if err != nil {
-			CloseAll(fds)
-			return nil, fmt.Errorf("ipc: rights: %w", err)
+		switch m.Header.Type {
+		case unix.SCM_RIGHTS:
+			got, err := unix.ParseUnixRights(&m)
+			if err != nil {
+				CloseAll(fds)
+				return nil, Peer{}, fmt.Errorf("ipc: rights: %w", err)
+			}
+			fds = append(fds, got...)
+		case unix.SCM_CREDENTIALS:
+			if cred, err := unix.ParseUnixCredentials(&m); err == nil {
+				from = Peer{PID: int(cred.Pid), UID: cred.Uid, GID: cred.Gid}
+			}
 		}
-		fds = append(fds, got...)
 	}
-	return fds, nil
+	return fds, from, nil
 }
 
 // CloseAll closes fds.
@@ -253,8 +291,9 @@ func newMapping(name string, size int, readOnly bool) (*Mapping, error) {
 }
 
 // MapShared maps a memfd the other side sent. It must be sealed against
-// shrinking (else it could make this side's accesses fault) and hold at
-// least size bytes. It takes fd over.
+// shrinking, be tmpfs memory (not hugetlbfs) and hold at least size bytes:
+// else the other side could make this side's accesses fault (SIGBUS). It
+// takes fd over.
 func MapShared(fd, size int) (*Mapping, error) {
 	return mapShared(fd, size, unix.PROT_READ|unix.PROT_WRITE)
 }
@@ -270,6 +309,17 @@ func mapShared(fd, size, prot int) (*Mapping, error) {
 	}
 	if seals&unix.F_SEAL_SHRINK == 0 {
 		return nil, fmt.Errorf("ipc: memfd not sealed against shrinking: %w", unix.EINVAL)
+	}
+	// Only tmpfs (shmem) memory: a fault in its mapping finds or allocates
+	// a page. A hugetlbfs memfd's pages are reserved at mmap, but the other
+	// side can punch them out (a shrink seal does not forbid that) and a
+	// later fault with the pool empty is SIGBUS.
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return nil, fmt.Errorf("ipc: statfs memfd: %w", err)
+	}
+	if fs.Type != unix.TMPFS_MAGIC {
+		return nil, fmt.Errorf("ipc: memfd on file system %#x, not tmpfs: %w", fs.Type, unix.EINVAL)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -456,11 +506,16 @@ func WaitExit(ctx context.Context, pid int) error {
 	}
 	f := os.NewFile(uintptr(fd), "pidfd")
 	defer f.Close()
-	rc, err := f.SyscallConn()
+	return WaitPidfd(ctx, f)
+}
+
+// WaitPidfd is WaitExit on a pidfd the caller holds (and closes).
+func WaitPidfd(ctx context.Context, pidfd *os.File) error {
+	rc, err := pidfd.SyscallConn()
 	if err != nil {
-		return fmt.Errorf("ipc: pidfd of %d: %w", pid, err)
+		return fmt.Errorf("ipc: pidfd: %w", err)
 	}
-	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { _ = pidfd.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	err = rc.Read(func(fd uintptr) bool {
 		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
@@ -470,9 +525,65 @@ func WaitExit(ctx context.Context, pid int) error {
 		return ctx.Err()
 	}
 	if err != nil {
-		return fmt.Errorf("ipc: waiting for %d: %w", pid, err)
+		return fmt.Errorf("ipc: waiting on a pidfd: %w", err)
 	}
 	return nil
+}
+
+// Exited reports whether the process of pidfd has exited (a pidfd becomes
+// readable then, and stays so).
+func Exited(pidfd *os.File) (bool, error) {
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		return false, fmt.Errorf("ipc: pidfd: %w", err)
+	}
+	var n int
+	var perr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			n, perr = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+			if !errors.Is(perr, unix.EINTR) {
+				return
+			}
+		}
+	}); err != nil {
+		return false, fmt.Errorf("ipc: pidfd: %w", err)
+	}
+	if perr != nil {
+		return false, fmt.Errorf("ipc: poll pidfd: %w", perr)
+	}
+	return n > 0, nil
+}
+
+// PeerPidfd is a pidfd of c's peer, the process that connected (pid is
+// its SO_PEERCRED pid). Taken from the socket (SO_PEERPIDFD, Linux 6.5), it
+// names that process even once it has exited and its pid was reused. It is
+// non-blocking, for WaitPidfd.
+func PeerPidfd(c *net.UnixConn, pid int) (*os.File, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	fd, gerr := -1, error(nil)
+	if err := raw.Control(func(s uintptr) {
+		fd, gerr = unix.GetsockoptInt(int(s), unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+	}); err != nil {
+		return nil, err
+	}
+	if errors.Is(gerr, unix.ENOPROTOOPT) {
+		// Before Linux 6.5: a pidfd of the pid SO_PEERCRED recorded. It
+		// cannot rule out that the peer exited and its pid went to another
+		// process between its connect and this open.
+		fd, gerr = unix.PidfdOpen(pid, 0)
+	}
+	if gerr != nil {
+		return nil, fmt.Errorf("ipc: pidfd of the peer %d: %w", pid, gerr)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("ipc: pidfd of the peer %d: %w", pid, err)
+	}
+	return os.NewFile(uintptr(fd), "pidfd"), nil
 }
 
 // NewRing creates a sealed memfd holding a ring of slots slots of size

@@ -232,3 +232,69 @@ func TestWaitExit(t *testing.T) {
 		t.Fatalf("waiting for ourselves: %v", err)
 	}
 }
+
+// With PassCred each message tells its sender, the process that sent it
+// (not the one that connected); a message sent before tells none. The
+// peer's pidfd names the process that connected.
+func TestRecvFromTellsSender(t *testing.T) {
+	name := testName(t)
+	ln, err := Listen(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cli, err := Dial(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	sc, err := ln.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewConn(sc)
+	defer srv.Close()
+	pidfd, err := PeerPidfd(sc, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pidfd.Close()
+	if gone, err := Exited(pidfd); err != nil || gone {
+		t.Fatalf("the peer's pidfd: exited %v, %v", gone, err)
+	}
+	if err := cli.Send([]byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.PassCred(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Send([]byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	// A child that inherited the connection sends too.
+	f, err := cli.c.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	child := exec.Command("sh", "-c", "printf child >&3")
+	child.ExtraFiles = []*os.File{f}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	childPID := child.Process.Pid
+	if err := child.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct {
+		msg string
+		pid int
+	}{{"before", 0}, {"after", os.Getpid()}, {"child", childPID}} {
+		msg, fds, from, err := srv.RecvFrom()
+		if err != nil || string(msg) != want.msg || len(fds) != 0 || from.PID != want.pid {
+			t.Fatalf("%q from %+v (%v), want %q from pid %d", msg, from, err, want.msg, want.pid)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package daemon
 import (
 	"fmt"
 	"syscall"
-	"time"
 
 	"github.com/xdproce/xdproce/ipc"
 	"github.com/xdproce/xdproce/rdmacm"
@@ -68,6 +67,9 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		if c == nil {
 			return nil, syscall.EINVAL
 		}
+		if err := ss.room(objCMID); err != nil {
+			return nil, err
+		}
 		id, err := svc.CreateID(c.ch, rdmacm.PortSpace(ps), nil)
 		if err != nil {
 			return nil, err
@@ -111,6 +113,9 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		if err != nil {
 			return nil, err
 		}
+		if err := ss.bindPort(ap.Port()); err != nil {
+			return nil, err
+		}
 		if err := id.Bind(ap); err != nil {
 			return nil, err
 		}
@@ -130,7 +135,13 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		if err != nil {
 			return nil, err
 		}
-		if err := id.ResolveAddr(s, t, time.Duration(ms)*time.Millisecond); err != nil {
+		if err := ss.bindPort(s.Port()); err != nil {
+			return nil, err
+		}
+		if ss.resolving() >= ss.acct.lim.Resolutions {
+			return nil, syscall.ENOMEM
+		}
+		if err := id.ResolveAddr(s, t, ss.resolveTimeout(ms)); err != nil {
 			return nil, err
 		}
 	case uverbs.OpCMResolveRoute:
@@ -138,7 +149,7 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		if err := d.End(); err != nil {
 			return nil, err
 		}
-		if err := id.ResolveRoute(time.Duration(ms) * time.Millisecond); err != nil {
+		if err := id.ResolveRoute(ss.resolveTimeout(ms)); err != nil {
 			return nil, err
 		}
 	case uverbs.OpCMListen:
@@ -240,6 +251,9 @@ func (ss *session) cmCreateChannel(d *uverbs.Decoder, e *uverbs.Encoder) ([]int,
 	if err := d.End(); err != nil {
 		return nil, err
 	}
+	if err := ss.room(objCMChannel); err != nil {
+		return nil, err
+	}
 	fd, err := ipc.NewEventfd()
 	if err != nil {
 		return nil, err
@@ -278,7 +292,9 @@ func (ss *session) cmGetEvent(d *uverbs.Decoder, e *uverbs.Encoder) error {
 			Param: uverbs.CMConnParam(ev.Param)}
 		if ev.Type == rdmacm.EventConnectRequest {
 			lh, ok := ss.cm.handles[ev.Listen]
-			if !ok {
+			if !ok || ss.room(objCMID) != nil {
+				// The listener is gone, or the client holds its share of
+				// IDs: refused, as ucma when it cannot take the request.
 				ev.ID.Reject(nil)
 				ev.ID.Destroy()
 				continue

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/xdproce/xdproce/cmagent"
 	"github.com/xdproce/xdproce/ipc"
@@ -40,6 +42,8 @@ type Config struct {
 	// CM tunes the device's connection manager (QP1, rdma_cm), which the
 	// server runs; Route defaults to the kernel's route lookup.
 	CM rdmacm.Options
+	// Limits caps what one client may hold; zero fields take defaults.
+	Limits Limits
 }
 
 // Server is a running daemon's control socket and clients.
@@ -50,6 +54,8 @@ type Server struct {
 	page *ipc.Mapping // the doorbell page, which clients may only read
 	bell *ipc.Eventfd // clients signal it for a sleeping engine
 	cm   *rdmacm.Service
+	// privPorts: CM ports below it need CAP_NET_BIND_SERVICE.
+	privPorts uint16
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -68,6 +74,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	nofile, maps, err := systemLimits()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Limits = cfg.Limits.withDefaults(nofile, maps)
 	page, err := ipc.NewReadOnlyMapping("doorbell", uverbs.DoorbellPageSize)
 	if err != nil {
 		return nil, err
@@ -90,7 +101,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(err, cm.Close(), bell.Close(), page.Unmap())
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, page: page, bell: bell, cm: cm, sessions: map[*session]struct{}{}, owners: map[any]owner{}, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, page: page, bell: bell, cm: cm, privPorts: unprivilegedPortStart(),
+		sessions: map[*session]struct{}{}, owners: map[any]owner{}, stop: make(chan struct{})}
 	cfg.Device.SetDoorbellPage(page.Mem)
 	return s, nil
 }
@@ -111,18 +123,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.wg.Add(2)
 	go s.ringDoorbells(ctx)
 	go s.routeEvents(ctx)
-	var err error
-	for {
-		var c *net.UnixConn
-		c, err = s.ln.AcceptUnix()
-		if err != nil {
-			break
-		}
-		s.admit(ctx, c)
-	}
-	if ctx.Err() != nil {
-		err = nil // the listener was closed to stop
-	}
+	err := s.accept(ctx)
 	cancel()
 	s.mu.Lock()
 	for ss := range s.sessions {
@@ -135,6 +136,48 @@ func (s *Server) Run(ctx context.Context) error {
 	// The doorbell page stays mapped: the device's engines, which outlive
 	// the server, still write it.
 	return err
+}
+
+// accept admits clients until the listener closes. Running out of fds or
+// buffers, or a client that hung up before it was accepted, does not stop
+// the daemon: it waits a little, as net/http's Serve, and goes on (the
+// clients that hold the fds may leave).
+func (s *Server) accept(ctx context.Context) error {
+	var delay time.Duration
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err == nil {
+			delay = 0
+			s.admit(ctx, c)
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil // the listener was closed to stop
+		}
+		if !transientAcceptError(err) {
+			return err
+		}
+		delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+		s.log.Warn("daemon: accepting a client; retrying", "err", err, "in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// transientAcceptError: what accept(2) fails with while the daemon or the
+// host is short of fds or memory, or a client went away.
+func transientAcceptError(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR, syscall.EPROTO} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // ringDoorbells wakes the engines when a client rang.

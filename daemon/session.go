@@ -46,6 +46,8 @@ type session struct {
 	// a lock; only the session's goroutine stores and deletes.
 	ahs sync.Map
 	cm  cmState
+	// acct is the client's limits and what it has pinned.
+	acct *account
 }
 
 type sharedAH struct {
@@ -89,6 +91,7 @@ func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
 	ss := &session{srv: s, conn: c, peer: p, comm: strings.TrimSpace(string(comm)), pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
 		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{}}
 	ss.cm.init()
+	ss.acct = newAccount(s.cfg.Limits, p.PID)
 	return ss
 }
 
@@ -300,6 +303,9 @@ func (ss *session) allocPD(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if err := d.End(); err != nil {
 		return err
 	}
+	if err := ss.room(objPD); err != nil {
+		return err
+	}
 	pd, err := ss.srv.cfg.Device.AllocPD()
 	if err != nil {
 		return err
@@ -364,6 +370,10 @@ func (ss *session) regMR(d *uverbs.Decoder, fd int, e *uverbs.Encoder) error {
 		ipc.CloseAll([]int{fd})
 		return syscall.EINVAL
 	}
+	if err := ss.mayPin(objSharedMR, addr, length); err != nil {
+		ipc.CloseAll([]int{fd})
+		return err
+	}
 	m, err := ipc.MapShared(fd, int(length))
 	if err != nil {
 		return err
@@ -375,6 +385,7 @@ func (ss *session) regMR(d *uverbs.Decoder, fd int, e *uverbs.Encoder) error {
 	}
 	h := ss.handle32()
 	ss.mrs[h] = &sharedMR{mr: mr, pd: pdh, m: m}
+	ss.acct.pin(h, addr, length)
 	e.U32(h)
 	e.U32(mr.LKey())
 	e.U32(mr.RKey())
@@ -392,6 +403,9 @@ func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if pd == nil || addr+length < addr {
 		return syscall.EINVAL
 	}
+	if err := ss.mayPin(objMR, addr, length); err != nil {
+		return err
+	}
 	mem := &procMem{pid: ss.peer.PID, base: addr, gone: &ss.gone, failures: &ss.memFailures}
 	mr, err := pd.RegRemoteMR(mem, iova, length, access)
 	if err != nil {
@@ -399,6 +413,7 @@ func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	}
 	h := ss.handle32()
 	ss.mrs[h] = &sharedMR{mr: mr, pd: pdh}
+	ss.acct.pin(h, addr, length)
 	e.U32(h)
 	e.U32(mr.LKey())
 	e.U32(mr.RKey())
@@ -418,6 +433,7 @@ func (ss *session) deregMR(d *uverbs.Decoder) error {
 		return err
 	}
 	delete(ss.mrs, h)
+	ss.acct.unpin(h)
 	if m.m == nil {
 		return nil // the client's own memory
 	}
@@ -431,6 +447,9 @@ func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	}
 	if depth < 1 || depth > verbs.MaxCQE {
 		return nil, syscall.EINVAL
+	}
+	if err := ss.room(objCQ); err != nil {
+		return nil, err
 	}
 	slots := uverbs.SlotsFor(int(depth))
 	m, ring, err := ipc.NewRing("cq", slots, uverbs.CQESize)
@@ -493,6 +512,9 @@ func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	pd, scq, rcq := ss.pds[req.PD], ss.cqs[req.SendCQ], ss.cqs[req.RecvCQ]
 	if pd == nil || scq == nil || rcq == nil {
 		return nil, syscall.EINVAL
+	}
+	if err := ss.room(objQP); err != nil {
+		return nil, err
 	}
 	var srq *verbs.SRQ
 	if req.SRQ != 0 {
@@ -722,6 +744,7 @@ func (ss *session) release() {
 	ss.ahs.Range(func(h, a any) bool {
 		if err := a.(sharedAH).ah.Destroy(); err == nil {
 			ss.ahs.Delete(h)
+			ss.acct.ahs--
 		}
 		return true
 	})
@@ -743,6 +766,7 @@ func (ss *session) release() {
 			m.m.Unmap()
 		}
 		delete(ss.mrs, h)
+		ss.acct.unpin(h)
 	}
 	for h, c := range ss.cqs {
 		ss.srv.disown(c.cq)
@@ -776,6 +800,9 @@ func (ss *session) createSRQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error
 	pd := ss.pds[pdh]
 	if pd == nil || a.MaxWR < 1 || a.MaxWR > verbs.MaxQPWR || a.MaxSGE > verbs.MaxSGE || a.Limit > a.MaxWR {
 		return nil, syscall.EINVAL
+	}
+	if err := ss.room(objSRQ); err != nil {
+		return nil, err
 	}
 	sge := max(int(a.MaxSGE), 1)
 	slots, size := uverbs.SlotsFor(int(a.MaxWR)), uverbs.RecvSlotSize(sge)
@@ -860,6 +887,9 @@ func (ss *session) mwOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) erro
 	if pd == nil {
 		return syscall.EINVAL
 	}
+	if err := ss.room(objMW); err != nil {
+		return err
+	}
 	mw, err := pd.AllocMW(verbs.MWType(typ))
 	if err != nil {
 		return err
@@ -888,12 +918,16 @@ func (ss *session) createAH(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if err != nil {
 		return err
 	}
+	if err := ss.room(objAH); err != nil {
+		return err
+	}
 	ah, err := pd.CreateAH(attr)
 	if err != nil {
 		return err
 	}
 	h := ss.handle32()
 	ss.ahs.Store(h, sharedAH{ah: ah, pd: pdh})
+	ss.acct.ahs++
 	e.U32(h)
 	e.Raw(ah.Attr().DMAC)
 	return nil
@@ -912,6 +946,7 @@ func (ss *session) destroyAH(d *uverbs.Decoder) error {
 		return err
 	}
 	ss.ahs.Delete(h)
+	ss.acct.ahs--
 	return nil
 }
 

@@ -1,0 +1,335 @@
+package daemon
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xdproce/xdproce/verbs"
+)
+
+// Limits caps what one client may hold, so that no client drains what the
+// others need: its share of each device-wide pool, and of what the daemon
+// itself holds for it (file descriptors, mappings). The kernel's uverbs
+// gets the same bounds from the device's attributes and the process's
+// rlimits. Zero fields take the defaults (see withDefaults).
+type Limits struct {
+	// Per-client counts of objects; over them the request fails with
+	// ENOMEM, as the kernel's allocations do when a pool is exhausted.
+	PDs, MRs, MWs, CQs, QPs, SRQs, AHs int
+	// CMIDs bounds the client's rdma_cm IDs (each may hold a CM port),
+	// CMChannels its event channels.
+	CMIDs, CMChannels int
+	// Resolutions bounds the client's address resolutions in progress;
+	// ResolveTimeout caps the timeout a client may give one.
+	Resolutions    int
+	ResolveTimeout time.Duration
+	// FDs bounds the file descriptors the daemon holds for the client (one
+	// per CQ and CM channel, and its async event queue's): over it, EMFILE.
+	// Mappings bounds the shared-memory mappings the daemon holds for it
+	// (one per CQ, SRQ and shared region, two per QP): over it, ENOMEM.
+	FDs, Mappings int
+}
+
+// The device-wide pools a client's default share is a fraction of.
+const (
+	mrKeyIndices = 0x80000  // verbs' MR key indices
+	mwKeyIndices = 0x100000 // verbs' MW key indices
+	// poolShare: one client holds at most a quarter of a bounded pool.
+	poolShare = 4
+	// maxResolveTimeout is the longest address resolution a client gets:
+	// librdmacm's users ask for a few seconds (rping, ucmatose: 2 s).
+	maxResolveTimeout = 30 * time.Second
+)
+
+// withDefaults fills the zero fields: a quarter of each bounded pool, and
+// of the daemon's fds and mappings a sixteenth (nofile is the daemon's
+// RLIMIT_NOFILE, maps vm.max_map_count).
+func (l Limits) withDefaults(nofile, maps uint64) Limits {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&l.QPs, verbs.MaxQP/poolShare)
+	def(&l.MRs, mrKeyIndices/poolShare)
+	def(&l.MWs, mwKeyIndices/poolShare)
+	def(&l.AHs, verbs.MaxAH/poolShare)
+	def(&l.PDs, 4096)
+	def(&l.CQs, 1024)
+	def(&l.SRQs, 1024)
+	def(&l.CMIDs, 4096)
+	def(&l.CMChannels, 256)
+	def(&l.Resolutions, 64)
+	def(&l.FDs, int(min(max(nofile/16, 64), 4096)))
+	def(&l.Mappings, int(min(max(maps/16, 256), 8192)))
+	if l.ResolveTimeout <= 0 {
+		l.ResolveTimeout = maxResolveTimeout
+	}
+	return l
+}
+
+// systemLimits raises the daemon's RLIMIT_NOFILE soft limit to its hard
+// limit (a daemon serving many clients needs them; the soft limit is often
+// 1024) and reads it and vm.max_map_count, which size the clients' shares.
+func systemLimits() (nofile, maps uint64, err error) {
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil {
+		return 0, 0, fmt.Errorf("daemon: RLIMIT_NOFILE: %w", err)
+	}
+	if r.Cur < r.Max {
+		r.Cur = r.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &r); err != nil {
+			return 0, 0, fmt.Errorf("daemon: raising RLIMIT_NOFILE to %d: %w", r.Max, err)
+		}
+	}
+	maps = 65530 // the kernel's default
+	if b, err := os.ReadFile("/proc/sys/vm/max_map_count"); err == nil {
+		if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			maps = v
+		}
+	}
+	return r.Cur, maps, nil
+}
+
+// unprivilegedPortStart is net.ipv4.ip_unprivileged_port_start of the
+// daemon's network namespace: binding a lower port needs
+// CAP_NET_BIND_SERVICE (the kernel's inet_prot_sock, which cma_get_port
+// checks).
+func unprivilegedPortStart() uint16 {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+	if err != nil {
+		return 1024
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 16)
+	if err != nil {
+		return 1024
+	}
+	return uint16(v)
+}
+
+// Capability bits of /proc/PID/status's CapEff.
+const (
+	capNetBindService = 10
+	capIPCLock        = 14
+)
+
+// account is a session's limits and the usage that no table of the
+// session holds; the session's goroutine alone uses it.
+type account struct {
+	lim Limits
+	// memlock is the client's RLIMIT_MEMLOCK in bytes (math.MaxUint64 for
+	// none), caps its effective capabilities, both read at attach.
+	memlock uint64
+	caps    uint64
+	// pinned is the pages each registered region counts against memlock,
+	// by handle; pages their sum.
+	pinned map[uint32]uint64
+	pages  uint64
+	ahs    int // address handles (a sync.Map, which has no length)
+}
+
+// newAccount reads the client's RLIMIT_MEMLOCK and effective capabilities,
+// as the kernel checks them at ibv_reg_mr and rdma_bind_addr. A client
+// whose values cannot be read gets neither a memlock allowance nor a
+// capability.
+func newAccount(lim Limits, pid int) *account {
+	// A server made without New (the fuzzer's) has its defaults here.
+	a := &account{lim: lim.withDefaults(1024, 65530), pinned: map[uint32]uint64{}}
+	var r unix.Rlimit
+	if err := unix.Prlimit(pid, unix.RLIMIT_MEMLOCK, nil, &r); err == nil {
+		a.memlock = r.Cur
+	} else {
+		// Without CAP_SYS_RESOURCE (a daemon in a container) prlimit may
+		// not read another user's limits; /proc/PID/limits is readable.
+		a.memlock = memlockOf(pid)
+	}
+	if a.memlock == unix.RLIM_INFINITY {
+		a.memlock = math.MaxUint64
+	}
+	a.caps = effectiveCaps(pid)
+	return a
+}
+
+// memlockOf is the soft RLIMIT_MEMLOCK of /proc/PID/limits, 0 if it cannot
+// be read.
+func memlockOf(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/limits")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Max locked memory"); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				return 0
+			}
+			if f[0] == "unlimited" {
+				return unix.RLIM_INFINITY
+			}
+			n, err := strconv.ParseUint(f[0], 10, 64)
+			if err != nil {
+				return 0
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// effectiveCaps is /proc/PID/status's CapEff, 0 if it cannot be read.
+func effectiveCaps(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			c, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				return 0
+			}
+			return c
+		}
+	}
+	return 0
+}
+
+func (a *account) capable(bit uint) bool { return a.caps&(1<<bit) != 0 }
+
+// pages is how many pages [addr, addr+length) spans, as ib_umem_get
+// counts them.
+func pages(addr, length uint64) (uint64, error) {
+	page := uint64(os.Getpagesize())
+	end := addr + length
+	if end < addr || end > math.MaxUint64-page {
+		return 0, syscall.EINVAL
+	}
+	return (end + page - 1 - addr&^(page-1)) / page, nil
+}
+
+// mayPin reports whether the client may register one more region (of kind
+// k) of [addr, addr+length): its share of regions, and its pages against
+// its RLIMIT_MEMLOCK, ENOMEM past it unless it has CAP_IPC_LOCK, as the
+// kernel's ib_umem_get. Checked before anything is mapped.
+func (ss *session) mayPin(k objKind, addr, length uint64) error {
+	if err := ss.room(k); err != nil {
+		return err
+	}
+	n, err := pages(addr, length)
+	if err != nil {
+		return err
+	}
+	a := ss.acct
+	if !a.capable(capIPCLock) && a.pages+n > a.memlock/uint64(os.Getpagesize()) {
+		return syscall.ENOMEM
+	}
+	return nil
+}
+
+// pin counts registered region h against the client's RLIMIT_MEMLOCK
+// (mayPin allowed it).
+func (a *account) pin(h uint32, addr, length uint64) {
+	n, _ := pages(addr, length)
+	a.pinned[h] = n
+	a.pages += n
+}
+
+// unpin stops counting region h.
+func (a *account) unpin(h uint32) {
+	a.pages -= a.pinned[h]
+	delete(a.pinned, h)
+}
+
+// bindPort refuses a port below the unprivileged range to a client
+// without CAP_NET_BIND_SERVICE: EACCES, as cma_get_port.
+func (ss *session) bindPort(port uint16) error {
+	if port != 0 && port < ss.srv.privPorts && !ss.acct.capable(capNetBindService) {
+		return syscall.EACCES
+	}
+	return nil
+}
+
+// objKind is what a request would create.
+type objKind uint8
+
+const (
+	objPD objKind = iota
+	objMR
+	objSharedMR // a region of a memfd: a mapping too
+	objMW
+	objCQ
+	objQP
+	objSRQ
+	objAH
+	objCMID
+	objCMChannel
+)
+
+// room reports whether the client may create one more object of kind k:
+// ENOMEM past its share of the pool (EMFILE past its share of the
+// daemon's fds).
+func (ss *session) room(k objKind) error {
+	l := &ss.acct.lim
+	fds := 1 + len(ss.cqs) + len(ss.cm.channels) // 1: the event queue's
+	maps := len(ss.cqs) + 2*len(ss.qps) + len(ss.srqs)
+	for _, m := range ss.mrs {
+		if m.m != nil {
+			maps++
+		}
+	}
+	var n, most, needFDs, needMaps int
+	switch k {
+	case objPD:
+		n, most = len(ss.pds), l.PDs
+	case objMR, objSharedMR:
+		n, most = len(ss.mrs), l.MRs
+		if k == objSharedMR {
+			needMaps = 1
+		}
+	case objMW:
+		n, most = len(ss.mws), l.MWs
+	case objCQ:
+		n, most, needFDs, needMaps = len(ss.cqs), l.CQs, 1, 1
+	case objQP:
+		n, most, needMaps = len(ss.qps), l.QPs, 2
+	case objSRQ:
+		n, most, needMaps = len(ss.srqs), l.SRQs, 1
+	case objAH:
+		n, most = ss.acct.ahs, l.AHs
+	case objCMID:
+		n, most = len(ss.cm.ids), l.CMIDs
+	case objCMChannel:
+		n, most, needFDs = len(ss.cm.channels), l.CMChannels, 1
+	}
+	switch {
+	case fds+needFDs > l.FDs:
+		return syscall.EMFILE
+	case n >= most, maps+needMaps > l.Mappings:
+		return syscall.ENOMEM
+	}
+	return nil
+}
+
+// resolving is how many of the client's IDs are resolving an address.
+func (ss *session) resolving() int {
+	n := 0
+	for _, id := range ss.cm.ids {
+		if id.Resolving() {
+			n++
+		}
+	}
+	return n
+}
+
+// resolveTimeout is a client's resolution timeout in ms, capped: a client
+// may not hold the daemon's resolutions for days.
+func (ss *session) resolveTimeout(ms uint32) time.Duration {
+	return min(time.Duration(ms)*time.Millisecond, ss.acct.lim.ResolveTimeout)
+}

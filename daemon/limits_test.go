@@ -1,0 +1,568 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xdproce/xdproce/internal/netns"
+	"github.com/xdproce/xdproce/ipc"
+	"github.com/xdproce/xdproce/rdmacm"
+	"github.com/xdproce/xdproce/uverbs"
+	"github.com/xdproce/xdproce/verbs"
+)
+
+// rawSession is a session of srv for the client process p, driven by the
+// test request by request (call), past HELLO.
+func rawSession(t *testing.T, srv *Server, p ipc.Peer) *session {
+	t.Helper()
+	ss := newSession(srv, nil, p)
+	t.Cleanup(ss.release)
+	if _, errno := call(t, ss, uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) }); errno != 0 {
+		t.Fatalf("hello: %v", errno)
+	}
+	return ss
+}
+
+// call runs one request of the session's client: the reply's body and errno.
+func call(t *testing.T, ss *session, op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, syscall.Errno) {
+	t.Helper()
+	reply, out, err := ss.handle(msg(op, body), fds)
+	ipc.CloseAll(out)
+	if err != nil {
+		t.Fatalf("%v: the daemon disconnected the client: %v", op, err)
+	}
+	h, d, err := uverbs.Decode(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, syscall.Errno(h.Errno)
+}
+
+// handleOf calls op and returns the handle its reply starts with.
+func handleOf(t *testing.T, ss *session, op uverbs.Op, body func(*uverbs.Encoder), fds ...int) uint32 {
+	t.Helper()
+	d, errno := call(t, ss, op, body, fds...)
+	if errno != 0 {
+		t.Fatalf("%v: %v", op, errno)
+	}
+	return d.U32()
+}
+
+// self is the test process as a client: root, with every capability.
+func self() ipc.Peer { return ipc.Peer{PID: os.Getpid()} }
+
+// unprivileged starts a process of uid 65534 (no capabilities) for a
+// session to belong to; it lives as long as the test.
+func unprivileged(t *testing.T, script string) ipc.Peer {
+	t.Helper()
+	netns.RequireRoot(t)
+	cmd := exec.Command("sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	// The script ran once it became sleep.
+	comm := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/comm"
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if b, _ := os.ReadFile(comm); strings.TrimSpace(string(b)) == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q did not become sleep", script)
+		}
+	}
+	return ipc.Peer{PID: cmd.Process.Pid, UID: 65534, GID: 65534}
+}
+
+func regOwn(pd uint32, addr, length uint64) func(*uverbs.Encoder) {
+	return func(e *uverbs.Encoder) {
+		e.U32(pd)
+		e.U64(addr)
+		e.U64(length)
+		e.U32(uint32(verbs.AccessLocalWrite))
+		e.U64(addr)
+	}
+}
+
+// sparseMemfd is a sealed memfd of size bytes that takes no memory.
+func sparseMemfd(t *testing.T, size int64) int {
+	t.Helper()
+	fd, err := unix.MemfdCreate("sparse", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err == nil {
+		err = unix.Ftruncate(fd, size)
+	}
+	if err == nil {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
+// Registered bytes count against the client's RLIMIT_MEMLOCK, both kinds
+// of region, as ibv_reg_mr's under the kernel: past it ENOMEM, before
+// anything is mapped; deregistering gives the pages back; a client with
+// CAP_IPC_LOCK is not limited.
+func TestRegMRCountsAgainstMemlock(t *testing.T) {
+	tb := newTestbed(t)
+	const limit = 1 << 20
+	p := unprivileged(t, "ulimit -l 1024 && exec sleep 600")
+	ss := rawSession(t, tb.srv, p)
+	pd := handleOf(t, ss, uverbs.OpAllocPD, nil)
+	const half = limit / 2
+	own := handleOf(t, ss, uverbs.OpRegMR, regOwn(pd, 0x10000, half))
+	// One byte more than a page's worth spans one page more.
+	if _, errno := call(t, ss, uverbs.OpRegMR, regOwn(pd, 0x200000+4095, half-4095+1)); errno != syscall.ENOMEM {
+		t.Fatalf("own memory past RLIMIT_MEMLOCK: %v, want ENOMEM", errno)
+	}
+	// A memfd the client shares: the other half fits, then nothing more.
+	m, err := ipc.NewMapping("mr", half)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unmap()
+	fd, err := unix.Dup(m.FD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handleOf(t, ss, uverbs.OpRegMR, regOwn(pd, 0x400000, half), fd)
+	if _, errno := call(t, ss, uverbs.OpRegMR, regOwn(pd, 0x800000, 4096)); errno != syscall.ENOMEM {
+		t.Fatalf("a page past RLIMIT_MEMLOCK: %v, want ENOMEM", errno)
+	}
+	// 1 TiB of sparse memfd: refused, not mapped.
+	if _, errno := call(t, ss, uverbs.OpRegMR, regOwn(pd, 0, verbs.MaxMRSize), sparseMemfd(t, verbs.MaxMRSize)); errno != syscall.ENOMEM {
+		t.Fatalf("1 TiB memfd region: %v, want ENOMEM", errno)
+	}
+	if ss.acct.pages != limit/uint64(os.Getpagesize()) {
+		t.Fatalf("%d pages counted, want %d", ss.acct.pages, limit/os.Getpagesize())
+	}
+	if _, errno := call(t, ss, uverbs.OpDeregMR, func(e *uverbs.Encoder) { e.U32(own) }); errno != 0 {
+		t.Fatal(errno)
+	}
+	handleOf(t, ss, uverbs.OpRegMR, regOwn(pd, 0x800000, 4096))
+
+	// Root (CAP_IPC_LOCK) registers past any limit.
+	root := rawSession(t, tb.srv, self())
+	rpd := handleOf(t, root, uverbs.OpAllocPD, nil)
+	handleOf(t, root, uverbs.OpRegMR, regOwn(rpd, 0x10000, 1<<36))
+}
+
+func createCQ(e *uverbs.Encoder) { e.U32(4) }
+
+// Each client holds at most its share of each pool: past it ENOMEM (the
+// daemon's fds: EMFILE), while another client still gets its own.
+func TestPerClientShares(t *testing.T) {
+	tb := newTestbed(t)
+	tb.srv.cfg.Limits = Limits{PDs: 3, MRs: 2, MWs: 2, CQs: 3, QPs: 2, SRQs: 2, AHs: 2, CMIDs: 2, CMChannels: 1}.withDefaults(1024, 65530)
+	flood := func(ss *session) map[string]syscall.Errno {
+		got := map[string]syscall.Errno{}
+		try := func(name string, n int, op uverbs.Op, body func(*uverbs.Encoder)) {
+			for i := range n + 1 {
+				_, errno := call(t, ss, op, body)
+				if (errno != 0) != (i == n) {
+					t.Fatalf("%s %d of a share of %d: %v", name, i+1, n, errno)
+				}
+				got[name] = errno
+			}
+		}
+		try("PD", 3, uverbs.OpAllocPD, nil)
+		try("CQ", 3, uverbs.OpCreateCQ, createCQ)
+		cq := ss.next // the last CQ made
+		try("QP", 2, uverbs.OpCreateQP, func(e *uverbs.Encoder) {
+			(&uverbs.CreateQP{PD: 1, SendCQ: cq, RecvCQ: cq, Type: uint8(verbs.QPTypeRC), Cap: uverbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}).Put(e)
+		})
+		try("SRQ", 2, uverbs.OpCreateSRQ, func(e *uverbs.Encoder) { e.U32(1); (&uverbs.SRQAttr{MaxWR: 4, MaxSGE: 1}).Put(e) })
+		try("MW", 2, uverbs.OpAllocMW, func(e *uverbs.Encoder) { e.U32(1); e.U8(uint8(verbs.MWType2)) })
+		try("AH", 2, uverbs.OpCreateAH, func(e *uverbs.Encoder) {
+			e.U32(1)
+			(&uverbs.AHAttr{DGID: ipB.As16(), Port: 1, IsGlobal: true, HopLimit: 64}).Put(e)
+		})
+		try("MR", 2, uverbs.OpRegMR, regOwn(1, 0x10000, 4096))
+		try("CM channel", 1, uverbs.OpCMCreateChannel, nil)
+		ch := ss.next
+		try("CM ID", 2, uverbs.OpCMCreateID, func(e *uverbs.Encoder) { e.U32(ch); e.U16(uint16(rdmacm.PortSpaceTCP)) })
+		return got
+	}
+	for i := range 2 {
+		got := flood(rawSession(t, tb.srv, self()))
+		for name, errno := range got {
+			if errno != syscall.ENOMEM {
+				t.Errorf("client %d past its share of %ss: %v, want ENOMEM", i+1, name, errno)
+			}
+		}
+	}
+
+	// The daemon's fds: one per CQ, besides the client's event queue.
+	tb.srv.cfg.Limits = Limits{FDs: 4}.withDefaults(1024, 65530)
+	ss := rawSession(t, tb.srv, self())
+	for range 3 {
+		handleOf(t, ss, uverbs.OpCreateCQ, createCQ)
+	}
+	if _, errno := call(t, ss, uverbs.OpCreateCQ, createCQ); errno != syscall.EMFILE {
+		t.Fatalf("a CQ past the client's share of the daemon's fds: %v, want EMFILE", errno)
+	}
+}
+
+// With the default shares, one client flooding QPs is stopped at a
+// quarter of the device's QPNs: a second client still creates its own.
+func TestQPFloodLeavesOthersTheirShare(t *testing.T) {
+	tb := newTestbed(t)
+	flooder, other := rawSession(t, tb.srv, self()), rawSession(t, tb.srv, self())
+	qp := func(ss *session) syscall.Errno {
+		_, errno := call(t, ss, uverbs.OpCreateQP, func(e *uverbs.Encoder) {
+			(&uverbs.CreateQP{PD: 1, SendCQ: 2, RecvCQ: 2, Type: uint8(verbs.QPTypeUD), Cap: uverbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}).Put(e)
+		})
+		return errno
+	}
+	for _, ss := range []*session{flooder, other} {
+		handleOf(t, ss, uverbs.OpAllocPD, nil)
+		handleOf(t, ss, uverbs.OpCreateCQ, createCQ)
+	}
+	n := 0
+	var errno syscall.Errno
+	for ; n < verbs.MaxQP; n++ {
+		if errno = qp(flooder); errno != 0 {
+			break
+		}
+	}
+	if errno != syscall.ENOMEM || n > verbs.MaxQP/4 {
+		t.Fatalf("a client made %d QPs, then %v; want ENOMEM within a quarter of %d", n, errno, verbs.MaxQP)
+	}
+	if errno := qp(other); errno != 0 {
+		t.Fatalf("another client's QP: %v", errno)
+	}
+}
+
+// The daemon raises its fd soft limit to the hard one.
+func TestNewRaisesNoFile(t *testing.T) {
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Max < 512 {
+		t.Skipf("hard RLIMIT_NOFILE %d", r.Max)
+	}
+	low := unix.Rlimit{Cur: r.Max / 2, Max: r.Max}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Setrlimit(unix.RLIMIT_NOFILE, &r)
+	newTestbed(t)
+	var got unix.Rlimit
+	unix.Getrlimit(unix.RLIMIT_NOFILE, &got)
+	if got.Cur != r.Max {
+		t.Fatalf("soft RLIMIT_NOFILE %d after New, want the hard limit %d", got.Cur, r.Max)
+	}
+}
+
+// A daemon out of fds (EMFILE on accept) keeps serving: once fds are free
+// again it accepts the clients that waited, and new ones.
+func TestAcceptSurvivesEMFILE(t *testing.T) {
+	tb := newTestbed(t)
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil {
+		t.Fatal(err)
+	}
+	// Fill the fd table up to a low soft limit, keeping one for the
+	// client's socket.
+	open, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	low := r
+	low.Cur = uint64(len(open)) + 64
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	var filler []int
+	release := func() {
+		ipc.CloseAll(filler)
+		filler = nil
+		unix.Setrlimit(unix.RLIMIT_NOFILE, &r)
+	}
+	defer release()
+	for range low.Cur {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			break
+		}
+		filler = append(filler, fd)
+	}
+	unix.Close(filler[len(filler)-1])
+	filler = filler[:len(filler)-1]
+	sock, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(sock)
+	if err := unix.Connect(sock, &unix.SockaddrUnix{Name: ipc.SocketName(tb.name)}); err != nil {
+		t.Fatal(err)
+	}
+	// The daemon fails to accept it, a few times.
+	time.Sleep(100 * time.Millisecond)
+	release()
+	// The waiting client is accepted, and a new one too.
+	deadline := time.Now().Add(5 * time.Second)
+	for tb.srv.Clients() < 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := tb.srv.Clients(); n != 1 {
+		t.Fatalf("%d clients after fds were freed, want the one that waited", n)
+	}
+	if _, err := tb.dial(t).AllocPD(); err != nil {
+		t.Fatalf("a new client after EMFILE: %v", err)
+	}
+}
+
+// newResolveServer is a daemon whose device resolves no neighbour: each
+// resolution waits for its end.
+func newResolveServer(t *testing.T, lim Limits) *Server {
+	t.Helper()
+	la, _ := verbs.NewMemLinkPair(9000)
+	dev, err := verbs.NewDevice(la, verbs.DeviceConfig{MAC: macA, GIDs: []netip.Addr{ipA}, ActiveMTU: 1024,
+		Resolve: func(ctx context.Context, _ netip.Addr) (net.HardwareAddr, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	var r [6]byte
+	rand.Read(r[:])
+	srv, err := New(Config{Ifname: "test-" + hex.EncodeToString(r[:]), Device: dev, Group: -1, Logger: discardLogger(), Limits: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	})
+	return srv
+}
+
+// resolveFlood has the client resolve toward a host that never answers,
+// with an hour's timeout, on n IDs: the IDs, and how many were refused.
+func resolveFlood(t *testing.T, ss *session, n int) (ids []uint32, refused int) {
+	t.Helper()
+	ch := handleOf(t, ss, uverbs.OpCMCreateChannel, nil)
+	for range n {
+		id := handleOf(t, ss, uverbs.OpCMCreateID, func(e *uverbs.Encoder) { e.U32(ch); e.U16(uint16(rdmacm.PortSpaceTCP)) })
+		ids = append(ids, id)
+		_, errno := call(t, ss, uverbs.OpCMResolveAddr, func(e *uverbs.Encoder) {
+			e.U32(id)
+			(&uverbs.CMAddr{Family: 4, IP: netip.IPv4Unspecified().As16()}).Put(e)
+			(&uverbs.CMAddr{Family: 4, IP: netip.AddrFrom4([4]byte{198, 18, 0, 99}).As16(), Port: 9}).Put(e)
+			e.U32(3600 * 1000)
+		})
+		switch errno {
+		case 0:
+		case syscall.ENOMEM:
+			refused++
+		default:
+			t.Fatalf("resolve_addr: %v", errno)
+		}
+	}
+	return ids, refused
+}
+
+// settleGoroutines waits until no more goroutines run than want.
+func settleGoroutines(t *testing.T, want int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > want && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > want {
+		buf := make([]byte, 1<<20)
+		t.Logf("%s", buf[:runtime.Stack(buf, true)])
+		t.Fatalf("%d goroutines %s, %d before", n, what, want)
+	}
+}
+
+// Address resolutions end with their ID and with the client, whatever
+// timeout it asked for; a client has a bounded number in progress, and
+// their timeout is capped.
+func TestResolutionsEndWithTheirIDs(t *testing.T) {
+	srv := newResolveServer(t, Limits{})
+	time.Sleep(100 * time.Millisecond) // the daemon's goroutines start
+	base := runtime.NumGoroutine()
+	ss := rawSession(t, srv, self())
+	ids, refused := resolveFlood(t, ss, 200)
+	if want := 200 - srv.cfg.Limits.Resolutions; refused != want {
+		t.Fatalf("%d of 200 resolutions refused, want %d (ENOMEM past %d in progress)", refused, want, srv.cfg.Limits.Resolutions)
+	}
+	if n := runtime.NumGoroutine(); n < base+srv.cfg.Limits.Resolutions {
+		t.Fatalf("%d goroutines while resolving, %d before: the test resolves nothing", n, base)
+	}
+	for _, id := range ids {
+		if _, errno := call(t, ss, uverbs.OpCMDestroyID, func(e *uverbs.Encoder) { e.U32(id) }); errno != 0 {
+			t.Fatal(errno)
+		}
+	}
+	settleGoroutines(t, base, "after CM_DESTROY_ID")
+
+	// The client leaves with its resolutions in progress.
+	ss2 := newSession(srv, nil, self())
+	call(t, ss2, uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) })
+	resolveFlood(t, ss2, 10)
+	ss2.release()
+	settleGoroutines(t, base, "after the client left")
+
+	// An hour's timeout is cut to the daemon's cap.
+	srv.cfg.Limits.ResolveTimeout = 200 * time.Millisecond
+	ss3 := rawSession(t, srv, self())
+	resolveFlood(t, ss3, 1)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		d, errno := call(t, ss3, uverbs.OpCMGetEvent, func(e *uverbs.Encoder) { e.U32(1) })
+		if errno == 0 {
+			var ev uverbs.CMEvent
+			ev.Get(d)
+			if rdmacm.EventType(ev.Type) != rdmacm.EventAddrError || ev.Status != -int32(syscall.ETIMEDOUT) {
+				t.Fatalf("event %+v, want ADDR_ERROR ETIMEDOUT", ev)
+			}
+			break
+		}
+		if errno != syscall.EAGAIN || time.Now().After(deadline) {
+			t.Fatalf("no ADDR_ERROR within 3 s of a resolution capped at 200 ms: %v", errno)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cmListen has the client listen on ipA:port: the channel and the ID.
+func cmListen(t *testing.T, ss *session, port uint16) (ch, id uint32) {
+	t.Helper()
+	ch = handleOf(t, ss, uverbs.OpCMCreateChannel, nil)
+	id = handleOf(t, ss, uverbs.OpCMCreateID, func(e *uverbs.Encoder) { e.U32(ch); e.U16(uint16(rdmacm.PortSpaceTCP)) })
+	if _, errno := call(t, ss, uverbs.OpCMBind, func(e *uverbs.Encoder) {
+		e.U32(id)
+		(&uverbs.CMAddr{Family: 4, IP: ipA.As16(), Port: port}).Put(e)
+	}); errno != 0 {
+		t.Fatalf("bind: %v", errno)
+	}
+	if _, errno := call(t, ss, uverbs.OpCMListen, func(e *uverbs.Encoder) { e.U32(id); e.U32(8) }); errno != 0 {
+		t.Fatalf("listen: %v", errno)
+	}
+	return ch, id
+}
+
+// CONNECT_REQUESTs the client never fetched are rejected when their
+// listener goes, by CM_DESTROY_ID or with the client: the peer's connect
+// fails at once (REJ) and the daemon keeps no ID or connection of them.
+func TestUnfetchedRequestsRejected(t *testing.T) {
+	tb := newTestbed(t)
+	svcB, err := rdmacm.Start(tb.b, rdmacm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svcB.Close()
+	for i, how := range []string{"CM_DESTROY_ID", "the client's exit"} {
+		port := uint16(7300 + i)
+		ss := newSession(tb.srv, nil, self())
+		call(t, ss, uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) })
+		ch, id := cmListen(t, ss, port)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		dialed := make(chan error, 1)
+		qp := newEnd(t, tb.b, 64).qp
+		go func() {
+			_, err := svcB.Dial(ctx, qp, netip.AddrPortFrom(ipA, port), rdmacm.ConnParam{RetryCount: 7})
+			dialed <- err
+		}()
+		deadline := time.Now().Add(5 * time.Second)
+		for ss.cm.channels[ch].ch.Len() == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if ss.cm.channels[ch].ch.Len() == 0 {
+			t.Fatal("no CONNECT_REQUEST queued")
+		}
+		if i == 0 {
+			if _, errno := call(t, ss, uverbs.OpCMDestroyID, func(e *uverbs.Encoder) { e.U32(id) }); errno != 0 {
+				t.Fatal(errno)
+			}
+		} else {
+			ss.release()
+		}
+		err := <-dialed
+		cancel()
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("after %s: the peer's connect: %v, want ECONNREFUSED", how, err)
+		}
+		for tb.srv.cm.IDs() != 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n, c := tb.srv.cm.IDs(), tb.srv.cm.Connections(); n != 0 || c != 0 {
+			t.Fatalf("after %s the daemon keeps %d IDs, %d connections", how, n, c)
+		}
+		if i == 0 {
+			ss.release()
+		}
+	}
+}
+
+// CM ports below ip_unprivileged_port_start need CAP_NET_BIND_SERVICE, as
+// the kernel's cma_get_port: EACCES without it, by CM_BIND or by
+// CM_RESOLVE_ADDR's source port.
+func TestPrivilegedCMPorts(t *testing.T) {
+	tb := newTestbed(t)
+	user := rawSession(t, tb.srv, unprivileged(t, "exec sleep 600"))
+	ch := handleOf(t, user, uverbs.OpCMCreateChannel, nil)
+	newID := func(ss *session, ch uint32) uint32 {
+		return handleOf(t, ss, uverbs.OpCMCreateID, func(e *uverbs.Encoder) { e.U32(ch); e.U16(uint16(rdmacm.PortSpaceTCP)) })
+	}
+	bind := func(ss *session, id uint32, port uint16) syscall.Errno {
+		_, errno := call(t, ss, uverbs.OpCMBind, func(e *uverbs.Encoder) {
+			e.U32(id)
+			(&uverbs.CMAddr{Family: 4, IP: ipA.As16(), Port: port}).Put(e)
+		})
+		return errno
+	}
+	low := tb.srv.privPorts - 1
+	if low == 0 || low == 0xffff {
+		t.Skipf("ip_unprivileged_port_start is %d", tb.srv.privPorts)
+	}
+	id := newID(user, ch)
+	if errno := bind(user, id, low); errno != syscall.EACCES {
+		t.Fatalf("an unprivileged client binding port %d: %v, want EACCES", low, errno)
+	}
+	if errno := bind(user, id, tb.srv.privPorts); errno != 0 {
+		t.Fatalf("an unprivileged client binding port %d: %v", tb.srv.privPorts, errno)
+	}
+	if _, errno := call(t, user, uverbs.OpCMResolveAddr, func(e *uverbs.Encoder) {
+		e.U32(newID(user, ch))
+		(&uverbs.CMAddr{Family: 4, IP: ipA.As16(), Port: low}).Put(e)
+		(&uverbs.CMAddr{Family: 4, IP: ipB.As16(), Port: 9}).Put(e)
+		e.U32(1000)
+	}); errno != syscall.EACCES {
+		t.Fatalf("an unprivileged client resolving from port %d: %v, want EACCES", low, errno)
+	}
+	root := rawSession(t, tb.srv, self())
+	if errno := bind(root, newID(root, handleOf(t, root, uverbs.OpCMCreateChannel, nil)), low); errno != 0 {
+		t.Fatalf("root binding port %d: %v", low, errno)
+	}
+}

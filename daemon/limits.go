@@ -35,6 +35,10 @@ type Limits struct {
 	// Mappings bounds the shared-memory mappings the daemon holds for it
 	// (one per CQ, SRQ and shared region, two per QP): over it, ENOMEM.
 	FDs, Mappings int
+	// MappedBytes bounds the bytes of the client's shared regions the
+	// daemon maps, whatever the client's RLIMIT_MEMLOCK or capabilities: a
+	// sealed sparse memfd costs the client nothing, the daemon address space.
+	MappedBytes uint64
 }
 
 // The device-wide pools a client's default share is a fraction of.
@@ -46,6 +50,8 @@ const (
 	// maxResolveTimeout is the longest address resolution a client gets:
 	// librdmacm's users ask for a few seconds (rping, ucmatose: 2 s).
 	maxResolveTimeout = 30 * time.Second
+	// defaultMappedBytes: a 32nd of a 47-bit address space.
+	defaultMappedBytes = 1 << 42
 )
 
 // withDefaults fills the zero fields: a quarter of each bounded pool, and
@@ -69,6 +75,9 @@ func (l Limits) withDefaults(nofile, maps uint64) Limits {
 	def(&l.Resolutions, 64)
 	def(&l.FDs, int(min(max(nofile/16, 64), 4096)))
 	def(&l.Mappings, int(min(max(maps/16, 256), 8192)))
+	if l.MappedBytes == 0 {
+		l.MappedBytes = defaultMappedBytes
+	}
 	if l.ResolveTimeout <= 0 {
 		l.ResolveTimeout = maxResolveTimeout
 	}
@@ -128,12 +137,17 @@ type account struct {
 	// none), caps its effective capabilities, both read at attach.
 	memlock uint64
 	caps    uint64
-	// pinned is the pages each registered region counts against memlock,
-	// by handle; pages their sum.
-	pinned map[uint32]uint64
-	pages  uint64
-	ahs    int // address handles (a sync.Map, which has no length)
+	// pinned is what each registered region counts, by handle: its pages
+	// against memlock, the bytes the daemon maps of it (shared regions).
+	// pages, mapped and mappedMRs are their sums and count.
+	pinned    map[uint32]pinnedMR
+	pages     uint64
+	mapped    uint64
+	mappedMRs int
+	ahs       int // address handles (a sync.Map, which has no length)
 }
+
+type pinnedMR struct{ pages, mapped uint64 }
 
 // newAccount reads the client's RLIMIT_MEMLOCK and effective capabilities,
 // as the kernel checks them at ibv_reg_mr and rdma_bind_addr. A client
@@ -141,7 +155,7 @@ type account struct {
 // capability.
 func newAccount(lim Limits, pid int) *account {
 	// A server made without New (the fuzzer's) has its defaults here.
-	a := &account{lim: lim.withDefaults(1024, 65530), pinned: map[uint32]uint64{}}
+	a := &account{lim: lim.withDefaults(1024, 65530), pinned: map[uint32]pinnedMR{}}
 	var r unix.Rlimit
 	if err := unix.Prlimit(pid, unix.RLIMIT_MEMLOCK, nil, &r); err == nil {
 		a.memlock = r.Cur
@@ -230,20 +244,37 @@ func (ss *session) mayPin(k objKind, addr, length uint64) error {
 	if !a.capable(capIPCLock) && a.pages+n > a.memlock/uint64(os.Getpagesize()) {
 		return syscall.ENOMEM
 	}
+	if k == objSharedMR && a.mapped+length > a.lim.MappedBytes {
+		return syscall.ENOMEM
+	}
 	return nil
 }
 
-// pin counts registered region h against the client's RLIMIT_MEMLOCK
-// (mayPin allowed it).
-func (a *account) pin(h uint32, addr, length uint64) {
+// pin counts registered region h (mapped: a shared one) against the
+// client's RLIMIT_MEMLOCK and shares (mayPin allowed it).
+func (a *account) pin(h uint32, addr, length uint64, mapped bool) {
 	n, _ := pages(addr, length)
-	a.pinned[h] = n
-	a.pages += n
+	p := pinnedMR{pages: n}
+	if mapped {
+		p.mapped = length
+		a.mappedMRs++
+	}
+	a.pinned[h] = p
+	a.pages += p.pages
+	a.mapped += p.mapped
 }
 
 // unpin stops counting region h.
 func (a *account) unpin(h uint32) {
-	a.pages -= a.pinned[h]
+	p, ok := a.pinned[h]
+	if !ok {
+		return
+	}
+	a.pages -= p.pages
+	a.mapped -= p.mapped
+	if p.mapped > 0 {
+		a.mappedMRs--
+	}
 	delete(a.pinned, h)
 }
 
@@ -278,12 +309,7 @@ const (
 func (ss *session) room(k objKind) error {
 	l := &ss.acct.lim
 	fds := 1 + len(ss.cqs) + len(ss.cm.channels) // 1: the event queue's
-	maps := len(ss.cqs) + 2*len(ss.qps) + len(ss.srqs)
-	for _, m := range ss.mrs {
-		if m.m != nil {
-			maps++
-		}
-	}
+	maps := len(ss.cqs) + 2*len(ss.qps) + len(ss.srqs) + ss.acct.mappedMRs
 	var n, most, needFDs, needMaps int
 	switch k {
 	case objPD:

@@ -160,10 +160,16 @@ func TestRegMRCountsAgainstMemlock(t *testing.T) {
 	}
 	handleOf(t, ss, uverbs.OpRegMR, regOwn(pd, 0x800000, 4096))
 
-	// Root (CAP_IPC_LOCK) registers past any limit.
+	// Root (CAP_IPC_LOCK) registers past any RLIMIT_MEMLOCK; the bytes
+	// of memfds the daemon maps for it are bounded all the same.
+	tb.srv.cfg.Limits = Limits{MappedBytes: 1 << 30}.withDefaults(1024, 65530)
 	root := rawSession(t, tb.srv, self())
 	rpd := handleOf(t, root, uverbs.OpAllocPD, nil)
 	handleOf(t, root, uverbs.OpRegMR, regOwn(rpd, 0x10000, 1<<36))
+	handleOf(t, root, uverbs.OpRegMR, regOwn(rpd, 0, 1<<30), sparseMemfd(t, 1<<30))
+	if _, errno := call(t, root, uverbs.OpRegMR, regOwn(rpd, 0, verbs.MaxMRSize), sparseMemfd(t, verbs.MaxMRSize)); errno != syscall.ENOMEM {
+		t.Fatalf("root: 1 TiB memfd region past its share of the daemon's mappings: %v, want ENOMEM", errno)
+	}
 }
 
 func createCQ(e *uverbs.Encoder) { e.U32(4) }
@@ -219,6 +225,17 @@ func TestPerClientShares(t *testing.T) {
 	}
 	if _, errno := call(t, ss, uverbs.OpCreateCQ, createCQ); errno != syscall.EMFILE {
 		t.Fatalf("a CQ past the client's share of the daemon's fds: %v, want EMFILE", errno)
+	}
+	// The daemon's mappings: one per CQ, two per QP.
+	tb.srv.cfg.Limits = Limits{Mappings: 3}.withDefaults(1024, 65530)
+	ss = rawSession(t, tb.srv, self())
+	handleOf(t, ss, uverbs.OpAllocPD, nil)
+	handleOf(t, ss, uverbs.OpCreateCQ, createCQ)
+	handleOf(t, ss, uverbs.OpCreateQP, func(e *uverbs.Encoder) {
+		(&uverbs.CreateQP{PD: 1, SendCQ: 2, RecvCQ: 2, Type: uint8(verbs.QPTypeUD), Cap: uverbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}).Put(e)
+	})
+	if _, errno := call(t, ss, uverbs.OpCreateCQ, createCQ); errno != syscall.ENOMEM {
+		t.Fatalf("a CQ past the client's share of the daemon's mappings: %v, want ENOMEM", errno)
 	}
 }
 

@@ -385,7 +385,7 @@ func (ss *session) regMR(d *uverbs.Decoder, fd int, e *uverbs.Encoder) error {
 	}
 	h := ss.handle32()
 	ss.mrs[h] = &sharedMR{mr: mr, pd: pdh, m: m}
-	ss.acct.pin(h, addr, length)
+	ss.acct.pin(h, addr, length, true)
 	e.U32(h)
 	e.U32(mr.LKey())
 	e.U32(mr.RKey())
@@ -413,7 +413,7 @@ func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	}
 	h := ss.handle32()
 	ss.mrs[h] = &sharedMR{mr: mr, pd: pdh}
-	ss.acct.pin(h, addr, length)
+	ss.acct.pin(h, addr, length, false)
 	e.U32(h)
 	e.U32(mr.LKey())
 	e.U32(mr.RKey())

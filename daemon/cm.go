@@ -57,6 +57,7 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		}
 		c.fd.Close()
 		delete(ss.cm.channels, h)
+		ss.acct.gave(objCMChannel)
 		return nil, nil
 	case uverbs.OpCMCreateID:
 		ch, ps := d.U32(), d.U16()
@@ -92,6 +93,7 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		}
 		delete(ss.cm.ids, h)
 		delete(ss.cm.handles, id)
+		ss.acct.gave(objCMID)
 		return nil, id.Destroy()
 	case uverbs.OpCMMigrateID:
 		ch := d.U32()
@@ -244,6 +246,7 @@ func (ss *session) cmAdopt(id *rdmacm.ID) uint32 {
 	h := ss.handle32()
 	ss.cm.ids[h] = id
 	ss.cm.handles[id] = h
+	ss.acct.took(objCMID)
 	return h
 }
 
@@ -267,6 +270,7 @@ func (ss *session) cmCreateChannel(d *uverbs.Decoder, e *uverbs.Encoder) ([]int,
 	c.ch.SetNotify(fd.Signal)
 	h := ss.handle32()
 	ss.cm.channels[h] = c
+	ss.acct.took(objCMChannel)
 	e.U32(h)
 	return out, nil
 }

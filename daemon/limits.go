@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -129,25 +130,93 @@ const (
 	capIPCLock        = 14
 )
 
-// account is a session's limits and the usage that no table of the
-// session holds; the session's goroutine alone uses it.
+// account is one client process's limits and what it holds, shared by
+// its sessions (as the kernel counts pinned pages per address space): a
+// process does not get another share by attaching again.
 type account struct {
 	lim Limits
 	// memlock is the client's RLIMIT_MEMLOCK in bytes (math.MaxUint64 for
 	// none), caps its effective capabilities, both read at attach.
 	memlock uint64
 	caps    uint64
-	// pinned is what each registered region counts, by handle: its pages
+
+	mu       sync.Mutex
+	sessions int
+	n        [objKinds]int // objects by kind (objMR counts shared ones too)
+	pages    uint64        // pages counted against memlock
+	mapped   uint64        // bytes of shared regions the daemon maps
+}
+
+// usage is a session's part of its process's account; the session's
+// goroutine alone uses it.
+type usage struct {
+	*account
+	held [objKinds]int
+	// pins is what each registered region counts, by handle: its pages
 	// against memlock, the bytes the daemon maps of it (shared regions).
-	// pages, mapped and mappedMRs are their sums and count.
-	pinned    map[uint32]pinnedMR
-	pages     uint64
-	mapped    uint64
-	mappedMRs int
-	ahs       int // address handles (a sync.Map, which has no length)
+	pins map[uint32]pinnedMR
+	left bool
 }
 
 type pinnedMR struct{ pages, mapped uint64 }
+
+// join makes ss's usage, part of the account of the process pid.
+func (s *Server) join(pid int) *usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.accounts == nil {
+		s.accounts = map[int]*account{} // a server made without New (the fuzzer's)
+	}
+	a := s.accounts[pid]
+	if a == nil {
+		a = newAccount(s.cfg.Limits, pid)
+		s.accounts[pid] = a
+	}
+	a.mu.Lock()
+	a.sessions++
+	a.mu.Unlock()
+	return &usage{account: a, pins: map[uint32]pinnedMR{}}
+}
+
+// leave gives back what u held (its session released it) and forgets the
+// account once no session of its process remains.
+func (s *Server) leave(pid int, u *usage) {
+	if u.left {
+		return
+	}
+	u.left = true
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := u.account
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, n := range u.held {
+		a.n[k] -= n
+	}
+	for _, p := range u.pins {
+		a.pages -= p.pages
+		a.mapped -= p.mapped
+	}
+	u.held, u.pins = [objKinds]int{}, map[uint32]pinnedMR{}
+	if a.sessions--; a.sessions == 0 && s.accounts[pid] == a {
+		delete(s.accounts, pid)
+	}
+}
+
+// took counts an object of kind k the session created, gave one it
+// destroyed.
+func (u *usage) took(k objKind) { u.add(k, 1) }
+func (u *usage) gave(k objKind) { u.add(k, -1) }
+
+func (u *usage) add(k objKind, d int) {
+	u.held[k] += d
+	u.mu.Lock()
+	u.n[k] += d
+	if k == objSharedMR {
+		u.n[objMR] += d
+	}
+	u.mu.Unlock()
+}
 
 // newAccount reads the client's RLIMIT_MEMLOCK and effective capabilities,
 // as the kernel checks them at ibv_reg_mr and rdma_bind_addr. A client
@@ -155,7 +224,7 @@ type pinnedMR struct{ pages, mapped uint64 }
 // capability.
 func newAccount(lim Limits, pid int) *account {
 	// A server made without New (the fuzzer's) has its defaults here.
-	a := &account{lim: lim.withDefaults(1024, 65530), pinned: map[uint32]pinnedMR{}}
+	a := &account{lim: lim.withDefaults(1024, 65530)}
 	var r unix.Rlimit
 	if err := unix.Prlimit(pid, unix.RLIMIT_MEMLOCK, nil, &r); err == nil {
 		a.memlock = r.Cur
@@ -241,6 +310,8 @@ func (ss *session) mayPin(k objKind, addr, length uint64) error {
 		return err
 	}
 	a := ss.acct
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if !a.capable(capIPCLock) && a.pages+n > a.memlock/uint64(os.Getpagesize()) {
 		return syscall.ENOMEM
 	}
@@ -252,30 +323,37 @@ func (ss *session) mayPin(k objKind, addr, length uint64) error {
 
 // pin counts registered region h (mapped: a shared one) against the
 // client's RLIMIT_MEMLOCK and shares (mayPin allowed it).
-func (a *account) pin(h uint32, addr, length uint64, mapped bool) {
+func (u *usage) pin(h uint32, addr, length uint64, mapped bool) {
 	n, _ := pages(addr, length)
 	p := pinnedMR{pages: n}
+	k := objMR
 	if mapped {
-		p.mapped = length
-		a.mappedMRs++
+		p.mapped, k = length, objSharedMR
 	}
-	a.pinned[h] = p
-	a.pages += p.pages
-	a.mapped += p.mapped
+	u.pins[h] = p
+	u.took(k)
+	u.mu.Lock()
+	u.pages += p.pages
+	u.mapped += p.mapped
+	u.mu.Unlock()
 }
 
 // unpin stops counting region h.
-func (a *account) unpin(h uint32) {
-	p, ok := a.pinned[h]
+func (u *usage) unpin(h uint32) {
+	p, ok := u.pins[h]
 	if !ok {
 		return
 	}
-	a.pages -= p.pages
-	a.mapped -= p.mapped
+	delete(u.pins, h)
+	k := objMR
 	if p.mapped > 0 {
-		a.mappedMRs--
+		k = objSharedMR
 	}
-	delete(a.pinned, h)
+	u.gave(k)
+	u.mu.Lock()
+	u.pages -= p.pages
+	u.mapped -= p.mapped
+	u.mu.Unlock()
 }
 
 // bindPort refuses a port below the unprivileged range to a client
@@ -301,43 +379,32 @@ const (
 	objAH
 	objCMID
 	objCMChannel
+	objKinds
 )
 
 // room reports whether the client may create one more object of kind k:
 // ENOMEM past its share of the pool (EMFILE past its share of the
-// daemon's fds).
+// daemon's fds). Sessions of one process share one share.
 func (ss *session) room(k objKind) error {
-	l := &ss.acct.lim
-	fds := 1 + len(ss.cqs) + len(ss.cm.channels) // 1: the event queue's
-	maps := len(ss.cqs) + 2*len(ss.qps) + len(ss.srqs) + ss.acct.mappedMRs
-	var n, most, needFDs, needMaps int
-	switch k {
-	case objPD:
-		n, most = len(ss.pds), l.PDs
-	case objMR, objSharedMR:
-		n, most = len(ss.mrs), l.MRs
-		if k == objSharedMR {
-			needMaps = 1
-		}
-	case objMW:
-		n, most = len(ss.mws), l.MWs
-	case objCQ:
-		n, most, needFDs, needMaps = len(ss.cqs), l.CQs, 1, 1
-	case objQP:
-		n, most, needMaps = len(ss.qps), l.QPs, 2
-	case objSRQ:
-		n, most, needMaps = len(ss.srqs), l.SRQs, 1
-	case objAH:
-		n, most = ss.acct.ahs, l.AHs
-	case objCMID:
-		n, most = len(ss.cm.ids), l.CMIDs
-	case objCMChannel:
-		n, most, needFDs = len(ss.cm.channels), l.CMChannels, 1
+	a := ss.acct
+	l := &a.lim
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := &a.n
+	fds := a.sessions + n[objCQ] + n[objCMChannel] // a session: its event queue's
+	maps := n[objCQ] + 2*n[objQP] + n[objSRQ] + n[objSharedMR]
+	most := [objKinds]int{objPD: l.PDs, objMR: l.MRs, objSharedMR: l.MRs, objMW: l.MWs, objCQ: l.CQs, objQP: l.QPs,
+		objSRQ: l.SRQs, objAH: l.AHs, objCMID: l.CMIDs, objCMChannel: l.CMChannels}[k]
+	have := n[k]
+	if k == objSharedMR {
+		have = n[objMR]
 	}
+	needFDs := [objKinds]int{objCQ: 1, objCMChannel: 1}[k]
+	needMaps := [objKinds]int{objSharedMR: 1, objCQ: 1, objQP: 2, objSRQ: 1}[k]
 	switch {
 	case fds+needFDs > l.FDs:
 		return syscall.EMFILE
-	case n >= most, maps+needMaps > l.Mappings:
+	case have >= most, maps+needMaps > l.Mappings:
 		return syscall.ENOMEM
 	}
 	return nil

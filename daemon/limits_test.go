@@ -62,16 +62,23 @@ func handleOf(t *testing.T, ss *session, op uverbs.Op, body func(*uverbs.Encoder
 	return d.U32()
 }
 
-// self is the test process as a client: root, with every capability.
-func self() ipc.Peer { return ipc.Peer{PID: os.Getpid()} }
+// rootProcess starts a process of root's, with every capability, for
+// sessions to belong to: each such process is a client with its own share.
+func rootProcess(t *testing.T) ipc.Peer { return process(t, nil, "exec sleep 600") }
 
-// unprivileged starts a process of uid 65534 (no capabilities) for a
-// session to belong to; it lives as long as the test.
+// unprivileged starts a process of uid 65534 (no capabilities) that runs
+// script and then sleeps, for sessions to belong to.
 func unprivileged(t *testing.T, script string) ipc.Peer {
+	return process(t, &syscall.Credential{Uid: 65534, Gid: 65534}, script)
+}
+
+// process starts a process with cred (nil: the test's) that lives as long
+// as the test.
+func process(t *testing.T, cred *syscall.Credential, script string) ipc.Peer {
 	t.Helper()
 	netns.RequireRoot(t)
 	cmd := exec.Command("sh", "-c", script)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +96,11 @@ func unprivileged(t *testing.T, script string) ipc.Peer {
 			t.Fatalf("%q did not become sleep", script)
 		}
 	}
-	return ipc.Peer{PID: cmd.Process.Pid, UID: 65534, GID: 65534}
+	p := ipc.Peer{PID: cmd.Process.Pid}
+	if cred != nil {
+		p.UID, p.GID = cred.Uid, cred.Gid
+	}
+	return p
 }
 
 func regOwn(pd uint32, addr, length uint64) func(*uverbs.Encoder) {
@@ -163,7 +174,7 @@ func TestRegMRCountsAgainstMemlock(t *testing.T) {
 	// Root (CAP_IPC_LOCK) registers past any RLIMIT_MEMLOCK; the bytes
 	// of memfds the daemon maps for it are bounded all the same.
 	tb.srv.cfg.Limits = Limits{MappedBytes: 1 << 30}.withDefaults(1024, 65530)
-	root := rawSession(t, tb.srv, self())
+	root := rawSession(t, tb.srv, rootProcess(t))
 	rpd := handleOf(t, root, uverbs.OpAllocPD, nil)
 	handleOf(t, root, uverbs.OpRegMR, regOwn(rpd, 0x10000, 1<<36))
 	handleOf(t, root, uverbs.OpRegMR, regOwn(rpd, 0, 1<<30), sparseMemfd(t, 1<<30))
@@ -208,18 +219,23 @@ func TestPerClientShares(t *testing.T) {
 		try("CM ID", 2, uverbs.OpCMCreateID, func(e *uverbs.Encoder) { e.U32(ch); e.U16(uint16(rdmacm.PortSpaceTCP)) })
 		return got
 	}
-	for i := range 2 {
-		got := flood(rawSession(t, tb.srv, self()))
+	first := rootProcess(t)
+	for i, p := range []ipc.Peer{first, rootProcess(t)} {
+		got := flood(rawSession(t, tb.srv, p))
 		for name, errno := range got {
 			if errno != syscall.ENOMEM {
 				t.Errorf("client %d past its share of %ss: %v, want ENOMEM", i+1, name, errno)
 			}
 		}
 	}
+	// Another session of a process shares its share.
+	if _, errno := call(t, rawSession(t, tb.srv, first), uverbs.OpAllocPD, nil); errno != syscall.ENOMEM {
+		t.Fatalf("a PD in a second session of a client at its share: %v, want ENOMEM", errno)
+	}
 
 	// The daemon's fds: one per CQ, besides the client's event queue.
 	tb.srv.cfg.Limits = Limits{FDs: 4}.withDefaults(1024, 65530)
-	ss := rawSession(t, tb.srv, self())
+	ss := rawSession(t, tb.srv, rootProcess(t))
 	for range 3 {
 		handleOf(t, ss, uverbs.OpCreateCQ, createCQ)
 	}
@@ -228,7 +244,7 @@ func TestPerClientShares(t *testing.T) {
 	}
 	// The daemon's mappings: one per CQ, two per QP.
 	tb.srv.cfg.Limits = Limits{Mappings: 3}.withDefaults(1024, 65530)
-	ss = rawSession(t, tb.srv, self())
+	ss = rawSession(t, tb.srv, rootProcess(t))
 	handleOf(t, ss, uverbs.OpAllocPD, nil)
 	handleOf(t, ss, uverbs.OpCreateCQ, createCQ)
 	handleOf(t, ss, uverbs.OpCreateQP, func(e *uverbs.Encoder) {
@@ -243,7 +259,7 @@ func TestPerClientShares(t *testing.T) {
 // quarter of the device's QPNs: a second client still creates its own.
 func TestQPFloodLeavesOthersTheirShare(t *testing.T) {
 	tb := newTestbed(t)
-	flooder, other := rawSession(t, tb.srv, self()), rawSession(t, tb.srv, self())
+	flooder, other := rawSession(t, tb.srv, rootProcess(t)), rawSession(t, tb.srv, rootProcess(t))
 	qp := func(ss *session) syscall.Errno {
 		_, errno := call(t, ss, uverbs.OpCreateQP, func(e *uverbs.Encoder) {
 			(&uverbs.CreateQP{PD: 1, SendCQ: 2, RecvCQ: 2, Type: uint8(verbs.QPTypeUD), Cap: uverbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}).Put(e)
@@ -428,7 +444,7 @@ func TestResolutionsEndWithTheirIDs(t *testing.T) {
 	srv := newResolveServer(t, Limits{})
 	time.Sleep(100 * time.Millisecond) // the daemon's goroutines start
 	base := runtime.NumGoroutine()
-	ss := rawSession(t, srv, self())
+	ss := rawSession(t, srv, rootProcess(t))
 	ids, refused := resolveFlood(t, ss, 200)
 	if want := 200 - srv.cfg.Limits.Resolutions; refused != want {
 		t.Fatalf("%d of 200 resolutions refused, want %d (ENOMEM past %d in progress)", refused, want, srv.cfg.Limits.Resolutions)
@@ -444,7 +460,7 @@ func TestResolutionsEndWithTheirIDs(t *testing.T) {
 	settleGoroutines(t, base, "after CM_DESTROY_ID")
 
 	// The client leaves with its resolutions in progress.
-	ss2 := newSession(srv, nil, self())
+	ss2 := newSession(srv, nil, rootProcess(t))
 	call(t, ss2, uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) })
 	resolveFlood(t, ss2, 10)
 	ss2.release()
@@ -452,7 +468,7 @@ func TestResolutionsEndWithTheirIDs(t *testing.T) {
 
 	// An hour's timeout is cut to the daemon's cap.
 	srv.cfg.Limits.ResolveTimeout = 200 * time.Millisecond
-	ss3 := rawSession(t, srv, self())
+	ss3 := rawSession(t, srv, rootProcess(t))
 	resolveFlood(t, ss3, 1)
 	deadline := time.Now().Add(3 * time.Second)
 	for {
@@ -501,7 +517,7 @@ func TestUnfetchedRequestsRejected(t *testing.T) {
 	defer svcB.Close()
 	for i, how := range []string{"CM_DESTROY_ID", "the client's exit"} {
 		port := uint16(7300 + i)
-		ss := newSession(tb.srv, nil, self())
+		ss := newSession(tb.srv, nil, rootProcess(t))
 		call(t, ss, uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) })
 		ch, id := cmListen(t, ss, port)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -578,8 +594,32 @@ func TestPrivilegedCMPorts(t *testing.T) {
 	}); errno != syscall.EACCES {
 		t.Fatalf("an unprivileged client resolving from port %d: %v, want EACCES", low, errno)
 	}
-	root := rawSession(t, tb.srv, self())
+	root := rawSession(t, tb.srv, rootProcess(t))
 	if errno := bind(root, newID(root, handleOf(t, root, uverbs.OpCMCreateChannel, nil)), low); errno != 0 {
 		t.Fatalf("root binding port %d: %v", low, errno)
+	}
+}
+
+// A session that ends gives its process's share back; the account goes
+// with the process's last session.
+func TestShareReturnsWithSessions(t *testing.T) {
+	tb := newTestbed(t)
+	tb.srv.cfg.Limits = Limits{CQs: 2}.withDefaults(1024, 65530)
+	p := rootProcess(t)
+	a, b := newSession(tb.srv, nil, p), newSession(tb.srv, nil, p)
+	for _, ss := range []*session{a, b} {
+		call(t, ss, uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) })
+		handleOf(t, ss, uverbs.OpCreateCQ, createCQ)
+	}
+	if _, errno := call(t, b, uverbs.OpCreateCQ, createCQ); errno != syscall.ENOMEM {
+		t.Fatalf("a third CQ of a process with a share of 2: %v, want ENOMEM", errno)
+	}
+	a.release()
+	handleOf(t, b, uverbs.OpCreateCQ, createCQ)
+	b.release()
+	tb.srv.mu.Lock()
+	defer tb.srv.mu.Unlock()
+	if n := len(tb.srv.accounts); n != 0 {
+		t.Fatalf("%d accounts after every session left", n)
 	}
 }

@@ -46,8 +46,8 @@ type session struct {
 	// a lock; only the session's goroutine stores and deletes.
 	ahs sync.Map
 	cm  cmState
-	// acct is the client's limits and what it has pinned.
-	acct *account
+	// acct is the session's part of its process's limits and usage.
+	acct *usage
 }
 
 type sharedAH struct {
@@ -91,7 +91,7 @@ func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
 	ss := &session{srv: s, conn: c, peer: p, comm: strings.TrimSpace(string(comm)), pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
 		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{}}
 	ss.cm.init()
-	ss.acct = newAccount(s.cfg.Limits, p.PID)
+	ss.acct = s.join(p.PID)
 	return ss
 }
 
@@ -312,6 +312,7 @@ func (ss *session) allocPD(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	}
 	h := ss.handle32()
 	ss.pds[h] = pd
+	ss.acct.took(objPD)
 	e.U32(h)
 	return nil
 }
@@ -353,6 +354,7 @@ func (ss *session) deallocPD(d *uverbs.Decoder) error {
 		return syscall.EBUSY
 	}
 	delete(ss.pds, h)
+	ss.acct.gave(objPD)
 	return nil
 }
 
@@ -471,6 +473,7 @@ func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	}
 	h := ss.handle32()
 	ss.cqs[h] = &sharedCQ{cq: cq, m: m, notify: notify}
+	ss.acct.took(objCQ)
 	ss.srv.own(cq, owner{ss, uverbs.EventCQ, h})
 	e.U32(h)
 	e.U32(slots)
@@ -492,6 +495,7 @@ func (ss *session) destroyCQ(d *uverbs.Decoder) error {
 		}
 	}
 	delete(ss.cqs, h)
+	ss.acct.gave(objCQ)
 	ss.srv.disown(c.cq)
 	c.release()
 	return nil
@@ -560,6 +564,7 @@ func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		return fail(errors.Join(err, qp.Destroy()))
 	}
 	h := ss.handle32()
+	ss.acct.took(objQP)
 	ss.qps[h] = &sharedQP{qp: qp, pd: req.PD, cqs: [2]uint32{req.SendCQ, req.RecvCQ}, srq: req.SRQ, sq: sqm, rq: rqm}
 	ss.srv.own(qp, owner{ss, uverbs.EventQP, h})
 	rep.QP, rep.QPN = h, qp.QPN()
@@ -624,6 +629,7 @@ func (ss *session) destroyQP(d *uverbs.Decoder) error {
 	}
 	ss.srv.disown(q.qp)
 	delete(ss.qps, h)
+	ss.acct.gave(objQP)
 	q.sq.Unmap() // no engine reads the rings of a destroyed QP
 	q.rq.Unmap()
 	return nil
@@ -721,6 +727,7 @@ func (ss *session) privileged() bool { return ss.peer.UID == 0 || int(ss.peer.UI
 // client's peers see their requests go unanswered: retries, then
 // RETRY_EXC_ERR, as when a host with an RNIC dies.
 func (ss *session) release() {
+	defer ss.srv.leave(ss.peer.PID, ss.acct)
 	ss.events.close()
 	ss.releaseCM()
 	for h, q := range ss.qps {
@@ -744,7 +751,6 @@ func (ss *session) release() {
 	ss.ahs.Range(func(h, a any) bool {
 		if err := a.(sharedAH).ah.Destroy(); err == nil {
 			ss.ahs.Delete(h)
-			ss.acct.ahs--
 		}
 		return true
 	})
@@ -766,7 +772,6 @@ func (ss *session) release() {
 			m.m.Unmap()
 		}
 		delete(ss.mrs, h)
-		ss.acct.unpin(h)
 	}
 	for h, c := range ss.cqs {
 		ss.srv.disown(c.cq)
@@ -821,6 +826,7 @@ func (ss *session) createSRQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error
 	}
 	h := ss.handle32()
 	ss.srqs[h] = &sharedSRQ{srq: srq, pd: pdh, m: m}
+	ss.acct.took(objSRQ)
 	ss.srv.own(srq, owner{ss, uverbs.EventSRQ, h})
 	e.U32(h)
 	got := srq.Query()
@@ -859,6 +865,7 @@ func (ss *session) srqOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) err
 	}
 	ss.srv.disown(s.srq)
 	delete(ss.srqs, h)
+	ss.acct.gave(objSRQ)
 	return s.m.Unmap()
 }
 
@@ -881,6 +888,7 @@ func (ss *session) mwOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) erro
 			return err
 		}
 		delete(ss.mws, h)
+		ss.acct.gave(objMW)
 		return nil
 	}
 	pd := ss.pds[h]
@@ -896,6 +904,7 @@ func (ss *session) mwOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) erro
 	}
 	mh := ss.handle32()
 	ss.mws[mh] = sharedMW{mw: mw, pd: h}
+	ss.acct.took(objMW)
 	e.U32(mh)
 	e.U32(mw.RKey())
 	return nil
@@ -927,7 +936,7 @@ func (ss *session) createAH(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	}
 	h := ss.handle32()
 	ss.ahs.Store(h, sharedAH{ah: ah, pd: pdh})
-	ss.acct.ahs++
+	ss.acct.took(objAH)
 	e.U32(h)
 	e.Raw(ah.Attr().DMAC)
 	return nil
@@ -946,7 +955,7 @@ func (ss *session) destroyAH(d *uverbs.Decoder) error {
 		return err
 	}
 	ss.ahs.Delete(h)
-	ss.acct.ahs--
+	ss.acct.gave(objAH)
 	return nil
 }
 

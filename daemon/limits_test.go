@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -621,5 +622,38 @@ func TestShareReturnsWithSessions(t *testing.T) {
 	defer tb.srv.mu.Unlock()
 	if n := len(tb.srv.accounts); n != 0 {
 		t.Fatalf("%d accounts after every session left", n)
+	}
+}
+
+// regPastMemlock is the "memlock" client's action: with an RLIMIT_MEMLOCK
+// of 1 MiB, 512 KiB of its memory register, 2 MiB more do not.
+func regPastMemlock(pd *verbs.PD) error {
+	if _, err := pd.RegMR(make([]byte, 512<<10), verbs.AccessLocalWrite); err != nil {
+		return fmt.Errorf("512 KiB: %w", err)
+	}
+	_, err := pd.RegMR(make([]byte, 2<<20), verbs.AccessLocalWrite)
+	if err == nil {
+		return errors.New("2 MiB past RLIMIT_MEMLOCK registered")
+	}
+	return fmt.Errorf("2 MiB: %w", err)
+}
+
+// A client attached through the socket: its RLIMIT_MEMLOCK, read at
+// attach, bounds what it registers.
+func TestMemlockOfAttachedClient(t *testing.T) {
+	netns.RequireRoot(t)
+	tb := newTestbedGroup(t, 4242)
+	// The client inherits a soft limit of 1 MiB.
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &r); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: 1 << 20, Max: r.Max}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := dialAsDoing(t, tb.name, "memlock", 65534, 4242)
+	unix.Setrlimit(unix.RLIMIT_MEMLOCK, &r)
+	if err == nil || !strings.Contains(out, "2 MiB: ") || !strings.Contains(out, "cannot allocate memory") {
+		t.Fatalf("a client registering past its RLIMIT_MEMLOCK: %v %s, want ENOMEM", err, out)
 	}
 }

@@ -140,12 +140,13 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		if err := ss.bindPort(s.Port()); err != nil {
 			return nil, err
 		}
-		if ss.resolving() >= ss.acct.lim.Resolutions {
-			return nil, syscall.ENOMEM
+		if err := ss.acct.mayResolve(); err != nil {
+			return nil, err
 		}
 		if err := id.ResolveAddr(s, t, ss.resolveTimeout(ms)); err != nil {
 			return nil, err
 		}
+		ss.acct.resolves(id)
 	case uverbs.OpCMResolveRoute:
 		ms := d.U32()
 		if err := d.End(); err != nil {

@@ -59,8 +59,8 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
-	owners   map[any]owner    // QPs, CQs and SRQs by the session that made them
-	accounts map[int]*account // client processes' limits and usage, by pid
+	owners   map[any]owner        // QPs, CQs and SRQs by the session that made them
+	accounts map[acctKey]*account // clients' limits and usage, by process and user
 	wg       sync.WaitGroup
 	stop     chan struct{} // closed by a SHUTDOWN request
 	stopOnce sync.Once

@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xdproce/xdproce/ipc"
+	"github.com/xdproce/xdproce/rdmacm"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -130,28 +132,40 @@ const (
 	capIPCLock        = 14
 )
 
-// account is one client process's limits and what it holds, shared by
-// its sessions (as the kernel counts pinned pages per address space): a
-// process does not get another share by attaching again.
+// account is what a client holds, shared by its sessions. A process has
+// one, for its RLIMIT_MEMLOCK (the kernel counts pinned pages per address
+// space); the shares of the pools are a process's if it is privileged (root
+// or the daemon's user), else its user's: an unprivileged user gets no
+// second share by attaching again or forking.
 type account struct {
 	lim Limits
-	// memlock is the client's RLIMIT_MEMLOCK in bytes (math.MaxUint64 for
+	// memlock is a process's RLIMIT_MEMLOCK in bytes (math.MaxUint64 for
 	// none), caps its effective capabilities, both read at attach.
 	memlock uint64
 	caps    uint64
 
-	mu       sync.Mutex
-	sessions int
-	n        [objKinds]int // objects by kind (objMR counts shared ones too)
-	pages    uint64        // pages counted against memlock
-	mapped   uint64        // bytes of shared regions the daemon maps
+	mu        sync.Mutex
+	sessions  int
+	n         [objKinds]int // objects by kind (objMR counts shared ones too)
+	pages     uint64        // a process's pages counted against memlock
+	mapped    uint64        // bytes of shared regions the daemon maps
+	resolving map[*rdmacm.ID]struct{}
 }
 
-// usage is a session's part of its process's account; the session's
-// goroutine alone uses it.
+// acctKey names an account: a process's (its pid) or a user's (its uid).
+type acctKey struct {
+	user bool
+	id   int
+}
+
+// usage is a session's part of its accounts; the session's goroutine
+// alone uses it.
 type usage struct {
-	*account
-	held [objKinds]int
+	lim        Limits
+	proc, pool *account // the process's (memlock, capabilities); the shares'
+	// procKey and poolKey name them in the server's accounts.
+	procKey, poolKey acctKey
+	held             [objKinds]int
 	// pins is what each registered region counts, by handle: its pages
 	// against memlock, the bytes the daemon maps of it (shared regions).
 	pins map[uint32]pinnedMR
@@ -160,46 +174,68 @@ type usage struct {
 
 type pinnedMR struct{ pages, mapped uint64 }
 
-// join makes ss's usage, part of the account of the process pid.
-func (s *Server) join(pid int) *usage {
+// join makes the usage of a session of p's.
+func (s *Server) join(p ipc.Peer, privileged bool) *usage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.accounts == nil {
-		s.accounts = map[int]*account{} // a server made without New (the fuzzer's)
+		s.accounts = map[acctKey]*account{} // a server made without New (the fuzzer's)
 	}
-	a := s.accounts[pid]
-	if a == nil {
-		a = newAccount(s.cfg.Limits, pid)
-		s.accounts[pid] = a
+	get := func(k acctKey) *account {
+		a := s.accounts[k]
+		if a == nil {
+			a = newAccount(s.cfg.Limits, p.PID)
+			s.accounts[k] = a
+		}
+		a.mu.Lock()
+		a.sessions++
+		a.mu.Unlock()
+		return a
 	}
-	a.mu.Lock()
-	a.sessions++
-	a.mu.Unlock()
-	return &usage{account: a, pins: map[uint32]pinnedMR{}}
+	u := &usage{procKey: acctKey{id: p.PID}, pins: map[uint32]pinnedMR{}}
+	u.poolKey = u.procKey
+	if !privileged {
+		u.poolKey = acctKey{user: true, id: int(p.UID)}
+	}
+	u.proc = get(u.procKey)
+	u.pool = u.proc
+	if u.poolKey != u.procKey {
+		u.pool = get(u.poolKey)
+	}
+	u.lim = u.pool.lim
+	return u
 }
 
-// leave gives back what u held (its session released it) and forgets the
-// account once no session of its process remains.
-func (s *Server) leave(pid int, u *usage) {
+// leave gives back what u held (its session released it) and forgets an
+// account once no session of its process or user remains.
+func (s *Server) leave(u *usage) {
 	if u.left {
 		return
 	}
 	u.left = true
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a := u.account
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	u.pool.mu.Lock()
 	for k, n := range u.held {
-		a.n[k] -= n
+		u.pool.n[k] -= n
 	}
-	for _, p := range u.pins {
-		a.pages -= p.pages
-		a.mapped -= p.mapped
+	for _, pin := range u.pins {
+		u.pool.mapped -= pin.mapped
 	}
+	u.pool.mu.Unlock()
+	u.proc.mu.Lock()
+	for _, pin := range u.pins {
+		u.proc.pages -= pin.pages
+	}
+	u.proc.mu.Unlock()
 	u.held, u.pins = [objKinds]int{}, map[uint32]pinnedMR{}
-	if a.sessions--; a.sessions == 0 && s.accounts[pid] == a {
-		delete(s.accounts, pid)
+	for k, a := range map[acctKey]*account{u.procKey: u.proc, u.poolKey: u.pool} {
+		a.mu.Lock()
+		a.sessions--
+		if a.sessions == 0 && s.accounts[k] == a {
+			delete(s.accounts, k)
+		}
+		a.mu.Unlock()
 	}
 }
 
@@ -210,12 +246,42 @@ func (u *usage) gave(k objKind) { u.add(k, -1) }
 
 func (u *usage) add(k objKind, d int) {
 	u.held[k] += d
-	u.mu.Lock()
-	u.n[k] += d
+	u.pool.mu.Lock()
+	u.pool.n[k] += d
 	if k == objSharedMR {
-		u.n[objMR] += d
+		u.pool.n[objMR] += d
 	}
-	u.mu.Unlock()
+	u.pool.mu.Unlock()
+}
+
+func (u *usage) capable(bit uint) bool { return u.proc.caps&(1<<bit) != 0 }
+
+// mayResolve reports whether the client may start one more address
+// resolution: ENOMEM past its share of resolutions in progress.
+func (u *usage) mayResolve() error {
+	a := u.pool
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id := range a.resolving {
+		if !id.Resolving() {
+			delete(a.resolving, id)
+		}
+	}
+	if len(a.resolving) >= u.lim.Resolutions {
+		return syscall.ENOMEM
+	}
+	return nil
+}
+
+// resolves counts id's resolution, which mayResolve allowed.
+func (u *usage) resolves(id *rdmacm.ID) {
+	a := u.pool
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.resolving == nil {
+		a.resolving = map[*rdmacm.ID]struct{}{}
+	}
+	a.resolving[id] = struct{}{}
 }
 
 // newAccount reads the client's RLIMIT_MEMLOCK and effective capabilities,
@@ -284,8 +350,6 @@ func effectiveCaps(pid int) uint64 {
 	return 0
 }
 
-func (a *account) capable(bit uint) bool { return a.caps&(1<<bit) != 0 }
-
 // pages is how many pages [addr, addr+length) spans, as ib_umem_get
 // counts them.
 func pages(addr, length uint64) (uint64, error) {
@@ -309,13 +373,16 @@ func (ss *session) mayPin(k objKind, addr, length uint64) error {
 	if err != nil {
 		return err
 	}
-	a := ss.acct
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if !a.capable(capIPCLock) && a.pages+n > a.memlock/uint64(os.Getpagesize()) {
+	u := ss.acct
+	u.proc.mu.Lock()
+	over := !u.capable(capIPCLock) && u.proc.pages+n > u.proc.memlock/uint64(os.Getpagesize())
+	u.proc.mu.Unlock()
+	if over {
 		return syscall.ENOMEM
 	}
-	if k == objSharedMR && a.mapped+length > a.lim.MappedBytes {
+	u.pool.mu.Lock()
+	defer u.pool.mu.Unlock()
+	if k == objSharedMR && u.pool.mapped+length > u.lim.MappedBytes {
 		return syscall.ENOMEM
 	}
 	return nil
@@ -332,10 +399,12 @@ func (u *usage) pin(h uint32, addr, length uint64, mapped bool) {
 	}
 	u.pins[h] = p
 	u.took(k)
-	u.mu.Lock()
-	u.pages += p.pages
-	u.mapped += p.mapped
-	u.mu.Unlock()
+	u.proc.mu.Lock()
+	u.proc.pages += p.pages
+	u.proc.mu.Unlock()
+	u.pool.mu.Lock()
+	u.pool.mapped += p.mapped
+	u.pool.mu.Unlock()
 }
 
 // unpin stops counting region h.
@@ -350,10 +419,12 @@ func (u *usage) unpin(h uint32) {
 		k = objSharedMR
 	}
 	u.gave(k)
-	u.mu.Lock()
-	u.pages -= p.pages
-	u.mapped -= p.mapped
-	u.mu.Unlock()
+	u.proc.mu.Lock()
+	u.proc.pages -= p.pages
+	u.proc.mu.Unlock()
+	u.pool.mu.Lock()
+	u.pool.mapped -= p.mapped
+	u.pool.mu.Unlock()
 }
 
 // bindPort refuses a port below the unprivileged range to a client
@@ -386,8 +457,8 @@ const (
 // ENOMEM past its share of the pool (EMFILE past its share of the
 // daemon's fds). Sessions of one process share one share.
 func (ss *session) room(k objKind) error {
-	a := ss.acct
-	l := &a.lim
+	a := ss.acct.pool
+	l := &ss.acct.lim
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	n := &a.n
@@ -408,17 +479,6 @@ func (ss *session) room(k objKind) error {
 		return syscall.ENOMEM
 	}
 	return nil
-}
-
-// resolving is how many of the client's IDs are resolving an address.
-func (ss *session) resolving() int {
-	n := 0
-	for _, id := range ss.cm.ids {
-		if id.Resolving() {
-			n++
-		}
-	}
-	return n
 }
 
 // resolveTimeout is a client's resolution timeout in ms, capped: a client

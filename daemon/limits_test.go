@@ -164,8 +164,8 @@ func TestRegMRCountsAgainstMemlock(t *testing.T) {
 	if _, errno := call(t, ss, uverbs.OpRegMR, regOwn(pd, 0, verbs.MaxMRSize), sparseMemfd(t, verbs.MaxMRSize)); errno != syscall.ENOMEM {
 		t.Fatalf("1 TiB memfd region: %v, want ENOMEM", errno)
 	}
-	if ss.acct.pages != limit/uint64(os.Getpagesize()) {
-		t.Fatalf("%d pages counted, want %d", ss.acct.pages, limit/os.Getpagesize())
+	if ss.acct.proc.pages != limit/uint64(os.Getpagesize()) {
+		t.Fatalf("%d pages counted, want %d", ss.acct.proc.pages, limit/os.Getpagesize())
 	}
 	if _, errno := call(t, ss, uverbs.OpDeregMR, func(e *uverbs.Encoder) { e.U32(own) }); errno != 0 {
 		t.Fatal(errno)
@@ -656,4 +656,24 @@ func TestMemlockOfAttachedClient(t *testing.T) {
 	if err == nil || !strings.Contains(out, "2 MiB: ") || !strings.Contains(out, "cannot allocate memory") {
 		t.Fatalf("a client registering past its RLIMIT_MEMLOCK: %v %s, want ENOMEM", err, out)
 	}
+}
+
+// An unprivileged user's processes share one share: forking gives no
+// second one. Each root process has its own.
+func TestUnprivilegedUserShare(t *testing.T) {
+	tb := newTestbed(t)
+	tb.srv.cfg.Limits = Limits{PDs: 2}.withDefaults(1024, 65530)
+	a := newSession(tb.srv, nil, unprivileged(t, "exec sleep 600"))
+	b := rawSession(t, tb.srv, unprivileged(t, "exec sleep 600"))
+	call(t, a, uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) })
+	handleOf(t, a, uverbs.OpAllocPD, nil)
+	handleOf(t, a, uverbs.OpAllocPD, nil)
+	if _, errno := call(t, b, uverbs.OpAllocPD, nil); errno != syscall.ENOMEM {
+		t.Fatalf("a PD of another process of a user at its share: %v, want ENOMEM", errno)
+	}
+	for range 2 {
+		handleOf(t, rawSession(t, tb.srv, rootProcess(t)), uverbs.OpAllocPD, nil)
+	}
+	a.release()
+	handleOf(t, b, uverbs.OpAllocPD, nil)
 }

@@ -91,7 +91,7 @@ func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
 	ss := &session{srv: s, conn: c, peer: p, comm: strings.TrimSpace(string(comm)), pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
 		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{}}
 	ss.cm.init()
-	ss.acct = s.join(p.PID)
+	ss.acct = s.join(p, p.UID == 0 || int(p.UID) == os.Getuid())
 	return ss
 }
 
@@ -727,7 +727,7 @@ func (ss *session) privileged() bool { return ss.peer.UID == 0 || int(ss.peer.UI
 // client's peers see their requests go unanswered: retries, then
 // RETRY_EXC_ERR, as when a host with an RNIC dies.
 func (ss *session) release() {
-	defer ss.srv.leave(ss.peer.PID, ss.acct)
+	defer ss.srv.leave(ss.acct)
 	ss.events.close()
 	ss.releaseCM()
 	for h, q := range ss.qps {

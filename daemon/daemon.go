@@ -201,6 +201,12 @@ func (s *Server) admit(ctx context.Context, c *net.UnixConn) {
 		return
 	}
 	ss := newSession(s, ipc.NewConn(c), peer)
+	if err := ss.room(objSession); err != nil {
+		s.log.Warn("daemon: client refused: it holds its share of the daemon's fds", "pid", peer.PID, "uid", peer.UID)
+		ss.release()
+		c.Close()
+		return
+	}
 	s.mu.Lock()
 	s.sessions[ss] = struct{}{}
 	s.mu.Unlock()

@@ -176,6 +176,7 @@ type pinnedMR struct{ pages, mapped uint64 }
 
 // join makes the usage of a session of p's.
 func (s *Server) join(p ipc.Peer, privileged bool) *usage {
+	fresh := newAccount(s.cfg.Limits, p.PID) // /proc is read outside the lock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.accounts == nil {
@@ -184,7 +185,7 @@ func (s *Server) join(p ipc.Peer, privileged bool) *usage {
 	get := func(k acctKey) *account {
 		a := s.accounts[k]
 		if a == nil {
-			a = newAccount(s.cfg.Limits, p.PID)
+			a = &account{lim: fresh.lim, memlock: fresh.memlock, caps: fresh.caps}
 			s.accounts[k] = a
 		}
 		a.mu.Lock()
@@ -450,8 +451,13 @@ const (
 	objAH
 	objCMID
 	objCMChannel
+	objSession // a connection (checked once it is counted)
 	objKinds
 )
+
+// sessionFDs is what a session costs the daemon: its connection, its
+// event queue's eventfd, the pidfd that watches its process.
+const sessionFDs = 3
 
 // room reports whether the client may create one more object of kind k:
 // ENOMEM past its share of the pool (EMFILE past its share of the
@@ -462,7 +468,7 @@ func (ss *session) room(k objKind) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	n := &a.n
-	fds := a.sessions + n[objCQ] + n[objCMChannel] // a session: its event queue's
+	fds := sessionFDs*a.sessions + n[objCQ] + n[objCMChannel]
 	maps := n[objCQ] + 2*n[objQP] + n[objSRQ] + n[objSharedMR]
 	most := [objKinds]int{objPD: l.PDs, objMR: l.MRs, objSharedMR: l.MRs, objMW: l.MWs, objCQ: l.CQs, objQP: l.QPs,
 		objSRQ: l.SRQs, objAH: l.AHs, objCMID: l.CMIDs, objCMChannel: l.CMChannels}[k]
@@ -475,6 +481,8 @@ func (ss *session) room(k objKind) error {
 	switch {
 	case fds+needFDs > l.FDs:
 		return syscall.EMFILE
+	case k == objSession:
+		return nil
 	case have >= most, maps+needMaps > l.Mappings:
 		return syscall.ENOMEM
 	}

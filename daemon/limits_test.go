@@ -234,8 +234,8 @@ func TestPerClientShares(t *testing.T) {
 		t.Fatalf("a PD in a second session of a client at its share: %v, want ENOMEM", errno)
 	}
 
-	// The daemon's fds: one per CQ, besides the client's event queue.
-	tb.srv.cfg.Limits = Limits{FDs: 4}.withDefaults(1024, 65530)
+	// The daemon's fds: one per CQ, besides the session's three.
+	tb.srv.cfg.Limits = Limits{FDs: sessionFDs + 3}.withDefaults(1024, 65530)
 	ss := rawSession(t, tb.srv, rootProcess(t))
 	for range 3 {
 		handleOf(t, ss, uverbs.OpCreateCQ, createCQ)
@@ -676,4 +676,29 @@ func TestUnprivilegedUserShare(t *testing.T) {
 	}
 	a.release()
 	handleOf(t, b, uverbs.OpAllocPD, nil)
+}
+
+// A client's connections cost the daemon fds too: past its share the
+// daemon refuses the connection, and goes on serving the ones it has.
+func TestConnectionsWithinFDShare(t *testing.T) {
+	tb := newTestbed(t)
+	tb.srv.cfg.Limits = Limits{FDs: 2*sessionFDs + 1}.withDefaults(1024, 65530)
+	a, b := tb.dial(t), tb.dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if c, err := verbs.Dial(ctx, tb.name); err == nil {
+		c.Close()
+		t.Fatal("a third connection past the client's share of the daemon's fds was served")
+	}
+	for _, d := range []*verbs.Device{a, b} {
+		if _, err := d.AllocPD(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for tb.srv.Clients() > 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	tb.dial(t)
 }

@@ -91,7 +91,7 @@ func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
 	ss := &session{srv: s, conn: c, peer: p, comm: strings.TrimSpace(string(comm)), pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
 		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{}}
 	ss.cm.init()
-	ss.acct = s.join(p, p.UID == 0 || int(p.UID) == os.Getuid())
+	ss.acct = s.join(p, ss.privileged())
 	return ss
 }
 

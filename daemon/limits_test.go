@@ -681,8 +681,7 @@ func TestUnprivilegedUserShare(t *testing.T) {
 // A client's connections cost the daemon fds too: past its share the
 // daemon refuses the connection, and goes on serving the ones it has.
 func TestConnectionsWithinFDShare(t *testing.T) {
-	tb := newTestbed(t)
-	tb.srv.cfg.Limits = Limits{FDs: 2*sessionFDs + 1}.withDefaults(1024, 65530)
+	tb := newTestbedWith(t, -1, Limits{FDs: 2*sessionFDs + 1})
 	a, b := tb.dial(t), tb.dial(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -21,7 +21,9 @@ import (
 // others need: its share of each device-wide pool, and of what the daemon
 // itself holds for it (file descriptors, mappings). The kernel's uverbs
 // gets the same bounds from the device's attributes and the process's
-// rlimits. Zero fields take the defaults (see withDefaults).
+// rlimits. A client, here, is a process of root's or of the daemon's user,
+// or all the processes of another user together (however many
+// connections each opens). Zero fields take the defaults (withDefaults).
 type Limits struct {
 	// Per-client counts of objects; over them the request fails with
 	// ENOMEM, as the kernel's allocations do when a pool is exhausted.
@@ -34,7 +36,8 @@ type Limits struct {
 	Resolutions    int
 	ResolveTimeout time.Duration
 	// FDs bounds the file descriptors the daemon holds for the client (one
-	// per CQ and CM channel, and its async event queue's): over it, EMFILE.
+	// per CQ and CM channel, three per connection): over it, EMFILE, and
+	// a connection past it is refused.
 	// Mappings bounds the shared-memory mappings the daemon holds for it
 	// (one per CQ, SRQ and shared region, two per QP): over it, ENOMEM.
 	FDs, Mappings int

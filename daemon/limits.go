@@ -91,8 +91,9 @@ func (l Limits) withDefaults(nofile, maps uint64) Limits {
 }
 
 // systemLimits raises the daemon's RLIMIT_NOFILE soft limit to its hard
-// limit (a daemon serving many clients needs them; the soft limit is often
-// 1024) and reads it and vm.max_map_count, which size the clients' shares.
+// limit (a daemon serving many clients needs them: Go raises it at start,
+// but whoever embeds the server may have lowered it since) and reads it and
+// vm.max_map_count, which size the clients' shares.
 func systemLimits() (nofile, maps uint64, err error) {
 	var r unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil {

@@ -368,7 +368,8 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 }
 
 // newResolveServer is a daemon whose device resolves no neighbour: each
-// resolution waits for its end.
+// resolution waits for its end. It is not run: the test drives sessions
+// itself, so that every goroutine it has exists when New returns.
 func newResolveServer(t *testing.T, lim Limits) *Server {
 	t.Helper()
 	la, _ := verbs.NewMemLinkPair(9000)
@@ -387,14 +388,10 @@ func newResolveServer(t *testing.T, lim Limits) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon: %v", err)
-		}
+		srv.ln.Close()
+		srv.cm.Close()
+		srv.bell.Close()
 	})
 	return srv
 }
@@ -443,7 +440,6 @@ func settleGoroutines(t *testing.T, want int, what string) {
 // their timeout is capped.
 func TestResolutionsEndWithTheirIDs(t *testing.T) {
 	srv := newResolveServer(t, Limits{})
-	time.Sleep(100 * time.Millisecond) // the daemon's goroutines start
 	base := runtime.NumGoroutine()
 	ss := rawSession(t, srv, rootProcess(t))
 	ids, refused := resolveFlood(t, ss, 200)

@@ -3,7 +3,6 @@ package daemon
 import (
 	"fmt"
 	"syscall"
-	"time"
 
 	"github.com/xdproce/xdproce/ipc"
 	"github.com/xdproce/xdproce/rdmacm"
@@ -59,6 +58,7 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		}
 		c.fd.Close()
 		delete(ss.cm.channels, h)
+		ss.acct.gave(objCMChannel)
 		return nil, nil
 	case uverbs.OpCMCreateID:
 		ch, ps := d.U32(), d.U16()
@@ -68,6 +68,9 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		c := ss.cm.channels[ch]
 		if c == nil {
 			return nil, syscall.EINVAL
+		}
+		if err := ss.room(objCMID); err != nil {
+			return nil, err
 		}
 		id, err := svc.CreateID(c.ch, rdmacm.PortSpace(ps), nil)
 		if err != nil {
@@ -91,6 +94,7 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		}
 		delete(ss.cm.ids, h)
 		delete(ss.cm.handles, id)
+		ss.acct.gave(objCMID)
 		return nil, id.Destroy()
 	case uverbs.OpCMMigrateID:
 		ch := d.U32()
@@ -112,6 +116,9 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		if err != nil {
 			return nil, err
 		}
+		if err := ss.bindPort(ap.Port()); err != nil {
+			return nil, err
+		}
 		if err := id.Bind(ap); err != nil {
 			return nil, err
 		}
@@ -131,15 +138,22 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		if err != nil {
 			return nil, err
 		}
-		if err := id.ResolveAddr(s, t, time.Duration(ms)*time.Millisecond); err != nil {
+		if err := ss.bindPort(s.Port()); err != nil {
 			return nil, err
 		}
+		if err := ss.acct.mayResolve(); err != nil {
+			return nil, err
+		}
+		if err := id.ResolveAddr(s, t, ss.resolveTimeout(ms)); err != nil {
+			return nil, err
+		}
+		ss.acct.resolves(id)
 	case uverbs.OpCMResolveRoute:
 		ms := d.U32()
 		if err := d.End(); err != nil {
 			return nil, err
 		}
-		if err := id.ResolveRoute(time.Duration(ms) * time.Millisecond); err != nil {
+		if err := id.ResolveRoute(ss.resolveTimeout(ms)); err != nil {
 			return nil, err
 		}
 	case uverbs.OpCMListen:
@@ -234,11 +248,15 @@ func (ss *session) cmAdopt(id *rdmacm.ID) uint32 {
 	h := ss.handle32()
 	ss.cm.ids[h] = id
 	ss.cm.handles[id] = h
+	ss.acct.took(objCMID)
 	return h
 }
 
 func (ss *session) cmCreateChannel(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
 	if err := d.End(); err != nil {
+		return nil, err
+	}
+	if err := ss.room(objCMChannel); err != nil {
 		return nil, err
 	}
 	fd, peer, err := ipc.NewSignalPipe()
@@ -249,6 +267,7 @@ func (ss *session) cmCreateChannel(d *uverbs.Decoder, e *uverbs.Encoder) ([]int,
 	c.ch.SetNotify(fd.Signal)
 	h := ss.handle32()
 	ss.cm.channels[h] = c
+	ss.acct.took(objCMChannel)
 	e.U32(h)
 	return []int{peer}, nil
 }
@@ -274,7 +293,9 @@ func (ss *session) cmGetEvent(d *uverbs.Decoder, e *uverbs.Encoder) error {
 			Param: uverbs.CMConnParam(ev.Param)}
 		if ev.Type == rdmacm.EventConnectRequest {
 			lh, ok := ss.cm.handles[ev.Listen]
-			if !ok {
+			if !ok || ss.room(objCMID) != nil {
+				// The listener is gone, or the client holds its share of
+				// IDs: refused, as ucma when it cannot take the request.
 				ev.ID.Reject(nil)
 				ev.ID.Destroy()
 				continue

@@ -15,6 +15,8 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/xdproce/xdproce/cmagent"
 	"github.com/xdproce/xdproce/ipc"
@@ -38,6 +40,8 @@ type Config struct {
 	// CM tunes the device's connection manager (QP1, rdma_cm), which the
 	// server runs; Route defaults to the kernel's route lookup.
 	CM rdmacm.Options
+	// Limits caps what one client may hold; zero fields take defaults.
+	Limits Limits
 }
 
 // Server is a running daemon's control socket and clients.
@@ -47,10 +51,13 @@ type Server struct {
 	ln   *net.UnixListener
 	page *ipc.Mapping // the doorbell page, which clients may only read
 	cm   *rdmacm.Service
+	// privPorts: CM ports below it need CAP_NET_BIND_SERVICE.
+	privPorts uint16
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
-	owners   map[any]owner // QPs, CQs and SRQs by the session that made them
+	owners   map[any]owner        // QPs, CQs and SRQs by the session that made them
+	accounts map[acctKey]*account // clients' limits and usage, by process and user
 	wg       sync.WaitGroup
 	stop     chan struct{} // closed by a SHUTDOWN request
 	stopOnce sync.Once
@@ -65,6 +72,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	nofile, maps, err := systemLimits()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Limits = cfg.Limits.withDefaults(nofile, maps)
 	page, err := ipc.NewReadOnlyMapping("doorbell", uverbs.DoorbellPageSize)
 	if err != nil {
 		return nil, err
@@ -83,7 +95,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(err, cm.Close(), page.Unmap())
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, page: page, cm: cm, sessions: map[*session]struct{}{}, owners: map[any]owner{}, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, page: page, cm: cm, privPorts: unprivilegedPortStart(),
+		sessions: map[*session]struct{}{}, owners: map[any]owner{}, stop: make(chan struct{})}
 	cfg.Device.SetDoorbellPage(page.Mem)
 	return s, nil
 }
@@ -103,18 +116,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}()
 	s.wg.Add(1)
 	go s.routeEvents(ctx)
-	var err error
-	for {
-		var c *net.UnixConn
-		c, err = s.ln.AcceptUnix()
-		if err != nil {
-			break
-		}
-		s.admit(ctx, c)
-	}
-	if ctx.Err() != nil {
-		err = nil // the listener was closed to stop
-	}
+	err := s.accept(ctx)
 	cancel()
 	s.mu.Lock()
 	for ss := range s.sessions {
@@ -126,6 +128,48 @@ func (s *Server) Run(ctx context.Context) error {
 	// The doorbell page stays mapped: the device's engines, which outlive
 	// the server, still write it.
 	return err
+}
+
+// accept admits clients until the listener closes. Running out of fds or
+// buffers, or a client that hung up before it was accepted, does not stop
+// the daemon: it waits a little, as net/http's Serve, and goes on (the
+// clients that hold the fds may leave).
+func (s *Server) accept(ctx context.Context) error {
+	var delay time.Duration
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err == nil {
+			delay = 0
+			s.admit(ctx, c)
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil // the listener was closed to stop
+		}
+		if !transientAcceptError(err) {
+			return err
+		}
+		delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+		s.log.Warn("daemon: accepting a client; retrying", "err", err, "in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// transientAcceptError: what accept(2) fails with while the daemon or the
+// host is short of fds or memory, or a client went away.
+func transientAcceptError(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR, syscall.EPROTO} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // admit checks a new connection's credentials and serves it. Its process
@@ -156,6 +200,13 @@ func (s *Server) admit(ctx context.Context, c *net.UnixConn) {
 	cl.openMem()
 	ss := newSession(s, conn, peer)
 	ss.proc, ss.comm = cl, cl.comm()
+	if err := ss.room(objSession); err != nil {
+		s.log.Warn("daemon: client refused: it holds its share of the daemon's fds", "pid", peer.PID, "uid", peer.UID)
+		ss.release()
+		cl.close(true)
+		c.Close()
+		return
+	}
 	s.mu.Lock()
 	s.sessions[ss] = struct{}{}
 	s.mu.Unlock()

@@ -57,7 +57,10 @@ type testbed struct {
 func newTestbed(t *testing.T) *testbed { return newTestbedGroup(t, -1) }
 
 // newTestbedGroup is newTestbed with a daemon that admits group too.
-func newTestbedGroup(t *testing.T, group int) *testbed {
+func newTestbedGroup(t *testing.T, group int) *testbed { return newTestbedWith(t, group, Limits{}) }
+
+// newTestbedWith is newTestbedGroup with a daemon of clients' limits lim.
+func newTestbedWith(t *testing.T, group int, lim Limits) *testbed {
 	t.Helper()
 	la, lb := verbs.NewMemLinkPair(9000)
 	var err error
@@ -75,7 +78,7 @@ func newTestbedGroup(t *testing.T, group int) *testbed {
 	var r [6]byte
 	rand.Read(r[:])
 	tb.name = "test-" + hex.EncodeToString(r[:])
-	tb.srv, err = New(Config{Ifname: tb.name, Device: tb.a, Group: group, Logger: discardLogger()})
+	tb.srv, err = New(Config{Ifname: tb.name, Device: tb.a, Group: group, Logger: discardLogger(), Limits: lim})
 	if err != nil {
 		t.Fatal(err)
 	}

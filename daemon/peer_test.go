@@ -30,12 +30,13 @@ import (
 
 // The test binary's helper roles (runHelper), by environment variable.
 const (
-	envExec    = "XDPROCE_TEST_EXEC"    // a client that registers own memory, then execs (execClient)
-	envPeers   = "XDPROCE_TEST_PEERS"   // the QPNs execClient's QPs connect to
-	envVictim  = "XDPROCE_TEST_VICTIM"  // the image execClient execs (victim): its path, or "self"
-	envNoDump  = "XDPROCE_TEST_NODUMP"  // a process that made itself non-dumpable
-	envConnect = "XDPROCE_TEST_CONNECT" // a process that connects to a socket and exits
-	envRegMR   = "XDPROCE_TEST_REGMR"   // a process that registers own memory on an inherited connection (fd 3)
+	envExec     = "XDPROCE_TEST_EXEC"     // a client that registers own memory, then execs (execClient)
+	envPeers    = "XDPROCE_TEST_PEERS"    // the QPNs execClient's QPs connect to
+	envVictim   = "XDPROCE_TEST_VICTIM"   // the image execClient execs (victim): its path, or "self"
+	envNoDump   = "XDPROCE_TEST_NODUMP"   // a process that made itself non-dumpable
+	envConnect  = "XDPROCE_TEST_CONNECT"  // a process that connects to a socket and exits
+	envRegMR    = "XDPROCE_TEST_REGMR"    // a process that registers own memory on an inherited connection (fd 3)
+	envMapSleep = "XDPROCE_TEST_MAPSLEEP" // a process whose memory sessions register (mapSleep)
 )
 
 // runHelper runs the test binary as one of the helper processes below if
@@ -54,6 +55,8 @@ func runHelper() {
 		}
 	case os.Getenv(envRegMR) != "":
 		err = regMRInherited(os.Getenv(envRegMR))
+	case os.Getenv(envMapSleep) != "":
+		err = mapSleep()
 	case os.Getenv(envConnect) != "":
 		var c *ipc.Conn
 		if c, err = ipc.Dial(context.Background(), os.Getenv(envConnect)); err == nil {

@@ -36,9 +36,13 @@ func TestMain(m *testing.M) {
 }
 
 // clientAction is what the test binary does as a client: allocate a PD,
-// or ("qkey") give a UD QP a controlled Q_Key.
+// or ("qkey") give a UD QP a controlled Q_Key, or ("memlock") register
+// past its RLIMIT_MEMLOCK.
 func clientAction(d *verbs.Device, action string) error {
 	pd, err := d.AllocPD()
+	if err == nil && action == "memlock" {
+		return regPastMemlock(pd)
+	}
 	if err != nil || action != "qkey" {
 		return err
 	}

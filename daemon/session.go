@@ -56,6 +56,8 @@ type session struct {
 	// a lock; only the session's goroutine stores and deletes.
 	ahs sync.Map
 	cm  cmState
+	// acct is the session's part of its process's limits and usage.
+	acct *usage
 }
 
 type sharedAH struct {
@@ -98,6 +100,7 @@ func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
 	ss := &session{srv: s, conn: c, peer: p, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
 		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{}}
 	ss.cm.init()
+	ss.acct = s.join(p, ss.privileged())
 	return ss
 }
 
@@ -342,12 +345,16 @@ func (ss *session) allocPD(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if err := d.End(); err != nil {
 		return err
 	}
+	if err := ss.room(objPD); err != nil {
+		return err
+	}
 	pd, err := ss.srv.cfg.Device.AllocPD()
 	if err != nil {
 		return err
 	}
 	h := ss.handle32()
 	ss.pds[h] = pd
+	ss.acct.took(objPD)
 	e.U32(h)
 	return nil
 }
@@ -389,6 +396,7 @@ func (ss *session) deallocPD(d *uverbs.Decoder) error {
 		return syscall.EBUSY
 	}
 	delete(ss.pds, h)
+	ss.acct.gave(objPD)
 	return nil
 }
 
@@ -406,6 +414,10 @@ func (ss *session) regMR(d *uverbs.Decoder, fd int, e *uverbs.Encoder) error {
 		ipc.CloseAll([]int{fd})
 		return syscall.EINVAL
 	}
+	if err := ss.mayPin(objSharedMR, addr, length); err != nil {
+		ipc.CloseAll([]int{fd})
+		return err
+	}
 	m, err := ipc.MapShared(fd, int(length))
 	if err != nil {
 		return err
@@ -417,6 +429,7 @@ func (ss *session) regMR(d *uverbs.Decoder, fd int, e *uverbs.Encoder) error {
 	}
 	h := ss.handle32()
 	ss.mrs[h] = &sharedMR{mr: mr, pd: pdh, m: m}
+	ss.acct.pin(h, addr, length, true)
 	e.U32(h)
 	e.U32(mr.LKey())
 	e.U32(mr.RKey())
@@ -434,6 +447,10 @@ func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if pd == nil || addr+length < addr {
 		return syscall.EINVAL
 	}
+	// The limit first, as ib_umem_get checks it before pinning a page.
+	if err := ss.mayPin(objMR, addr, length); err != nil {
+		return err
+	}
 	if err := ss.proc.checkRange(ss.sender, addr, length, access&writeAccess != 0); err != nil {
 		return err
 	}
@@ -444,6 +461,7 @@ func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	}
 	h := ss.handle32()
 	ss.mrs[h] = &sharedMR{mr: mr, pd: pdh}
+	ss.acct.pin(h, addr, length, false)
 	e.U32(h)
 	e.U32(mr.LKey())
 	e.U32(mr.RKey())
@@ -463,6 +481,7 @@ func (ss *session) deregMR(d *uverbs.Decoder) error {
 		return err
 	}
 	delete(ss.mrs, h)
+	ss.acct.unpin(h)
 	if m.m == nil {
 		return nil // the client's own memory
 	}
@@ -476,6 +495,9 @@ func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	}
 	if depth < 1 || depth > verbs.MaxCQE {
 		return nil, syscall.EINVAL
+	}
+	if err := ss.room(objCQ); err != nil {
+		return nil, err
 	}
 	slots := uverbs.SlotsFor(int(depth))
 	m, ring, err := ipc.NewRing("cq", slots, uverbs.CQESize)
@@ -500,6 +522,7 @@ func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	out = append(out, peer)
 	h := ss.handle32()
 	ss.cqs[h] = &sharedCQ{cq: cq, m: m, notify: notify}
+	ss.acct.took(objCQ)
 	ss.srv.own(cq, owner{ss, uverbs.EventCQ, h})
 	e.U32(h)
 	e.U32(slots)
@@ -521,6 +544,7 @@ func (ss *session) destroyCQ(d *uverbs.Decoder) error {
 		}
 	}
 	delete(ss.cqs, h)
+	ss.acct.gave(objCQ)
 	ss.srv.disown(c.cq)
 	c.release()
 	return nil
@@ -541,6 +565,9 @@ func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	pd, scq, rcq := ss.pds[req.PD], ss.cqs[req.SendCQ], ss.cqs[req.RecvCQ]
 	if pd == nil || scq == nil || rcq == nil {
 		return nil, syscall.EINVAL
+	}
+	if err := ss.room(objQP); err != nil {
+		return nil, err
 	}
 	var srq *verbs.SRQ
 	if req.SRQ != 0 {
@@ -586,6 +613,7 @@ func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		return fail(errors.Join(err, qp.Destroy()))
 	}
 	h := ss.handle32()
+	ss.acct.took(objQP)
 	ss.qps[h] = &sharedQP{qp: qp, pd: req.PD, cqs: [2]uint32{req.SendCQ, req.RecvCQ}, srq: req.SRQ, sq: sqm, rq: rqm}
 	ss.srv.own(qp, owner{ss, uverbs.EventQP, h})
 	rep.QP, rep.QPN = h, qp.QPN()
@@ -650,6 +678,7 @@ func (ss *session) destroyQP(d *uverbs.Decoder) error {
 	}
 	ss.srv.disown(q.qp)
 	delete(ss.qps, h)
+	ss.acct.gave(objQP)
 	q.sq.Unmap() // no engine reads the rings of a destroyed QP
 	q.rq.Unmap()
 	return nil
@@ -747,6 +776,7 @@ func (ss *session) privileged() bool { return ss.peer.UID == 0 || int(ss.peer.UI
 // client's peers see their requests go unanswered: retries, then
 // RETRY_EXC_ERR, as when a host with an RNIC dies.
 func (ss *session) release() {
+	defer ss.srv.leave(ss.acct)
 	if ss.bell != nil {
 		ss.bell.Close()
 		<-ss.bellDone
@@ -830,6 +860,9 @@ func (ss *session) createSRQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error
 	if pd == nil || a.MaxWR < 1 || a.MaxWR > verbs.MaxQPWR || a.MaxSGE > verbs.MaxSGE || a.Limit > a.MaxWR {
 		return nil, syscall.EINVAL
 	}
+	if err := ss.room(objSRQ); err != nil {
+		return nil, err
+	}
 	sge := max(int(a.MaxSGE), 1)
 	slots, size := uverbs.SlotsFor(int(a.MaxWR)), uverbs.RecvSlotSize(sge)
 	m, ring, err := ipc.NewRing("srq", slots, size)
@@ -847,6 +880,7 @@ func (ss *session) createSRQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error
 	}
 	h := ss.handle32()
 	ss.srqs[h] = &sharedSRQ{srq: srq, pd: pdh, m: m}
+	ss.acct.took(objSRQ)
 	ss.srv.own(srq, owner{ss, uverbs.EventSRQ, h})
 	e.U32(h)
 	got := srq.Query()
@@ -885,6 +919,7 @@ func (ss *session) srqOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) err
 	}
 	ss.srv.disown(s.srq)
 	delete(ss.srqs, h)
+	ss.acct.gave(objSRQ)
 	return s.m.Unmap()
 }
 
@@ -907,11 +942,15 @@ func (ss *session) mwOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) erro
 			return err
 		}
 		delete(ss.mws, h)
+		ss.acct.gave(objMW)
 		return nil
 	}
 	pd := ss.pds[h]
 	if pd == nil {
 		return syscall.EINVAL
+	}
+	if err := ss.room(objMW); err != nil {
+		return err
 	}
 	mw, err := pd.AllocMW(verbs.MWType(typ))
 	if err != nil {
@@ -919,6 +958,7 @@ func (ss *session) mwOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) erro
 	}
 	mh := ss.handle32()
 	ss.mws[mh] = sharedMW{mw: mw, pd: h}
+	ss.acct.took(objMW)
 	e.U32(mh)
 	e.U32(mw.RKey())
 	return nil
@@ -941,12 +981,16 @@ func (ss *session) createAH(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if err != nil {
 		return err
 	}
+	if err := ss.room(objAH); err != nil {
+		return err
+	}
 	ah, err := pd.CreateAH(attr)
 	if err != nil {
 		return err
 	}
 	h := ss.handle32()
 	ss.ahs.Store(h, sharedAH{ah: ah, pd: pdh})
+	ss.acct.took(objAH)
 	e.U32(h)
 	e.Raw(ah.Attr().DMAC)
 	return nil
@@ -965,6 +1009,7 @@ func (ss *session) destroyAH(d *uverbs.Decoder) error {
 		return err
 	}
 	ss.ahs.Delete(h)
+	ss.acct.gave(objAH)
 	return nil
 }
 

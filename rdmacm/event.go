@@ -156,6 +156,25 @@ func (c *EventChannel) takeFor(id *ID) []Event {
 	return out
 }
 
+// takeRequestsFor removes and returns the CONNECT_REQUESTs queued for
+// listener l.
+func (c *EventChannel) takeRequestsFor(l *ID) []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Event
+	kept := c.q[:0]
+	for _, e := range c.q {
+		if e.Type == EventConnectRequest && e.Listen == l {
+			out = append(out, e)
+		} else {
+			kept = append(kept, e)
+		}
+	}
+	clear(c.q[len(kept):])
+	c.q = kept
+	return out
+}
+
 // Len is the number of events waiting.
 func (c *EventChannel) Len() int {
 	c.mu.Lock()

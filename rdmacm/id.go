@@ -74,8 +74,10 @@ type ID struct {
 	ackTO    uint8      // RDMA_OPTION_ID_ACK_TIMEOUT, 0 for the CM's
 	tos      uint8
 	timeout  time.Duration
-	rem      *remoteID // the daemon's ID, on a device attached to it
-	quiet    bool      // the owner established: its ESTABLISHED is not reported
+	// stopResolve ends the address resolution in progress (Destroy).
+	stopResolve context.CancelFunc
+	rem         *remoteID // the daemon's ID, on a device attached to it
+	quiet       bool      // the owner established: its ESTABLISHED is not reported
 }
 
 // CreateID makes an ID in port space ps whose events go to ch.
@@ -226,7 +228,7 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if !dst.Addr().IsValid() || dst.Addr().IsUnspecified() {
+	if !dst.Addr().IsValid() || dst.Addr().IsUnspecified() || id.s.ctx.Err() != nil {
 		return fmt.Errorf("rdmacm: destination %v: %w", dst, ErrInvalid)
 	}
 	if id.state == stateIdle {
@@ -254,13 +256,27 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 		timeout = 2 * time.Second
 	}
 	id.timeout = timeout
-	go id.resolveNeighbour(dstIP, timeout)
+	// The resolution ends with the ID or the service, not only at its
+	// timeout: an owner that destroys the ID leaves nothing running.
+	ctx, cancel := context.WithTimeout(id.s.ctx, timeout)
+	id.stopResolve = cancel
+	id.s.wg.Add(1)
+	go func() {
+		defer id.s.wg.Done()
+		defer cancel()
+		id.resolveNeighbour(ctx, dstIP)
+	}()
 	return nil
 }
 
-func (id *ID) resolveNeighbour(dst netip.Addr, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+// Resolving reports whether the ID is resolving an address.
+func (id *ID) Resolving() bool {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.state == stateAddrQuery
+}
+
+func (id *ID) resolveNeighbour(ctx context.Context, dst netip.Addr) {
 	mac, err := id.s.dev.ResolveMAC(ctx, dst)
 	id.mu.Lock()
 	if id.state != stateAddrQuery {
@@ -763,6 +779,9 @@ func (id *ID) Destroy() error {
 	}
 	id.state = stateDestroying
 	l, c, bound, port := id.listener, id.conn, id.bound, id.src.Port()
+	if id.stopResolve != nil {
+		id.stopResolve()
+	}
 	if id.rem != nil {
 		id.mu.Unlock()
 		id.s.mu.Lock()
@@ -771,9 +790,16 @@ func (id *ID) Destroy() error {
 		return id.remoteDestroy()
 	}
 	id.answeredLocked()
+	ch := id.ch
 	id.mu.Unlock()
 	if l != nil {
 		l.Close()
+		// The requests the owner never fetched die with the listener: each
+		// ID is destroyed and its peer gets a REJ (consumer defined), as
+		// ucma destroys the connection IDs of events it never reported.
+		for _, e := range ch.takeRequestsFor(id) {
+			e.ID.Destroy()
+		}
 	}
 	if c != nil {
 		c.Destroy()

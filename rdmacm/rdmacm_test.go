@@ -636,3 +636,44 @@ func TestForgedSourceDoesNotStall(t *testing.T) {
 		t.Fatalf("the connection took %v behind the forged requests' address resolution", d)
 	}
 }
+
+// TestListenerGoneRejectsQueued: connection requests queued for a
+// listening ID that its owner destroys before fetching them are rejected
+// (consumer defined, as the kernel's cma destroying their IDs) and freed,
+// not left waiting in REQ_RCVD.
+func TestListenerGoneRejectsQueued(t *testing.T) {
+	a, b := pairOf(t)
+	ctx := ctxFor(t, 10*time.Second)
+	ch := NewEventChannel()
+	l, err := b.svc.CreateID(ch, PortSpaceTCP, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Bind(netip.AddrPortFrom(ipB, 7177)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Listen(8); err != nil {
+		t.Fatal(err)
+	}
+	dialed := make(chan error, 1)
+	qp := a.qp(t, verbs.QPTypeRC)
+	go func() {
+		_, err := a.svc.Dial(ctx, qp, netip.AddrPortFrom(ipB, 7177), ConnParam{RetryCount: 7})
+		dialed <- err
+	}()
+	for end := time.Now().Add(5 * time.Second); ch.Len() == 0 && time.Now().Before(end); time.Sleep(time.Millisecond) {
+	}
+	if ch.Len() != 1 {
+		t.Fatalf("%d events queued, want the CONNECT_REQUEST", ch.Len())
+	}
+	if err := l.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-dialed; !errors.Is(err, ErrConnRefused) {
+		t.Fatalf("dial to a listener destroyed with the request queued: %v, want ECONNREFUSED", err)
+	}
+	if n := ch.Len(); n != 0 {
+		t.Fatalf("%d events left on the channel", n)
+	}
+	settled(t, a, b, 0)
+}

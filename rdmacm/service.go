@@ -76,6 +76,7 @@ type Service struct {
 	mtu   verbs.MTU
 	attr  verbs.DeviceAttr
 
+	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -132,7 +133,7 @@ func Start(dev *verbs.Device, opts Options) (*Service, error) {
 		PacketLifetime: s.opts.PacketLifetime, ResponseTimeout: s.opts.ResponseTimeout})
 	g.agent = s.agent
 	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
+	s.ctx, s.cancel = ctx, cancel
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); g.receive(ctx) }()
 	go func() { defer s.wg.Done(); g.send(ctx) }()

@@ -126,6 +126,10 @@ func (c *completion) checkAck() compState {
 	switch p.BTH.Opcode {
 	case wire.RCAck:
 		a := p.AETH
+		if !c.answersRequest(a.IsACK()) {
+			c.e.counters.ResponseOutOfWindow++
+			return compDrop
+		}
 		switch {
 		case a.IsACK():
 			return compWriteSend
@@ -157,6 +161,34 @@ func (c *completion) checkAck() compState {
 	}
 	c.e.counters.ResponseOutOfWindow++
 	return compDrop
+}
+
+// answersRequest reports whether an ACK or NAK names a PSN a responder can
+// acknowledge: a responder ACKs or NAKs a request's PSN (a SEND or WRITE
+// packet's, or a READ's or atomic's), never one of the PSNs a READ's
+// response takes past its request. Inside a READ only its first PSN, the
+// PSN it was last asked again from, and, for an ACK, its last PSN (the
+// expected PSN minus one, with which a responder answers a duplicate SEND
+// or WRITE) qualify, as rxe's check_psn/check_ack accept an ACK only at a
+// request's PSN. Without this, a forger who hit anywhere in a 1 MiB READ's
+// 4096 PSNs (at PMTU 256) ended it with its NAK's error: the window is a
+// READ's few request PSNs, not its length.
+func (c *completion) answersRequest(ack bool) bool {
+	t, psn := c.t, c.p.BTH.PSN
+	if t.rdAtomicOut == 0 {
+		return true
+	}
+	for i := range t.sq {
+		w := &t.sq[i]
+		if !w.started || psnCmp(w.firstPSN, psn) > 0 {
+			return true
+		}
+		if psnCmp(psn, w.lastPSN) > 0 {
+			continue
+		}
+		return w.wr.Opcode != WRRDMARead || psn == w.firstPSN || psn == w.readFrom || (ack && psn == w.lastPSN)
+	}
+	return true
 }
 
 // nakTarget takes what a NAK for psn says, that the responder received

@@ -120,6 +120,7 @@ func TestMWRevokedMidRead(t *testing.T) {
 			}
 			settle(t, b.dev) // any step that began before is over
 			src.closed.Store(true)
+			quiesce(t, a.dev) // the responses sent before are all in
 			// The answer stopped; the requester's timer asks again and the
 			// duplicate READ finds the key dead.
 			for i := 0; i < 50 && pending(a.scq) == 0; i++ {
@@ -211,4 +212,19 @@ func TestModifyToErrorDropsQueuedReadReplies(t *testing.T) {
 	if n, now := src.lateReads.Load(), counters(b.dev).SentPkts; n != 0 || now != sent {
 		t.Fatalf("after Modify(ERR) returned: %d reads of the memory, %d packets sent", n, now-sent)
 	}
+}
+
+// quiesce waits (bounded) until d has received nothing for 20 ms.
+func quiesce(t *testing.T, d *Device) {
+	t.Helper()
+	last := counters(d).RcvdPkts
+	for i := 0; i < 500; i++ {
+		time.Sleep(20 * time.Millisecond)
+		now := counters(d).RcvdPkts
+		if now == last {
+			return
+		}
+		last = now
+	}
+	t.Fatal("the device keeps receiving")
 }

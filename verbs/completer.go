@@ -109,11 +109,17 @@ func (c *completion) step(s compState) compState {
 // the QP changes, so a blind attacker has to hit the window.
 func (c *completion) checkPSN() compState {
 	t, psn := c.t, c.p.BTH.PSN
-	if psnCmp(psn, t.compPSN) < 0 {
-		c.e.counters.DuplicateResponse++
+	if age := t.psnAge(psn); age <= t.psnAge(t.sentEnd) || age > t.psnAge(t.compPSN) {
+		// Outside [compPSN, sentEnd): behind (counted as a duplicate) or
+		// ahead, as far as serial arithmetic tells.
+		if psnCmp(psn, t.compPSN) < 0 {
+			c.e.counters.DuplicateResponse++
+		} else {
+			c.e.counters.ResponseOutOfWindow++
+		}
 		return compDrop
 	}
-	if psnCmp(psn, t.sentEnd) >= 0 || len(t.sq) == 0 || !t.sq[0].started {
+	if len(t.sq) == 0 || !t.sq[0].started {
 		c.e.counters.ResponseOutOfWindow++
 		return compDrop
 	}
@@ -242,7 +248,7 @@ func (c *completion) seqNAK() compState {
 	if !c.nakTarget() {
 		return compErrorRetry
 	}
-	if psnCmp(t.compPSN, before) == 0 && t.startedRetry && t.nakEpisode && t.attr.RetryCnt == 7 {
+	if t.compPSN == before && t.startedRetry && t.nakEpisode && t.attr.RetryCnt == 7 {
 		// The responder NAKs the same PSN again: it saw the resent
 		// packets after that PSN, not that one. Lost again; go back again.
 		// Only with retry_cnt 7 (forever): with a finite count each such
@@ -250,7 +256,7 @@ func (c *completion) seqNAK() compState {
 		// until the timer or progress, is what applications tuned.
 		t.startedRetry = false
 	}
-	if psnCmp(t.compPSN, before) > 0 {
+	if t.psnAfter(t.compPSN, before) {
 		// The NAK acknowledged PSNs past the oldest unacknowledged one:
 		// progress, which resets the retry counter as an ACK there would
 		// (rxe resets only on an explicit ACK, so there a loss rate above
@@ -378,7 +384,7 @@ func (e *engine) ackThrough(qp *QP, psn uint32) {
 	before := t.ackedReq
 	e.rerequestBefore(qp, (psn+1)&0xffffff)
 	e.acknowledge(qp, psn)
-	if psnCmp(t.ackedReq, before) > 0 {
+	if t.psnAfter(t.ackedReq, before) {
 		e.resetRetry(qp)
 	}
 	e.progress(qp)
@@ -388,7 +394,7 @@ func (e *engine) ackThrough(qp *QP, psn uint32) {
 // psn, and completes what that completes.
 func (e *engine) acknowledge(qp *QP, psn uint32) {
 	t := &qp.t
-	if psnCmp(psn, t.ackedReq) > 0 {
+	if t.psnAfter(psn, t.ackedReq) {
 		t.ackedReq = psn
 	}
 	e.completeInOrder(qp)
@@ -408,7 +414,13 @@ func (e *engine) completeInOrder(qp *QP) {
 			if !w.respDone {
 				break
 			}
-		} else if psnCmp(w.lastPSN, t.ackedReq) > 0 {
+			// Its responses all in, the responder had its request: a
+			// SEND behind a 2^23-PSN READ must not compare with an
+			// ackedReq from before it (psnAge's bound).
+			if t.psnAfter(w.lastPSN, t.ackedReq) {
+				t.ackedReq = w.lastPSN
+			}
+		} else if t.psnAfter(w.lastPSN, t.ackedReq) {
 			break
 		}
 		e.retire(qp, WCSuccess)
@@ -419,17 +431,17 @@ func (e *engine) completeInOrder(qp *QP) {
 		comp = w.nextRespPSN(t.mtu)
 		if !w.wr.Opcode.isReadOrAtomic() {
 			comp = (t.ackedReq + 1) & 0xffffff
-			if psnCmp(w.firstPSN, comp) > 0 {
+			if t.psnAfter(w.firstPSN, comp) {
 				comp = w.firstPSN
 			}
 		}
 	}
-	if psnCmp(comp, t.compPSN) > 0 {
+	if t.psnAfter(comp, t.compPSN) {
 		t.growWindow((comp - t.compPSN) & 0xffffff)
 		t.compPSN = comp
 		e.rttSample(t)
 	}
-	if psnCmp(t.reqPSN, t.compPSN) < 0 {
+	if t.psnAfter(t.compPSN, t.reqPSN) {
 		e.goBackN(qp, true)
 	}
 }
@@ -532,7 +544,7 @@ func (e *engine) retry(qp *QP, timeout bool) {
 	}
 	// sentEnd, not reqPSN: a go-back-N that skipped a READ or atomic
 	// (below) leaves reqPSN at it although it was sent and is unanswered.
-	if psnCmp(t.sentEnd, t.compPSN) > 0 {
+	if t.sentEnd != t.compPSN {
 		t.startedRetry = true
 		t.shrinkWindow()
 		// After a timeout nothing says what got through: with retry_cnt 7
@@ -579,9 +591,9 @@ func (e *engine) goBackN(qp *QP, headReadsOnly bool) {
 		}
 		from := (t.ackedReq + 1) & 0xffffff
 		switch {
-		case psnCmp(w.lastPSN, from) < 0:
+		case t.psnAfter(from, w.lastPSN):
 			w.sentAll = true
-		case psnCmp(from, w.firstPSN) > 0:
+		case t.psnAfter(from, w.firstPSN):
 			w.sentAll, w.sentOff = false, ((from-w.firstPSN)&0xffffff)*mtu
 		default:
 			w.sentAll, w.sentOff = false, 0

@@ -54,6 +54,24 @@ func (m *checkMem) WriteAt(p []byte, off uint64) error {
 	return nil
 }
 
+// lossless is a MemLink whose sender waits for room at the receiving end
+// instead of overflowing it: the long transfers here measure the
+// transport's PSN handling, not a ring's losses.
+type lossless struct{ *MemLink }
+
+func (l lossless) Send(frames [][]byte) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l.peer.mu.Lock()
+		n := len(l.peer.queue)
+		l.peer.mu.Unlock()
+		if n+len(frames) <= queueCap || time.Now().After(deadline) {
+			return l.MemLink.Send(frames)
+		}
+		time.Sleep(10 * time.Microsecond)
+	}
+}
+
 // bigPair connects two nodes on one fake clock at path MTU mtu; b has a
 // region of size bytes backed by patternMem (with MW_BIND rights), a one of
 // the same size backed by checkMem.
@@ -68,7 +86,7 @@ func bigPair(t *testing.T, mtu MTU, size uint64, o connOpts) (a, b *node, src *p
 		registerDevice(t, d)
 		return newNode(t, d, 1<<16)
 	}
-	a, b = mk(la, macA, ipA), mk(lb, macB, ipB)
+	a, b = mk(lossless{la}, macA, ipA), mk(lossless{lb}, macB, ipB)
 	o.mtu = mtu
 	connect(t, a, b, ipA, ipB, macA, macB, o)
 	src, dst = &patternMem{}, &checkMem{}
@@ -227,4 +245,43 @@ func quiesce(t *testing.T, d *Device) {
 		last = now
 	}
 	t.Fatal("the device keeps receiving")
+}
+
+// TestReadOfHalfThePSNSpace: a 2^31-byte READ at PMTU 256 takes 2^23
+// PSNs, exactly half the PSN space, where a 24-bit serial comparison flips
+// sign. It completes with every byte, starting just below the PSN wrap;
+// before, sentEnd never moved past the READ and its own responses were
+// dropped as out of window. The memory on both sides is fake: patterned
+// on the responder, checked byte for byte on the requester.
+func TestReadOfHalfThePSNSpace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2^23 packets")
+	}
+	const size = 1 << 31
+	a, _, _, dst, bmr, amr, clk := bigPair(t, MTU256, size, connOpts{timeout: 14, retry: 7, rnr: 7, psnA: 0xffff00})
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled,
+		SGList: []SGE{{Addr: amr.Addr(), Length: size, LKey: amr.LKey()}}, RemoteAddr: bmr.Addr(), RKey: bmr.RKey()})
+	deadline := time.Now().Add(3 * time.Minute)
+	last := uint64(0)
+	for pending(a.scq) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("READ not done: %d bytes placed, counters %+v", dst.good.Load(), counters(a.dev))
+		}
+		time.Sleep(100 * time.Millisecond)
+		c := counters(a.dev)
+		if c.ResponseOutOfWindow != 0 {
+			t.Fatalf("the READ's own responses dropped as out of window: %+v", c)
+		}
+		if c.RcvdPkts == last {
+			// Stalled: only the transport timer can go on (fake time).
+			clk.Advance(ackTimeout(14) << maxBackoff)
+		}
+		last = c.RcvdPkts
+	}
+	if wc := poll(t, a.scq, 1, time.Second)[0]; wc.Status != WCSuccess || wc.ByteLen != size {
+		t.Fatalf("READ: %+v", wc)
+	}
+	if good, bad := dst.good.Load(), dst.bad.Load(); bad != 0 || good < size {
+		t.Fatalf("READ placed %d right bytes and %d wrong ones of %d", good, bad, size)
+	}
 }

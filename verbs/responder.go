@@ -468,14 +468,26 @@ func (e *engine) execRead(qp *QP, p *wire.Packet) {
 		va: r.VA, rkey: r.RKey, length: r.Len, mr: mr}
 	t.msn = (t.msn + 1) & 0xffffff
 	t.ePSN = (res.lastPSN + 1) & 0xffffff
-	e.readReply(qp, res, psn, false)
+	e.readReply(qp, res, psn, readNew)
 }
+
+// readKind is what a READ response answers: a new READ, a duplicate, or a
+// duplicate that resumes the READ exactly where its PSN says (RETH's
+// address and length those of the rest of the original), as a requester
+// that lost the response's tail asks (ours, and rxe's req_retry).
+type readKind uint8
+
+const (
+	readNew readKind = iota
+	readDuplicate
+	readResume
+)
 
 // readReply sends the READ responses of res from PSN from on, after the
 // QP's deferred ACK; what the step's budget or the QP's pace leaves is
-// queued (replies.go). reread says it answers a duplicate READ.
-func (e *engine) readReply(qp *QP, res *respResource, from uint32, reread bool) {
-	e.readStarting(qp, res, from, reread)
+// queued (replies.go).
+func (e *engine) readReply(qp *QP, res *respResource, from uint32, kind readKind) {
+	e.readStarting(qp, res, from, kind)
 	e.sendDueAck(qp)
 	e.startRead(qp, res, from)
 }
@@ -560,7 +572,11 @@ func (e *engine) duplicate(qp *QP, p *wire.Packet, info wire.OpInfo) {
 				}
 				r.mr = mr
 			}
-			e.readReply(qp, r, psn, true)
+			kind := readDuplicate
+			if off := uint64((psn-r.firstPSN)&0xffffff) * uint64(qp.t.mtu); p.RETH.VA == r.va+off && uint64(p.RETH.Len)+off == uint64(r.length) {
+				kind = readResume
+			}
+			e.readReply(qp, r, psn, kind)
 		}
 		return
 	}

@@ -109,11 +109,17 @@ func (c *completion) step(s compState) compState {
 // the QP changes, so a blind attacker has to hit the window.
 func (c *completion) checkPSN() compState {
 	t, psn := c.t, c.p.BTH.PSN
-	if psnCmp(psn, t.compPSN) < 0 {
-		c.e.counters.DuplicateResponse++
+	if age := t.psnAge(psn); age <= t.psnAge(t.sentEnd) || age > t.psnAge(t.compPSN) {
+		// Outside [compPSN, sentEnd): behind (counted as a duplicate) or
+		// ahead, as far as serial arithmetic tells.
+		if psnCmp(psn, t.compPSN) < 0 {
+			c.e.counters.DuplicateResponse++
+		} else {
+			c.e.counters.ResponseOutOfWindow++
+		}
 		return compDrop
 	}
-	if psnCmp(psn, t.sentEnd) >= 0 || len(t.sq) == 0 || !t.sq[0].started {
+	if len(t.sq) == 0 || !t.sq[0].started {
 		c.e.counters.ResponseOutOfWindow++
 		return compDrop
 	}
@@ -126,6 +132,10 @@ func (c *completion) checkAck() compState {
 	switch p.BTH.Opcode {
 	case wire.RCAck:
 		a := p.AETH
+		if !c.answersRequest(a.IsACK()) {
+			c.e.counters.ResponseOutOfWindow++
+			return compDrop
+		}
 		switch {
 		case a.IsACK():
 			return compWriteSend
@@ -157,6 +167,34 @@ func (c *completion) checkAck() compState {
 	}
 	c.e.counters.ResponseOutOfWindow++
 	return compDrop
+}
+
+// answersRequest reports whether an ACK or NAK names a PSN a responder can
+// acknowledge: a responder ACKs or NAKs a request's PSN (a SEND or WRITE
+// packet's, or a READ's or atomic's), never one of the PSNs a READ's
+// response takes past its request. Inside a READ only its first PSN, the
+// PSN it was last asked again from, and, for an ACK, its last PSN (the
+// expected PSN minus one, with which a responder answers a duplicate SEND
+// or WRITE) qualify, as rxe's check_psn/check_ack accept an ACK only at a
+// request's PSN. Without this, a forger who hit anywhere in a 1 MiB READ's
+// 4096 PSNs (at PMTU 256) ended it with its NAK's error: the window is a
+// READ's few request PSNs, not its length.
+func (c *completion) answersRequest(ack bool) bool {
+	t, psn := c.t, c.p.BTH.PSN
+	if t.rdAtomicOut == 0 {
+		return true
+	}
+	for i := range t.sq {
+		w := &t.sq[i]
+		if !w.started || psnCmp(w.firstPSN, psn) > 0 {
+			return true
+		}
+		if psnCmp(psn, w.lastPSN) > 0 {
+			continue
+		}
+		return w.wr.Opcode != WRRDMARead || psn == w.firstPSN || psn == w.readFrom || (ack && psn == w.lastPSN)
+	}
+	return true
 }
 
 // nakTarget takes what a NAK for psn says, that the responder received
@@ -210,7 +248,7 @@ func (c *completion) seqNAK() compState {
 	if !c.nakTarget() {
 		return compErrorRetry
 	}
-	if psnCmp(t.compPSN, before) == 0 && t.startedRetry && t.nakEpisode && t.attr.RetryCnt == 7 {
+	if t.compPSN == before && t.startedRetry && t.nakEpisode && t.attr.RetryCnt == 7 {
 		// The responder NAKs the same PSN again: it saw the resent
 		// packets after that PSN, not that one. Lost again; go back again.
 		// Only with retry_cnt 7 (forever): with a finite count each such
@@ -218,7 +256,7 @@ func (c *completion) seqNAK() compState {
 		// until the timer or progress, is what applications tuned.
 		t.startedRetry = false
 	}
-	if psnCmp(t.compPSN, before) > 0 {
+	if t.psnAfter(t.compPSN, before) {
 		// The NAK acknowledged PSNs past the oldest unacknowledged one:
 		// progress, which resets the retry counter as an ACK there would
 		// (rxe resets only on an explicit ACK, so there a loss rate above
@@ -346,7 +384,7 @@ func (e *engine) ackThrough(qp *QP, psn uint32) {
 	before := t.ackedReq
 	e.rerequestBefore(qp, (psn+1)&0xffffff)
 	e.acknowledge(qp, psn)
-	if psnCmp(t.ackedReq, before) > 0 {
+	if t.psnAfter(t.ackedReq, before) {
 		e.resetRetry(qp)
 	}
 	e.progress(qp)
@@ -356,7 +394,7 @@ func (e *engine) ackThrough(qp *QP, psn uint32) {
 // psn, and completes what that completes.
 func (e *engine) acknowledge(qp *QP, psn uint32) {
 	t := &qp.t
-	if psnCmp(psn, t.ackedReq) > 0 {
+	if t.psnAfter(psn, t.ackedReq) {
 		t.ackedReq = psn
 	}
 	e.completeInOrder(qp)
@@ -376,7 +414,13 @@ func (e *engine) completeInOrder(qp *QP) {
 			if !w.respDone {
 				break
 			}
-		} else if psnCmp(w.lastPSN, t.ackedReq) > 0 {
+			// Its responses all in, the responder had its request: a
+			// SEND behind a 2^23-PSN READ must not compare with an
+			// ackedReq from before it (psnAge's bound).
+			if t.psnAfter(w.lastPSN, t.ackedReq) {
+				t.ackedReq = w.lastPSN
+			}
+		} else if t.psnAfter(w.lastPSN, t.ackedReq) {
 			break
 		}
 		e.retire(qp, WCSuccess)
@@ -387,17 +431,17 @@ func (e *engine) completeInOrder(qp *QP) {
 		comp = w.nextRespPSN(t.mtu)
 		if !w.wr.Opcode.isReadOrAtomic() {
 			comp = (t.ackedReq + 1) & 0xffffff
-			if psnCmp(w.firstPSN, comp) > 0 {
+			if t.psnAfter(w.firstPSN, comp) {
 				comp = w.firstPSN
 			}
 		}
 	}
-	if psnCmp(comp, t.compPSN) > 0 {
+	if t.psnAfter(comp, t.compPSN) {
 		t.growWindow((comp - t.compPSN) & 0xffffff)
 		t.compPSN = comp
 		e.rttSample(t)
 	}
-	if psnCmp(t.reqPSN, t.compPSN) < 0 {
+	if t.psnAfter(t.compPSN, t.reqPSN) {
 		e.goBackN(qp, true)
 	}
 }
@@ -500,7 +544,7 @@ func (e *engine) retry(qp *QP, timeout bool) {
 	}
 	// sentEnd, not reqPSN: a go-back-N that skipped a READ or atomic
 	// (below) leaves reqPSN at it although it was sent and is unanswered.
-	if psnCmp(t.sentEnd, t.compPSN) > 0 {
+	if t.sentEnd != t.compPSN {
 		t.startedRetry = true
 		t.shrinkWindow()
 		// After a timeout nothing says what got through: with retry_cnt 7
@@ -547,9 +591,9 @@ func (e *engine) goBackN(qp *QP, headReadsOnly bool) {
 		}
 		from := (t.ackedReq + 1) & 0xffffff
 		switch {
-		case psnCmp(w.lastPSN, from) < 0:
+		case t.psnAfter(from, w.lastPSN):
 			w.sentAll = true
-		case psnCmp(from, w.firstPSN) > 0:
+		case t.psnAfter(from, w.firstPSN):
 			w.sentAll, w.sentOff = false, ((from-w.firstPSN)&0xffffff)*mtu
 		default:
 			w.sentAll, w.sentOff = false, 0

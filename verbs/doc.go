@@ -31,7 +31,11 @@
 //     with LOC_QP_OP_ERR and the requester gets REM_OP_ERR, as rxe.
 //   - Memory windows are type 2 only. A BIND_MW or LOCAL_INV work request
 //     runs when every WR before it has completed (rxe runs it as soon as the
-//     requester reaches it; both complete in order).
+//     requester reaches it; both complete in order). Every packet of a
+//     multi-packet WRITE and of a READ's response checks its window again,
+//     as rxe checks the rkey per packet: LOCAL_INV, SEND_WITH_INV, Dealloc
+//     or a rebind between two of them ends the WRITE with a remote access
+//     error and the READ's response unsent (its re-request is refused).
 //   - A CQ overflow raises EventCQErr and moves the QP that overflowed it to
 //     the error state with EventQPFatal, as does a request the responder
 //     rejects. SRQ limits raise EventSRQLimitReached once, when a WQE taken

@@ -751,7 +751,11 @@ func (e *engine) modify(qp *QP, a QPAttr, mask AttrMask, next QPState, dmac net.
 		qp.postMu.Unlock()
 	case StateErr:
 		t.state = StateErr
-		t.draining = false
+		t.draining, t.failAfterReplies = false, false
+		// A QP in the error state sends nothing: the queued READ
+		// responses would keep reading application memory after Modify
+		// returned.
+		t.dropReplies()
 		qp.state.Store(uint32(StateErr))
 		e.takePosts(qp)
 		e.flushQueues(qp)

@@ -163,3 +163,60 @@ func TestForgedReadResponsesInWindow(t *testing.T) {
 	}
 	equalBytes(t, "READ", a.mr.Bytes()[:16<<10], b.mr.Bytes()[:16<<10])
 }
+
+// TestForgedNAKInsideRead: while a 1 MiB READ at PMTU 256 (4096 PSNs)
+// waits for its responses, ACKs and NAKs of every kind naming PSNs inside
+// its response range past its request PSN, where no responder ever
+// acknowledges, are dropped and counted; the READ completes with the
+// responder's bytes. Before, a NAK 3000 PSNs in ended it with its error.
+// A NAK at the READ's own PSN still ends it: the window is that PSN.
+func TestForgedNAKInsideRead(t *testing.T) {
+	const size = 1 << 20
+	a, b, clk := fakePair(t, connOpts{mtu: MTU256, timeout: 14, retry: 7, rnr: 7, psnA: 0xfff000})
+	bmr, err := b.pd.AllocMR(size, AccessLocalWrite|AccessRemoteRead)
+	must(t, err)
+	amr, err := a.pd.AllocMR(size, AccessLocalWrite)
+	must(t, err)
+	fill(bmr.Bytes(), 6)
+	lb := b.dev.shards[0].link.(*MemLink)
+	hold := dropWhile(lb, func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(amr, 0, size), RemoteAddr: bmr.Addr(), RKey: bmr.RKey()})
+	waitCounter(t, b.dev, "the READ request", func(c Counters) bool { return c.RcvdPkts == 1 })
+	la := a.dev.shards[0].link.(*MemLink)
+	syndromes := []uint8{
+		wire.ACKSyndrome(31),
+		wire.NAKSyndrome(wire.NAKPSNSequenceError),
+		wire.NAKSyndrome(wire.NAKInvalidRequest),
+		wire.NAKSyndrome(wire.NAKRemoteAccessError),
+		wire.NAKSyndrome(wire.NAKRemoteOperationalError),
+		wire.RNRNAKSyndrome(1),
+	}
+	forged := 0
+	for _, off := range []uint32{1, 2, 127, 128, 3000, 4094} {
+		for _, syn := range syndromes {
+			la.deliver([][]byte{forgeResponse(t, a.qp.QPN(), wire.RCAck, syn, 0xfff000+off, nil)})
+			forged++
+		}
+	}
+	waitCounter(t, a.dev, "the forged ACKs and NAKs", func(c Counters) bool { return c.ResponseOutOfWindow == uint64(forged) })
+	if n := pending(a.scq); n != 0 || a.qp.State() != StateRTS {
+		t.Fatalf("after the forgeries: QP %v, %d completions", a.qp.State(), n)
+	}
+	hold.Store(false)
+	clk.Advance(ackTimeout(14) + time.Microsecond) // the responses were held back: the timer asks again
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("completion %+v", wc)
+	}
+	equalBytes(t, "READ", amr.Bytes(), bmr.Bytes())
+
+	// A NAK at a READ's request PSN is an answer.
+	hold.Store(true)
+	rcvd := counters(b.dev).RcvdPkts
+	postSend(t, a, SendWR{ID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(amr, 0, size), RemoteAddr: bmr.Addr(), RKey: bmr.RKey()})
+	waitCounter(t, b.dev, "the second READ request", func(c Counters) bool { return c.RcvdPkts > rcvd })
+	first := (0xfff000 + size/256) & 0xffffff
+	la.deliver([][]byte{forgeResponse(t, a.qp.QPN(), wire.RCAck, wire.NAKSyndrome(wire.NAKRemoteAccessError), uint32(first), nil)})
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRemAccessErr || wc.WRID != 2 {
+		t.Fatalf("completion %+v, want REM_ACCESS_ERR", wc)
+	}
+}

@@ -35,8 +35,13 @@ import "time"
 // not held long. The pacer uses the real clock, as the ACK hold does: a
 // test's fake transport clock may stand still.
 //
+// Only a request that resumes the READ exactly, at the address and with
+// the length of its rest, counts as asked again: a forged duplicate with
+// a held READ's rkey and a PSN inside it is answered but never paces.
+//
 // In-memory tests: TestReadResponsesPacedAfterTailLoss,
-// TestDuplicatedReadRequestsDoNotPace; against rxe in a guest,
+// TestDuplicatedReadRequestsDoNotPace, TestForgedDuplicateReadDoesNotPace;
+// against rxe in a guest,
 // docs/interop.md ("The whole matrix in one run").
 type readPacer struct {
 	// startAt is when the newest READ response began, if it began with
@@ -149,21 +154,26 @@ func (p *readPacer) due() time.Time {
 
 // readStarting notes, with one clock read, the READ response about to be
 // sent for qp, of res's PSNs from on: a new READ ends the previous
-// response's sample; reread says it answers a duplicate READ.
-func (e *engine) readStarting(qp *QP, res *respResource, from uint32, reread bool) {
+// response's sample.
+func (e *engine) readStarting(qp *QP, res *respResource, from uint32, kind readKind) {
 	p := &qp.t.pace
 	last := res.lastPSN
 	alone := !qp.t.replying()
 	now := time.Now()
-	if !reread {
+	if kind == readNew {
 		p.requested(now, alone)
 	}
-	if reread && alone && from != res.firstPSN {
+	if kind == readResume && alone && from != res.firstPSN {
 		// Every response had left, and one is asked for again from
 		// past its start: its head arrived, its tail did not (a request
 		// duplicated on the way, or a requester whose timer found nothing
 		// at all, asks from the start). If the pace was on, it ran too
-		// fast.
+		// fast. Only a request that resumes the READ exactly (address
+		// and length of the rest, as a requester computes them) counts:
+		// a third party who learnt an rkey and guessed a PSN inside a
+		// held READ would otherwise turn the pace on, and cut it by a
+		// quarter with each further copy, for nothing but a forged
+		// packet; it must know the READ's address as well.
 		if p.paced {
 			p.rate *= paceBackoff
 		}

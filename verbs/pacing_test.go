@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/wire"
 )
 
 // bottleneck is the receiving end of a slow path: the frames its MemLink
@@ -195,5 +197,53 @@ func TestDuplicatedReadRequestsDoNotPace(t *testing.T) {
 	cb := waitCounter(t, b.dev, "the duplicated requests", func(c Counters) bool { return c.DuplicateRequest >= 8 })
 	if cb.ReadRetryPaced != 0 {
 		t.Fatalf("responder's counters %+v: duplicated requests turned pacing on", cb)
+	}
+}
+
+// forgeReadRequest builds a READ request from a to b's QP, as a third party
+// who knows the addresses, the QPN and an rkey would.
+func forgeReadRequest(t *testing.T, dstQPN, psn uint32, reth wire.RETH) []byte {
+	t.Helper()
+	var p wire.Packet
+	p.Eth = wire.Ethernet{Dst: [6]byte(macB), Src: [6]byte(macA)}
+	p.IP = wire.IP{Src: ipA, Dst: ipB, TTL: 64, DF: true}
+	p.UDP = wire.UDP{SrcPort: 0xc000, DstPort: wire.UDPPort}
+	p.BTH = wire.BTH{Opcode: wire.RCReadRequest, PKey: 0xffff, DestQP: dstQPN, PSN: psn & 0xffffff, AckReq: true}
+	p.RETH = reth
+	buf := make([]byte, 4096+200)
+	n, err := wire.Encode(buf, &p)
+	must(t, err)
+	return buf[:max(n, wire.MinFrameLen)]
+}
+
+// TestForgedDuplicateReadDoesNotPace: a duplicate READ naming a held READ's
+// rkey and a PSN past its start, but not the rest of its range (the
+// original address and length, what a third party who learnt the rkey
+// would send), is answered as a duplicate and leaves the pace alone:
+// before, each such copy turned pacing on and cut the rate by a quarter.
+// A request that resumes the READ exactly, as a requester that lost the
+// response's tail sends, still paces.
+func TestForgedDuplicateReadDoesNotPace(t *testing.T) {
+	const size, first = 32 << 10, 0x100
+	a, b, _, lb := pair(t, connOpts{mtu: MTU1024, psnA: first}, 1<<16)
+	fill(b.mr.Bytes()[:size], 7)
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, size), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("READ: %+v", wc)
+	}
+	for i := range 8 {
+		psn := uint32(first + 1 + i*3)
+		lb.deliver([][]byte{forgeReadRequest(t, b.qp.QPN(), psn, wire.RETH{VA: b.mr.Addr(), RKey: b.mr.RKey(), Len: size})})
+		waitCounter(t, b.dev, "the forged duplicate", func(c Counters) bool { return c.DuplicateRequest == uint64(i+1) })
+		time.Sleep(2 * time.Millisecond) // its response sent: the next finds the QP idle
+	}
+	if c := counters(b.dev); c.ReadRetryPaced != 0 {
+		t.Fatalf("forged duplicate READs turned pacing on %d times", c.ReadRetryPaced)
+	}
+	const k = 5
+	lb.deliver([][]byte{forgeReadRequest(t, b.qp.QPN(), first+k, wire.RETH{VA: b.mr.Addr() + k*1024, RKey: b.mr.RKey(), Len: size - k*1024})})
+	waitCounter(t, b.dev, "the resume", func(c Counters) bool { return c.ReadRetryPaced == 1 })
+	if a.qp.State() != StateRTS || b.qp.State() != StateRTS {
+		t.Fatalf("QPs %v and %v", a.qp.State(), b.qp.State())
 	}
 }

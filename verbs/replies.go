@@ -147,7 +147,7 @@ func (e *engine) sendAcknowledge(qp *QP, r *pendingReply) {
 }
 
 // readPacket sends the next packet of a READ reply and reports whether it
-// was the last.
+// was the last (or the reply ended because its window was revoked).
 func (e *engine) readPacket(qp *QP, r *pendingReply) bool {
 	t := &qp.t
 	res := &r.res
@@ -161,7 +161,19 @@ func (e *engine) readPacket(qp *QP, r *pendingReply) bool {
 	pkt.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: r.msn}
 	var src [1]span
 	if n > 0 {
-		src[0], _ = res.mr.span(res.va+uint64(off), n)
+		mr := res.mr
+		if isMWKey(res.rkey) {
+			// A window may be invalidated, deallocated or rebound while
+			// its READ's response is being sent: every packet checks the
+			// key again (rxe's read_reply rechecks it per slice). A
+			// revoked reply ends here, unsent; the requester asks again
+			// and its duplicate READ is refused (duplicate).
+			var ok bool
+			if mr, ok = e.checkMWAccess(qp, res.rkey, res.va+uint64(off), n, AccessRemoteRead); !ok {
+				return true
+			}
+		}
+		src[0], _ = mr.span(res.va+uint64(off), n)
 	}
 	e.send(int(n), func(dst []byte) { gather(dst, src[:], 0, &e.reads) })
 	r.next = (psn + 1) & 0xffffff

@@ -146,7 +146,7 @@ func (e *engine) requester(qp *QP) bool {
 		if qp.typ == QPTypeRC && psnCmp(t.reqPSN, t.compPSN+t.window()) >= 0 {
 			break
 		}
-		if t.probing && psnCmp(t.reqPSN, t.compPSN) > 0 {
+		if t.probing && t.psnAfter(t.reqPSN, t.compPSN) {
 			break // the probe is out: wait for its answer
 		}
 		w := &t.sq[t.reqIdx]
@@ -181,15 +181,18 @@ func (e *engine) requester(qp *QP) bool {
 			if rdAtomic && t.rdAtomicOut >= max(1, int(t.attr.MaxRdAtomic)) {
 				break
 			}
+			n := uint32(1)
+			if w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAdd {
+				n = t.npkts(w.length)
+			}
+			if t.reqIdx > 0 && (t.nextPSN+n-t.sq[0].firstPSN)&0xffffff > maxOutstandingSpan {
+				break // see psnAge: it waits for the WQEs before it
+			}
 			if !e.resolveLocal(qp, w) {
 				return true
 			}
 			w.started = true
 			w.firstPSN = t.nextPSN
-			n := uint32(1)
-			if w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAdd {
-				n = t.npkts(w.length)
-			}
 			w.lastPSN = (w.firstPSN + n - 1) & 0xffffff
 			t.nextPSN = (w.lastPSN + 1) & 0xffffff
 			if rdAtomic {
@@ -446,12 +449,32 @@ func (w *sendWQE) nextRespPSN(mtu int) uint32 {
 	return (w.firstPSN + w.readDone/uint32(mtu)) & 0xffffff
 }
 
-// markSent moves sentEnd up to end (one past a PSN just sent).
+// markSent moves sentEnd up to end (one past a PSN just sent). A new READ
+// moves it by up to 2^23 PSNs (2 GiB at PMTU 256), the one distance whose
+// sign psnCmp cannot tell: ahead too.
 func (t *qpTransport) markSent(end uint32) {
-	if psnCmp(end, t.sentEnd) > 0 {
+	if d := (end - t.sentEnd) & 0xffffff; d != 0 && d <= 1<<23 {
 		t.sentEnd = end
 	}
 }
+
+// maxOutstandingSpan bounds the PSNs from the oldest outstanding WQE's
+// first to sentEnd: a WQE that would take it further waits for the ones
+// before it. One message alone may span 2^23 PSNs (a 2^31-byte READ or
+// WRITE at PMTU 256).
+const maxOutstandingSpan = 1 << 23
+
+// psnAge is how far psn lies behind nextPSN, one past the last PSN given to
+// a WQE (0 for nextPSN itself). Every PSN the requester keeps (compPSN,
+// ackedReq, reqPSN, sentEnd, its WQEs') lies less than 2^24 behind it
+// (maxOutstandingSpan, plus ackedReq one before the oldest WQE), so ages
+// order them where serial arithmetic cannot: a 2^23-PSN READ puts its
+// first PSN, and compPSN, 2^23 behind sentEnd, where psnCmp's sign flips
+// and its own responses looked out of window.
+func (t *qpTransport) psnAge(psn uint32) uint32 { return (t.nextPSN - psn) & 0xffffff }
+
+// psnAfter reports whether a comes after b, both PSNs the requester keeps.
+func (t *qpTransport) psnAfter(a, b uint32) bool { return t.psnAge(a) < t.psnAge(b) }
 
 // dataOpcode picks the SEND or WRITE opcode for a packet's place in its message.
 func dataOpcode(op WROpcode, first, last, uc bool) wire.Opcode {

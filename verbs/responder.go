@@ -36,6 +36,10 @@ type writeState struct {
 	va    uint64
 	resid uint32
 	total uint32
+	// rkey is the key the WRITE named: a window's is checked again for
+	// every packet, since LOCAL_INV, SEND_WITH_INV, Dealloc or a rebind
+	// may revoke it between two of them (rxe checks the rkey per packet).
+	rkey uint32
 	// revoked: the region was deregistered while the WRITE was arriving;
 	// the rest of it fails with a remote access error (revokeWrites).
 	revoked bool
@@ -370,7 +374,7 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 			e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 			return
 		}
-		t.write = writeState{va: r.VA, resid: r.Len, total: r.Len}
+		t.write = writeState{va: r.VA, resid: r.Len, total: r.Len, rkey: r.RKey}
 		if r.Len > 0 {
 			mr, ok := e.checkRKey(qp, r.RKey, r.VA, r.Len, AccessRemoteWrite)
 			if !ok {
@@ -390,6 +394,17 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	if (last && n != w.resid) || (!last && n >= w.resid) {
 		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 		return
+	}
+	if n > 0 && info.Flags&wire.FlagStart == 0 && isMWKey(w.rkey) {
+		mr, ok := e.checkMWAccess(qp, w.rkey, w.va, n, AccessRemoteWrite)
+		if !ok {
+			// The window went away mid-message: the rest of the WRITE
+			// fails as a WRITE naming an invalid key.
+			w.mr, w.revoked = nil, true
+			e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
+			return
+		}
+		w.mr = mr
 	}
 	// A WRITE with immediate needs a receive WQE before anything is written.
 	if last && info.Headers&wire.HasImmDt != 0 && !e.takeRecv(qp, psn) {
@@ -453,14 +468,26 @@ func (e *engine) execRead(qp *QP, p *wire.Packet) {
 		va: r.VA, rkey: r.RKey, length: r.Len, mr: mr}
 	t.msn = (t.msn + 1) & 0xffffff
 	t.ePSN = (res.lastPSN + 1) & 0xffffff
-	e.readReply(qp, res, psn, false)
+	e.readReply(qp, res, psn, readNew)
 }
+
+// readKind is what a READ response answers: a new READ, a duplicate, or a
+// duplicate that resumes the READ exactly where its PSN says (RETH's
+// address and length those of the rest of the original), as a requester
+// that lost the response's tail asks (ours, and rxe's req_retry).
+type readKind uint8
+
+const (
+	readNew readKind = iota
+	readDuplicate
+	readResume
+)
 
 // readReply sends the READ responses of res from PSN from on, after the
 // QP's deferred ACK; what the step's budget or the QP's pace leaves is
-// queued (replies.go). reread says it answers a duplicate READ.
-func (e *engine) readReply(qp *QP, res *respResource, from uint32, reread bool) {
-	e.readStarting(qp, res, from, reread)
+// queued (replies.go).
+func (e *engine) readReply(qp *QP, res *respResource, from uint32, kind readKind) {
+	e.readStarting(qp, res, from, kind)
 	e.sendDueAck(qp)
 	e.startRead(qp, res, from)
 }
@@ -545,7 +572,11 @@ func (e *engine) duplicate(qp *QP, p *wire.Packet, info wire.OpInfo) {
 				}
 				r.mr = mr
 			}
-			e.readReply(qp, r, psn, true)
+			kind := readDuplicate
+			if off := uint64((psn-r.firstPSN)&0xffffff) * uint64(qp.t.mtu); p.RETH.VA == r.va+off && uint64(p.RETH.Len)+off == uint64(r.length) {
+				kind = readResume
+			}
+			e.readReply(qp, r, psn, kind)
 		}
 		return
 	}

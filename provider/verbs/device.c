@@ -62,8 +62,22 @@ static struct xdev *device_for(const char *ifname)
 	return d;
 }
 
+/* trusted_listener reports whether the listener of @xdproce/IFNAME is a daemon this process may
+ * trust (xp_connect: its SO_PEERCRED, taken at connect before the daemon accepts). */
+static bool trusted_listener(const char *ifname)
+{
+	if (strlen(ifname) >= IFNAMSIZ)
+		return false;
+	int s = xp_connect(ifname);
+	if (s < 0)
+		return false;
+	close(s);
+	return true;
+}
+
 /* The interfaces whose daemon listens in this network namespace: the abstract sockets
- * @xdproce/IFACE that the thread's net/unix lists as listening. */
+ * @xdproce/IFACE that the thread's net/unix lists as listening, served by a user this process
+ * trusts (any local user can bind such a name). */
 XP_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 {
 	if (num)
@@ -82,6 +96,8 @@ XP_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 		if (sscanf(line, "%*s %*s %*s %15s %*s %*s %*s %255s", flags, path) != 2 || strcmp(flags, "00010000") != 0)
 			continue;
 		if (strncmp(path, "@xdproce/", 9) != 0 || path[9] == '\0')
+			continue;
+		if (!trusted_listener(path + 9))
 			continue;
 		struct xdev *d = device_for(path + 9);
 		bool dup = false;
@@ -185,7 +201,7 @@ XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->ifindex = (int)if_nametoindex(xd->ifname);
 	pthread_mutex_init(&c->ctl, NULL);
 	/* The doorbell page is sealed against writes: the engines' words are read-only here. */
-	void *page = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fds[0], 0);
+	void *page = xp_map_memfd(fds[0], 4096, PROT_READ);
 	if (page == MAP_FAILED) {
 		err = errno;
 		goto fail;
@@ -467,8 +483,11 @@ XP_EXPORT int ibv_get_sysfs_path(char *buf, size_t size)
 }
 
 /* Async events: the daemon queues them per client and rings the events eventfd. */
+enum { XP_MAX_FETCH = 4096 };
 static void push_event(struct xctx *c, const struct ibv_async_event *ev)
 {
+	if (c->npending >= XP_MAX_FETCH)
+		return; /* unfetched by the application: as a lost event */
 	if (c->npending == c->cap_pending) {
 		size_t cap = c->cap_pending ? 2 * c->cap_pending : 16;
 		struct ibv_async_event *p = realloc(c->pending, cap * sizeof(*p));
@@ -480,11 +499,12 @@ static void push_event(struct xctx *c, const struct ibv_async_event *ev)
 	c->pending[c->npending++] = *ev;
 }
 
-/* fetch_events asks the daemon for every queued event; false once it is gone. */
+/* fetch_events asks the daemon for every queued event, at most XP_MAX_FETCH at once (a daemon
+ * that never says EAGAIN does not hold the caller); false once it is gone. */
 static bool fetch_events(struct xctx *c)
 {
 	uint8_t buf[256];
-	for (;;) {
+	for (int i = 0; i < XP_MAX_FETCH; i++) {
 		struct xp_enc e;
 		struct xp_dec d;
 		xp_start(&e, XP_GET_EVENT);
@@ -514,6 +534,7 @@ static bool fetch_events(struct xctx *c)
 			push_event(c, &ev);
 		pthread_mutex_unlock(&c->ctl);
 	}
+	return true;
 }
 
 XP_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)

@@ -21,6 +21,7 @@ import (
 	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/ipc"
 	"github.com/xdproce/xdproce/uverbs"
+	"github.com/xdproce/xdproce/verbs"
 )
 
 // fakeServer answers on @xdproce/NAME as a daemon would, but with the
@@ -302,5 +303,61 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 	}
 	if n := checksPassed(t, out.Bytes()); n != 10 {
 		t.Fatalf("server_check ran %d checks, want 10", n)
+	}
+}
+
+// TestGoClientDistrustsServer is TestStockLibraryDistrustsServer for the Go
+// client (verbs.Dial): a server of uid 65534 is refused with EACCES, one
+// that never answers HELLO fails the dial at its context's deadline, and a
+// CREATE_QP reply whose send slots cannot hold their header is malformed
+// (posting into them would have written past them).
+func TestGoClientDistrustsServer(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct})
+	h := topo.Hosts[0]
+	listenFake(t, h, "goslot", "slot")
+	listenFake(t, h, "gosilent", "silent")
+	listenAs(t, h, "gountr", 65534)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err := h.Do(func() error {
+		uctx, ucancel := context.WithTimeout(ctx, 5*time.Second)
+		defer ucancel()
+		if d, err := verbs.Dial(uctx, "gountr"); !errors.Is(err, unix.EACCES) {
+			if d != nil {
+				d.Close()
+			}
+			return fmt.Errorf("verbs.Dial of uid 65534's socket: %v, want EACCES", err)
+		}
+		sctx, scancel := context.WithTimeout(ctx, time.Second)
+		defer scancel()
+		if d, err := verbs.Dial(sctx, "gosilent"); !errors.Is(err, context.DeadlineExceeded) {
+			if d != nil {
+				d.Close()
+			}
+			return fmt.Errorf("verbs.Dial of a server that never answers HELLO: %v, want the context's deadline", err)
+		}
+		d, err := verbs.Dial(ctx, "goslot")
+		if err != nil {
+			return fmt.Errorf("verbs.Dial: %w", err)
+		}
+		defer d.Close()
+		pd, err := d.AllocPD()
+		if err != nil {
+			return fmt.Errorf("AllocPD: %w", err)
+		}
+		cq, err := d.CreateCQ(16)
+		if err != nil {
+			return fmt.Errorf("CreateCQ: %w", err)
+		}
+		qp, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if !errors.Is(err, uverbs.ErrMalformed) {
+			return fmt.Errorf("CreateQP with 8-byte send slots: %v (QP %v), want malformed", err, qp)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

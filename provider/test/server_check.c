@@ -163,6 +163,7 @@ static void run(int (*f)(void), const char *what)
 
 static int short_ring(void) { return bad_cq_ring("xdp_xpshort"); }
 static int unsealed_ring(void) { return bad_cq_ring("xdp_xpunseal"); }
+static int huge_ring(void) { return bad_cq_ring("xdp_xphuge"); }
 
 int main(int argc, char **argv)
 {
@@ -184,6 +185,7 @@ int main(int argc, char **argv)
 	run(big_handle, "CREATE_CQ's handle 0x80000000: the CQ works and is destroyed");
 	run(short_ring, "CREATE_CQ's ring an empty memfd: ibv_create_cq fails with EPROTO, nothing mapped");
 	run(unsealed_ring, "CREATE_CQ's ring not sealed against shrinking: ibv_create_cq fails with EPROTO");
+	run(huge_ring, "CREATE_CQ's ring a sealed hugetlbfs memfd: ibv_create_cq fails with EPROTO");
 	run(bad_page, "HELLO's doorbell page an empty memfd: ibv_open_device fails with EPROTO");
 	run(bad_slot, "CREATE_QP's send slots smaller than their header: ibv_create_qp fails with EPROTO");
 	run(silent, "HELLO never answered: ibv_open_device fails with ETIMEDOUT, in bounded time");

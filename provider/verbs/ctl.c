@@ -2,12 +2,14 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -267,15 +269,17 @@ out:
 	return err;
 }
 
-/* check_memfd checks a memory fd the daemon sent before it is mapped: a regular file (memfd) of
- * at least len bytes, sealed against shrinking, so that no access inside the mapping can fault
- * (SIGBUS) however the other side holds it. */
+/* check_memfd checks a memory fd the daemon sent before it is mapped: a tmpfs memfd of at least
+ * len bytes, sealed against shrinking, so that no access inside the mapping can fault (SIGBUS)
+ * however the other side holds it. Not hugetlbfs: the other side can punch its pages out (the seal
+ * does not forbid it), and a fault with the pool empty is SIGBUS. */
 static int check_memfd(int fd, size_t len)
 {
 	struct stat st;
-	if (fstat(fd, &st) < 0)
+	struct statfs fs;
+	if (fstat(fd, &st) < 0 || fstatfs(fd, &fs) < 0)
 		return errno;
-	if (!S_ISREG(st.st_mode) || st.st_size < 0 || (uint64_t)st.st_size < len)
+	if (!S_ISREG(st.st_mode) || fs.f_type != TMPFS_MAGIC || st.st_size < 0 || (uint64_t)st.st_size < len)
 		return EPROTO;
 	int seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || !(seals & F_SEAL_SHRINK))

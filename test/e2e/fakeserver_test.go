@@ -31,6 +31,7 @@ import (
 //	bigh    CREATE_CQ's handle is 0x80000000
 //	short   CREATE_CQ's ring is an empty memfd
 //	unseal  CREATE_CQ's ring is the right size but not sealed against shrinking
+//	huge    CREATE_CQ's ring is a sealed hugetlbfs memfd (its pages can be punched out)
 //	page    HELLO's doorbell page is an empty memfd
 //	slot    CREATE_QP's send slots are 8 bytes, less than a slot's header
 //	silent  HELLO is never answered
@@ -134,6 +135,8 @@ func (f *fakeServer) serve(ctx context.Context, conn *ipc.Conn) error {
 				ring, err = rawMemfd(0)
 			case "unseal":
 				ring, err = rawMemfd(uverbs.RingBytes(slots, 64))
+			case "huge":
+				ring, err = hugeMemfd()
 			default:
 				ring, err = sealedMemfd(uverbs.RingBytes(slots, 64))
 			}
@@ -197,6 +200,24 @@ func rawMemfd(size int) (int, error) {
 	return fd, nil
 }
 
+// hugeMemfd is a hugetlbfs memfd of one 2 MiB page, sealed against
+// shrinking and growing.
+func hugeMemfd() (int, error) {
+	fd, err := unix.MemfdCreate("fake", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_HUGETLB)
+	if err != nil {
+		return -1, fmt.Errorf("memfd: %w", err)
+	}
+	if err := unix.Ftruncate(fd, 2<<20); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("ftruncate: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("seal: %w", err)
+	}
+	return fd, nil
+}
+
 // listenAs listens on @xdproce/NAME in h's namespace as user uid: the
 // socket's SO_PEERCRED is its listener's credentials, taken at listen(2).
 // The thread that listens drops to uid and is never used again (a locked
@@ -256,7 +277,7 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 	lib := providerLibs(t)
 	topo := netns.New(t, netns.Config{Kind: netns.Direct})
 	h := topo.Hosts[0]
-	for _, mode := range []string{"ok", "bigh", "short", "unseal", "page", "slot", "silent"} {
+	for _, mode := range []string{"ok", "bigh", "short", "unseal", "huge", "page", "slot", "silent"} {
 		listenFake(t, h, "xp"+mode, mode)
 	}
 	swap := listenFake(t, h, "xpswap", "ok")
@@ -301,8 +322,8 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("server_check: %v", err)
 	}
-	if n := checksPassed(t, out.Bytes()); n != 10 {
-		t.Fatalf("server_check ran %d checks, want 10", n)
+	if n := checksPassed(t, out.Bytes()); n != 11 {
+		t.Fatalf("server_check ran %d checks, want 11", n)
 	}
 }
 

@@ -179,6 +179,11 @@ int main(int argc, char **argv)
 		return 100;
 	}
 	close(fd);
+	double t0 = now();
+	int n;
+	ibv_free_device_list(ibv_get_device_list(&n));
+	double took = now() - t0;
+	check(took < 2 && !find("xdp_xpfull"), "a listener with a full backlog neither listed nor waited for (listing took %.1f s)", took);
 	check(find("xdp_xpok") && find("xdp_xpbigh") && find("xdp_xpswap"), "ibv_get_device_list lists root's servers");
 	check(!find("xdp_xpuntr"), "ibv_get_device_list does not list a server of uid 65534");
 	run(ok_server, "a plausible server: open, PD, CQ, QP, poll, destroy, close");

@@ -64,10 +64,10 @@ static void set_timeouts(int sock, time_t seconds)
 	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
-/* xp_connect opens a connection to the daemon of ifname in this network namespace: the abstract
- * SOCK_SEQPACKET socket @xdproce/IFNAME, served by a trusted user (xp_trust; EACCES otherwise).
- * Sending and receiving time out until xp_hello is done. */
-int xp_connect(const char *ifname)
+/* dial connects to @xdproce/IFNAME and checks who listens there (xp_trust). A probe does not
+ * wait: a listener whose backlog is full is passed over at once, so that names bound by others
+ * cannot slow ibv_get_device_list down. */
+static int dial(const char *ifname, bool probe)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "xdproce/%s", ifname);
@@ -75,10 +75,11 @@ int xp_connect(const char *ifname)
 		errno = EINVAL;
 		return -1;
 	}
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | (probe ? SOCK_NONBLOCK : 0), 0);
 	if (s < 0)
 		return -1;
-	set_timeouts(s, XP_GREETING_TIMEOUT);
+	if (!probe)
+		set_timeouts(s, XP_GREETING_TIMEOUT);
 	int err = 0;
 	if (connect(s, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) < 0)
 		err = errno == EAGAIN || errno == EINPROGRESS ? ETIMEDOUT : errno;
@@ -90,6 +91,20 @@ int xp_connect(const char *ifname)
 		return -1;
 	}
 	return s;
+}
+
+/* xp_connect opens a connection to the daemon of ifname in this network namespace: the abstract
+ * SOCK_SEQPACKET socket @xdproce/IFNAME, served by a trusted user (xp_trust; EACCES otherwise).
+ * Connecting, and sending and receiving until xp_hello is done, time out (ETIMEDOUT). */
+int xp_connect(const char *ifname) { return dial(ifname, false); }
+
+bool xp_probe(const char *ifname)
+{
+	int s = dial(ifname, true);
+	if (s < 0)
+		return false;
+	close(s);
+	return true;
 }
 
 static int send_msg(int sock, const struct xp_enc *e, const int *fds, int nfds)

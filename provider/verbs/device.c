@@ -62,19 +62,6 @@ static struct xdev *device_for(const char *ifname)
 	return d;
 }
 
-/* trusted_listener reports whether the listener of @xdproce/IFNAME is a daemon this process may
- * trust (xp_connect: its SO_PEERCRED, taken at connect before the daemon accepts). */
-static bool trusted_listener(const char *ifname)
-{
-	if (strlen(ifname) >= IFNAMSIZ)
-		return false;
-	int s = xp_connect(ifname);
-	if (s < 0)
-		return false;
-	close(s);
-	return true;
-}
-
 /* The interfaces whose daemon listens in this network namespace: the abstract sockets
  * @xdproce/IFACE that the thread's net/unix lists as listening, served by a user this process
  * trusts (any local user can bind such a name). */
@@ -97,8 +84,8 @@ XP_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 			continue;
 		if (strncmp(path, "@xdproce/", 9) != 0 || path[9] == '\0')
 			continue;
-		if (!trusted_listener(path + 9))
-			continue;
+		if (strlen(path + 9) >= IFNAMSIZ || !xp_probe(path + 9))
+			continue; /* not an interface name, or not a daemon this process trusts */
 		struct xdev *d = device_for(path + 9);
 		bool dup = false;
 		for (size_t i = 0; d && i < n; i++)

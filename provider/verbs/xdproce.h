@@ -219,6 +219,8 @@ static inline struct xqp *to_xqp(struct ibv_qp *qp)
 
 /* ctl.c */
 int xp_connect(const char *ifname);
+/* xp_probe reports whether a trusted daemon listens on @xdproce/IFNAME, without waiting. */
+bool xp_probe(const char *ifname);
 int xp_trust(int sock);
 /* xp_call sends the request e, then reads its reply into buf (size bytes) and d; fds travel both
  * ways. It returns 0 or the errno of the failure (the daemon's, EPROTO for a reply that does not

@@ -218,6 +218,37 @@ func hugeMemfd() (int, error) {
 	return fd, nil
 }
 
+// listenFull listens on @xdproce/NAME in h's namespace with a backlog
+// already full (one connection nobody accepts, backlog 0): a client's
+// connect would wait.
+func listenFull(t *testing.T, h *netns.Host, name string) {
+	t.Helper()
+	var fds []int
+	t.Cleanup(func() { ipc.CloseAll(fds) })
+	if err := h.Do(func() error {
+		l, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		fds = append(fds, l)
+		addr := &unix.SockaddrUnix{Name: "@xdproce/" + name}
+		if err := unix.Bind(l, addr); err != nil {
+			return err
+		}
+		if err := unix.Listen(l, 0); err != nil {
+			return err
+		}
+		c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		fds = append(fds, c)
+		return unix.Connect(c, addr)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // listenAs listens on @xdproce/NAME in h's namespace as user uid: the
 // socket's SO_PEERCRED is its listener's credentials, taken at listen(2).
 // The thread that listens drops to uid and is never used again (a locked
@@ -271,7 +302,8 @@ func listenAs(t *testing.T, h *netns.Host, name string, uid int) {
 // hang). A server bound by uid 65534 is not listed, and one that became
 // uid 65534's between listing and opening is refused with EACCES: an
 // abstract name has no permissions, any local user can bind it while the
-// daemon is down.
+// daemon is down. A name whose listener's backlog is full (another user's)
+// does not slow the listing down.
 func TestStockLibraryDistrustsServer(t *testing.T) {
 	netns.RequireRoot(t)
 	lib := providerLibs(t)
@@ -282,6 +314,7 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 	}
 	swap := listenFake(t, h, "xpswap", "ok")
 	listenAs(t, h, "xpuntr", 65534)
+	listenFull(t, h, "xpfull")
 
 	check := filepath.Join(t.TempDir(), "server_check")
 	if out, err := exec.Command("cc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-o", check,
@@ -322,8 +355,8 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("server_check: %v", err)
 	}
-	if n := checksPassed(t, out.Bytes()); n != 11 {
-		t.Fatalf("server_check ran %d checks, want 11", n)
+	if n := checksPassed(t, out.Bytes()); n != 12 {
+		t.Fatalf("server_check ran %d checks, want 12", n)
 	}
 }
 

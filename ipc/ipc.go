@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -34,14 +36,48 @@ func Listen(ifname string) (*net.UnixListener, error) {
 	return l, nil
 }
 
-// Dial connects to the daemon for ifname.
+// Dial connects to the daemon for ifname, once Trusted says its socket's
+// listener may be trusted (EACCES otherwise): an abstract name has no
+// permissions, so any local user can bind it while the daemon is not
+// listening and would receive everything the client sends.
 func Dial(ctx context.Context, ifname string) (*Conn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unixpacket", SocketName(ifname))
 	if err != nil {
 		return nil, fmt.Errorf("ipc: no xdproce daemon for %s: %w", ifname, err)
 	}
-	return &Conn{c: c.(*net.UnixConn)}, nil
+	uc := c.(*net.UnixConn)
+	peer, err := PeerOf(uc)
+	if err == nil {
+		err = Trusted(peer.UID)
+	}
+	if err != nil {
+		uc.Close()
+		return nil, fmt.Errorf("ipc: the socket of %s: %w", ifname, err)
+	}
+	return &Conn{c: uc}, nil
+}
+
+// DaemonUIDEnv names the environment variable that adds a user whose
+// daemons clients trust, for a daemon run as its own user.
+const DaemonUIDEnv = "XDPROCE_DAEMON_UID"
+
+// Trusted reports (nil, or an error wrapping EACCES) whether a server of
+// user uid may be trusted: root, this process's effective user (its own
+// daemon), or the user DaemonUIDEnv names — read only when the process
+// runs with its real ids, as glibc's secure_getenv.
+func Trusted(uid uint32) error {
+	if uid == 0 || int(uid) == os.Geteuid() {
+		return nil
+	}
+	if os.Getuid() == os.Geteuid() && os.Getgid() == os.Getegid() {
+		if v, ok := os.LookupEnv(DaemonUIDEnv); ok {
+			if u, err := strconv.ParseUint(v, 10, 32); err == nil && u != math.MaxUint32 && uint32(u) == uid {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("served by uid %d, not root, uid %d or $%s: %w", uid, os.Geteuid(), DaemonUIDEnv, unix.EACCES)
 }
 
 // Conn is one end of a control connection.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/xdproce/xdproce/ipc"
@@ -74,7 +75,16 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 	}
 	r := &remote{conn: conn, mrs: map[uint32]*MR{}, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, srqs: map[uint32]*SRQ{}}
 	var fds []int
+	// HELLO is bounded by ctx too: a server that never answers does not
+	// hold the caller.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	r.info, fds, err = conn.Hello()
+	if !stop() {
+		if err == nil {
+			ipc.CloseAll(fds)
+		}
+		err = errors.Join(ctx.Err(), err)
+	}
 	if err == nil {
 		r.bell, r.events = ipc.SignalerOf(fds[1]), ipc.WaiterOf(fds[2])
 		if r.page, err = ipc.MapSharedReadOnly(fds[0], uverbs.DoorbellPageSize); err != nil {
@@ -331,6 +341,19 @@ func (cq *CQ) pollRemote(wcs []WorkCompletion) int {
 	return int(k)
 }
 
+// checkQPRings checks a CREATE_QP reply's rings against what it granted,
+// as the daemon's word is not trusted: slots that hold their header, as
+// many as the depths granted, and no more SGEs than a work request carries.
+func checkQPRings(rep *uverbs.QPCreated) error {
+	c := &rep.Cap
+	if rep.SendSlotSize < uverbs.SendSlotHeader || rep.RecvSlotSize < uverbs.RecvSlotHeader || c.MaxSendWR > rep.SendSlots ||
+		c.MaxRecvWR > rep.RecvSlots || c.MaxSendSGE > MaxSGE || c.MaxRecvSGE > MaxSGE {
+		return fmt.Errorf("verbs: CREATE_QP granted %+v in send slots %d×%d, receive slots %d×%d: %w", *c, rep.SendSlots, rep.SendSlotSize,
+			rep.RecvSlots, rep.RecvSlotSize, uverbs.ErrMalformed)
+	}
+	return nil
+}
+
 func (pd *PD) createRemoteQP(attr QPInitAttr) (*QP, error) {
 	r := pd.dev.rem
 	var srq uint32
@@ -361,6 +384,9 @@ func (pd *PD) createRemoteQP(attr QPInitAttr) (*QP, error) {
 	rep.Get(dec)
 	rq := &remoteQP{h: rep.QP}
 	err = dec.End()
+	if err == nil {
+		err = checkQPRings(&rep)
+	}
 	for i, fd := range fds {
 		slots, size := rep.SendSlots, rep.SendSlotSize
 		if i == 1 {
@@ -688,7 +714,10 @@ func (pd *PD) createRemoteSRQ(attr SRQInitAttr) (*SRQ, error) {
 	rs := &remoteSRQ{h: d.U32()}
 	a.Get(d)
 	slots, size := d.U32(), d.U32()
-	if err = d.End(); err != nil {
+	if err = d.End(); err == nil && (size < uverbs.RecvSlotHeader || a.MaxWR > slots || a.MaxSGE > MaxSGE) {
+		err = fmt.Errorf("verbs: CREATE_SRQ granted %d WRs of %d SGEs in %d slots of %d bytes: %w", a.MaxWR, a.MaxSGE, slots, size, uverbs.ErrMalformed)
+	}
+	if err != nil {
 		ipc.CloseAll(fds)
 	} else {
 		rs.m, rs.ring, err = ipc.MapRing(fds[0], slots, int(size))

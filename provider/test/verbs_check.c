@@ -10,8 +10,12 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -712,12 +716,114 @@ static void datagrams(struct side *a, struct side *b)
 	check(ibv_destroy_ah(ah) == 0 && (!back || ibv_destroy_ah(back) == 0), "ibv_destroy_ah");
 }
 
+/* Concurrent polling (ibv_poll_cq is thread-safe, libibverbs promises): MT_POLLERS threads poll
+ * one CQ while the main thread keeps the send queue full of signaled WRITEs, each its own wr_id.
+ * Every wr_id must complete exactly once, successfully: a poller that read the producer index
+ * before another consumed past it returned a ring of stale completions. */
+enum { MT_POLLERS = 4, MT_TOTAL = 60000 };
+
+struct mt {
+	struct ibv_cq *cq;
+	_Atomic uint8_t *seen;
+	atomic_int done, dup, bad_status, bad_id, errors;
+	atomic_bool stop;
+};
+
+static void *mt_poller(void *arg)
+{
+	struct mt *m = arg;
+	struct ibv_wc wc[4];
+	unsigned seed = (unsigned)(uintptr_t)&wc;
+	while (!atomic_load(&m->stop)) {
+		int n = ibv_poll_cq(m->cq, 1 + (int)(rand_r(&seed) % 4), wc);
+		if (n < 0)
+			atomic_fetch_add(&m->errors, 1);
+		for (int i = 0; i < n; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS)
+				atomic_fetch_add(&m->bad_status, 1);
+			if (wc[i].wr_id >= MT_TOTAL)
+				atomic_fetch_add(&m->bad_id, 1);
+			else if (atomic_fetch_add(&m->seen[wc[i].wr_id], 1) != 0)
+				atomic_fetch_add(&m->dup, 1);
+			atomic_fetch_add(&m->done, 1);
+		}
+	}
+	return NULL;
+}
+
+static int mtpoll(char **argv)
+{
+	struct side a, b;
+	setup(&a, open_in(argv[0], argv[1]), argv[2]);
+	setup(&b, open_in(argv[3], argv[4]), argv[5]);
+	struct ibv_qp *qa = make_qp(&a, IBV_QPT_RC, NULL, NULL), *qb = make_qp(&b, IBV_QPT_RC, NULL, NULL);
+	check(qa && qb, "ibv_create_qp RC on both devices");
+	if (!qa || !qb)
+		return 100;
+	connect_pair(&a, qa, &b, qb);
+	struct mt m = {.cq = a.cq, .seen = calloc(MT_TOTAL, 1)};
+	if (!m.seen)
+		die("calloc");
+	pthread_t th[MT_POLLERS];
+	for (int i = 0; i < MT_POLLERS; i++)
+		if (pthread_create(&th[i], NULL, mt_poller, &m) != 0)
+			die("pthread_create");
+	struct ibv_sge sge = {.addr = (uintptr_t)a.buf, .length = 8, .lkey = a.mr->lkey};
+	int posted = 0, post_err = 0;
+	double end = now() + 60;
+	while (posted < MT_TOTAL && now() < end && !post_err) {
+		/* Outstanding requests fit the send queue; a done count past posted is a bug the
+		 * checks below report. */
+		if (posted - atomic_load(&m.done) >= DEPTH) {
+			sched_yield();
+			continue;
+		}
+		struct ibv_send_wr wr = {.wr_id = (uint64_t)posted, .sg_list = &sge, .num_sge = 1,
+					 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED},
+				   *bad;
+		wr.wr.rdma.remote_addr = (uintptr_t)b.buf + 8 * (posted % 1024);
+		wr.wr.rdma.rkey = b.mr->rkey;
+		int err = ibv_post_send(qa, &wr, &bad);
+		if (err == ENOMEM) {
+			sched_yield();
+			continue;
+		}
+		if (err)
+			post_err = err;
+		else
+			posted++;
+	}
+	while (atomic_load(&m.done) < posted && now() < end)
+		usleep(1000);
+	usleep(100000); /* a stale completion returned late is counted too */
+	atomic_store(&m.stop, true);
+	for (int i = 0; i < MT_POLLERS; i++)
+		pthread_join(th[i], NULL);
+	int missing = 0;
+	for (int i = 0; i < posted; i++)
+		missing += atomic_load(&m.seen[i]) == 0;
+	check(post_err == 0 && posted == MT_TOTAL, "posted %d of %d signaled WRITEs (last error %d)", posted, MT_TOTAL, post_err);
+	check(m.dup == 0 && m.bad_id == 0 && m.errors == 0,
+	      "%d threads polling one CQ: no completion returned twice (%d were), none unknown (%d), no poll error (%d)",
+	      MT_POLLERS, m.dup, m.bad_id, m.errors);
+	check(m.bad_status == 0, "every completion succeeded (%d did not)", m.bad_status);
+	check(missing == 0 && m.done == posted, "every wr_id completed exactly once (%d missing, %d completions for %d)",
+	      missing, m.done, posted);
+	ibv_destroy_qp(qa);
+	ibv_destroy_qp(qb);
+	free((void *)m.seen);
+	printf("%d checks, %d failed\n", checks, failures);
+	return failures > 99 ? 99 : failures;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 8 && strcmp(argv[1], "mtpoll") == 0)
+		return mtpoll(argv + 2);
 	if (argc == 5 && strcmp(argv[1], "fatal") == 0)
 		return fatal(argv[2], argv[3], argv[4]);
 	if (argc != 7) {
-		fprintf(stderr, "usage: %s NETNS_A DEVICE_A IP_A NETNS_B DEVICE_B IP_B | fatal NETNS DEVICE IP\n", argv[0]);
+		fprintf(stderr, "usage: %s NETNS_A DEVICE_A IP_A NETNS_B DEVICE_B IP_B | fatal NETNS DEVICE IP | mtpoll NETNS_A DEVICE_A IP_A NETNS_B DEVICE_B IP_B\n", argv[0]);
 		return 100;
 	}
 	struct side a, b;

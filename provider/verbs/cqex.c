@@ -23,7 +23,7 @@ static int take(struct xcq *cq)
 	if (prod == cq->cons || prod - cq->cons > cq->ring.slots)
 		return ENOENT;
 	memcpy(cq->cur, xp_slot(&cq->ring, cq->cons), XP_CQE);
-	cq->cons++;
+	__atomic_store_n(&cq->cons, cq->cons + 1, __ATOMIC_RELAXED); /* ibv_poll_cq's empty check reads it unlocked */
 	memcpy(&cq->cqx.wr_id, cq->cur, 8);
 	cq->cqx.status = (enum ibv_wc_status)cq->cur[8];
 	return 0;

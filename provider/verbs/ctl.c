@@ -1,11 +1,16 @@
 /* The daemon's control socket: messages, their encoding, file descriptors passed with them. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -24,9 +29,45 @@ void xp_start(struct xp_enc *e, enum xp_op op)
 
 int xp_end(struct xp_dec *d) { return d->err || d->n != 0 ? EPROTO : 0; }
 
-/* xp_connect opens a connection to the daemon of ifname in this network namespace: the abstract
- * SOCK_SEQPACKET socket @xdproce/IFNAME. */
-int xp_connect(const char *ifname)
+/* xp_trust checks who serves sock before anything is sent to it: an abstract name has no
+ * permissions, so any local user can bind @xdproce/IF while the daemon is not listening (boot,
+ * restart) and would receive every client's objects and data. Trusted are root, this process's
+ * effective user (its own `xdproce up`), and the uid XDPROCE_DAEMON_UID names (secure_getenv: not
+ * in a setuid program, whose environment is its caller's). It returns 0 or EACCES. */
+int xp_trust(int sock)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || len != sizeof(cr))
+		return EACCES;
+	if (cr.uid == 0 || cr.uid == geteuid())
+		return 0;
+	const char *v = secure_getenv("XDPROCE_DAEMON_UID");
+	if (v && *v >= '0' && *v <= '9') {
+		char *end;
+		errno = 0;
+		unsigned long u = strtoul(v, &end, 10);
+		if (*end == '\0' && errno == 0 && u < (uid_t)-1 && (uid_t)u == cr.uid)
+			return 0;
+	}
+	return EACCES;
+}
+
+/* XP_GREETING_TIMEOUT bounds connecting and HELLO: a server that never accepts or never answers
+ * fails ibv_open_device instead of hanging it. */
+enum { XP_GREETING_TIMEOUT = 10 };
+
+static void set_timeouts(int sock, time_t seconds)
+{
+	struct timeval tv = {.tv_sec = seconds};
+	setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+/* dial connects to @xdproce/IFNAME and checks who listens there (xp_trust). A probe does not
+ * wait: a listener whose backlog is full is passed over at once, so that names bound by others
+ * cannot slow ibv_get_device_list down. */
+static int dial(const char *ifname, bool probe)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "xdproce/%s", ifname);
@@ -34,16 +75,36 @@ int xp_connect(const char *ifname)
 		errno = EINVAL;
 		return -1;
 	}
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | (probe ? SOCK_NONBLOCK : 0), 0);
 	if (s < 0)
 		return -1;
-	if (connect(s, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) < 0) {
-		int err = errno;
+	if (!probe)
+		set_timeouts(s, XP_GREETING_TIMEOUT);
+	int err = 0;
+	if (connect(s, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) < 0)
+		err = errno == EAGAIN || errno == EINPROGRESS ? ETIMEDOUT : errno;
+	else
+		err = xp_trust(s);
+	if (err) {
 		close(s);
 		errno = err;
 		return -1;
 	}
 	return s;
+}
+
+/* xp_connect opens a connection to the daemon of ifname in this network namespace: the abstract
+ * SOCK_SEQPACKET socket @xdproce/IFNAME, served by a trusted user (xp_trust; EACCES otherwise).
+ * Connecting, and sending and receiving until xp_hello is done, time out (ETIMEDOUT). */
+int xp_connect(const char *ifname) { return dial(ifname, false); }
+
+bool xp_probe(const char *ifname)
+{
+	int s = dial(ifname, true);
+	if (s < 0)
+		return false;
+	close(s);
+	return true;
 }
 
 static int send_msg(int sock, const struct xp_enc *e, const int *fds, int nfds)
@@ -174,8 +235,11 @@ int xp_hello(int sock, struct xp_info *info, int fds[3])
 	xp_u16(e, XP_VERSION);
 	struct xp_dec d;
 	err = exchange(sock, 1, e, NULL, 0, buf, XP_MAX_MSG, &d, fds, &nfds);
+	if (err == EAGAIN || err == EWOULDBLOCK)
+		err = ETIMEDOUT;
 	if (err)
 		goto out;
+	set_timeouts(sock, 0); /* the daemon is the verbs' to wait for from now on */
 	memset(info, 0, sizeof(*info));
 	uint16_t n;
 	const uint8_t *p = xp_get_bytes(&d, &n);
@@ -220,13 +284,41 @@ out:
 	return err;
 }
 
+/* check_memfd checks a memory fd the daemon sent before it is mapped: a tmpfs memfd of at least
+ * len bytes, sealed against shrinking, so that no access inside the mapping can fault (SIGBUS)
+ * however the other side holds it. Not hugetlbfs: the other side can punch its pages out (the seal
+ * does not forbid it), and a fault with the pool empty is SIGBUS. */
+static int check_memfd(int fd, size_t len)
+{
+	struct stat st;
+	struct statfs fs;
+	if (fstat(fd, &st) < 0 || fstatfs(fd, &fs) < 0)
+		return errno;
+	if (!S_ISREG(st.st_mode) || fs.f_type != TMPFS_MAGIC || st.st_size < 0 || (uint64_t)st.st_size < len)
+		return EPROTO;
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return EPROTO;
+	return 0;
+}
+
+void *xp_map_memfd(int fd, size_t len, int prot)
+{
+	int err = check_memfd(fd, len);
+	if (err) {
+		errno = err;
+		return MAP_FAILED;
+	}
+	return mmap(NULL, len, prot, MAP_SHARED, fd, 0);
+}
+
 int xp_map_ring(struct xp_ring *r, int fd, uint32_t slots, uint32_t slot_size)
 {
 	if (slots == 0 || (slots & (slots - 1)) != 0 || slot_size == 0 || slot_size % 8 != 0 || slots > (1u << 24) ||
 	    slot_size > (1u << 16))
 		return EPROTO;
 	r->len = XP_RING_HEADER + (size_t)slots * slot_size;
-	void *p = mmap(NULL, r->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	void *p = xp_map_memfd(fd, r->len, PROT_READ | PROT_WRITE);
 	if (p == MAP_FAILED)
 		return errno;
 	r->mem = p;
@@ -242,20 +334,46 @@ void xp_unmap_ring(struct xp_ring *r)
 	r->mem = NULL;
 }
 
+int xp_check_qp_rings(const struct ibv_qp_cap *cap, uint32_t ss, uint32_t ssz, uint32_t rs, uint32_t rsz)
+{
+	if (ssz < XP_SEND_SLOT_HEADER || rsz < XP_RECV_SLOT_HEADER || cap->max_send_wr > ss || cap->max_recv_wr > rs)
+		return EPROTO;
+	return 0;
+}
+
+int xp_check_srq_ring(uint32_t max_wr, uint32_t slots, uint32_t slot_size)
+{
+	return slot_size < XP_RECV_SLOT_HEADER || max_wr > slots ? EPROTO : 0;
+}
+
+/* The tables hold the live objects only, whatever the handles' values: a handle is the daemon's
+ * word, and the daemon numbers a session's objects from one on without reuse. */
 void xp_table_put(struct xp_table *t, uint32_t h, void *obj)
 {
-	if (h >= t->cap) {
-		uint32_t cap = t->cap ? t->cap : 64;
-		while (cap <= h)
-			cap *= 2;
-		void **v = realloc(t->v, sizeof(void *) * cap);
+	if (t->n == t->cap) {
+		uint32_t cap = t->cap ? 2 * t->cap : 16;
+		struct xp_entry *v = cap > t->cap ? realloc(t->v, sizeof(*v) * cap) : NULL;
 		if (!v)
 			return; /* events for it are then dropped: no worse than a lost event */
-		memset(v + t->cap, 0, sizeof(void *) * (cap - t->cap));
 		t->v = v;
 		t->cap = cap;
 	}
-	t->v[h] = obj;
+	t->v[t->n++] = (struct xp_entry){.h = h, .obj = obj};
 }
 
-void *xp_table_get(struct xp_table *t, uint32_t h) { return h < t->cap ? t->v[h] : NULL; }
+void xp_table_del(struct xp_table *t, void *obj)
+{
+	for (uint32_t i = 0; i < t->n; i++)
+		if (t->v[i].obj == obj) {
+			t->v[i] = t->v[--t->n];
+			return;
+		}
+}
+
+void *xp_table_get(struct xp_table *t, uint32_t h)
+{
+	for (uint32_t i = 0; i < t->n; i++)
+		if (t->v[i].h == h)
+			return t->v[i].obj;
+	return NULL;
+}

@@ -63,7 +63,8 @@ static struct xdev *device_for(const char *ifname)
 }
 
 /* The interfaces whose daemon listens in this network namespace: the abstract sockets
- * @xdproce/IFACE that the thread's net/unix lists as listening. */
+ * @xdproce/IFACE that the thread's net/unix lists as listening, served by a user this process
+ * trusts (any local user can bind such a name). */
 XP_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 {
 	if (num)
@@ -83,6 +84,8 @@ XP_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 			continue;
 		if (strncmp(path, "@xdproce/", 9) != 0 || path[9] == '\0')
 			continue;
+		if (strlen(path + 9) >= IFNAMSIZ || !xp_probe(path + 9))
+			continue; /* not an interface name, or not a daemon this process trusts */
 		struct xdev *d = device_for(path + 9);
 		bool dup = false;
 		for (size_t i = 0; d && i < n; i++)
@@ -185,7 +188,7 @@ XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->ifindex = (int)if_nametoindex(xd->ifname);
 	pthread_mutex_init(&c->ctl, NULL);
 	/* The doorbell page is sealed against writes: the engines' words are read-only here. */
-	void *page = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fds[0], 0);
+	void *page = xp_map_memfd(fds[0], 4096, PROT_READ);
 	if (page == MAP_FAILED) {
 		err = errno;
 		goto fail;
@@ -468,8 +471,11 @@ XP_EXPORT int ibv_get_sysfs_path(char *buf, size_t size)
 }
 
 /* Async events: the daemon queues them per client and signals the events pipe. */
+enum { XP_MAX_FETCH = 4096 };
 static void push_event(struct xctx *c, const struct ibv_async_event *ev)
 {
+	if (c->npending >= XP_MAX_FETCH)
+		return; /* unfetched by the application: as a lost event */
 	if (c->npending == c->cap_pending) {
 		size_t cap = c->cap_pending ? 2 * c->cap_pending : 16;
 		struct ibv_async_event *p = realloc(c->pending, cap * sizeof(*p));
@@ -481,11 +487,12 @@ static void push_event(struct xctx *c, const struct ibv_async_event *ev)
 	c->pending[c->npending++] = *ev;
 }
 
-/* fetch_events asks the daemon for every queued event; false once it is gone. */
+/* fetch_events asks the daemon for every queued event, at most XP_MAX_FETCH at once (a daemon
+ * that never says EAGAIN does not hold the caller); false once it is gone. */
 static bool fetch_events(struct xctx *c)
 {
 	uint8_t buf[256];
-	for (;;) {
+	for (int i = 0; i < XP_MAX_FETCH; i++) {
 		struct xp_enc e;
 		struct xp_dec d;
 		xp_start(&e, XP_GET_EVENT);
@@ -515,6 +522,7 @@ static bool fetch_events(struct xctx *c)
 			push_event(c, &ev);
 		pthread_mutex_unlock(&c->ctl);
 	}
+	return true;
 }
 
 XP_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *event)

@@ -264,7 +264,7 @@ XP_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	if (err)
 		return err;
 	pthread_mutex_lock(&c->ctl);
-	xp_table_put(&c->cqs, ibcq->handle, NULL);
+	xp_table_del(&c->cqs, &cq->cqx);
 	pthread_mutex_unlock(&c->ctl);
 	if (ibcq->channel) {
 		epoll_ctl(ibcq->channel->fd, EPOLL_CTL_DEL, cq->evfd, NULL);
@@ -452,6 +452,8 @@ struct ibv_qp *xp_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 	err = xp_end(&d);
 	if (!err && nfds != 2)
 		err = EPROTO;
+	if (!err)
+		err = xp_check_qp_rings(&cap, ss, ssz, rs, rsz);
 	struct xqp *qp = err ? NULL : calloc(1, sizeof(*qp));
 	if (!err && !qp)
 		err = ENOMEM;
@@ -587,7 +589,7 @@ XP_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	if (err)
 		return err;
 	pthread_mutex_lock(&c->ctl);
-	xp_table_put(&c->qps, qp->handle, NULL);
+	xp_table_del(&c->qps, qp);
 	pthread_mutex_unlock(&c->ctl);
 	struct xqp *x = to_xqp(qp);
 	xp_unmap_ring(&x->sq);
@@ -621,6 +623,8 @@ XP_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 	err = xp_end(&d);
 	if (!err && nfds != 1)
 		err = EPROTO;
+	if (!err)
+		err = xp_check_srq_ring(got.max_wr, slots, size);
 	struct xsrq *s = err ? NULL : calloc(1, sizeof(*s));
 	if (!err && !s)
 		err = ENOMEM;
@@ -696,7 +700,7 @@ XP_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
 	if (err)
 		return err;
 	pthread_mutex_lock(&c->ctl);
-	xp_table_put(&c->srqs, srq->handle, NULL);
+	xp_table_del(&c->srqs, srq);
 	pthread_mutex_unlock(&c->ctl);
 	struct xsrq *s = container_of(srq, struct xsrq, srq);
 	xp_unmap_ring(&s->ring);

@@ -288,16 +288,22 @@ void xp_cqe_to_wc(const uint8_t *slot, struct ibv_wc *wc)
 int xp_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
 {
 	struct xcq *cq = to_xcq(ibcq);
-	/* An empty CQ costs a load and a compare: no lock, no store. */
-	uint32_t prod = atomic_load_explicit(XP_PRODUCER(&cq->ring), memory_order_acquire);
-	if (prod == __atomic_load_n(&cq->cons, __ATOMIC_RELAXED))
+	/* An empty CQ costs a load and a compare: no lock, no store. That look is only a hint: another
+	 * poller may consume past it before this one holds the lock. */
+	if (atomic_load_explicit(XP_PRODUCER(&cq->ring), memory_order_relaxed) == __atomic_load_n(&cq->cons, __ATOMIC_RELAXED))
 		return 0;
 	pthread_spin_lock(&cq->lock);
-	int n = 0;
 	uint32_t cons = cq->cons;
-	/* Never trust the daemon's index beyond what the ring holds. */
-	if (prod - cons > cq->ring.slots)
-		prod = cons + cq->ring.slots;
+	/* Read under the lock, so no poller ever sees an index older than the consumer's; acquire
+	 * orders the slots' reads after it. */
+	uint32_t prod = atomic_load_explicit(XP_PRODUCER(&cq->ring), memory_order_acquire);
+	if (prod - cons > cq->ring.slots) {
+		/* The daemon's index claims more than the ring holds: those slots are not completions. */
+		pthread_spin_unlock(&cq->lock);
+		errno = EIO;
+		return -1;
+	}
+	int n = 0;
 	for (; n < ne && cons != prod; n++, cons++)
 		xp_cqe_to_wc(xp_slot(&cq->ring, cons), &wc[n]);
 	if (n > 0) {

@@ -80,7 +80,16 @@ static inline uint8_t *xp_slot(const struct xp_ring *r, uint32_t i)
 	return r->mem + XP_RING_HEADER + (size_t)(i & (r->slots - 1)) * r->slot_size;
 }
 
+/* xp_map_ring maps a ring's memfd; EPROTO for a geometry or a memfd not as the daemon makes
+ * them (xp_map_memfd). */
 int xp_map_ring(struct xp_ring *r, int fd, uint32_t slots, uint32_t slot_size);
+/* xp_map_memfd maps len bytes of a memfd the daemon sent, or MAP_FAILED with errno EPROTO unless
+ * it is a memfd that holds them and is sealed against shrinking. */
+void *xp_map_memfd(int fd, size_t len, int prot);
+/* The rings' geometry in a CREATE_QP or CREATE_SRQ reply: slots that hold their header, and at
+ * least as many as the capabilities granted; EPROTO otherwise. */
+int xp_check_qp_rings(const struct ibv_qp_cap *cap, uint32_t ss, uint32_t ssz, uint32_t rs, uint32_t rsz);
+int xp_check_srq_ring(uint32_t max_wr, uint32_t slots, uint32_t slot_size);
 
 /* xp_rc_only: the operations only an RC QP carries. */
 static inline bool xp_rc_only(enum ibv_wr_opcode op)
@@ -114,9 +123,13 @@ struct xp_info {
 };
 
 /* Handles the daemon gave, to the objects they name (for async events). */
+struct xp_entry {
+	uint32_t h;
+	void *obj;
+};
 struct xp_table {
-	void **v;
-	uint32_t cap;
+	struct xp_entry *v;
+	uint32_t n, cap;
 };
 
 struct xctx {
@@ -207,6 +220,9 @@ static inline struct xqp *to_xqp(struct ibv_qp *qp)
 
 /* ctl.c */
 int xp_connect(const char *ifname);
+/* xp_probe reports whether a trusted daemon listens on @xdproce/IFNAME, without waiting. */
+bool xp_probe(const char *ifname);
+int xp_trust(int sock);
 /* xp_call sends the request e, then reads its reply into buf (size bytes) and d; fds travel both
  * ways. It returns 0 or the errno of the failure (the daemon's, EPROTO for a reply that does not
  * fit or parse, EIO once the daemon is gone). */
@@ -214,6 +230,7 @@ int xp_call(struct xctx *c, struct xp_enc *e, const int *fds, int nfds, uint8_t 
 	    int *rfds, int *nrfds);
 int xp_hello(int sock, struct xp_info *info, int fds[3]);
 void xp_table_put(struct xp_table *t, uint32_t h, void *obj);
+void xp_table_del(struct xp_table *t, void *obj);
 void *xp_table_get(struct xp_table *t, uint32_t h);
 
 /* ring.c: the data path, in the caller's thread. */

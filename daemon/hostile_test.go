@@ -1,0 +1,861 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/netns"
+	"github.com/xdproce/xdproce/verbs"
+)
+
+// The hostile-client harness (issue 30): a daemon serving two honest
+// clients, whose byte-checked transfers run throughout, and an operator
+// whose LIST (what `xdproce list` sends) must answer within a second
+// throughout, while a hostile process (hostile_client_test.go) attacks it
+// and then dies. Afterwards the daemon must hold nothing of the hostile
+// client's: no session, QP, CQ, address handle, mapping, fd or goroutine
+// beyond what it held before. Each attack family is a subtest; the seed
+// is logged, and XDPROCE_HOSTILE_SEED replays it.
+
+// hostileGroup is the group the daemon admits the hostile client by: it
+// runs as nobody, an unprivileged local user allowed to use the device.
+const hostileGroup = 4242
+
+// family is an attack family as the harness runs it.
+type family struct {
+	name string
+	// dur is how long the hostile process attacks.
+	dur time.Duration
+	// exitOnly: the process always exits by itself (its closing report is
+	// checked), never by SIGKILL.
+	exitOnly bool
+	// issue names what of issue 30 the family proves.
+	issue string
+}
+
+var hostileFamilies = []family{
+	{name: "control", dur: 4 * time.Second, issue: "the control decoder, fds of the wrong kind"},
+	{name: "rings", dur: 4 * time.Second, issue: "shared-memory rings"},
+	{name: "mixed", dur: 4 * time.Second, issue: "all of it, fd tricks included"},
+	{name: "notify-eventfd", dur: 3 * time.Second, issue: "item 2: a saturated CQ eventfd blocks the engine in cq.notify"},
+	{name: "events-eventfd", dur: 3 * time.Second, issue: "item 2: a saturated async-event eventfd blocks event routing"},
+	{name: "cm-eventfd", dur: 3 * time.Second, issue: "item 2: a saturated CM channel eventfd blocks the CM"},
+	{name: "doorbell", dur: 3 * time.Second, issue: "item 2: the shared doorbell in blocking mode and read by a client"},
+	{name: "flood-cq", dur: 8 * time.Second, issue: "item 3: one eventfd per CQ reaches EMFILE, the accept loop exits"},
+	{name: "flood-objects", dur: 8 * time.Second, issue: "item 3: device-wide pools without a per-client share"},
+	{name: "flood-resolve", dur: 3 * time.Second, issue: "item 3: resolutions outlive their ID and client"},
+	{name: "flood-memlock", dur: 4 * time.Second, exitOnly: true, issue: "item 3: registered bytes not counted against RLIMIT_MEMLOCK"},
+}
+
+// TestHostileClient runs each attack family against a fresh daemon.
+func TestHostileClient(t *testing.T) {
+	netns.RequireRoot(t)
+	base := uint64(0)
+	if s := os.Getenv("XDPROCE_HOSTILE_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("XDPROCE_HOSTILE_SEED: %v", err)
+		}
+		base = v
+	} else {
+		var b [8]byte
+		rand.Read(b[:])
+		base = uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 | uint64(b[4])<<32 | uint64(b[5])<<40
+	}
+	t.Logf("seed %d (replay: XDPROCE_HOSTILE_SEED=%d go test -run 'TestHostileClient/FAMILY$' ./daemon)", base, base)
+	bin := clientBinary(t)
+	for _, f := range hostileFamilies {
+		t.Run(f.name, func(t *testing.T) {
+			seed := familySeed(base, f.name)
+			if t.Failed() {
+				return
+			}
+			runFamily(t, bin, f, seed)
+			if t.Failed() {
+				t.Logf("family %s (%s) failed with seed %d: XDPROCE_HOSTILE_SEED=%d go test -run 'TestHostileClient/%s$' ./daemon",
+					f.name, f.issue, base, base, f.name)
+			}
+		})
+	}
+}
+
+// familySeed is a family's own seed: a family replays alone as in the
+// whole run.
+func familySeed(base uint64, name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return base ^ h.Sum64()
+}
+
+// runFamily: setup, baseline, attack, death, cleanliness, teardown.
+func runFamily(t *testing.T, bin string, f family, seed uint64) {
+	bed := newHostileBed(t, hostileGroup)
+	ctx, cancel := context.WithCancel(context.Background())
+	var honest []*honestPair
+	var wg sync.WaitGroup
+	for i := range 2 {
+		h := newHonestPair(t, bed, byte(i*50+1))
+		honest = append(honest, h)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.run(ctx)
+		}()
+	}
+	pr := startProber(t, bin, bed.name)
+	defer func() {
+		cancel()
+		if !waitTimeout(&wg, 15*time.Second) {
+			t.Errorf("honest clients did not stop within 15 s")
+		}
+		for _, h := range honest {
+			if !within(5*time.Second, func() { h.dev.Close() }) {
+				t.Errorf("an honest client's Close did not return within 5 s")
+			}
+		}
+		pr.stop()
+		bed.stop(t)
+	}()
+	// The baseline: honest transfers going, the prober attached now and then.
+	for _, h := range honest {
+		if !h.waitRounds(h.rounds.Load()+2, 10*time.Second) {
+			t.Fatalf("honest client %d: no transfers before the attack: %v", h.id, h.failure())
+		}
+	}
+	base, err := bed.measure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("baseline: %v", base)
+
+	// The attack.
+	hp, err := startHostile(bin, bed.name, f, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.reset()
+	killAt := time.Duration(0)
+	if !f.exitOnly && seed%2 == 1 {
+		killAt = f.dur*3/10 + time.Duration(seed>>8%uint64(f.dur*6/10))
+	}
+	start := time.Now()
+	shareChecked, killed := false, false
+	deadline := start.Add(f.dur + 10*time.Second)
+	for !hp.exited() && time.Now().Before(deadline) {
+		if killAt > 0 && time.Since(start) >= killAt {
+			hp.kill()
+			killed = true
+			t.Logf("hostile client SIGKILLed after %v", killAt.Round(time.Millisecond))
+			break
+		}
+		// While it holds its objects, a new client still gets its share.
+		if !shareChecked && (hp.reported() || time.Since(start) > f.dur/2) {
+			shareChecked = true
+			if err := freshClientWorks(bin, bed.name); err != nil {
+				t.Errorf("while the hostile client holds its objects, a new client cannot use the device: %v", err)
+			}
+		}
+		checkLive(t, honest, pr)
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !killed && !hp.exited() {
+		t.Errorf("hostile client still running after %v: killing it", time.Since(start).Round(time.Millisecond))
+		hp.kill()
+	}
+	out := hp.wait()
+	t.Logf("hostile client (seed %d): %s", seed, lastLines(out, 4))
+	if !strings.HasPrefix(out, "attacking") {
+		t.Fatalf("the hostile client did not start its attack: %s", out)
+	}
+	if f.exitOnly {
+		checkMemlock(t, out)
+	}
+
+	// After its death: the honest keep going, the daemon answers, and it
+	// holds nothing of the hostile client's.
+	for _, h := range honest {
+		if !h.waitRounds(h.rounds.Load()+2, 10*time.Second) {
+			t.Errorf("honest client %d: no transfers after the hostile client died: %v", h.id, h.failure())
+		}
+	}
+	checkLive(t, honest, pr)
+	if err := bed.waitClean(base, hp.pid(), 5*time.Second); err != nil {
+		t.Errorf("after the hostile client died: %v", err)
+	}
+	checkLive(t, honest, pr)
+	if p := pr.summary(); p != "" {
+		t.Logf("LIST latencies: %s", p)
+	}
+}
+
+// checkLive fails the test for a stalled or failed honest client and for
+// a LIST that did not answer within a second.
+func checkLive(t *testing.T, honest []*honestPair, pr *prober) {
+	t.Helper()
+	for _, h := range honest {
+		if err := h.failure(); err != nil {
+			t.Errorf("honest client %d: %v", h.id, err)
+			h.clearFailure()
+		}
+		if since := time.Since(time.Unix(0, h.progress.Load())); since > 5*time.Second {
+			t.Errorf("honest client %d: no transfer completed for %v", h.id, since.Round(time.Millisecond))
+			h.progress.Store(time.Now().UnixNano()) // once per stall
+		}
+	}
+	if err := pr.check(); err != nil {
+		t.Errorf("daemon not responsive: %v", err)
+	}
+}
+
+// checkMemlock: what the daemon accepted to register for the hostile
+// client stays within its RLIMIT_MEMLOCK.
+func checkMemlock(t *testing.T, out string) {
+	t.Helper()
+	i := strings.LastIndex(out, "bytes registered")
+	if i < 0 {
+		t.Errorf("the hostile client did not report what it registered: %s", lastLines(out, 4))
+		return
+	}
+	f := strings.Fields(out[:i])
+	b, err := strconv.ParseUint(f[len(f)-1], 10, 64)
+	if err != nil {
+		t.Errorf("report %q: %v", out, err)
+		return
+	}
+	var limit uint64
+	if _, err := fmt.Sscanf(out, "attacking: RLIMIT_MEMLOCK %d", &limit); err != nil {
+		t.Errorf("report %q: %v", out, err)
+		return
+	}
+	if b > limit {
+		t.Errorf("the daemon registered %d bytes (%d GiB) for a client whose RLIMIT_MEMLOCK is %d", b, b>>30, limit)
+	}
+}
+
+func lastLines(s string, k int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > k {
+		l = l[len(l)-k:]
+	}
+	return strings.Join(l, " | ")
+}
+
+// hostileBed is a daemon on device A of an in-memory link, device B at
+// the other end, stopped with bounded waits: an attack may have frozen
+// them, which the test reports instead of hanging.
+type hostileBed struct {
+	name   string
+	srv    *Server
+	a, b   *verbs.Device
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// resolveBMute is device A's neighbour table: B answers, ipMute never
+// does (until the resolution's deadline).
+func resolveBMute(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+	switch ip {
+	case ipB:
+		return macB, nil
+	case ipMute:
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return nil, context.DeadlineExceeded
+}
+
+func newHostileBed(t testing.TB, group int) *hostileBed {
+	t.Helper()
+	la, lb := verbs.NewMemLinkPair(9000)
+	bed := &hostileBed{done: make(chan error, 1)}
+	var err error
+	if bed.a, err = verbs.NewDevice(la, verbs.DeviceConfig{MAC: macA, GIDs: []netip.Addr{ipA}, ActiveMTU: 1024, Resolve: resolveBMute}); err != nil {
+		t.Fatal(err)
+	}
+	if bed.b, err = verbs.NewDevice(lb, verbs.DeviceConfig{MAC: macB, GIDs: []netip.Addr{ipB}, ActiveMTU: 1024, Resolve: resolveA}); err != nil {
+		bed.a.Close()
+		t.Fatal(err)
+	}
+	var r [6]byte
+	rand.Read(r[:])
+	bed.name = "hostile-" + hex.EncodeToString(r[:])
+	cfg := Config{Ifname: bed.name, Device: bed.a, Group: group, Logger: discardLogger()}
+	cfg.CM.Route = func(netip.Addr) (netip.Addr, error) { return ipA, nil }
+	if bed.srv, err = New(cfg); err != nil {
+		bed.a.Close()
+		bed.b.Close()
+		t.Fatal(err)
+	}
+	var ctx context.Context
+	ctx, bed.cancel = context.WithCancel(context.Background())
+	go func() { bed.done <- bed.srv.Run(ctx) }()
+	return bed
+}
+
+// stop stops the daemon (as `xdproce down` does) and the devices, each
+// within seconds.
+func (bed *hostileBed) stop(t testing.TB) {
+	t.Helper()
+	bed.cancel()
+	select {
+	case err := <-bed.done:
+		if err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("the daemon did not stop within 5 s of being asked (xdproce down, SIGTERM would hang)")
+	}
+	for _, d := range []*verbs.Device{bed.a, bed.b} {
+		if !within(5*time.Second, func() { d.Close() }) {
+			t.Errorf("a device did not close within 5 s (an engine is blocked)")
+		}
+	}
+}
+
+// within runs fn, reporting whether it returned before d (it keeps running
+// otherwise: what it blocks on is the finding).
+func within(d time.Duration, fn func()) bool {
+	done := make(chan struct{})
+	go func() {
+		fn()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool { return within(d, wg.Wait) }
+
+// usage is what the daemon's process holds.
+type usage struct {
+	sessions, qps, owned, ahs int
+	fds, goroutines, threads  int
+	memfdMaps                 int
+}
+
+func (u usage) String() string {
+	return fmt.Sprintf("sessions %d, device QPs %d, owned QPs/CQs/SRQs %d, AHs %d, fds %d, goroutines %d, threads %d, memfd mappings %d",
+		u.sessions, u.qps, u.owned, u.ahs, u.fds, u.goroutines, u.threads, u.memfdMaps)
+}
+
+// measure reads the daemon's usage within 2 s (a device whose engines an
+// attack froze does not answer QPStatus).
+func (bed *hostileBed) measure() (usage, error) {
+	var u usage
+	var err error
+	if !within(2*time.Second, func() {
+		var st []verbs.QPStatus
+		st, err = bed.a.QPStatus()
+		u.qps = len(st)
+		bed.srv.mu.Lock()
+		u.owned = len(bed.srv.owners)
+		bed.srv.mu.Unlock()
+	}) {
+		return u, fmt.Errorf("the device does not answer QPStatus within 2 s: an engine is blocked")
+	}
+	if err != nil {
+		return u, err
+	}
+	u.sessions = bed.srv.Clients()
+	u.ahs = bed.a.AddressHandles()
+	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+		u.fds = len(ents)
+	}
+	u.goroutines = runtime.NumGoroutine()
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+				u.threads, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/maps"); err == nil {
+		u.memfdMaps = bytes.Count(b, []byte("/memfd:"))
+	}
+	return u, nil
+}
+
+// Slack for what the prober's own short sessions hold at a given moment:
+// its connection, its events eventfd, its session's goroutines.
+const (
+	fdSlack        = 6
+	goroutineSlack = 10
+)
+
+// waitClean waits until the daemon holds no more than base (and no session
+// of pid), reporting what it still holds after d.
+func (bed *hostileBed) waitClean(base usage, pid int, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		u, err := bed.measure()
+		var bad []string
+		if err != nil {
+			bad = append(bad, err.Error())
+		} else {
+			for _, ss := range bed.srv.snapshot() {
+				if ss.peer.PID == pid {
+					bad = append(bad, "its session is still attached")
+					break
+				}
+			}
+			if u.qps != base.qps {
+				bad = append(bad, fmt.Sprintf("device QPs %d, %d before", u.qps, base.qps))
+			}
+			if u.owned != base.owned {
+				bad = append(bad, fmt.Sprintf("owned QPs/CQs/SRQs %d, %d before", u.owned, base.owned))
+			}
+			if u.ahs != base.ahs {
+				bad = append(bad, fmt.Sprintf("address handles %d, %d before", u.ahs, base.ahs))
+			}
+			if u.memfdMaps > base.memfdMaps {
+				bad = append(bad, fmt.Sprintf("memfd mappings %d, %d before", u.memfdMaps, base.memfdMaps))
+			}
+			if u.fds > base.fds+fdSlack {
+				bad = append(bad, fmt.Sprintf("fds %d, %d before", u.fds, base.fds))
+			}
+			if u.goroutines > base.goroutines+goroutineSlack {
+				bad = append(bad, fmt.Sprintf("goroutines %d, %d before", u.goroutines, base.goroutines))
+			}
+		}
+		if len(bad) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				bad = append(bad, fmt.Sprintf("(threads %d, %d before)", u.threads, base.threads))
+			}
+			return fmt.Errorf("%v after it died, the daemon still holds: %s", d, strings.Join(bad, "; "))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// freshClientWorks attaches a new client, in a process of its own, and
+// makes one of each object: a pool one client drained, or a daemon out of
+// fds, shows here. (In this process its mappings, which a client keeps
+// after Close, would count as the daemon's.)
+func freshClientWorks(bin, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "XDPROCE_HOSTILE_FRESH="+name)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		return fmt.Errorf("no answer within 10 s")
+	}
+	if err != nil {
+		return fmt.Errorf("%s", bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// freshMain is the test binary as freshClientWorks' client (TestMain).
+func freshMain(name string) int {
+	if err := freshClient(name); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	return 0
+}
+
+func freshClient(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	d, err := verbs.Dial(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	pd, err := d.AllocPD()
+	if err != nil {
+		return fmt.Errorf("ALLOC_PD: %w", err)
+	}
+	cq, err := d.CreateCQ(16)
+	if err != nil {
+		return fmt.Errorf("CREATE_CQ: %w", err)
+	}
+	if _, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return fmt.Errorf("CREATE_QP: %w", err)
+	}
+	if _, err := pd.AllocMR(1<<16, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return fmt.Errorf("REG_MR: %w", err)
+	}
+	if _, err := pd.CreateAH(verbs.AH{DGID: ipB, HopLimit: 64}); err != nil {
+		return fmt.Errorf("CREATE_AH: %w", err)
+	}
+	return nil
+}
+
+// honestPair is an honest client of the daemon with a QP connected to a QP
+// on device B, moving checked bytes in rounds: WRITE, READ, SEND.
+type honestPair struct {
+	id       byte
+	dev      *verbs.Device
+	b        *verbs.Device
+	x, y     *end
+	rounds   atomic.Int64
+	progress atomic.Int64 // unix nanoseconds of the last completion
+	mu       sync.Mutex
+	err      error
+}
+
+func newHonestPair(t *testing.T, bed *hostileBed, id byte) *honestPair {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d, err := verbs.Dial(ctx, bed.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &honestPair{id: id, dev: d, b: bed.b}
+	h.x, h.y = newEnd(t, d, 1<<16), newEnd(t, bed.b, 1<<16)
+	connect(t, h.x, h.y, ipA, ipB, macA, macB)
+	h.progress.Store(time.Now().UnixNano())
+	return h
+}
+
+func (h *honestPair) failure() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+func (h *honestPair) clearFailure() {
+	h.mu.Lock()
+	h.err = nil
+	h.mu.Unlock()
+}
+
+func (h *honestPair) waitRounds(want int64, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for h.rounds.Load() < want {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// run moves data until ctx ends or a transfer fails (recorded).
+func (h *honestPair) run(ctx context.Context) {
+	for i := 0; ctx.Err() == nil; i++ {
+		if err := h.round(ctx, byte(i)); err != nil {
+			if ctx.Err() == nil {
+				h.mu.Lock()
+				h.err = fmt.Errorf("round %d: %w", i, err)
+				h.mu.Unlock()
+			}
+			return
+		}
+		h.rounds.Add(1)
+	}
+}
+
+const honestLen = 12 << 10 // twelve packets at MTU 1024
+
+// round is one WRITE, READ and SEND, each checked byte for byte.
+func (h *honestPair) round(ctx context.Context, i byte) error {
+	x, y := h.x, h.y
+	xm, ym := x.mr.Bytes(), y.mr.Bytes()
+	seed := h.id + i*3
+	// WRITE x[0:L] → y[0:L].
+	fill(xm[:honestLen], seed)
+	if _, err := x.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{{Addr: x.mr.Addr(), Length: honestLen, LKey: x.mr.LKey()}}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}}); err != nil {
+		return fmt.Errorf("post WRITE: %w", err)
+	}
+	if err := h.expect(ctx, x.cq, 1, verbs.WCRDMAWrite); err != nil {
+		return err
+	}
+	if err := settleErr(h.b); err != nil {
+		return err
+	}
+	if !bytes.Equal(ym[:honestLen], xm[:honestLen]) {
+		return fmt.Errorf("WRITE: the peer's bytes differ")
+	}
+	// READ y[L:2L] → x[L:2L].
+	fill(ym[honestLen:2*honestLen], seed+1)
+	clear(xm[honestLen : 2*honestLen])
+	if err := settleErr(h.b); err != nil {
+		return err
+	}
+	if _, err := x.qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SGList:     []verbs.SGE{{Addr: x.mr.Addr() + honestLen, Length: honestLen, LKey: x.mr.LKey()}},
+		RemoteAddr: y.mr.Addr() + honestLen, RKey: y.mr.RKey()}}); err != nil {
+		return fmt.Errorf("post READ: %w", err)
+	}
+	if err := h.expect(ctx, x.cq, 2, verbs.WCRDMARead); err != nil {
+		return err
+	}
+	if !bytes.Equal(xm[honestLen:2*honestLen], ym[honestLen:2*honestLen]) {
+		return fmt.Errorf("READ: the bytes read differ")
+	}
+	// SEND y[2L:3L] → a receive at x[2L:3L].
+	clear(xm[2*honestLen : 3*honestLen])
+	if _, err := x.qp.PostRecv([]verbs.RecvWR{{ID: 3, SGList: []verbs.SGE{{Addr: x.mr.Addr() + 2*honestLen, Length: honestLen, LKey: x.mr.LKey()}}}}); err != nil {
+		return fmt.Errorf("post receive: %w", err)
+	}
+	fill(ym[2*honestLen:3*honestLen], seed+2)
+	if err := settleErr(h.b); err != nil {
+		return err
+	}
+	if _, err := y.qp.PostSend([]verbs.SendWR{{ID: 4, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{{Addr: y.mr.Addr() + 2*honestLen, Length: honestLen, LKey: y.mr.LKey()}}}}); err != nil {
+		return fmt.Errorf("post SEND: %w", err)
+	}
+	if err := h.expect(ctx, x.cq, 3, verbs.WCRecv); err != nil {
+		return err
+	}
+	if err := h.expect(ctx, y.cq, 4, verbs.WCSend); err != nil {
+		return err
+	}
+	if err := settleErr(h.b); err != nil {
+		return err
+	}
+	if !bytes.Equal(xm[2*honestLen:3*honestLen], ym[2*honestLen:3*honestLen]) {
+		return fmt.Errorf("SEND: the bytes received differ")
+	}
+	return nil
+}
+
+// expect polls cq for wrID's successful completion, for up to 10 s.
+func (h *honestPair) expect(ctx context.Context, cq *verbs.CQ, wrID uint64, op verbs.WCOpcode) error {
+	var wc [1]verbs.WorkCompletion
+	deadline := time.Now().Add(10 * time.Second)
+	for ctx.Err() == nil {
+		if cq.Poll(wc[:]) == 1 {
+			if wc[0].Status != verbs.WCSuccess || wc[0].WRID != wrID || wc[0].Opcode != op {
+				return fmt.Errorf("completion %+v, want WR %d %v SUCCESS", wc[0], wrID, op)
+			}
+			h.progress.Store(time.Now().UnixNano())
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("WR %d (%v): no completion within 10 s", wrID, op)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	return ctx.Err()
+}
+
+// settleErr is settle for goroutines that cannot fail the test.
+func settleErr(d *verbs.Device) error {
+	_, err := d.QPStatus()
+	return err
+}
+
+// hostileProc is a running hostile client process.
+type hostileProc struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+func startHostile(bin, name string, f family, seed uint64) (*hostileProc, error) {
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "XDPROCE_HOSTILE="+f.name, "XDPROCE_HOSTILE_NAME="+name,
+		"XDPROCE_HOSTILE_SEED="+strconv.FormatUint(seed, 10), "XDPROCE_HOSTILE_FOR="+f.dur.String())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: hostileGroup, Groups: []uint32{hostileGroup}},
+		Pdeathsig: syscall.SIGKILL}
+	p := &hostileProc{cmd: cmd, done: make(chan struct{})}
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("hostile client: %w", err)
+	}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.out.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+		}
+		cmd.Wait()
+	}()
+	return p, nil
+}
+
+func (p *hostileProc) pid() int { return p.cmd.Process.Pid }
+
+func (p *hostileProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// reported: a flood finished (the process holds what it made).
+func (p *hostileProc) reported() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Contains(p.out.String(), "flooded:")
+}
+
+func (p *hostileProc) kill() { p.cmd.Process.Signal(syscall.SIGKILL) }
+
+// wait reaps the process and returns what it printed.
+func (p *hostileProc) wait() string {
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		p.kill()
+		<-p.done
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// prober is a separate process asking the daemon for its status (what
+// `xdproce list` does) every 100 ms, with a one-second deadline: its own
+// fds, so a daemon out of fds is not mistaken for a slow one.
+type prober struct {
+	cmd   *exec.Cmd
+	stdin io.Closer
+	mu    sync.Mutex
+	last  time.Time // the last answer
+	fails []string
+	max   time.Duration
+	n     int
+	done  chan struct{}
+}
+
+func startProber(t *testing.T, bin, name string) *prober {
+	t.Helper()
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "XDPROCE_HOSTILE_PROBE="+name)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &prober{cmd: cmd, stdin: in, last: time.Now(), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f := strings.SplitN(sc.Text(), " ", 3)
+			if len(f) < 2 {
+				continue
+			}
+			us, _ := strconv.Atoi(f[1])
+			lat := time.Duration(us) * time.Microsecond
+			p.mu.Lock()
+			p.last, p.n = time.Now(), p.n+1
+			p.max = max(p.max, lat)
+			if f[0] != "ok" || lat > time.Second {
+				p.fails = append(p.fails, sc.Text())
+			}
+			p.mu.Unlock()
+		}
+		cmd.Wait()
+	}()
+	return p
+}
+
+// reset starts a new measurement window.
+func (p *prober) reset() {
+	p.mu.Lock()
+	p.max, p.n, p.fails, p.last = 0, 0, nil, time.Now()
+	p.mu.Unlock()
+}
+
+// check reports answers that failed or took over a second, and a prober
+// waiting on an answer for over 1.5 s; once each.
+func (p *prober) check() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var err error
+	if len(p.fails) > 0 {
+		err = fmt.Errorf("%d LIST requests failed or took over 1 s (first: %s)", len(p.fails), p.fails[0])
+		p.fails = nil
+	} else if wait := time.Since(p.last); wait > 1500*time.Millisecond {
+		err = fmt.Errorf("no LIST answer for %v", wait.Round(time.Millisecond))
+		p.last = time.Now()
+	}
+	return err
+}
+
+func (p *prober) summary() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return fmt.Sprintf("%d answers, slowest %v", p.n, p.max.Round(time.Microsecond))
+}
+
+func (p *prober) stop() {
+	p.stdin.Close()
+	select {
+	case <-p.done:
+	case <-time.After(3 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// probeMain is the test binary as the prober (TestMain): until its stdin
+// closes, a LIST every 100 ms, printing "ok|fail MICROSECONDS [error]".
+func probeMain(name string) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	for ctx.Err() == nil {
+		start := time.Now()
+		qctx, qcancel := context.WithTimeout(ctx, time.Second)
+		_, err := Query(qctx, name)
+		qcancel()
+		us := time.Since(start).Microseconds()
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			fmt.Printf("fail %d %v\n", us, err)
+		} else {
+			fmt.Printf("ok %d\n", us)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return 0
+}

@@ -859,8 +859,9 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 		if err := a.connect(ctx); err != nil {
 			return err
 		}
-		unix.SetNonblock(a.bell, false)
 		return repeat(ctx, a, func() {
+			// Again and again: a client attaching sets it back.
+			unix.SetNonblock(a.bell, false)
 			a.ringBell()
 			steal(a.bell)
 		})
@@ -868,10 +869,15 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 	// Issue 30 item 3: CQs until the daemon refuses (each holds an
 	// eventfd in the daemon: ~20000 reach its RLIMIT_NOFILE).
 	"flood-cq": func(ctx context.Context, a *attacker) error {
-		return flood(ctx, a, 25000, func() (syscall.Errno, error) {
+		cq := func() (syscall.Errno, error) {
 			_, errno, err := a.createCQ(1, false)
 			return errno, err
-		})
+		}
+		if err := flood(ctx, a, 25000, cq); err != nil {
+			return err
+		}
+		// Then take every fd the daemon frees as soon as it is free.
+		return repeat(ctx, a, func() { cq() })
 	},
 	// Issue 30 item 3: QPs, regions, windows, address handles, SRQs and
 	// CM IDs: pools of the whole device.
@@ -946,6 +952,7 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 				return errno, err
 			}
 			id := d.U32()
+			a.objects++
 			errno, _, _, err = a.call(uverbs.OpCMResolveAddr, func(e *uverbs.Encoder) {
 				e.U32(id)
 				(&uverbs.CMAddr{IP: ipA.As16(), Family: 4}).Put(e)
@@ -1010,19 +1017,23 @@ func flood(ctx context.Context, a *attacker, max int, create func() (syscall.Err
 			return err
 		}
 	}
-	refused := 0
+	refused, lastErrno := 0, syscall.Errno(0)
 	for i := 0; i < max && refused < 100 && ctx.Err() == nil; i++ {
 		errno, err := create()
 		if err != nil {
 			return fmt.Errorf("hostile: disconnected after %d: %w", i, err)
 		}
+		if i%1000 == 999 {
+			a.logf("flooding: %d made (%v)", i+1, errno)
+		}
 		if errno != 0 {
 			refused++
+			lastErrno = errno
 		} else {
 			refused = 0
 		}
 	}
-	a.logf("flooded: %d objects, %d bytes registered", a.objects, a.mrBytes)
+	a.logf("flooded: %d objects, %d bytes registered (the last refusal: %v)", a.objects, a.mrBytes, lastErrno)
 	return nil
 }
 

@@ -86,6 +86,9 @@ type attacker struct {
 	name string
 	c    chooser
 	log  io.Writer
+	// privileged: the attacker runs as the daemon's user (FuzzHostile,
+	// in-process), whose SHUTDOWN the daemon obeys; it sends none.
+	privileged bool
 
 	conn *ipc.Conn
 	seq  uint32
@@ -159,7 +162,7 @@ func (a *attacker) close() {
 	if a.page != nil {
 		unix.Munmap(a.page)
 	}
-	*a = attacker{name: a.name, c: a.c, log: a.log, seq: a.seq, mrBytes: a.mrBytes, objects: a.objects, bell: -1, events: -1}
+	*a = attacker{name: a.name, c: a.c, log: a.log, privileged: a.privileged, seq: a.seq, mrBytes: a.mrBytes, objects: a.objects, bell: -1, events: -1}
 }
 
 // call sends one request and returns the reply's errno and body; a
@@ -447,6 +450,9 @@ var (
 // randomMessage is any op, or none, with a random body and random fds.
 func (a *attacker) randomMessage() error {
 	op := uverbs.Op(n(a.c, 46))
+	if op == uverbs.OpShutdown && a.privileged {
+		op = uverbs.OpList
+	}
 	body := make([]byte, n(a.c, 80))
 	for i := range body {
 		body[i] = byte(a.c.Uint32())
@@ -508,7 +514,7 @@ func (a *attacker) absurdRequest() error {
 	case 4:
 		_, _, got, err = a.call(uverbs.OpCreateAH, func(e *uverbs.Encoder) {
 			e.U32(a.somePD())
-			dst := [...]netip.Addr{ipB, ipA, ipMute, netip.MustParseAddr("::1"), netip.IPv6Unspecified(), netip.MustParseAddr("224.0.0.1")}[n(c, 6)]
+			dst := [...]netip.Addr{ipB, ipA, netip.MustParseAddr("::1"), netip.IPv6Unspecified(), netip.MustParseAddr("224.0.0.1")}[n(c, 5)]
 			(&uverbs.AHAttr{DGID: dst.As16(), SGIDIndex: uint8(c.Uint32() % 4), HopLimit: uint8(c.Uint32()), FlowLabel: absurd(c),
 				SL: uint8(c.Uint32()), Port: uint8(c.Uint32() % 3), IsGlobal: c.Uint32()&3 != 0}).Put(e)
 		})
@@ -528,7 +534,11 @@ func (a *attacker) absurdRequest() error {
 		_, _, got, err = a.call(uverbs.OpGetEvent, nil)
 	case 9:
 		// Privileged requests from an unprivileged client.
-		_, _, got, err = a.call([...]uverbs.Op{uverbs.OpList, uverbs.OpShutdown, uverbs.OpCounters}[n(c, 3)], nil)
+		op := [...]uverbs.Op{uverbs.OpList, uverbs.OpShutdown, uverbs.OpCounters}[n(c, 3)]
+		if op == uverbs.OpShutdown && a.privileged {
+			op = uverbs.OpList
+		}
+		_, _, got, err = a.call(op, nil)
 	case 10:
 		_, _, got, err = a.call(uverbs.OpModifySRQ, func(e *uverbs.Encoder) {
 			e.U32(absurd(c))

@@ -22,7 +22,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xdproce/xdproce/internal/netns"
+	"github.com/xdproce/xdproce/ipc"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -126,13 +129,15 @@ func runFamily(t *testing.T, bin string, f family, seed uint64) {
 	pr := startProber(t, bin, bed.name)
 	defer func() {
 		cancel()
-		if !waitTimeout(&wg, 15*time.Second) {
-			t.Errorf("honest clients did not stop within 15 s")
+		if !waitTimeout(&wg, 6*time.Second) {
+			t.Errorf("honest clients did not stop within 6 s")
 		}
-		for _, h := range honest {
-			if !within(5*time.Second, func() { h.dev.Close() }) {
-				t.Errorf("an honest client's Close did not return within 5 s")
+		if !within(5*time.Second, func() {
+			for _, h := range honest {
+				h.dev.Close()
 			}
+		}) {
+			t.Errorf("the honest clients' Close did not return within 5 s")
 		}
 		pr.stop()
 		bed.stop(t)
@@ -197,8 +202,8 @@ func runFamily(t *testing.T, bin string, f family, seed uint64) {
 	// After its death: the honest keep going, the daemon answers, and it
 	// holds nothing of the hostile client's.
 	for _, h := range honest {
-		if !h.waitRounds(h.rounds.Load()+2, 10*time.Second) {
-			t.Errorf("honest client %d: no transfers after the hostile client died: %v", h.id, h.failure())
+		if !h.waitRounds(h.rounds.Load()+2, 5*time.Second) {
+			t.Errorf("honest client %d: no transfers after the hostile client died", h.id)
 		}
 	}
 	checkLive(t, honest, pr)
@@ -327,11 +332,13 @@ func (bed *hostileBed) stop(t testing.TB) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Errorf("the daemon did not stop within 5 s of being asked (xdproce down, SIGTERM would hang)")
+		return // its devices' Close would wait on it too
 	}
-	for _, d := range []*verbs.Device{bed.a, bed.b} {
-		if !within(5*time.Second, func() { d.Close() }) {
-			t.Errorf("a device did not close within 5 s (an engine is blocked)")
-		}
+	if !within(5*time.Second, func() {
+		bed.a.Close()
+		bed.b.Close()
+	}) {
+		t.Errorf("the devices did not close within 5 s (an engine is blocked)")
 	}
 }
 
@@ -431,6 +438,9 @@ func (bed *hostileBed) waitClean(base usage, pid int, d time.Duration) error {
 			if u.owned != base.owned {
 				bad = append(bad, fmt.Sprintf("owned QPs/CQs/SRQs %d, %d before", u.owned, base.owned))
 			}
+			if u.sessions > base.sessions {
+				bad = append(bad, fmt.Sprintf("sessions %d, %d before", u.sessions, base.sessions))
+			}
 			if u.ahs != base.ahs {
 				bad = append(bad, fmt.Sprintf("address handles %d, %d before", u.ahs, base.ahs))
 			}
@@ -457,19 +467,47 @@ func (bed *hostileBed) waitClean(base usage, pid int, d time.Duration) error {
 	}
 }
 
+// doorbellNonblocking attaches and looks at the doorbell eventfd HELLO
+// gives: non-blocking, as the protocol has it. A client that could clear
+// O_NONBLOCK on a description the daemon reads would park the daemon's
+// reader in read(2) (issue 30 item 2).
+func doorbellNonblocking(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c, err := ipc.Dial(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	_, fds, err := c.Hello()
+	if err != nil {
+		return err
+	}
+	defer ipc.CloseAll(fds)
+	fl, err := unix.FcntlInt(uintptr(fds[1]), unix.F_GETFL, 0)
+	if err != nil {
+		return err
+	}
+	if fl&unix.O_NONBLOCK == 0 {
+		return fmt.Errorf("the doorbell eventfd a new client gets is in blocking mode: a client changed the daemon's own")
+	}
+	return nil
+}
+
 // freshClientWorks attaches a new client, in a process of its own, and
 // makes one of each object: a pool one client drained, or a daemon out of
 // fds, shows here. (In this process its mappings, which a client keeps
 // after Close, would count as the daemon's.)
 func freshClientWorks(bin, name string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "-test.run=^$")
 	cmd.Env = append(os.Environ(), "XDPROCE_HOSTILE_FRESH="+name)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
-		return fmt.Errorf("no answer within 10 s")
+		return fmt.Errorf("no answer within 5 s")
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %s", err, bytes.TrimSpace(out))
@@ -523,23 +561,69 @@ type honestPair struct {
 	x, y     *end
 	rounds   atomic.Int64
 	progress atomic.Int64 // unix nanoseconds of the last completion
+	stopped  atomic.Bool  // run returned
 	mu       sync.Mutex
 	err      error
 }
 
-func newHonestPair(t *testing.T, bed *hostileBed, id byte) *honestPair {
+func newHonestPair(t testing.TB, bed *hostileBed, id byte) *honestPair {
 	t.Helper()
+	h, err := dialHonest(bed, id)
+	if err != nil {
+		t.Fatalf("honest client %d: %v", id, err)
+	}
+	return h
+}
+
+// dialHonest attaches an honest client and connects its QP to one on B.
+func dialHonest(bed *hostileBed, id byte) (*honestPair, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	d, err := verbs.Dial(ctx, bed.name)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	h := &honestPair{id: id, dev: d, b: bed.b}
-	h.x, h.y = newEnd(t, d, 1<<16), newEnd(t, bed.b, 1<<16)
-	connect(t, h.x, h.y, ipA, ipB, macA, macB)
+	if h.x, err = honestEnd(d); err == nil {
+		h.y, err = honestEnd(bed.b)
+	}
+	if err == nil {
+		err = h.x.qp.Connect(honestPeer(h.y, ipB, macB))
+	}
+	if err == nil {
+		err = h.y.qp.Connect(honestPeer(h.x, ipA, macA))
+	}
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
 	h.progress.Store(time.Now().UnixNano())
-	return h
+	return h, nil
+}
+
+// honestEnd is newEnd's end, for callers that cannot fail a test.
+func honestEnd(d *verbs.Device) (*end, error) {
+	e := &end{dev: d}
+	var err error
+	if e.pd, err = d.AllocPD(); err != nil {
+		return nil, err
+	}
+	if e.cq, err = d.CreateCQ(64); err != nil {
+		return nil, err
+	}
+	if e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}}); err != nil {
+		return nil, err
+	}
+	e.mr, err = e.pd.AllocMR(1<<16, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	return e, err
+}
+
+// honestPeer is connect's peer: timeout 12 (16.8 ms), 6 retries.
+func honestPeer(to *end, ip netip.Addr, mac net.HardwareAddr) verbs.Peer {
+	return verbs.Peer{Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead,
+		AH: verbs.AH{DGID: ip, DMAC: mac}, DestQPN: to.qp.QPN(), RQPSN: 100, SQPSN: 100, PathMTU: verbs.MTU1024,
+		MinRNRTimer: 1, Timeout: 12, RetryCnt: 6, RNRRetry: 7, MaxRdAtomic: 4, MaxDestRdAtomic: 4}
 }
 
 func (h *honestPair) failure() error {
@@ -557,7 +641,7 @@ func (h *honestPair) clearFailure() {
 func (h *honestPair) waitRounds(want int64, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for h.rounds.Load() < want {
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || h.stopped.Load() {
 			return false
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -567,6 +651,7 @@ func (h *honestPair) waitRounds(want int64, d time.Duration) bool {
 
 // run moves data until ctx ends or a transfer fails (recorded).
 func (h *honestPair) run(ctx context.Context) {
+	defer h.stopped.Store(true)
 	for i := 0; ctx.Err() == nil; i++ {
 		if err := h.round(ctx, byte(i)); err != nil {
 			if ctx.Err() == nil {
@@ -647,10 +732,10 @@ func (h *honestPair) round(ctx context.Context, i byte) error {
 	return nil
 }
 
-// expect polls cq for wrID's successful completion, for up to 10 s.
+// expect polls cq for wrID's successful completion, for up to 5 s.
 func (h *honestPair) expect(ctx context.Context, cq *verbs.CQ, wrID uint64, op verbs.WCOpcode) error {
 	var wc [1]verbs.WorkCompletion
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for ctx.Err() == nil {
 		if cq.Poll(wc[:]) == 1 {
 			if wc[0].Status != verbs.WCSuccess || wc[0].WRID != wrID || wc[0].Opcode != op {
@@ -660,7 +745,7 @@ func (h *honestPair) expect(ctx context.Context, cq *verbs.CQ, wrID uint64, op v
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("WR %d (%v): no completion within 10 s", wrID, op)
+			return fmt.Errorf("WR %d (%v): no completion within 5 s", wrID, op)
 		}
 		time.Sleep(20 * time.Microsecond)
 	}

@@ -53,6 +53,11 @@ type family struct {
 	// flood: the process prints "flooded:" once it holds what it made;
 	// a new client's share is checked then.
 	flood bool
+	// fdRoom, if not 0, lowers the daemon's (this process's) soft
+	// RLIMIT_NOFILE to that many fds above those open, from before the
+	// daemon starts: its limit is then reached within the family's time,
+	// as ~20000 CQs reach a default one.
+	fdRoom uint64
 	// issue names what of issue 30 the family proves.
 	issue string
 }
@@ -65,7 +70,7 @@ var hostileFamilies = []family{
 	{name: "events-eventfd", dur: 3 * time.Second, issue: "item 2: a saturated async-event eventfd blocks event routing"},
 	{name: "cm-eventfd", dur: 3 * time.Second, issue: "item 2: a saturated CM channel eventfd blocks the CM"},
 	{name: "doorbell", dur: 3 * time.Second, issue: "item 2: the shared doorbell in blocking mode and read by a client"},
-	{name: "flood-cq", flood: true, dur: 8 * time.Second, issue: "item 3: one eventfd per CQ reaches EMFILE, the accept loop exits"},
+	{name: "flood-cq", flood: true, fdRoom: 4096, dur: 8 * time.Second, issue: "item 3: one eventfd per CQ exhausts the daemon's fds: other clients' HELLO and CREATE_CQ fail"},
 	{name: "flood-objects", flood: true, dur: 8 * time.Second, issue: "item 3: device-wide pools without a per-client share"},
 	{name: "flood-resolve", flood: true, dur: 3 * time.Second, issue: "item 3: resolutions outlive their ID and client"},
 	{name: "flood-memlock", flood: true, dur: 4 * time.Second, exitOnly: true, issue: "item 3: registered bytes not counted against RLIMIT_MEMLOCK"},
@@ -113,6 +118,9 @@ func familySeed(base uint64, name string) uint64 {
 
 // runFamily: setup, baseline, attack, death, cleanliness, teardown.
 func runFamily(t *testing.T, bin string, f family, seed uint64) {
+	if f.fdRoom > 0 {
+		lowerNofile(t, f.fdRoom)
+	}
 	bed := newHostileBed(t, hostileGroup)
 	ctx, cancel := context.WithCancel(context.Background())
 	var honest []*honestPair
@@ -180,6 +188,8 @@ func runFamily(t *testing.T, bin string, f family, seed uint64) {
 		if !shareChecked && (hp.reported() || (!f.flood && time.Since(start) > f.dur/2)) {
 			shareChecked = true
 			if err := freshClientWorks(bin, bed.name); err != nil {
+				// (A fork that fails with EMFILE: the daemon's process,
+				// this one, is out of fds.)
 				t.Errorf("while the hostile client holds its objects, a new client cannot use the device: %v", err)
 			}
 		}
@@ -214,6 +224,26 @@ func runFamily(t *testing.T, bin string, f family, seed uint64) {
 	if p := pr.summary(); p != "" {
 		t.Logf("LIST latencies: %s", p)
 	}
+}
+
+// lowerNofile sets the soft RLIMIT_NOFILE to room fds above those open,
+// until the test ends.
+func lowerNofile(t *testing.T, room uint64) {
+	t.Helper()
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := old
+	lim.Cur = min(old.Cur, uint64(len(ents))+room)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Setrlimit(unix.RLIMIT_NOFILE, &old) })
 }
 
 // checkLive fails the test for a stalled or failed honest client and for

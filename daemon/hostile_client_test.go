@@ -876,6 +876,38 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 			steal(a.bell)
 		})
 	},
+	// Issue 30 item 7: rdma_cm ports below 1024, which the kernel's cma
+	// gives only to CAP_NET_BIND_SERVICE; it prints "port N: ok" or the
+	// errno for each.
+	"cm-port": func(ctx context.Context, a *attacker) error {
+		if err := a.connect(ctx); err != nil {
+			return err
+		}
+		a.cm() // a channel
+		if len(a.chans) == 0 {
+			return fmt.Errorf("hostile: no CM channel")
+		}
+		for _, port := range []uint16{1, 80, 1023} {
+			errno, d, _, err := a.call(uverbs.OpCMCreateID, func(e *uverbs.Encoder) { e.U32(a.chans[0]); e.U16(0x106) })
+			if err != nil || errno != 0 {
+				return fmt.Errorf("hostile: CM_CREATE_ID: %v %v", errno, err)
+			}
+			id := d.U32()
+			errno, _, _, err = a.call(uverbs.OpCMBind, func(e *uverbs.Encoder) {
+				e.U32(id)
+				(&uverbs.CMAddr{IP: ipA.As16(), Family: 4, Port: port}).Put(e)
+			})
+			if err != nil {
+				return err
+			}
+			if errno == 0 {
+				a.logf("port %d: ok", port)
+			} else {
+				a.logf("port %d: %v", port, errno)
+			}
+		}
+		return repeat(ctx, a, func() {})
+	},
 	// Issue 30 item 3: CQs until the daemon refuses (each holds an
 	// eventfd in the daemon: ~20000 reach its RLIMIT_NOFILE).
 	"flood-cq": func(ctx context.Context, a *attacker) error {

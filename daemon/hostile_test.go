@@ -70,6 +70,7 @@ var hostileFamilies = []family{
 	{name: "events-eventfd", dur: 3 * time.Second, issue: "item 2: a saturated async-event eventfd blocks event routing"},
 	{name: "cm-eventfd", dur: 3 * time.Second, issue: "item 2: a saturated CM channel eventfd blocks the CM"},
 	{name: "doorbell", dur: 3 * time.Second, issue: "item 2: the shared doorbell in blocking mode and read by a client"},
+	{name: "cm-port", dur: time.Second, exitOnly: true, issue: "item 7: rdma_cm ports below 1024 for an unprivileged client"},
 	{name: "flood-cq", flood: true, fdRoom: 4096, dur: 8 * time.Second, issue: "item 3: one eventfd per CQ exhausts the daemon's fds: other clients' HELLO and CREATE_CQ fail"},
 	{name: "flood-objects", flood: true, dur: 8 * time.Second, issue: "item 3: device-wide pools without a per-client share"},
 	{name: "flood-resolve", flood: true, dur: 3 * time.Second, issue: "item 3: resolutions outlive their ID and client"},
@@ -205,8 +206,13 @@ func runFamily(t *testing.T, bin string, f family, seed uint64) {
 	if !strings.HasPrefix(out, "attacking") {
 		t.Fatalf("the hostile client did not start its attack: %s", out)
 	}
-	if f.exitOnly {
+	switch f.name {
+	case "flood-memlock":
 		checkMemlock(t, out)
+	case "cm-port":
+		if strings.Contains(out, ": ok") || !strings.Contains(out, "port 1023:") {
+			t.Errorf("an unprivileged client binds rdma_cm ports below 1024 (the kernel's cma wants CAP_NET_BIND_SERVICE: EACCES): %s", lastLines(out, 5))
+		}
 	}
 
 	// After its death: the honest keep going, the daemon answers, and it

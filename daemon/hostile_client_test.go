@@ -908,6 +908,35 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 		}
 		return repeat(ctx, a, func() {})
 	},
+	// Issue 30 item 6: a listener whose connection requests (device B's,
+	// once it prints "listening") are never fetched, and whose client
+	// then goes.
+	"cm-backlog": func(ctx context.Context, a *attacker) error {
+		if err := a.connect(ctx); err != nil {
+			return err
+		}
+		a.cm() // a channel
+		if len(a.chans) == 0 {
+			return fmt.Errorf("hostile: no CM channel")
+		}
+		errno, d, _, err := a.call(uverbs.OpCMCreateID, func(e *uverbs.Encoder) { e.U32(a.chans[0]); e.U16(0x106) })
+		if err != nil || errno != 0 {
+			return fmt.Errorf("hostile: CM_CREATE_ID: %v %v", errno, err)
+		}
+		id := d.U32()
+		errno, _, _, err = a.call(uverbs.OpCMBind, func(e *uverbs.Encoder) {
+			e.U32(id)
+			(&uverbs.CMAddr{IP: ipA.As16(), Family: 4, Port: backlogPort}).Put(e)
+		})
+		if err == nil && errno == 0 {
+			errno, _, _, err = a.call(uverbs.OpCMListen, func(e *uverbs.Encoder) { e.U32(id); e.U32(16) })
+		}
+		if err != nil || errno != 0 {
+			return fmt.Errorf("hostile: listen: %v %v", errno, err)
+		}
+		a.logf("listening")
+		return repeat(ctx, a, func() {})
+	},
 	// Issue 30 item 3: CQs until the daemon refuses (each holds an
 	// eventfd in the daemon: ~20000 reach its RLIMIT_NOFILE).
 	"flood-cq": func(ctx context.Context, a *attacker) error {
@@ -1078,6 +1107,9 @@ func flood(ctx context.Context, a *attacker, max int, create func() (syscall.Err
 	a.logf("flooded: %d objects, %d bytes registered (the last refusal: %v)", a.objects, a.mrBytes, lastErrno)
 	return nil
 }
+
+// backlogPort is the cm-backlog family's listener.
+const backlogPort = 7300
 
 // hostileMemlock is the most RLIMIT_MEMLOCK the hostile process runs with
 // (its hard limit may be lower).

@@ -26,6 +26,7 @@ import (
 
 	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/ipc"
+	"github.com/xdproce/xdproce/rdmacm"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -71,6 +72,7 @@ var hostileFamilies = []family{
 	{name: "cm-eventfd", dur: 3 * time.Second, issue: "item 2: a saturated CM channel eventfd blocks the CM"},
 	{name: "doorbell", dur: 3 * time.Second, issue: "item 2: the shared doorbell in blocking mode and read by a client"},
 	{name: "cm-port", dur: time.Second, exitOnly: true, issue: "item 7: rdma_cm ports below 1024 for an unprivileged client"},
+	{name: "cm-backlog", dur: 2 * time.Second, issue: "item 6: unfetched CONNECT_REQUESTs of a departed listener stay in REQ_RCVD"},
 	{name: "flood-cq", flood: true, fdRoom: 4096, dur: 8 * time.Second, issue: "item 3: one eventfd per CQ exhausts the daemon's fds: other clients' HELLO and CREATE_CQ fail"},
 	{name: "flood-objects", flood: true, dur: 8 * time.Second, issue: "item 3: device-wide pools without a per-client share"},
 	{name: "flood-resolve", flood: true, dur: 3 * time.Second, issue: "item 3: resolutions outlive their ID and client"},
@@ -175,6 +177,12 @@ func runFamily(t *testing.T, bin string, f family, seed uint64) {
 	}
 	start := time.Now()
 	shareChecked, killed := false, false
+	var dialers *sync.WaitGroup // cm-backlog's connection requests
+	defer func() {
+		if dialers != nil && !waitTimeout(dialers, 10*time.Second) {
+			t.Errorf("B's rdma_cm connection requests did not end within 10 s")
+		}
+	}()
 	deadline := start.Add(f.dur + 10*time.Second)
 	for !hp.exited() && time.Now().Before(deadline) {
 		// A flood is killed once it holds what it made, and its share
@@ -193,6 +201,9 @@ func runFamily(t *testing.T, bin string, f family, seed uint64) {
 				// this one, is out of fds.)
 				t.Errorf("while the hostile client holds its objects, a new client cannot use the device: %v", err)
 			}
+		}
+		if f.name == "cm-backlog" && dialers == nil && hp.printed("listening") {
+			dialers = dialListener(t, bed, 4)
 		}
 		checkLive(t, honest, pr)
 		time.Sleep(100 * time.Millisecond)
@@ -230,6 +241,43 @@ func runFamily(t *testing.T, bin string, f family, seed uint64) {
 	if p := pr.summary(); p != "" {
 		t.Logf("LIST latencies: %s", p)
 	}
+}
+
+// dialListener sends k rdma_cm connection requests from device B to the
+// hostile client's listener; they end unanswered (or rejected) within
+// seconds.
+func dialListener(t *testing.T, bed *hostileBed, k int) *sync.WaitGroup {
+	t.Helper()
+	// A short packet lifetime: the REQs ask for a short timewait (a
+	// rejected request ends there) that waitClean sees end.
+	svc, err := rdmacm.Start(bed.b, rdmacm.Options{PacketLifetime: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range k {
+		e, err := honestEnd(bed.b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			if c, err := svc.Dial(ctx, e.qp, netip.AddrPortFrom(ipA, backlogPort), rdmacm.ConnParam{RNRRetryCount: 7}); err == nil {
+				c.Close()
+			}
+		}()
+	}
+	// The service goes when the requests have ended.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		time.Sleep(4 * time.Second)
+		svc.Close()
+	}()
+	return &wg
 }
 
 // lowerNofile sets the soft RLIMIT_NOFILE to room fds above those open,
@@ -399,13 +447,14 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool { return within(d, wg
 // usage is what the daemon's process holds.
 type usage struct {
 	sessions, qps, owned, ahs int
+	cmConns                   int // the CM's connections, timewait included
 	fds, goroutines, threads  int
 	memfdMaps                 int
 }
 
 func (u usage) String() string {
-	return fmt.Sprintf("sessions %d, device QPs %d, owned QPs/CQs/SRQs %d, AHs %d, fds %d, goroutines %d, threads %d, memfd mappings %d",
-		u.sessions, u.qps, u.owned, u.ahs, u.fds, u.goroutines, u.threads, u.memfdMaps)
+	return fmt.Sprintf("sessions %d, device QPs %d, owned QPs/CQs/SRQs %d, AHs %d, CM connections %d, fds %d, goroutines %d, threads %d, memfd mappings %d",
+		u.sessions, u.qps, u.owned, u.ahs, u.cmConns, u.fds, u.goroutines, u.threads, u.memfdMaps)
 }
 
 // measure reads the daemon's usage within 2 s (a device whose engines an
@@ -428,6 +477,7 @@ func (bed *hostileBed) measure() (usage, error) {
 	}
 	u.sessions = bed.srv.Clients()
 	u.ahs = bed.a.AddressHandles()
+	u.cmConns = bed.srv.cm.Connections()
 	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
 		u.fds = len(ents)
 	}
@@ -479,6 +529,9 @@ func (bed *hostileBed) waitClean(base usage, pid int, d time.Duration) error {
 			}
 			if u.ahs != base.ahs {
 				bad = append(bad, fmt.Sprintf("address handles %d, %d before", u.ahs, base.ahs))
+			}
+			if u.cmConns > base.cmConns {
+				bad = append(bad, fmt.Sprintf("CM connections %d, %d before", u.cmConns, base.cmConns))
 			}
 			if u.memfdMaps > base.memfdMaps {
 				bad = append(bad, fmt.Sprintf("memfd mappings %d, %d before", u.memfdMaps, base.memfdMaps))
@@ -839,6 +892,13 @@ func (p *hostileProc) exited() bool {
 	default:
 		return false
 	}
+}
+
+// printed: the process printed s.
+func (p *hostileProc) printed(s string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Contains(p.out.String(), s)
 }
 
 // reported: a flood finished (the process holds what it made).

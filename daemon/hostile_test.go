@@ -447,14 +447,15 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool { return within(d, wg
 // usage is what the daemon's process holds.
 type usage struct {
 	sessions, qps, owned, ahs int
+	mrs                       int // the device's regions
 	cmConns                   int // the CM's connections, timewait included
 	fds, goroutines, threads  int
 	memfdMaps                 int
 }
 
 func (u usage) String() string {
-	return fmt.Sprintf("sessions %d, device QPs %d, owned QPs/CQs/SRQs %d, AHs %d, CM connections %d, fds %d, goroutines %d, threads %d, memfd mappings %d",
-		u.sessions, u.qps, u.owned, u.ahs, u.cmConns, u.fds, u.goroutines, u.threads, u.memfdMaps)
+	return fmt.Sprintf("sessions %d, device QPs %d, owned QPs/CQs/SRQs %d, MRs %d, AHs %d, CM connections %d, fds %d, goroutines %d, threads %d, memfd mappings %d",
+		u.sessions, u.qps, u.owned, u.mrs, u.ahs, u.cmConns, u.fds, u.goroutines, u.threads, u.memfdMaps)
 }
 
 // measure reads the daemon's usage within 2 s (a device whose engines an
@@ -477,6 +478,7 @@ func (bed *hostileBed) measure() (usage, error) {
 	}
 	u.sessions = bed.srv.Clients()
 	u.ahs = bed.a.AddressHandles()
+	u.mrs = bed.a.Regions()
 	u.cmConns = bed.srv.cm.Connections()
 	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
 		u.fds = len(ents)
@@ -526,6 +528,9 @@ func (bed *hostileBed) waitClean(base usage, pid int, d time.Duration) error {
 			}
 			if u.sessions > base.sessions {
 				bad = append(bad, fmt.Sprintf("sessions %d, %d before", u.sessions, base.sessions))
+			}
+			if u.mrs != base.mrs {
+				bad = append(bad, fmt.Sprintf("memory regions %d, %d before", u.mrs, base.mrs))
 			}
 			if u.ahs != base.ahs {
 				bad = append(bad, fmt.Sprintf("address handles %d, %d before", u.ahs, base.ahs))

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -91,6 +93,7 @@ type attacker struct {
 	privileged bool
 
 	conn *ipc.Conn
+	uc   *net.UnixConn // conn's socket
 	seq  uint32
 	// held are fds the daemon sent, kept for fd tricks; bell the shared
 	// doorbell eventfd, events the async events' one.
@@ -122,10 +125,13 @@ func (a *attacker) logf(format string, args ...any) {
 // comes back, as a hostile program would.
 func (a *attacker) connect(ctx context.Context) error {
 	a.close()
-	c, err := ipc.Dial(ctx, a.name)
+	var dl net.Dialer
+	nc, err := dl.DialContext(ctx, "unixpacket", ipc.SocketName(a.name))
 	if err != nil {
 		return err
 	}
+	a.uc = nc.(*net.UnixConn)
+	c := ipc.NewConn(a.uc)
 	a.conn = c
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	_, fds, err := c.Hello()
@@ -310,6 +316,26 @@ func (a *attacker) toRTS(qp uint32) {
 		MinRNRTimer: 1, MaxDestRdAtomic: 4},
 		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)
 	mod(verbs.QPAttr{State: verbs.StateRTS, Timeout: 1, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
+		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)
+}
+
+// connectTo takes qp to RTS toward device B's QP peer (PSNs 100, as
+// honestPeer's).
+func (a *attacker) connectTo(qp, peer uint32) {
+	mod := func(attr verbs.QPAttr, mask verbs.AttrMask) {
+		a.call(uverbs.OpModifyQP, func(e *uverbs.Encoder) {
+			e.U32(qp)
+			e.U32(uint32(mask))
+			w := attr.Wire()
+			w.Put(e)
+		})
+	}
+	mod(verbs.QPAttr{State: verbs.StateInit, Port: 1, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
+	mod(verbs.QPAttr{State: verbs.StateRTR, AH: verbs.AH{DGID: ipB, DMAC: macB}, PathMTU: verbs.MTU1024, DestQPN: peer, RQPSN: 100,
+		MinRNRTimer: 1, MaxDestRdAtomic: 4},
+		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)
+	mod(verbs.QPAttr{State: verbs.StateRTS, SQPSN: 100, Timeout: 12, RetryCnt: 6, RNRRetry: 7, MaxRdAtomic: 4},
 		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)
 }
 
@@ -937,6 +963,61 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 		a.logf("listening")
 		return repeat(ctx, a, func() {})
 	},
+	// Issue 30 item 1: a region of the client's own memory, a QP
+	// connected to device B's (XDPROCE_HOSTILE_PEER_QPN), then execve of
+	// a setuid-root program (XDPROCE_HOSTILE_VICTIM) with the control
+	// socket kept open: B's READ must not reach the new program's memory.
+	"execve": func(ctx context.Context, a *attacker) error {
+		peer, err := strconv.ParseUint(os.Getenv("XDPROCE_HOSTILE_PEER_QPN"), 10, 32)
+		if err != nil {
+			return fmt.Errorf("hostile: peer QPN: %w", err)
+		}
+		if err := a.connect(ctx); err != nil {
+			return err
+		}
+		pd, err := a.allocPD()
+		if err != nil {
+			return err
+		}
+		cq, _, err := a.createCQ(4, false)
+		if err != nil {
+			return err
+		}
+		qp, qpn, errno, err := a.createQP(pd, cq, false)
+		if err != nil || errno != 0 {
+			return fmt.Errorf("hostile: CREATE_QP: %v %v", errno, err)
+		}
+		a.connectTo(qp, uint32(peer))
+		// Go's heap, where the program exec'd keeps its secret too.
+		errno, d, _, err := a.call(uverbs.OpRegMR, func(e *uverbs.Encoder) {
+			e.U32(pd)
+			e.U64(victimArena)
+			e.U64(victimArenaLen)
+			e.U32(uint32(verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite))
+			e.U64(victimArena)
+		})
+		if err != nil || errno != 0 {
+			return fmt.Errorf("hostile: REG_MR of its own memory: %v %v", errno, err)
+		}
+		d.U32()
+		d.U32()
+		rkey := d.U32()
+		// The control socket survives execve: dup clears FD_CLOEXEC.
+		raw, err := a.uc.SyscallConn()
+		if err != nil {
+			return err
+		}
+		sock := -1
+		raw.Control(func(fd uintptr) { sock, err = unix.Dup(int(fd)) })
+		if err != nil {
+			return err
+		}
+		a.logf("qpn %d rkey %d sock %d", qpn, rkey, sock)
+		os.Stdout.Sync()
+		time.Sleep(300 * time.Millisecond) // B connects its QP
+		env := []string{"XDPROCE_HOSTILE_VICTIM=1"}
+		return syscall.Exec(os.Getenv("XDPROCE_HOSTILE_SETUID"), []string{"victim", "-test.run=^$"}, env)
+	},
 	// Issue 30 item 3: CQs until the daemon refuses (each holds an
 	// eventfd in the daemon: ~20000 reach its RLIMIT_NOFILE).
 	"flood-cq": func(ctx context.Context, a *attacker) error {
@@ -1106,6 +1187,34 @@ func flood(ctx context.Context, a *attacker, max int, create func() (syscall.Err
 	}
 	a.logf("flooded: %d objects, %d bytes registered (the last refusal: %v)", a.objects, a.mrBytes, lastErrno)
 	return nil
+}
+
+// The execve family's region, where the exec'd program keeps its secret
+// (Go's heap has no fixed address).
+const (
+	victimArena    = 0x600000000000
+	victimArenaLen = 1 << 20
+)
+
+// victimSecret is what the setuid program keeps in its memory.
+var victimSecret = []byte("the root process's secret, not for the RDMA peer of its parent. ")
+
+// victimMain is the test binary as a setuid-root program that a hostile
+// client exec'd (TestMain): it holds a secret in its heap and says where.
+func victimMain() int {
+	hint := unsafe.Add(nil, victimArena)
+	p, err := unix.MmapPtr(-1, 0, hint, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE)
+	if err != nil {
+		fmt.Println("victim: mmap:", err)
+		return 1
+	}
+	secret := unsafe.Slice((*byte)(p), 4096)
+	for i := range secret {
+		secret[i] = victimSecret[i%len(victimSecret)]
+	}
+	fmt.Printf("secret %#x euid %d\n", p, os.Geteuid())
+	time.Sleep(20 * time.Second)
+	return 0
 }
 
 // backlogPort is the cm-backlog family's listener.

@@ -73,6 +73,7 @@ var hostileFamilies = []family{
 	{name: "doorbell", dur: 3 * time.Second, issue: "item 2: the shared doorbell in blocking mode and read by a client"},
 	{name: "cm-port", dur: time.Second, exitOnly: true, issue: "item 7: rdma_cm ports below 1024 for an unprivileged client"},
 	{name: "cm-backlog", dur: 2 * time.Second, issue: "item 6: unfetched CONNECT_REQUESTs of a departed listener stay in REQ_RCVD"},
+	{name: "execve", dur: 3 * time.Second, exitOnly: true, issue: "item 1: own-memory regions reach the program a client exec'd (setuid root)"},
 	{name: "flood-cq", flood: true, fdRoom: 4096, dur: 8 * time.Second, issue: "item 3: one eventfd per CQ exhausts the daemon's fds: other clients' HELLO and CREATE_CQ fail"},
 	{name: "flood-objects", flood: true, dur: 8 * time.Second, issue: "item 3: device-wide pools without a per-client share"},
 	{name: "flood-resolve", flood: true, dur: 3 * time.Second, issue: "item 3: resolutions outlive their ID and client"},
@@ -166,7 +167,13 @@ func runFamily(t *testing.T, bin string, f family, seed uint64) {
 	t.Logf("baseline: %v", base)
 
 	// The attack.
-	hp, err := startHostile(bin, bed.name, f, seed)
+	var env []string
+	var ex *execveCheck
+	if f.name == "execve" {
+		ex = newExecveCheck(t, bed, bin)
+		env = ex.env
+	}
+	hp, err := startHostile(bin, bed.name, f, seed, env...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +209,11 @@ func runFamily(t *testing.T, bin string, f family, seed uint64) {
 				t.Errorf("while the hostile client holds its objects, a new client cannot use the device: %v", err)
 			}
 		}
+		if ex != nil && ex.step(t, hp) {
+			hp.kill()
+			killed = true
+			break
+		}
 		if f.name == "cm-backlog" && dialers == nil && hp.printed("listening") {
 			dialers = dialListener(t, bed, 4)
 		}
@@ -214,6 +226,9 @@ func runFamily(t *testing.T, bin string, f family, seed uint64) {
 	}
 	out := hp.wait()
 	t.Logf("hostile client (seed %d): %s", seed, lastLines(out, 4))
+	if ex != nil && !ex.done {
+		t.Errorf("execve: the exec'd program was not read: %s", lastLines(out, 4))
+	}
 	if !strings.HasPrefix(out, "attacking") {
 		t.Fatalf("the hostile client did not start its attack: %s", out)
 	}
@@ -241,6 +256,109 @@ func runFamily(t *testing.T, bin string, f family, seed uint64) {
 	if p := pr.summary(); p != "" {
 		t.Logf("LIST latencies: %s", p)
 	}
+}
+
+// execveCheck is the execve family's RDMA peer: a QP on device B that the
+// hostile client connects to, which READs the client's region once the
+// client exec'd a setuid-root program.
+type execveCheck struct {
+	env       []string
+	e         *end
+	qpn, rkey uint32
+	connected bool
+	done      bool // B's READ ended
+}
+
+func newExecveCheck(t *testing.T, bed *hostileBed, bin string) *execveCheck {
+	t.Helper()
+	e, err := honestEnd(bed.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A setuid-root copy of the test binary.
+	dir, err := os.MkdirTemp("", "xdproce-setuid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	b, err := os.ReadFile(bin)
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	path := dir + "/victim"
+	if err == nil {
+		err = os.WriteFile(path, b, 0o755)
+	}
+	if err == nil {
+		err = os.Chmod(path, 0o755|os.ModeSetuid)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &execveCheck{e: e, env: []string{"XDPROCE_HOSTILE_PEER_QPN=" + strconv.Itoa(int(e.qp.QPN())), "XDPROCE_HOSTILE_SETUID=" + path}}
+}
+
+// step connects B's QP once the client said its QPN, and READs once the
+// exec'd program said where its secret is; true when done.
+func (x *execveCheck) step(t *testing.T, hp *hostileProc) bool {
+	t.Helper()
+	out := hp.output()
+	if !x.connected {
+		i := strings.Index(out, "qpn ")
+		if i < 0 {
+			return false
+		}
+		if _, err := fmt.Sscanf(out[i:], "qpn %d rkey %d", &x.qpn, &x.rkey); err != nil {
+			t.Fatalf("execve: %q: %v", out, err)
+		}
+		p := honestPeer(x.e, ipA, macA)
+		p.DestQPN = x.qpn
+		if err := x.e.qp.Connect(p); err != nil {
+			t.Fatal(err)
+		}
+		x.connected = true
+	}
+	i := strings.Index(out, "secret ")
+	if i < 0 {
+		return false
+	}
+	x.done = true
+	var addr uint64
+	var euid int
+	if _, err := fmt.Sscanf(out[i:], "secret %v euid %d", &addr, &euid); err != nil {
+		t.Fatalf("execve: %q: %v", out, err)
+	}
+	if addr < victimArena || addr+4096 > victimArena+victimArenaLen {
+		t.Logf("execve: the program's secret at %#x is outside the region the client registered: inconclusive", addr)
+		return true
+	}
+	m := x.e.mr.Bytes()[:4096]
+	clear(m)
+	if err := settleErr(x.e.dev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.e.qp.PostSend([]verbs.SendWR{{ID: 9, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{{Addr: x.e.mr.Addr(), Length: 4096, LKey: x.e.mr.LKey()}}, RemoteAddr: addr, RKey: x.rkey}}); err != nil {
+		t.Fatal(err)
+	}
+	var wc [1]verbs.WorkCompletion
+	deadline := time.Now().Add(5 * time.Second)
+	for x.e.cq.Poll(wc[:]) == 0 {
+		if time.Now().After(deadline) {
+			t.Logf("execve: B's READ did not complete within 5 s")
+			return true
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := settleErr(x.e.dev); err != nil {
+		t.Fatal(err)
+	}
+	if wc[0].Status == verbs.WCSuccess && bytes.Contains(m, victimSecret) {
+		t.Errorf("B READ the memory of the program (euid %d) its peer exec'd, through a region registered before execve", euid)
+	} else {
+		t.Logf("execve: B's READ of the exec'd program (euid %d): %v", euid, wc[0].Status)
+	}
+	return true
 }
 
 // dialListener sends k rdma_cm connection requests from device B to the
@@ -860,10 +978,11 @@ type hostileProc struct {
 	done chan struct{}
 }
 
-func startHostile(bin, name string, f family, seed uint64) (*hostileProc, error) {
+func startHostile(bin, name string, f family, seed uint64, env ...string) (*hostileProc, error) {
 	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Env = append(os.Environ(), "XDPROCE_HOSTILE="+f.name, "XDPROCE_HOSTILE_NAME="+name,
 		"XDPROCE_HOSTILE_SEED="+strconv.FormatUint(seed, 10), "XDPROCE_HOSTILE_FOR="+f.dur.String())
+	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: hostileGroup, Groups: []uint32{hostileGroup}},
 		Pdeathsig: syscall.SIGKILL}
 	p := &hostileProc{cmd: cmd, done: make(chan struct{})}
@@ -897,6 +1016,13 @@ func (p *hostileProc) exited() bool {
 	default:
 		return false
 	}
+}
+
+// output is what the process printed so far.
+func (p *hostileProc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
 }
 
 // printed: the process printed s.

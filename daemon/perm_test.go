@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv("XDPROCE_HOSTILE_PROBE"); name != "" {
 		os.Exit(probeMain(name))
 	}
+	if os.Getenv("XDPROCE_HOSTILE_VICTIM") != "" {
+		os.Exit(victimMain())
+	}
 	if name := os.Getenv("XDPROCE_HOSTILE_FRESH"); name != "" {
 		os.Exit(freshMain(name))
 	}

@@ -1088,6 +1088,31 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 		}
 		return repeat(ctx, a, func() {})
 	},
+	// Issue 30 item 3: address handles, past the device's 32767
+	// (verbs.MaxAH): the whole pool, one client's.
+	"flood-ah": func(ctx context.Context, a *attacker) error {
+		if err := a.connect(ctx); err != nil {
+			return err
+		}
+		pd, err := a.allocPD()
+		if err != nil {
+			return err
+		}
+		if err := flood(ctx, a, verbs.MaxAH+100, func() (syscall.Errno, error) {
+			errno, d, _, err := a.call(uverbs.OpCreateAH, func(e *uverbs.Encoder) {
+				e.U32(pd)
+				(&uverbs.AHAttr{DGID: ipB.As16(), HopLimit: 64, Port: 1, IsGlobal: true}).Put(e)
+			})
+			if err == nil && errno == 0 {
+				d.U32()
+				a.objects++
+			}
+			return errno, err
+		}); err != nil {
+			return err
+		}
+		return repeat(ctx, a, func() {})
+	},
 	// Issue 30 item 3: address resolutions toward a host that never
 	// answers, with the longest timeout a client may ask (~49 days).
 	"flood-resolve": func(ctx context.Context, a *attacker) error {

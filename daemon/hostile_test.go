@@ -76,6 +76,7 @@ var hostileFamilies = []family{
 	{name: "execve", dur: 3 * time.Second, exitOnly: true, issue: "item 1: own-memory regions reach the program a client exec'd (setuid root)"},
 	{name: "flood-cq", flood: true, fdRoom: 4096, dur: 8 * time.Second, issue: "item 3: one eventfd per CQ exhausts the daemon's fds: other clients' HELLO and CREATE_CQ fail"},
 	{name: "flood-objects", flood: true, dur: 8 * time.Second, issue: "item 3: device-wide pools without a per-client share"},
+	{name: "flood-ah", flood: true, dur: 8 * time.Second, issue: "item 3: one client takes the device's every address handle"},
 	{name: "flood-resolve", flood: true, dur: 3 * time.Second, issue: "item 3: resolutions outlive their ID and client"},
 	{name: "flood-memlock", flood: true, dur: 4 * time.Second, exitOnly: true, issue: "item 3: registered bytes not counted against RLIMIT_MEMLOCK"},
 }

@@ -730,13 +730,23 @@ func steal(fd int) {
 // trigger makes the daemon signal the attacker's fds: a CQ armed and a bad
 // work request completed into it, a producer index beyond the ring (an
 // asynchronous event).
-func (a *attacker) trigger() {
+func (a *attacker) trigger() { a.triggerWith(n(a.c, 3)) }
+
+// Triggers: a completion (a bad work request) into an armed CQ, an
+// asynchronous event (QP_FATAL), or either at random.
+const (
+	triggerCompletion = iota
+	triggerFatal
+	triggerEither
+)
+
+func (a *attacker) triggerWith(how int) {
 	for _, r := range a.rings {
 		switch r.kind {
 		case 'c':
 			r.r.Aux().Store(1) // ibv_req_notify_cq
 		case 's':
-			if n(a.c, 2) == 0 {
+			if how == triggerCompletion || how == triggerEither && n(a.c, 2) == 0 {
 				slot := r.r.Slot(r.r.Producer())
 				uverbs.PutSendWQE(slot, &uverbs.SendWQE{WRID: 0xbad, Opcode: 0xfe, SendFlags: 2}, nil, nil)
 				r.r.SetProducer(r.r.Producer() + 1)
@@ -845,7 +855,7 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 			unix.SetNonblock(fd, false)
 			saturate(fd)
 		}
-		return repeat(ctx, a, a.trigger)
+		return repeat(ctx, a, func() { a.triggerWith(triggerCompletion) })
 	},
 	// Issue 30 item 2: the async events' eventfd saturated, then QP_FATAL
 	// (a producer index beyond the ring) on each QP.
@@ -857,7 +867,7 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 		saturate(a.events)
 		return repeat(ctx, a, func() {
 			a.build()
-			a.trigger()
+			a.triggerWith(triggerFatal)
 		})
 	},
 	// Issue 30 item 2: a CM channel's eventfd saturated, then events

@@ -85,6 +85,9 @@ var hostileFamilies = []family{
 
 // TestHostileClient runs each attack family against a fresh daemon.
 func TestHostileClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the hostile-client harness takes a minute or two")
+	}
 	netns.RequireRoot(t)
 	base := uint64(0)
 	if s := os.Getenv("XDPROCE_HOSTILE_SEED"); s != "" {

@@ -97,6 +97,7 @@ test: deps deps-stock check-generate lint build
 	$(GO) test -run '^$$' -fuzz '^FuzzTransport$$' -fuzztime 20000x ./verbs
 	$(GO) test -run '^$$' -fuzz '^FuzzSharedRings$$' -fuzztime 10000x ./verbs
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzControl$$' -fuzztime 100000x ./daemon
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzHostile$$' -fuzztime 300x ./daemon
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 500000x ./cm
 	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime 300000x ./cmagent
 	$(SUDO) env "PATH=$$PATH" $(GO) run ./test/interop --smoke
@@ -123,6 +124,7 @@ fuzz: deps
 	$(GO) test -run '^$$' -fuzz '^FuzzSharedRings$$' -fuzztime 50000x ./verbs
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 40000x ./uverbs
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzControl$$' -fuzztime 600000x ./daemon
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzHostile$$' -fuzztime 3000x ./daemon
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 4000000x ./cm
 	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime 2000000x ./cmagent
 

@@ -17,6 +17,19 @@ import (
 // TestMain lets the test binary double as a client process.
 func TestMain(m *testing.M) {
 	runHelper()
+	// The hostile-client harness's processes (hostile_test.go).
+	if os.Getenv("XDPROCE_HOSTILE") != "" {
+		os.Exit(hostileMain())
+	}
+	if name := os.Getenv("XDPROCE_HOSTILE_PROBE"); name != "" {
+		os.Exit(probeMain(name))
+	}
+	if os.Getenv("XDPROCE_HOSTILE_VICTIM") != "" {
+		os.Exit(victimMain())
+	}
+	if name := os.Getenv("XDPROCE_HOSTILE_FRESH"); name != "" {
+		os.Exit(freshMain(name))
+	}
 	if name := os.Getenv("XDPROCE_TEST_DIAL"); name != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -53,16 +53,34 @@ func Query(ctx context.Context, ifname string) (*Status, error) {
 	if err := d.End(); err != nil {
 		return nil, err
 	}
-	if d, err = c.CallNoFDs(uverbs.OpList, nil); err != nil {
-		return nil, err
+	// A reply holds what fits in a message: ask from where it ended.
+	var cur uverbs.ListCursor
+	for range maxListPages {
+		if d, err = c.CallNoFDs(uverbs.OpList, cur.Put); err != nil {
+			return nil, err
+		}
+		p := uverbs.GetListPage(d)
+		if err := d.End(); err != nil {
+			return nil, err
+		}
+		st.Clients, st.QPs, st.CMIDs = append(st.Clients, p.Clients...), append(st.QPs, p.QPs...), append(st.CMIDs, p.CMIDs...)
+		st.CMConnections = p.CMConnections
+		if !p.More {
+			return st, nil
+		}
+		if len(p.Clients)+len(p.QPs)+len(p.CMIDs) == 0 {
+			return nil, fmt.Errorf("daemon: a LIST reply with no entry and more to come")
+		}
+		cur.Clients += uint32(len(p.Clients))
+		cur.QPs += uint32(len(p.QPs))
+		cur.CMIDs += uint32(len(p.CMIDs))
 	}
-	st.Clients, st.QPs = uverbs.GetList(d)
-	st.CMIDs, st.CMConnections = uverbs.GetCMIDs(d)
-	if err := d.End(); err != nil {
-		return nil, err
-	}
-	return st, nil
+	return nil, fmt.Errorf("daemon: LIST longer than %d replies", maxListPages)
 }
+
+// maxListPages bounds a LIST: a page holds some 250 QPs, a device at most
+// 4079 QPs, and the clients' shares bound their rdma_cm IDs.
+const maxListPages = 1024
 
 // Running lists the interfaces whose daemon listens in the calling
 // thread's network namespace (the abstract sockets of its net/unix: the

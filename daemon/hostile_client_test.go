@@ -998,7 +998,12 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 			return fmt.Errorf("hostile: CREATE_QP: %v %v", errno, err)
 		}
 		a.connectTo(qp, uint32(peer))
-		// Go's heap, where the program exec'd keeps its secret too.
+		// Memory of its own at the address where the program exec'd keeps
+		// its secret (REG_MR of unmapped memory is EFAULT, as the kernel's).
+		if _, err := unix.MmapPtr(-1, 0, unsafe.Add(nil, victimArena), victimArenaLen, unix.PROT_READ|unix.PROT_WRITE,
+			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE); err != nil {
+			return fmt.Errorf("hostile: map the arena: %w", err)
+		}
 		errno, d, _, err := a.call(uverbs.OpRegMR, func(e *uverbs.Encoder) {
 			e.U32(pd)
 			e.U64(victimArena)

@@ -601,7 +601,7 @@ func (bed *hostileBed) measure() (holdings, error) {
 		return u, err
 	}
 	u.sessions = bed.srv.Clients()
-	u.ahs = bed.a.AddressHandles()
+	u.ahs = bed.a.AddressHandles() - bed.srv.cm.CachedAddressHandles() // QP1 keeps one per peer it answered
 	u.mrs = bed.a.Regions()
 	u.cmConns = bed.srv.cm.Connections()
 	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {

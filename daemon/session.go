@@ -700,6 +700,8 @@ func (ss *session) counters(d *uverbs.Decoder, e *uverbs.Encoder) error {
 // list reports the other clients and every QP of the device, with its owner
 // (`rdma resource show`); only root and the daemon's user may ask.
 func (ss *session) list(d *uverbs.Decoder, e *uverbs.Encoder) error {
+	var cur uverbs.ListCursor
+	cur.Get(d)
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -732,14 +734,13 @@ func (ss *session) list(d *uverbs.Decoder, e *uverbs.Encoder) error {
 		}
 		qps = append(qps, q)
 	}
-	uverbs.PutList(e, clients, qps)
 	var ids []uverbs.CMIDStatus
 	for _, o := range ss.srv.snapshot() {
 		if s := o.summary.Load(); s != nil && o != ss {
 			ids = append(ids, s.cmIDs...)
 		}
 	}
-	uverbs.PutCMIDs(e, ids, uint32(max(ss.srv.cm.Connections(), 0)))
+	uverbs.PutListPage(e, cur, clients, qps, ids, uint32(max(ss.srv.cm.Connections(), 0)))
 	return nil
 }
 

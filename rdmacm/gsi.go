@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xdproce/xdproce/cm"
@@ -28,6 +29,7 @@ type gsi struct {
 	kick chan struct{} // the agent's timers may have moved
 	// Owned by the sender goroutine:
 	ahs      map[netip.Addr]*verbs.AddressHandle
+	cached   atomic.Int32 // len(ahs), for CachedAddressHandles
 	freeSend []int
 	// resolving holds the MADs waiting for a peer's address handle, which
 	// a goroutine of its own makes: a peer that never answers ARP (a forged
@@ -64,6 +66,9 @@ const (
 	// with at most this many MADs waiting for each.
 	gsiResolving    = 256
 	gsiWaitingPerAH = 16
+	// At most this many peers' address handles are kept: forged CM
+	// requests from many source addresses must not grow QP1 without bound.
+	gsiCachedAHs = 1024
 )
 
 func newGSI(dev *verbs.Device, sgid func(netip.Addr) (int, bool)) (*gsi, error) {
@@ -229,6 +234,7 @@ func (g *gsi) resolvedAH(r resolution) {
 		return
 	}
 	g.ahs[r.to] = r.ah
+	g.cached.Store(int32(len(g.ahs)))
 	for _, m := range waiting {
 		g.post(r.ah, m)
 	}
@@ -246,6 +252,10 @@ func (g *gsi) transmit(ctx context.Context, m outMAD) {
 		} else {
 			g.dropped++
 		}
+		return
+	}
+	if len(g.ahs)+len(g.resolving) >= gsiCachedAHs && !g.forgetAHs() {
+		g.dropped++ // the CM sends again what still matters
 		return
 	}
 	idx, ok := g.sgid(m.to)
@@ -270,6 +280,21 @@ func (g *gsi) transmit(ctx context.Context, m outMAD) {
 			}
 		}
 	}()
+}
+
+// forgetAHs destroys the cached address handles once no send that may
+// use one is in flight (a UD send through a destroyed handle would fail
+// and stop QP1's send queue): whether it could.
+func (g *gsi) forgetAHs() bool {
+	if g.reclaim(); len(g.freeSend) < gsiSends {
+		return false
+	}
+	for to, ah := range g.ahs {
+		ah.Destroy()
+		delete(g.ahs, to)
+	}
+	g.cached.Store(0)
+	return true
 }
 
 // post sends one MAD through ah.

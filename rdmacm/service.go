@@ -172,6 +172,15 @@ func (s *Service) Connections() int {
 	return s.agent.Conns()
 }
 
+// CachedAddressHandles is how many peers' address handles QP1 keeps (at
+// most gsiCachedAHs): device-wide, no client's.
+func (s *Service) CachedAddressHandles() int {
+	if s.rem != nil {
+		return 0
+	}
+	return int(s.gsi.cached.Load())
+}
+
 // IDs is how many communication IDs exist.
 func (s *Service) IDs() int {
 	s.mu.Lock()

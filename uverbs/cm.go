@@ -170,33 +170,11 @@ type CMIDStatus struct {
 	QPN       uint32 // the attached QP's, 0 for none
 }
 
-// PutCMIDs encodes LIST's CM part: the IDs, then the CM's connections
-// (timewait included).
-func PutCMIDs(e *Encoder, ids []CMIDStatus, conns uint32) {
-	e.U16(uint16(len(ids)))
-	for _, s := range ids {
-		e.U32(s.OwnerPID)
-		e.U16(s.PortSpace)
-		e.Raw([]byte(s.State))
-		s.Src.Put(e)
-		s.Dst.Put(e)
-		e.U32(s.QPN)
-	}
-	e.U32(conns)
-}
-
-// GetCMIDs decodes LIST's CM part.
-func GetCMIDs(d *Decoder) ([]CMIDStatus, uint32) {
-	var ids []CMIDStatus
-	for range int(d.U16()) {
-		s := CMIDStatus{OwnerPID: d.U32(), PortSpace: d.U16(), State: string(d.Raw())}
-		s.Src.Get(d)
-		s.Dst.Get(d)
-		s.QPN = d.U32()
-		if d.err != nil {
-			return nil, 0
-		}
-		ids = append(ids, s)
-	}
-	return ids, d.U32()
+func putCMIDStatus(e *Encoder, s *CMIDStatus) {
+	e.U32(s.OwnerPID)
+	e.U16(s.PortSpace)
+	e.Raw([]byte(s.State))
+	s.Src.Put(e)
+	s.Dst.Put(e)
+	e.U32(s.QPN)
 }

@@ -493,45 +493,99 @@ type QPInfo struct {
 	Peer                             [16]byte
 }
 
-// PutList encodes a LIST reply.
-func PutList(e *Encoder, cs []Client, qs []QPInfo) {
-	e.U16(uint16(len(cs)))
-	for _, c := range cs {
-		e.U32(c.PID)
-		e.U32(c.UID)
-		e.Raw([]byte(c.Comm))
-		for _, v := range []uint32{c.PDs, c.MRs, c.CQs, c.QPs} {
-			e.U32(v)
+// ListCursor is where a LIST reply starts: how many clients, QPs and
+// rdma_cm IDs the asker already has. A reply holds what fits in one
+// message (a device has thousands of QPs); the asker asks again from
+// where it ended, as netlink dumps of `rdma resource show` go.
+type ListCursor struct{ Clients, QPs, CMIDs uint32 }
+
+// Put encodes c: LIST's request body.
+func (c *ListCursor) Put(e *Encoder) {
+	e.U32(c.Clients)
+	e.U32(c.QPs)
+	e.U32(c.CMIDs)
+}
+
+// Get decodes c.
+func (c *ListCursor) Get(d *Decoder) { c.Clients, c.QPs, c.CMIDs = d.U32(), d.U32(), d.U32() }
+
+// ListPage is one LIST reply: the entries from the cursor on that fit,
+// the CM's connections (timewait included), and whether any were left out.
+type ListPage struct {
+	Clients       []Client
+	QPs           []QPInfo
+	CMIDs         []CMIDStatus
+	CMConnections uint32
+	More          bool
+}
+
+// listTrailer is what follows the entries of a LIST reply at most: the
+// later sections' counts, the connections and More.
+const listTrailer = 2 + 2 + 4 + 1
+
+// PutListPage encodes the entries of cs, qs and ids from cur on, in that
+// order, as many as fit in one message.
+func PutListPage(e *Encoder, cur ListCursor, cs []Client, qs []QPInfo, ids []CMIDStatus, conns uint32) {
+	full := putSection(e, cs, cur.Clients, putClient, false)
+	full = putSection(e, qs, cur.QPs, putQPInfo, full)
+	full = putSection(e, ids, cur.CMIDs, putCMIDStatus, full)
+	e.U32(conns)
+	e.Bool(full)
+}
+
+// putSection appends items[from:] with their count, while the message has
+// room (and none if an earlier section ran out of it): whether it ran out.
+func putSection[T any](e *Encoder, items []T, from uint32, put func(*Encoder, *T), full bool) bool {
+	at := len(e.b)
+	e.U16(0)
+	n := 0
+	for i := int(min(uint64(from), uint64(len(items)))); !full && i < len(items); i++ {
+		mark := len(e.b)
+		put(e, &items[i])
+		if len(e.b) > MaxMessage-listTrailer || n == 0xffff {
+			e.b, full = e.b[:mark], true
+			break
 		}
+		n++
 	}
-	e.U16(uint16(len(qs)))
-	for _, q := range qs {
-		for _, v := range []uint32{q.OwnerPID, q.QPN, q.DestQPN} {
-			e.U32(v)
-		}
-		e.U8(q.Type)
-		e.U8(q.State)
-		for _, v := range []uint32{q.Queue, q.SQPSN, q.CompPSN, q.EPSN, q.SendQueued, q.RecvQueued, q.Timeouts} {
-			e.U32(v)
-		}
-		e.b = append(e.b, q.Peer[:]...)
+	le.PutUint16(e.b[at:], uint16(n))
+	return full
+}
+
+func putClient(e *Encoder, c *Client) {
+	e.U32(c.PID)
+	e.U32(c.UID)
+	e.Raw([]byte(c.Comm))
+	for _, v := range []uint32{c.PDs, c.MRs, c.CQs, c.QPs} {
+		e.U32(v)
 	}
 }
 
-// GetList decodes a LIST reply.
-func GetList(d *Decoder) ([]Client, []QPInfo) {
-	var cs []Client
+func putQPInfo(e *Encoder, q *QPInfo) {
+	for _, v := range []uint32{q.OwnerPID, q.QPN, q.DestQPN} {
+		e.U32(v)
+	}
+	e.U8(q.Type)
+	e.U8(q.State)
+	for _, v := range []uint32{q.Queue, q.SQPSN, q.CompPSN, q.EPSN, q.SendQueued, q.RecvQueued, q.Timeouts} {
+		e.U32(v)
+	}
+	e.b = append(e.b, q.Peer[:]...)
+}
+
+// GetListPage decodes a LIST reply.
+func GetListPage(d *Decoder) ListPage {
+	var p ListPage
 	for range int(d.U16()) {
 		c := Client{PID: d.U32(), UID: d.U32(), Comm: string(d.Raw())}
 		for _, v := range []*uint32{&c.PDs, &c.MRs, &c.CQs, &c.QPs} {
 			*v = d.U32()
 		}
 		if d.err != nil {
-			return nil, nil
+			return ListPage{}
 		}
-		cs = append(cs, c)
+		p.Clients = append(p.Clients, c)
 	}
-	var qs []QPInfo
 	for range int(d.U16()) {
 		var q QPInfo
 		for _, v := range []*uint32{&q.OwnerPID, &q.QPN, &q.DestQPN} {
@@ -543,11 +597,23 @@ func GetList(d *Decoder) ([]Client, []QPInfo) {
 		}
 		copy(q.Peer[:], d.take(16))
 		if d.err != nil {
-			return cs, nil
+			return ListPage{}
 		}
-		qs = append(qs, q)
+		p.QPs = append(p.QPs, q)
 	}
-	return cs, qs
+	for range int(d.U16()) {
+		s := CMIDStatus{OwnerPID: d.U32(), PortSpace: d.U16(), State: string(d.Raw())}
+		s.Src.Get(d)
+		s.Dst.Get(d)
+		s.QPN = d.U32()
+		if d.err != nil {
+			return ListPage{}
+		}
+		p.CMIDs = append(p.CMIDs, s)
+	}
+	p.CMConnections = d.U32()
+	p.More = d.Bool()
+	return p
 }
 
 // Event is an asynchronous event as GET_EVENT carries it: its type

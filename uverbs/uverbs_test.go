@@ -166,3 +166,59 @@ func TestCMAddr(t *testing.T) {
 		t.Errorf("family 5: %v", err)
 	}
 }
+
+// A LIST longer than a message comes in pages that each fit one, and the
+// cursor reassembles every entry once, in order: 4079 QPs (a device's
+// most) and a few hundred clients and rdma_cm IDs.
+func TestListPages(t *testing.T) {
+	var cs []Client
+	for i := range 300 {
+		cs = append(cs, Client{PID: uint32(i), UID: 1000, Comm: "ib_write_bw-long", QPs: uint32(i)})
+	}
+	var qs []QPInfo
+	for i := range 4079 {
+		qs = append(qs, QPInfo{OwnerPID: uint32(i % 300), QPN: uint32(0x11 + i), State: 3, Peer: [16]byte{15: byte(i)}})
+	}
+	var ids []CMIDStatus
+	for i := range 500 {
+		ids = append(ids, CMIDStatus{OwnerPID: uint32(i), PortSpace: 0x106, State: "CONNECT", QPN: uint32(i)})
+	}
+	var got ListPage
+	var cur ListCursor
+	pages := 0
+	for more := true; more; pages++ {
+		if pages > 100 {
+			t.Fatal("no end to the pages")
+		}
+		e := NewMessage(Header{Version: Version, Op: OpList})
+		PutListPage(e, cur, cs, qs, ids, 7)
+		if len(e.Bytes()) > MaxMessage {
+			t.Fatalf("page %d: %d bytes, more than a message", pages, len(e.Bytes()))
+		}
+		_, d, err := Decode(e.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := GetListPage(d)
+		if err := d.End(); err != nil {
+			t.Fatal(err)
+		}
+		if p.More && len(p.Clients)+len(p.QPs)+len(p.CMIDs) == 0 {
+			t.Fatalf("page %d: empty with more to come", pages)
+		}
+		got.Clients, got.QPs, got.CMIDs = append(got.Clients, p.Clients...), append(got.QPs, p.QPs...), append(got.CMIDs, p.CMIDs...)
+		cur.Clients += uint32(len(p.Clients))
+		cur.QPs += uint32(len(p.QPs))
+		cur.CMIDs += uint32(len(p.CMIDs))
+		if p.CMConnections != 7 {
+			t.Fatalf("connections %d", p.CMConnections)
+		}
+		more = p.More
+	}
+	if pages < 10 {
+		t.Fatalf("%d pages for %d QPs: they cannot fit", pages, len(qs))
+	}
+	if !reflect.DeepEqual(got.Clients, cs) || !reflect.DeepEqual(got.QPs, qs) || !reflect.DeepEqual(got.CMIDs, ids) {
+		t.Fatalf("reassembled %d clients, %d QPs, %d IDs, not the %d, %d, %d listed", len(got.Clients), len(got.QPs), len(got.CMIDs), len(cs), len(qs), len(ids))
+	}
+}

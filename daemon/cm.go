@@ -35,49 +35,16 @@ func (c *cmState) init() {
 
 // cmOp runs one CM request.
 func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
-	svc := ss.srv.cm
-	if svc == nil {
+	if ss.srv.cm == nil {
 		return nil, syscall.ENOSYS
 	}
 	switch op {
 	case uverbs.OpCMCreateChannel:
 		return ss.cmCreateChannel(d, e)
 	case uverbs.OpCMDestroyChannel:
-		h := d.U32()
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		c := ss.cm.channels[h]
-		if c == nil {
-			return nil, syscall.EINVAL
-		}
-		for _, id := range ss.cm.ids {
-			if id.Channel() == c.ch {
-				return nil, syscall.EBUSY
-			}
-		}
-		c.fd.Close()
-		delete(ss.cm.channels, h)
-		ss.acct.gave(objCMChannel)
-		return nil, nil
+		return nil, ss.cmDestroyChannel(d)
 	case uverbs.OpCMCreateID:
-		ch, ps := d.U32(), d.U16()
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		c := ss.cm.channels[ch]
-		if c == nil {
-			return nil, syscall.EINVAL
-		}
-		if err := ss.room(objCMID); err != nil {
-			return nil, err
-		}
-		id, err := svc.CreateID(c.ch, rdmacm.PortSpace(ps), nil)
-		if err != nil {
-			return nil, err
-		}
-		e.U32(ss.cmAdopt(id))
-		return nil, nil
+		return nil, ss.cmCreateID(d, e)
 	case uverbs.OpCMGetEvent:
 		return nil, ss.cmGetEvent(d, e)
 	}
@@ -89,158 +56,265 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 	}
 	switch op {
 	case uverbs.OpCMDestroyID:
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		delete(ss.cm.ids, h)
-		delete(ss.cm.handles, id)
-		ss.acct.gave(objCMID)
-		return nil, id.Destroy()
+		return nil, ss.cmDestroyID(h, id, d)
 	case uverbs.OpCMMigrateID:
-		ch := d.U32()
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		c := ss.cm.channels[ch]
-		if c == nil {
-			return nil, syscall.EINVAL
-		}
-		return nil, id.Migrate(c.ch)
+		return nil, ss.cmMigrateID(id, d)
 	case uverbs.OpCMBind:
-		var a uverbs.CMAddr
-		a.Get(d)
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		ap, err := a.AddrPort()
-		if err != nil {
-			return nil, err
-		}
-		if err := ss.bindPort(ap.Port()); err != nil {
-			return nil, err
-		}
-		if err := id.Bind(ap); err != nil {
-			return nil, err
-		}
+		return nil, ss.cmBind(id, d)
 	case uverbs.OpCMResolveAddr:
-		var src, dst uverbs.CMAddr
-		src.Get(d)
-		dst.Get(d)
-		ms := d.U32()
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		s, err := src.AddrPort()
-		if err != nil {
-			return nil, err
-		}
-		t, err := dst.AddrPort()
-		if err != nil {
-			return nil, err
-		}
-		if err := ss.bindPort(s.Port()); err != nil {
-			return nil, err
-		}
-		if err := ss.acct.mayResolve(); err != nil {
-			return nil, err
-		}
-		if err := id.ResolveAddr(s, t, ss.resolveTimeout(ms)); err != nil {
-			return nil, err
-		}
-		ss.acct.resolves(id)
+		return nil, ss.cmResolveAddr(id, d)
 	case uverbs.OpCMResolveRoute:
-		ms := d.U32()
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		if err := id.ResolveRoute(ss.resolveTimeout(ms)); err != nil {
-			return nil, err
-		}
+		return nil, ss.cmResolveRoute(id, d)
 	case uverbs.OpCMListen:
-		backlog := d.U32()
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		if err := id.Listen(int(min(backlog, 1<<16))); err != nil {
-			return nil, err
-		}
+		return nil, ss.cmListen(id, d)
 	case uverbs.OpCMAttachQP:
-		qh := d.U32()
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		q := ss.qps[qh]
-		if q == nil {
-			return nil, syscall.EINVAL
-		}
-		if err := id.AttachQP(q.qp); err != nil {
-			return nil, err
-		}
-	case uverbs.OpCMConnect, uverbs.OpCMAccept:
-		var p uverbs.CMConnParam
-		p.Get(d)
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		cp := rdmacm.ConnParam(p)
-		var err error
-		if op == uverbs.OpCMConnect {
-			err = id.Connect(cp)
-		} else {
-			err = id.Accept(&cp)
-		}
-		if err != nil {
-			return nil, err
-		}
+		return nil, ss.cmAttachQP(id, d)
+	case uverbs.OpCMConnect:
+		return nil, ss.cmConnect(id, d)
+	case uverbs.OpCMAccept:
+		return nil, ss.cmAccept(id, d)
 	case uverbs.OpCMReject:
-		private := d.Raw()
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		if err := id.Reject(private); err != nil {
-			return nil, err
-		}
-	case uverbs.OpCMDisconnect, uverbs.OpCMEstablish:
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		var err error
-		if op == uverbs.OpCMDisconnect {
-			err = id.Disconnect()
-		} else {
-			err = id.Establish()
-		}
-		if err != nil {
-			return nil, err
-		}
+		return nil, ss.cmReject(id, d)
+	case uverbs.OpCMDisconnect:
+		return nil, ss.cmDisconnect(id, d)
+	case uverbs.OpCMEstablish:
+		return nil, ss.cmEstablish(id, d)
 	case uverbs.OpCMQuery:
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		info := idInfo(id)
-		info.Put(e)
+		return nil, ss.cmQuery(id, d, e)
 	case uverbs.OpCMInitQPAttr:
-		state := d.U8()
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		a, mask, err := id.InitQPAttr(verbs.QPState(state))
-		if err != nil {
-			return nil, err
-		}
-		w := a.Wire()
-		w.Put(e)
-		e.U32(uint32(mask))
+		return nil, ss.cmInitQPAttr(id, d, e)
 	case uverbs.OpCMSetOption:
-		level, name, val := d.U32(), d.U32(), d.Raw()
-		if err := d.End(); err != nil {
-			return nil, err
-		}
-		return nil, id.SetOption(level, name, val)
-	default:
-		return nil, fmt.Errorf("%w: unknown op %v", errProtocol, op)
+		return nil, ss.cmSetOption(id, d)
 	}
-	return nil, nil
+	return nil, fmt.Errorf("%w: unknown op %v", errProtocol, op)
+}
+
+// cmDestroyChannel closes a channel no ID of the client's uses (EBUSY
+// while one does, as ucma).
+func (ss *session) cmDestroyChannel(d *uverbs.Decoder) error {
+	h := d.U32()
+	if err := d.End(); err != nil {
+		return err
+	}
+	c := ss.cm.channels[h]
+	if c == nil {
+		return syscall.EINVAL
+	}
+	for _, id := range ss.cm.ids {
+		if id.Channel() == c.ch {
+			return syscall.EBUSY
+		}
+	}
+	c.fd.Close()
+	delete(ss.cm.channels, h)
+	ss.acct.gave(objCMChannel)
+	return nil
+}
+
+// cmCreateID creates an ID reporting to one of the client's channels.
+func (ss *session) cmCreateID(d *uverbs.Decoder, e *uverbs.Encoder) error {
+	ch, ps := d.U32(), d.U16()
+	if err := d.End(); err != nil {
+		return err
+	}
+	c := ss.cm.channels[ch]
+	if c == nil {
+		return syscall.EINVAL
+	}
+	if err := ss.room(objCMID); err != nil {
+		return err
+	}
+	id, err := ss.srv.cm.CreateID(c.ch, rdmacm.PortSpace(ps), nil)
+	if err != nil {
+		return err
+	}
+	e.U32(ss.cmAdopt(id))
+	return nil
+}
+
+// cmDestroyID destroys id, handle h: it is no longer the client's whatever
+// Destroy says.
+func (ss *session) cmDestroyID(h uint32, id *rdmacm.ID, d *uverbs.Decoder) error {
+	if err := d.End(); err != nil {
+		return err
+	}
+	delete(ss.cm.ids, h)
+	delete(ss.cm.handles, id)
+	ss.acct.gave(objCMID)
+	return id.Destroy()
+}
+
+// cmMigrateID moves id's events to another of the client's channels.
+func (ss *session) cmMigrateID(id *rdmacm.ID, d *uverbs.Decoder) error {
+	ch := d.U32()
+	if err := d.End(); err != nil {
+		return err
+	}
+	c := ss.cm.channels[ch]
+	if c == nil {
+		return syscall.EINVAL
+	}
+	return id.Migrate(c.ch)
+}
+
+// cmBind binds id to an address, its port one the client may take.
+func (ss *session) cmBind(id *rdmacm.ID, d *uverbs.Decoder) error {
+	var a uverbs.CMAddr
+	a.Get(d)
+	if err := d.End(); err != nil {
+		return err
+	}
+	ap, err := a.AddrPort()
+	if err != nil {
+		return err
+	}
+	if err := ss.bindPort(ap.Port()); err != nil {
+		return err
+	}
+	return id.Bind(ap)
+}
+
+// cmResolveAddr starts resolving id's destination, within the client's
+// share of resolutions in flight.
+func (ss *session) cmResolveAddr(id *rdmacm.ID, d *uverbs.Decoder) error {
+	var src, dst uverbs.CMAddr
+	src.Get(d)
+	dst.Get(d)
+	ms := d.U32()
+	if err := d.End(); err != nil {
+		return err
+	}
+	s, err := src.AddrPort()
+	if err != nil {
+		return err
+	}
+	t, err := dst.AddrPort()
+	if err != nil {
+		return err
+	}
+	if err := ss.bindPort(s.Port()); err != nil {
+		return err
+	}
+	if err := ss.acct.mayResolve(); err != nil {
+		return err
+	}
+	if err := id.ResolveAddr(s, t, ss.resolveTimeout(ms)); err != nil {
+		return err
+	}
+	ss.acct.resolves(id)
+	return nil
+}
+
+func (ss *session) cmResolveRoute(id *rdmacm.ID, d *uverbs.Decoder) error {
+	ms := d.U32()
+	if err := d.End(); err != nil {
+		return err
+	}
+	return id.ResolveRoute(ss.resolveTimeout(ms))
+}
+
+func (ss *session) cmListen(id *rdmacm.ID, d *uverbs.Decoder) error {
+	backlog := d.U32()
+	if err := d.End(); err != nil {
+		return err
+	}
+	return id.Listen(int(min(backlog, 1<<16)))
+}
+
+// cmAttachQP gives id one of the client's QPs to connect.
+func (ss *session) cmAttachQP(id *rdmacm.ID, d *uverbs.Decoder) error {
+	qh := d.U32()
+	if err := d.End(); err != nil {
+		return err
+	}
+	q := ss.qps[qh]
+	if q == nil {
+		return syscall.EINVAL
+	}
+	return id.AttachQP(q.qp)
+}
+
+func (ss *session) cmConnect(id *rdmacm.ID, d *uverbs.Decoder) error {
+	cp, err := cmConnParam(d)
+	if err != nil {
+		return err
+	}
+	return id.Connect(cp)
+}
+
+func (ss *session) cmAccept(id *rdmacm.ID, d *uverbs.Decoder) error {
+	cp, err := cmConnParam(d)
+	if err != nil {
+		return err
+	}
+	return id.Accept(&cp)
+}
+
+// cmConnParam decodes the connection parameters that end a CONNECT or an
+// ACCEPT.
+func cmConnParam(d *uverbs.Decoder) (rdmacm.ConnParam, error) {
+	var p uverbs.CMConnParam
+	p.Get(d)
+	if err := d.End(); err != nil {
+		return rdmacm.ConnParam{}, err
+	}
+	return rdmacm.ConnParam(p), nil
+}
+
+func (ss *session) cmReject(id *rdmacm.ID, d *uverbs.Decoder) error {
+	private := d.Raw()
+	if err := d.End(); err != nil {
+		return err
+	}
+	return id.Reject(private)
+}
+
+func (ss *session) cmDisconnect(id *rdmacm.ID, d *uverbs.Decoder) error {
+	if err := d.End(); err != nil {
+		return err
+	}
+	return id.Disconnect()
+}
+
+func (ss *session) cmEstablish(id *rdmacm.ID, d *uverbs.Decoder) error {
+	if err := d.End(); err != nil {
+		return err
+	}
+	return id.Establish()
+}
+
+func (ss *session) cmQuery(id *rdmacm.ID, d *uverbs.Decoder, e *uverbs.Encoder) error {
+	if err := d.End(); err != nil {
+		return err
+	}
+	info := idInfo(id)
+	info.Put(e)
+	return nil
+}
+
+// cmInitQPAttr answers the QP attributes and mask that move id's QP to a
+// state, as rdma_init_qp_attr.
+func (ss *session) cmInitQPAttr(id *rdmacm.ID, d *uverbs.Decoder, e *uverbs.Encoder) error {
+	state := d.U8()
+	if err := d.End(); err != nil {
+		return err
+	}
+	a, mask, err := id.InitQPAttr(verbs.QPState(state))
+	if err != nil {
+		return err
+	}
+	w := a.Wire()
+	w.Put(e)
+	e.U32(uint32(mask))
+	return nil
+}
+
+func (ss *session) cmSetOption(id *rdmacm.ID, d *uverbs.Decoder) error {
+	level, name, val := d.U32(), d.U32(), d.Raw()
+	if err := d.End(); err != nil {
+		return err
+	}
+	return id.SetOption(level, name, val)
 }
 
 // cmAdopt gives id a handle of the session's.

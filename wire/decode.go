@@ -244,27 +244,8 @@ func decodeIPUDP(b []byte, total int, v6 bool, p *Packet) (end int, err error) {
 			Dst:       netip.AddrFrom16([16]byte(b[24:40])),
 		}
 	} else {
-		if len(b) < IPv4HeaderLen {
-			return 0, errIPv4Truncated
-		}
-		if b[0]>>4 != 4 {
-			return 0, errIPv4Version
-		}
-		if b[9] != ipProtoUDP {
-			return 0, errNotUDPv4
-		}
-		switch ihl := b[0] & 0x0f; {
-		case ihl < 5:
-			return 0, errIPv4IHL
-		case ihl > 5:
-			return 0, errIPv4Options
-		}
-		end = int(binary.BigEndian.Uint16(b[2:]))
-		if end < IPv4HeaderLen {
-			return 0, errIPv4TotalLen
-		}
-		if end > total {
-			return 0, errIPv4BeyondFrame
+		if end, err = ipv4End(b, total); err != nil {
+			return 0, err
 		}
 		if ipv4Checksum(b[:IPv4HeaderLen]) != 0 {
 			return 0, errIPv4Checksum
@@ -304,6 +285,37 @@ func decodeIPUDP(b []byte, total int, v6 bool, p *Packet) (end int, err error) {
 	}
 	if int(p.UDP.Length) != end-l3Len(v6) {
 		return 0, errUDPLength
+	}
+	return end, nil
+}
+
+// ipv4End checks the structure of the IPv4 header at the start of b, of a
+// packet whose bytes from b on number total: version 4, UDP, no options, a
+// total length within total. It returns that length, the end of the IP
+// packet. Decode and ICRC (locateL3) both need these checks; Decode's others
+// (checksum, fragments, TTL) are its own.
+func ipv4End(b []byte, total int) (int, error) {
+	if len(b) < IPv4HeaderLen {
+		return 0, errIPv4Truncated
+	}
+	if b[0]>>4 != 4 {
+		return 0, errIPv4Version
+	}
+	if b[9] != ipProtoUDP {
+		return 0, errNotUDPv4
+	}
+	switch ihl := b[0] & 0x0f; {
+	case ihl < 5:
+		return 0, errIPv4IHL
+	case ihl > 5:
+		return 0, errIPv4Options
+	}
+	end := int(binary.BigEndian.Uint16(b[2:]))
+	if end < IPv4HeaderLen {
+		return 0, errIPv4TotalLen
+	}
+	if end > total {
+		return 0, errIPv4BeyondFrame
 	}
 	return end, nil
 }

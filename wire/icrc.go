@@ -119,27 +119,8 @@ func locateL3(b []byte, v6 bool) (end int, err error) {
 			return 0, errIPv6BeyondFrame
 		}
 	} else {
-		if len(b) < IPv4HeaderLen {
-			return 0, errIPv4Truncated
-		}
-		if b[0]>>4 != 4 {
-			return 0, errIPv4Version
-		}
-		if b[9] != ipProtoUDP {
-			return 0, errNotUDPv4
-		}
-		switch ihl := b[0] & 0x0f; {
-		case ihl < 5:
-			return 0, errIPv4IHL
-		case ihl > 5:
-			return 0, errIPv4Options
-		}
-		end = int(binary.BigEndian.Uint16(b[2:]))
-		if end < IPv4HeaderLen {
-			return 0, errIPv4TotalLen
-		}
-		if end > len(b) {
-			return 0, errIPv4BeyondFrame
+		if end, err = ipv4End(b, len(b)); err != nil {
+			return 0, err
 		}
 	}
 	udp := l3Len(v6)

@@ -16,10 +16,8 @@ import (
 	"github.com/xdproce/xdproce/bench"
 )
 
-// runBench is `xdproce bench`: tables on stdout, progress on stderr.
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// benchFlags declares `xdproce bench`'s flags; its action measures: tables on stdout, progress on stderr.
+func benchFlags(fs *flag.FlagSet) action {
 	quick := fs.Bool("quick", false, "short points: the whole run in under a minute")
 	sizes := fs.String("sizes", "64,256,1K,4K,16K,64K,256K,1M", "bandwidth and CPU-per-GB message sizes")
 	latSizes := fs.String("lat-sizes", "8,4K", "round-trip message sizes")
@@ -42,120 +40,118 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	stockRounds := fs.Int("stock-rounds", 0, "rounds of the stock perftest comparison, each contender once per round, alternating which goes first (default 3, 2 with --quick); the figures are the medians")
 	stock := fs.Bool("stock", true, "also compare stock perftest over xdproce's libibverbs (xdproce run) with xdproce perf, ib_write_lat 8 B and ib_write_bw 64 KiB, both through an xdproce up started on each host (issue 15); skipped, with a note, when perftest or the library is missing")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both engines and applications) to this file, for go tool pprof")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
+	return func(ctx context.Context, std stdio, args []string) error {
+		stdout := std.out
+		stderr := std.err
+		if len(args) > 0 {
+			return fmt.Errorf("%w: unexpected arguments %q", errUsage, args)
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
-	if *loss != "" {
-		explicit := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
-		return runLossSweep(ctx, *loss, lossFlags{sizes: *sizes, sizesSet: explicit["sizes"], dur: *dur, warmup: *warmup, depth: *depth, mtu: *mtu, json: *jsonOut}, stdout, stderr)
-	}
-	cfg := bench.Default()
-	if *quick {
-		cfg = bench.Quick()
-	}
-	var err error
-	if cfg.Sizes, err = bench.ParseSizes(*sizes); err != nil {
-		return fmt.Errorf("%w: --sizes: %v", errUsage, err)
-	}
-	if cfg.LatSizes, err = bench.ParseSizes(*latSizes); err != nil {
-		return fmt.Errorf("%w: --lat-sizes: %v", errUsage, err)
-	}
-	if cfg.QPs, err = bench.ParseCounts(*qps); err != nil {
-		return fmt.Errorf("%w: --qps: %v", errUsage, err)
-	}
-	ms, err := bench.ParseSizes(*msgSize)
-	if err != nil || len(ms) != 1 {
-		return fmt.Errorf("%w: --msg-size %q: one size", errUsage, *msgSize)
-	}
-	cfg.MsgRateSize = ms[0]
-	setIf := func(v *time.Duration, d time.Duration) {
-		if d != 0 {
-			*v = d
+		if *loss != "" {
+			explicit := map[string]bool{}
+			fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+			return runLossSweep(ctx, *loss, lossFlags{sizes: *sizes, sizesSet: explicit["sizes"], dur: *dur, warmup: *warmup, depth: *depth, mtu: *mtu, json: *jsonOut}, stdout, stderr)
 		}
-	}
-	setIf(&cfg.Duration, *dur)
-	setIf(&cfg.Warmup, *warmup)
-	if *depth != 0 {
-		cfg.Depth = *depth
-	}
-	if *mtu != 0 {
-		cfg.MTU = *mtu
-	}
-	if *queues < 1 {
-		return fmt.Errorf("%w: --queues %d: at least 1", errUsage, *queues)
-	}
-	cfg.Queues = *queues
-	cfg.BusyPoll = bench.BusyPoll(busy)
-	cfg.AckHold = *ackHold
-	cfg.SpinMax = *spinMax
-	cfg.Daemon = *viaDaemon
-	if *stockRounds < 0 {
-		return fmt.Errorf("%w: --stock-rounds %d: at least 1", errUsage, *stockRounds)
-	}
-	if *stock {
-		s, why := findStock(os.Executable, exec.LookPath, os.Getenv("XDPROCE_LIBDIR"))
-		if s == nil {
-			fmt.Fprintf(stderr, "bench: stock perftest over libibverbs vs xdproce perf skipped: %s\n", why)
-		} else if *stockRounds > 0 {
-			s.Rounds = *stockRounds
-		} else if *quick {
-			s.Rounds = 2 // each contender first once
+		cfg := bench.Default()
+		if *quick {
+			cfg = bench.Quick()
 		}
-		cfg.Stock = s
-	}
-	if *ifaces != "" {
-		cfg.Ifaces = strings.Split(*ifaces, ",")
-	}
-	if *plotOut != "" {
-		if err := bench.CheckPlotFile(*plotOut); err != nil {
-			return fmt.Errorf("%w: %v", errUsage, err)
+		var err error
+		if cfg.Sizes, err = bench.ParseSizes(*sizes); err != nil {
+			return fmt.Errorf("%w: --sizes: %v", errUsage, err)
 		}
-	}
-	cfg.Progress = stderr
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
+		if cfg.LatSizes, err = bench.ParseSizes(*latSizes); err != nil {
+			return fmt.Errorf("%w: --lat-sizes: %v", errUsage, err)
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+		if cfg.QPs, err = bench.ParseCounts(*qps); err != nil {
+			return fmt.Errorf("%w: --qps: %v", errUsage, err)
 		}
-		defer pprof.StopCPUProfile()
-	}
+		ms, err := bench.ParseSizes(*msgSize)
+		if err != nil || len(ms) != 1 {
+			return fmt.Errorf("%w: --msg-size %q: one size", errUsage, *msgSize)
+		}
+		cfg.MsgRateSize = ms[0]
+		setIf := func(v *time.Duration, d time.Duration) {
+			if d != 0 {
+				*v = d
+			}
+		}
+		setIf(&cfg.Duration, *dur)
+		setIf(&cfg.Warmup, *warmup)
+		if *depth != 0 {
+			cfg.Depth = *depth
+		}
+		if *mtu != 0 {
+			cfg.MTU = *mtu
+		}
+		if *queues < 1 {
+			return fmt.Errorf("%w: --queues %d: at least 1", errUsage, *queues)
+		}
+		cfg.Queues = *queues
+		cfg.BusyPoll = bench.BusyPoll(busy)
+		cfg.AckHold = *ackHold
+		cfg.SpinMax = *spinMax
+		cfg.Daemon = *viaDaemon
+		if *stockRounds < 0 {
+			return fmt.Errorf("%w: --stock-rounds %d: at least 1", errUsage, *stockRounds)
+		}
+		if *stock {
+			s, why := findStock(os.Executable, exec.LookPath, os.Getenv("XDPROCE_LIBDIR"))
+			if s == nil {
+				fmt.Fprintf(stderr, "bench: stock perftest over libibverbs vs xdproce perf skipped: %s\n", why)
+			} else if *stockRounds > 0 {
+				s.Rounds = *stockRounds
+			} else if *quick {
+				s.Rounds = 2 // each contender first once
+			}
+			cfg.Stock = s
+		}
+		if *ifaces != "" {
+			cfg.Ifaces = strings.Split(*ifaces, ",")
+		}
+		if *plotOut != "" {
+			if err := bench.CheckPlotFile(*plotOut); err != nil {
+				return fmt.Errorf("%w: %v", errUsage, err)
+			}
+		}
+		cfg.Progress = stderr
+		if *cpuProfile != "" {
+			f, err := os.Create(*cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return fmt.Errorf("--cpuprofile: %w", err)
+			}
+			defer pprof.StopCPUProfile()
+		}
 
-	start := time.Now()
-	results, runErr := bench.Run(ctx, cfg)
-	if len(results) > 0 {
-		if err := bench.WriteTables(stdout, results); err != nil {
-			return err
+		start := time.Now()
+		results, runErr := bench.Run(ctx, cfg)
+		if len(results) > 0 {
+			if err := bench.WriteTables(stdout, results); err != nil {
+				return err
+			}
+			if err := bench.WriteTargets(stdout, results, cfg.BusyPoll != bench.BusyPollNever); err != nil {
+				return err
+			}
 		}
-		if err := bench.WriteTargets(stdout, results, cfg.BusyPoll != bench.BusyPollNever); err != nil {
-			return err
+		if runErr != nil {
+			return runErr
 		}
-	}
-	if runErr != nil {
-		return runErr
-	}
-	fmt.Fprintf(stderr, "bench: %d figures in %v\n", len(results), time.Since(start).Round(time.Second))
-	if *jsonOut != "" {
-		if err := writeFile(*jsonOut, func(w io.Writer) error { return bench.WriteJSON(w, results) }); err != nil {
-			return err
+		fmt.Fprintf(stderr, "bench: %d figures in %v\n", len(results), time.Since(start).Round(time.Second))
+		if *jsonOut != "" {
+			if err := writeFile(*jsonOut, func(w io.Writer) error { return bench.WriteJSON(w, results) }); err != nil {
+				return err
+			}
 		}
-	}
-	if *plotOut != "" {
-		if err := bench.Plot(*plotOut, results); err != nil {
-			return err
+		if *plotOut != "" {
+			if err := bench.Plot(*plotOut, results); err != nil {
+				return err
+			}
 		}
+		return nil
 	}
-	return nil
 }
 
 // findStock sets up the comparison of stock perftest over xdproce's

@@ -23,29 +23,28 @@ type portInfo struct {
 	datapath string
 }
 
-func runDevinfo(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("devinfo", flag.ContinueOnError)
+func devinfoFlags(fs *flag.FlagSet) action {
 	dev := fs.String("dev", "", "network interface the device runs on (required)")
 	probe := fs.Bool("probe", true, "open the port briefly (root) to find what this kernel and driver offer: XDP mode, zero-copy, multi-buffer, the active MTU they allow")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	return func(ctx context.Context, std stdio, _ []string) error {
+		stdout := std.out
+		if *dev == "" {
+			return fmt.Errorf("%w: --dev IFACE is required", errUsage)
+		}
+		link, err := loader.LinkInfo(*dev)
+		if err != nil {
+			return err
+		}
+		gids, err := nic.GIDTable(link)
+		if err != nil {
+			return err
+		}
+		p := portInfo{link: link, gids: gids, activeMTU: nic.ActiveMTU(link.MTU), datapath: "not probed"}
+		if *probe {
+			p.activeMTU, p.datapath = probePort(ctx, *dev, p.activeMTU)
+		}
+		return writeDevinfo(stdout, p)
 	}
-	if *dev == "" {
-		return fmt.Errorf("%w: --dev IFACE is required", errUsage)
-	}
-	link, err := loader.LinkInfo(*dev)
-	if err != nil {
-		return err
-	}
-	gids, err := nic.GIDTable(link)
-	if err != nil {
-		return err
-	}
-	p := portInfo{link: link, gids: gids, activeMTU: nic.ActiveMTU(link.MTU), datapath: "not probed"}
-	if *probe {
-		p.activeMTU, p.datapath = probePort(ctx, *dev, p.activeMTU)
-	}
-	return writeDevinfo(stdout, p)
 }
 
 // probePort opens the port as a device would (without the UDP 4791 guard,

@@ -10,10 +10,9 @@ import (
 	"github.com/xdproce/xdproce/impair"
 )
 
-// runImpair impairs the RoCEv2 packets arriving on a forwarding port (a bridge
+// impairFlags declares impair's flags; its action impairs the RoCEv2 packets arriving on a forwarding port (a bridge
 // port or a router's interface) until interrupted, printing the counters.
-func runImpair(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("impair", flag.ContinueOnError)
+func impairFlags(fs *flag.FlagSet) action {
 	dev := fs.String("dev", "", "forwarding port whose incoming RoCEv2 packets are impaired (required)")
 	var cfg impair.Config
 	fs.Float64Var(&cfg.Drop, "drop", 0, "probability of dropping a packet (0..1)")
@@ -24,36 +23,36 @@ func runImpair(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the decision stream (same seed, same decisions)")
 	every := fs.Duration("interval", time.Second, "how often to print the counters")
 	duration := fs.Duration("time", 0, "stop after this long (0: until interrupted)")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if *dev == "" {
-		return fmt.Errorf("%w: --dev IFACE is required", errUsage)
-	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	in, err := impair.Attach(*dev, cfg)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	if *duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *duration)
-		defer cancel()
-	}
-	fmt.Fprintf(stdout, "impairing RoCEv2 arriving on %s: drop %g dup %g corrupt %g reorder %g seed %d\n",
-		*dev, cfg.Drop, cfg.Duplicate, cfg.Corrupt, cfg.Reorder, cfg.Seed)
-	tick := time.NewTicker(*every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			printImpairCounters(stdout, in.Counters())
-			return nil
-		case <-tick.C:
-			printImpairCounters(stdout, in.Counters())
+	return func(ctx context.Context, std stdio, _ []string) error {
+		stdout := std.out
+		if *dev == "" {
+			return fmt.Errorf("%w: --dev IFACE is required", errUsage)
+		}
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		in, err := impair.Attach(*dev, cfg)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		if *duration > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, *duration)
+			defer cancel()
+		}
+		fmt.Fprintf(stdout, "impairing RoCEv2 arriving on %s: drop %g dup %g corrupt %g reorder %g seed %d\n",
+			*dev, cfg.Drop, cfg.Duplicate, cfg.Corrupt, cfg.Reorder, cfg.Seed)
+		tick := time.NewTicker(*every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				printImpairCounters(stdout, in.Counters())
+				return nil
+			case <-tick.C:
+				printImpairCounters(stdout, in.Counters())
+			}
 		}
 	}
 }

@@ -14,7 +14,8 @@ import (
 	"github.com/xdproce/xdproce/verbs"
 )
 
-const perfUsage = `usage: xdproce perf TOOL -d IFACE [options] [SERVER]
+// perfUsage is perf's help before the tools' options (printPerfOptions).
+const perfUsage = `xdproce perf TOOL -d IFACE [options] [SERVER]
 
 TOOL is one of perftest's RC tools: ib_send_bw ib_send_lat ib_write_bw
 ib_write_lat ib_read_bw ib_read_lat ib_atomic_bw ib_atomic_lat. Without
@@ -25,20 +26,25 @@ the QPs are connected with rdma_cm and the exchange runs over an rdma_cm
 connection of its own, both to port 18515, as perftest -R does; -R also
 runs ib_send_bw and ib_send_lat over UD (-c UD, found with SIDR).
 TOOL ibv_rc_pingpong is rdma-core's example instead (xdproce perf
-ibv_rc_pingpong -h lists its options).
+ibv_rc_pingpong -h lists its options).`
 
-options (perftest's):
-`
+// printPerfOptions prints the tools' options, perftest's: they follow TOOL
+// on the command line, so they are not perf's own flags.
+func printPerfOptions(w io.Writer) {
+	fmt.Fprint(w, "\noptions (perftest's):\n")
+	fs := perfFlags(&perfArgs{})
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// perfCommand declares perf's flags, none: everything after TOOL is the
+// tool's, its -h included.
+func perfCommand(*flag.FlagSet) action { return runPerf }
 
 // runPerf is `xdproce perf`: perftest's tools on an xdproce device.
-func runPerf(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprint(stdout, perfUsage)
-			perfFlags(&perfArgs{}).SetOutput(stdout)
-			perfFlags(&perfArgs{}).PrintDefaults()
-			return flag.ErrHelp
-		}
+func runPerf(ctx context.Context, std stdio, args []string) error {
+	stdout := std.out
+	if len(args) == 0 {
 		return fmt.Errorf("%w: xdproce perf TOOL -d IFACE [options] [SERVER]", errUsage)
 	}
 	if args[0] == "ibv_rc_pingpong" {
@@ -179,9 +185,8 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (cfg per
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprint(stdout, perfUsage)
-				fs.SetOutput(stdout)
-				fs.PrintDefaults()
+				fmt.Fprintf(stdout, "usage: %s\n", perfUsage)
+				printPerfOptions(stdout)
 				return perftest.Config{}, perfLocal{}, err
 			}
 			return perftest.Config{}, perfLocal{}, fmt.Errorf("%w: %v", errUsage, err)

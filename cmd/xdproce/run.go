@@ -42,38 +42,45 @@ type exitError struct{ code int }
 
 func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
-// run runs a stock RDMA program (perftest, ibverbs-utils, …) with
-// xdproce's libibverbs first on its library path, with a daemon serving
-// -d IFACE for as long as it runs.
-func (rn runner) run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: xdproce run [-d IFACE] -- CMD [ARGS]")
-		fs.PrintDefaults()
+// runUsage is run's synopsis.
+const runUsage = "xdproce run [-d IFACE] -- CMD [ARGS]"
+
+// beforeDashes is how many of run's arguments are its own: those before
+// --, for CMD's flags (--help too) must never be taken for run's.
+func beforeDashes(args []string) int {
+	if i := slices.Index(args, "--"); i >= 0 {
+		return i
 	}
+	return len(args)
+}
+
+// flags declares run's flags; its action runs a stock RDMA program
+// (perftest, ibverbs-utils, …) with xdproce's libibverbs first on its
+// library path, with a daemon serving -d IFACE for as long as it runs.
+func (rn runner) flags(fs *flag.FlagSet) action {
 	dev := fs.String("d", "", "interface whose daemon CMD uses; started for CMD's lifetime if none serves it")
 	fs.StringVar(dev, "dev", "", "same as -d")
-	// Everything after -- is CMD's, so that its flags are never taken for ours.
-	sep := slices.Index(args, "--")
-	ours := args
-	if sep >= 0 {
-		ours = args[:sep]
+	return func(ctx context.Context, std stdio, args []string) error {
+		// args are what run's flags left, then -- and CMD (beforeDashes).
+		sep := slices.Index(args, "--")
+		switch {
+		case sep > 0:
+			return fmt.Errorf("%w: unexpected arguments %q before --", errUsage, args[:sep])
+		case sep < 0 && len(args) > 0:
+			return fmt.Errorf("%w: unexpected arguments %q before --", errUsage, args)
+		case sep < 0:
+			return fmt.Errorf("%w: want %s: no --", errUsage, runUsage)
+		case sep == len(args)-1:
+			return fmt.Errorf("%w: want %s: no command after --", errUsage, runUsage)
+		}
+		return rn.run(ctx, *dev, args[sep+1:], std.in, std.out, std.err)
 	}
-	if err := fs.Parse(ours); errors.Is(err, flag.ErrHelp) {
-		return err // main exits 0
-	} else if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	switch {
-	case fs.NArg() > 0:
-		return fmt.Errorf("%w: unexpected arguments %q before --", errUsage, fs.Args())
-	case sep < 0:
-		return fmt.Errorf("%w: want xdproce run [-d IFACE] -- CMD [ARGS]: no --", errUsage)
-	case sep == len(args)-1:
-		return fmt.Errorf("%w: want xdproce run [-d IFACE] -- CMD [ARGS]: no command after --", errUsage)
-	}
-	argv := args[sep+1:]
+}
+
+// run runs argv with xdproce's libibverbs, through the daemon of dev (one
+// started for argv's lifetime if none runs), or without dev through
+// whichever daemon runs.
+func (rn runner) run(ctx context.Context, dev string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
 
 	lib, err := rn.libDir()
 	if err != nil {
@@ -99,17 +106,17 @@ func (rn runner) run(ctx context.Context, args []string, stdin io.Reader, stdout
 		return err
 	}
 	var started *daemonProc
-	if *dev == "" {
+	if dev == "" {
 		if len(running) == 0 {
 			return errors.New("no xdproce daemon runs in this network namespace: pass -d IFACE, or start one with xdproce up -d IFACE")
 		}
-	} else if !slices.Contains(running, *dev) {
+	} else if !slices.Contains(running, dev) {
 		// The daemon's Pdeathsig fires when the thread that started it
 		// exits, not the process: keep this goroutine on its thread until
 		// the daemon has been stopped.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if started, err = rn.startDaemon(ctx, *dev, stderr); err != nil {
+		if started, err = rn.startDaemon(ctx, dev, stderr); err != nil {
 			return err
 		}
 	}

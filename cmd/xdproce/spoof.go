@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"time"
@@ -12,10 +11,9 @@ import (
 	"github.com/xdproce/xdproce/impair/spoof"
 )
 
-// runSpoof attacks one RC connection from an interface that sees its
+// spoofFlags declares spoof's flags; its action attacks one RC connection from an interface that sees its
 // traffic (see package impair/spoof and docs/security.md).
-func runSpoof(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("spoof", flag.ContinueOnError)
+func spoofFlags(fs *flag.FlagSet) action {
 	dev := fs.String("dev", "", "interface that sees the victim's traffic and sends the forged frames (required)")
 	victim := fs.String("victim", "", "the victim's IP address (required)")
 	victimMAC := fs.String("victim-mac", "", "the victim's MAC address (required)")
@@ -28,37 +26,37 @@ func runSpoof(ctx context.Context, args []string, stdout io.Writer) error {
 	interval := fs.Duration("interval", time.Millisecond, "time between two forged frames")
 	duration := fs.Duration("time", 10*time.Second, "stop after this long")
 	seed := fs.Uint64("seed", 1, "seed of the forger's choices")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	cfg := spoof.Config{VictimQPN: uint32(*qpn), PMTU: *pmtu, ExactHits: *exact, Seed: *seed}
-	var err error
-	if cfg.Classes, err = spoof.ParseClasses(*classes); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	for _, e := range []struct {
-		ep      *spoof.Endpoint
-		ip, mac string
-		name    string
-	}{{&cfg.Victim, *victim, *victimMAC, "victim"}, {&cfg.Peer, *as, *asMAC, "as"}} {
-		if e.ep.IP, err = netip.ParseAddr(e.ip); err != nil {
-			return fmt.Errorf("%w: --%s: %v", errUsage, e.name, err)
+	return func(ctx context.Context, std stdio, _ []string) error {
+		stdout := std.out
+		cfg := spoof.Config{VictimQPN: uint32(*qpn), PMTU: *pmtu, ExactHits: *exact, Seed: *seed}
+		var err error
+		if cfg.Classes, err = spoof.ParseClasses(*classes); err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
 		}
-		if e.ep.MAC, err = net.ParseMAC(e.mac); err != nil {
-			return fmt.Errorf("%w: --%s-mac: %v", errUsage, e.name, err)
+		for _, e := range []struct {
+			ep      *spoof.Endpoint
+			ip, mac string
+			name    string
+		}{{&cfg.Victim, *victim, *victimMAC, "victim"}, {&cfg.Peer, *as, *asMAC, "as"}} {
+			if e.ep.IP, err = netip.ParseAddr(e.ip); err != nil {
+				return fmt.Errorf("%w: --%s: %v", errUsage, e.name, err)
+			}
+			if e.ep.MAC, err = net.ParseMAC(e.mac); err != nil {
+				return fmt.Errorf("%w: --%s-mac: %v", errUsage, e.name, err)
+			}
 		}
+		if *dev == "" {
+			return fmt.Errorf("%w: --dev IFACE is required", errUsage)
+		}
+		sp, err := spoof.New(cfg)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		ctx, cancel := context.WithTimeout(ctx, *duration)
+		defer cancel()
+		fmt.Fprintf(stdout, "spoofing %s towards %s on %s for %v\n", *as, *victim, *dev, *duration)
+		err = sp.Run(ctx, *dev, *interval)
+		fmt.Fprintln(stdout, sp.Stats())
+		return err
 	}
-	if *dev == "" {
-		return fmt.Errorf("%w: --dev IFACE is required", errUsage)
-	}
-	sp, err := spoof.New(cfg)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, *duration)
-	defer cancel()
-	fmt.Fprintf(stdout, "spoofing %s towards %s on %s for %v\n", *as, *victim, *dev, *duration)
-	err = sp.Run(ctx, *dev, *interval)
-	fmt.Fprintln(stdout, sp.Stats())
-	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"net/netip"
 	"strings"
 	"time"
@@ -27,88 +26,86 @@ func daemonsOf(dev string) ([]string, error) {
 	return names, err
 }
 
-// runStats prints a daemon's counters as `rdma statistic show link` does,
+// statsFlags declares stats' flags; its action prints a daemon's counters as `rdma statistic show link` does,
 // the XDP program's beside them, and with --qp one QP's transport state.
-func runStats(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
+func statsFlags(fs *flag.FlagSet) action {
 	dev := fs.String("d", "", "interface whose daemon to ask (default: every daemon of this namespace)")
 	fs.StringVar(dev, "dev", "", "same as -d")
 	qpn := fs.Int("qp", -1, "also show this QP (its number)")
 	watch := fs.Duration("watch", 0, "print again at this interval until interrupted")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	return func(ctx context.Context, std stdio, _ []string) error {
+		stdout := std.out
+		names, err := daemonsOf(*dev)
+		if err != nil {
+			return err
+		}
+		for {
+			for _, n := range names {
+				st, err := query(ctx, n)
+				if err != nil {
+					return err
+				}
+				if *watch > 0 {
+					fmt.Fprintf(stdout, "%s\n", time.Now().Format(time.RFC3339Nano))
+				}
+				fmt.Fprintln(stdout, counterLine("link "+st.Device.Name+"/1", st.Transport))
+				fmt.Fprintln(stdout, counterLine("xdp "+st.Device.Name, st.Port))
+				if *qpn >= 0 {
+					found := false
+					for _, q := range st.QPs {
+						if q.QPN == uint32(*qpn) {
+							fmt.Fprintln(stdout, qpLine(st, q))
+							found = true
+						}
+					}
+					if !found {
+						return fmt.Errorf("%s has no QP %d", st.Device.Name, *qpn)
+					}
+				}
+			}
+			if *watch <= 0 {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(*watch):
+			}
+		}
 	}
-	names, err := daemonsOf(*dev)
-	if err != nil {
-		return err
-	}
-	for {
+}
+
+// listFlags declares list's flags; its action prints the daemons' devices, clients and QPs, as `rdma dev` and
+// `rdma resource show qp` do.
+func listFlags(fs *flag.FlagSet) action {
+	dev := fs.String("d", "", "interface whose daemon to ask (default: every daemon of this namespace)")
+	fs.StringVar(dev, "dev", "", "same as -d")
+	return func(ctx context.Context, std stdio, _ []string) error {
+		stdout := std.out
+		names, err := daemonsOf(*dev)
+		if err != nil {
+			return err
+		}
 		for _, n := range names {
 			st, err := query(ctx, n)
 			if err != nil {
 				return err
 			}
-			if *watch > 0 {
-				fmt.Fprintf(stdout, "%s\n", time.Now().Format(time.RFC3339Nano))
+			fmt.Fprintf(stdout, "dev %s netdev %s engines %d datapath %q\n", st.Device.Name, n, st.Device.Engines, st.Device.DataPath)
+			for _, c := range st.Clients {
+				fmt.Fprintf(stdout, "client %s pid %d comm %s uid %d pd %d mr %d cq %d qp %d\n",
+					st.Device.Name, c.PID, c.Comm, c.UID, c.PDs, c.MRs, c.CQs, c.QPs)
 			}
-			fmt.Fprintln(stdout, counterLine("link "+st.Device.Name+"/1", st.Transport))
-			fmt.Fprintln(stdout, counterLine("xdp "+st.Device.Name, st.Port))
-			if *qpn >= 0 {
-				found := false
-				for _, q := range st.QPs {
-					if q.QPN == uint32(*qpn) {
-						fmt.Fprintln(stdout, qpLine(st, q))
-						found = true
-					}
-				}
-				if !found {
-					return fmt.Errorf("%s has no QP %d", st.Device.Name, *qpn)
-				}
+			for _, q := range st.QPs {
+				fmt.Fprintln(stdout, qpLine(st, q))
 			}
+			for _, c := range st.CMIDs {
+				fmt.Fprintln(stdout, cmIDLine(st, c))
+			}
+			fmt.Fprintf(stdout, "cm %s connections %d\n", st.Device.Name, st.CMConnections)
 		}
-		if *watch <= 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(*watch):
-		}
+		return nil
 	}
-}
-
-// runList prints the daemons' devices, clients and QPs, as `rdma dev` and
-// `rdma resource show qp` do.
-func runList(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("list", flag.ContinueOnError)
-	dev := fs.String("d", "", "interface whose daemon to ask (default: every daemon of this namespace)")
-	fs.StringVar(dev, "dev", "", "same as -d")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	names, err := daemonsOf(*dev)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		st, err := query(ctx, n)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "dev %s netdev %s engines %d datapath %q\n", st.Device.Name, n, st.Device.Engines, st.Device.DataPath)
-		for _, c := range st.Clients {
-			fmt.Fprintf(stdout, "client %s pid %d comm %s uid %d pd %d mr %d cq %d qp %d\n",
-				st.Device.Name, c.PID, c.Comm, c.UID, c.PDs, c.MRs, c.CQs, c.QPs)
-		}
-		for _, q := range st.QPs {
-			fmt.Fprintln(stdout, qpLine(st, q))
-		}
-		for _, c := range st.CMIDs {
-			fmt.Fprintln(stdout, cmIDLine(st, c))
-		}
-		fmt.Fprintf(stdout, "cm %s connections %d\n", st.Device.Name, st.CMConnections)
-	}
-	return nil
 }
 
 // cmIDLine is an rdma_cm ID as `rdma resource show cm_id` shows one.

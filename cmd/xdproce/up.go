@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/user"
@@ -20,10 +19,9 @@ import (
 	"github.com/xdproce/xdproce/verbs"
 )
 
-// runUp runs the daemon: the device on IFACE, served to every process of
+// upFlags declares up's flags; its action runs the daemon: the device on IFACE, served to every process of
 // this network namespace, until SIGTERM or SIGINT (or xdproce down).
-func runUp(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+func upFlags(fs *flag.FlagSet) action {
 	dev := fs.String("d", "", "network interface to run the device on (required)")
 	fs.StringVar(dev, "dev", "", "same as -d")
 	queues := fs.Int("queues", 0, "RX queues to serve (0: all the interface has)")
@@ -33,84 +31,83 @@ func runUp(ctx context.Context, args []string, stdout io.Writer) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	metrics := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464)")
 	pcapFile := fs.String("pcap", "", "write every RoCEv2 frame sent and received to this pcapng file (Wireshark decodes it; slows the device)")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if *dev == "" {
-		return fmt.Errorf("%w: -d IFACE is required", errUsage)
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	gid := -1
-	if *group != "" {
-		g, err := user.LookupGroup(*group)
-		if err != nil {
-			return fmt.Errorf("%w: --group: %v", errUsage, err)
+	return func(ctx context.Context, std stdio, _ []string) error {
+		stdout := std.out
+		if *dev == "" {
+			return fmt.Errorf("%w: -d IFACE is required", errUsage)
 		}
-		gid, _ = strconv.Atoi(g.Gid)
-	}
-	d, err := verbs.Open(ctx, *dev, verbs.Options{Queues: *queues, BusyPoll: *busyPoll, RxCoalesce: *rxCoalesce, Logger: log, Embedded: true})
-	if err != nil {
-		return err
-	}
-	srv, err := daemon.New(daemon.Config{Ifname: *dev, Device: d, Group: gid, Logger: log})
-	if err != nil {
-		return errors.Join(err, d.Close())
-	}
-	if *pcapFile != "" {
-		stop, err := capture(d, *pcapFile)
+		var level slog.Level
+		if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+			return fmt.Errorf("%w: --log-level: %v", errUsage, err)
+		}
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+		gid := -1
+		if *group != "" {
+			g, err := user.LookupGroup(*group)
+			if err != nil {
+				return fmt.Errorf("%w: --group: %v", errUsage, err)
+			}
+			gid, _ = strconv.Atoi(g.Gid)
+		}
+		d, err := verbs.Open(ctx, *dev, verbs.Options{Queues: *queues, BusyPoll: *busyPoll, RxCoalesce: *rxCoalesce, Logger: log, Embedded: true})
+		if err != nil {
+			return err
+		}
+		srv, err := daemon.New(daemon.Config{Ifname: *dev, Device: d, Group: gid, Logger: log})
 		if err != nil {
 			return errors.Join(err, d.Close())
 		}
-		defer func() {
-			if err := stop(); err != nil {
-				log.Error("xdproce: pcap", "err", err)
+		if *pcapFile != "" {
+			stop, err := capture(d, *pcapFile)
+			if err != nil {
+				return errors.Join(err, d.Close())
 			}
-		}()
-		log.Info("xdproce: capturing frames", "file", *pcapFile)
+			defer func() {
+				if err := stop(); err != nil {
+					log.Error("xdproce: pcap", "err", err)
+				}
+			}()
+			log.Info("xdproce: capturing frames", "file", *pcapFile)
+		}
+		log.Info("xdproce: device up", "device", nic.DeviceName(*dev), "datapath", d.QueryPort().DataPath, "engines", d.Engines())
+		fmt.Fprintf(stdout, "%s up on %s\n", nic.DeviceName(*dev), *dev)
+		if *metrics != "" {
+			mctx, stop := context.WithCancel(ctx)
+			defer stop()
+			go func() {
+				if err := srv.ServeMetrics(mctx, *metrics); err != nil {
+					log.Error("xdproce: metrics", "err", err)
+				}
+			}()
+		}
+		err = srv.Run(ctx)
+		log.Info("xdproce: device down", "device", nic.DeviceName(*dev))
+		return errors.Join(err, d.Close())
 	}
-	log.Info("xdproce: device up", "device", nic.DeviceName(*dev), "datapath", d.QueryPort().DataPath, "engines", d.Engines())
-	fmt.Fprintf(stdout, "%s up on %s\n", nic.DeviceName(*dev), *dev)
-	if *metrics != "" {
-		mctx, stop := context.WithCancel(ctx)
-		defer stop()
-		go func() {
-			if err := srv.ServeMetrics(mctx, *metrics); err != nil {
-				log.Error("xdproce: metrics", "err", err)
-			}
-		}()
-	}
-	err = srv.Run(ctx)
-	log.Info("xdproce: device down", "device", nic.DeviceName(*dev))
-	return errors.Join(err, d.Close())
 }
 
-// runDown stops the daemon serving IFACE and waits until it has let go.
-func runDown(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("down", flag.ContinueOnError)
+// downFlags declares down's flags; its action stops the daemon serving IFACE and waits until it has let go.
+func downFlags(fs *flag.FlagSet) action {
 	dev := fs.String("d", "", "network interface whose daemon to stop (required)")
 	fs.StringVar(dev, "dev", "", "same as -d")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the daemon to stop")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	return func(ctx context.Context, std stdio, _ []string) error {
+		stdout := std.out
+		if *dev == "" {
+			return fmt.Errorf("%w: -d IFACE is required", errUsage)
+		}
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		d, err := verbs.Dial(ctx, *dev)
+		if err != nil {
+			return err
+		}
+		if err := d.StopDaemon(ctx); err != nil {
+			return fmt.Errorf("stopping the daemon for %s: %w", *dev, err)
+		}
+		fmt.Fprintf(stdout, "%s down\n", nic.DeviceName(*dev))
+		return nil
 	}
-	if *dev == "" {
-		return fmt.Errorf("%w: -d IFACE is required", errUsage)
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	d, err := verbs.Dial(ctx, *dev)
-	if err != nil {
-		return err
-	}
-	if err := d.StopDaemon(ctx); err != nil {
-		return fmt.Errorf("stopping the daemon for %s: %w", *dev, err)
-	}
-	fmt.Fprintf(stdout, "%s down\n", nic.DeviceName(*dev))
-	return nil
 }
 
 // capture writes every frame d sends and receives to path as pcapng, until

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -49,7 +50,7 @@ func TestLossWindowArithmetic(t *testing.T) {
 // fake clock never fires. Each loss is recovered by the responder's NAK.
 func TestLossWindowAsksForACKWhenFull(t *testing.T) {
 	a, b, _ := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 7, rnr: 7})
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.shards[0].link.(*memlink.Link)
 	sent := dropFirst(la, psnIs(1800), psnIs(1950), psnIs(2100), psnIs(2250), psnIs(2400))
 	fill(a.mr.Bytes(), 5)
 	const msgs = 40

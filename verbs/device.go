@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
@@ -356,7 +357,7 @@ func (d *Device) QueueCounters() ([]Counters, error) {
 	err := d.do(func() error {
 		for i, e := range d.shards {
 			out[i] = e.counters
-			if r, ok := e.link.(ringDropper); ok {
+			if r, ok := e.link.(link.RingDropper); ok {
 				out[i].RingDrops = r.RingDrops()
 			}
 		}
@@ -364,10 +365,6 @@ func (d *Device) QueueCounters() ([]Counters, error) {
 	})
 	return out, err
 }
-
-// ringDropper is a Link whose kernel rings can drop frames before the engine
-// sees them (AF_XDP).
-type ringDropper interface{ RingDrops() uint64 }
 
 // Counters are the device's transport counters under rxe's hw_counters names.
 type Counters struct {

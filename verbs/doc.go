@@ -5,9 +5,9 @@
 //
 // A Device runs one engine goroutine that owns all transport state; it talks
 // to the network only through a Link (batches of Ethernet frames), so the
-// transport runs over AF_XDP (Open) or in memory (NewMemLinkPair, with seeded
+// transport runs over AF_XDP (Open) or in memory (link/memlink, with seeded
 // loss, duplication, reordering and corruption) with an injectable Clock
-// (FakeClock in tests).
+// (internal/faketime in tests).
 //
 // Choices where ibverbs leaves room, following rxe unless said otherwise:
 //   - retry_cnt 7 and rnr_retry 7 both mean "retry forever", as rxe does.

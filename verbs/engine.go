@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -81,7 +82,7 @@ type engine struct {
 	// splitter is the link when it hands frames over in their pieces
 	// (AF_XDP multi-buffer), rxSplitFn e.handleSplit, gather a buffer for
 	// the rare frame whose headers cross a piece.
-	splitter  splitReceiver
+	splitter  link.SplitReceiver
 	rxSplitFn func(head, tail []byte)
 	capBuf    []byte // a split frame gathered for the capture
 	// pending are writes into daemon clients' own memory that received
@@ -114,7 +115,7 @@ type engine struct {
 	paceDue time.Time
 	// lender is the link when it lends transmit buffers (then bufs and out
 	// are unused and each frame is built in place).
-	lender frameLender
+	lender link.FrameLender
 }
 
 // rxBatch and txBatch bound the frames handled per step.
@@ -123,26 +124,26 @@ const (
 	txBatch = 128
 )
 
-func (e *engine) init(d *Device, link Link, index int) {
-	e.objects, e.dev, e.link, e.index = &d.objs, d, link, index
+func (e *engine) init(d *Device, l Link, index int) {
+	e.objects, e.dev, e.link, e.index = &d.objs, d, l, index
 	e.rxFn = e.receiveFrame
 	e.rxSplitFn = e.receiveSplit
 	e.reads.read = true
-	if h, ok := link.(releaseHooker); ok {
+	if h, ok := l.(link.ReleaseHooker); ok {
 		h.SetReleaseHook(e.pending.flush)
 	}
-	e.inbox.max = link.MaxFrame()
-	if s, ok := link.(splitReceiver); ok {
+	e.inbox.max = l.MaxFrame()
+	if s, ok := l.(link.SplitReceiver); ok {
 		e.splitter = s
-		e.gather = make([]byte, 0, 2*link.MaxFrame())
+		e.gather = make([]byte, 0, 2*l.MaxFrame())
 	}
-	if l, ok := link.(frameLender); ok {
+	if l, ok := l.(link.FrameLender); ok {
 		e.lender = l
 		return
 	}
 	e.bufs = make([][]byte, txBatch)
 	for i := range e.bufs {
-		e.bufs[i] = make([]byte, link.MaxFrame())
+		e.bufs[i] = make([]byte, l.MaxFrame())
 	}
 	e.out = make([][]byte, 0, txBatch)
 }
@@ -618,11 +619,6 @@ func (e *engine) handleSplit(head, tail []byte) {
 		return
 	}
 	e.dispatch()
-}
-
-// splitReceiver is a Link that can hand over a frame in its pieces.
-type splitReceiver interface {
-	ReceiveSplit(max int, fn func(head, tail []byte)) (int, error)
 }
 
 // dispatch hands the packet just decoded into e.rx to its QP.

@@ -3,6 +3,8 @@ package verbs
 import (
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // TestQPFatalOnResponderError: a request the responder rejects (a WRITE with
@@ -25,7 +27,7 @@ func TestQPFatalOnResponderError(t *testing.T) {
 // CQ raises EventCQErr for the CQ, then EventQPFatal for the QP, which is in
 // ERR.
 func TestQPFatalOnCQOverflow(t *testing.T) {
-	la, lb := NewMemLinkPair(5000)
+	la, lb := memlink.NewPair(5000)
 	a := newNode(t, newDevice(t, la, macA, ipA, 4096), 1<<16)
 	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<16)
 	small, err := b.dev.CreateCQ(1)

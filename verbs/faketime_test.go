@@ -5,13 +5,16 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // fakePair is pair with both devices on one fake clock.
-func fakePair(t *testing.T, o connOpts) (*node, *node, *FakeClock) {
+func fakePair(t *testing.T, o connOpts) (*node, *node, *faketime.Clock) {
 	t.Helper()
-	clk := NewFakeClock(time.Unix(1e9, 0))
-	la, lb := NewMemLinkPair(4096 + 200)
+	clk := faketime.New(time.Unix(1e9, 0))
+	la, lb := memlink.NewPair(4096 + 200)
 	mk := func(l Link, mac net.HardwareAddr, ip netip.Addr) *node {
 		d, err := NewDevice(l, DeviceConfig{MAC: mac, GIDs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, ActiveMTU: 4096, Clock: clk})
 		must(t, err)

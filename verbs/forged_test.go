@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -77,7 +78,7 @@ func TestForgedResponsesOutsideWindow(t *testing.T) {
 			if k.op == wire.RCReadResponseFirst || k.op == wire.RCReadResponseMiddle {
 				payload = make([]byte, 1024)
 			}
-			la.deliver([][]byte{forgeResponse(t, a.qp.QPN(), k.op, k.syn, off, payload)})
+			la.Inject([][]byte{forgeResponse(t, a.qp.QPN(), k.op, k.syn, off, payload)})
 			injected++
 		}
 		time.Sleep(200 * time.Microsecond)
@@ -119,7 +120,7 @@ func TestBadPKeyDropped(t *testing.T) {
 		return buf[:max(n, wire.MinFrameLen)]
 	}
 	for _, k := range []uint16{0x0000, 0x1234, 0x8001, 0xfffe} {
-		la.deliver([][]byte{frame(k)})
+		la.Inject([][]byte{frame(k)})
 	}
 	c := waitCounter(t, a.dev, "the drops", func(c Counters) bool { return c.DroppedBadPKey == 4 })
 	if c.RcvdPkts != 0 || c.SentPkts != 0 || a.mr.Bytes()[0] != 0 || a.qp.State() != StateRTS {
@@ -137,10 +138,10 @@ func TestBadPKeyDropped(t *testing.T) {
 func TestForgedReadResponsesInWindow(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU4096, timeout: 14, retry: 7, rnr: 7})
 	fill(b.mr.Bytes()[:16<<10], 4)
-	hold := dropWhile(b.dev.shards[0].link.(*MemLink), func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
+	hold := dropWhile(b.dev.shards[0].link.(*memlink.Link), func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 16<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, b.dev, "the READ request", func(c Counters) bool { return c.RcvdPkts == 1 })
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.shards[0].link.(*memlink.Link)
 	junk := func(n int) []byte { return bytes.Repeat([]byte{0xee}, n) }
 	for _, f := range []struct {
 		op      wire.Opcode
@@ -153,7 +154,7 @@ func TestForgedReadResponsesInWindow(t *testing.T) {
 		{wire.RCReadResponseMiddle, 0, junk(4096)},
 		{wire.RCReadResponseLast, 2, junk(4096)},
 	} {
-		la.deliver([][]byte{forgeResponse(t, a.qp.QPN(), f.op, wire.ACKSyndrome(31), f.psn, f.payload)})
+		la.Inject([][]byte{forgeResponse(t, a.qp.QPN(), f.op, wire.ACKSyndrome(31), f.psn, f.payload)})
 	}
 	waitCounter(t, a.dev, "the forged responses", func(c Counters) bool { return c.ResponseOutOfWindow == 4 && c.LostResponseRetry == 1 })
 	hold.Store(false)
@@ -178,11 +179,11 @@ func TestForgedNAKInsideRead(t *testing.T) {
 	amr, err := a.pd.AllocMR(size, AccessLocalWrite)
 	must(t, err)
 	fill(bmr.Bytes(), 6)
-	lb := b.dev.shards[0].link.(*MemLink)
+	lb := b.dev.shards[0].link.(*memlink.Link)
 	hold := dropWhile(lb, func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(amr, 0, size), RemoteAddr: bmr.Addr(), RKey: bmr.RKey()})
 	waitCounter(t, b.dev, "the READ request", func(c Counters) bool { return c.RcvdPkts == 1 })
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.shards[0].link.(*memlink.Link)
 	syndromes := []uint8{
 		wire.ACKSyndrome(31),
 		wire.NAKSyndrome(wire.NAKPSNSequenceError),
@@ -194,7 +195,7 @@ func TestForgedNAKInsideRead(t *testing.T) {
 	forged := 0
 	for _, off := range []uint32{1, 2, 127, 128, 3000, 4094} {
 		for _, syn := range syndromes {
-			la.deliver([][]byte{forgeResponse(t, a.qp.QPN(), wire.RCAck, syn, 0xfff000+off, nil)})
+			la.Inject([][]byte{forgeResponse(t, a.qp.QPN(), wire.RCAck, syn, 0xfff000+off, nil)})
 			forged++
 		}
 	}
@@ -215,7 +216,7 @@ func TestForgedNAKInsideRead(t *testing.T) {
 	postSend(t, a, SendWR{ID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(amr, 0, size), RemoteAddr: bmr.Addr(), RKey: bmr.RKey()})
 	waitCounter(t, b.dev, "the second READ request", func(c Counters) bool { return c.RcvdPkts > rcvd })
 	first := (0xfff000 + size/256) & 0xffffff
-	la.deliver([][]byte{forgeResponse(t, a.qp.QPN(), wire.RCAck, wire.NAKSyndrome(wire.NAKRemoteAccessError), uint32(first), nil)})
+	la.Inject([][]byte{forgeResponse(t, a.qp.QPN(), wire.RCAck, wire.NAKSyndrome(wire.NAKRemoteAccessError), uint32(first), nil)})
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRemAccessErr || wc.WRID != 2 {
 		t.Fatalf("completion %+v, want REM_ACCESS_ERR", wc)
 	}

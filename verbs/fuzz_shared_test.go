@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
@@ -78,8 +80,8 @@ type sharedFuzz struct {
 // completions the client's CQ ring received.
 func fuzzSharedRings(t *testing.T, data []byte) []uverbs.CQE {
 	const size = 16 << 10
-	clk := NewFakeClock(time.Unix(1e9, 0))
-	la, lb := NewMemLinkPair(4096 + 200)
+	clk := faketime.New(time.Unix(1e9, 0))
+	la, lb := memlink.NewPair(4096 + 200)
 	cfg := DeviceConfig{ActiveMTU: 4096, Clock: clk, AckHold: -1}
 	da := newDeviceWith(t, la, macA, ipA, cfg)
 	db := newDeviceWith(t, lb, macB, ipB, cfg)

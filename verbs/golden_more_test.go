@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/faketime"
 	"github.com/xdproce/xdproce/internal/pcap"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -138,7 +140,7 @@ func settle(t *testing.T, d *Device) {
 
 // compareFrames collects len(want) frames from the peer's end of the link
 // and compares them with rxe's.
-func compareFrames(t *testing.T, l *MemLink, want []capFrame) {
+func compareFrames(t *testing.T, l *memlink.Link, want []capFrame) {
 	t.Helper()
 	for i, f := range collect(t, l, len(want)) {
 		sameFrame(t, i, f, want[i])
@@ -184,7 +186,7 @@ func TestGoldenAtomics(t *testing.T) {
 	for _, name := range []string{"rc_atomic_fa", "rc_atomic_cs"} {
 		req, resp := loadCapture(t, name)
 		t.Run(name+"/requester", func(t *testing.T) {
-			la, peer := NewMemLinkPair(9000)
+			la, peer := memlink.NewPair(9000)
 			a := rcRequester(t, la, req, resp, goldenEnd{})
 			var wrs []SendWR
 			for i, f := range req {
@@ -210,7 +212,7 @@ func TestGoldenAtomics(t *testing.T) {
 			}
 		})
 		t.Run(name+"/responder", func(t *testing.T) {
-			peer, lb := NewMemLinkPair(9000)
+			peer, lb := memlink.NewPair(9000)
 			b := rcResponder(t, lb, req, resp, goldenEnd{})
 			base := req[0].p.AtomicETH.VA &^ 0xfff
 			placeMR(t, b, base, req[0].p.AtomicETH.RKey)
@@ -244,7 +246,7 @@ func TestGoldenNAKRKey(t *testing.T) {
 	req, resp := loadCapture(t, "rc_nak_rkey")
 	msgs := messages(req)
 	t.Run("requester", func(t *testing.T) {
-		la, peer := NewMemLinkPair(9000)
+		la, peer := memlink.NewPair(9000)
 		a := rcRequester(t, la, req, resp, goldenEnd{})
 		var wrs []SendWR
 		for i, f := range req {
@@ -263,7 +265,7 @@ func TestGoldenNAKRKey(t *testing.T) {
 		}
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := rcResponder(t, lb, req, resp, goldenEnd{})
 		placeMR(t, b, req[0].p.RETH.VA, req[0].p.RETH.RKey)
 		replay(t, peer, req)
@@ -283,8 +285,8 @@ func TestGoldenRNR(t *testing.T) {
 	req, resp := loadCapture(t, "rc_rnr")
 	msgs := messages(req)
 	t.Run("requester", func(t *testing.T) {
-		clk := NewFakeClock(time.Unix(1e9, 0))
-		la, peer := NewMemLinkPair(9000)
+		clk := faketime.New(time.Unix(1e9, 0))
+		la, peer := memlink.NewPair(9000)
 		a := rcRequester(t, la, req, resp, goldenEnd{clock: clk})
 		copy(a.mr.Bytes(), msgs[0])
 		postSend(t, a, SendWR{ID: 7, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, len(msgs[0]))})
@@ -303,7 +305,7 @@ func TestGoldenRNR(t *testing.T) {
 		checkWC(t, "SEND", poll(t, a.scq, 1, 5*time.Second)[0], 7, WCSuccess, WCSend)
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := rcResponder(t, lb, req, resp, goldenEnd{minRNR: 31})
 		for i := range req {
 			if i == len(req)-1 {
@@ -327,7 +329,7 @@ func TestGoldenImm(t *testing.T) {
 	msgs := messages(req)
 	starts := startFrames(req)
 	t.Run("requester", func(t *testing.T) {
-		la, peer := NewMemLinkPair(9000)
+		la, peer := memlink.NewPair(9000)
 		a := rcRequester(t, la, req, resp, goldenEnd{})
 		var wrs []SendWR
 		for i, m := range msgs {
@@ -347,7 +349,7 @@ func TestGoldenImm(t *testing.T) {
 		}
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := rcResponder(t, lb, req, resp, goldenEnd{})
 		va := starts[2].p.RETH.VA
 		placeMR(t, b, va, starts[2].p.RETH.RKey)
@@ -417,7 +419,7 @@ func TestGoldenMTU256(t *testing.T) {
 	msgs[1], read[0] = msgs[2], read[1]
 	wr, rd := req[0], req[3]
 	t.Run("requester", func(t *testing.T) {
-		la, peer := NewMemLinkPair(9000)
+		la, peer := memlink.NewPair(9000)
 		a := rcRequester(t, la, req, resp, goldenEnd{mtu: MTU256})
 		copy(a.mr.Bytes(), msgs[0])
 		copy(a.mr.Bytes()[2*size:], msgs[1])
@@ -435,7 +437,7 @@ func TestGoldenMTU256(t *testing.T) {
 		equalBytes(t, "read", a.mr.Bytes()[size:2*size], read[0])
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := rcResponder(t, lb, req, resp, goldenEnd{mtu: MTU256})
 		placeMR(t, b, wr.p.RETH.VA, wr.p.RETH.RKey)
 		postRecv(t, b, RecvWR{ID: 9, SGList: sge(b.mr, 1<<16, 4096)})
@@ -464,7 +466,7 @@ func TestGoldenUC(t *testing.T) {
 	peerFrame := capFrame{p: req[0].p}
 	peerFrame.p.Eth.Src, peerFrame.p.IP.Src = req[0].p.Eth.Dst, req[0].p.IP.Dst
 	t.Run("requester", func(t *testing.T) {
-		la, peer := NewMemLinkPair(9000)
+		la, peer := memlink.NewPair(9000)
 		a := goldenSide(t, la, req[0], peerFrame, reqQPN, respQPN, req[0].p.BTH.PSN, 0, goldenEnd{typ: QPTypeUC})
 		var wrs []SendWR
 		for i, m := range msgs {
@@ -493,7 +495,7 @@ func TestGoldenUC(t *testing.T) {
 		}
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := goldenSide(t, lb, peerFrame, req[0], respQPN, reqQPN, 0, req[0].p.BTH.PSN, goldenEnd{typ: QPTypeUC})
 		var va uint64
 		for _, f := range starts {
@@ -598,7 +600,7 @@ func TestGoldenSendInvalidate(t *testing.T) {
 	mw0, mw1 := starts[0].p.IETH, starts[1].p.RETH.RKey
 	va := starts[1].p.RETH.VA
 	t.Run("requester", func(t *testing.T) {
-		la, peer := NewMemLinkPair(9000)
+		la, peer := memlink.NewPair(9000)
 		a := rcRequester(t, la, req, resp, goldenEnd{})
 		var wrs []SendWR
 		for i, first := range starts {
@@ -620,7 +622,7 @@ func TestGoldenSendInvalidate(t *testing.T) {
 		checkWC(t, "WRITE through the invalidated window", wcs[3], 3, WCRemAccessErr, 0)
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := rcResponder(t, lb, req, resp, goldenEnd{})
 		placeMR(t, b, va, b.mr.RKey())
 		for i, key := range []uint32{mw0, mw1} {
@@ -666,8 +668,8 @@ func TestGoldenSendInvalidateRegion(t *testing.T) {
 		t.Fatalf("capture: %d requests, %d responses", len(req), len(resp))
 	}
 	t.Run("requester", func(t *testing.T) {
-		clk := NewFakeClock(time.Unix(1e9, 0))
-		la, peer := NewMemLinkPair(9000)
+		clk := faketime.New(time.Unix(1e9, 0))
+		la, peer := memlink.NewPair(9000)
 		a := rcRequester(t, la, req, resp, goldenEnd{clock: clk, retry: 6})
 		copy(a.mr.Bytes(), msgs[0])
 		copy(a.mr.Bytes()[4096:], msgs[1])
@@ -691,7 +693,7 @@ func TestGoldenSendInvalidateRegion(t *testing.T) {
 		checkWC(t, "SEND to a dead responder", poll(t, a.scq, 1, 5*time.Second)[0], 2, WCRetryExcErr, 0)
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := rcResponder(t, lb, req, resp, goldenEnd{})
 		placeMR(t, b, b.mr.Addr(), req[0].p.IETH)
 		postRecv(t, b, RecvWR{ID: 1, SGList: sge(b.mr, 0, 4096)}, RecvWR{ID: 2, SGList: sge(b.mr, 4096, 4096)})

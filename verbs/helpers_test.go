@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // node is one side of a test connection: a device with a PD, CQs, a QP and a buffer.
@@ -118,9 +120,9 @@ func must(t testing.TB, err error) {
 }
 
 // pair builds two connected nodes over an in-memory link.
-func pair(t *testing.T, o connOpts, bufSize int) (*node, *node, *MemLink, *MemLink) {
+func pair(t *testing.T, o connOpts, bufSize int) (*node, *node, *memlink.Link, *memlink.Link) {
 	t.Helper()
-	la, lb := NewMemLinkPair(4096 + 200)
+	la, lb := memlink.NewPair(4096 + 200)
 	a := newNode(t, newDevice(t, la, macA, ipA, 4096), bufSize)
 	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), bufSize)
 	if o.retry == 0 {

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // TestCreateQPRefusesOtherDevicesCQ: a QP's CQs (and SRQ) must belong to
@@ -92,7 +94,7 @@ func TestNoAckForSendThatOverflowedCQ(t *testing.T) {
 // wakeAfterClose is a MemLink that reports a Wake after its owner released
 // it: on AF_XDP that would write to a closed, perhaps reused, eventfd.
 type wakeAfterClose struct {
-	*MemLink
+	*memlink.Link
 	released, late atomic.Bool
 }
 
@@ -100,15 +102,15 @@ func (l *wakeAfterClose) Wake() {
 	if l.released.Load() {
 		l.late.Store(true)
 	}
-	l.MemLink.Wake()
+	l.Link.Wake()
 }
 
 // TestPostsRacingClose: after Close every post returns ErrClosed, and
 // posts racing with Close never ring the doorbell of a released link.
 func TestPostsRacingClose(t *testing.T) {
 	for round := range 20 {
-		la, lb := NewMemLinkPair(4096 + 200)
-		link := &wakeAfterClose{MemLink: la}
+		la, lb := memlink.NewPair(4096 + 200)
+		link := &wakeAfterClose{Link: la}
 		a := newNode(t, newDevice(t, link, macA, ipA, 4096), 1<<16)
 		b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<16)
 		connect(t, a, b, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})

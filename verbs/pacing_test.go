@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -14,7 +15,7 @@ import (
 // gap, in real time; a frame that finds the queue full is dropped, as the
 // tap into a slow guest drops it.
 type bottleneck struct {
-	link  *MemLink
+	link  *memlink.Link
 	depth int
 	gap   time.Duration
 	queue []timedFrame
@@ -84,7 +85,7 @@ func (b *bottleneck) MaxFrame() int              { return b.link.MaxFrame() }
 // two re-reads in all, where an unpaced responder causes two per READ (the
 // first re-read's remainder overflows the path too).
 func TestReadResponsesPacedAfterTailLoss(t *testing.T) {
-	la, lb := NewMemLinkPair(4096 + 200)
+	la, lb := memlink.NewPair(4096 + 200)
 	slow := &bottleneck{link: la, depth: 48, gap: 100 * time.Microsecond}
 	a := newNode(t, newDevice(t, slow, macA, ipA, 4096), 1<<20)
 	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<20)
@@ -185,7 +186,7 @@ func TestReadPacer(t *testing.T) {
 // answers it (the requester drops the duplicates) but never paces.
 func TestDuplicatedReadRequestsDoNotPace(t *testing.T) {
 	a, b, la, _ := readLossPair(t)
-	la.SetImpairment(Impairment{Duplicate: 1, Seed: 5})
+	la.SetImpairment(memlink.Impairment{Duplicate: 1, Seed: 5})
 	for i := range 8 {
 		postSend(t, a, SendWR{ID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 32<<10),
 			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
@@ -233,7 +234,7 @@ func TestForgedDuplicateReadDoesNotPace(t *testing.T) {
 	}
 	for i := range 8 {
 		psn := uint32(first + 1 + i*3)
-		lb.deliver([][]byte{forgeReadRequest(t, b.qp.QPN(), psn, wire.RETH{VA: b.mr.Addr(), RKey: b.mr.RKey(), Len: size})})
+		lb.Inject([][]byte{forgeReadRequest(t, b.qp.QPN(), psn, wire.RETH{VA: b.mr.Addr(), RKey: b.mr.RKey(), Len: size})})
 		waitCounter(t, b.dev, "the forged duplicate", func(c Counters) bool { return c.DuplicateRequest == uint64(i+1) })
 		time.Sleep(2 * time.Millisecond) // its response sent: the next finds the QP idle
 	}
@@ -241,7 +242,7 @@ func TestForgedDuplicateReadDoesNotPace(t *testing.T) {
 		t.Fatalf("forged duplicate READs turned pacing on %d times", c.ReadRetryPaced)
 	}
 	const k = 5
-	lb.deliver([][]byte{forgeReadRequest(t, b.qp.QPN(), first+k, wire.RETH{VA: b.mr.Addr() + k*1024, RKey: b.mr.RKey(), Len: size - k*1024})})
+	lb.Inject([][]byte{forgeReadRequest(t, b.qp.QPN(), first+k, wire.RETH{VA: b.mr.Addr() + k*1024, RKey: b.mr.RKey(), Len: size - k*1024})})
 	waitCounter(t, b.dev, "the resume", func(c Counters) bool { return c.ReadRetryPaced == 1 })
 	if a.qp.State() != StateRTS || b.qp.State() != StateRTS {
 		t.Fatalf("QPs %v and %v", a.qp.State(), b.qp.State())

@@ -5,12 +5,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // busyPair is pair() with busy-polling devices.
 func busyPair(t *testing.T) (a, b *node) {
 	t.Helper()
-	la, lb := NewMemLinkPair(4096 + 200)
+	la, lb := memlink.NewPair(4096 + 200)
 	busy := DeviceConfig{ActiveMTU: 4096, BusyPoll: true}
 	a = newNode(t, newDeviceWith(t, la, macA, ipA, busy), 1<<20)
 	b = newNode(t, newDeviceWith(t, lb, macB, ipB, busy), 1<<20)

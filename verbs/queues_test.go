@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -18,8 +19,8 @@ import (
 // sends a flow to another queue than the one its port picks.
 func twoQueueDevices(t *testing.T, crossed bool) (*Device, *Device) {
 	t.Helper()
-	a0, b0 := NewMemLinkPair(4096 + 200)
-	a1, b1 := NewMemLinkPair(4096 + 200)
+	a0, b0 := memlink.NewPair(4096 + 200)
+	a1, b1 := memlink.NewPair(4096 + 200)
 	bLinks := []Link{b0, b1}
 	if crossed {
 		bLinks = []Link{b1, b0}
@@ -85,7 +86,7 @@ func TestEnginesPerQueue(t *testing.T) {
 				// retransmissions go through the hand-off too.
 				for i, d := range []*Device{a, b} {
 					for q, e := range d.shards {
-						e.link.(*MemLink).SetImpairment(Impairment{Drop: 0.02, Duplicate: 0.02, Reorder: 0.02, Seed: uint64(10*i + q + 1)})
+						e.link.(*memlink.Link).SetImpairment(memlink.Impairment{Drop: 0.02, Duplicate: 0.02, Reorder: 0.02, Seed: uint64(10*i + q + 1)})
 					}
 				}
 			}
@@ -146,10 +147,10 @@ func TestEnginesPerQueue(t *testing.T) {
 				}
 			}
 			if tc.lossy {
-				var st MemLinkStats
+				var st memlink.Stats
 				for _, d := range []*Device{a, b} {
 					for _, e := range d.shards {
-						s := e.link.(*MemLink).Stats()
+						s := e.link.(*memlink.Link).Stats()
 						st.Dropped += s.Dropped
 						st.Duplicated += s.Duplicated
 					}

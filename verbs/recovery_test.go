@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // TestLossyLinkMovesEveryByte runs SENDs, WRITEs, READs and atomics over a
@@ -14,7 +16,7 @@ func TestLossyLinkMovesEveryByte(t *testing.T) {
 	for _, seed := range []uint64{1, 2} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			a, b, la, lb := pair(t, connOpts{mtu: MTU1024, psnA: 0xffff00, psnB: 0x10, timeout: 8}, 1<<20)
-			imp := Impairment{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.05, Reorder: 0.05, Seed: seed}
+			imp := memlink.Impairment{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.05, Reorder: 0.05, Seed: seed}
 			la.SetImpairment(imp)
 			imp.Seed += 100
 			lb.SetImpairment(imp)

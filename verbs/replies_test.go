@@ -7,15 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
 // slicedPair is two devices on one fake clock, stepped by the test
 // (lockstep, held), with QP pair 0 and 1 at PMTU 256 and 8 MiB regions.
-func slicedPair(t *testing.T) (a, b *node, qa, qb [2]*node, la, lb *MemLink, clk *FakeClock) {
+func slicedPair(t *testing.T) (a, b *node, qa, qb [2]*node, la, lb *memlink.Link, clk *faketime.Clock) {
 	t.Helper()
-	clk = NewFakeClock(time.Unix(1e9, 0))
-	la, lb = NewMemLinkPair(4096 + 200)
+	clk = faketime.New(time.Unix(1e9, 0))
+	la, lb = memlink.NewPair(4096 + 200)
 	mk := func(l Link, mac net.HardwareAddr, ip netip.Addr) *node {
 		return newNode(t, newDeviceWith(t, l, mac, ip, DeviceConfig{ActiveMTU: 4096, Clock: clk, AckHold: -1}), 8<<20)
 	}
@@ -53,7 +55,7 @@ const perStepBound = 2*64 + 8
 
 // stepBoth steps a's engine, then b's, advancing the fake clock, and
 // returns how many packets b sent in its step.
-func stepBoth(a, b *Device, clk *FakeClock) uint64 {
+func stepBoth(a, b *Device, clk *faketime.Clock) uint64 {
 	a.shards[0].step()
 	before := b.shards[0].counters.SentPkts
 	b.shards[0].step()
@@ -119,8 +121,7 @@ func TestDuplicateReadBurstIsBounded(t *testing.T) {
 	fill(b.mr.Bytes()[:size], 9)
 	var mu sync.Mutex
 	var request []byte
-	la.mu.Lock()
-	la.drop = func(f []byte) bool {
+	la.SetDropFilter(func(f []byte) bool {
 		var p wire.Packet
 		if wire.Decode(f, &p) == nil && p.BTH.Opcode == wire.RCReadRequest {
 			mu.Lock()
@@ -128,8 +129,7 @@ func TestDuplicateReadBurstIsBounded(t *testing.T) {
 			mu.Unlock()
 		}
 		return false
-	}
-	la.mu.Unlock()
+	})
 	holdEngines(t, a.dev, b.dev)
 	postSend(t, qa[0], SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, size), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	stepBoth(a.dev, b.dev, clk)
@@ -142,7 +142,7 @@ func TestDuplicateReadBurstIsBounded(t *testing.T) {
 	const copies = 600
 	most := uint64(0)
 	for i := range copies {
-		lb.deliver([][]byte{dup})
+		lb.Inject([][]byte{dup})
 		if i%50 == 0 {
 			most = max(most, stepBoth(a.dev, b.dev, clk))
 		}

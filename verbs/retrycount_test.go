@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -22,8 +23,8 @@ func TestRetryCountUnderLoss(t *testing.T) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			const size, writes = 256 << 10, 6
 			a, b, la, lb := pair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 3}, 2*size)
-			la.SetImpairment(Impairment{Drop: 0.05, Seed: seed})
-			lb.SetImpairment(Impairment{Drop: 0.05, Seed: seed + 100})
+			la.SetImpairment(memlink.Impairment{Drop: 0.05, Seed: seed})
+			lb.SetImpairment(memlink.Impairment{Drop: 0.05, Seed: seed + 100})
 			for i := range writes {
 				src := a.mr.Bytes()[i%2*size:][:size]
 				fill(src, i)
@@ -86,18 +87,16 @@ func TestRetryExhaustedWithoutProgress(t *testing.T) {
 	// Fake time: on a loaded machine a real timer could expire before
 	// the NAK arrives, and that retry would come on top of the NAK's.
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 3, rnr: 7})
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.shards[0].link.(*memlink.Link)
 	var sent5 atomic.Int32
-	la.mu.Lock()
-	la.drop = func(f []byte) bool {
+	la.SetDropFilter(func(f []byte) bool {
 		var p wire.Packet
 		if wire.Decode(f, &p) == nil && p.BTH.PSN == 5 {
 			sent5.Add(1)
 			return true
 		}
 		return false
-	}
-	la.mu.Unlock()
+	})
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 16<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, a.dev, "the NAK and its retry", func(c Counters) bool { return c.RcvdSeqErr == 1 && sent5.Load() == 2 })
 	for i := int32(1); i <= 2; i++ {
@@ -122,7 +121,7 @@ func TestRetryExhaustedWithoutProgress(t *testing.T) {
 // and without resending 1-4.
 func TestTimeoutProbesThenResends(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 7, rnr: 7})
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.shards[0].link.(*memlink.Link)
 	log := watchSent(la, func(p *wire.Packet, n int) bool { return n <= 8 && p.BTH.PSN >= 5 })
 	fill(a.mr.Bytes()[:8<<10], 7)
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 8<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
@@ -146,7 +145,7 @@ func TestTimeoutProbesThenResends(t *testing.T) {
 // 2^maxBackoff times the local ACK timeout; the first answer resets it.
 func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{timeout: 10, retry: 7, rnr: 7})
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.shards[0].link.(*memlink.Link)
 	log := watchSent(la, func(*wire.Packet, int) bool { return true })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, a.dev, "the first transmission", func(c Counters) bool { return c.SentPkts >= 1 })
@@ -162,9 +161,7 @@ func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
 		clk.Advance(2 * time.Microsecond)
 		waitCounter(t, a.dev, fmt.Sprintf("expiry %d after %v", i+1, period), func(c Counters) bool { return log.n() == n+1 })
 	}
-	la.mu.Lock()
-	la.drop = nil // the peer answers the next probe: progress
-	la.mu.Unlock()
+	la.SetDropFilter(nil) // the peer answers the next probe: progress
 	clk.Advance(base << maxBackoff)
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
 		t.Fatalf("completion %+v", wc)
@@ -184,7 +181,7 @@ func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
 // atomic, so the timer saw nothing unacknowledged and re-armed forever.
 func TestTimeoutResendsSkippedAtomic(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 7, rnr: 7})
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.shards[0].link.(*memlink.Link)
 	dropFirst(la, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCWriteOnly },
 		func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCFetchAdd })
 	binary.LittleEndian.PutUint64(b.mr.Bytes()[64:], 41)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -78,7 +79,7 @@ func (s *sharedNode) cqe(t *testing.T) uverbs.CQE {
 
 func sharedPair(t *testing.T) (*sharedNode, *node) {
 	t.Helper()
-	la, lb := NewMemLinkPair(4096 + 200)
+	la, lb := memlink.NewPair(4096 + 200)
 	a := newSharedNode(t, newDevice(t, la, macA, ipA, 4096), 1<<16)
 	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<16)
 	connect(t, a.node, b, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
@@ -218,7 +219,7 @@ func TestHostileSharedCQConsumer(t *testing.T) {
 
 // A malformed WQE in a shared SRQ's ring stops that SRQ (SRQ_ERR), nothing else.
 func TestHostileSharedSRQ(t *testing.T) {
-	la, _ := NewMemLinkPair(4096 + 200)
+	la, _ := memlink.NewPair(4096 + 200)
 	d := newDevice(t, la, macA, ipA, 4096)
 	pd, err := d.AllocPD()
 	must(t, err)
@@ -419,7 +420,7 @@ func TestRemoteMemoryBatchedWrites(t *testing.T) {
 // notification runs on the engine right after each completion is
 // published: the send ring must count it freed by then.
 func TestSharedSlotFreedBeforeCompletion(t *testing.T) {
-	la, lb := NewMemLinkPair(4096 + 200)
+	la, lb := memlink.NewPair(4096 + 200)
 	var a *sharedNode
 	var mu sync.Mutex
 	var late []string
@@ -463,7 +464,7 @@ func TestSharedSRQSlotFreedBeforeCompletion(t *testing.T) {
 		t.Run(fmt.Sprintf("engines=%d", engines), func(t *testing.T) {
 			var da, db *Device
 			if engines == 1 {
-				la, lb := NewMemLinkPair(4096 + 200)
+				la, lb := memlink.NewPair(4096 + 200)
 				da, db = newDevice(t, la, macA, ipA, 4096), newDevice(t, lb, macB, ipB, 4096)
 			} else {
 				da, db = twoQueueDevices(t, false)

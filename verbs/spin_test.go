@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // TestSpinnerFollowsIdleGaps: an idle engine spins only while the gaps it
@@ -62,7 +64,7 @@ func TestSpinnerFollowsIdleGaps(t *testing.T) {
 // cgroup's limit too) a device never spins, unless BusyPoll asks.
 func TestNoSpinOnOneCPU(t *testing.T) {
 	start := func(cfg DeviceConfig) *Device {
-		la, _ := NewMemLinkPair(4096 + 200)
+		la, _ := memlink.NewPair(4096 + 200)
 		cfg.ActiveMTU, cfg.MAC, cfg.GIDs = 4096, macA, []netip.Addr{ipA}
 		d, err := NewDevice(la, cfg)
 		must(t, err)

@@ -7,6 +7,9 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // lockstep drives two devices' engines from the test goroutine on one fake
@@ -15,7 +18,7 @@ import (
 // their transport timers: what the race detector made of
 // TestManyQPsUnderFaults on a loaded machine.
 type lockstep struct {
-	clk      *FakeClock
+	clk      *faketime.Clock
 	devs     [2]*Device
 	ready    [2]time.Time
 	perFrame time.Duration // CPU time per frame received or sent
@@ -120,8 +123,8 @@ func (s storm) run(t *testing.T) {
 func (s storm) replay(t *testing.T) stormResult {
 	t.Helper()
 	const slot = 8 << 10
-	clk := NewFakeClock(time.Unix(1e9, 0))
-	la, lb := NewMemLinkPair(4096 + 200)
+	clk := faketime.New(time.Unix(1e9, 0))
+	la, lb := memlink.NewPair(4096 + 200)
 	mk := func(l Link, mac net.HardwareAddr, ip netip.Addr) *node {
 		// AckHold uses the real clock: off, so the replay is exact.
 		return newNode(t, newDeviceWith(t, l, mac, ip, DeviceConfig{ActiveMTU: 4096, Clock: clk, AckHold: -1}), 2*s.qps*slot)
@@ -129,8 +132,8 @@ func (s storm) replay(t *testing.T) stormResult {
 	a, b := mk(la, macA, ipA), mk(lb, macB, ipB)
 	as, bs := manyQPs(t, a, b, s.qps)
 	f := s.fault
-	la.SetImpairment(Impairment{Drop: f, Duplicate: f, Corrupt: f, Reorder: f, Seed: s.seedA})
-	lb.SetImpairment(Impairment{Drop: f, Duplicate: f, Corrupt: f, Reorder: f, Seed: s.seedB})
+	la.SetImpairment(memlink.Impairment{Drop: f, Duplicate: f, Corrupt: f, Reorder: f, Seed: s.seedA})
+	lb.SetImpairment(memlink.Impairment{Drop: f, Duplicate: f, Corrupt: f, Reorder: f, Seed: s.seedB})
 	fill(a.mr.Bytes(), int(s.seedA))
 	fill(b.mr.Bytes(), int(s.seedB)+1)
 	wantB, wantA := append([]byte(nil), a.mr.Bytes()...), append([]byte(nil), b.mr.Bytes()...)

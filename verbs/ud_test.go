@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/pcap"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -45,7 +46,7 @@ func newUDNode(t testing.TB, d *Device, qkey, psn uint32, bufSize int) *node {
 
 func udPair(t *testing.T) (a, b *node, ah *AddressHandle) {
 	t.Helper()
-	la, lb := NewMemLinkPair(9000)
+	la, lb := memlink.NewPair(9000)
 	a = newUDNode(t, newDevice(t, la, macA, ipA, 4096), testQKey, 0x100000, 1<<16)
 	b = newUDNode(t, newDevice(t, lb, macB, ipB, 4096), testQKey, 0, 1<<16)
 	ah, err := a.pd.CreateAH(AH{DGID: ipB, SGIDIndex: 1, HopLimit: 64, DMAC: macB})
@@ -222,7 +223,7 @@ func TestGoldenUD(t *testing.T) {
 	frames, recvs := loadUDCapture(t, "ud_imm")
 	first := frames[0]
 
-	la, lb := NewMemLinkPair(9000)
+	la, lb := memlink.NewPair(9000)
 	a := newUDNode(t, goldenUDDevice(t, la, first.p.Eth.Src, first.p.IP.Src, first.p.DETH.SrcQP), first.p.DETH.QKey, first.p.BTH.PSN, 1<<16)
 	if a.qp.QPN() != first.p.DETH.SrcQP {
 		t.Fatalf("QPN %#x, want %#x", a.qp.QPN(), first.p.DETH.SrcQP)
@@ -247,7 +248,7 @@ func TestGoldenUD(t *testing.T) {
 	}
 
 	// The receiving side: rxe's frames into a UD QP with the capture's QPN.
-	lc, ld := NewMemLinkPair(9000)
+	lc, ld := memlink.NewPair(9000)
 	b := newUDNode(t, goldenUDDevice(t, ld, first.p.Eth.Dst, first.p.IP.Dst, first.p.BTH.DestQP), first.p.DETH.QKey, 0, 1<<16)
 	for i := range frames {
 		postRecv(t, b, RecvWR{ID: uint64(i), SGList: sge(b.mr, i*2048, 2048)})
@@ -271,7 +272,7 @@ func TestGoldenUD(t *testing.T) {
 // send slot gets what any malformed work request gets: LOC_QP_OP_ERR, its
 // QP in the error state, bad_shared_wqe counted; one it has is sent.
 func TestSharedUDUnknownAddressHandle(t *testing.T) {
-	la, lb := NewMemLinkPair(9000)
+	la, lb := memlink.NewPair(9000)
 	d := newDevice(t, la, macA, ipA, 4096)
 	b := newUDNode(t, newDevice(t, lb, macB, ipB, 4096), testQKey, 0, 1<<16)
 	pd, err := d.AllocPD()

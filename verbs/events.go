@@ -102,17 +102,3 @@ func (d *Device) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 		}
 	}
 }
-
-// fatal moves a QP to the error state on a transport error that no
-// completion of its own send queue reports (a request the responder
-// rejected, a CQ overflow) and raises EventQPFatal, once per transition.
-// Errors reported by an error completion (a NAK received, retries
-// exhausted, a local protection error) move the QP to the error state
-// without an event, as ibverbs devices report them through the CQ.
-func (e *engine) fatal(qp *QP) {
-	if qp.t.state == StateErr {
-		return
-	}
-	e.toError(qp)
-	e.events.post(AsyncEvent{Type: EventQPFatal, QP: qp})
-}

@@ -1,100 +1,11 @@
+// The requester, as rxe_req.c: it turns the send queue's WQEs into
+// request packets, within the congestion window (cwnd.go) and the fences.
+
 package verbs
 
 import (
-	"encoding/binary"
-	"net/netip"
-	"time"
-
 	"github.com/xdproce/xdproce/wire"
 )
-
-// qpTransport is a QP's transport state, owned by the engine goroutine.
-type qpTransport struct {
-	state QPState
-	attr  QPAttr
-
-	smac, dmac [6]byte
-	sip, dip   netip.Addr
-	v6         bool
-	sport      uint16
-	mtu        int
-
-	// Requester and completer.
-	sq      []sendWQE // outstanding, oldest first
-	sqBase  []sendWQE // sq's array (see appendQueue)
-	reqIdx  int       // next WQE of sq to transmit from
-	reqPSN  uint32    // next PSN to transmit (rewound by go-back-N)
-	nextPSN uint32    // first PSN of the next new WQE (never rewound)
-	compPSN uint32    // oldest PSN not yet acknowledged
-	// sentEnd is one past the last PSN sent (never rewound): responses
-	// beyond it answer nothing this QP asked.
-	sentEnd uint32
-	// ackedReq is the last request PSN the responder is known to have
-	// received, with every one before it: from an ACK, a NAK (the PSNs
-	// before its own) or a READ response (the PSNs before its READ).
-	ackedReq    uint32
-	rdAtomicOut int // READs and atomics in flight
-	noackPkts   int // packets since the last AckReq
-	retryLeft   uint8
-	rnrLeft     uint8
-	// startedRetry: a retry episode is under way; until the responder shows
-	// progress, NAKs neither count nor rewind again (rxe's started_retry).
-	startedRetry bool
-	// timeouts counts the transport timer's expiries since the responder
-	// last showed progress; with retry_cnt 7 each one doubles the next
-	// timeout (see rto), and many of them make the QP a stall suspect.
-	timeouts uint32
-	// probing: the timer expired, and only the oldest unacknowledged packet
-	// is resent (asking for an ACK) until a response shows where the
-	// responder stands; then go-back-N resends the rest.
-	probing bool
-	// nakEpisode: the retry episode under way was started by a sequence
-	// NAK for compPSN; a second one for it means the resent packet was
-	// lost too (the responder NAKs again only when it sees us go back).
-	nakEpisode bool
-	// The round-trip estimate (Jacobson's, with Karn's rule: no sample
-	// across a retransmission): rttAt is when the packet rttPSN left,
-	// zero when no sample is being taken.
-	srtt, rttvar time.Duration
-	rttPSN       uint32
-	rttAt        time.Time
-	// The loss window (cwnd.go): cwnd PSNs may be outstanding, 0 meaning
-	// MaxUnackedPSNs; cwndAcked counts acknowledged PSNs towards its next
-	// growth; recoverPSN is sentEnd when it last shrank.
-	cwnd, cwndAcked, recoverPSN uint32
-	draining                    bool      // in SQD, WQEs already started are not all complete yet
-	timerAt                     time.Time // retransmission deadline; zero when off
-	rnrAt                       time.Time // end of an RNR wait; zero when none
-
-	// Responder.
-	rq      []recvWQE
-	rqBase  []recvWQE // rq's array (see appendQueue)
-	ePSN    uint32    // expected request PSN
-	msn     uint32
-	respOp  respOp
-	recv    recvState
-	write   writeState
-	nakSent bool
-	// nakMax is the highest out-of-sequence PSN seen since the NAK: one at
-	// or below it means the requester went back, so the packet the NAK
-	// asked for was lost again, and the responder NAKs once more.
-	nakMax  uint32
-	ackDue  bool // an ACK of ackPSN waits for the end of the receive batch
-	ackPSN  uint32
-	res     []respResource
-	resNext int
-	// The responses waiting to be sent, in order (replies.go): replies
-	// [replyHead:]; replySent of them went out in engine step replyStep.
-	replies   []pendingReply
-	replyHead int
-	replyStep uint64
-	replySent int
-	pace      readPacer // READ responses' pace (pacing.go)
-	// failAfterReplies: a class C error's NAK waits behind replies to
-	// earlier requests; the QP enters the error state once they have all
-	// left (respError), and takes no request meanwhile.
-	failAfterReplies bool
-}
 
 // sendWQE is a posted send work request and its progress.
 type sendWQE struct {
@@ -118,19 +29,6 @@ type sendWQE struct {
 	readFrom uint32
 	retried  bool
 	inline   []byte // INLINE data, copied when posted
-}
-
-func (t *qpTransport) reset(qp *QP) {
-	*t = qpTransport{attr: QPAttr{PathMTU: MTU256}, mtu: 256, res: make([]respResource, 1)}
-	qp.state.Store(uint32(StateReset))
-}
-
-// npkts is how many packets (PSNs) a message of n bytes takes.
-func (t *qpTransport) npkts(n uint32) uint32 {
-	if n == 0 {
-		return 1
-	}
-	return (n + uint32(t.mtu) - 1) / uint32(t.mtu)
 }
 
 // requester sends what the QP's window allows; it reports whether it sent.
@@ -235,70 +133,6 @@ func (e *engine) localOp(qp *QP, w *sendWQE) {
 	e.retire(qp, WCSuccess)
 }
 
-// retireSent completes UC WQEs whose packets all left.
-func (e *engine) retireSent(qp *QP) {
-	for len(qp.t.sq) > 0 && qp.t.sq[0].sentAll && qp.t.reqIdx > 0 {
-		e.retire(qp, WCSuccess)
-	}
-}
-
-// ackTimeout is the local ACK timeout: 4.096 µs × 2^timeout.
-func ackTimeout(code uint8) time.Duration { return time.Duration(4096<<code) * time.Nanosecond }
-
-// maxBackoff caps the doubling of the transport timer: 2^4 times its
-// first period.
-const maxBackoff = 4
-
-// minRTO is the shortest period the adaptive timer uses: above a Go
-// scheduler's or garbage collector's pauses, so that a spurious expiry
-// stays rare (and costs one probe packet when it happens).
-const minRTO = time.Millisecond
-
-// rto is the transport timer's current period. With a finite retry_cnt the
-// application chose how soon a dead peer is reported, (retry_cnt+1) ×
-// timeout, and the period is the local ACK timeout, fixed, as rxe's. With
-// retry_cnt 7, which retries forever, the timer adapts as adaptive
-// retransmission on hardware RNICs does: it starts at the measured round
-// trip (srtt + 4·rttvar, at least minRTO, at most the local ACK timeout),
-// so a loss nothing else reveals (a lost NAK, a lost last packet) costs
-// about a round trip instead of perftest's 67 ms; and each expiry without
-// progress doubles it, up to maxBackoff doublings. Without the doubling a
-// receiver slower than the timer (a deep queue, a loaded CPU) is fed
-// retransmissions faster than it can drop them, and goodput collapses.
-func (t *qpTransport) rto() time.Duration {
-	d := ackTimeout(t.attr.Timeout)
-	if t.attr.RetryCnt != 7 {
-		return d
-	}
-	if t.srtt > 0 {
-		d = min(d, max(t.srtt+4*t.rttvar, minRTO))
-	}
-	return d << min(t.timeouts, uint32(maxBackoff))
-}
-
-// rttStart times the packet psn, sent now for the first time, unless a
-// sample is already being taken.
-func (e *engine) rttStart(t *qpTransport, psn uint32) {
-	if t.rttAt.IsZero() && t.attr.RetryCnt == 7 && psnCmp(psn, t.sentEnd) >= 0 {
-		t.rttPSN, t.rttAt = psn, e.dev.clock.Now()
-	}
-}
-
-// rttSample ends the sample once compPSN has passed the timed packet.
-func (e *engine) rttSample(t *qpTransport) {
-	if t.rttAt.IsZero() || psnCmp(t.compPSN, t.rttPSN) <= 0 {
-		return
-	}
-	r := e.dev.clock.Now().Sub(t.rttAt)
-	t.rttAt = time.Time{}
-	if t.srtt == 0 {
-		t.srtt, t.rttvar = r, r/2
-		return
-	}
-	t.rttvar += (max(t.srtt-r, r-t.srtt) - t.rttvar) / 4
-	t.srtt += (r - t.srtt) / 8
-}
-
 // resolveLocal checks the WQE's SG list against the local keys and fetches
 // its memory. On a bad key the WQE completes with LOC_PROT_ERR and the QP
 // goes to the error state, as rxe.
@@ -341,18 +175,6 @@ func (w *sendWQE) local(buf *[1]span) []span {
 	}
 	buf[0] = w.seg1
 	return buf[:]
-}
-
-// failHead completes the oldest WQE with an error status and moves the QP to
-// the error state, which flushes the rest.
-func (e *engine) failHead(qp *QP, status WCStatus) {
-	// An application that polls the error completion and then queries the
-	// QP must find it in the error state already.
-	qp.state.Store(uint32(StateErr))
-	if len(qp.t.sq) > 0 {
-		e.retire(qp, status)
-	}
-	e.toError(qp)
 }
 
 // sendNext emits the next packet of w (a READ or atomic request is one packet).
@@ -449,33 +271,6 @@ func (w *sendWQE) nextRespPSN(mtu int) uint32 {
 	return (w.firstPSN + w.readDone/uint32(mtu)) & 0xffffff
 }
 
-// markSent moves sentEnd up to end (one past a PSN just sent). A new READ
-// moves it by up to 2^23 PSNs (2 GiB at PMTU 256), the one distance whose
-// sign psnCmp cannot tell: ahead too.
-func (t *qpTransport) markSent(end uint32) {
-	if d := (end - t.sentEnd) & 0xffffff; d != 0 && d <= 1<<23 {
-		t.sentEnd = end
-	}
-}
-
-// maxOutstandingSpan bounds the PSNs from the oldest outstanding WQE's
-// first to sentEnd: a WQE that would take it further waits for the ones
-// before it. One message alone may span 2^23 PSNs (a 2^31-byte READ or
-// WRITE at PMTU 256).
-const maxOutstandingSpan = 1 << 23
-
-// psnAge is how far psn lies behind nextPSN, one past the last PSN given to
-// a WQE (0 for nextPSN itself). Every PSN the requester keeps (compPSN,
-// ackedReq, reqPSN, sentEnd, its WQEs') lies less than 2^24 behind it
-// (maxOutstandingSpan, plus ackedReq one before the oldest WQE), so ages
-// order them where serial arithmetic cannot: a 2^23-PSN READ puts its
-// first PSN, and compPSN, 2^23 behind sentEnd, where psnCmp's sign flips
-// and its own responses looked out of window.
-func (t *qpTransport) psnAge(psn uint32) uint32 { return (t.nextPSN - psn) & 0xffffff }
-
-// psnAfter reports whether a comes after b, both PSNs the requester keeps.
-func (t *qpTransport) psnAfter(a, b uint32) bool { return t.psnAge(a) < t.psnAge(b) }
-
 // dataOpcode picks the SEND or WRITE opcode for a packet's place in its message.
 func dataOpcode(op WROpcode, first, last, uc bool) wire.Opcode {
 	var o wire.Opcode
@@ -514,109 +309,4 @@ func segmentOpcode(first, last bool, only, firstOp, middle, lastOp wire.Opcode) 
 		return lastOp
 	}
 	return middle
-}
-
-// gather copies len(dst) bytes of the message, starting at offset off, from
-// segs; reads from another process's memory are queued in pending (dst is a
-// frame being built, see engine.send).
-func gather(dst []byte, segs []span, off uint32, pending *remoteCopies) {
-	for _, s := range segs {
-		if len(dst) == 0 {
-			return
-		}
-		if s.len() <= off {
-			off -= s.len()
-			continue
-		}
-		n := s.read(dst, off, pending)
-		dst = dst[n:]
-		off = 0
-	}
-}
-
-// payloadLen is a received packet's payload length, both pieces (see
-// wire.DecodeSplit).
-func payloadLen(p *wire.Packet) uint32 { return uint32(len(p.Payload) + len(p.PayloadTail)) }
-
-// scatterPayload copies a received packet's payload, both pieces, into segs
-// at message offset off; false if it does not fit.
-// Writes into another process's memory are queued in pending (the
-// payload is a received frame's).
-func scatterPayload(segs []span, off uint32, p *wire.Packet, pending *remoteCopies) bool {
-	return scatter(segs, off, p.Payload, pending) && scatter(segs, off+uint32(len(p.Payload)), p.PayloadTail, pending)
-}
-
-// scatter copies src into segs starting at message offset off; false if it
-// does not fit. pending: see span.write.
-func scatter(segs []span, off uint32, src []byte, pending *remoteCopies) bool {
-	for _, s := range segs {
-		if len(src) == 0 {
-			return true
-		}
-		if s.len() <= off {
-			off -= s.len()
-			continue
-		}
-		n := s.write(src, off, pending)
-		src = src[n:]
-		off = 0
-	}
-	return len(src) == 0
-}
-
-// retire completes the oldest send WQE with status.
-func (e *engine) retire(qp *QP, status WCStatus) {
-	t := &qp.t
-	w := t.sq[0]
-	if w.started && w.wr.Opcode.isReadOrAtomic() && t.rdAtomicOut > 0 {
-		t.rdAtomicOut--
-	}
-	// The slot is free before the completion is visible: an application
-	// that polls it and posts at once must find room, as with ibverbs.
-	t.sq[0] = sendWQE{}
-	t.sq = t.sq[1:]
-	qp.sqUsed.Add(-1)
-	qp.freeSharedSlots()
-	if t.reqIdx > 0 {
-		t.reqIdx--
-	}
-	if status != WCSuccess || qp.sigAll || w.wr.Flags&SendSignaled != 0 {
-		wc := WorkCompletion{WRID: w.wr.ID, Status: status, Opcode: w.wr.Opcode.completion(), QPNum: qp.qpn}
-		if status == WCSuccess {
-			wc.ByteLen = w.length
-			// rxe flags a send's completion WITH_IMM too (rc_imm.jsonl, ud_imm.jsonl).
-			if w.wr.Opcode == WRSendWithImm || w.wr.Opcode == WRRDMAWriteWithImm {
-				wc.Flags = WCWithImm
-			}
-		}
-		e.pending.flush() // a READ's data before its completion
-		if !qp.scq.push(wc, false) && t.state != StateErr {
-			e.fatal(qp)
-		}
-	}
-	if status == WCSuccess {
-		e.checkDrained(qp) // an error completion moves the QP to ERR instead
-	}
-}
-
-// checkDrained ends an SQD drain once every WQE started before it has
-// completed, raising EventSQDrained if the QP asked for it
-// (en_sqd_async_notify).
-func (e *engine) checkDrained(qp *QP) {
-	t := &qp.t
-	if !t.draining || t.state != StateSQD || (len(t.sq) > 0 && t.sq[0].started) {
-		return
-	}
-	t.draining = false
-	if t.attr.EnSQDAsyncNotify {
-		e.events.post(AsyncEvent{Type: EventSQDrained, QP: qp})
-	}
-}
-
-// putAtomicResult stores an atomic's original value into its 8-byte SGE.
-func putAtomicResult(w *sendWQE, orig uint64) {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], orig)
-	var one [1]span
-	scatter(w.local(&one), 0, b[:], nil) // b is on the stack: written at once
 }

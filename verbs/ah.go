@@ -9,10 +9,6 @@ import (
 	"github.com/xdproce/xdproce/uverbs"
 )
 
-// MaxAH is how many address handles a device holds at once (rxe_param.h's
-// RXE_MAX_AH).
-const MaxAH = 1<<15 - 1
-
 // AddressHandle is a destination for datagrams (ibv_ah): a GID, the source
 // GID index, and the next hop's MAC address, resolved once when the handle
 // is created as the kernel does for RoCE (ib_resolve_eth_dmac).
@@ -127,12 +123,6 @@ func (pd *PD) createRemoteAH(ah AH) (*AddressHandle, error) {
 func (a *AddressHandle) destroyRemote() error {
 	_, err := a.pd.dev.rem.callNoFDs(uverbs.OpDestroyAH, func(e *uverbs.Encoder) { e.U32(a.rem.h) })
 	return err
-}
-
-// Wire is the handle's attributes as the daemon's protocol carries them.
-func (ah AH) Wire() uverbs.AHAttr {
-	return uverbs.AHAttr{DGID: ah.DGID.As16(), SGIDIndex: uint8(ah.SGIDIndex), HopLimit: ah.HopLimit, TrafficClass: ah.TrafficClass,
-		FlowLabel: ah.FlowLabel, Port: 1, IsGlobal: true}
 }
 
 // AHFromWire is the address handle a CREATE_AH message describes; RoCE

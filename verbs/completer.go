@@ -214,7 +214,7 @@ func (c *completion) nakTarget() bool {
 		return false
 	}
 	w := &t.sq[0]
-	return !w.wr.Opcode.isReadOrAtomic() || psnCmp(psn, w.lastPSN) <= 0
+	return !isReadOrAtomic(w.wr.Opcode) || psnCmp(psn, w.lastPSN) <= 0
 }
 
 // rnrNAK: the responder had no receive WQE for the SEND (or WRITE with
@@ -310,7 +310,7 @@ func (c *completion) checkHead() compState {
 			break
 		}
 	}
-	if w == nil || !w.wr.Opcode.isReadOrAtomic() || (w.wr.Opcode == WRRDMARead) == isAtomicAck {
+	if w == nil || !isReadOrAtomic(w.wr.Opcode) || (w.wr.Opcode == WRRDMARead) == isAtomicAck {
 		c.e.counters.ResponseOutOfWindow++ // no READ or atomic of ours holds this PSN
 		return compDrop
 	}
@@ -415,7 +415,7 @@ func (e *engine) completeInOrder(qp *QP) {
 	t := &qp.t
 	for len(t.sq) > 0 && t.sq[0].started {
 		w := &t.sq[0]
-		if w.wr.Opcode.isReadOrAtomic() {
+		if isReadOrAtomic(w.wr.Opcode) {
 			if !w.respDone {
 				break
 			}
@@ -434,7 +434,7 @@ func (e *engine) completeInOrder(qp *QP) {
 	if len(t.sq) > 0 && t.sq[0].started {
 		w := &t.sq[0]
 		comp = w.nextRespPSN(t.mtu)
-		if !w.wr.Opcode.isReadOrAtomic() {
+		if !isReadOrAtomic(w.wr.Opcode) {
 			comp = (t.ackedReq + 1) & 0xffffff
 			if t.psnAfter(w.firstPSN, comp) {
 				comp = w.firstPSN
@@ -474,7 +474,7 @@ func (e *engine) failHead(qp *QP, status WCStatus) {
 func (e *engine) retire(qp *QP, status WCStatus) {
 	t := &qp.t
 	w := t.sq[0]
-	if w.started && w.wr.Opcode.isReadOrAtomic() && t.rdAtomicOut > 0 {
+	if w.started && isReadOrAtomic(w.wr.Opcode) && t.rdAtomicOut > 0 {
 		t.rdAtomicOut--
 	}
 	// The slot is free before the completion is visible: an application
@@ -487,7 +487,7 @@ func (e *engine) retire(qp *QP, status WCStatus) {
 		t.reqIdx--
 	}
 	if status != WCSuccess || qp.sigAll || w.wr.Flags&SendSignaled != 0 {
-		wc := WorkCompletion{WRID: w.wr.ID, Status: status, Opcode: w.wr.Opcode.completion(), QPNum: qp.qpn}
+		wc := WorkCompletion{WRID: w.wr.ID, Status: status, Opcode: completionOf(w.wr.Opcode), QPNum: qp.qpn}
 		if status == WCSuccess {
 			wc.ByteLen = w.length
 			// rxe flags a send's completion WITH_IMM too (rc_imm.jsonl, ud_imm.jsonl).

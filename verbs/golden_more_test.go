@@ -345,7 +345,7 @@ func TestGoldenImm(t *testing.T) {
 		compareFrames(t, peer, req)
 		replay(t, peer, resp)
 		for i, wc := range poll(t, a.scq, len(msgs), 5*time.Second) {
-			checkWC(t, "send", wc, uint64(i), WCSuccess, wrs[i].Opcode.completion())
+			checkWC(t, "send", wc, uint64(i), WCSuccess, completionOf(wrs[i].Opcode))
 		}
 	})
 	t.Run("responder", func(t *testing.T) {
@@ -491,7 +491,7 @@ func TestGoldenUC(t *testing.T) {
 		postSend(t, a, wrs...)
 		compareFrames(t, peer, req)
 		for i, wc := range poll(t, a.scq, len(msgs), 5*time.Second) {
-			checkWC(t, "UC send", wc, uint64(i), WCSuccess, wrs[i].Opcode.completion())
+			checkWC(t, "UC send", wc, uint64(i), WCSuccess, completionOf(wrs[i].Opcode))
 		}
 	})
 	t.Run("responder", func(t *testing.T) {

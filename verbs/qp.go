@@ -543,7 +543,7 @@ func (qp *QP) checkSendWR(wr *SendWR) (sendWQE, error) {
 		}
 	}
 	if wr.Flags&SendInline != 0 {
-		if wr.Opcode.isReadOrAtomic() || int(total) > qp.cap.MaxInlineData {
+		if isReadOrAtomic(wr.Opcode) || int(total) > qp.cap.MaxInlineData {
 			return bad(fmt.Sprintf("inline %d bytes (max %d) or on a READ/atomic", total, qp.cap.MaxInlineData))
 		}
 	}

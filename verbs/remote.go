@@ -625,18 +625,6 @@ func (r *remote) allCounters() (transport, port []uverbs.Counter, err error) {
 	return transport, port, d.End()
 }
 
-// Wire is the attribute set as the daemon's protocol carries it.
-func (a *QPAttr) Wire() uverbs.QPAttr {
-	w := uverbs.QPAttr{State: uint8(a.State), CurState: uint8(a.CurState), AccessFlags: uint32(a.AccessFlags), PKeyIndex: a.PKeyIndex,
-		Port: a.Port, QKey: a.QKey, DGID: a.AH.DGID.As16(), SGIDIndex: uint8(a.AH.SGIDIndex), HopLimit: a.AH.HopLimit,
-		TrafficClass: a.AH.TrafficClass, FlowLabel: a.AH.FlowLabel, DMAC: a.AH.DMAC, PathMTU: uint8(a.PathMTU), Timeout: a.Timeout,
-		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, RQPSN: a.RQPSN, SQPSN: a.SQPSN, MaxRdAtomic: a.MaxRdAtomic,
-		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNR: a.MinRNRTimer, DestQPN: a.DestQPN, EnSQDAsyncNotify: a.EnSQDAsyncNotify,
-		SQDraining: a.SQDraining, Cap: uverbs.QPCap{MaxSendWR: uint32(a.Cap.MaxSendWR), MaxRecvWR: uint32(a.Cap.MaxRecvWR),
-			MaxSendSGE: uint32(a.Cap.MaxSendSGE), MaxRecvSGE: uint32(a.Cap.MaxRecvSGE), MaxInlineData: uint32(a.Cap.MaxInlineData)}}
-	return w
-}
-
 // QPAttrFromWire is the attribute set a MODIFY_QP or QUERY_QP message carries.
 func QPAttrFromWire(w *uverbs.QPAttr) QPAttr {
 	a := QPAttr{State: QPState(w.State), CurState: QPState(w.CurState), AccessFlags: Access(w.AccessFlags), PKeyIndex: w.PKeyIndex,

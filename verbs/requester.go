@@ -59,7 +59,7 @@ func (e *engine) requester(qp *QP) bool {
 			t.reqIdx++
 			continue
 		}
-		if w.wr.Opcode.isLocal() {
+		if isLocalOp(w.wr.Opcode) {
 			// A bind or local invalidate runs once every WR before it has
 			// completed, so it is ordered after them and before the WRs
 			// behind it (rxe runs it as the requester reaches it; both
@@ -72,7 +72,7 @@ func (e *engine) requester(qp *QP) bool {
 			continue
 		}
 		if !w.started {
-			rdAtomic := w.wr.Opcode.isReadOrAtomic()
+			rdAtomic := isReadOrAtomic(w.wr.Opcode)
 			if w.wr.Flags&SendFence != 0 && t.rdAtomicOut > 0 {
 				break
 			}
@@ -142,7 +142,7 @@ func (e *engine) resolveLocal(qp *QP, w *sendWQE) bool {
 		w.segs, w.seg1, w.single = nil, span{b: w.inline}, true
 		return true
 	}
-	needWrite := w.wr.Opcode.isReadOrAtomic()
+	needWrite := isReadOrAtomic(w.wr.Opcode)
 	w.segs = w.segs[:0]
 	sgl := w.wr.SGList
 	if w.single {
@@ -181,7 +181,7 @@ func (w *sendWQE) local(buf *[1]span) []span {
 func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	t := &qp.t
 	wr := &w.wr
-	if wr.Opcode.isReadOrAtomic() {
+	if isReadOrAtomic(wr.Opcode) {
 		e.sendReadAtomic(qp, w)
 		w.sentAll = true
 		t.reqPSN = (w.lastPSN + 1) & 0xffffff

@@ -107,7 +107,7 @@ func (e *engine) goBackN(qp *QP, headReadsOnly bool) {
 		if !w.started {
 			break
 		}
-		if w.wr.Opcode.isReadOrAtomic() {
+		if isReadOrAtomic(w.wr.Opcode) {
 			if i > 0 && headReadsOnly && w.sentAll {
 				continue
 			}
@@ -141,7 +141,7 @@ func (e *engine) rerequestBefore(qp *QP, psn uint32) {
 		if !w.started || psnCmp(w.lastPSN, psn) >= 0 {
 			return
 		}
-		if w.wr.Opcode.isReadOrAtomic() && !w.respDone {
+		if isReadOrAtomic(w.wr.Opcode) && !w.respDone {
 			e.rerequest(qp, w)
 		}
 	}

@@ -12,20 +12,7 @@ import (
 // names, through an address handle; a receive gets the packet's GRH area
 // (40 bytes) ahead of the payload, as rxe fills it.
 
-// QKeyControlled is the top bit of a Q_Key. In a work request's Q_Key it
-// sends the QP's own Q_Key instead (IBTA 10.2.5); a QP's own Q_Key with it
-// set is a controlled one, which only privileged processes may give a QP.
-const QKeyControlled = 1 << 31
-
 const qkeyOwn = QKeyControlled
-
-// QP1, the General Services Interface QP: the UD QP every node has under
-// a fixed number, which carries the Communication Manager's MADs, all with
-// one Q_Key (IBTA 13.5; rxe's GSI QP).
-const (
-	GSIQPN  = 1
-	GSIQKey = 0x80010000
-)
 
 // CreateGSIQP creates the device's QP1 (a UD QP, attr.Type is ignored): for
 // the owner of the device's connection manager, hence in-process devices

@@ -45,7 +45,7 @@ func (pd *PD) CreateAH(ah AH) (*AddressHandle, error) {
 		return nil, err
 	}
 	ah.DMAC = mac
-	pd.users.Add(1)
+	pd.c.AddUsers(1)
 	return &AddressHandle{pd: pd, attr: ah}, nil
 }
 
@@ -90,7 +90,7 @@ func (a *AddressHandle) Destroy() error {
 		}
 	} else {
 		a.pd.dev.ahs.Add(-1)
-		a.pd.users.Add(-1)
+		a.pd.c.AddUsers(-1)
 	}
 	a.destroyed.Store(true)
 	return nil

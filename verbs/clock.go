@@ -1,8 +1,7 @@
 package verbs
 
 import (
-	"time"
-
+	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link"
 )
 
@@ -11,10 +10,17 @@ type Link = link.Link
 
 // Clock tells the engine the time; tests inject a fake one
 // (internal/faketime).
-type Clock interface {
-	Now() time.Time
-}
+type Clock = transport.Clock
 
-type realClock struct{}
+// RemoteMemory is memory of another process that the engines reach by
+// copying: a daemon's client's own memory (process_vm_readv/writev). Its
+// offsets are the region's. A copy that fails (the client unmapped the
+// memory, or died) moves nothing; the client's data is then undefined, as
+// ibverbs leaves it when registered memory is freed.
+type RemoteMemory = transport.RemoteMemory
 
-func (realClock) Now() time.Time { return time.Now() }
+// RemoteReadVec is a RemoteMemory that takes several reads in one call.
+type RemoteReadVec = transport.RemoteReadVec
+
+// RemoteWriteVec is a RemoteMemory that takes several writes in one call.
+type RemoteWriteVec = transport.RemoteWriteVec

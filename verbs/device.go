@@ -2,9 +2,7 @@ package verbs
 
 import (
 	"context"
-	crand "crypto/rand"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"runtime"
@@ -12,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/internal/transport"
 )
 
 // DeviceConfig describes the port a device runs on.
@@ -79,42 +77,24 @@ type PortAttr struct {
 	DataPath  string // DeviceConfig.DataPath
 }
 
-// Device is an RNIC: the verbs objects and the engines that run the
-// transport for its QPs, one engine and goroutine per queue of the link
-// (each QP is served by the engine of its flow's queue). An engine owns
-// its QPs' transport state; the API hands it work through per-QP queues
-// and a doorbell, and control operations (creating and modifying QPs,
-// deregistering memory) run with every engine's mutex held, so that no
-// operation races with a packet in flight.
+// Device is an RNIC. In-process (NewDevice, Open) it is a
+// transport.NIC: the objects and the engines that run the transport for
+// its QPs, one engine and goroutine per queue of the link. Attached to a
+// daemon (Dial) its objects live in the daemon. The API objects validate
+// what applications ask and hand it to one or the other, as libibverbs
+// hands it to a provider.
 type Device struct {
-	cfg   DeviceConfig
-	clock Clock
-	rng   *rand.Rand // key bytes and QPNs; used by control operations only
+	cfg DeviceConfig
+	// nic is the in-process RNIC; nil for a device attached to a daemon.
+	nic *transport.NIC
+	ahs atomic.Int32 // address handles alive
 
-	objs   objects
-	shards []*engine
-	ahs    atomic.Int32 // address handles alive
-
-	done    chan struct{}
-	stopped sync.WaitGroup // the engines' goroutines
 	closeMu sync.Mutex
 	closed  bool
 	// closing is set as Close begins: posts then fail with ErrClosed.
 	closing atomic.Bool
-	// wakeMu orders a poster's doorbell against Close releasing the link:
-	// a Wake never writes to a closed (or reused) eventfd. Posters take
-	// it only when the engine sleeps.
-	wakeMu   sync.RWMutex
-	linkGone bool
-	onClose  func() error // releases what Open set up, after the engines stop
+	onClose func() error // releases what Open set up, after the engines stop
 
-	// gone (under every engine's mutex) means Close released the links.
-	gone bool
-	// doorbellPage, shared with a daemon's clients, says which engines
-	// sleep (SetDoorbellPage).
-	doorbellPage atomic.Pointer[[]byte]
-	// capture, when set, sees every frame sent and received (SetCapture).
-	capture atomic.Pointer[CaptureFunc]
 	// rem, for a device attached to a daemon (Dial), is the connection;
 	// the device then has no engines of its own.
 	rem *remote
@@ -137,9 +117,6 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 	if len(cfg.MAC) != 6 || len(cfg.GIDs) == 0 {
 		return nil, fmt.Errorf("verbs: a device needs a MAC address and a GID table: %w", ErrInvalid)
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
-	}
 	if cfg.AckHold == 0 {
 		cfg.AckHold = DefaultAckHold
 	}
@@ -152,26 +129,12 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 	if runtime.GOMAXPROCS(0) == 1 {
 		cfg.SpinMax = 0
 	}
-	var seed [32]byte
-	if _, err := crand.Read(seed[:]); err != nil {
-		return nil, fmt.Errorf("verbs: seeding keys: %w", err)
+	nic, err := transport.New(links, transport.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
+		BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold})
+	if err != nil {
+		return nil, err
 	}
-	d := &Device{
-		cfg: cfg, clock: cfg.Clock,
-		rng:  rand.New(rand.NewChaCha8(seed)),
-		done: make(chan struct{}),
-	}
-	d.objs.events.ready = make(chan struct{}, 1)
-	for i, l := range links {
-		e := &engine{}
-		e.init(d, l, i)
-		d.shards = append(d.shards, e)
-	}
-	for _, e := range d.shards {
-		d.stopped.Add(1)
-		go d.run(e)
-	}
-	return d, nil
+	return &Device{cfg: cfg, nic: nic}, nil
 }
 
 // Close stops the engines. Outstanding work is abandoned, as when a device
@@ -180,78 +143,28 @@ func (d *Device) Close() error {
 	if d.rem != nil {
 		return d.closeRemote()
 	}
-	d.closeMu.Lock()
-	if d.closed {
-		d.closeMu.Unlock()
+	d.closing.Store(true)
+	if !d.nic.Close() {
 		return nil
 	}
-	d.closed = true
-	d.closing.Store(true)
-	close(d.done)
-	d.closeMu.Unlock()
-	d.ringAll() // sleeping engines see done at once
-	d.stopped.Wait()
-	d.lockAll() // an application's Progress may be running an engine
-	for _, e := range d.shards {
-		// ACKs held for a reply go out now: the peer's requester waits
-		// for them, and with retry_cnt 7 it would retry for ever.
-		e.flush()
-	}
-	d.gone = true
-	d.unlockAll()
-	d.wakeMu.Lock() // a poster ringing now finishes first, later ones see linkGone
-	d.linkGone = true
-	d.wakeMu.Unlock()
 	if d.onClose != nil {
 		return d.onClose()
 	}
 	return nil
 }
 
-// lockAll takes every engine's mutex, in order: no engine is in a step
-// until unlockAll.
-func (d *Device) lockAll() {
-	for _, e := range d.shards {
-		e.mu.Lock()
-	}
-}
-
-func (d *Device) unlockAll() {
-	for _, e := range d.shards {
-		e.mu.Unlock()
-	}
-}
-
-// do runs the control operation fn with every engine stopped between two
-// packets, then rings them all: fn may have given them work.
-func (d *Device) do(fn func() error) error {
-	if d.closing.Load() {
-		return ErrClosed
-	}
-	d.lockAll()
-	if d.gone {
-		d.unlockAll()
-		return ErrClosed
-	}
-	err := fn()
-	d.unlockAll()
-	d.ringAll()
-	return err
-}
-
 // CaptureFunc sees a frame the device sent (outbound) or received, on the
 // engine's goroutine: it must not keep the frame, and what it takes slows
 // the device down.
-type CaptureFunc func(frame []byte, outbound bool)
+type CaptureFunc = transport.CaptureFunc
 
 // SetCapture starts showing every frame to f, or, with nil, stops; it may be
-// called at any time (xdproce up --pcap).
+// called at any time (xdproce up --pcap). It does nothing on a device
+// attached to a daemon.
 func (d *Device) SetCapture(f CaptureFunc) {
-	if f == nil {
-		d.capture.Store(nil)
-		return
+	if d.nic != nil {
+		d.nic.SetCapture(f)
 	}
-	d.capture.Store(&f)
 }
 
 // MAC is the port's MAC address.
@@ -310,19 +223,50 @@ func (d *Device) QueueCounters() ([]Counters, error) {
 		c, err := d.rem.counters()
 		return []Counters{c}, err
 	}
-	out := make([]Counters, len(d.shards))
-	err := d.do(func() error {
-		for i, e := range d.shards {
-			out[i] = e.counters
-			if r, ok := e.link.(link.RingDropper); ok {
-				out[i].RingDrops = r.RingDrops()
-			}
-		}
-		return nil
-	})
-	return out, err
+	return d.nic.QueueCounters()
 }
 
 // BusyPolling reports whether the engines spin instead of sleeping
 // (DeviceConfig.BusyPoll).
 func (d *Device) BusyPolling() bool { return d.cfg.BusyPoll }
+
+// Progress runs one round of each engine on the calling goroutine, unless
+// another goroutine is running it, and reports whether there was work. An
+// application that spins anyway (on a BusyPoll device's CQ, which calls
+// Progress itself, or on memory, as ib_write_lat does) thereby moves its
+// packets the moment they can move, instead of waiting for the engine's
+// goroutine to get a processor: on a small machine that saves a scheduler
+// hand-off each way. The engines' goroutines keep running, so an
+// application that stops spinning stalls nothing. A device attached to a
+// daemon has no engines here: false.
+func (d *Device) Progress() bool {
+	if d.nic == nil {
+		return false
+	}
+	return d.nic.Progress()
+}
+
+// SetDoorbellPage gives the engines a page, shared with clients, where
+// each says whether it sleeps (uverbs.SetSleeping): a client rings the
+// doorbell only for a sleeping engine.
+func (d *Device) SetDoorbellPage(page []byte) {
+	if d.nic != nil {
+		d.nic.SetDoorbellPage(page)
+	}
+}
+
+// Wake rings every engine's doorbell: the daemon calls it when a client
+// signals that it posted to a sleeping engine.
+func (d *Device) Wake() {
+	if d.nic != nil {
+		d.nic.Wake()
+	}
+}
+
+// Engines is the number of engines (queues) the device runs.
+func (d *Device) Engines() int {
+	if d.nic == nil {
+		return 0
+	}
+	return d.nic.Engines()
+}

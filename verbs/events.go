@@ -2,7 +2,8 @@ package verbs
 
 import (
 	"context"
-	"sync"
+
+	"github.com/xdproce/xdproce/internal/transport"
 )
 
 // AsyncEvent is one asynchronous event (struct ibv_async_event); the field
@@ -14,60 +15,30 @@ type AsyncEvent struct {
 	SRQ  *SRQ
 }
 
-// maxAsyncEvents bounds the events kept until the application reads them;
-// beyond it the oldest are dropped and counted.
-const maxAsyncEvents = 1024
-
-// eventQueue holds events until GetAsyncEvent takes them. Events are rare
-// (errors, limits), so a mutex is fine here.
-type eventQueue struct {
-	mu      sync.Mutex
-	q       []AsyncEvent
-	dropped uint64
-	ready   chan struct{} // one token while q is non-empty
-}
-
-func (eq *eventQueue) post(ev AsyncEvent) {
-	eq.mu.Lock()
-	if len(eq.q) == maxAsyncEvents {
-		eq.q = append(eq.q[:0], eq.q[1:]...)
-		eq.dropped++
-	}
-	eq.q = append(eq.q, ev)
-	eq.mu.Unlock()
-	select {
-	case eq.ready <- struct{}{}:
-	default:
-	}
-}
-
 // GetAsyncEvent returns the oldest asynchronous event, waiting for one until
 // ctx ends (ibv_get_async_event).
 func (d *Device) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 	if d.rem != nil {
 		return d.rem.getEvent(ctx)
 	}
-	eq := &d.objs.events
-	for {
-		eq.mu.Lock()
-		if len(eq.q) > 0 {
-			ev := eq.q[0]
-			eq.q = append(eq.q[:0], eq.q[1:]...)
-			more := len(eq.q) > 0
-			eq.mu.Unlock()
-			if more {
-				select {
-				case eq.ready <- struct{}{}:
-				default:
-				}
-			}
-			return ev, nil
-		}
-		eq.mu.Unlock()
-		select {
-		case <-eq.ready:
-		case <-ctx.Done():
-			return AsyncEvent{}, ctx.Err()
-		}
+	ev, err := d.nic.NextEvent(ctx)
+	if err != nil {
+		return AsyncEvent{}, err
 	}
+	return eventOf(ev), nil
+}
+
+// eventOf names the API's objects an engine's event names.
+func eventOf(ev transport.Event) AsyncEvent {
+	out := AsyncEvent{Type: ev.Type}
+	if ev.QP != nil {
+		out.QP, _ = ev.QP.Owner.(*QP)
+	}
+	if ev.CQ != nil {
+		out.CQ, _ = ev.CQ.Owner.(*CQ)
+	}
+	if ev.SRQ != nil {
+		out.SRQ, _ = ev.SRQ.Owner.(*SRQ)
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link/memlink"
 )
 
@@ -58,7 +59,7 @@ func TestNoQPFatalForReportedErrors(t *testing.T) {
 	postSend(t, a, SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, 8)})
 	for i := 0; i < 2 && pending(a.scq) == 0; i++ {
 		waitCounter(t, a.dev, "a transmission", func(c Counters) bool { return c.SentPkts == uint64(i+1) })
-		clk.Advance(ackTimeout(14) + time.Microsecond)
+		clk.Advance(transport.AckTimeout(14) + time.Microsecond)
 	}
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRetryExcErr {
 		t.Fatalf("completion %+v, want RETRY_EXC_ERR", wc)

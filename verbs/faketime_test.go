@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link/memlink"
 )
 
@@ -54,7 +55,7 @@ func TestRetryCountWithFakeTime(t *testing.T) {
 	base := waitCounter(t, a.dev, "setup", func(Counters) bool { return true }).SentPkts
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, a.dev, "first transmission", func(c Counters) bool { return c.SentPkts == base+1 })
-	timeout := ackTimeout(14)
+	timeout := transport.AckTimeout(14)
 	for i := 1; i <= 3; i++ {
 		if n := pending(a.scq); a.qp.State() != StateRTS || n != 0 {
 			t.Fatalf("retry %d: QP %v with %d completions before the timer expired", i, a.qp.State(), n)
@@ -93,4 +94,4 @@ func TestRNRTimerWithFakeTime(t *testing.T) {
 }
 
 // pending is how many completions cq holds, without taking them.
-func pending(cq *CQ) int { return cq.pending() }
+func pending(cq *CQ) int { return cq.c.Pending() }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -138,10 +139,10 @@ func TestBadPKeyDropped(t *testing.T) {
 func TestForgedReadResponsesInWindow(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU4096, timeout: 14, retry: 7, rnr: 7})
 	fill(b.mr.Bytes()[:16<<10], 4)
-	hold := dropWhile(b.dev.shards[0].link.(*memlink.Link), func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
+	hold := dropWhile(b.dev.nic.Link(0).(*memlink.Link), func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 16<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, b.dev, "the READ request", func(c Counters) bool { return c.RcvdPkts == 1 })
-	la := a.dev.shards[0].link.(*memlink.Link)
+	la := a.dev.nic.Link(0).(*memlink.Link)
 	junk := func(n int) []byte { return bytes.Repeat([]byte{0xee}, n) }
 	for _, f := range []struct {
 		op      wire.Opcode
@@ -158,7 +159,7 @@ func TestForgedReadResponsesInWindow(t *testing.T) {
 	}
 	waitCounter(t, a.dev, "the forged responses", func(c Counters) bool { return c.ResponseOutOfWindow == 4 && c.LostResponseRetry == 1 })
 	hold.Store(false)
-	clk.Advance(ackTimeout(14) + time.Microsecond) // the responses were held back: the timer asks again
+	clk.Advance(transport.AckTimeout(14) + time.Microsecond) // the responses were held back: the timer asks again
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
 		t.Fatalf("completion %+v", wc)
 	}
@@ -179,11 +180,11 @@ func TestForgedNAKInsideRead(t *testing.T) {
 	amr, err := a.pd.AllocMR(size, AccessLocalWrite)
 	must(t, err)
 	fill(bmr.Bytes(), 6)
-	lb := b.dev.shards[0].link.(*memlink.Link)
+	lb := b.dev.nic.Link(0).(*memlink.Link)
 	hold := dropWhile(lb, func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(amr, 0, size), RemoteAddr: bmr.Addr(), RKey: bmr.RKey()})
 	waitCounter(t, b.dev, "the READ request", func(c Counters) bool { return c.RcvdPkts == 1 })
-	la := a.dev.shards[0].link.(*memlink.Link)
+	la := a.dev.nic.Link(0).(*memlink.Link)
 	syndromes := []uint8{
 		wire.ACKSyndrome(31),
 		wire.NAKSyndrome(wire.NAKPSNSequenceError),
@@ -204,7 +205,7 @@ func TestForgedNAKInsideRead(t *testing.T) {
 		t.Fatalf("after the forgeries: QP %v, %d completions", a.qp.State(), n)
 	}
 	hold.Store(false)
-	clk.Advance(ackTimeout(14) + time.Microsecond) // the responses were held back: the timer asks again
+	clk.Advance(transport.AckTimeout(14) + time.Microsecond) // the responses were held back: the timer asks again
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
 		t.Fatalf("completion %+v", wc)
 	}

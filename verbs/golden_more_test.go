@@ -13,6 +13,7 @@ import (
 
 	"github.com/xdproce/xdproce/internal/faketime"
 	"github.com/xdproce/xdproce/internal/pcap"
+	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -67,7 +68,7 @@ func goldenSide(t *testing.T, link Link, self, peer capFrame, qpn, peerQPN, sqPS
 	must(t, err)
 	n.rcq, err = d.CreateCQ(256)
 	must(t, err)
-	must(t, d.do(func() error { d.objs.nextQPN = qpn; return nil }))
+	must(t, d.do(func() error { d.nic.PinNextQPN(qpn); return nil }))
 	n.qp, err = n.pd.CreateQP(QPInitAttr{Type: o.typ, SendCQ: n.scq, RecvCQ: n.rcq,
 		Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}})
 	must(t, err)
@@ -102,32 +103,8 @@ func rcResponder(t *testing.T, link Link, req, resp []capFrame, o goldenEnd) *no
 // name it unchanged.
 func placeMR(t *testing.T, n *node, addr uint64, key uint32) {
 	t.Helper()
-	e := &n.dev.objs
-	must(t, n.dev.do(func() error {
-		e.removeMR(n.mr)
-		idx := key >> 8
-		for uint32(len(e.mrs.mrs)) <= idx {
-			e.mrs.mrs = append(e.mrs.mrs, nil)
-		}
-		if e.mrs.mrs[idx] != nil {
-			t.Errorf("key index %#x is taken", idx)
-			return nil
-		}
-		e.mrs.free = deleteIndex(e.mrs.free, idx)
-		n.mr.addr, n.mr.lkey, n.mr.rkey, n.mr.valid = addr, key, key, true
-		e.mrs.mrs[idx] = n.mr
-		return nil
-	}))
-}
-
-func deleteIndex(s []uint32, v uint32) []uint32 {
-	out := s[:0]
-	for _, x := range s {
-		if x != v {
-			out = append(out, x)
-		}
-	}
-	return out
+	must(t, n.dev.do(func() error { return n.mr.c.Place(addr, key) }))
+	n.mr.addr, n.mr.lkey, n.mr.rkey = addr, key, key
 }
 
 // settle returns once the engines' current steps are over: the next frame
@@ -345,7 +322,7 @@ func TestGoldenImm(t *testing.T) {
 		compareFrames(t, peer, req)
 		replay(t, peer, resp)
 		for i, wc := range poll(t, a.scq, len(msgs), 5*time.Second) {
-			checkWC(t, "send", wc, uint64(i), WCSuccess, completionOf(wrs[i].Opcode))
+			checkWC(t, "send", wc, uint64(i), WCSuccess, transport.CompletionOf(wrs[i].Opcode))
 		}
 	})
 	t.Run("responder", func(t *testing.T) {
@@ -491,7 +468,7 @@ func TestGoldenUC(t *testing.T) {
 		postSend(t, a, wrs...)
 		compareFrames(t, peer, req)
 		for i, wc := range poll(t, a.scq, len(msgs), 5*time.Second) {
-			checkWC(t, "UC send", wc, uint64(i), WCSuccess, completionOf(wrs[i].Opcode))
+			checkWC(t, "UC send", wc, uint64(i), WCSuccess, transport.CompletionOf(wrs[i].Opcode))
 		}
 	})
 	t.Run("responder", func(t *testing.T) {
@@ -565,21 +542,11 @@ func placeMW(t *testing.T, n *node, key uint32) *MW {
 	t.Helper()
 	mw, err := n.pd.AllocMW(MWType2)
 	must(t, err)
-	if !isMWKey(key) {
+	if !transport.IsMWKey(key) {
 		t.Fatalf("%#x is not a memory window key", key)
 	}
-	e := &n.dev.objs
 	must(t, n.dev.do(func() error {
-		e.removeMW(mw)
-		i := key>>8 - mwFirstIndex
-		for uint32(len(e.mrs.mws)) <= i {
-			e.mrs.mwFree = append(e.mrs.mwFree, uint32(len(e.mrs.mws)))
-			e.mrs.mws = append(e.mrs.mws, nil)
-		}
-		e.mrs.mwFree = deleteIndex(e.mrs.mwFree, i)
-		mw.rkey.Store(key ^ 0x5a) // another key byte: the bind sets rxe's
-		mw.alive = true
-		e.mrs.mws[i] = mw
+		mw.c.Place(key) // another key byte: the bind sets rxe's
 		return nil
 	}))
 	return mw
@@ -683,13 +650,13 @@ func TestGoldenSendInvalidateRegion(t *testing.T) {
 		// it: the clock may move only once that step is over.
 		settle(t, a.dev)
 		for i := 2; i < len(req); i++ {
-			clk.Advance(ackTimeout(14) + time.Microsecond)
+			clk.Advance(transport.AckTimeout(14) + time.Microsecond)
 			compareFrames(t, peer, req[i:i+1])
 		}
 		if n := pending(a.scq); n != 0 {
 			t.Fatalf("%d completions before the retries ran out", n)
 		}
-		clk.Advance(ackTimeout(14) + time.Microsecond)
+		clk.Advance(transport.AckTimeout(14) + time.Microsecond)
 		checkWC(t, "SEND to a dead responder", poll(t, a.scq, 1, 5*time.Second)[0], 2, WCRetryExcErr, 0)
 	})
 	t.Run("responder", func(t *testing.T) {

@@ -196,7 +196,7 @@ func isErr(err, target error) bool { return errors.Is(err, target) }
 func pollWait(cq *CQ, timeout time.Duration) *CQ {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if cq.pending() > 0 {
+		if cq.c.Pending() > 0 {
 			return cq
 		}
 		time.Sleep(100 * time.Microsecond)
@@ -209,3 +209,6 @@ func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// do runs fn as a control operation of d's engines (transport.NIC.Do).
+func (d *Device) do(fn func() error) error { return d.nic.Do(fn) }

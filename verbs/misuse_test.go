@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link/memlink"
 )
 
@@ -47,7 +48,7 @@ func TestDestroyQPTwice(t *testing.T) {
 	if err := qp.Destroy(); !isErr(err, ErrInvalid) {
 		t.Fatalf("second Destroy: %v, want EINVAL", err)
 	}
-	if n := srq.attached.Load(); n != 1 {
+	if n := srq.c.Attached(); n != 1 {
 		t.Fatalf("SRQ has %d QPs attached, want 1 (the other)", n)
 	}
 	if err := srq.Destroy(); !isErr(err, ErrBusy) {
@@ -166,10 +167,10 @@ func TestQPNsAreRandom(t *testing.T) {
 		qp, err := a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, Cap: QPCap{MaxSendWR: 1}})
 		must(t, err)
 		n := qp.QPN()
-		if n < firstUserQPN || n >= MaxQP || seen[n] {
+		if n < transport.FirstUserQPN || n >= MaxQP || seen[n] {
 			t.Fatalf("QPN %#x: out of range or reused while live", n)
 		}
-		if n < firstUserQPN+256 {
+		if n < transport.FirstUserQPN+256 {
 			below++
 		}
 		seen[n] = true
@@ -177,7 +178,7 @@ func TestQPNsAreRandom(t *testing.T) {
 	}
 	// Counting up, all 200 would lie in the first 256; at random about 13 do.
 	if below > 60 {
-		t.Fatalf("%d of 200 QPNs below %#x: not spread over the range", below, firstUserQPN+256)
+		t.Fatalf("%d of 200 QPNs below %#x: not spread over the range", below, transport.FirstUserQPN+256)
 	}
 	for _, qp := range qps {
 		must(t, qp.Destroy())

@@ -12,6 +12,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/transport"
+
 	"github.com/xdproce/xdproce/ipc"
 	"github.com/xdproce/xdproce/uverbs"
 )
@@ -50,12 +53,6 @@ type remoteQP struct {
 	sendMu   sync.Mutex
 	recvMu   sync.Mutex
 	sqp, rqp uint32 // producer indices
-}
-
-type remoteCQ struct {
-	h      uint32
-	m      *ipc.Mapping
-	notify *ipc.Waiter // hangs up when the daemon is gone
 }
 
 type remoteMR struct {
@@ -104,8 +101,7 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 	for _, g := range r.info.GIDs {
 		cfg.GIDs = append(cfg.GIDs, netip.AddrFrom16(g).Unmap()) // IPv4 GIDs as Open gives them
 	}
-	dev := &Device{cfg: cfg, clock: realClock{}, done: make(chan struct{}), rem: r}
-	dev.objs.events.ready = make(chan struct{}, 1)
+	dev := &Device{cfg: cfg, rem: r}
 	var wctx context.Context
 	wctx, r.stop = context.WithCancel(context.Background())
 	go r.watch(wctx, peer.PID)
@@ -262,7 +258,7 @@ func (pd *PD) allocRemoteMR(n int, access Access) (*MR, error) {
 	m.CloseFD()
 	var mr *MR
 	if err == nil {
-		mr = &MR{pd: pd, buf: buf, length: uint64(n), addr: addr, access: access, valid: true, rem: &remoteMR{m: m}}
+		mr = &MR{pd: pd, buf: buf, length: uint64(n), addr: addr, access: access, rem: &remoteMR{m: m}}
 		mr.rem.h, mr.lkey, mr.rkey = d.U32(), d.U32(), d.U32()
 		err = d.End()
 	}
@@ -284,7 +280,6 @@ func (m *MR) deregRemote() error {
 	r.mrMu.Lock()
 	delete(r.mrs, m.lkey)
 	r.mrMu.Unlock()
-	m.valid = false
 	if m.rem.m == nil {
 		return nil // the application's own memory
 	}
@@ -313,7 +308,8 @@ func (d *Device) createRemoteCQ(depth int) (*CQ, error) {
 		rc.notify.Close()
 		return nil, err
 	}
-	cq := &CQ{dev: d, depth: depth, shared: ring, rem: rc, event: make(chan struct{}, 1)}
+	rc.ring = ring
+	cq := &CQ{dev: d, depth: depth, rem: rc}
 	r.objMu.Lock()
 	r.cqs[h] = cq
 	r.objMu.Unlock()
@@ -322,13 +318,14 @@ func (d *Device) createRemoteCQ(depth int) (*CQ, error) {
 
 // pollRemote reads completions from a daemon's CQ ring.
 func (cq *CQ) pollRemote(wcs []WorkCompletion) int {
-	r := cq.shared
-	if r.Producer() == uint32(cq.head.Load()) {
+	q := cq.rem
+	r := q.ring
+	if r.Producer() == uint32(q.head.Load()) {
 		return 0 // an empty poll: two loads, no lock, no store to the shared line
 	}
-	cq.pollMu.Lock()
-	defer cq.pollMu.Unlock()
-	h := uint32(cq.head.Load())
+	q.pollMu.Lock()
+	defer q.pollMu.Unlock()
+	h := uint32(q.head.Load())
 	k := min(uint32(len(wcs)), r.Producer()-h, r.Slots())
 	var c uverbs.CQE
 	for i := range k {
@@ -336,7 +333,7 @@ func (cq *CQ) pollRemote(wcs []WorkCompletion) int {
 		wcs[i] = WorkCompletion{WRID: c.WRID, Status: WCStatus(c.Status), Opcode: WCOpcode(c.Opcode), VendorErr: c.VendorErr,
 			ByteLen: c.ByteLen, ImmData: c.Imm, InvalidatedKey: c.InvalidatedKey, QPNum: c.QPNum, SrcQP: c.SrcQP, Flags: WCFlags(c.WCFlags)}
 	}
-	cq.head.Store(uint64(h + k))
+	q.head.Store(uint64(h + k))
 	r.SetConsumer(h + k)
 	return int(k)
 }
@@ -476,7 +473,8 @@ func (qp *QP) postSendRemote(wrs []SendWR) (int, error) {
 	var err error
 	for i := range wrs {
 		wr := &wrs[i]
-		if _, err = qp.checkSendWR(wr); err != nil {
+		tw := qp.wrOf(wr)
+		if err = transport.CheckSendWR(&tw, qp.typ, qp.cap, qp.dev.cfg.ActiveMTU); err != nil {
 			break
 		}
 		if q.sqp-q.sq.Consumer() >= uint32(qp.cap.MaxSendWR) {
@@ -498,7 +496,7 @@ func (qp *QP) postSendRemote(wrs []SendWR) (int, error) {
 			uverbs.PutSendWQE(slot, &w, nil, nil)
 			// The window's key once the bind is done, as the daemon will
 			// have it (a failed bind completes with MW_BIND_ERR).
-			b.MW.rkey.Store(b.MW.RKey()&^0xff | b.RKey&0xff)
+			b.MW.rem.rkey.Store(b.MW.RKey()&^0xff | b.RKey&0xff)
 		} else if wr.Flags&SendInline != 0 {
 			err = qp.dev.rem.putInline(slot, &w, wr)
 		} else {
@@ -533,7 +531,7 @@ func (r *remote) putInline(slot []byte, w *uverbs.SendWQE, wr *SendWR) error {
 		var b []byte
 		ok := mr != nil
 		if ok {
-			b, ok = mr.slice(s.Addr, s.Length)
+			b, ok = ibv.SliceAt(mr.buf, mr.addr, s.Addr, s.Length)
 		}
 		if !ok || len(data)+len(b) > cap(data) {
 			return fmt.Errorf("verbs: inline send WR %d: bad lkey %#x or SGE: %w", wr.ID, s.LKey, ErrInvalid)
@@ -654,7 +652,6 @@ func (d *Device) closeRemote() error {
 	}
 	d.closed = true
 	d.closing.Store(true)
-	close(d.done)
 	return d.rem.close()
 }
 
@@ -710,7 +707,7 @@ func (pd *PD) createRemoteSRQ(attr SRQInitAttr) (*SRQ, error) {
 	} else {
 		rs.m, rs.ring, err = ipc.MapRing(fds[0], slots, int(size))
 	}
-	s := &SRQ{dev: pd.dev, pd: pd, maxSGE: int(a.MaxSGE), maxWR: int(a.MaxWR), limit: int(a.Limit), rem: rs}
+	s := &SRQ{dev: pd.dev, pd: pd, rem: rs}
 	rs.attr = SRQAttr{MaxWR: int(a.MaxWR), MaxSGE: int(a.MaxSGE), Limit: int(a.Limit)}
 	if err != nil {
 		return nil, errors.Join(err, s.destroyRemote())
@@ -787,7 +784,10 @@ func (s *SRQ) destroyRemote() error {
 	return nil
 }
 
-type remoteMW struct{ h uint32 }
+type remoteMW struct {
+	h    uint32
+	rkey atomic.Uint32 // as the daemon will have it once the binds posted are done
+}
 
 func (pd *PD) allocRemoteMW(typ MWType) (*MW, error) {
 	d, err := pd.dev.rem.callNoFDs(uverbs.OpAllocMW, func(e *uverbs.Encoder) {
@@ -798,7 +798,7 @@ func (pd *PD) allocRemoteMW(typ MWType) (*MW, error) {
 		return nil, err
 	}
 	mw := &MW{pd: pd, rem: &remoteMW{h: d.U32()}}
-	mw.rkey.Store(d.U32())
+	mw.rem.rkey.Store(d.U32())
 	return mw, d.End()
 }
 
@@ -823,7 +823,7 @@ func (pd *PD) regRemoteMR(buf []byte, iova uint64, access Access) (*MR, error) {
 	if err != nil {
 		return nil, err
 	}
-	mr := &MR{pd: pd, buf: buf, length: uint64(len(buf)), addr: iova, access: access, valid: true, rem: &remoteMR{}}
+	mr := &MR{pd: pd, buf: buf, length: uint64(len(buf)), addr: iova, access: access, rem: &remoteMR{}}
 	mr.rem.h, mr.lkey, mr.rkey = d.U32(), d.U32(), d.U32()
 	if err := d.End(); err != nil {
 		return nil, err

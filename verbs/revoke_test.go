@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -142,7 +143,7 @@ func TestMWRevokedMidRead(t *testing.T) {
 			// The answer stopped; the requester's timer asks again and the
 			// duplicate READ finds the key dead.
 			for i := 0; i < 50 && pending(a.scq) == 0; i++ {
-				clk.Advance(ackTimeout(14) << maxBackoff)
+				clk.Advance(transport.AckTimeout(14) << transport.MaxBackoff)
 				time.Sleep(10 * time.Millisecond)
 			}
 			wc := poll(t, a.scq, 1, 5*time.Second)[0]
@@ -175,7 +176,7 @@ func TestMWRevokedMidWrite(t *testing.T) {
 			mw := mustBind(t, b, 0, n, AccessRemoteWrite)
 			rkey := mw.RKey()
 			fill(a.mr.Bytes()[:n], 9)
-			la := a.dev.shards[0].link.(*memlink.Link)
+			la := a.dev.nic.Link(0).(*memlink.Link)
 			hold := dropOpcode(la, wire.RCWriteLast)
 			postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, n), RemoteAddr: b.mr.Addr(), RKey: rkey})
 			waitCounter(t, b.dev, "FIRST and MIDDLEs", func(c Counters) bool { return c.RcvdPkts >= 7 })
@@ -199,7 +200,7 @@ func TestMWRevokedMidWrite(t *testing.T) {
 			}
 			after := bytes.Clone(b.mr.Bytes())
 			hold.Store(false)
-			clk.Advance(ackTimeout(14) + time.Microsecond) // the LAST was lost: the timer resends it
+			clk.Advance(transport.AckTimeout(14) + time.Microsecond) // the LAST was lost: the timer resends it
 			if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRemAccessErr {
 				t.Fatalf("WRITE through a window revoked under it: %+v, want REM_ACCESS_ERR", wc)
 			}
@@ -276,7 +277,7 @@ func TestReadOfHalfThePSNSpace(t *testing.T) {
 		}
 		if c.RcvdPkts == last {
 			// Stalled: only the transport timer can go on (fake time).
-			clk.Advance(ackTimeout(14) << maxBackoff)
+			clk.Advance(transport.AckTimeout(14) << transport.MaxBackoff)
 		}
 		last = c.RcvdPkts
 	}

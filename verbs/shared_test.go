@@ -505,7 +505,7 @@ func TestSharedSRQSlotFreedBeforeCompletion(t *testing.T) {
 			// engines, pairs are added until both of a's engines serve some.
 			b := newNode(t, db, 4096)
 			var senders []*node
-			served := map[*engine]bool{}
+			served := map[int]bool{}
 			for len(senders) < 2 || engines == 2 && len(served) < 2 && len(senders) < maxQPs {
 				a := &node{dev: da, pd: pd, scq: cq, rcq: cq, mr: mr}
 				a.qp, err = pd.CreateSharedQP(QPInitAttr{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq, SRQ: srq,
@@ -517,7 +517,7 @@ func TestSharedSRQSlotFreedBeforeCompletion(t *testing.T) {
 					Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 				must(t, err)
 				connect(t, a, &s, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
-				served[a.qp.eng.Load()] = true
+				served[a.qp.c.Queue()] = true
 				senders = append(senders, &s)
 			}
 			if len(served) != engines {

@@ -78,8 +78,7 @@ func TestQPStateTable(t *testing.T) {
 		}
 		if s == StateSQE {
 			must(t, d.do(func() error {
-				qp.t.state = StateSQE
-				qp.state.Store(uint32(StateSQE))
+				qp.c.ForceState(StateSQE)
 				return nil
 			}))
 		}

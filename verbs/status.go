@@ -1,52 +1,15 @@
 package verbs
 
-import (
-	"time"
-)
-
-// status snapshots qp (engine goroutine).
-func (e *engine) status(qp *QP, now time.Time) QPStatus {
-	t := &qp.t
-	s := QPStatus{
-		QPN: qp.qpn, DestQPN: t.attr.DestQPN, Type: qp.typ, State: t.state, Peer: t.attr.AH.DGID.Unmap(), Queue: e.index,
-		SendQueued: len(t.sq), ReqPSN: t.reqPSN, NextPSN: t.nextPSN, CompPSN: t.compPSN, Window: t.window(),
-		Timeouts: t.timeouts, Retrying: t.startedRetry, Probing: t.probing,
-		EPSN: t.ePSN, MSN: t.msn, RecvQueued: len(t.rq), NAKSent: t.nakSent,
-	}
-	if len(t.sq) > 0 && t.sq[0].started {
-		w := &t.sq[0]
-		s.HeadStarted, s.HeadOp, s.HeadFirst, s.HeadLast, s.HeadLength = true, w.wr.Opcode, w.firstPSN, w.lastPSN, w.length
-		s.HeadSent = w.sentOff
-		if w.wr.Opcode == WRRDMARead {
-			s.HeadSent = w.readDone
-		}
-	}
-	if !t.timerAt.IsZero() {
-		s.TimerIn = max(t.timerAt.Sub(now), time.Nanosecond)
-	}
-	if !t.rnrAt.IsZero() {
-		s.RNRWaitIn = max(t.rnrAt.Sub(now), time.Nanosecond)
-	}
-	switch t.respOp {
-	case respSend:
-		s.InMessage = "SEND"
-	case respWrite:
-		s.InMessage = "WRITE"
-	}
-	return s
-}
-
-// QPStatus returns a snapshot of every QP of the device, in creation order.
+// QPStatus returns a snapshot of every QP of the device, in creation order
+// (none for a device attached to a daemon).
 func (d *Device) QPStatus() ([]QPStatus, error) {
-	var out []QPStatus
-	err := d.do(func() error {
-		now := d.clock.Now()
-		for _, qp := range d.objs.live {
-			out = append(out, qp.eng.Load().status(qp, now))
+	if d.nic == nil {
+		if d.closing.Load() {
+			return nil, ErrClosed
 		}
-		return nil
-	})
-	return out, err
+		return nil, nil
+	}
+	return d.nic.QPStatus()
 }
 
 // StalledQPs returns the QPs whose transport timer has expired at least

@@ -22,30 +22,3 @@ type SendWR struct {
 	RemoteQPN  uint32
 	RemoteQKey uint32
 }
-
-// completionOf maps a send opcode to its completion opcode.
-func completionOf(o WROpcode) WCOpcode {
-	switch o {
-	case WRRDMAWrite, WRRDMAWriteWithImm:
-		return WCRDMAWrite
-	case WRRDMARead:
-		return WCRDMARead
-	case WRAtomicCmpAndSwp:
-		return WCCompSwap
-	case WRAtomicFetchAdd:
-		return WCFetchAdd
-	case WRBindMW:
-		return WCBindMW
-	case WRLocalInv:
-		return WCLocalInv
-	}
-	return WCSend
-}
-
-// isLocalOp reports the operations the requester executes itself, sending nothing.
-func isLocalOp(o WROpcode) bool { return o == WRBindMW || o == WRLocalInv }
-
-// isReadOrAtomic reports the operations whose responses carry data back.
-func isReadOrAtomic(o WROpcode) bool {
-	return o == WRRDMARead || o == WRAtomicCmpAndSwp || o == WRAtomicFetchAdd
-}

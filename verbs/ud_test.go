@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/pcap"
+	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/wire"
@@ -65,7 +66,7 @@ func TestUDSendReceive(t *testing.T) {
 	postRecv(t, b, RecvWR{ID: 7, SGList: sge(b.mr, 0, wire.GRHLen+n)}, RecvWR{ID: 8, SGList: sge(b.mr, 4096, wire.GRHLen+64)})
 	postSend(t, a, SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, n), AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: testQKey},
 		SendWR{ID: 2, Opcode: WRSendWithImm, Flags: SendSignaled, SGList: sge(a.mr, 0, 64), ImmData: 0x99999999, AH: ah,
-			RemoteQPN: b.qp.QPN(), RemoteQKey: qkeyOwn}) // the QP's own Q_Key
+			RemoteQPN: b.qp.QPN(), RemoteQKey: transport.QKeyOwn}) // the QP's own Q_Key
 	sent := poll(t, a.scq, 2, 5*time.Second)
 	if sent[0].Status != WCSuccess || sent[0].ByteLen != n || sent[1].Flags != WCWithImm || sent[1].Opcode != WCSend {
 		t.Fatalf("send completions %+v", sent)
@@ -210,7 +211,7 @@ func goldenUDDevice(t *testing.T, link Link, mac [6]byte, ip netip.Addr, qpn uin
 		ActiveMTU: 4096, Clock: stoppedClock{time.Unix(1e9, 0)}})
 	must(t, err)
 	t.Cleanup(func() { _ = d.Close() })
-	must(t, d.do(func() error { d.objs.nextQPN = qpn; return nil }))
+	must(t, d.do(func() error { d.nic.PinNextQPN(qpn); return nil }))
 	return d
 }
 

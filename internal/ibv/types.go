@@ -310,3 +310,16 @@ type WorkCompletion struct {
 	SrcQP          uint32
 	Flags          WCFlags
 }
+
+// SliceAt returns the bytes [addr, addr+n) of a region whose memory buf
+// starts at address base, if they lie inside it.
+func SliceAt(buf []byte, base, addr uint64, n uint32) ([]byte, bool) {
+	if addr < base || buf == nil {
+		return nil, false
+	}
+	off := addr - base
+	if off > uint64(len(buf)) || uint64(n) > uint64(len(buf))-off {
+		return nil, false
+	}
+	return buf[off : off+uint64(n)], true
+}

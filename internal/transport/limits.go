@@ -1,4 +1,4 @@
-package verbs
+package transport
 
 const (
 	firstUserQPN    = 0x11 // rxe numbers user QPs from 17 as well

@@ -2,13 +2,14 @@
 // responses to the send queue and retires WQEs into the send CQ (retire,
 // failHead); all completion of send work happens here.
 
-package verbs
+package transport
 
 import (
 	"encoding/binary"
 	"fmt"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -54,8 +55,8 @@ type completion struct {
 	t      *qpTransport
 	p      *wire.Packet
 	info   wire.OpInfo
-	w      *sendWQE // the READ or atomic a response belongs to
-	status WCStatus // of the head WQE, for compError
+	w      *sendWQE     // the READ or atomic a response belongs to
+	status ibv.WCStatus // of the head WQE, for compError
 }
 
 // completer handles a response (ACK, NAK, READ response, atomic ACK) for an
@@ -151,19 +152,19 @@ func (c *completion) checkAck() compState {
 			case wire.NAKPSNSequenceError:
 				return compSeqNAK
 			case wire.NAKInvalidRequest:
-				c.status = WCRemInvReqErr
+				c.status = ibv.WCRemInvReqErr
 			case wire.NAKRemoteAccessError:
-				c.status = WCRemAccessErr
+				c.status = ibv.WCRemAccessErr
 			default:
-				c.status = WCRemOpErr
+				c.status = ibv.WCRemOpErr
 			}
 			return compNAKError
 		}
-		c.status = WCRemOpErr
+		c.status = ibv.WCRemOpErr
 		return compNAKError
 	case wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast, wire.RCReadResponseOnly:
 		if c.info.Headers&wire.HasAETH != 0 && !p.AETH.IsACK() {
-			c.status = WCRemOpErr
+			c.status = ibv.WCRemOpErr
 			return compNAKError
 		}
 		return compCheckHead
@@ -197,7 +198,7 @@ func (c *completion) answersRequest(ack bool) bool {
 		if psnCmp(psn, w.lastPSN) > 0 {
 			continue
 		}
-		return w.wr.Opcode != WRRDMARead || psn == w.firstPSN || psn == w.readFrom || (ack && psn == w.lastPSN)
+		return w.wr.Opcode != ibv.WRRDMARead || psn == w.firstPSN || psn == w.readFrom || (ack && psn == w.lastPSN)
 	}
 	return true
 }
@@ -227,7 +228,7 @@ func (c *completion) rnrNAK() compState {
 	c.e.counters.RcvdRNRErr++
 	if c.t.rnrLeft == 0 {
 		c.e.counters.RetryRNRExceededErr++
-		c.status = WCRNRRetryExcErr
+		c.status = ibv.WCRNRRetryExcErr
 		return compError
 	}
 	return compRNRRetry
@@ -310,7 +311,7 @@ func (c *completion) checkHead() compState {
 			break
 		}
 	}
-	if w == nil || !isReadOrAtomic(w.wr.Opcode) || (w.wr.Opcode == WRRDMARead) == isAtomicAck {
+	if w == nil || !isReadOrAtomic(w.wr.Opcode) || (w.wr.Opcode == ibv.WRRDMARead) == isAtomicAck {
 		c.e.counters.ResponseOutOfWindow++ // no READ or atomic of ours holds this PSN
 		return compDrop
 	}
@@ -356,7 +357,7 @@ func (c *completion) read() compState {
 	}
 	var one [1]span
 	if !scatterPayload(w.local(&one), w.readDone, p, &c.e.pending) {
-		c.status = WCLocProtErr
+		c.status = ibv.WCLocProtErr
 		return compError
 	}
 	w.readDone += n
@@ -428,7 +429,7 @@ func (e *engine) completeInOrder(qp *QP) {
 		} else if t.psnAfter(w.lastPSN, t.ackedReq) {
 			break
 		}
-		e.retire(qp, WCSuccess)
+		e.retire(qp, ibv.WCSuccess)
 	}
 	comp := t.sentEnd // with no WQE started, everything sent is acknowledged
 	if len(t.sq) > 0 && t.sq[0].started {
@@ -454,16 +455,16 @@ func (e *engine) completeInOrder(qp *QP) {
 // retireSent completes UC WQEs whose packets all left.
 func (e *engine) retireSent(qp *QP) {
 	for len(qp.t.sq) > 0 && qp.t.sq[0].sentAll && qp.t.reqIdx > 0 {
-		e.retire(qp, WCSuccess)
+		e.retire(qp, ibv.WCSuccess)
 	}
 }
 
 // failHead completes the oldest WQE with an error status and moves the QP to
 // the error state, which flushes the rest.
-func (e *engine) failHead(qp *QP, status WCStatus) {
+func (e *engine) failHead(qp *QP, status ibv.WCStatus) {
 	// An application that polls the error completion and then queries the
 	// QP must find it in the error state already.
-	qp.state.Store(uint32(StateErr))
+	qp.state.Store(uint32(ibv.StateErr))
 	if len(qp.t.sq) > 0 {
 		e.retire(qp, status)
 	}
@@ -471,7 +472,7 @@ func (e *engine) failHead(qp *QP, status WCStatus) {
 }
 
 // retire completes the oldest send WQE with status.
-func (e *engine) retire(qp *QP, status WCStatus) {
+func (e *engine) retire(qp *QP, status ibv.WCStatus) {
 	t := &qp.t
 	w := t.sq[0]
 	if w.started && isReadOrAtomic(w.wr.Opcode) && t.rdAtomicOut > 0 {
@@ -486,21 +487,21 @@ func (e *engine) retire(qp *QP, status WCStatus) {
 	if t.reqIdx > 0 {
 		t.reqIdx--
 	}
-	if status != WCSuccess || qp.sigAll || w.wr.Flags&SendSignaled != 0 {
-		wc := WorkCompletion{WRID: w.wr.ID, Status: status, Opcode: completionOf(w.wr.Opcode), QPNum: qp.qpn}
-		if status == WCSuccess {
+	if status != ibv.WCSuccess || qp.sigAll || w.wr.Flags&ibv.SendSignaled != 0 {
+		wc := ibv.WorkCompletion{WRID: w.wr.ID, Status: status, Opcode: completionOf(w.wr.Opcode), QPNum: qp.qpn}
+		if status == ibv.WCSuccess {
 			wc.ByteLen = w.length
 			// rxe flags a send's completion WITH_IMM too (rc_imm.jsonl, ud_imm.jsonl).
-			if w.wr.Opcode == WRSendWithImm || w.wr.Opcode == WRRDMAWriteWithImm {
-				wc.Flags = WCWithImm
+			if w.wr.Opcode == ibv.WRSendWithImm || w.wr.Opcode == ibv.WRRDMAWriteWithImm {
+				wc.Flags = ibv.WCWithImm
 			}
 		}
 		e.pending.flush() // a READ's data before its completion
-		if !qp.scq.push(wc, false) && t.state != StateErr {
+		if !qp.scq.push(wc, false) && t.state != ibv.StateErr {
 			e.fatal(qp)
 		}
 	}
-	if status == WCSuccess {
+	if status == ibv.WCSuccess {
 		e.checkDrained(qp) // an error completion moves the QP to ERR instead
 	}
 }
@@ -510,12 +511,12 @@ func (e *engine) retire(qp *QP, status WCStatus) {
 // (en_sqd_async_notify).
 func (e *engine) checkDrained(qp *QP) {
 	t := &qp.t
-	if !t.draining || t.state != StateSQD || (len(t.sq) > 0 && t.sq[0].started) {
+	if !t.draining || t.state != ibv.StateSQD || (len(t.sq) > 0 && t.sq[0].started) {
 		return
 	}
 	t.draining = false
 	if t.attr.EnSQDAsyncNotify {
-		e.events.post(AsyncEvent{Type: EventSQDrained, QP: qp})
+		e.events.post(Event{Type: ibv.EventSQDrained, QP: qp})
 	}
 }
 

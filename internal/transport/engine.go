@@ -1,4 +1,4 @@
-package verbs
+package transport
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -16,9 +17,9 @@ import (
 // control operation holding every engine's mutex) touches it.
 type engine struct {
 	*objects // the device's shared tables
-	dev      *Device
-	link     Link // this engine's queue
-	index    int  // its queue's index among the device's engines
+	dev      *NIC
+	link     link.Link // this engine's queue
+	index    int       // its queue's index among the device's engines
 	mu       sync.Mutex
 	// drives counts the rounds applications ran (Progress); while it grows,
 	// the engine's goroutine skips its own (Device.run, droveSince).
@@ -38,7 +39,7 @@ type engine struct {
 	inFrames [][]byte // the engine's batch taken from inbox
 	active   []*QP    // QPs with send work or timers: the only ones a step visits
 	acks     []*QP    // QPs with an ACK deferred to the end of the receive batch
-	counters Counters
+	counters ibv.Counters
 	spin     spinner // whether the engine's goroutine spins when idle
 
 	rx   wire.Packet  // the packet being handled
@@ -90,7 +91,7 @@ const (
 	txBatch = 128
 )
 
-func (e *engine) init(d *Device, l Link, index int) {
+func (e *engine) init(d *NIC, l link.Link, index int) {
 	e.objects, e.dev, e.link, e.index = &d.objs, d, l, index
 	e.rxFn = e.receiveFrame
 	e.rxSplitFn = e.receiveSplit
@@ -293,7 +294,7 @@ func (e *engine) takePosts(qp *QP) {
 	qp.postSend = qp.postSend[:0]
 	qp.postRecv = qp.postRecv[:0]
 	qp.postMu.Unlock()
-	if qp.t.state == StateErr {
+	if qp.t.state == ibv.StateErr {
 		e.flushQueues(qp)
 	}
 	if len(qp.t.sq) > 0 {
@@ -511,12 +512,12 @@ func (e *engine) dispatch() {
 	qp := e.qps[qpn]
 	info, _ := p.BTH.Opcode.Info()
 	t := &qp.t
-	if qp.typ == QPTypeUD {
+	if qp.typ == ibv.QPTypeUD {
 		e.dispatchUD(qp, p)
 		return
 	}
 	wantTransport := wire.TransportRC
-	if qp.typ == QPTypeUC {
+	if qp.typ == ibv.QPTypeUC {
 		wantTransport = wire.TransportUC
 	}
 	// rxe's check_type_state and check_addr: the right transport, from the
@@ -537,12 +538,12 @@ func (e *engine) dispatch() {
 	}
 	e.counters.RcvdPkts++
 	if info.Flags&wire.FlagRequest != 0 {
-		if t.state == StateRTR || t.state == StateRTS || t.state == StateSQD {
+		if t.state == ibv.StateRTR || t.state == ibv.StateRTS || t.state == ibv.StateSQD {
 			e.responder(qp, p, info)
 		}
 		return
 	}
-	if t.state == StateRTS || t.state == StateSQD {
+	if t.state == ibv.StateRTS || t.state == ibv.StateSQD {
 		e.completer(qp, p, info)
 	}
 }

@@ -1,11 +1,13 @@
 // The device's object tables, shared by its engines: QPs by number and
 // their placement on an engine.
 
-package verbs
+package transport
 
 import (
 	"fmt"
 	"sync"
+
+	"github.com/xdproce/xdproce/internal/ibv"
 )
 
 // objects are the device's tables, shared by its engines: the QPs by QPN,
@@ -45,16 +47,16 @@ type objects struct {
 // an off-path attacker knows them; here a forged frame must guess one of
 // MaxQP-0x11 as well as the PSN window), or 0 when all are in use. A
 // pinned QPN (the golden tests replay captures) is taken first.
-func (d *Device) pickQPN() uint32 {
+func (d *NIC) pickQPN() uint32 {
 	o := &d.objs
 	free := func(c uint32) bool { return int(c) >= len(o.qps) || o.qps[c] == nil }
 	if c := o.nextQPN; c != 0 {
 		o.nextQPN = 0
-		if c >= firstUserQPN && c < MaxQP && free(c) {
+		if c >= firstUserQPN && c < ibv.MaxQP && free(c) {
 			return c
 		}
 	}
-	span := MaxQP - firstUserQPN
+	span := ibv.MaxQP - firstUserQPN
 	start := firstUserQPN + uint32(d.rng.IntN(span))
 	for i := range uint32(span) {
 		if c := firstUserQPN + (start-firstUserQPN+i)%uint32(span); free(c) {
@@ -66,17 +68,17 @@ func (d *Device) pickQPN() uint32 {
 
 // addQP numbers qp and gives it to the first engine; placeQP moves it to
 // its queue's engine once it has a flow. A control operation.
-func (d *Device) addQP(qp *QP) error {
+func (d *NIC) addQP(qp *QP) error {
 	o := &d.objs
 	var qpn uint32
 	switch {
-	case qp.gsi && len(o.qps) > GSIQPN && o.qps[GSIQPN] != nil:
-		return fmt.Errorf("verbs: the device has its QP1: %w", ErrBusy)
+	case qp.gsi && len(o.qps) > ibv.GSIQPN && o.qps[ibv.GSIQPN] != nil:
+		return fmt.Errorf("verbs: the device has its QP1: %w", ibv.ErrBusy)
 	case qp.gsi:
-		qpn = GSIQPN
+		qpn = ibv.GSIQPN
 	default:
 		if qpn = d.pickQPN(); qpn == 0 {
-			return fmt.Errorf("verbs: all %d QPs in use: %w", MaxQP, ErrNoMem)
+			return fmt.Errorf("verbs: all %d QPs in use: %w", ibv.MaxQP, ibv.ErrNoMem)
 		}
 	}
 	for int(qpn) >= len(o.qps) {
@@ -94,10 +96,10 @@ func (d *Device) addQP(qp *QP) error {
 // removeQP forgets qp; ErrInvalid if it is not one of the device's QPs
 // (destroyed already: uverbs rejects a stale handle the same way). A
 // control operation.
-func (d *Device) removeQP(qp *QP) error {
+func (d *NIC) removeQP(qp *QP) error {
 	o := &d.objs
 	if int(qp.qpn) >= len(o.qps) || o.qps[qp.qpn] != qp {
-		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.qpn, ErrInvalid)
+		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.qpn, ibv.ErrInvalid)
 	}
 	o.qps[qp.qpn] = nil
 	qp.pd.users.Add(-1)
@@ -111,8 +113,8 @@ func (d *Device) removeQP(qp *QP) error {
 		}
 	}
 	qp.eng.Load().deactivate(qp)
-	qp.t.state = StateReset
-	qp.state.Store(uint32(StateReset))
+	qp.t.state = ibv.StateReset
+	qp.state.Store(uint32(ibv.StateReset))
 	return nil
 }
 
@@ -120,7 +122,7 @@ func (d *Device) removeQP(qp *QP) error {
 // port) uses: the queue it transmits on and, on veth and behind a peer's
 // RSS on the same port, the one its frames arrive on. A control operation,
 // so neither engine is in a step.
-func (d *Device) placeQP(qp *QP) {
+func (d *NIC) placeQP(qp *QP) {
 	from, to := qp.eng.Load(), d.shards[int(qp.t.sport)%len(d.shards)]
 	if from == to {
 		return

@@ -2,20 +2,21 @@
 // changes the engine makes: Modify's effects, the error state and the
 // flush of the queues.
 
-package verbs
+package transport
 
 import (
 	"net"
 	"net/netip"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/wire"
 )
 
 // qpTransport is a QP's transport state, owned by the engine goroutine.
 type qpTransport struct {
-	state QPState
-	attr  QPAttr
+	state ibv.QPState
+	attr  ibv.QPAttr
 
 	smac, dmac [6]byte
 	sip, dip   netip.Addr
@@ -101,8 +102,8 @@ type qpTransport struct {
 }
 
 func (t *qpTransport) reset(qp *QP) {
-	*t = qpTransport{attr: QPAttr{PathMTU: MTU256}, mtu: 256, res: make([]respResource, 1)}
-	qp.state.Store(uint32(StateReset))
+	*t = qpTransport{attr: ibv.QPAttr{PathMTU: ibv.MTU256}, mtu: 256, res: make([]respResource, 1)}
+	qp.state.Store(uint32(ibv.StateReset))
 }
 
 // npkts is how many packets (PSNs) a message of n bytes takes.
@@ -141,25 +142,25 @@ func (t *qpTransport) psnAge(psn uint32) uint32 { return (t.nextPSN - psn) & 0xf
 func (t *qpTransport) psnAfter(a, b uint32) bool { return t.psnAge(a) < t.psnAge(b) }
 
 // modify applies a validated Modify on the engine goroutine.
-func (e *engine) modify(qp *QP, a QPAttr, mask AttrMask, next QPState, dmac net.HardwareAddr) {
+func (e *engine) modify(qp *QP, a ibv.QPAttr, mask ibv.AttrMask, next ibv.QPState, dmac net.HardwareAddr) {
 	t := &qp.t
 	prev := t.state
-	if qp.typ == QPTypeUD {
+	if qp.typ == ibv.QPTypeUD {
 		// Datagrams leave from one port per QP (rxe's) and are one packet
 		// of up to the port's MTU; each names its destination itself.
 		t.sport, t.mtu = wire.UDSourcePort(qp.qpn), e.dev.cfg.ActiveMTU
 		copy(t.smac[:], e.dev.cfg.MAC)
 	}
-	if mask&AttrEnSQDAsyncNotify != 0 {
+	if mask&ibv.AttrEnSQDAsyncNotify != 0 {
 		t.attr.EnSQDAsyncNotify = a.EnSQDAsyncNotify
 	}
-	if mask&AttrAccessFlags != 0 {
+	if mask&ibv.AttrAccessFlags != 0 {
 		t.attr.AccessFlags = a.AccessFlags
 	}
-	if mask&AttrQKey != 0 {
+	if mask&ibv.AttrQKey != 0 {
 		t.attr.QKey = a.QKey
 	}
-	if mask&AttrAV != 0 {
+	if mask&ibv.AttrAV != 0 {
 		t.attr.AH = a.AH
 		copy(t.dmac[:], dmac)
 		copy(t.smac[:], e.dev.cfg.MAC)
@@ -167,58 +168,58 @@ func (e *engine) modify(qp *QP, a QPAttr, mask AttrMask, next QPState, dmac net.
 		t.dip = gidAddr(a.AH.DGID)
 		t.v6 = !t.dip.Is4()
 	}
-	if mask&AttrPathMTU != 0 {
+	if mask&ibv.AttrPathMTU != 0 {
 		t.attr.PathMTU = a.PathMTU
 		t.mtu = a.PathMTU.Bytes()
 	}
-	if mask&AttrTimeout != 0 {
+	if mask&ibv.AttrTimeout != 0 {
 		t.attr.Timeout = a.Timeout
 	}
-	if mask&AttrRetryCnt != 0 {
+	if mask&ibv.AttrRetryCnt != 0 {
 		t.attr.RetryCnt, t.retryLeft = a.RetryCnt, a.RetryCnt
 	}
-	if mask&AttrRNRRetry != 0 {
+	if mask&ibv.AttrRNRRetry != 0 {
 		t.attr.RNRRetry, t.rnrLeft = a.RNRRetry, a.RNRRetry
 	}
-	if mask&AttrRQPSN != 0 {
+	if mask&ibv.AttrRQPSN != 0 {
 		t.attr.RQPSN, t.ePSN = a.RQPSN, a.RQPSN
 	}
-	if mask&AttrSQPSN != 0 {
+	if mask&ibv.AttrSQPSN != 0 {
 		t.attr.SQPSN, t.reqPSN, t.nextPSN, t.compPSN, t.sentEnd = a.SQPSN, a.SQPSN, a.SQPSN, a.SQPSN, a.SQPSN
 		t.ackedReq = (a.SQPSN - 1) & 0xffffff
 	}
-	if mask&AttrMaxQPRdAtomic != 0 {
+	if mask&ibv.AttrMaxQPRdAtomic != 0 {
 		t.attr.MaxRdAtomic = a.MaxRdAtomic
 	}
-	if mask&AttrMaxDestRdAtomic != 0 {
+	if mask&ibv.AttrMaxDestRdAtomic != 0 {
 		t.attr.MaxDestRdAtomic = a.MaxDestRdAtomic
 		t.res = make([]respResource, max(1, roundPow2(int(a.MaxDestRdAtomic))))
 	}
-	if mask&AttrMinRNRTimer != 0 {
+	if mask&ibv.AttrMinRNRTimer != 0 {
 		t.attr.MinRNRTimer = a.MinRNRTimer
 	}
-	if mask&AttrDestQPN != 0 {
+	if mask&ibv.AttrDestQPN != 0 {
 		t.attr.DestQPN = a.DestQPN
 	}
-	if mask&(AttrAV|AttrDestQPN) != 0 {
+	if mask&(ibv.AttrAV|ibv.AttrDestQPN) != 0 {
 		t.sport = wire.UDPSourcePort(t.attr.AH.FlowLabel, qp.qpn, t.attr.DestQPN)
 	}
 	switch next {
-	case StateReset:
+	case ibv.StateReset:
 		t.reset(qp)
 		qp.postMu.Lock()
 		qp.postSend, qp.postRecv = qp.postSend[:0], qp.postRecv[:0]
 		qp.sqUsed.Store(0)
 		qp.rqUsed.Store(0)
 		qp.postMu.Unlock()
-	case StateErr:
-		t.state = StateErr
+	case ibv.StateErr:
+		t.state = ibv.StateErr
 		t.draining, t.failAfterReplies = false, false
 		// A QP in the error state sends nothing: the queued READ
 		// responses would keep reading application memory after Modify
 		// returned.
 		t.dropReplies()
-		qp.state.Store(uint32(StateErr))
+		qp.state.Store(uint32(ibv.StateErr))
 		e.takePosts(qp)
 		e.flushQueues(qp)
 		return
@@ -226,11 +227,11 @@ func (e *engine) modify(qp *QP, a QPAttr, mask AttrMask, next QPState, dmac net.
 	t.state = next
 	qp.state.Store(uint32(next))
 	switch {
-	case prev == StateRTS && next == StateSQD:
+	case prev == ibv.StateRTS && next == ibv.StateSQD:
 		// Drain: the WQEs already started finish, then EventSQDrained.
 		t.draining = true
 		e.checkDrained(qp)
-	case prev == StateSQD && next == StateRTS && len(t.sq) > 0:
+	case prev == ibv.StateSQD && next == ibv.StateRTS && len(t.sq) > 0:
 		e.activate(qp)
 	}
 }
@@ -245,13 +246,13 @@ func roundPow2(n int) int {
 
 // toError moves a QP to the error state and flushes its queues.
 func (e *engine) toError(qp *QP) {
-	if qp.t.state == StateErr {
+	if qp.t.state == ibv.StateErr {
 		return
 	}
-	qp.t.state = StateErr
+	qp.t.state = ibv.StateErr
 	qp.t.draining, qp.t.failAfterReplies = false, false
 	qp.t.dropReplies()
-	qp.state.Store(uint32(StateErr))
+	qp.state.Store(uint32(ibv.StateErr))
 	e.flushQueues(qp)
 }
 
@@ -260,16 +261,16 @@ func (e *engine) toError(qp *QP) {
 func (e *engine) flushQueues(qp *QP) {
 	t := &qp.t
 	for len(t.sq) > 0 {
-		e.retire(qp, WCWRFlushErr)
+		e.retire(qp, ibv.WCWRFlushErr)
 	}
 	if t.recv.active {
 		qp.recvRetired()
-		qp.rcq.push(WorkCompletion{WRID: t.recv.wr.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
+		qp.rcq.push(ibv.WorkCompletion{WRID: t.recv.wr.ID, Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv, QPNum: qp.qpn}, false)
 	}
 	for _, r := range t.rq {
 		qp.rqUsed.Add(-1)
 		qp.freeSharedSlots()
-		qp.rcq.push(WorkCompletion{WRID: r.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
+		qp.rcq.push(ibv.WorkCompletion{WRID: r.ID, Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv, QPNum: qp.qpn}, false)
 	}
 	t.rq = t.rq[:0]
 	t.timerAt, t.rnrAt = time.Time{}, time.Time{}
@@ -288,9 +289,9 @@ func psnCmp(a, b uint32) int32 { return int32((a - b) << 8) }
 // exhausted, a local protection error) move the QP to the error state
 // without an event, as ibverbs devices report them through the CQ.
 func (e *engine) fatal(qp *QP) {
-	if qp.t.state == StateErr {
+	if qp.t.state == ibv.StateErr {
 		return
 	}
 	e.toError(qp)
-	e.events.post(AsyncEvent{Type: EventQPFatal, QP: qp})
+	e.events.post(Event{Type: ibv.EventQPFatal, QP: qp})
 }

@@ -2,7 +2,7 @@
 // posts, the run loop with its spin-then-sleep policy, and Progress for
 // applications that drive the engine themselves.
 
-package verbs
+package transport
 
 import (
 	"runtime"
@@ -12,7 +12,7 @@ import (
 )
 
 // ringAll rings every engine's doorbell.
-func (d *Device) ringAll() {
+func (d *NIC) ringAll() {
 	for _, e := range d.shards {
 		e.ring()
 	}
@@ -55,7 +55,7 @@ func (e *engine) takePosted() []*QP {
 
 // run is an engine's goroutine. Each round holds the engine's mutex, which
 // an application's Progress and control operations take too.
-func (d *Device) run(e *engine) {
+func (d *NIC) run(e *engine) {
 	defer d.stopped.Done()
 	var drives uint64 // e.drives when this goroutine last looked
 	for {
@@ -183,7 +183,7 @@ func (e *engine) droveSince(seen *uint64) bool {
 // goroutine to get a processor: on a small machine that saves a scheduler
 // hand-off each way. The engines' goroutines keep running, so an
 // application that stops spinning stalls nothing.
-func (d *Device) Progress() bool {
+func (d *NIC) Progress() bool {
 	busy := false
 	for _, e := range d.shards {
 		if !e.mu.TryLock() {

@@ -1,19 +1,20 @@
 // The requester, as rxe_req.c: it turns the send queue's WQEs into
 // request packets, within the congestion window (cwnd.go) and the fences.
 
-package verbs
+package transport
 
 import (
+	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/wire"
 )
 
 // sendWQE is a posted send work request and its progress.
 type sendWQE struct {
-	wr       SendWR
+	wr       WR
 	length   uint32
 	segs     []span // the memory of its SG list, resolved when it starts
 	single   bool   // one SGE, kept in sge1 and resolved into seg1 (no allocation)
-	sge1     SGE
+	sge1     ibv.SGE
 	seg1     span
 	started  bool
 	firstPSN uint32
@@ -36,19 +37,19 @@ type sendWQE struct {
 // no new one.
 func (e *engine) requester(qp *QP) bool {
 	t := &qp.t
-	if (t.state != StateRTS && t.state != StateSQD) || !t.rnrAt.IsZero() {
+	if (t.state != ibv.StateRTS && t.state != ibv.StateSQD) || !t.rnrAt.IsZero() {
 		return false
 	}
 	sent := false
 	for t.reqIdx < len(t.sq) && e.nout < txBatch {
-		if qp.typ == QPTypeRC && psnCmp(t.reqPSN, t.compPSN+t.window()) >= 0 {
+		if qp.typ == ibv.QPTypeRC && psnCmp(t.reqPSN, t.compPSN+t.window()) >= 0 {
 			break
 		}
 		if t.probing && t.psnAfter(t.reqPSN, t.compPSN) {
 			break // the probe is out: wait for its answer
 		}
 		w := &t.sq[t.reqIdx]
-		if t.state == StateSQD && !w.started {
+		if t.state == ibv.StateSQD && !w.started {
 			break
 		}
 		if w.sentAll || w.respDone {
@@ -73,14 +74,14 @@ func (e *engine) requester(qp *QP) bool {
 		}
 		if !w.started {
 			rdAtomic := isReadOrAtomic(w.wr.Opcode)
-			if w.wr.Flags&SendFence != 0 && t.rdAtomicOut > 0 {
+			if w.wr.Flags&ibv.SendFence != 0 && t.rdAtomicOut > 0 {
 				break
 			}
 			if rdAtomic && t.rdAtomicOut >= max(1, int(t.attr.MaxRdAtomic)) {
 				break
 			}
 			n := uint32(1)
-			if w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAdd {
+			if w.wr.Opcode != ibv.WRAtomicCmpAndSwp && w.wr.Opcode != ibv.WRAtomicFetchAdd {
 				n = t.npkts(w.length)
 			}
 			if t.reqIdx > 0 && (t.nextPSN+n-t.sq[0].firstPSN)&0xffffff > maxOutstandingSpan {
@@ -101,12 +102,12 @@ func (e *engine) requester(qp *QP) bool {
 		sent = true
 		if w.sentAll {
 			t.reqIdx++
-			if qp.typ != QPTypeRC {
+			if qp.typ != ibv.QPTypeRC {
 				// UC and UD complete when the last packet is handed to the link.
 				e.retireSent(qp)
 			}
 		}
-		if qp.typ == QPTypeRC && t.timerAt.IsZero() && t.attr.Timeout > 0 {
+		if qp.typ == ibv.QPTypeRC && t.timerAt.IsZero() && t.attr.Timeout > 0 {
 			t.timerAt = e.dev.clock.Now().Add(t.rto())
 		}
 	}
@@ -118,26 +119,26 @@ func (e *engine) requester(qp *QP) bool {
 // LOC_QP_OP_ERR) and moves the QP to the error state.
 func (e *engine) localOp(qp *QP, w *sendWQE) {
 	ok := false
-	status := WCMWBindErr
+	status := ibv.WCMWBindErr
 	switch w.wr.Opcode {
-	case WRBindMW:
+	case ibv.WRBindMW:
 		ok = e.bindMW(qp, w.wr.Bind)
-	case WRLocalInv:
-		ok, status = e.invalidateRKey(qp, w.wr.InvRKey), WCLocQPOpErr
+	case ibv.WRLocalInv:
+		ok, status = e.invalidateRKey(qp, w.wr.InvRKey), ibv.WCLocQPOpErr
 	}
 	w.started, w.sentAll = true, true
 	if !ok {
 		e.failHead(qp, status)
 		return
 	}
-	e.retire(qp, WCSuccess)
+	e.retire(qp, ibv.WCSuccess)
 }
 
 // resolveLocal checks the WQE's SG list against the local keys and fetches
 // its memory. On a bad key the WQE completes with LOC_PROT_ERR and the QP
 // goes to the error state, as rxe.
 func (e *engine) resolveLocal(qp *QP, w *sendWQE) bool {
-	if w.wr.Flags&SendInline != 0 {
+	if w.wr.Flags&ibv.SendInline != 0 {
 		// Inline data was copied at post time.
 		w.segs, w.seg1, w.single = nil, span{b: w.inline}, true
 		return true
@@ -146,17 +147,17 @@ func (e *engine) resolveLocal(qp *QP, w *sendWQE) bool {
 	w.segs = w.segs[:0]
 	sgl := w.wr.SGList
 	if w.single {
-		sgl = []SGE{w.sge1}
+		sgl = []ibv.SGE{w.sge1}
 	}
 	for _, s := range sgl {
 		mr := e.lookupMR(s.LKey)
-		if mr == nil || mr.pd != qp.pd || (needWrite && mr.access&AccessLocalWrite == 0) {
-			e.failHead(qp, WCLocProtErr)
+		if mr == nil || mr.pd != qp.pd || (needWrite && mr.access&ibv.AccessLocalWrite == 0) {
+			e.failHead(qp, ibv.WCLocProtErr)
 			return false
 		}
 		b, ok := mr.span(s.Addr, s.Length)
 		if !ok {
-			e.failHead(qp, WCLocProtErr)
+			e.failHead(qp, ibv.WCLocProtErr)
 			return false
 		}
 		if w.single {
@@ -192,10 +193,10 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	off := w.sentOff
 	n := min(mtu, w.length-off)
 	first, last := off == 0, off+n == w.length
-	op := dataOpcode(wr.Opcode, first, last, qp.typ == QPTypeUC)
-	if qp.typ == QPTypeUD {
+	op := dataOpcode(wr.Opcode, first, last, qp.typ == ibv.QPTypeUC)
+	if qp.typ == ibv.QPTypeUD {
 		op = wire.UDSendOnly // one packet: checkSendWR bounds it by the MTU
-		if wr.Opcode == WRSendWithImm {
+		if wr.Opcode == ibv.WRSendWithImm {
 			op = wire.UDSendOnlyImm
 		}
 	}
@@ -204,13 +205,13 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	// The packet that fills the window asks for an ACK: nothing else
 	// would open it before the timer.
 	fills := psnCmp((psn+1)&0xffffff, t.compPSN+t.window()) >= 0
-	ackReq := qp.typ == QPTypeRC && (last || t.noackPkts > MaxPktsPerAck || t.probing || fills)
+	ackReq := qp.typ == ibv.QPTypeRC && (last || t.noackPkts > ibv.MaxPktsPerAck || t.probing || fills)
 	if ackReq {
 		t.noackPkts = 0
 	}
 	e.rttStart(t, psn)
 	var p *wire.Packet
-	if qp.typ == QPTypeUD {
+	if qp.typ == ibv.QPTypeUD {
 		p = e.udHeader(qp, wr, op, psn)
 	} else {
 		p = e.header(qp, op, psn, ackReq)
@@ -225,7 +226,7 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	if info.Headers&wire.HasIETH != 0 {
 		p.IETH = wr.InvRKey
 	}
-	if last && wr.Flags&SendSolicited != 0 && (wr.Opcode != WRRDMAWrite) {
+	if last && wr.Flags&ibv.SendSolicited != 0 && (wr.Opcode != ibv.WRRDMAWrite) {
 		p.BTH.SE = true
 	}
 	var one [1]span
@@ -235,7 +236,7 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 	w.sentAll = last
 	t.reqPSN = (psn + 1) & 0xffffff
 	t.markSent(t.reqPSN)
-	if first && wr.Opcode != WRRDMAWrite && wr.Opcode != WRRDMAWriteWithImm {
+	if first && wr.Opcode != ibv.WRRDMAWrite && wr.Opcode != ibv.WRRDMAWriteWithImm {
 		e.counters.RDMASends++
 	}
 }
@@ -248,7 +249,7 @@ func (e *engine) sendReadAtomic(qp *QP, w *sendWQE) {
 	t := &qp.t
 	wr := &w.wr
 	e.rttStart(t, w.firstPSN)
-	if wr.Opcode == WRRDMARead {
+	if wr.Opcode == ibv.WRRDMARead {
 		psn := w.nextRespPSN(t.mtu)
 		p := e.header(qp, wire.RCReadRequest, psn, true)
 		p.RETH = wire.RETH{VA: wr.RemoteAddr + uint64(w.readDone), RKey: wr.RKey, Len: w.length - w.readDone}
@@ -256,7 +257,7 @@ func (e *engine) sendReadAtomic(qp *QP, w *sendWQE) {
 	} else {
 		p := e.header(qp, wire.RCFetchAdd, w.firstPSN, true)
 		p.AtomicETH = wire.AtomicETH{VA: wr.RemoteAddr, RKey: wr.RKey, SwapAdd: wr.CompareAdd}
-		if wr.Opcode == WRAtomicCmpAndSwp {
+		if wr.Opcode == ibv.WRAtomicCmpAndSwp {
 			p.BTH.Opcode = wire.RCCompareSwap
 			p.AtomicETH.SwapAdd, p.AtomicETH.Compare = wr.Swap, wr.CompareAdd
 		}
@@ -272,15 +273,15 @@ func (w *sendWQE) nextRespPSN(mtu int) uint32 {
 }
 
 // dataOpcode picks the SEND or WRITE opcode for a packet's place in its message.
-func dataOpcode(op WROpcode, first, last, uc bool) wire.Opcode {
+func dataOpcode(op ibv.WROpcode, first, last, uc bool) wire.Opcode {
 	var o wire.Opcode
 	switch op {
-	case WRSend, WRSendWithImm, WRSendWithInv:
+	case ibv.WRSend, ibv.WRSendWithImm, ibv.WRSendWithInv:
 		o = segmentOpcode(first, last, wire.RCSendOnly, wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendLast)
-		if last && op == WRSendWithImm {
+		if last && op == ibv.WRSendWithImm {
 			o++ // SEND_LAST → LAST_WITH_IMM, SEND_ONLY → ONLY_WITH_IMM
 		}
-		if last && op == WRSendWithInv {
+		if last && op == ibv.WRSendWithInv {
 			o = wire.RCSendLastInv
 			if first {
 				o = wire.RCSendOnlyInv
@@ -288,7 +289,7 @@ func dataOpcode(op WROpcode, first, last, uc bool) wire.Opcode {
 		}
 	default:
 		o = segmentOpcode(first, last, wire.RCWriteOnly, wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLast)
-		if last && op == WRRDMAWriteWithImm {
+		if last && op == ibv.WRRDMAWriteWithImm {
 			o++
 		}
 	}

@@ -3,7 +3,7 @@
 // received payload, and the batched copies to and from daemon clients'
 // memory.
 
-package verbs
+package transport
 
 import "github.com/xdproce/xdproce/wire"
 
@@ -183,4 +183,29 @@ func (w *remoteCopies) copyGroup(g *copyGroup) {
 	for j, b := range g.bufs {
 		_ = g.mem.WriteAt(b, g.offs[j])
 	}
+}
+
+// RemoteMemory is memory of another process that the engines reach by
+// copying: a daemon's client's own memory (process_vm_readv/writev). Its
+// offsets are the region's. A copy that fails (the client unmapped the
+// memory, or died) moves nothing; the client's data is then undefined, as
+// ibverbs leaves it when registered memory is freed.
+type RemoteMemory interface {
+	ReadAt(p []byte, off uint64) error
+	WriteAt(p []byte, off uint64) error
+}
+
+// RemoteReadVec is a RemoteMemory that takes several reads in one call: the
+// engines read what a transmit batch sends from another process's memory
+// at once, before they seal the batch's frames.
+type RemoteReadVec interface {
+	ReadVec(p [][]byte, off []uint64) error
+}
+
+// RemoteWriteVec is a RemoteMemory that takes several writes in one call:
+// the engines queue what received frames carry for another process's
+// memory and hand it over once per receive batch (and before anything that
+// could let the data be seen: a completion, a frame sent).
+type RemoteWriteVec interface {
+	WriteVec(p [][]byte, off []uint64) error
 }

@@ -1,9 +1,13 @@
 // Timers and retry, as rxe's retry path: the retransmission timer and its
 // RTO, round-trip samples, the retry and RNR counters, and go-back-N.
 
-package verbs
+package transport
 
-import "time"
+import (
+	"time"
+
+	"github.com/xdproce/xdproce/internal/ibv"
+)
 
 // progress re-arms the retransmission timer while anything is outstanding.
 func (e *engine) progress(qp *QP) {
@@ -27,7 +31,7 @@ func (e *engine) resetRetry(qp *QP) {
 // checkTimers runs the retransmission and RNR timers of an RC QP.
 func (e *engine) checkTimers(qp *QP, now time.Time) {
 	t := &qp.t
-	if qp.typ != QPTypeRC || t.state != StateRTS && t.state != StateSQD {
+	if qp.typ != ibv.QPTypeRC || t.state != ibv.StateRTS && t.state != ibv.StateSQD {
 		return
 	}
 	if !t.rnrAt.IsZero() && !now.Before(t.rnrAt) {
@@ -59,7 +63,7 @@ func (e *engine) retry(qp *QP, timeout bool) {
 	e.counters.CompleterRetryErr++
 	if t.retryLeft == 0 {
 		e.counters.RetryExceededErr++
-		e.failHead(qp, WCRetryExcErr)
+		e.failHead(qp, ibv.WCRetryExcErr)
 		return
 	}
 	if t.attr.RetryCnt != 7 {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link/memlink"
 )
 
@@ -212,3 +213,8 @@ func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 // do runs fn as a control operation of d's engines (transport.NIC.Do).
 func (d *Device) do(fn func() error) error { return d.nic.Do(fn) }
+
+// sendOutstanding and recvOutstanding count a QP's WQEs posted and not yet
+// retired.
+func sendOutstanding(qp *transport.QP) int32 { n, _ := qp.Outstanding(); return n }
+func recvOutstanding(qp *transport.QP) int32 { _, n := qp.Outstanding(); return n }

@@ -5,13 +5,14 @@ import (
 	"fmt"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/sharedring"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
 // The daemon's side of the shared rings (package uverbs): CQs whose
 // completions the engines write into a client's ring, and QPs and SRQs
-// whose work requests the engines take from a client's rings
-// (transport/shared.go).
+// whose work requests the engines take from a client's rings (package
+// sharedring, behind transport's QueueSource, SRQSource and CQSink).
 
 // CreateSharedCQ creates a CQ of depth completions whose completions go to
 // ring, memory shared with a client, which reads them itself. notify runs,
@@ -21,7 +22,7 @@ func (d *Device) CreateSharedCQ(depth int, ring *uverbs.Ring, notify func()) (*C
 	if depth < 1 || depth > MaxCQE || int(ring.Slots()) < depth || ring.SlotSize() < uverbs.CQESize {
 		return nil, fmt.Errorf("verbs: shared CQ of depth %d on %d slots: %w", depth, ring.Slots(), ErrInvalid)
 	}
-	return newCQ(d, d.nic.CreateSharedCQ(depth, ring, notify)), nil
+	return newCQ(d, d.nic.CreateCQSink(depth, sharedring.NewCQ(ring, notify))), nil
 }
 
 // CreateSharedQP creates a QP whose work requests a client posts to sq and
@@ -53,7 +54,7 @@ func (pd *PD) CreateSharedQP(attr QPInitAttr, sq, rq *uverbs.Ring, ahs func(h ui
 			return &a.attr
 		}
 	}
-	if err := qp.c.ShareRings(sq, rq, av); err != nil {
+	if err := qp.c.SetSource(sharedring.NewQP(sq, rq, av)); err != nil {
 		return nil, errors.Join(err, qp.Destroy())
 	}
 	return qp, nil
@@ -77,5 +78,5 @@ func (pd *PD) CreateSharedSRQ(attr SRQInitAttr, ring *uverbs.Ring) (*SRQ, error)
 	if err != nil {
 		return nil, err
 	}
-	return s, s.c.ShareRing(ring)
+	return s, s.c.SetSource(sharedring.NewSRQ(ring))
 }

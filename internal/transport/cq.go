@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/xdproce/xdproce/internal/ibv"
-	"github.com/xdproce/xdproce/uverbs"
 )
 
 // CQ is a completion queue: a ring the engines fill and applications
@@ -16,13 +15,11 @@ type CQ struct {
 	dev   *NIC
 	depth int
 	ring  []ibv.WorkCompletion
-	// shared is the ring, in memory shared with a daemon's client, where
-	// the completions go instead (shared.go); notify runs when the
-	// client's armed request matches one.
-	shared *uverbs.Ring
-	notify func()
-	head   atomic.Uint64 // completions polled (advanced under pollMu)
-	tail   atomic.Uint64 // completions added (advanced under pushMu)
+	// sink, if set, takes the completions instead of ring: a daemon's
+	// client's ring (shared.go).
+	sink CQSink
+	head atomic.Uint64 // completions polled (advanced under pollMu)
+	tail atomic.Uint64 // completions added (advanced under pushMu)
 	// pushMu orders the engines that complete into the CQ; pollers never
 	// take it.
 	pushMu sync.Mutex
@@ -102,8 +99,8 @@ const (
 func (cq *CQ) push(wc ibv.WorkCompletion, solicited bool) bool {
 	cq.pushMu.Lock()
 	defer cq.pushMu.Unlock()
-	if cq.shared != nil {
-		return cq.pushShared(&wc, solicited)
+	if cq.sink != nil {
+		return cq.pushSink(wc, solicited)
 	}
 	t := cq.tail.Load()
 	if cq.err.Load() || t-cq.head.Load() >= uint64(len(cq.ring)) {

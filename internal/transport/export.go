@@ -114,10 +114,6 @@ func (qp *QP) Queue() int { return qp.eng.Load().index }
 // SourcePort is the UDP source port of the QP's flow.
 func (qp *QP) SourcePort() uint16 { return qp.t.sport }
 
-// SendQueued and RecvQueued count the WQEs posted and not yet retired.
-func (qp *QP) SendQueued() int32 { return qp.sqUsed.Load() }
-func (qp *QP) RecvQueued() int32 { return qp.rqUsed.Load() }
-
 // ForceState puts the QP in state s, as no Modify may (SQE); in Do.
 func (qp *QP) ForceState(s ibv.QPState) {
 	qp.t.state = s

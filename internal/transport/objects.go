@@ -103,7 +103,7 @@ func (d *NIC) removeQP(qp *QP) error {
 	}
 	o.qps[qp.qpn] = nil
 	qp.pd.users.Add(-1)
-	if qp.sh != nil {
+	if qp.src != nil {
 		o.forgetShared(qp)
 	}
 	for i, q := range o.live {

@@ -44,7 +44,7 @@ type QP struct {
 
 	t qpTransport // engine-owned
 
-	sh *sharedQP // the rings of a daemon's client (shared.go)
+	src QueueSource // a daemon's client's rings (shared.go)
 
 	// Owner is the API's object for this QP, which events name.
 	Owner any

@@ -28,7 +28,7 @@ type SRQ struct {
 
 	q []recvWQE // engine-owned: WQEs taken from post, in order
 
-	sh *sharedSRQ // the ring of a daemon's client (shared.go)
+	src SRQSource // a daemon's client's ring (shared.go)
 
 	// Owner is the API's object for this SRQ, which events name.
 	Owner any
@@ -66,8 +66,8 @@ func (s *SRQ) PostRecv(wrs []ibv.RecvWR) (int, error) {
 // Modify resizes the SRQ (never below the WQEs it holds) or arms its limit
 // (ibv_modify_srq); the caller checked the mask.
 func (s *SRQ) Modify(attr ibv.SRQAttr, mask ibv.SRQAttrMask) error {
-	if s.sh != nil && mask&ibv.SRQAttrMaxWR != 0 && attr.MaxWR > int(s.sh.ring.Slots()) {
-		return fmt.Errorf("verbs: a shared SRQ cannot grow past its ring's %d slots: %w", s.sh.ring.Slots(), ibv.ErrInvalid)
+	if s.src != nil && mask&ibv.SRQAttrMaxWR != 0 && attr.MaxWR > int(s.src.Slots()) {
+		return fmt.Errorf("verbs: a shared SRQ cannot grow past its ring's %d slots: %w", s.src.Slots(), ibv.ErrInvalid)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -104,7 +104,7 @@ func (s *SRQ) Destroy() error {
 		return fmt.Errorf("verbs: SRQ already destroyed: %w", ibv.ErrInvalid)
 	}
 	s.pd.users.Add(-1)
-	if s.sh != nil {
+	if s.src != nil {
 		// No engine reads the client's ring once this returns.
 		return s.dev.do(func() error {
 			s.dev.objs.forgetSharedSRQ(s)

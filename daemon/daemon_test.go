@@ -228,8 +228,8 @@ func fill(b []byte, seed byte) {
 func TestClientThroughDaemon(t *testing.T) {
 	tb := newTestbed(t)
 	c := tb.dial(t)
-	if !c.Remote() || c.QueryPort().ActiveMTU != verbs.MTU1024 {
-		t.Fatalf("attached device: remote %v port %+v", c.Remote(), c.QueryPort())
+	if !c.Attached() || c.QueryPort().ActiveMTU != verbs.MTU1024 {
+		t.Fatalf("attached device: remote %v port %+v", c.Attached(), c.QueryPort())
 	}
 	if g, _ := c.QueryGID(0); g != ipA {
 		t.Fatalf("GID 0 = %v, want %v", g, ipA)

@@ -15,7 +15,7 @@ import (
 type AddressHandle struct {
 	pd   *PD
 	attr AH
-	rem  *remoteAH
+	att  *attachedAH
 
 	mu        sync.Mutex  // serializes Destroy
 	destroyed atomic.Bool // read by posters
@@ -29,8 +29,8 @@ func (pd *PD) CreateAH(ah AH) (*AddressHandle, error) {
 	if pd.dev.closing.Load() {
 		return nil, ErrClosed
 	}
-	if pd.dev.rem != nil {
-		return pd.createRemoteAH(ah)
+	if pd.dev.att != nil {
+		return pd.createAttachedAH(ah)
 	}
 	if err := pd.dev.checkAH(ah); err != nil {
 		return nil, err
@@ -84,8 +84,8 @@ func (a *AddressHandle) Destroy() error {
 	if a.destroyed.Load() {
 		return fmt.Errorf("verbs: address handle already destroyed: %w", ErrInvalid)
 	}
-	if a.rem != nil {
-		if err := a.destroyRemote(); err != nil {
+	if a.att != nil {
+		if err := a.destroyAttached(); err != nil {
 			return err
 		}
 	} else {
@@ -100,10 +100,10 @@ func (a *AddressHandle) Destroy() error {
 // change: a datagram posted before Destroy still leaves as addressed.
 func (a *AddressHandle) gone() bool { return a.destroyed.Load() }
 
-type remoteAH struct{ h uint32 }
+type attachedAH struct{ h uint32 }
 
-func (pd *PD) createRemoteAH(ah AH) (*AddressHandle, error) {
-	d, err := pd.dev.rem.callNoFDs(uverbs.OpCreateAH, func(e *uverbs.Encoder) {
+func (pd *PD) createAttachedAH(ah AH) (*AddressHandle, error) {
+	d, err := pd.dev.att.callNoFDs(uverbs.OpCreateAH, func(e *uverbs.Encoder) {
 		e.U32(pd.id)
 		w := ah.Wire()
 		w.Put(e)
@@ -111,7 +111,7 @@ func (pd *PD) createRemoteAH(ah AH) (*AddressHandle, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &AddressHandle{pd: pd, attr: ah, rem: &remoteAH{h: d.U32()}}
+	a := &AddressHandle{pd: pd, attr: ah, att: &attachedAH{h: d.U32()}}
 	mac := d.Raw()
 	if err := d.End(); err != nil {
 		return nil, err
@@ -120,8 +120,8 @@ func (pd *PD) createRemoteAH(ah AH) (*AddressHandle, error) {
 	return a, nil
 }
 
-func (a *AddressHandle) destroyRemote() error {
-	_, err := a.pd.dev.rem.callNoFDs(uverbs.OpDestroyAH, func(e *uverbs.Encoder) { e.U32(a.rem.h) })
+func (a *AddressHandle) destroyAttached() error {
+	_, err := a.pd.dev.att.callNoFDs(uverbs.OpDestroyAH, func(e *uverbs.Encoder) { e.U32(a.att.h) })
 	return err
 }
 

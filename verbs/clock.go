@@ -12,15 +12,15 @@ type Link = link.Link
 // (internal/faketime).
 type Clock = transport.Clock
 
-// RemoteMemory is memory of another process that the engines reach by
+// ProcMemory is memory of another process that the engines reach by
 // copying: a daemon's client's own memory (process_vm_readv/writev). Its
 // offsets are the region's. A copy that fails (the client unmapped the
 // memory, or died) moves nothing; the client's data is then undefined, as
 // ibverbs leaves it when registered memory is freed.
-type RemoteMemory = transport.RemoteMemory
+type ProcMemory = transport.ProcMemory
 
-// RemoteReadVec is a RemoteMemory that takes several reads in one call.
-type RemoteReadVec = transport.RemoteReadVec
+// ProcReadVec is a ProcMemory that takes several reads in one call.
+type ProcReadVec = transport.ProcReadVec
 
-// RemoteWriteVec is a RemoteMemory that takes several writes in one call.
-type RemoteWriteVec = transport.RemoteWriteVec
+// ProcWriteVec is a ProcMemory that takes several writes in one call.
+type ProcWriteVec = transport.ProcWriteVec

@@ -19,7 +19,7 @@ type CQ struct {
 	dev   *Device
 	depth int
 	c     *transport.CQ // the engines' CQ, in-process
-	rem   *remoteCQ     // a client's side: the CQ lives in the daemon
+	att   *attachedCQ   // a client's side: the CQ lives in the daemon
 }
 
 // CreateCQ creates a completion queue holding up to depth completions.
@@ -27,8 +27,8 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 	if depth < 1 || depth > MaxCQE {
 		return nil, fmt.Errorf("verbs: CQ depth %d: %w", depth, ErrInvalid)
 	}
-	if d.rem != nil {
-		return d.createRemoteCQ(depth)
+	if d.att != nil {
+		return d.createAttachedCQ(depth)
 	}
 	return newCQ(d, d.nic.CreateCQ(depth)), nil
 }
@@ -46,8 +46,8 @@ func (cq *CQ) Poll(wcs []WorkCompletion) int {
 	if len(wcs) == 0 {
 		return 0
 	}
-	if cq.rem != nil {
-		return cq.pollRemote(wcs)
+	if cq.att != nil {
+		return cq.pollAttached(wcs)
 	}
 	return cq.c.Poll(wcs)
 }
@@ -55,12 +55,12 @@ func (cq *CQ) Poll(wcs []WorkCompletion) int {
 // ReqNotify arms the completion channel: the next completion added (with
 // solicitedOnly, the next solicited or error one) signals Wait once.
 func (cq *CQ) ReqNotify(solicitedOnly bool) {
-	if cq.rem != nil {
+	if cq.att != nil {
 		// The daemon's engines read the request in the ring.
 		if solicitedOnly {
-			cq.rem.ring.Aux().Store(uverbs.NotifySolicited)
+			cq.att.ring.Aux().Store(uverbs.NotifySolicited)
 		} else {
-			cq.rem.ring.Aux().Store(uverbs.NotifyAny)
+			cq.att.ring.Aux().Store(uverbs.NotifyAny)
 		}
 		return
 	}
@@ -69,8 +69,8 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) {
 
 // Wait blocks until the armed notification fires or ctx ends.
 func (cq *CQ) Wait(ctx context.Context) error {
-	if cq.rem != nil {
-		err := cq.rem.notify.Wait(ctx)
+	if cq.att != nil {
+		err := cq.att.notify.Wait(ctx)
 		if errors.Is(err, ipc.ErrHangup) {
 			// The daemon is gone (or dropped the session): as the kernel's
 			// completion channel of a disassociated device, EIO.
@@ -83,15 +83,15 @@ func (cq *CQ) Wait(ctx context.Context) error {
 
 // Overflowed reports whether completions were lost because the CQ was full.
 func (cq *CQ) Overflowed() bool {
-	if cq.rem != nil {
-		return cq.rem.ring.Aux2().Load() != 0
+	if cq.att != nil {
+		return cq.att.ring.Aux2().Load() != 0
 	}
 	return cq.c.Overflowed()
 }
 
-// remoteCQ is a client's side of a daemon's CQ: the ring the daemon's
+// attachedCQ is a client's side of a daemon's CQ: the ring the daemon's
 // engines write completions to, read here.
-type remoteCQ struct {
+type attachedCQ struct {
 	h      uint32
 	m      *ipc.Mapping
 	notify *ipc.Waiter // hangs up when the daemon is gone

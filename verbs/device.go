@@ -95,9 +95,9 @@ type Device struct {
 	closing atomic.Bool
 	onClose func() error // releases what Open set up, after the engines stop
 
-	// rem, for a device attached to a daemon (Dial), is the connection;
+	// att, for a device attached to a daemon (Dial), is the connection;
 	// the device then has no engines of its own.
-	rem *remote
+	att *attachment
 }
 
 // NewDevice starts a device on link. Close stops it.
@@ -140,8 +140,8 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 // Close stops the engines. Outstanding work is abandoned, as when a device
 // is removed; QPs, CQs and MRs become unusable.
 func (d *Device) Close() error {
-	if d.rem != nil {
-		return d.closeRemote()
+	if d.att != nil {
+		return d.closeAttached()
 	}
 	d.closing.Store(true)
 	if !d.nic.Close() {
@@ -207,8 +207,8 @@ func (d *Device) Counters() (Counters, error) {
 // PortCounters returns the counters of what moves the port's frames (the
 // XDP program's), none for a device on an in-memory link.
 func (d *Device) PortCounters() ([]NamedCounter, error) {
-	if d.rem != nil {
-		return d.rem.portCounters()
+	if d.att != nil {
+		return d.att.portCounters()
 	}
 	if d.cfg.PortCounters == nil {
 		return nil, nil
@@ -219,8 +219,8 @@ func (d *Device) PortCounters() ([]NamedCounter, error) {
 // QueueCounters returns each engine's counters, in queue order: how the
 // device's work spreads over its queues.
 func (d *Device) QueueCounters() ([]Counters, error) {
-	if d.rem != nil {
-		c, err := d.rem.counters()
+	if d.att != nil {
+		c, err := d.att.counters()
 		return []Counters{c}, err
 	}
 	return d.nic.QueueCounters()

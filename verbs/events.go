@@ -18,8 +18,8 @@ type AsyncEvent struct {
 // GetAsyncEvent returns the oldest asynchronous event, waiting for one until
 // ctx ends (ibv_get_async_event).
 func (d *Device) GetAsyncEvent(ctx context.Context) (AsyncEvent, error) {
-	if d.rem != nil {
-		return d.rem.getEvent(ctx)
+	if d.att != nil {
+		return d.att.getEvent(ctx)
 	}
 	ev, err := d.nic.NextEvent(ctx)
 	if err != nil {

@@ -19,8 +19,8 @@ type PD struct {
 // Dealloc frees the PD (ibv_dealloc_pd): EBUSY while a region, window, QP,
 // SRQ or address handle uses it.
 func (pd *PD) Dealloc() error {
-	if pd.dev.rem != nil {
-		_, err := pd.dev.rem.callNoFDs(uverbs.OpDeallocPD, func(e *uverbs.Encoder) { e.U32(pd.id) })
+	if pd.dev.att != nil {
+		_, err := pd.dev.att.callNoFDs(uverbs.OpDeallocPD, func(e *uverbs.Encoder) { e.U32(pd.id) })
 		return err
 	}
 	if n := pd.c.Users(); n > 0 {
@@ -32,9 +32,9 @@ func (pd *PD) Dealloc() error {
 // AllocPD creates a protection domain.
 func (d *Device) AllocPD() (*PD, error) {
 	pd := &PD{dev: d}
-	if d.rem != nil {
+	if d.att != nil {
 		var err error
-		if pd.id, err = d.rem.allocPD(); err != nil {
+		if pd.id, err = d.att.allocPD(); err != nil {
 			return nil, err
 		}
 		return pd, nil
@@ -57,7 +57,7 @@ type MR struct {
 	lkey   uint32
 	rkey   uint32
 	c      *transport.MR // the engines' region, in-process
-	rem    *remoteMR     // the daemon's object, on a client's device
+	att    *attachedMR   // the daemon's object, on a client's device
 }
 
 // Addr is the address of the region's first byte, the base of SGE and
@@ -83,8 +83,8 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 		return nil, err
 	}
 	addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
-	if pd.dev.rem != nil {
-		return pd.regRemoteMR(buf, addr, access)
+	if pd.dev.att != nil {
+		return pd.regAttachedMR(buf, addr, access)
 	}
 	return pd.register(buf, addr, access)
 }
@@ -99,8 +99,8 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
 	if iova+uint64(len(buf)) < iova {
 		return nil, fmt.Errorf("verbs: region at %#x of %d bytes wraps: %w", iova, len(buf), ErrInvalid)
 	}
-	if pd.dev.rem != nil {
-		return pd.regRemoteMR(buf, iova, access)
+	if pd.dev.att != nil {
+		return pd.regAttachedMR(buf, iova, access)
 	}
 	return pd.register(buf, iova, access)
 }
@@ -132,11 +132,11 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("verbs: allocate %d bytes: %w", n, ErrInvalid)
 	}
-	if pd.dev.rem != nil {
+	if pd.dev.att != nil {
 		if err := checkAccess(n, access); err != nil {
 			return nil, err
 		}
-		return pd.allocRemoteMR(n, access)
+		return pd.allocAttachedMR(n, access)
 	}
 	return pd.RegMR(make([]byte, n), access)
 }
@@ -162,23 +162,23 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 // holds a reference for these uses; ibverbs leaves deregistering a region
 // in use undefined.
 func (m *MR) Dereg() error {
-	if m.rem != nil {
-		return m.deregRemote()
+	if m.att != nil {
+		return m.deregAttached()
 	}
 	return m.c.Dereg()
 }
 
-// RegRemoteMR registers length bytes of another process's memory, reached
+// RegProcMR registers length bytes of another process's memory, reached
 // through mem, at address iova (the daemon registers a client's own memory
 // so: ibv_reg_mr on malloc'd memory).
-func (pd *PD) RegRemoteMR(mem RemoteMemory, iova, length uint64, access Access) (*MR, error) {
+func (pd *PD) RegProcMR(mem ProcMemory, iova, length uint64, access Access) (*MR, error) {
 	if err := checkAccess(int(min(length, MaxMRSize+1)), access); err != nil {
 		return nil, err
 	}
 	if iova+length < iova || mem == nil {
 		return nil, fmt.Errorf("verbs: region at %#x of %d bytes: %w", iova, length, ErrInvalid)
 	}
-	c, err := pd.c.RegRemoteMR(mem, iova, length, access)
+	c, err := pd.c.RegProcMR(mem, iova, length, access)
 	if err != nil {
 		return nil, err
 	}

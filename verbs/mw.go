@@ -22,7 +22,7 @@ const (
 type MW struct {
 	pd  *PD
 	c   *transport.MW // the engines' window, in-process
-	rem *remoteMW     // a client's side: the window lives in the daemon
+	att *attachedMW   // a client's side: the window lives in the daemon
 }
 
 // MWBind is a BIND_MW work request's window and what it exposes (struct
@@ -47,8 +47,8 @@ func IncRKey(rkey uint32) uint32 { return rkey&^0xff | (rkey+1)&0xff }
 
 // RKey is the window's current remote key.
 func (mw *MW) RKey() uint32 {
-	if mw.rem != nil {
-		return mw.rem.rkey.Load()
+	if mw.att != nil {
+		return mw.att.rkey.Load()
 	}
 	return mw.c.RKey()
 }
@@ -59,8 +59,8 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	if typ != MWType2 {
 		return nil, fmt.Errorf("verbs: memory window type %d (only type 2 is supported): %w", typ, ErrInvalid)
 	}
-	if pd.dev.rem != nil {
-		return pd.allocRemoteMW(typ)
+	if pd.dev.att != nil {
+		return pd.allocAttachedMW(typ)
 	}
 	c, err := pd.c.AllocMW()
 	if err != nil {
@@ -72,8 +72,8 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 // Dealloc frees the window (ibv_dealloc_mw); a bound window is unbound
 // first, so its rkey stops working when Dealloc returns.
 func (mw *MW) Dealloc() error {
-	if mw.rem != nil {
-		return mw.deallocRemote()
+	if mw.att != nil {
+		return mw.deallocAttached()
 	}
 	return mw.c.Dealloc()
 }

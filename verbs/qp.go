@@ -26,7 +26,7 @@ type QPInitAttr struct {
 }
 
 // QP is a queue pair. In-process its transport state belongs to the
-// device's engine (c); attached to a daemon, it lives in the daemon (rem).
+// device's engine (c); attached to a daemon, it lives in the daemon (att).
 type QP struct {
 	dev    *Device
 	pd     *PD
@@ -39,7 +39,7 @@ type QP struct {
 	srq    *SRQ
 
 	c   *transport.QP // the engines' QP, in-process
-	rem *remoteQP     // a client's side: the QP lives in the daemon (remote.go)
+	att *attachedQP   // a client's side: the QP lives in the daemon (attached.go)
 }
 
 // CreateQP creates a queue pair in pd.
@@ -50,8 +50,8 @@ func (pd *PD) createQP(attr QPInitAttr, gsi bool) (*QP, error) {
 	if attr.Type != QPTypeRC && attr.Type != QPTypeUC && attr.Type != QPTypeUD {
 		return nil, fmt.Errorf("verbs: QP type %d not supported (RC, UC and UD are): %w", attr.Type, ErrInvalid)
 	}
-	if pd.dev.rem != nil {
-		return pd.createRemoteQP(attr)
+	if pd.dev.att != nil {
+		return pd.createAttachedQP(attr)
 	}
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return nil, fmt.Errorf("verbs: a QP needs a send and a receive CQ: %w", ErrInvalid)
@@ -110,8 +110,8 @@ func (qp *QP) HasSRQ() bool { return qp.srq != nil }
 
 // State is the QP's current state.
 func (qp *QP) State() QPState {
-	if qp.rem != nil {
-		return QPState(qp.rem.sq.Aux().Load())
+	if qp.att != nil {
+		return QPState(qp.att.sq.Aux().Load())
 	}
 	return qp.c.State()
 }
@@ -119,16 +119,16 @@ func (qp *QP) State() QPState {
 // Destroy removes the QP. Outstanding work is dropped without completions, as
 // ibv_destroy_qp.
 func (qp *QP) Destroy() error {
-	if qp.rem != nil {
-		return qp.destroyRemote()
+	if qp.att != nil {
+		return qp.destroyAttached()
 	}
 	return qp.c.Destroy()
 }
 
 // Query returns the QP's attributes.
 func (qp *QP) Query() (QPAttr, error) {
-	if qp.rem != nil {
-		return qp.queryRemote()
+	if qp.att != nil {
+		return qp.queryAttached()
 	}
 	return qp.c.Query()
 }
@@ -222,8 +222,8 @@ func (qp *QP) Modify(attr QPAttr, mask AttrMask) error {
 	if err := qp.checkAttrValues(attr, mask); err != nil {
 		return err
 	}
-	if qp.rem != nil {
-		return qp.modifyRemote(attr, mask)
+	if qp.att != nil {
+		return qp.modifyAttached(attr, mask)
 	}
 	var dmac net.HardwareAddr
 	if mask&AttrAV != 0 {
@@ -324,8 +324,8 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	if qp.dev.closing.Load() {
 		return 0, ErrClosed
 	}
-	if qp.rem != nil {
-		return qp.postSendRemote(wrs)
+	if qp.att != nil {
+		return qp.postSendAttached(wrs)
 	}
 	var small [8]transport.WR // posts of up to 8 WRs need no heap
 	ws := small[:0]
@@ -370,8 +370,8 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	if qp.dev.closing.Load() {
 		return 0, ErrClosed
 	}
-	if qp.rem != nil {
-		return qp.postRecvRemote(wrs)
+	if qp.att != nil {
+		return qp.postRecvAttached(wrs)
 	}
 	return qp.c.PostRecv(wrs)
 }

@@ -92,9 +92,9 @@ func bigPair(t *testing.T, mtu MTU, size uint64, o connOpts) (a, b *node, src *p
 	connect(t, a, b, ipA, ipB, macA, macB, o)
 	src, dst = &patternMem{}, &checkMem{}
 	var err error
-	bmr, err = b.pd.RegRemoteMR(src, 0x7f0000000000, size, AccessLocalWrite|AccessRemoteRead|AccessRemoteWrite|AccessMWBind)
+	bmr, err = b.pd.RegProcMR(src, 0x7f0000000000, size, AccessLocalWrite|AccessRemoteRead|AccessRemoteWrite|AccessMWBind)
 	must(t, err)
-	amr, err = a.pd.RegRemoteMR(dst, 0x7e0000000000, size, AccessLocalWrite)
+	amr, err = a.pd.RegProcMR(dst, 0x7e0000000000, size, AccessLocalWrite)
 	must(t, err)
 	return a, b, src, dst, bmr, amr, clk
 }

@@ -289,9 +289,9 @@ func TestCapture(t *testing.T) {
 	}
 }
 
-// fakeRemote is another process's memory as the engines see it: a slice
+// fakeProcMem is another process's memory as the engines see it: a slice
 // they may only copy to and from, counting the calls.
-type fakeRemote struct {
+type fakeProcMem struct {
 	mu                  sync.Mutex
 	b                   []byte
 	reads, writes, vecs int
@@ -299,7 +299,7 @@ type fakeRemote struct {
 	readVecs, readPcs   int
 }
 
-func (f *fakeRemote) ReadVec(p [][]byte, off []uint64) error {
+func (f *fakeProcMem) ReadVec(p [][]byte, off []uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.readVecs++
@@ -310,7 +310,7 @@ func (f *fakeRemote) ReadVec(p [][]byte, off []uint64) error {
 	return nil
 }
 
-func (f *fakeRemote) ReadAt(p []byte, off uint64) error {
+func (f *fakeProcMem) ReadAt(p []byte, off uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reads++
@@ -318,7 +318,7 @@ func (f *fakeRemote) ReadAt(p []byte, off uint64) error {
 	return nil
 }
 
-func (f *fakeRemote) WriteAt(p []byte, off uint64) error {
+func (f *fakeProcMem) WriteAt(p []byte, off uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.writes++
@@ -326,7 +326,7 @@ func (f *fakeRemote) WriteAt(p []byte, off uint64) error {
 	return nil
 }
 
-func (f *fakeRemote) WriteVec(p [][]byte, off []uint64) error {
+func (f *fakeProcMem) WriteVec(p [][]byte, off []uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.vecs++
@@ -343,8 +343,8 @@ func (f *fakeRemote) WriteVec(p [][]byte, off []uint64) error {
 // are sealed.
 func TestRemoteMemoryBatchedWrites(t *testing.T) {
 	a, b, _, _ := pair(t, connOpts{}, 1<<16)
-	mem := &fakeRemote{b: make([]byte, 1<<16)}
-	rmr, err := a.pd.RegRemoteMR(mem, 0x7f0000000000, 1<<16, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+	mem := &fakeProcMem{b: make([]byte, 1<<16)}
+	rmr, err := a.pd.RegProcMR(mem, 0x7f0000000000, 1<<16, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
 	must(t, err)
 	// The peer's 40 KiB WRITE with immediate: 40 packets at MTU 1024.
 	fill(b.mr.Bytes()[:40<<10], 3)
@@ -356,7 +356,7 @@ func TestRemoteMemoryBatchedWrites(t *testing.T) {
 	vecs, pieces, writes := mem.vecs, mem.vecPieces, mem.writes
 	mem.mu.Unlock()
 	if wc.Status != WCSuccess || !bytes.Equal(got, b.mr.Bytes()[:40<<10]) {
-		t.Fatalf("WRITE into remote memory: %+v, data equal %v", wc, bytes.Equal(got, b.mr.Bytes()[:40<<10]))
+		t.Fatalf("WRITE into another process's memory: %+v, data equal %v", wc, bytes.Equal(got, b.mr.Bytes()[:40<<10]))
 	}
 	if writes != 0 || pieces != 40 || vecs >= 40 {
 		t.Fatalf("%d single writes, %d vector writes of %d pieces for 40 packets", writes, vecs, pieces)

@@ -14,7 +14,7 @@ type SRQ struct {
 	dev *Device
 	pd  *PD
 	c   *transport.SRQ // the engines' SRQ, in-process
-	rem *remoteSRQ     // a client's side: the SRQ lives in the daemon (remote.go)
+	att *attachedSRQ   // a client's side: the SRQ lives in the daemon (attached.go)
 }
 
 // CreateSRQ creates a shared receive queue in pd.
@@ -22,8 +22,8 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 	if attr.MaxWR < 1 || attr.MaxWR > MaxQPWR || attr.MaxSGE < 0 || attr.MaxSGE > MaxSGE || attr.Limit < 0 || attr.Limit > attr.MaxWR {
 		return nil, fmt.Errorf("verbs: SRQ attributes %+v exceed the device's: %w", attr, ErrInvalid)
 	}
-	if pd.dev.rem != nil {
-		return pd.createRemoteSRQ(attr)
+	if pd.dev.att != nil {
+		return pd.createAttachedSRQ(attr)
 	}
 	s := &SRQ{dev: pd.dev, pd: pd, c: pd.c.CreateSRQ(attr)}
 	s.c.Owner = s
@@ -37,8 +37,8 @@ func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
 	if s.dev.closing.Load() {
 		return 0, ErrClosed
 	}
-	if s.rem != nil {
-		return s.postRecvRemote(wrs)
+	if s.att != nil {
+		return s.postRecvAttached(wrs)
 	}
 	return s.c.PostRecv(wrs)
 }
@@ -49,24 +49,24 @@ func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
 	if mask&^(SRQAttrMaxWR|SRQAttrLimit) != 0 {
 		return fmt.Errorf("verbs: SRQ attribute mask %#x: %w", mask, ErrInvalid)
 	}
-	if s.rem != nil {
-		return s.modifyRemote(attr, mask)
+	if s.att != nil {
+		return s.modifyAttached(attr, mask)
 	}
 	return s.c.Modify(attr, mask)
 }
 
 // Query returns the SRQ's attributes; Limit is 0 once the event has fired.
 func (s *SRQ) Query() SRQAttr {
-	if s.rem != nil {
-		return s.queryRemote()
+	if s.att != nil {
+		return s.queryAttached()
 	}
 	return s.c.Query()
 }
 
 // Destroy releases the SRQ; EBUSY while QPs still use it, as ibv_destroy_srq.
 func (s *SRQ) Destroy() error {
-	if s.rem != nil {
-		return s.destroyRemote()
+	if s.att != nil {
+		return s.destroyAttached()
 	}
 	return s.c.Destroy()
 }

@@ -10,7 +10,7 @@ import "github.com/xdproce/xdproce/wire"
 // gather copies len(dst) bytes of the message, starting at offset off, from
 // segs; reads from another process's memory are queued in pending (dst is a
 // frame being built, see engine.send).
-func gather(dst []byte, segs []span, off uint32, pending *remoteCopies) {
+func gather(dst []byte, segs []span, off uint32, pending *procCopies) {
 	for _, s := range segs {
 		if len(dst) == 0 {
 			return
@@ -33,13 +33,13 @@ func payloadLen(p *wire.Packet) uint32 { return uint32(len(p.Payload) + len(p.Pa
 // at message offset off; false if it does not fit.
 // Writes into another process's memory are queued in pending (the
 // payload is a received frame's).
-func scatterPayload(segs []span, off uint32, p *wire.Packet, pending *remoteCopies) bool {
+func scatterPayload(segs []span, off uint32, p *wire.Packet, pending *procCopies) bool {
 	return scatter(segs, off, p.Payload, pending) && scatter(segs, off+uint32(len(p.Payload)), p.PayloadTail, pending)
 }
 
 // scatter copies src into segs starting at message offset off; false if it
 // does not fit. pending: see span.write.
-func scatter(segs []span, off uint32, src []byte, pending *remoteCopies) bool {
+func scatter(segs []span, off uint32, src []byte, pending *procCopies) bool {
 	for _, s := range segs {
 		if len(src) == 0 {
 			return true
@@ -59,7 +59,7 @@ func scatter(segs []span, off uint32, src []byte, pending *remoteCopies) bool {
 // bytes, or n bytes of another process's memory at offset off.
 type span struct {
 	b   []byte
-	mem RemoteMemory
+	mem ProcMemory
 	off uint64
 	n   uint32
 }
@@ -90,7 +90,7 @@ func (s span) len() uint32 {
 // and returns how many. From another process's memory, with pending set,
 // the copy is only queued there (dst must stay valid until the engine makes
 // it, see engine.sealDeferred); without, it is made at once.
-func (s span) read(dst []byte, off uint32, pending *remoteCopies) int {
+func (s span) read(dst []byte, off uint32, pending *procCopies) int {
 	if s.mem == nil {
 		return copy(dst, s.b[off:])
 	}
@@ -106,8 +106,8 @@ func (s span) read(dst []byte, off uint32, pending *remoteCopies) int {
 // write copies src into the span from offset off, as much as fits, and
 // returns how much. Into another process's memory, with pending set, the
 // copy is only queued there (src must stay valid until the engine flushes
-// it, see remoteCopies); without, it is made at once.
-func (s span) write(src []byte, off uint32, pending *remoteCopies) int {
+// it, see procCopies); without, it is made at once.
+func (s span) write(src []byte, off uint32, pending *procCopies) int {
 	if s.mem == nil {
 		return copy(s.b[off:], src)
 	}
@@ -120,22 +120,22 @@ func (s span) write(src []byte, off uint32, pending *remoteCopies) int {
 	return int(n)
 }
 
-// remoteCopies are an engine's copies to (writes) or from (reads) other
+// procCopies are an engine's copies to (writes) or from (reads) other
 // processes' memory not made yet, in order, grouped by memory; the local
 // side is frame memory, valid until the engine makes them.
-type remoteCopies struct {
+type procCopies struct {
 	read   bool
 	groups []copyGroup
 	n      int
 }
 
 type copyGroup struct {
-	mem  RemoteMemory
+	mem  ProcMemory
 	bufs [][]byte
 	offs []uint64
 }
 
-func (w *remoteCopies) add(mem RemoteMemory, p []byte, off uint64) {
+func (w *procCopies) add(mem ProcMemory, p []byte, off uint64) {
 	if k := len(w.groups); k == 0 || w.groups[k-1].mem != mem {
 		if k < cap(w.groups) {
 			w.groups = w.groups[:k+1]
@@ -151,7 +151,7 @@ func (w *remoteCopies) add(mem RemoteMemory, p []byte, off uint64) {
 }
 
 // flush makes the queued copies, one call per memory where it can.
-func (w *remoteCopies) flush() {
+func (w *procCopies) flush() {
 	if w.n == 0 {
 		return
 	}
@@ -165,9 +165,9 @@ func (w *remoteCopies) flush() {
 	w.n = 0
 }
 
-func (w *remoteCopies) copyGroup(g *copyGroup) {
+func (w *procCopies) copyGroup(g *copyGroup) {
 	if w.read {
-		if v, ok := g.mem.(RemoteReadVec); ok {
+		if v, ok := g.mem.(ProcReadVec); ok {
 			_ = v.ReadVec(g.bufs, g.offs)
 			return
 		}
@@ -176,7 +176,7 @@ func (w *remoteCopies) copyGroup(g *copyGroup) {
 		}
 		return
 	}
-	if v, ok := g.mem.(RemoteWriteVec); ok {
+	if v, ok := g.mem.(ProcWriteVec); ok {
 		_ = v.WriteVec(g.bufs, g.offs)
 		return
 	}
@@ -185,27 +185,27 @@ func (w *remoteCopies) copyGroup(g *copyGroup) {
 	}
 }
 
-// RemoteMemory is memory of another process that the engines reach by
+// ProcMemory is memory of another process that the engines reach by
 // copying: a daemon's client's own memory (process_vm_readv/writev). Its
 // offsets are the region's. A copy that fails (the client unmapped the
 // memory, or died) moves nothing; the client's data is then undefined, as
 // ibverbs leaves it when registered memory is freed.
-type RemoteMemory interface {
+type ProcMemory interface {
 	ReadAt(p []byte, off uint64) error
 	WriteAt(p []byte, off uint64) error
 }
 
-// RemoteReadVec is a RemoteMemory that takes several reads in one call: the
+// ProcReadVec is a ProcMemory that takes several reads in one call: the
 // engines read what a transmit batch sends from another process's memory
 // at once, before they seal the batch's frames.
-type RemoteReadVec interface {
+type ProcReadVec interface {
 	ReadVec(p [][]byte, off []uint64) error
 }
 
-// RemoteWriteVec is a RemoteMemory that takes several writes in one call:
+// ProcWriteVec is a ProcMemory that takes several writes in one call:
 // the engines queue what received frames carry for another process's
 // memory and hand it over once per receive batch (and before anything that
 // could let the data be seen: a completion, a frame sent).
-type RemoteWriteVec interface {
+type ProcWriteVec interface {
 	WriteVec(p [][]byte, off []uint64) error
 }

@@ -53,15 +53,15 @@ type engine struct {
 	rxSplitFn func(head, tail []byte)
 	capBuf    []byte // a split frame gathered for the capture
 	// pending are writes into daemon clients' own memory that received
-	// frames carry, made once per receive batch (remoteCopies): before the
+	// frames carry, made once per receive batch (procCopies): before the
 	// link releases the batch's frames, and before anything could let the
 	// data be seen — a completion, a frame sent — or read.
-	pending remoteCopies
+	pending procCopies
 	// reads are the payloads of frames being sent that come from daemon
 	// clients' own memory, read once per transmit batch; unsealed are
 	// those frames, committed with their final length and sealed once the
 	// reads are made, before the batch is submitted (sealDeferred).
-	reads    remoteCopies
+	reads    procCopies
 	unsealed []unsealedFrame
 	gather   []byte
 	// rxHead and rxTail are the frame being handled as it arrived, to hand

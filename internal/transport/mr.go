@@ -9,8 +9,8 @@ import (
 // MR is a registered memory region.
 type MR struct {
 	pd     *PD
-	buf    []byte       // the region's memory, in this process
-	mem    RemoteMemory // or, for a daemon's client's own memory, where it is
+	buf    []byte     // the region's memory, in this process
+	mem    ProcMemory // or, for a daemon's client's own memory, where it is
 	length uint64
 	addr   uint64
 	access ibv.Access
@@ -28,9 +28,9 @@ func (pd *PD) RegMR(buf []byte, iova uint64, access ibv.Access) (*MR, error) {
 	return mr, pd.dev.do(func() error { return pd.dev.addMR(mr) })
 }
 
-// RegRemoteMR registers length bytes of another process's memory, reached
+// RegProcMR registers length bytes of another process's memory, reached
 // through mem, at address iova; the caller checked the arguments.
-func (pd *PD) RegRemoteMR(mem RemoteMemory, iova, length uint64, access ibv.Access) (*MR, error) {
+func (pd *PD) RegProcMR(mem ProcMemory, iova, length uint64, access ibv.Access) (*MR, error) {
 	mr := &MR{pd: pd, mem: mem, length: length, access: access, addr: iova}
 	return mr, pd.dev.do(func() error { return pd.dev.addMR(mr) })
 }

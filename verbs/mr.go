@@ -172,6 +172,9 @@ func (m *MR) Dereg() error {
 // through mem, at address iova (the daemon registers a client's own memory
 // so: ibv_reg_mr on malloc'd memory).
 func (pd *PD) RegProcMR(mem ProcMemory, iova, length uint64, access Access) (*MR, error) {
+	if pd.dev.att != nil {
+		return nil, errDaemonSide("another process's memory")
+	}
 	if err := checkAccess(int(min(length, MaxMRSize+1)), access); err != nil {
 		return nil, err
 	}

@@ -19,6 +19,9 @@ import (
 // on an engine, when a completion matches the request the client armed in
 // the ring.
 func (d *Device) CreateSharedCQ(depth int, ring *uverbs.Ring, notify func()) (*CQ, error) {
+	if d.att != nil {
+		return nil, errDaemonSide("a shared CQ")
+	}
 	if depth < 1 || depth > MaxCQE || int(ring.Slots()) < depth || ring.SlotSize() < uverbs.CQESize {
 		return nil, fmt.Errorf("verbs: shared CQ of depth %d on %d slots: %w", depth, ring.Slots(), ErrInvalid)
 	}
@@ -30,6 +33,9 @@ func (d *Device) CreateSharedCQ(depth int, ring *uverbs.Ring, notify func()) (*C
 // RecvSlotSize give for the QP's capabilities. For a UD QP, ahs finds the
 // address handle a send slot names by its handle (the engines call it).
 func (pd *PD) CreateSharedQP(attr QPInitAttr, sq, rq *uverbs.Ring, ahs func(h uint32) *AddressHandle) (*QP, error) {
+	if pd.dev.att != nil {
+		return nil, errDaemonSide("a shared QP")
+	}
 	if attr.Type == QPTypeUD && ahs == nil {
 		return nil, fmt.Errorf("verbs: a shared UD QP needs its client's address handles: %w", ErrInvalid)
 	}
@@ -71,6 +77,9 @@ func (qp *QP) PublishState() {
 // to ring (receive slots for attr.MaxSGE, at least attr.MaxWR of them). It
 // cannot grow past the ring.
 func (pd *PD) CreateSharedSRQ(attr SRQInitAttr, ring *uverbs.Ring) (*SRQ, error) {
+	if pd.dev.att != nil {
+		return nil, errDaemonSide("a shared SRQ")
+	}
 	if ring == nil || int(ring.Slots()) < attr.MaxWR || ring.SlotSize() < uverbs.RecvSlotSize(max(attr.MaxSGE, 1)) {
 		return nil, fmt.Errorf("verbs: shared ring too small for SRQ %+v: %w", attr, ErrInvalid)
 	}
@@ -79,4 +88,10 @@ func (pd *PD) CreateSharedSRQ(attr SRQInitAttr, ring *uverbs.Ring) (*SRQ, error)
 		return nil, err
 	}
 	return s, s.c.SetSource(sharedring.NewSRQ(ring))
+}
+
+// errDaemonSide refuses, on a device attached to a daemon, what only the
+// daemon's own (in-process) device does: its engines serve the rings.
+func errDaemonSide(what string) error {
+	return fmt.Errorf("verbs: %s on a device attached to a daemon: %w", what, ErrNotSup)
 }

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -561,5 +562,31 @@ func TestSharedSRQSlotFreedBeforeCompletion(t *testing.T) {
 				t.Fatalf("%d receive completions published before their SRQ slots were freed, the first: %s", len(late), late[0])
 			}
 		})
+	}
+}
+
+// TestDaemonSideOnAttachedDevice: what only a daemon's own device does
+// (rings shared with clients, another process's memory) is ENOTSUP on a
+// device attached to a daemon, whose engines are the daemon's.
+func TestDaemonSideOnAttachedDevice(t *testing.T) {
+	d := &Device{att: &attachment{}} // attached: no request reaches the daemon before the check
+	pd := &PD{dev: d, id: 1}
+	ring := func() *uverbs.Ring { return newRing(t, 16, uverbs.SendSlotSize(1, 0)) }
+	attr := QPInitAttr{Type: QPTypeRC, SendCQ: &CQ{dev: d}, RecvCQ: &CQ{dev: d}, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}}
+	for _, tc := range []struct {
+		what string
+		err  func() error
+	}{
+		{"CreateSharedCQ", func() error { _, err := d.CreateSharedCQ(4, newRing(t, 16, uverbs.CQESize), nil); return err }},
+		{"CreateSharedQP", func() error { _, err := pd.CreateSharedQP(attr, ring(), ring(), nil); return err }},
+		{"CreateSharedSRQ", func() error { _, err := pd.CreateSharedSRQ(SRQInitAttr{MaxWR: 4, MaxSGE: 1}, ring()); return err }},
+		{"RegProcMR", func() error {
+			_, err := pd.RegProcMR(&fakeProcMem{b: make([]byte, 64)}, 0x1000, 64, AccessLocalWrite)
+			return err
+		}},
+	} {
+		if err := tc.err(); !errors.Is(err, ErrNotSup) {
+			t.Errorf("%s on an attached device: %v, want ENOTSUP", tc.what, err)
+		}
 	}
 }

@@ -685,10 +685,9 @@ func (bed *hostileBed) waitClean(base holdings, pid int, d time.Duration) error 
 	}
 }
 
-// doorbellNonblocking attaches and looks at the doorbell eventfd HELLO
-// gives: non-blocking, as the protocol has it. A client that could clear
-// O_NONBLOCK on a description the daemon reads would park the daemon's
-// reader in read(2) (issue 30 item 2).
+// doorbellNonblocking attaches and looks at the doorbell HELLO gives: a
+// socket of the new client's own (one per session: no client shares a
+// description the daemon reads, issue 30 item 2), non-blocking.
 func doorbellNonblocking(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -703,12 +702,19 @@ func doorbellNonblocking(name string) error {
 		return err
 	}
 	defer ipc.CloseAll(fds)
+	var st unix.Stat_t
+	if err := unix.Fstat(fds[1], &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("the doorbell a new client gets is no socket of its own (mode %#o)", st.Mode)
+	}
 	fl, err := unix.FcntlInt(uintptr(fds[1]), unix.F_GETFL, 0)
 	if err != nil {
 		return err
 	}
 	if fl&unix.O_NONBLOCK == 0 {
-		return fmt.Errorf("the doorbell eventfd a new client gets is in blocking mode: a client changed the daemon's own")
+		return fmt.Errorf("the doorbell a new client gets is in blocking mode")
 	}
 	return nil
 }

@@ -151,22 +151,6 @@ int cm_complete(struct cmid *c)
 	return set_errno(st < 0 ? -st : st);
 }
 
-/* has_devices is rdma-core's ucma_init check: no device, no rdma_cm. Once one was seen, it is
- * not asked again (rdma-core's runs once per process too). */
-int has_devices(void)
-{
-	static _Atomic bool seen;
-	if (seen)
-		return 1;
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (list)
-		ibv_free_device_list(list);
-	if (n > 0)
-		seen = true;
-	return n > 0;
-}
-
 static int create_id(struct rdma_event_channel *ch, struct rdma_cm_id **id, void *context, enum rdma_port_space ps,
 		     enum ibv_qp_type qpt)
 {

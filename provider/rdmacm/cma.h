@@ -164,7 +164,11 @@ struct cmevt {
 	bool ah_global;
 };
 
+/* The files call downwards only: cma.c (the rdma_* calls on IDs) uses event.c (channels and
+ * events) and dev.c (devices, the daemon's requests); event.c uses dev.c; dev.c neither. */
+
 /* dev.c */
+int has_devices(void); /* a device of the namespace exists (rdma-core's ucma_init) */
 extern pthread_mutex_t cm_lock; /* devices and the handle table */
 int dev_all(struct cmdev ***out, int *n); /* every device of the namespace, opened */
 int dev_list(struct cmdev ***out, int *n, bool open);
@@ -196,7 +200,6 @@ void free_id(struct cmid *id);
 void apply_info(struct cmid *id, const struct cminfo *info);
 
 /* cma.c */
-int has_devices(void); /* a device of the namespace exists (rdma-core's ucma_init) */
 int cm_complete(struct cmid *id);
 int id_new_sub(struct cmid *id, struct cmdev *d, struct cmsub **out);
 void id_destroy_subs(struct cmid *id, struct cmsub *keep);

@@ -155,6 +155,7 @@ var abiConsts = []struct {
 	{"XP_VERSION", Version, "the control protocol's version (HELLO)"},
 	{"XP_HEADER", HeaderLen, "sizeof(struct xp_msg_hdr)"},
 	{"XP_MAX_MSG", MaxMessage, "the largest control message"},
+	{"XP_MAX_FDS", MaxFDs, "the most file descriptors one control message carries"},
 	{"XP_RING_HEADER", HeaderSize, "sizeof(struct xp_ring_hdr): the slots start here"},
 	{"XP_SEND_SLOT_HEADER", SendSlotHeader, "sizeof(struct xp_send_wqe)"},
 	{"XP_RECV_SLOT_HEADER", RecvSlotHeader, "sizeof(struct xp_recv_wqe)"},

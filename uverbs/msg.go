@@ -83,6 +83,9 @@ func (o Op) String() string {
 // MaxMessage is the largest control message either side sends or accepts.
 const MaxMessage = 16 << 10
 
+// MaxFDs is the most file descriptors one control message carries.
+const MaxFDs = 4
+
 // HeaderLen is the size of a message's header (abiMsgHeader): version u16,
 // op u16, sequence u32, errno i32 (0 in requests and successful replies).
 const HeaderLen = 12

@@ -15,6 +15,7 @@ enum {
 	XP_VERSION = 1, /* the control protocol's version (HELLO) */
 	XP_HEADER = 12, /* sizeof(struct xp_msg_hdr) */
 	XP_MAX_MSG = 16384, /* the largest control message */
+	XP_MAX_FDS = 4, /* the most file descriptors one control message carries */
 	XP_RING_HEADER = 256, /* sizeof(struct xp_ring_hdr): the slots start here */
 	XP_SEND_SLOT_HEADER = 64, /* sizeof(struct xp_send_wqe) */
 	XP_RECV_SLOT_HEADER = 16, /* sizeof(struct xp_recv_wqe) */

@@ -21,8 +21,6 @@
 
 /* The control protocol (docs/daemon.md, package uverbs): its constants, operations and the
  * layouts of the shared rings are ../common/xp_abi.h, generated from package uverbs. */
-enum { XP_MAX_FDS = 4 };
-
 void xp_start(struct xp_enc *e, enum xp_op op); /* the header; the body follows (../common/codec.h) */
 int xp_end(struct xp_dec *d); /* 0, or EPROTO if the reply did not parse */
 

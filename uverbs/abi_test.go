@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -241,4 +242,26 @@ func slotLines(t *testing.T, out string) map[string][]byte {
 		m[name] = b
 	}
 	return m
+}
+
+// TestProviderNamedFields: the C files that write and read the rings do so through xp_abi.h's
+// named fields, with no byte offsets of their own (slot + 16, cur[8], lkey << 32) that the
+// header's checks cannot see.
+func TestProviderNamedFields(t *testing.T) {
+	raw := regexp.MustCompile(`\b(slot|s|w|body|cur|p|page|mem)\s*(\+\s*[0-9]+|\[[0-9]+\])|<<\s*32|\b(put|get)(16|32|64)\(`)
+	files, err := filepath.Glob(filepath.Join("..", "provider", "verbs", "*.c"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("the provider's sources: %v %v", files, err)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if raw.MatchString(line) {
+				t.Errorf("%s:%d: a raw offset into shared memory: %s", f, i+1, strings.TrimSpace(line))
+			}
+		}
+	}
 }

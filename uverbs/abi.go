@@ -35,15 +35,15 @@ type abiSendWQE struct {
 	Opcode     uint8       `abi:"opcode" doc:"enum ibv_wr_opcode"`
 	SendFlags  uint8       `abi:"send_flags" doc:"enum ibv_send_flags: FENCE, SIGNALED, SOLICITED, INLINE"`
 	NumSGE     uint16      `abi:"num_sge" doc:"SG entries after the header (0 with inline data)"`
-	Imm        uint32      `abi:"imm_data" doc:"host order"`
+	Imm        uint32      `abi:"imm_data" doc:"the immediate's value as on the wire (be32toh of ibv's)"`
 	RemoteAddr uint64      `abi:"remote_addr" doc:"RDMA, atomics; BIND_MW: the window's address"`
 	RKey       uint32      `abi:"rkey" doc:"RDMA, atomics; BIND_MW: the window's new key"`
 	InvRKey    uint32      `abi:"invalidate_rkey" doc:"SEND_WITH_INV, LOCAL_INV; BIND_MW: the window's current key"`
 	Args       abiSendArgs `abi:"args,union" doc:"the operation's operands"`
 	InlineLen  uint32      `abi:"inline_len" doc:"bytes of inline data after the header"`
-	AH         uint32      `abi:"ah" doc:"UD: the address handle"`
+	AH         uint32      `abi:"ah" doc:"UD: the address handle (the client's handle from CREATE_AH)"`
 	RemoteQPN  uint32      `abi:"remote_qpn" doc:"UD: the destination QP"`
-	RemoteQKey uint32      `abi:"remote_qkey" doc:"UD: its Q_Key"`
+	RemoteQKey uint32      `abi:"remote_qkey" doc:"UD: its Q_Key (top bit set: the QP's own)"`
 }
 
 // abiSendArgs is the 16 bytes of a send slot's operands, which the operation chooses between:
@@ -96,7 +96,7 @@ type abiCQE struct {
 	Reserved       [2]uint8 `abi:"reserved" doc:"0"`
 	VendorErr      uint32   `abi:"vendor_err"`
 	ByteLen        uint32   `abi:"byte_len"`
-	Imm            uint32   `abi:"imm_data" doc:"host order; with IBV_WC_WITH_IMM"`
+	Imm            uint32   `abi:"imm_data" doc:"with IBV_WC_WITH_IMM: the value as on the wire (htobe32 for ibv's)"`
 	InvalidatedKey uint32   `abi:"invalidated_rkey" doc:"with IBV_WC_WITH_INV"`
 	QPNum          uint32   `abi:"qp_num"`
 	SrcQP          uint32   `abi:"src_qp"`

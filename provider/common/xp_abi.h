@@ -116,7 +116,7 @@ struct xp_send_wqe {
 	uint8_t send_flags;
 	/* SG entries after the header (0 with inline data) */
 	uint16_t num_sge;
-	/* host order */
+	/* the immediate's value as on the wire (be32toh of ibv's) */
 	uint32_t imm_data;
 	/* RDMA, atomics; BIND_MW: the window's address */
 	uint64_t remote_addr;
@@ -140,11 +140,11 @@ struct xp_send_wqe {
 	} args;
 	/* bytes of inline data after the header */
 	uint32_t inline_len;
-	/* UD: the address handle */
+	/* UD: the address handle (the client's handle from CREATE_AH) */
 	uint32_t ah;
 	/* UD: the destination QP */
 	uint32_t remote_qpn;
-	/* UD: its Q_Key */
+	/* UD: its Q_Key (top bit set: the QP's own) */
 	uint32_t remote_qkey;
 };
 _Static_assert(sizeof(struct xp_send_wqe) == 64, "struct xp_send_wqe as Go lays it out");
@@ -190,7 +190,7 @@ struct xp_cqe {
 	uint8_t reserved[2];
 	uint32_t vendor_err;
 	uint32_t byte_len;
-	/* host order; with IBV_WC_WITH_IMM */
+	/* with IBV_WC_WITH_IMM: the value as on the wire (htobe32 for ibv's) */
 	uint32_t imm_data;
 	/* with IBV_WC_WITH_INV */
 	uint32_t invalidated_rkey;

@@ -843,11 +843,13 @@ func honestEnd(d *verbs.Device) (*end, error) {
 	return e, err
 }
 
-// honestPeer is connect's peer: timeout 12 (16.8 ms), 6 retries.
+// honestPeer is connect's peer: timeout 12 (16.8 ms), retries without
+// end (retry_cnt 7): a loaded machine's pause must not fail an honest
+// transfer, while a frozen device shows as a transfer that stops moving.
 func honestPeer(to *end, ip netip.Addr, mac net.HardwareAddr) verbs.Peer {
 	return verbs.Peer{Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead,
 		AH: verbs.AH{DGID: ip, DMAC: mac}, DestQPN: to.qp.QPN(), RQPSN: 100, SQPSN: 100, PathMTU: verbs.MTU1024,
-		MinRNRTimer: 1, Timeout: 12, RetryCnt: 6, RNRRetry: 7, MaxRdAtomic: 4, MaxDestRdAtomic: 4}
+		MinRNRTimer: 1, Timeout: 12, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4, MaxDestRdAtomic: 4}
 }
 
 func (h *honestPair) failure() error {

@@ -257,6 +257,37 @@ static void verbs_unsupported(void)
 	VOID(ibv_unimport_dm(0));
 }
 
+/* ibv_rereg_mr fails as on rxe, which has no rereg_mr: rdma-core's argument checks first (EINVAL),
+ * then IBV_REREG_MR_ERR_INPUT with errno EOPNOTSUPP, on which callers deregister and register anew.
+ * Neither path reads the region. */
+static void rereg(void)
+{
+	struct ibv_mr mr;
+	char buf[64];
+	memset(&mr, 0, sizeof(mr));
+	const struct {
+		int flags, access;
+		void *addr;
+		size_t len;
+		int err;
+		const char *what;
+	} cases[] = {
+		{IBV_REREG_MR_CHANGE_ACCESS, IBV_ACCESS_LOCAL_WRITE, NULL, 0, EOPNOTSUPP, "change access"},
+		{IBV_REREG_MR_CHANGE_TRANSLATION, 0, buf, sizeof(buf), EOPNOTSUPP, "change translation"},
+		{IBV_REREG_MR_CHANGE_PD, 0, NULL, 0, EOPNOTSUPP, "change PD"},
+		{IBV_REREG_MR_FLAGS_SUPPORTED << 1, 0, NULL, 0, EINVAL, "unknown flag"},
+		{IBV_REREG_MR_CHANGE_TRANSLATION, 0, NULL, sizeof(buf), EINVAL, "translation without an address"},
+		{IBV_REREG_MR_CHANGE_TRANSLATION, 0, buf, 0, EINVAL, "translation without a length"},
+		{IBV_REREG_MR_CHANGE_PD, IBV_ACCESS_LOCAL_WRITE, NULL, 0, EINVAL, "access without CHANGE_ACCESS"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		errno = 0;
+		int r = ibv_rereg_mr(&mr, cases[i].flags, NULL, cases[i].addr, cases[i].len, cases[i].access);
+		int e = errno;
+		expect(r == IBV_REREG_MR_ERR_INPUT && e == cases[i].err, cases[i].what, r, e);
+	}
+}
+
 static void mlx5(void)
 {
 	INT(_mlx5dv_mkey_check(0, 0, 0));
@@ -404,6 +435,7 @@ int main(void)
 	verbs_private();
 	verbs_compat();
 	verbs_unsupported();
+	rereg();
 	mlx5();
 	efa();
 	printf("%d checks, %d failed\n", checks, failures);

@@ -131,10 +131,17 @@ XP_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 	return 0;
 }
 
+/* ibv_rereg_mr checks its arguments as rdma-core's does (EINVAL), then fails as a provider without
+ * rereg_mr (rxe) makes it fail: IBV_REREG_MR_ERR_INPUT with errno EOPNOTSUPP, on which callers
+ * deregister and register again. */
 XP_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
 {
-	(void)mr, (void)flags, (void)pd, (void)addr, (void)length, (void)access;
-	errno = EOPNOTSUPP;
+	(void)mr, (void)pd;
+	if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!length || !addr)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)))
+		errno = EINVAL;
+	else
+		errno = EOPNOTSUPP;
 	return IBV_REREG_MR_ERR_INPUT;
 }
 

@@ -63,7 +63,8 @@ static int put_send_wr(struct xqp *qp, uint8_t *slot, const struct ibv_send_wr *
 		xp_put_ud(slot, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
 	if (op == IBV_WR_BIND_MW) {
 		const struct ibv_mw_bind_info *b = &wr->bind_mw.bind_info;
-		if (inl || !wr->bind_mw.mw || wr->bind_mw.mw->type != IBV_MW_TYPE_2)
+		if (inl || !wr->bind_mw.mw ||
+		    (wr->bind_mw.mw->type != IBV_MW_TYPE_1 && wr->bind_mw.mw->type != IBV_MW_TYPE_2))
 			return EINVAL;
 		slot[9] = (uint8_t)flags;
 		put64(slot + 16, b->addr);

@@ -3,13 +3,18 @@
  * (rxe's, for libmlx5 and libefa): EOPNOTSUPP returned and in errno, -1 or NULL with errno EOPNOTSUPP,
  * false, or nothing done, and never a crash. It is linked against Debian's libraries (-libverbs -lmlx5
  * -lefa) and run with xdproce's in LD_LIBRARY_PATH (test/abi); it needs no device, since none of these
- * calls reaches one. */
+ * calls reaches one. "stubs_check device NS DEV" opens DEV in network namespace NS instead (test/e2e) and
+ * calls, on its objects, each verb a provider may leave out that xdproce leaves out, as rxe does: rdma-core
+ * answers it (verbs.h's inline calls), and so do the mlx5dv/efadv calls on a device that is not theirs. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <infiniband/efadv.h>
 #include <infiniband/mlx5dv.h>
@@ -33,6 +38,12 @@ static void expect(bool ok, const char *call, long ret, int err)
 		long r_ = (call);                                                                                      \
 		int e_ = errno;                                                                                        \
 		expect(r_ == EOPNOTSUPP && e_ == EOPNOTSUPP, #call, r_, e_);                                            \
+	} while (0)
+/* A verb that returns an errno, as rdma-core's ibv_* calls do (they leave errno alone). */
+#define ERR(call)                                                                                                      \
+	do {                                                                                                           \
+		long r_ = (call);                                                                                      \
+		expect(r_ == EOPNOTSUPP, #call, r_, errno);                                                            \
 	} while (0)
 #define NEG1(call)                                                                                                     \
 	do {                                                                                                           \
@@ -430,8 +441,91 @@ static void efa(void)
 	PTR(efadv_cq_from_ibv_cq_ex(0));
 }
 
-int main(void)
+/* device opens dev in network namespace ns and checks, on a context, PD, CQ, QP and SRQ of it, every
+ * verb of rdma-core's that xdproce, like rxe, does not provide. */
+static int device(const char *ns, const char *dev)
 {
+	char path[256];
+	snprintf(path, sizeof(path), ns[0] == '/' ? "%s" : "/run/netns/%s", ns);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || setns(fd, CLONE_NEWNET) < 0) {
+		printf("fatal: setns %s: %s\n", path, strerror(errno));
+		return 100;
+	}
+	close(fd);
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	struct ibv_device *d = NULL;
+	for (int i = 0; list && i < n; i++)
+		if (strcmp(ibv_get_device_name(list[i]), dev) == 0)
+			d = list[i];
+	struct ibv_context *ctx = d ? ibv_open_device(d) : NULL;
+	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	struct ibv_cq *cq = pd ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;
+	struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *qp = cq ? ibv_create_qp(pd, &qa) : NULL;
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4, .max_sge = 1}};
+	struct ibv_srq *srq = qp ? ibv_create_srq(pd, &sa) : NULL;
+	if (!srq) {
+		printf("fatal: %s in %s: objects: %s\n", dev, ns, strerror(errno));
+		return 100;
+	}
+
+	mlx5();
+	efa();
+	FALSE(mlx5dv_is_supported(d));
+	PTR(mlx5dv_open_device(d, &(struct mlx5dv_context_attr){0}));
+	struct mlx5dv_context mctx = {0};
+	INT(mlx5dv_query_device(ctx, &mctx));
+	struct mlx5dv_qp mqp = {0};
+	struct mlx5dv_obj obj = {.qp = {.in = qp, .out = &mqp}};
+	INT(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP));
+	struct efadv_device_attr eattr = {0};
+	INT(efadv_query_device(ctx, &eattr, sizeof(eattr)));
+
+	PTR(ibv_open_xrcd(ctx, &(struct ibv_xrcd_init_attr){.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+							    .fd = -1, .oflags = O_CREAT}));
+	PTR(ibv_open_qp(ctx, &(struct ibv_qp_open_attr){0}));
+	PTR(ibv_create_wq(ctx, &(struct ibv_wq_init_attr){.wq_type = IBV_WQT_RQ, .max_wr = 4, .max_sge = 1, .pd = pd, .cq = cq}));
+	PTR(ibv_create_rwq_ind_table(ctx, &(struct ibv_rwq_ind_table_init_attr){0}));
+	struct ibv_flow_attr fa = {.type = IBV_FLOW_ATTR_NORMAL, .size = sizeof(fa), .port = 1};
+	PTR(ibv_create_flow(qp, &fa));
+	PTR(ibv_create_flow_action_esp(ctx, &(struct ibv_flow_action_esp_attr){0}));
+	PTR(ibv_alloc_dm(ctx, &(struct ibv_alloc_dm_attr){.length = 4096}));
+	PTR(ibv_alloc_td(ctx, &(struct ibv_td_init_attr){0}));
+	PTR(ibv_alloc_parent_domain(ctx, &(struct ibv_parent_domain_init_attr){.pd = pd}));
+	PTR(ibv_create_counters(ctx, &(struct ibv_counters_init_attr){0}));
+	PTR(ibv_alloc_null_mr(pd));
+	PTR(ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE));
+	PTR(ibv_import_pd(ctx, pd->handle));
+	struct ibv_values_ex v = {.comp_mask = IBV_VALUES_MASK_RAW_CLOCK};
+	ERR(ibv_query_rt_values_ex(ctx, &v));
+	ERR(ibv_modify_cq(cq, &(struct ibv_modify_cq_attr){.attr_mask = IBV_CQ_ATTR_MODERATE, .moderate = {1, 1}}));
+	ERR(ibv_modify_qp_rate_limit(qp, &(struct ibv_qp_rate_limit_attr){.rate_limit = 1000}));
+	struct ibv_sge sge = {0};
+	ERR(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1));
+	uint32_t srqn;
+	ERR(ibv_get_srq_num(srq, &srqn));
+	struct ibv_ops_wr op = {.opcode = IBV_WR_TAG_ADD}, *bad_op = NULL;
+	ERR(ibv_post_srq_ops(srq, &op, &bad_op));
+	expect(bad_op == &op, "ibv_post_srq_ops names the refused op", 0, 0);
+	struct ibv_ece ece = {0};
+	ERR(ibv_query_ece(qp, &ece));
+	ERR(ibv_set_ece(qp, &ece));
+
+	expect(ibv_destroy_srq(srq) == 0 && ibv_destroy_qp(qp) == 0 && ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0 &&
+		       ibv_close_device(ctx) == 0,
+	       "the objects are destroyed and the device closed after every refused call", 0, 0);
+	ibv_free_device_list(list);
+	printf("%d checks, %d failed\n", checks, failures);
+	return failures != 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 4 && strcmp(argv[1], "device") == 0)
+		return device(argv[2], argv[3]);
 	verbs_private();
 	verbs_compat();
 	verbs_unsupported();

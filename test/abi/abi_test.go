@@ -70,10 +70,12 @@ func requireDebian(t *testing.T) {
 	}
 }
 
-// export is one defined dynamic symbol: its type (function or object) and whether its version
-// is the default one (name@@VERSION) or a hidden one (name@VERSION).
+// export is one defined dynamic symbol: its type (function or object), an object's size (a
+// program's copy relocation takes that many bytes), and whether its version is the default one
+// (name@@VERSION) or a hidden one (name@VERSION).
 type export struct {
 	typ    elf.SymType
+	size   uint64
 	hidden bool
 }
 
@@ -114,7 +116,11 @@ func exports(path string) (map[string]export, map[string]string, error) {
 		if s.Section == elf.SHN_ABS && s.Name == s.Version {
 			continue
 		}
-		out[s.Name+"@"+s.Version] = export{typ: elf.ST_TYPE(s.Info), hidden: s.HasVersion && s.VersionIndex.IsHidden()}
+		x := export{typ: elf.ST_TYPE(s.Info), hidden: s.HasVersion && s.VersionIndex.IsHidden()}
+		if x.typ == elf.STT_OBJECT {
+			x.size = s.Size
+		}
+		out[s.Name+"@"+s.Version] = x
 	}
 	return out, nodes, nil
 }
@@ -149,8 +155,8 @@ func TestExportedSymbols(t *testing.T) {
 					missing = append(missing, k)
 				case g.hidden != w.hidden:
 					wrong = append(wrong, fmt.Sprintf("%s: hidden %v, want %v", k, g.hidden, w.hidden))
-				case g.typ != w.typ:
-					wrong = append(wrong, fmt.Sprintf("%s: %v, want %v", k, g.typ, w.typ))
+				case g.typ != w.typ || g.size != w.size:
+					wrong = append(wrong, fmt.Sprintf("%s: %v of %d bytes, want %v of %d", k, g.typ, g.size, w.typ, w.size))
 				}
 			}
 			for _, n := range slices.Sorted(maps.Keys(wantNodes)) {

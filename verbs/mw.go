@@ -9,23 +9,26 @@ import (
 type MWType uint8
 
 const (
-	MWType1 MWType = 1 // bound with ibv_bind_mw; not supported
-	MWType2 MWType = 2 // bound by a BIND_MW work request on a QP
+	MWType1 MWType = 1 // bound with ibv_bind_mw (a BIND_MW work request), any QP of its PD may use it
+	MWType2 MWType = 2 // bound by a BIND_MW work request on a QP, only that QP may use it
 )
 
-// MW is a type-2 memory window: a remote key for part of a memory region,
-// bound and invalidated through a QP's send queue. As rxe's, it is
-// allocated free (its rkey names nothing), a BIND_MW work request gives it
-// a range, rights and a new key byte, and LOCAL_INV or a peer's
-// SEND_WITH_INV frees it again.
+// MW is a memory window: a remote key for part of a memory region, bound
+// through a QP's send queue. As rxe's, it is allocated with an rkey that
+// names nothing, and a BIND_MW work request gives it a range, rights and a
+// new key byte. A type-2 window is then bound to that QP, and LOCAL_INV or
+// a peer's SEND_WITH_INV frees it again; a type-1 window (ibv_bind_mw) is
+// the PD's, may be bound again while bound, and only a bind of length 0 or
+// Dealloc unbinds it.
 type MW struct {
 	pd   *PD
+	typ  MWType
 	rkey atomic.Uint32 // the application reads it; binds change its key byte
 
 	// Engine-owned.
 	alive  bool
 	bound  bool
-	qp     *QP // the QP it was bound through: only that QP may use it
+	qp     *QP // type 2: the QP it was bound through, the only one that may use it
 	mr     *MR
 	addr   uint64
 	length uint64
@@ -42,7 +45,8 @@ type MWBind struct {
 	// is taken, as rxe does. IncRKey(mw.RKey()) gives a fresh one.
 	RKey uint32
 	// MR, Addr and Length: the part of the region the window exposes; the
-	// region needs AccessMWBind.
+	// region needs AccessMWBind. A type-1 window bound with Length 0 (and
+	// no MR) exposes nothing.
 	MR     *MR
 	Addr   uint64
 	Length uint64
@@ -57,16 +61,19 @@ func IncRKey(rkey uint32) uint32 { return rkey&^0xff | (rkey+1)&0xff }
 // RKey is the window's current remote key.
 func (mw *MW) RKey() uint32 { return mw.rkey.Load() }
 
-// AllocMW creates a memory window of the protection domain (ibv_alloc_mw).
-// Only type 2 is supported.
+// Type is the window's type.
+func (mw *MW) Type() MWType { return mw.typ }
+
+// AllocMW creates a memory window of the protection domain (ibv_alloc_mw)
+// of type 1 or 2.
 func (pd *PD) AllocMW(typ MWType) (*MW, error) {
-	if typ != MWType2 {
-		return nil, fmt.Errorf("verbs: memory window type %d (only type 2 is supported): %w", typ, ErrInvalid)
+	if typ != MWType1 && typ != MWType2 {
+		return nil, fmt.Errorf("verbs: memory window type %d (types 1 and 2 exist): %w", typ, ErrInvalid)
 	}
 	if pd.dev.rem != nil {
 		return pd.allocRemoteMW(typ)
 	}
-	mw := &MW{pd: pd}
+	mw := &MW{pd: pd, typ: typ}
 	if err := pd.dev.do(func() error { return pd.dev.addMW(mw) }); err != nil {
 		return nil, err
 	}
@@ -156,17 +163,29 @@ func (e *objects) lookupMW(key uint32) *MW {
 	return mw
 }
 
-// bindMW executes a BIND_MW work request of qp (rxe_check_bind_mw's rules
-// for type 2); false is a bind error.
+// bindMW executes a BIND_MW work request of qp (rxe_check_bind_mw's
+// rules); false is a bind error.
 func (e *engine) bindMW(qp *QP, b *MWBind) bool {
 	e.mwMu.Lock()
 	defer e.mwMu.Unlock()
 	mw, mr := b.MW, b.MR
 	const remote = AccessRemoteRead | AccessRemoteWrite | AccessRemoteAtomic
-	switch {
-	case !mw.alive || mw.bound || mw.pd != qp.pd:
+	if !mw.alive {
+		return false
+	}
+	if mw.typ == MWType1 {
+		// A type-1 window may be bound again while bound; a bind of length
+		// 0 leaves it valid but bound to nothing (rxe takes no region then).
+		if b.Length == 0 {
+			e.unbindMW(mw)
+			mw.rkey.Store(mw.rkey.Load()&^0xff | b.RKey&0xff)
+			return true
+		}
+	} else if mw.bound || mw.pd != qp.pd {
 		return false // o10-37.2.30: a type-2 window must be free; C10-72: same PD
-	case mr == nil || !mr.valid || mr.pd != qp.pd || b.Length == 0:
+	}
+	switch {
+	case mr == nil || !mr.valid || mr.pd != mw.pd || b.Length == 0:
 		return false // o10-37.2.40
 	case mr.access&AccessMWBind == 0 || b.Access&^remote != 0:
 		return false // C10-73
@@ -175,21 +194,26 @@ func (e *engine) bindMW(qp *QP, b *MWBind) bool {
 	case b.Addr < mr.addr || b.Length > mr.length || b.Addr-mr.addr > mr.length-b.Length:
 		return false // C10-75
 	}
+	e.unbindMW(mw) // a type-1 window's previous binding
 	mw.rkey.Store(mw.rkey.Load()&^0xff | b.RKey&0xff)
-	mw.bound, mw.qp, mw.mr = true, qp, mr
+	mw.bound, mw.mr = true, mr
+	if mw.typ == MWType2 {
+		mw.qp = qp
+	}
 	mw.addr, mw.length, mw.access = b.Addr, b.Length, b.Access
 	mr.boundMWs++
 	return true
 }
 
-// invalidateRKey frees the window named by key for qp (LOCAL_INV or a
-// peer's SEND_WITH_INV). Region keys cannot be invalidated: xdproce has no
-// fast-registration regions, and rxe refuses user regions the same way.
+// invalidateRKey frees the type-2 window named by key for qp (LOCAL_INV or
+// a peer's SEND_WITH_INV). Region keys cannot be invalidated: xdproce has
+// no fast-registration regions, and rxe refuses user regions the same way;
+// nor can type-1 windows' (rxe_invalidate_mw: EINVAL).
 func (e *engine) invalidateRKey(qp *QP, key uint32) bool {
 	e.mwMu.Lock()
 	defer e.mwMu.Unlock()
 	mw := e.lookupMW(key)
-	if mw == nil || !mw.bound || mw.pd != qp.pd {
+	if mw == nil || mw.typ != MWType2 || !mw.bound || mw.pd != qp.pd {
 		return false
 	}
 	e.unbindMW(mw)
@@ -213,7 +237,7 @@ func (e *engine) checkMWAccess(qp *QP, rkey uint32, va uint64, n uint32, need Ac
 	e.mwMu.Lock()
 	defer e.mwMu.Unlock()
 	mw := e.lookupMW(rkey)
-	if mw == nil || !mw.bound || mw.pd != qp.pd || mw.qp != qp || mw.access&need != need {
+	if mw == nil || !mw.bound || mw.pd != qp.pd || (mw.typ == MWType2 && mw.qp != qp) || mw.access&need != need {
 		return nil, false
 	}
 	if va < mw.addr || uint64(n) > mw.length || va-mw.addr > mw.length-uint64(n) {

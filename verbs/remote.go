@@ -809,7 +809,7 @@ func (pd *PD) allocRemoteMW(typ MWType) (*MW, error) {
 	if err != nil {
 		return nil, err
 	}
-	mw := &MW{pd: pd, rem: &remoteMW{h: d.U32()}}
+	mw := &MW{pd: pd, typ: typ, rem: &remoteMW{h: d.U32()}}
 	mw.rkey.Store(d.U32())
 	return mw, d.End()
 }

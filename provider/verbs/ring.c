@@ -51,7 +51,8 @@ static int put_send_wr(struct xqp *qp, struct xp_send_wqe *w, const struct ibv_s
 		xp_put_ud(w, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
 	if (op == IBV_WR_BIND_MW) {
 		const struct ibv_mw_bind_info *b = &wr->bind_mw.bind_info;
-		if (inl || !wr->bind_mw.mw || wr->bind_mw.mw->type != IBV_MW_TYPE_2)
+		if (inl || !wr->bind_mw.mw ||
+		    (wr->bind_mw.mw->type != IBV_MW_TYPE_1 && wr->bind_mw.mw->type != IBV_MW_TYPE_2))
 			return EINVAL;
 		w->send_flags = (uint8_t)flags;
 		w->remote_addr = b->addr;

@@ -6,7 +6,7 @@ SUDO        := $(if $(filter 0,$(shell id -u)),,sudo)
 # Packages holding BPF C sources whose bpf2go output is committed.
 BPF_PKGS    := ./bpf/... ./impair/...
 
-.PHONY: all build deps deps-bpf deps-provider deps-stock provider install generate check-generate lint test race unit bench fuzz demo interop interop-smoke clean
+.PHONY: all build deps deps-bpf deps-provider deps-stock deps-abi provider install generate check-generate generate-abi check-abi lint test race unit bench fuzz demo interop interop-smoke clean
 
 all: build
 
@@ -43,6 +43,14 @@ deps-stock:
 	@command -v ib_write_bw >/dev/null && command -v ibv_rc_pingpong >/dev/null && command -v rping >/dev/null || \
 		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq perftest ibverbs-utils rdmacm-utils qperf)
 
+# The Debian packages that link rdma-core's libraries, whose every ELF test/abi loads on xdproce's
+# libraries: rdma-core's own (libraries, providers, pyverbs), UCX, libfabric and Open MPI.
+deps-abi: deps-stock deps-provider
+	@command -v ucx_info >/dev/null && command -v fi_info >/dev/null && command -v mpirun >/dev/null && \
+		test -d /usr/lib/python3/dist-packages/pyverbs && test -f /usr/lib/x86_64-linux-gnu/libmlx5.so.1 || \
+		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq ibverbs-providers python3-pyverbs \
+			ucx-utils libucx0 libfabric1 libfabric-bin openmpi-bin)
+
 deps-provider:
 	@command -v $(CC) >/dev/null && test -f /usr/include/infiniband/verbs.h && test -f /usr/include/rdma/rdma_cma.h || \
 		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq gcc libibverbs-dev librdmacm-dev)
@@ -70,13 +78,24 @@ install: build
 	install -d $(DESTDIR)$(PREFIX)/lib/xdproce
 	install -m 0644 $(LIBDIR)/libibverbs.so.1 $(LIBDIR)/librdmacm.so.1 $(LIBDIR)/libmlx5.so.1 $(LIBDIR)/libefa.so.1 $(DESTDIR)$(PREFIX)/lib/xdproce/
 
-generate: deps deps-bpf
+generate: deps deps-bpf generate-abi
 	$(GO) generate $(BPF_PKGS)
 
 # The committed BPF objects must be reproducible from their C sources.
 check-generate: generate
 	@git diff --exit-code --stat -- bpf impair || \
 		(echo "generated BPF objects differ from the committed ones: run 'make generate' and commit"; exit 1)
+
+# The shared-ring ABI header the C provider includes, written from package uverbs's layouts
+# (Go only: no clang).
+ABI_HEADER := provider/common/xp_abi.h
+generate-abi:
+	$(GO) generate ./uverbs
+
+# The committed ABI header must be what generate-abi writes (uverbs's TestABI* check it too).
+check-abi: generate-abi
+	@git diff --exit-code --stat -- $(ABI_HEADER) || \
+		(echo "$(ABI_HEADER) differs from what uverbs generates: run 'make generate-abi' and commit"; exit 1)
 
 lint: deps
 	@fmt=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb]\.go$$')); \
@@ -91,7 +110,7 @@ lint: deps
 # run that ends on its -fuzztime deadline with a bare "context deadline exceeded" (golang/go#75804,
 # fixed in Go 1.27), which a loaded CI machine meets. The counts take about 10-20 s each here
 # in make test and about a minute each in make fuzz.
-test: deps deps-stock check-generate lint build
+test: deps deps-stock deps-abi check-abi check-generate lint build
 	$(SUDO) env "PATH=$$PATH" CI=$${CI:-} $(GO) test $(GOTESTFLAGS) ./...
 	$(MAKE) race
 	$(GO) test -run '^$$' -fuzz '^FuzzTransport$$' -fuzztime 20000x ./verbs

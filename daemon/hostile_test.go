@@ -686,10 +686,9 @@ func (bed *hostileBed) waitClean(base holdings, pid int, d time.Duration) error 
 	}
 }
 
-// doorbellNonblocking attaches and looks at the doorbell eventfd HELLO
-// gives: non-blocking, as the protocol has it. A client that could clear
-// O_NONBLOCK on a description the daemon reads would park the daemon's
-// reader in read(2) (issue 30 item 2).
+// doorbellNonblocking attaches and looks at the doorbell HELLO gives: a
+// socket of the new client's own (one per session: no client shares a
+// description the daemon reads, issue 30 item 2), non-blocking.
 func doorbellNonblocking(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -704,12 +703,19 @@ func doorbellNonblocking(name string) error {
 		return err
 	}
 	defer ipc.CloseAll(fds)
+	var st unix.Stat_t
+	if err := unix.Fstat(fds[1], &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("the doorbell a new client gets is no socket of its own (mode %#o)", st.Mode)
+	}
 	fl, err := unix.FcntlInt(uintptr(fds[1]), unix.F_GETFL, 0)
 	if err != nil {
 		return err
 	}
 	if fl&unix.O_NONBLOCK == 0 {
-		return fmt.Errorf("the doorbell eventfd a new client gets is in blocking mode: a client changed the daemon's own")
+		return fmt.Errorf("the doorbell a new client gets is in blocking mode")
 	}
 	return nil
 }
@@ -838,11 +844,13 @@ func honestEnd(d *verbs.Device) (*end, error) {
 	return e, err
 }
 
-// honestPeer is connect's peer: timeout 12 (16.8 ms), 6 retries.
+// honestPeer is connect's peer: timeout 12 (16.8 ms), retries without
+// end (retry_cnt 7): a loaded machine's pause must not fail an honest
+// transfer, while a frozen device shows as a transfer that stops moving.
 func honestPeer(to *end, ip netip.Addr, mac net.HardwareAddr) verbs.Peer {
 	return verbs.Peer{Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead,
 		AH: verbs.AH{DGID: ip, DMAC: mac}, DestQPN: to.qp.QPN(), RQPSN: 100, SQPSN: 100, PathMTU: verbs.MTU1024,
-		MinRNRTimer: 1, Timeout: 12, RetryCnt: 6, RNRRetry: 7, MaxRdAtomic: 4, MaxDestRdAtomic: 4}
+		MinRNRTimer: 1, Timeout: 12, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4, MaxDestRdAtomic: 4}
 }
 
 func (h *honestPair) failure() error {

@@ -219,7 +219,7 @@ func (c *Conn) RecvFrom() (msg []byte, fds []int, from Peer, err error) {
 }
 
 // maxFDs is the most fds one message carries.
-const maxFDs = 4
+const maxFDs = uverbs.MaxFDs
 
 // parseControl takes the fds and the sender's credentials from a
 // message's control data.

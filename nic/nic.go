@@ -38,10 +38,10 @@ type Config struct {
 	OneChunk bool
 	// BusyPoll asks the kernel to busy-poll each queue in its socket's
 	// kicks and waits (ring.Socket.SetBusyPoll), for an engine that spins
-	// on a NIC with interrupts to avoid. On veth it costs: in one run the
-	// 8 B round trip of busy-polling devices went from a median of 17–18 µs
-	// to 19–22 (p99 30–36 to 56–65), so verbs.Open leaves it off and only
-	// probes it.
+	// on a NIC with interrupts to avoid. veth has no interrupts to avoid,
+	// and there it lengthened round trips
+	// (docs/results/2026-11-24-code-comment-figures.md), so verbs.Open
+	// leaves it off and only probes it.
 	BusyPoll bool
 	// NoGuard skips binding the kernel UDP 4791 guard sockets (for hosts
 	// where another program, such as rdma_rxe, already holds the port).

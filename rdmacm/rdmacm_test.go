@@ -50,6 +50,8 @@ type pairSpec struct {
 	mtu     int
 	opts    Options
 	capture verbs.CaptureFunc
+	// anyNeighbour: every address resolves (to the other node's MAC).
+	anyNeighbour bool
 }
 
 // nodePair makes the two nodes; each resolves the other's address, and an
@@ -62,6 +64,9 @@ func nodePair(t *testing.T, spec pairSpec) (*node, *node) {
 			if a == ip {
 				return spec.macs[i], nil
 			}
+		}
+		if spec.anyNeighbour {
+			return spec.macs[0], nil
 		}
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -677,4 +682,46 @@ func TestListenerGoneRejectsQueued(t *testing.T) {
 		t.Fatalf("%d events left on the channel", n)
 	}
 	settled(t, a, b, 0)
+}
+
+// TestAddressHandlesBounded: forged requests from more source addresses
+// than QP1 keeps address handles for (each answered with a REJ, each
+// source a neighbour that answers) leave at most gsiCachedAHs handles,
+// and a real connection still completes.
+func TestAddressHandlesBounded(t *testing.T) {
+	a, b := nodePair(t, pairSpec{ips: [2]netip.Addr{ipA, ipB}, macs: [2]net.HardwareAddr{macA, macB}, mtu: 1024, opts: testOptions, anyNeighbour: true})
+	ctx := ctxFor(t, 30*time.Second)
+	forged, _ := cm.Encode(cm.CMHeader(cm.AttrREQ, 1), &cm.REQ{LocalCommID: 7, ServiceID: cm.ServiceID(cm.PortSpaceTCP, 9),
+		LocalQPN: 0x99, MaxCMRetries: 15})
+	const sources = 3 * gsiCachedAHs
+	most := 0
+	for i := range sources {
+		b.svc.agent.Receive(netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)}), forged)
+		if i%64 == 63 {
+			time.Sleep(time.Millisecond) // let QP1's sender keep up
+		}
+		most = max(most, b.svc.CachedAddressHandles(), b.dev.AddressHandles()-1)
+	}
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		most = max(most, b.svc.CachedAddressHandles(), b.dev.AddressHandles()-1)
+	}
+	if most > gsiCachedAHs+gsiResolving {
+		t.Fatalf("QP1 held %d address handles for %d forged sources, more than %d cached and %d being made", most, sources, gsiCachedAHs, gsiResolving)
+	}
+	if b.svc.CachedAddressHandles() == 0 {
+		t.Fatal("no address handle cached: the forged requests were not answered")
+	}
+	l, err := b.svc.Listen(PortSpaceTCP, netip.AddrPortFrom(ipB, 7179), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if req, err := l.Next(ctx); err == nil {
+			req.Accept(ctx, b.qp(t, verbs.QPTypeRC), nil)
+		}
+	}()
+	if _, err := a.svc.Dial(ctx, a.qp(t, verbs.QPTypeRC), netip.AddrPortFrom(ipB, 7179), ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -83,8 +83,11 @@ func (o Op) String() string {
 // MaxMessage is the largest control message either side sends or accepts.
 const MaxMessage = 16 << 10
 
-// HeaderLen is the size of a message's header: version u16, op u16,
-// sequence u32, errno i32 (0 in requests and successful replies).
+// MaxFDs is the most file descriptors one control message carries.
+const MaxFDs = 4
+
+// HeaderLen is the size of a message's header (abiMsgHeader): version u16,
+// op u16, sequence u32, errno i32 (0 in requests and successful replies).
 const HeaderLen = 12
 
 // Header starts every control message.
@@ -104,6 +107,7 @@ type Encoder struct{ b []byte }
 // NewMessage starts a message with header h.
 func NewMessage(h Header) *Encoder {
 	e := &Encoder{b: make([]byte, 0, 256)}
+	// In abiMsgHeader's order.
 	e.U16(h.Version)
 	e.U16(uint16(h.Op))
 	e.U32(h.Seq)
@@ -146,7 +150,8 @@ func Decode(msg []byte) (Header, *Decoder, error) {
 	if len(msg) < HeaderLen || len(msg) > MaxMessage {
 		return Header{}, nil, fmt.Errorf("%w: %d bytes", ErrMalformed, len(msg))
 	}
-	h := Header{Version: le.Uint16(msg[0:]), Op: Op(le.Uint16(msg[2:])), Seq: le.Uint32(msg[4:]), Errno: int32(le.Uint32(msg[8:]))}
+	h := Header{Version: le.Uint16(msg[offMsgVersion:]), Op: Op(le.Uint16(msg[offMsgOp:])), Seq: le.Uint32(msg[offMsgSeq:]),
+		Errno: int32(le.Uint32(msg[offMsgErrno:]))}
 	return h, &Decoder{b: msg[HeaderLen:]}, nil
 }
 

@@ -16,21 +16,14 @@ import (
 	"unsafe"
 )
 
-// Ring header words, each on its own cache line: the producer index, the
-// consumer index, and one word for the ring's owner (a CQ's notification
-// request, a QP's state). Slots follow the header.
-const (
-	offProducer = 0
-	offConsumer = 64
-	offAux      = 128
-	offAux2     = 192
-	// HeaderSize is the bytes before the first slot.
-	HeaderSize = 256
-)
+// HeaderSize is the bytes before a ring's first slot (abiRingHeader: the
+// producer index, the consumer index, and two words for the ring's owner, a
+// CQ's notification request, a QP's state, each on its own cache line).
+const HeaderSize = 256
 
-// Slot sizes. A send slot is a fixed header and then the SG list or the
-// inline data; a receive slot a short header and the SG list; a CQE has a
-// fixed size.
+// Slot sizes (abi.go's layouts). A send slot is a fixed header and then the
+// SG list or the inline data; a receive slot a short header and the SG list;
+// a CQE has a fixed size.
 const (
 	SendSlotHeader = 64
 	RecvSlotHeader = 16
@@ -77,7 +70,7 @@ func (r *Ring) Slots() uint32 { return r.slots }
 // SlotSize is the size of one slot in bytes.
 func (r *Ring) SlotSize() int { return r.size }
 
-func (r *Ring) word(off int) *atomic.Uint32 {
+func (r *Ring) word(off uintptr) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&r.mem[off]))
 }
 
@@ -136,7 +129,7 @@ type SGE struct {
 }
 
 // SendWQE is a send work request as a send slot carries it. Inline data
-// (Flags has the INLINE bit, 1<<3) follows the header in place of the SG
+// (SendFlags has SendInline) follows the header in place of the SG
 // list; NumSGE is then 0 and InlineLen its length.
 type SendWQE struct {
 	WRID       uint64
@@ -163,19 +156,19 @@ func PutSendWQE(slot []byte, w *SendWQE, sgl []SGE, inline []byte) bool {
 	if SendSlotHeader+len(sgl)*SGESize > len(slot) || SendSlotHeader+len(inline) > len(slot) {
 		return false
 	}
-	le.PutUint64(slot[0:], w.WRID)
-	slot[8], slot[9] = w.Opcode, w.SendFlags
-	le.PutUint16(slot[10:], uint16(len(sgl)))
-	le.PutUint32(slot[12:], w.Imm)
-	le.PutUint64(slot[16:], w.RemoteAddr)
-	le.PutUint32(slot[24:], w.RKey)
-	le.PutUint32(slot[28:], w.InvRKey)
-	le.PutUint64(slot[32:], w.CompareAdd)
-	le.PutUint64(slot[40:], w.Swap)
-	le.PutUint32(slot[48:], uint32(len(inline)))
-	le.PutUint32(slot[52:], w.AH)
-	le.PutUint32(slot[56:], w.RemoteQPN)
-	le.PutUint32(slot[60:], w.RemoteQKey)
+	le.PutUint64(slot[offSendWRID:], w.WRID)
+	slot[offSendOpcode], slot[offSendFlags] = w.Opcode, w.SendFlags
+	le.PutUint16(slot[offSendNumSGE:], uint16(len(sgl)))
+	le.PutUint32(slot[offSendImm:], w.Imm)
+	le.PutUint64(slot[offSendRemoteAddr:], w.RemoteAddr)
+	le.PutUint32(slot[offSendRKey:], w.RKey)
+	le.PutUint32(slot[offSendInvRKey:], w.InvRKey)
+	le.PutUint64(slot[offSendCompareAdd:], w.CompareAdd)
+	le.PutUint64(slot[offSendSwap:], w.Swap)
+	le.PutUint32(slot[offSendInlineLen:], uint32(len(inline)))
+	le.PutUint32(slot[offSendAH:], w.AH)
+	le.PutUint32(slot[offSendRemoteQPN:], w.RemoteQPN)
+	le.PutUint32(slot[offSendRemoteQKey:], w.RemoteQKey)
 	putSGEs(slot[SendSlotHeader:], sgl)
 	copy(slot[SendSlotHeader:], inline)
 	return true
@@ -188,17 +181,17 @@ func SendWQEOf(slot []byte, w *SendWQE, sgl []SGE) (sges []SGE, inline []byte, e
 	if len(slot) < SendSlotHeader {
 		return sgl, nil, fmt.Errorf("uverbs: send slot of %d bytes", len(slot))
 	}
-	w.WRID = le.Uint64(slot[0:])
-	w.Opcode, w.SendFlags = slot[8], slot[9]
-	w.NumSGE = le.Uint16(slot[10:])
-	w.Imm = le.Uint32(slot[12:])
-	w.RemoteAddr = le.Uint64(slot[16:])
-	w.RKey = le.Uint32(slot[24:])
-	w.InvRKey = le.Uint32(slot[28:])
-	w.CompareAdd = le.Uint64(slot[32:])
-	w.Swap = le.Uint64(slot[40:])
-	w.InlineLen = le.Uint32(slot[48:])
-	w.AH, w.RemoteQPN, w.RemoteQKey = le.Uint32(slot[52:]), le.Uint32(slot[56:]), le.Uint32(slot[60:])
+	w.WRID = le.Uint64(slot[offSendWRID:])
+	w.Opcode, w.SendFlags = slot[offSendOpcode], slot[offSendFlags]
+	w.NumSGE = le.Uint16(slot[offSendNumSGE:])
+	w.Imm = le.Uint32(slot[offSendImm:])
+	w.RemoteAddr = le.Uint64(slot[offSendRemoteAddr:])
+	w.RKey = le.Uint32(slot[offSendRKey:])
+	w.InvRKey = le.Uint32(slot[offSendInvRKey:])
+	w.CompareAdd = le.Uint64(slot[offSendCompareAdd:])
+	w.Swap = le.Uint64(slot[offSendSwap:])
+	w.InlineLen = le.Uint32(slot[offSendInlineLen:])
+	w.AH, w.RemoteQPN, w.RemoteQKey = le.Uint32(slot[offSendAH:]), le.Uint32(slot[offSendRemoteQPN:]), le.Uint32(slot[offSendRemoteQKey:])
 	body := slot[SendSlotHeader:]
 	if int(w.NumSGE)*SGESize > len(body) || uint64(w.InlineLen) > uint64(len(body)) {
 		return sgl, nil, fmt.Errorf("uverbs: send slot names %d SGEs and %d inline bytes in %d bytes", w.NumSGE, w.InlineLen, len(body))
@@ -214,9 +207,9 @@ func PutRecvWQE(slot []byte, wrID uint64, sgl []SGE) bool {
 	if RecvSlotHeader+len(sgl)*SGESize > len(slot) {
 		return false
 	}
-	le.PutUint64(slot[0:], wrID)
-	le.PutUint32(slot[8:], uint32(len(sgl)))
-	le.PutUint32(slot[12:], 0)
+	le.PutUint64(slot[offRecvWRID:], wrID)
+	le.PutUint32(slot[offRecvNumSGE:], uint32(len(sgl)))
+	le.PutUint32(slot[offRecvReserved:], 0)
 	putSGEs(slot[RecvSlotHeader:], sgl)
 	return true
 }
@@ -227,8 +220,8 @@ func RecvWQEOf(slot []byte, sgl []SGE) (wrID uint64, sges []SGE, err error) {
 	if len(slot) < RecvSlotHeader {
 		return 0, sgl, fmt.Errorf("uverbs: receive slot of %d bytes", len(slot))
 	}
-	n := le.Uint32(slot[8:])
-	wrID = le.Uint64(slot[0:])
+	n := le.Uint32(slot[offRecvNumSGE:])
+	wrID = le.Uint64(slot[offRecvWRID:])
 	if uint64(n)*SGESize > uint64(len(slot)-RecvSlotHeader) {
 		return wrID, sgl, fmt.Errorf("uverbs: receive slot names %d SGEs in %d bytes", n, len(slot))
 	}
@@ -238,16 +231,16 @@ func RecvWQEOf(slot []byte, sgl []SGE) (wrID uint64, sges []SGE, err error) {
 func putSGEs(b []byte, sgl []SGE) {
 	for i, s := range sgl {
 		e := b[i*SGESize:]
-		le.PutUint64(e[0:], s.Addr)
-		le.PutUint32(e[8:], s.Length)
-		le.PutUint32(e[12:], s.LKey)
+		le.PutUint64(e[offSGEAddr:], s.Addr)
+		le.PutUint32(e[offSGELength:], s.Length)
+		le.PutUint32(e[offSGELKey:], s.LKey)
 	}
 }
 
 func getSGEs(b []byte, n int, sgl []SGE) []SGE {
 	for i := range n {
 		e := b[i*SGESize:]
-		sgl = append(sgl, SGE{Addr: le.Uint64(e[0:]), Length: le.Uint32(e[8:]), LKey: le.Uint32(e[12:])})
+		sgl = append(sgl, SGE{Addr: le.Uint64(e[offSGEAddr:]), Length: le.Uint32(e[offSGELength:]), LKey: le.Uint32(e[offSGELKey:])})
 	}
 	return sgl
 }
@@ -268,28 +261,29 @@ type CQE struct {
 
 // PutCQE writes c into a CQ slot.
 func PutCQE(slot []byte, c *CQE) {
-	le.PutUint64(slot[0:], c.WRID)
-	slot[8], slot[9], slot[10], slot[11] = c.Status, c.Opcode, 0, 0
-	le.PutUint32(slot[12:], c.VendorErr)
-	le.PutUint32(slot[16:], c.ByteLen)
-	le.PutUint32(slot[20:], c.Imm)
-	le.PutUint32(slot[24:], c.InvalidatedKey)
-	le.PutUint32(slot[28:], c.QPNum)
-	le.PutUint32(slot[32:], c.SrcQP)
-	le.PutUint32(slot[36:], c.WCFlags)
+	le.PutUint64(slot[offCQEWRID:], c.WRID)
+	slot[offCQEStatus], slot[offCQEOpcode] = c.Status, c.Opcode
+	le.PutUint16(slot[offCQEReserved:], 0)
+	le.PutUint32(slot[offCQEVendorErr:], c.VendorErr)
+	le.PutUint32(slot[offCQEByteLen:], c.ByteLen)
+	le.PutUint32(slot[offCQEImm:], c.Imm)
+	le.PutUint32(slot[offCQEInvalidatedKey:], c.InvalidatedKey)
+	le.PutUint32(slot[offCQEQPNum:], c.QPNum)
+	le.PutUint32(slot[offCQESrcQP:], c.SrcQP)
+	le.PutUint32(slot[offCQEWCFlags:], c.WCFlags)
 }
 
 // CQEOf decodes a CQ slot.
 func CQEOf(slot []byte, c *CQE) {
-	c.WRID = le.Uint64(slot[0:])
-	c.Status, c.Opcode = slot[8], slot[9]
-	c.VendorErr = le.Uint32(slot[12:])
-	c.ByteLen = le.Uint32(slot[16:])
-	c.Imm = le.Uint32(slot[20:])
-	c.InvalidatedKey = le.Uint32(slot[24:])
-	c.QPNum = le.Uint32(slot[28:])
-	c.SrcQP = le.Uint32(slot[32:])
-	c.WCFlags = le.Uint32(slot[36:])
+	c.WRID = le.Uint64(slot[offCQEWRID:])
+	c.Status, c.Opcode = slot[offCQEStatus], slot[offCQEOpcode]
+	c.VendorErr = le.Uint32(slot[offCQEVendorErr:])
+	c.ByteLen = le.Uint32(slot[offCQEByteLen:])
+	c.Imm = le.Uint32(slot[offCQEImm:])
+	c.InvalidatedKey = le.Uint32(slot[offCQEInvalidatedKey:])
+	c.QPNum = le.Uint32(slot[offCQEQPNum:])
+	c.SrcQP = le.Uint32(slot[offCQESrcQP:])
+	c.WCFlags = le.Uint32(slot[offCQEWCFlags:])
 }
 
 // Doorbell page: one word per engine, non-zero while that engine sleeps. A
@@ -299,13 +293,13 @@ const DoorbellPageSize = 4096
 
 // Sleeping reports whether engine i sleeps, from the doorbell page.
 func Sleeping(page []byte, i uint32) bool {
-	off := int(i%(DoorbellPageSize/64)) * 64
+	off := uintptr(i%doorbellLines)*doorbellStride + offSleeping
 	return (*atomic.Uint32)(unsafe.Pointer(&page[off])).Load() != 0
 }
 
 // SetSleeping records in the doorbell page whether engine i sleeps.
 func SetSleeping(page []byte, i uint32, asleep bool) {
-	off := int(i%(DoorbellPageSize/64)) * 64
+	off := uintptr(i%doorbellLines)*doorbellStride + offSleeping
 	var v uint32
 	if asleep {
 		v = 1

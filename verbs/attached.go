@@ -489,10 +489,12 @@ func (qp *QP) postSendAttached(wrs []SendWR) (int, error) {
 		slot := q.sq.Slot(q.sqp)
 		if wr.Opcode == WRBindMW {
 			b := wr.Bind
-			w.InvRKey, w.RKey, w.RemoteAddr, w.CompareAdd, w.Swap = b.MW.RKey(), b.RKey, b.Addr, b.Length, uint64(b.Access)
+			w.InvRKey, w.RKey, w.RemoteAddr = b.MW.RKey(), b.RKey, b.Addr
+			var lkey uint32
 			if b.MR != nil {
-				w.Swap |= uint64(b.MR.LKey()) << 32
+				lkey = b.MR.LKey()
 			}
+			w.SetBind(b.Length, uint32(b.Access), lkey)
 			uverbs.PutSendWQE(slot, &w, nil, nil)
 			// The window's key once the bind is done, as the daemon will
 			// have it (a failed bind completes with MW_BIND_ERR).
@@ -797,7 +799,7 @@ func (pd *PD) allocAttachedMW(typ MWType) (*MW, error) {
 	if err != nil {
 		return nil, err
 	}
-	mw := &MW{pd: pd, att: &attachedMW{h: d.U32()}}
+	mw := &MW{pd: pd, typ: typ, att: &attachedMW{h: d.U32()}}
 	mw.att.rkey.Store(d.U32())
 	return mw, d.End()
 }

@@ -33,7 +33,9 @@
 //     SQD, as rxe.
 //   - A receive WR with a bad SGE is a malformed WQE (class A): it completes
 //     with LOC_QP_OP_ERR and the requester gets REM_OP_ERR, as rxe.
-//   - Memory windows are type 2 only. A BIND_MW or LOCAL_INV work request
+//   - Memory windows are of type 1 (ibv_bind_mw: the PD's, bound again or
+//     with length 0 unbound by later binds, never invalidated) and type 2
+//     (bound to the QP that bound them), as rxe's. A BIND_MW or LOCAL_INV work request
 //     runs when every WR before it has completed (rxe runs it as soon as the
 //     requester reaches it; both complete in order). Every packet of a
 //     multi-packet WRITE and of a READ's response checks its window again,

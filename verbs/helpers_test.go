@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/faketime"
 	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link/memlink"
 )
@@ -150,6 +151,33 @@ func poll(t *testing.T, cq *CQ, n int, timeout time.Duration) []WorkCompletion {
 			if ctx.Err() != nil {
 				t.Fatalf("got %d of %d completions before the timeout: %+v\nwaiting:%s", len(out), n, out, stallReport(t))
 			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return out
+}
+
+// pollAdvancing polls n completions from cq as poll does, advancing clk
+// by step each time 20 ms of real time passed with none: recoveries that
+// wait on a timer of fake time (a loaded machine's receive ring may drop
+// frames) end within timeout.
+func pollAdvancing(t *testing.T, cq *CQ, n int, clk *faketime.Clock, step, timeout time.Duration) []WorkCompletion {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	out := make([]WorkCompletion, 0, n)
+	buf := make([]WorkCompletion, 64)
+	for quiet := time.Now(); len(out) < n; {
+		k := cq.Poll(buf[:min(len(buf), n-len(out))])
+		out = append(out, buf[:k]...)
+		switch {
+		case k > 0:
+			quiet = time.Now()
+		case time.Now().After(deadline):
+			t.Fatalf("got %d of %d completions before the timeout: %+v\nwaiting:%s", len(out), n, out, stallReport(t))
+		case time.Since(quiet) >= 20*time.Millisecond:
+			clk.Advance(step)
+			quiet = time.Now()
+		default:
 			time.Sleep(50 * time.Microsecond)
 		}
 	}

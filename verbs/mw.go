@@ -10,17 +10,20 @@ import (
 type MWType uint8
 
 const (
-	MWType1 MWType = 1 // bound with ibv_bind_mw; not supported
-	MWType2 MWType = 2 // bound by a BIND_MW work request on a QP
+	MWType1 MWType = 1 // bound with ibv_bind_mw (a BIND_MW work request), any QP of its PD may use it
+	MWType2 MWType = 2 // bound by a BIND_MW work request on a QP, only that QP may use it
 )
 
-// MW is a type-2 memory window: a remote key for part of a memory region,
-// bound and invalidated through a QP's send queue. As rxe's, it is
-// allocated free (its rkey names nothing), a BIND_MW work request gives it
-// a range, rights and a new key byte, and LOCAL_INV or a peer's
-// SEND_WITH_INV frees it again.
+// MW is a memory window: a remote key for part of a memory region, bound
+// through a QP's send queue. As rxe's, it is allocated with an rkey that
+// names nothing, and a BIND_MW work request gives it a range, rights and a
+// new key byte. A type-2 window is then bound to that QP, and LOCAL_INV or
+// a peer's SEND_WITH_INV frees it again; a type-1 window (ibv_bind_mw) is
+// the PD's, may be bound again while bound, and only a bind of length 0 or
+// Dealloc unbinds it.
 type MW struct {
 	pd  *PD
+	typ MWType
 	c   *transport.MW // the engines' window, in-process
 	att *attachedMW   // a client's side: the window lives in the daemon
 }
@@ -33,7 +36,8 @@ type MWBind struct {
 	// is taken, as rxe does. IncRKey(mw.RKey()) gives a fresh one.
 	RKey uint32
 	// MR, Addr and Length: the part of the region the window exposes; the
-	// region needs AccessMWBind.
+	// region needs AccessMWBind. A type-1 window bound with Length 0 (and
+	// no MR) exposes nothing.
 	MR     *MR
 	Addr   uint64
 	Length uint64
@@ -53,20 +57,23 @@ func (mw *MW) RKey() uint32 {
 	return mw.c.RKey()
 }
 
-// AllocMW creates a memory window of the protection domain (ibv_alloc_mw).
-// Only type 2 is supported.
+// Type is the window's type.
+func (mw *MW) Type() MWType { return mw.typ }
+
+// AllocMW creates a memory window of the protection domain (ibv_alloc_mw)
+// of type 1 or 2.
 func (pd *PD) AllocMW(typ MWType) (*MW, error) {
-	if typ != MWType2 {
-		return nil, fmt.Errorf("verbs: memory window type %d (only type 2 is supported): %w", typ, ErrInvalid)
+	if typ != MWType1 && typ != MWType2 {
+		return nil, fmt.Errorf("verbs: memory window type %d (types 1 and 2 exist): %w", typ, ErrInvalid)
 	}
 	if pd.dev.att != nil {
 		return pd.allocAttachedMW(typ)
 	}
-	c, err := pd.c.AllocMW()
+	c, err := pd.c.AllocMW(typ == MWType1)
 	if err != nil {
 		return nil, err
 	}
-	return &MW{pd: pd, c: c}, nil
+	return &MW{pd: pd, typ: typ, c: c}, nil
 }
 
 // Dealloc frees the window (ibv_dealloc_mw); a bound window is unbound

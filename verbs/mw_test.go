@@ -71,8 +71,8 @@ func noAsyncEvent(t *testing.T, d *Device) {
 // moves the responder QP to ERR with EventQPFatal.
 func TestMWRemoteAccess(t *testing.T) {
 	a, b := mwPair(t)
-	if _, err := b.pd.AllocMW(MWType1); !isErr(err, ErrInvalid) {
-		t.Fatalf("type-1 window: %v, want EINVAL", err)
+	if _, err := b.pd.AllocMW(MWType(3)); !isErr(err, ErrInvalid) {
+		t.Fatalf("type-3 window: %v, want EINVAL", err)
 	}
 	mw, err := b.pd.AllocMW(MWType2)
 	must(t, err)
@@ -130,6 +130,99 @@ func TestMWRemoteAccess(t *testing.T) {
 		t.Fatalf("responder QP %v, want ERR", b.qp.State())
 	}
 	noAsyncEvent(t, a.dev) // the requester learnt of its error through its completion
+}
+
+// bindType1 binds the type-1 window mw over [off, off+n) of b.mr (no region
+// when n is 0) with a new key byte, as ibv_bind_mw does, and returns the
+// bind's completion.
+func bindType1(t *testing.T, b *node, mw *MW, off, n int, access Access) WorkCompletion {
+	t.Helper()
+	bind := &MWBind{MW: mw, RKey: IncRKey(mw.RKey()), Access: access}
+	if n > 0 {
+		bind.MR, bind.Addr, bind.Length = b.mr, b.mr.Addr()+uint64(off), uint64(n)
+	}
+	postSend(t, b, SendWR{ID: 200, Opcode: WRBindMW, Flags: SendSignaled, Bind: bind})
+	return poll(t, b.scq, 1, 5*time.Second)[0]
+}
+
+// TestMWType1: a type-1 window (rxe supports them; ibv_bind_mw) is bound
+// through a BIND_MW work request and gives WRITE and READ through its rkey;
+// unlike a type-2 window it may be bound again while bound, which moves its
+// range and kills its old key; a bind of length 0 leaves it bound to
+// nothing; Dealloc frees it.
+func TestMWType1(t *testing.T) {
+	a, b := mwPair(t)
+	mw, err := b.pd.AllocMW(MWType1)
+	must(t, err)
+	if mw.Type() != MWType1 {
+		t.Fatalf("window type %d, want 1", mw.Type())
+	}
+	const rw = AccessRemoteWrite | AccessRemoteRead
+	if wc := bindType1(t, b, mw, 4096, 4096, rw); wc.Status != WCSuccess || wc.Opcode != WCBindMW || wc.WRID != 200 {
+		t.Fatalf("bind: %+v", wc)
+	}
+	first := mw.RKey()
+	fill(a.mr.Bytes()[:256], 5)
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 256), RemoteAddr: b.mr.Addr() + 4096, RKey: first})
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("WRITE through a type-1 window: %+v", wc)
+	}
+	equalBytes(t, "written through the type-1 window", b.mr.Bytes()[4096:4096+256], a.mr.Bytes()[:256])
+
+	// Bound again while bound: a new range and key byte.
+	if wc := bindType1(t, b, mw, 16384, 4096, AccessRemoteRead); wc.Status != WCSuccess {
+		t.Fatalf("second bind of a bound type-1 window: %+v", wc)
+	}
+	second := mw.RKey()
+	if second == first || second>>8 != first>>8 {
+		t.Fatalf("rebound rkey %#x, want a new key byte on %#x's index", second, first)
+	}
+	fill(b.mr.Bytes()[16384:16384+128], 9)
+	postSend(t, a, SendWR{ID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 8192, 128), RemoteAddr: b.mr.Addr() + 16384, RKey: second})
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("READ through the rebound window: %+v", wc)
+	}
+	equalBytes(t, "read through the rebound window", a.mr.Bytes()[8192:8192+128], b.mr.Bytes()[16384:16384+128])
+
+	// A bind of length 0 binds nothing: the window's key reaches nothing.
+	if wc := bindType1(t, b, mw, 0, 0, 0); wc.Status != WCSuccess {
+		t.Fatalf("zero-length bind of a type-1 window: %+v", wc)
+	}
+	third := mw.RKey()
+	before := append([]byte(nil), b.mr.Bytes()...)
+	postSend(t, a, SendWR{ID: 3, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 16), RemoteAddr: b.mr.Addr() + 16384, RKey: third})
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRemAccessErr {
+		t.Fatalf("WRITE through an unbound type-1 window: %+v, want REM_ACCESS_ERR", wc)
+	}
+	if !bytes.Equal(b.mr.Bytes(), before) {
+		t.Fatal("a WRITE through an unbound window changed memory")
+	}
+	must(t, mw.Dealloc())
+}
+
+// TestMWType1NotInvalidated: LOCAL_INV cannot free a type-1 window (rxe's
+// rxe_invalidate_mw refuses it): the WR completes with LOC_QP_OP_ERR, and
+// Dealloc frees the window.
+func TestMWType1NotInvalidated(t *testing.T) {
+	a, b := mwPair(t)
+	mw, err := b.pd.AllocMW(MWType1)
+	must(t, err)
+	if wc := bindType1(t, b, mw, 0, 4096, AccessRemoteWrite); wc.Status != WCSuccess {
+		t.Fatalf("bind: %+v", wc)
+	}
+	rkey := mw.RKey()
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 64), RemoteAddr: b.mr.Addr(), RKey: rkey})
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("WRITE through the window: %+v", wc)
+	}
+	postSend(t, b, SendWR{ID: 2, Opcode: WRLocalInv, Flags: SendSignaled, InvRKey: rkey})
+	if wc := poll(t, b.scq, 1, 5*time.Second)[0]; wc.Status != WCLocQPOpErr || wc.WRID != 2 {
+		t.Fatalf("LOCAL_INV of a type-1 window: %+v, want LOC_QP_OP_ERR", wc)
+	}
+	must(t, mw.Dealloc())
+	if _, err := b.pd.AllocMW(MWType1); err != nil {
+		t.Fatalf("a new type-1 window after Dealloc: %v", err)
+	}
 }
 
 // TestMWRangeAndRights: the window's range and rights bound what its rkey

@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -75,6 +76,10 @@ func TestRNRNAKCountsOnlyForTheHead(t *testing.T) {
 		SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 4096), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
 		SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 8192, 100)})
 	waitCounter(t, a.dev, "the RNR NAK", func(c Counters) bool { return c.RcvdRNRErr+c.CompleterRetryErr >= 1 })
+	// Going back for the READ resends the SEND, which draws another RNR
+	// NAK: let that exchange end before the READ can complete, or the NAK
+	// would arrive naming the SEND as the head (and count, rightly).
+	quiesce(t, a.dev, b.dev)
 	if n := pending(a.scq); n != 0 || a.qp.State() != StateRTS {
 		t.Fatalf("after the RNR NAK behind the READ: QP %v, %d completions", a.qp.State(), n)
 	}
@@ -91,4 +96,27 @@ func TestRNRNAKCountsOnlyForTheHead(t *testing.T) {
 	}
 	equalBytes(t, "READ", a.mr.Bytes()[:4096], b.mr.Bytes()[:4096])
 	equalBytes(t, "SEND", b.mr.Bytes()[8192:8192+100], a.mr.Bytes()[8192:8192+100])
+}
+
+// quiesce waits until the devices' counters stop moving (the same over
+// 50 ms of real time; 5 s at most): what was in flight has arrived.
+func quiesce(t *testing.T, devs ...*Device) {
+	t.Helper()
+	snapshot := func() []Counters {
+		var out []Counters
+		for _, d := range devs {
+			out = append(out, counters(d))
+		}
+		return out
+	}
+	last, since := snapshot(), time.Now()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		now := snapshot()
+		if !reflect.DeepEqual(now, last) {
+			last, since = now, time.Now()
+		} else if time.Since(since) >= 50*time.Millisecond {
+			return
+		}
+	}
+	t.Fatal("the devices' counters never stopped moving")
 }

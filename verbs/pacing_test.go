@@ -90,8 +90,9 @@ func TestReadResponsesPacedAfterTailLoss(t *testing.T) {
 	slow := &bottleneck{link: la, depth: 48, gap: 100 * time.Microsecond}
 	a := newNode(t, newDevice(t, slow, macA, ipA, 4096), 1<<20)
 	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<20)
-	// retry_cnt 6: rxe's fixed timer (4.2 ms), not the adaptive one.
-	connect(t, a, b, ipA, ipB, macA, macB, connOpts{mtu: MTU4096, timeout: 10, retry: 6, rnr: 7})
+	// retry_cnt 6: rxe's fixed timer (16.8 ms, room for a loaded machine
+	// under the race detector), not the adaptive one.
+	connect(t, a, b, ipA, ipB, macA, macB, connOpts{mtu: MTU4096, timeout: 12, retry: 6, rnr: 7})
 	fill(b.mr.Bytes(), 5)
 	const reads, size = 12, 512 << 10
 	for i := range reads {

@@ -233,21 +233,6 @@ func TestModifyToErrorDropsQueuedReadReplies(t *testing.T) {
 	}
 }
 
-// quiesce waits (bounded) until d has received nothing for 20 ms.
-func quiesce(t *testing.T, d *Device) {
-	t.Helper()
-	last := counters(d).RcvdPkts
-	for i := 0; i < 500; i++ {
-		time.Sleep(20 * time.Millisecond)
-		now := counters(d).RcvdPkts
-		if now == last {
-			return
-		}
-		last = now
-	}
-	t.Fatal("the device keeps receiving")
-}
-
 // TestReadOfHalfThePSNSpace: a 2^31-byte READ at PMTU 256 takes 2^23
 // PSNs, exactly half the PSN space, where a 24-bit serial comparison flips
 // sign. It completes with every byte, starting just below the PSN wrap;

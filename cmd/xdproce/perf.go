@@ -103,12 +103,12 @@ func printStalls(w io.Writer, dev *verbs.Device) {
 // ibv_rc_pingpong spin on their completion queues, and so does xdproce perf;
 // where it does (polls), the engine must spin too (BusyPoll): a goroutine
 // that spins starves Go's network poller, which would wake a parked engine
-// only when the runtime's monitor polls, up to 10 ms later (2.8 ms
-// ib_send_lat against rxe before, 0.22 ms after). A passive side
+// only when the runtime's monitor polls, up to 10 ms later. A passive side
 // (perftest.Config.Passive) only waits, so its engine sleeps when idle
-// instead of taking a CPU from the kernel work that carries its packets: in
-// a 1-vCPU guest the WRITE and READ servers' busy-polling cost 13-15% of the
-// bandwidth (docs/performance.md).
+// instead of taking a CPU from the kernel work that carries its packets,
+// which in a 1-vCPU guest cost the WRITE and READ servers bandwidth
+// (docs/performance.md, "The passive side sleeps"; figures in
+// docs/results/2026-11-24-code-comment-figures.md).
 func openPerfDevice(ctx context.Context, iface string, opts verbs.Options) (*verbs.Device, error) {
 	opts.Logger = slog.New(slog.DiscardHandler)
 	dev, err := verbs.Open(ctx, iface, opts)

@@ -131,11 +131,11 @@ func (s *QP) pumpSend(p transport.Port, qp *transport.QP) bool {
 				ImmData: w.Imm, InvRKey: w.InvRKey, RemoteAddr: w.RemoteAddr, RKey: w.RKey, CompareAdd: w.CompareAdd, Swap: w.Swap}
 			if wr.Opcode == ibv.WRBindMW {
 				// The window by its current rkey's index (invalidate_rkey),
-				// the region by its lkey (the top half of swap), the new
-				// key byte (rkey), range (remote_addr, compare_add) and
-				// rights (the bottom half of swap).
-				wr.Bind = p.Bind(qp, w.InvRKey, uint32(w.Swap>>32), &transport.Bind{RKey: w.RKey, Addr: w.RemoteAddr,
-					Length: w.CompareAdd, Access: ibv.Access(uint32(w.Swap))})
+				// the new key byte (rkey), the start (remote_addr), and
+				// the bind's named operands: length, rights, region.
+				length, access, lkey := w.Bind()
+				wr.Bind = p.Bind(qp, w.InvRKey, lkey, &transport.Bind{RKey: w.RKey, Addr: w.RemoteAddr,
+					Length: length, Access: ibv.Access(access)})
 			}
 			if qp.Type() == ibv.QPTypeUD {
 				wr.AH, wr.RemoteQPN, wr.RemoteQKey = s.ahs(w.AH), w.RemoteQPN, w.RemoteQKey

@@ -7,25 +7,29 @@ import (
 	"github.com/xdproce/xdproce/internal/ibv"
 )
 
-// MW is a type-2 memory window: a remote key for part of a memory region,
-// bound and invalidated through a QP's send queue.
+// MW is a memory window: a remote key for part of a memory region, bound
+// through a QP's send queue. A type-2 window is bound to that QP and
+// invalidated through it; a type-1 window is the PD's, may be bound again
+// while bound, and only a bind of length 0 or Dealloc unbinds it.
 type MW struct {
 	pd   *PD
+	typ1 bool          // type 1 (ibv_bind_mw), else type 2
 	rkey atomic.Uint32 // the application reads it; binds change its key byte
 
 	// Engine-owned.
 	alive  bool
 	bound  bool
-	qp     *QP // the QP it was bound through: only that QP may use it
+	qp     *QP // type 2: the QP it was bound through, the only one that may use it
 	mr     *MR
 	addr   uint64
 	length uint64
 	access ibv.Access
 }
 
-// AllocMW creates a memory window of the protection domain.
-func (pd *PD) AllocMW() (*MW, error) {
-	mw := &MW{pd: pd}
+// AllocMW creates a memory window of the protection domain, of type 1 or
+// (typ1 false) type 2.
+func (pd *PD) AllocMW(typ1 bool) (*MW, error) {
+	mw := &MW{pd: pd, typ1: typ1}
 	if err := pd.dev.do(func() error { return pd.dev.addMW(mw) }); err != nil {
 		return nil, err
 	}
@@ -115,17 +119,29 @@ func (e *objects) lookupMW(key uint32) *MW {
 	return mw
 }
 
-// bindMW executes a BIND_MW work request of qp (rxe_check_bind_mw's rules
-// for type 2); false is a bind error.
+// bindMW executes a BIND_MW work request of qp (rxe_check_bind_mw's
+// rules); false is a bind error.
 func (e *engine) bindMW(qp *QP, b *Bind) bool {
 	e.mwMu.Lock()
 	defer e.mwMu.Unlock()
 	mw, mr := b.MW, b.MR
 	const remote = ibv.AccessRemoteRead | ibv.AccessRemoteWrite | ibv.AccessRemoteAtomic
-	switch {
-	case !mw.alive || mw.bound || mw.pd != qp.pd:
+	if !mw.alive {
+		return false
+	}
+	if mw.typ1 {
+		// A type-1 window may be bound again while bound; a bind of length
+		// 0 leaves it valid but bound to nothing (rxe takes no region then).
+		if b.Length == 0 {
+			e.unbindMW(mw)
+			mw.rkey.Store(mw.rkey.Load()&^0xff | b.RKey&0xff)
+			return true
+		}
+	} else if mw.bound || mw.pd != qp.pd {
 		return false // o10-37.2.30: a type-2 window must be free; C10-72: same PD
-	case mr == nil || !mr.valid || mr.pd != qp.pd || b.Length == 0:
+	}
+	switch {
+	case mr == nil || !mr.valid || mr.pd != mw.pd || b.Length == 0:
 		return false // o10-37.2.40
 	case mr.access&ibv.AccessMWBind == 0 || b.Access&^remote != 0:
 		return false // C10-73
@@ -134,21 +150,26 @@ func (e *engine) bindMW(qp *QP, b *Bind) bool {
 	case b.Addr < mr.addr || b.Length > mr.length || b.Addr-mr.addr > mr.length-b.Length:
 		return false // C10-75
 	}
+	e.unbindMW(mw) // a type-1 window's previous binding
 	mw.rkey.Store(mw.rkey.Load()&^0xff | b.RKey&0xff)
-	mw.bound, mw.qp, mw.mr = true, qp, mr
+	mw.bound, mw.mr = true, mr
+	if !mw.typ1 {
+		mw.qp = qp
+	}
 	mw.addr, mw.length, mw.access = b.Addr, b.Length, b.Access
 	mr.boundMWs++
 	return true
 }
 
-// invalidateRKey frees the window named by key for qp (LOCAL_INV or a
-// peer's SEND_WITH_INV). Region keys cannot be invalidated: xdproce has no
-// fast-registration regions, and rxe refuses user regions the same way.
+// invalidateRKey frees the type-2 window named by key for qp (LOCAL_INV or
+// a peer's SEND_WITH_INV). Region keys cannot be invalidated: xdproce has
+// no fast-registration regions, and rxe refuses user regions the same way;
+// nor can type-1 windows' (rxe_invalidate_mw: EINVAL).
 func (e *engine) invalidateRKey(qp *QP, key uint32) bool {
 	e.mwMu.Lock()
 	defer e.mwMu.Unlock()
 	mw := e.lookupMW(key)
-	if mw == nil || !mw.bound || mw.pd != qp.pd {
+	if mw == nil || mw.typ1 || !mw.bound || mw.pd != qp.pd {
 		return false
 	}
 	e.unbindMW(mw)
@@ -172,7 +193,7 @@ func (e *engine) checkMWAccess(qp *QP, rkey uint32, va uint64, n uint32, need ib
 	e.mwMu.Lock()
 	defer e.mwMu.Unlock()
 	mw := e.lookupMW(rkey)
-	if mw == nil || !mw.bound || mw.pd != qp.pd || mw.qp != qp || mw.access&need != need {
+	if mw == nil || !mw.bound || mw.pd != qp.pd || (!mw.typ1 && mw.qp != qp) || mw.access&need != need {
 		return nil, false
 	}
 	if va < mw.addr || uint64(n) > mw.length || va-mw.addr > mw.length-uint64(n) {

@@ -33,7 +33,7 @@ static void replay_options(struct cmid *c, struct cmsub *s)
 		xp_u32(&e, c->opts[i].level);
 		xp_u32(&e, c->opts[i].name);
 		xp_bytes(&e, c->opts[i].val, c->opts[i].len);
-		call(s, CM_SET_OPTION, &e, NULL, buf, sizeof(buf));
+		call(s, XP_CM_SET_OPTION, &e, NULL, buf, sizeof(buf));
 	}
 }
 
@@ -49,7 +49,7 @@ int id_new_sub(struct cmid *c, struct cmdev *d, struct cmsub **out)
 	uint8_t buf[64];
 	xp_u32(&e, ch);
 	xp_u16(&e, (uint16_t)c->id.ps);
-	if ((err = cm_call(d, CM_CREATE_ID, &e, &r, buf, sizeof(buf), NULL, 0, NULL)))
+	if ((err = cm_call(d, XP_CM_CREATE_ID, &e, &r, buf, sizeof(buf), NULL, 0, NULL)))
 		return err;
 	uint32_t h = xp_get_u32(&r);
 	if (r.err || r.n)
@@ -58,7 +58,7 @@ int id_new_sub(struct cmid *c, struct cmdev *d, struct cmsub **out)
 	if (!s) {
 		struct xp_enc x = {0};
 		xp_u32(&x, h);
-		cm_call(d, CM_DESTROY_ID, &x, NULL, buf, sizeof(buf), NULL, 0, NULL);
+		cm_call(d, XP_CM_DESTROY_ID, &x, NULL, buf, sizeof(buf), NULL, 0, NULL);
 		return ENOMEM;
 	}
 	*s = (struct cmsub){.dev = d, .handle = h, .id = c};
@@ -84,7 +84,7 @@ void id_destroy_subs(struct cmid *c, struct cmsub *keep)
 			s->next = NULL;
 			c->subs = s;
 		} else {
-			call(s, CM_DESTROY_ID, NULL, NULL, buf, sizeof(buf));
+			call(s, XP_CM_DESTROY_ID, NULL, NULL, buf, sizeof(buf));
 			sub_remove(s);
 			free(s);
 		}
@@ -114,7 +114,7 @@ static int query(struct cmid *c)
 		return 0;
 	uint8_t buf[256];
 	struct xp_dec r;
-	int err = call(s, CM_QUERY, NULL, &r, buf, sizeof(buf));
+	int err = call(s, XP_CM_QUERY, NULL, &r, buf, sizeof(buf));
 	if (err)
 		return err;
 	struct cminfo i;
@@ -149,22 +149,6 @@ int cm_complete(struct cmid *c)
 	if (c->id.event->event == RDMA_CM_EVENT_REJECTED)
 		return set_errno(ECONNREFUSED);
 	return set_errno(st < 0 ? -st : st);
-}
-
-/* has_devices is rdma-core's ucma_init check: no device, no rdma_cm. Once one was seen, it is
- * not asked again (rdma-core's runs once per process too). */
-int has_devices(void)
-{
-	static _Atomic bool seen;
-	if (seen)
-		return 1;
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (list)
-		ibv_free_device_list(list);
-	if (n > 0)
-		seen = true;
-	return n > 0;
 }
 
 static int create_id(struct rdma_event_channel *ch, struct rdma_cm_id **id, void *context, enum rdma_port_space ps,
@@ -231,7 +215,7 @@ static int bind_one(struct cmsub *s, const struct cmaddr *a)
 	struct xp_enc e = {0};
 	uint8_t buf[64];
 	put_addr(&e, a);
-	return call(s, CM_BIND, &e, NULL, buf, sizeof(buf));
+	return call(s, XP_CM_BIND, &e, NULL, buf, sizeof(buf));
 }
 
 static int bind_addr(struct cmid *c, const struct sockaddr *addr)
@@ -343,7 +327,7 @@ XP_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr
 	put_addr(&e, &src);
 	put_addr(&e, &dst);
 	xp_u32(&e, timeout_ms > 0 ? (uint32_t)timeout_ms : 0);
-	err = call(s, CM_RESOLVE_ADDR, &e, NULL, buf, sizeof(buf));
+	err = call(s, XP_CM_RESOLVE_ADDR, &e, NULL, buf, sizeof(buf));
 	if (err) {
 		if (fresh) {
 			id_destroy_subs(c, NULL);
@@ -371,7 +355,7 @@ XP_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 	struct xp_enc e = {0};
 	uint8_t buf[64];
 	xp_u32(&e, timeout_ms > 0 ? (uint32_t)timeout_ms : 0);
-	int err = call(s, CM_RESOLVE_ROUTE, &e, NULL, buf, sizeof(buf));
+	int err = call(s, XP_CM_RESOLVE_ROUTE, &e, NULL, buf, sizeof(buf));
 	if (err)
 		return set_errno(err);
 	return cm_complete(c);
@@ -393,7 +377,7 @@ XP_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	for (struct cmsub *s = c->subs; s; s = s->next) {
 		struct xp_enc e = {0};
 		xp_u32(&e, backlog > 0 ? (uint32_t)backlog : 0);
-		if ((err = call(s, CM_LISTEN, &e, NULL, buf, sizeof(buf))))
+		if ((err = call(s, XP_CM_LISTEN, &e, NULL, buf, sizeof(buf))))
 			return set_errno(err);
 	}
 	/* Its address is the bound one (rdma-core asks the kernel again: the same). */
@@ -466,7 +450,7 @@ XP_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	uint8_t buf[64];
 	if ((err = put_param(&e, c, p, qpn, srq)))
 		return set_errno(err);
-	if ((err = call(s, CM_CONNECT, &e, NULL, buf, sizeof(buf))))
+	if ((err = call(s, XP_CM_CONNECT, &e, NULL, buf, sizeof(buf))))
 		return set_errno(err);
 	free(c->connect);
 	c->connect = NULL;
@@ -500,7 +484,7 @@ XP_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	uint8_t buf[64];
 	if ((err = put_param(&e, c, p, qpn, srq)))
 		return set_errno(err);
-	if ((err = call(s, CM_ACCEPT, &e, NULL, buf, sizeof(buf)))) {
+	if ((err = call(s, XP_CM_ACCEPT, &e, NULL, buf, sizeof(buf)))) {
 		if (id->qp) {
 			struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
 			ibv_modify_qp(id->qp, &a, IBV_QP_STATE);
@@ -522,7 +506,7 @@ static int reject(struct rdma_cm_id *id, const void *private_data, uint8_t len)
 	struct xp_enc e = {0};
 	uint8_t buf[64];
 	xp_bytes(&e, private_data, private_data ? len : 0);
-	return fail(call(s, CM_REJECT, &e, NULL, buf, sizeof(buf)));
+	return fail(call(s, XP_CM_REJECT, &e, NULL, buf, sizeof(buf)));
 }
 
 XP_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
@@ -560,7 +544,7 @@ XP_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 	}
 	uint8_t buf[64];
 	/* The daemon moves the ID's QP to ERR, then sends the DREQ (or the DREP of the peer's). */
-	int err = call(s, CM_DISCONNECT, NULL, NULL, buf, sizeof(buf));
+	int err = call(s, XP_CM_DISCONNECT, NULL, NULL, buf, sizeof(buf));
 	if (err)
 		return set_errno(err);
 	return cm_complete(c);
@@ -575,7 +559,7 @@ XP_EXPORT int rdma_establish(struct rdma_cm_id *id)
 	if (!s)
 		return set_errno(EINVAL);
 	uint8_t buf[64];
-	return fail(call(s, CM_ESTABLISH, NULL, NULL, buf, sizeof(buf)));
+	return fail(call(s, XP_CM_ESTABLISH, NULL, NULL, buf, sizeof(buf)));
 }
 
 XP_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask)
@@ -589,7 +573,7 @@ XP_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr,
 	struct xp_dec r;
 	uint8_t buf[256];
 	xp_u8(&e, (uint8_t)attr->qp_state);
-	int err = call(s, CM_INIT_QP_ATTR, &e, &r, buf, sizeof(buf));
+	int err = call(s, XP_CM_INIT_QP_ATTR, &e, &r, buf, sizeof(buf));
 	if (err)
 		return set_errno(err);
 	struct ibv_qp_attr a;
@@ -719,7 +703,7 @@ XP_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 	struct xp_enc e = {0};
 	uint8_t buf[64];
 	xp_u32(&e, qp->handle);
-	int err = call(s, CM_ATTACH_QP, &e, NULL, buf, sizeof(buf));
+	int err = call(s, XP_CM_ATTACH_QP, &e, NULL, buf, sizeof(buf));
 	if (err) {
 		ibv_destroy_qp(qp);
 		destroy_cqs(id);
@@ -844,7 +828,7 @@ XP_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, voi
 		xp_u32(&e, (uint32_t)level);
 		xp_u32(&e, (uint32_t)optname);
 		xp_bytes(&e, optval, optlen);
-		int err = call(s, CM_SET_OPTION, &e, NULL, buf, sizeof(buf));
+		int err = call(s, XP_CM_SET_OPTION, &e, NULL, buf, sizeof(buf));
 		if (err)
 			return set_errno(err);
 	}
@@ -869,7 +853,7 @@ XP_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 		struct xp_enc e = {0};
 		xp_u32(&e, h);
 		if (!err)
-			err = call(s, CM_MIGRATE_ID, &e, NULL, buf, sizeof(buf));
+			err = call(s, XP_CM_MIGRATE_ID, &e, NULL, buf, sizeof(buf));
 		if (err) {
 			if (sync)
 				rdma_destroy_event_channel(channel);

@@ -16,6 +16,7 @@
 
 #include "../common/codec.h"
 #include "../common/notify.h"
+#include "../common/xp_abi.h"
 
 #define XP_EXPORT __attribute__((visibility("default")))
 
@@ -25,28 +26,7 @@
 int xdproce_ctl(struct ibv_context *ctx, uint16_t op, const void *body, size_t len, void *reply, size_t size,
 		size_t *rlen, int *rfds, int maxfds, int *nrfds);
 
-/* The daemon's connection-management requests. */
-enum cm_op {
-	CM_CREATE_CHANNEL = 24,
-	CM_DESTROY_CHANNEL,
-	CM_CREATE_ID,
-	CM_DESTROY_ID,
-	CM_MIGRATE_ID,
-	CM_BIND,
-	CM_RESOLVE_ADDR,
-	CM_RESOLVE_ROUTE,
-	CM_LISTEN,
-	CM_ATTACH_QP,
-	CM_CONNECT,
-	CM_ACCEPT,
-	CM_REJECT,
-	CM_DISCONNECT,
-	CM_ESTABLISH,
-	CM_QUERY,
-	CM_INIT_QP_ATTR,
-	CM_GET_EVENT,
-	CM_SET_OPTION,
-};
+/* The daemon's connection-management requests are enum xp_op's XP_CM_* (../common/xp_abi.h). */
 
 /* CMAddr: the address as 16 bytes (IPv4 as ::ffff:a.b.c.d), family 4, 6 or 0, port in host order. */
 struct cmaddr {
@@ -164,7 +144,11 @@ struct cmevt {
 	bool ah_global;
 };
 
+/* The files call downwards only: cma.c (the rdma_* calls on IDs) uses event.c (channels and
+ * events) and dev.c (devices, the daemon's requests); event.c uses dev.c; dev.c neither. */
+
 /* dev.c */
+int has_devices(void); /* a device of the namespace exists (rdma-core's ucma_init) */
 extern pthread_mutex_t cm_lock; /* devices and the handle table */
 int dev_all(struct cmdev ***out, int *n); /* every device of the namespace, opened */
 int dev_list(struct cmdev ***out, int *n, bool open);
@@ -196,7 +180,6 @@ void free_id(struct cmid *id);
 void apply_info(struct cmid *id, const struct cminfo *info);
 
 /* cma.c */
-int has_devices(void); /* a device of the namespace exists (rdma-core's ucma_init) */
 int cm_complete(struct cmid *id);
 int id_new_sub(struct cmid *id, struct cmdev *d, struct cmsub **out);
 void id_destroy_subs(struct cmid *id, struct cmsub *keep);

@@ -88,6 +88,22 @@ socklen_t from_cmaddr(const struct cmaddr *a, void *out)
 	return 0;
 }
 
+/* has_devices is rdma-core's ucma_init check: no device, no rdma_cm. Once one was seen, it is
+ * not asked again (rdma-core's runs once per process too). */
+int has_devices(void)
+{
+	static _Atomic bool seen;
+	if (seen)
+		return 1;
+	int n = 0;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	if (list)
+		ibv_free_device_list(list);
+	if (n > 0)
+		seen = true;
+	return n > 0;
+}
+
 /* Devices stay open for the life of the process, as rdma-core's librdmacm keeps its contexts;
  * libibverbs keeps one ibv_device per interface, so its address identifies the device. */
 pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -83,7 +83,7 @@ int chan_sub(struct cmchan *c, struct cmdev *d, uint32_t *handle)
 	struct xp_dec r;
 	uint8_t buf[64];
 	int fds[2], nfds = 0;
-	int err = cm_call(d, CM_CREATE_CHANNEL, &e, &r, buf, sizeof(buf), fds, 2, &nfds);
+	int err = cm_call(d, XP_CM_CREATE_CHANNEL, &e, &r, buf, sizeof(buf), fds, 2, &nfds);
 	uint32_t h = xp_get_u32(&r);
 	if (!err && (r.err || r.n || nfds != 1))
 		err = EPROTO;
@@ -110,7 +110,7 @@ int chan_sub(struct cmchan *c, struct cmdev *d, uint32_t *handle)
 		if (nfds) {
 			struct xp_enc x = {0};
 			xp_u32(&x, h);
-			cm_call(d, CM_DESTROY_CHANNEL, &x, NULL, buf, sizeof(buf), NULL, 0, NULL);
+			cm_call(d, XP_CM_DESTROY_CHANNEL, &x, NULL, buf, sizeof(buf), NULL, 0, NULL);
 		}
 		pthread_mutex_unlock(&c->lock);
 		return err;
@@ -210,7 +210,7 @@ static void destroy_child(struct cmid *child)
 	for (struct cmsub *s = child->subs; s; s = s->next) {
 		struct xp_enc e = {0};
 		xp_u32(&e, s->handle);
-		cm_call(s->dev, CM_DESTROY_ID, &e, NULL, buf, sizeof(buf), NULL, 0, NULL);
+		cm_call(s->dev, XP_CM_DESTROY_ID, &e, NULL, buf, sizeof(buf), NULL, 0, NULL);
 		sub_remove(s);
 	}
 	if (child->dev)
@@ -261,7 +261,7 @@ static struct cmevt *decode(struct cmdev *d, struct xp_dec *r)
 			uint8_t buf[64];
 			struct xp_enc x = {0};
 			xp_u32(&x, idh);
-			cm_call(d, CM_DESTROY_ID, &x, NULL, buf, sizeof(buf), NULL, 0, NULL);
+			cm_call(d, XP_CM_DESTROY_ID, &x, NULL, buf, sizeof(buf), NULL, 0, NULL);
 			if (child)
 				free_id(child);
 			free(s);
@@ -346,7 +346,7 @@ static void tell_removal(struct cmid *id, void *arg)
 
 /* fetch takes every event the daemon holds for the channel, in the order of each device's queue;
  * the caller holds the channel. The pipes are drained first, so an event queued after the last
- * CM_GET_EVENT signals them again; a daemon channel whose pipe was not signalled since its queue
+ * XP_CM_GET_EVENT signals them again; a daemon channel whose pipe was not signalled since its queue
  * was found empty is not asked. */
 static void fetch(struct cmchan *c)
 {
@@ -371,7 +371,7 @@ static void fetch(struct cmchan *c)
 			struct xp_enc q = {0};
 			struct xp_dec r;
 			xp_u32(&q, s->handle);
-			int err = cm_call(s->dev, CM_GET_EVENT, &q, &r, buf, sizeof(buf), NULL, 0, NULL);
+			int err = cm_call(s->dev, XP_CM_GET_EVENT, &q, &r, buf, sizeof(buf), NULL, 0, NULL);
 			if (err == EIO) {
 				/* The daemon is gone, as a removed RNIC: DEVICE_REMOVAL for each ID of it. */
 				s->dead = true;
@@ -596,7 +596,7 @@ XP_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		subs = s->next;
 		struct xp_enc e = {0};
 		xp_u32(&e, s->handle);
-		cm_call(s->dev, CM_DESTROY_CHANNEL, &e, NULL, buf, sizeof(buf), NULL, 0, NULL);
+		cm_call(s->dev, XP_CM_DESTROY_CHANNEL, &e, NULL, buf, sizeof(buf), NULL, 0, NULL);
 		close(s->efd);
 		free(s);
 	}

@@ -1,6 +1,10 @@
-/* Stock perftest is linked against libmlx5.so.1 with BIND_NOW, so every mlx5dv symbol it imports must
- * resolve at load time even though xdproce's libibverbs drives no mlx5 device. These stubs answer as
- * rdma-core's libmlx5 does for a device that is not its own: "not supported". */
+/* libmlx5.so.1: every symbol of rdma-core 44's libmlx5 (Debian 12), so that programs and libraries
+ * linked against it (perftest with BIND_NOW, UCX's libuct_ib, pyverbs' mlx5 module) load and resolve on
+ * xdproce. No device xdproce's libibverbs lists is an mlx5 device, so each call answers as rdma-core's
+ * libmlx5 does for a device that is not its own: mlx5dv_is_supported is false, calls returning an int
+ * return EOPNOTSUPP (also left in errno), those returning a pointer return NULL with errno EOPNOTSUPP,
+ * and those returning nothing do nothing. The prototypes are the installed mlx5dv.h's, so the compiler
+ * checks each stub against the ABI. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -8,84 +12,177 @@
 #include <infiniband/mlx5dv.h>
 
 #define EXPORT __attribute__((visibility("default")))
-#define UNUSED __attribute__((unused))
 
-/* mlx5dv_* calls returning an int report failure with a positive errno value, also left in errno. */
-static int unsupported(void)
-{
-	errno = EOPNOTSUPP;
-	return EOPNOTSUPP;
-}
+/* A stub has no use for its arguments. */
+#pragma GCC diagnostic ignored "-Wunused-parameter"
 
-/* Those returning a pointer return NULL with errno set. */
-static void *unsupported_ptr(void)
-{
-	errno = EOPNOTSUPP;
-	return NULL;
-}
+#define INT(name, params)                                                                                              \
+	EXPORT int name params                                                                                         \
+	{                                                                                                              \
+		errno = EOPNOTSUPP;                                                                                    \
+		return EOPNOTSUPP;                                                                                     \
+	}
+#define PTR(ret, name, params)                                                                                         \
+	EXPORT ret name params                                                                                         \
+	{                                                                                                              \
+		errno = EOPNOTSUPP;                                                                                    \
+		return NULL;                                                                                           \
+	}
+#define VOID(name, params)                                                                                             \
+	EXPORT void name params {}
+#define FALSE(name, params)                                                                                            \
+	EXPORT bool name params { return false; }
+/* Calls returning an fd, a length or a count fail with -1 and errno, or with a negative errno. */
+#define NEG1(name, params)                                                                                             \
+	EXPORT int name params                                                                                         \
+	{                                                                                                              \
+		errno = EOPNOTSUPP;                                                                                    \
+		return -1;                                                                                             \
+	}
+#define SNEG1(ret, name, params)                                                                                       \
+	EXPORT ret name params                                                                                         \
+	{                                                                                                              \
+		errno = EOPNOTSUPP;                                                                                    \
+		return -1;                                                                                             \
+	}
+#define NEGERR(name, params)                                                                                           \
+	EXPORT int name params                                                                                         \
+	{                                                                                                              \
+		errno = EOPNOTSUPP;                                                                                    \
+		return -EOPNOTSUPP;                                                                                    \
+	}
 
-/* MLX5_1.3 */
+INT(_mlx5dv_mkey_check, (struct mlx5dv_mkey *mkey, struct mlx5dv_mkey_err *err_info, size_t err_info_size))
+INT(_mlx5dv_query_port, (struct ibv_context *context, uint32_t port_num, struct mlx5_ib_uapi_query_port *info, size_t info_len))
+PTR(struct ibv_dm *, mlx5dv_alloc_dm, (struct ibv_context *context, struct ibv_alloc_dm_attr *dm_attr, struct mlx5dv_alloc_dm_attr *mlx5_dm_attr))
+PTR(struct mlx5dv_var *, mlx5dv_alloc_var, (struct ibv_context *context, uint32_t flags))
+PTR(struct ibv_cq_ex *, mlx5dv_create_cq, (struct ibv_context *context, struct ibv_cq_init_attr_ex *cq_attr, struct mlx5dv_cq_init_attr *mlx5_cq_attr))
+PTR(struct ibv_flow *, mlx5dv_create_flow, (struct mlx5dv_flow_matcher *matcher, struct mlx5dv_flow_match_parameters *match_value, size_t num_actions, struct mlx5dv_flow_action_attr actions_attr[]))
+PTR(struct ibv_flow_action *, mlx5dv_create_flow_action_esp, (struct ibv_context *ctx, struct ibv_flow_action_esp_attr *esp, struct mlx5dv_flow_action_esp *mlx5_attr))
+PTR(struct ibv_flow_action *, mlx5dv_create_flow_action_modify_header, (struct ibv_context *ctx, size_t actions_sz, uint64_t actions[], enum mlx5_ib_uapi_flow_table_type ft_type))
+PTR(struct ibv_flow_action *, mlx5dv_create_flow_action_packet_reformat, (struct ibv_context *ctx, size_t data_sz, void *data, enum mlx5_ib_uapi_flow_action_packet_reformat_type reformat_type, enum mlx5_ib_uapi_flow_table_type ft_type))
+PTR(struct mlx5dv_flow_matcher *, mlx5dv_create_flow_matcher, (struct ibv_context *context, struct mlx5dv_flow_matcher_attr *matcher_attr))
+PTR(struct mlx5dv_mkey *, mlx5dv_create_mkey, (struct mlx5dv_mkey_init_attr *mkey_init_attr))
+PTR(struct ibv_qp *, mlx5dv_create_qp, (struct ibv_context *context, struct ibv_qp_init_attr_ex *qp_attr, struct mlx5dv_qp_init_attr *mlx5_qp_attr))
+PTR(struct mlx5dv_steering_anchor *, mlx5dv_create_steering_anchor, (struct ibv_context *context, struct mlx5dv_steering_anchor_attr *attr))
+PTR(struct ibv_wq *, mlx5dv_create_wq, (struct ibv_context *context, struct ibv_wq_init_attr *wq_init_attr, struct mlx5dv_wq_init_attr *mlx5_wq_attr))
+INT(mlx5dv_crypto_login, (struct ibv_context *context, struct mlx5dv_crypto_login_attr *login_attr))
+PTR(struct mlx5dv_crypto_login_obj *, mlx5dv_crypto_login_create, (struct ibv_context *context, struct mlx5dv_crypto_login_attr_ex *login_attr))
+INT(mlx5dv_crypto_login_destroy, (struct mlx5dv_crypto_login_obj *crypto_login))
+INT(mlx5dv_crypto_login_query, (struct mlx5dv_crypto_login_obj *crypto_login, struct mlx5dv_crypto_login_query_attr *query_attr))
+INT(mlx5dv_crypto_login_query_state, (struct ibv_context *context, enum mlx5dv_crypto_login_state *state))
+INT(mlx5dv_crypto_logout, (struct ibv_context *context))
+INT(mlx5dv_dci_stream_id_reset, (struct ibv_qp *qp, uint16_t stream_id))
+PTR(struct mlx5dv_dek *, mlx5dv_dek_create, (struct ibv_context *context, struct mlx5dv_dek_init_attr *init_attr))
+INT(mlx5dv_dek_destroy, (struct mlx5dv_dek *dek))
+INT(mlx5dv_dek_query, (struct mlx5dv_dek *dek, struct mlx5dv_dek_attr *attr))
+INT(mlx5dv_destroy_flow_matcher, (struct mlx5dv_flow_matcher *matcher))
+INT(mlx5dv_destroy_mkey, (struct mlx5dv_mkey *mkey))
+INT(mlx5dv_destroy_steering_anchor, (struct mlx5dv_steering_anchor *sa))
+PTR(struct mlx5dv_devx_msi_vector *, mlx5dv_devx_alloc_msi_vector, (struct ibv_context *ibctx))
+PTR(struct mlx5dv_devx_uar *, mlx5dv_devx_alloc_uar, (struct ibv_context *context, uint32_t flags))
+INT(mlx5dv_devx_cq_modify, (struct ibv_cq *cq, const void *in, size_t inlen, void *out, size_t outlen))
+INT(mlx5dv_devx_cq_query, (struct ibv_cq *cq, const void *in, size_t inlen, void *out, size_t outlen))
+PTR(struct mlx5dv_devx_cmd_comp *, mlx5dv_devx_create_cmd_comp, (struct ibv_context *context))
+PTR(struct mlx5dv_devx_eq *, mlx5dv_devx_create_eq, (struct ibv_context *ibctx, const void *in, size_t inlen, void *out, size_t outlen))
+PTR(struct mlx5dv_devx_event_channel *, mlx5dv_devx_create_event_channel, (struct ibv_context *context, enum mlx5_ib_uapi_devx_create_event_channel_flags flags))
+VOID(mlx5dv_devx_destroy_cmd_comp, (struct mlx5dv_devx_cmd_comp *cmd_comp))
+INT(mlx5dv_devx_destroy_eq, (struct mlx5dv_devx_eq *eq))
+VOID(mlx5dv_devx_destroy_event_channel, (struct mlx5dv_devx_event_channel *event_channel))
+INT(mlx5dv_devx_free_msi_vector, (struct mlx5dv_devx_msi_vector *msi))
+VOID(mlx5dv_devx_free_uar, (struct mlx5dv_devx_uar *devx_uar))
+INT(mlx5dv_devx_general_cmd, (struct ibv_context *context, const void *in, size_t inlen, void *out, size_t outlen))
+INT(mlx5dv_devx_get_async_cmd_comp, (struct mlx5dv_devx_cmd_comp *cmd_comp, struct mlx5_ib_uapi_devx_async_cmd_hdr *cmd_resp, size_t cmd_resp_len))
+SNEG1(ssize_t, mlx5dv_devx_get_event, (struct mlx5dv_devx_event_channel *event_channel, struct mlx5_ib_uapi_devx_async_event_hdr *event_data, size_t event_resp_len))
+INT(mlx5dv_devx_ind_tbl_modify, (struct ibv_rwq_ind_table *ind_tbl, const void *in, size_t inlen, void *out, size_t outlen))
+INT(mlx5dv_devx_ind_tbl_query, (struct ibv_rwq_ind_table *ind_tbl, const void *in, size_t inlen, void *out, size_t outlen))
+PTR(struct mlx5dv_devx_obj *, mlx5dv_devx_obj_create, (struct ibv_context *context, const void *in, size_t inlen, void *out, size_t outlen))
+INT(mlx5dv_devx_obj_destroy, (struct mlx5dv_devx_obj *obj))
+INT(mlx5dv_devx_obj_modify, (struct mlx5dv_devx_obj *obj, const void *in, size_t inlen, void *out, size_t outlen))
+INT(mlx5dv_devx_obj_query, (struct mlx5dv_devx_obj *obj, const void *in, size_t inlen, void *out, size_t outlen))
+INT(mlx5dv_devx_obj_query_async, (struct mlx5dv_devx_obj *obj, const void *in, size_t inlen, size_t outlen, uint64_t wr_id, struct mlx5dv_devx_cmd_comp *cmd_comp))
+INT(mlx5dv_devx_qp_modify, (struct ibv_qp *qp, const void *in, size_t inlen, void *out, size_t outlen))
+INT(mlx5dv_devx_qp_query, (struct ibv_qp *qp, const void *in, size_t inlen, void *out, size_t outlen))
+INT(mlx5dv_devx_query_eqn, (struct ibv_context *context, uint32_t vector, uint32_t *eqn))
+INT(mlx5dv_devx_srq_modify, (struct ibv_srq *srq, const void *in, size_t inlen, void *out, size_t outlen))
+INT(mlx5dv_devx_srq_query, (struct ibv_srq *srq, const void *in, size_t inlen, void *out, size_t outlen))
+INT(mlx5dv_devx_subscribe_devx_event, (struct mlx5dv_devx_event_channel *event_channel, struct mlx5dv_devx_obj *obj, uint16_t events_sz, uint16_t events_num[], uint64_t cookie))
+INT(mlx5dv_devx_subscribe_devx_event_fd, (struct mlx5dv_devx_event_channel *event_channel, int fd, struct mlx5dv_devx_obj *obj, uint16_t event_num))
+INT(mlx5dv_devx_umem_dereg, (struct mlx5dv_devx_umem *umem))
+PTR(struct mlx5dv_devx_umem *, mlx5dv_devx_umem_reg, (struct ibv_context *ctx, void *addr, size_t size, uint32_t access))
+PTR(struct mlx5dv_devx_umem *, mlx5dv_devx_umem_reg_ex, (struct ibv_context *ctx, struct mlx5dv_devx_umem_in *umem_in))
+INT(mlx5dv_devx_wq_modify, (struct ibv_wq *wq, const void *in, size_t inlen, void *out, size_t outlen))
+INT(mlx5dv_devx_wq_query, (struct ibv_wq *wq, const void *in, size_t inlen, void *out, size_t outlen))
+PTR(void *, mlx5dv_dm_map_op_addr, (struct ibv_dm *dm, uint8_t op))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_aso, (struct mlx5dv_dr_domain *domain, struct mlx5dv_devx_obj *devx_obj, uint32_t offset, uint32_t flags, uint8_t return_reg_c))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_default_miss, (void))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_dest_array, (struct mlx5dv_dr_domain *domain, size_t num_dest, struct mlx5dv_dr_action_dest_attr *dests[]))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_dest_devx_tir, (struct mlx5dv_devx_obj *devx_obj))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_dest_ib_port, (struct mlx5dv_dr_domain *domain, uint32_t ib_port))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_dest_ibv_qp, (struct ibv_qp *ibqp))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_dest_root_table, (struct mlx5dv_dr_table *table, uint16_t priority))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_dest_table, (struct mlx5dv_dr_table *table))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_dest_vport, (struct mlx5dv_dr_domain *domain, uint32_t vport))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_drop, (void))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_flow_counter, (struct mlx5dv_devx_obj *devx_obj, uint32_t offset))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_flow_meter, (struct mlx5dv_dr_flow_meter_attr *attr))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_flow_sampler, (struct mlx5dv_dr_flow_sampler_attr *attr))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_modify_header, (struct mlx5dv_dr_domain *domain, uint32_t flags, size_t actions_sz, __be64 actions[]))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_packet_reformat, (struct mlx5dv_dr_domain *domain, uint32_t flags, enum mlx5_ib_uapi_flow_action_packet_reformat_type reformat_type, size_t data_sz, void *data))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_pop_vlan, (void))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_push_vlan, (struct mlx5dv_dr_domain *domain, __be32 vlan_hdr))
+PTR(struct mlx5dv_dr_action *, mlx5dv_dr_action_create_tag, (uint32_t tag_value))
+INT(mlx5dv_dr_action_destroy, (struct mlx5dv_dr_action *action))
+INT(mlx5dv_dr_action_modify_aso, (struct mlx5dv_dr_action *action, uint32_t offset, uint32_t flags, uint8_t return_reg_c))
+INT(mlx5dv_dr_action_modify_flow_meter, (struct mlx5dv_dr_action *action, struct mlx5dv_dr_flow_meter_attr *attr, __be64 modify_field_select))
+INT(mlx5dv_dr_aso_other_domain_link, (struct mlx5dv_devx_obj *devx_obj, struct mlx5dv_dr_domain *peer_dmn, struct mlx5dv_dr_domain *dmn, uint32_t flags, uint8_t return_reg_c))
+INT(mlx5dv_dr_aso_other_domain_unlink, (struct mlx5dv_devx_obj *devx_obj, struct mlx5dv_dr_domain *dmn))
+VOID(mlx5dv_dr_domain_allow_duplicate_rules, (struct mlx5dv_dr_domain *domain, _Bool allow))
+PTR(struct mlx5dv_dr_domain *, mlx5dv_dr_domain_create, (struct ibv_context *ctx, enum mlx5dv_dr_domain_type type))
+INT(mlx5dv_dr_domain_destroy, (struct mlx5dv_dr_domain *domain))
+VOID(mlx5dv_dr_domain_set_reclaim_device_memory, (struct mlx5dv_dr_domain *dmn, _Bool enable))
+INT(mlx5dv_dr_domain_sync, (struct mlx5dv_dr_domain *domain, uint32_t flags))
+PTR(struct mlx5dv_dr_matcher *, mlx5dv_dr_matcher_create, (struct mlx5dv_dr_table *table, uint16_t priority, uint8_t match_criteria_enable, struct mlx5dv_flow_match_parameters *mask))
+INT(mlx5dv_dr_matcher_destroy, (struct mlx5dv_dr_matcher *matcher))
+INT(mlx5dv_dr_matcher_set_layout, (struct mlx5dv_dr_matcher *matcher, struct mlx5dv_dr_matcher_layout *layout))
+PTR(struct mlx5dv_dr_rule *, mlx5dv_dr_rule_create, (struct mlx5dv_dr_matcher *matcher, struct mlx5dv_flow_match_parameters *value, size_t num_actions, struct mlx5dv_dr_action *actions[]))
+INT(mlx5dv_dr_rule_destroy, (struct mlx5dv_dr_rule *rule))
+PTR(struct mlx5dv_dr_table *, mlx5dv_dr_table_create, (struct mlx5dv_dr_domain *domain, uint32_t level))
+INT(mlx5dv_dr_table_destroy, (struct mlx5dv_dr_table *table))
+INT(mlx5dv_dump_dr_domain, (FILE *fout, struct mlx5dv_dr_domain *domain))
+INT(mlx5dv_dump_dr_matcher, (FILE *fout, struct mlx5dv_dr_matcher *matcher))
+INT(mlx5dv_dump_dr_rule, (FILE *fout, struct mlx5dv_dr_rule *rule))
+INT(mlx5dv_dump_dr_table, (FILE *fout, struct mlx5dv_dr_table *table))
+VOID(mlx5dv_free_var, (struct mlx5dv_var *dv_var))
+INT(mlx5dv_get_clock_info, (struct ibv_context *context, struct mlx5dv_clock_info *clock_info))
+PTR(struct ibv_device **, mlx5dv_get_vfio_device_list, (struct mlx5dv_vfio_context_attr *attr))
+FALSE(mlx5dv_is_supported, (struct ibv_device *device))
+INT(mlx5dv_map_ah_to_qp, (struct ibv_ah *ah, uint32_t qp_num))
+INT(mlx5dv_modify_qp_lag_port, (struct ibv_qp *qp, uint8_t port_num))
+INT(mlx5dv_modify_qp_sched_elem, (struct ibv_qp *qp, const struct mlx5dv_sched_leaf *requestor, const struct mlx5dv_sched_leaf *responder))
+INT(mlx5dv_modify_qp_udp_sport, (struct ibv_qp *qp, uint16_t udp_sport))
+PTR(struct ibv_context *, mlx5dv_open_device, (struct ibv_device *device, struct mlx5dv_context_attr *attr))
+PTR(struct mlx5dv_pp *, mlx5dv_pp_alloc, (struct ibv_context *context, size_t pp_context_sz, const void *pp_context, uint32_t flags))
+VOID(mlx5dv_pp_free, (struct mlx5dv_pp *pp))
+NEGERR(mlx5dv_qp_cancel_posted_send_wrs, (struct mlx5dv_qp_ex *mqp, uint64_t wr_id))
+PTR(struct mlx5dv_qp_ex *, mlx5dv_qp_ex_from_ibv_qp_ex, (struct ibv_qp_ex *qp))
+INT(mlx5dv_query_device, (struct ibv_context *ctx_in, struct mlx5dv_context *attrs_out))
+INT(mlx5dv_query_qp_lag_port, (struct ibv_qp *qp, uint8_t *port_num, uint8_t *active_port_num))
+INT(mlx5dv_reserved_qpn_alloc, (struct ibv_context *ctx, uint32_t *qpn))
+INT(mlx5dv_reserved_qpn_dealloc, (struct ibv_context *ctx, uint32_t qpn))
+PTR(struct mlx5dv_sched_leaf *, mlx5dv_sched_leaf_create, (struct ibv_context *context, const struct mlx5dv_sched_attr *sched_attr))
+INT(mlx5dv_sched_leaf_destroy, (struct mlx5dv_sched_leaf *leaf))
+INT(mlx5dv_sched_leaf_modify, (struct mlx5dv_sched_leaf *leaf, const struct mlx5dv_sched_attr *sched_attr))
+PTR(struct mlx5dv_sched_node *, mlx5dv_sched_node_create, (struct ibv_context *context, const struct mlx5dv_sched_attr *sched_attr))
+INT(mlx5dv_sched_node_destroy, (struct mlx5dv_sched_node *node))
+INT(mlx5dv_sched_node_modify, (struct mlx5dv_sched_node *node, const struct mlx5dv_sched_attr *sched_attr))
+INT(mlx5dv_set_context_attr, (struct ibv_context *context, enum mlx5dv_set_ctx_attr_type type, void *attr))
+NEG1(mlx5dv_vfio_get_events_fd, (struct ibv_context *ibctx))
+INT(mlx5dv_vfio_process_events, (struct ibv_context *context))
 
-EXPORT struct ibv_qp *mlx5dv_create_qp(struct ibv_context *context UNUSED,
-				       struct ibv_qp_init_attr_ex *qp_attr UNUSED,
-				       struct mlx5dv_qp_init_attr *mlx5_qp_attr UNUSED)
-{
-	return unsupported_ptr();
-}
 
-/* MLX5_1.7 */
-
-EXPORT struct ibv_context *mlx5dv_open_device(struct ibv_device *device UNUSED,
-					      struct mlx5dv_context_attr *attr UNUSED)
-{
-	return unsupported_ptr();
-}
-
-EXPORT int mlx5dv_devx_general_cmd(struct ibv_context *context UNUSED, const void *in UNUSED,
-				   size_t inlen UNUSED, void *out UNUSED, size_t outlen UNUSED)
-{
-	return unsupported();
-}
-
-/* MLX5_1.8: no device xdproce's libibverbs lists is an mlx5 device. */
-
-EXPORT bool mlx5dv_is_supported(struct ibv_device *device UNUSED)
-{
-	return false;
-}
-
-/* MLX5_1.10 */
-
-EXPORT struct mlx5dv_mkey *mlx5dv_create_mkey(struct mlx5dv_mkey_init_attr *mkey_init_attr UNUSED)
-{
-	return unsupported_ptr();
-}
-
-EXPORT int mlx5dv_destroy_mkey(struct mlx5dv_mkey *mkey UNUSED)
-{
-	return unsupported();
-}
-
-EXPORT struct mlx5dv_qp_ex *mlx5dv_qp_ex_from_ibv_qp_ex(struct ibv_qp_ex *qp UNUSED)
-{
-	return unsupported_ptr();
-}
-
-/* MLX5_1.21 */
-
-EXPORT int mlx5dv_crypto_login(struct ibv_context *context UNUSED,
-			       struct mlx5dv_crypto_login_attr *login_attr UNUSED)
-{
-	return unsupported();
-}
-
-EXPORT struct mlx5dv_dek *mlx5dv_dek_create(struct ibv_context *context UNUSED,
-					    struct mlx5dv_dek_init_attr *init_attr UNUSED)
-{
-	return unsupported_ptr();
-}
-
-EXPORT int mlx5dv_dek_destroy(struct mlx5dv_dek *dek UNUSED)
-{
-	return unsupported();
-}
+/* mlx5dv_init_obj has two versions, MLX5_1.0's and MLX5_1.2's (the default), as in rdma-core. */
+__asm__(".symver mlx5dv_init_obj_1_0, mlx5dv_init_obj@MLX5_1.0");
+__asm__(".symver mlx5dv_init_obj_1_2, mlx5dv_init_obj@@MLX5_1.2");
+INT(mlx5dv_init_obj_1_0, (struct mlx5dv_obj *obj, uint64_t obj_type))
+INT(mlx5dv_init_obj_1_2, (struct mlx5dv_obj *obj, uint64_t obj_type))

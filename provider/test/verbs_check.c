@@ -589,6 +589,33 @@ static void windows_and_ah(struct side *a, struct side *b)
 	struct ibv_mw_bind mb = {0};
 	check(ibv_bind_mw(qb, mw, &mb) != 0, "ibv_bind_mw (type 1's call) on a type 2 window fails");
 	check(ibv_dealloc_mw(mw) == 0, "ibv_dealloc_mw");
+	/* Type 1, as on rxe: ibv_bind_mw posts the bind with the window's next key, which is its rkey. */
+	struct ibv_mw *mw1 = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
+	check(mw1 && mw1->type == IBV_MW_TYPE_1, "ibv_alloc_mw type 1");
+	if (mw1) {
+		uint32_t old = mw1->rkey;
+		struct ibv_mw_bind b1 = {.wr_id = 601, .send_flags = IBV_SEND_SIGNALED,
+					 .bind_info = {.mr = mr, .addr = (uintptr_t)b->buf + 8192, .length = 4096,
+						       .mw_access_flags = IBV_ACCESS_REMOTE_WRITE}};
+		check(ibv_bind_mw(qb, mw1, &b1) == 0 && poll_one(b->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+			      wc.opcode == IBV_WC_BIND_MW && wc.wr_id == 601 && mw1->rkey == ibv_inc_rkey(old),
+		      "ibv_bind_mw binds a type 1 window; its rkey is the next key");
+		fill(a->buf, 64, 12);
+		check(post1(qa, IBV_WR_RDMA_WRITE, a, 0, 64, (uintptr_t)b->buf + 8192, mw1->rkey, 0) == 0 &&
+			      poll_one(a->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && memcmp(a->buf, b->buf + 8192, 64) == 0,
+		      "an RDMA WRITE through the type 1 window");
+		b1.bind_info.addr += 4096;
+		b1.wr_id = 602;
+		uint32_t first = mw1->rkey;
+		check(ibv_bind_mw(qb, mw1, &b1) == 0 && poll_one(b->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+			      mw1->rkey == ibv_inc_rkey(first),
+		      "a bound type 1 window binds again, with the next key");
+		fill(a->buf, 64, 13);
+		check(post1(qa, IBV_WR_RDMA_WRITE, a, 0, 64, (uintptr_t)b->buf + 12288, mw1->rkey, 0) == 0 &&
+			      poll_one(a->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && memcmp(a->buf, b->buf + 12288, 64) == 0,
+		      "an RDMA WRITE through its new range");
+		check(ibv_dealloc_mw(mw1) == 0, "ibv_dealloc_mw type 1");
+	}
 	struct ibv_ah_attr ah = {.is_global = 1, .port_num = 1, .grh = {.dgid = b->gid, .sgid_index = a->gid_index, .hop_limit = 64}};
 	struct ibv_ah *h = ibv_create_ah(a->pd, &ah);
 	check(h != NULL && ibv_destroy_ah(h) == 0, "ibv_create_ah with a GRH to the peer, ibv_destroy_ah");

@@ -9,23 +9,16 @@
 
 static inline struct xcq *cx(struct ibv_cq_ex *c) { return container_of(c, struct xcq, cqx); }
 
-static inline uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-
 /* take copies the next completion into cur: ENOENT when there is none. */
 static int take(struct xcq *cq)
 {
 	uint32_t prod = atomic_load_explicit(XP_PRODUCER(&cq->ring), memory_order_acquire);
 	if (prod == cq->cons || prod - cq->cons > cq->ring.slots)
 		return ENOENT;
-	memcpy(cq->cur, xp_slot(&cq->ring, cq->cons), XP_CQE);
+	memcpy(&cq->cur, xp_cqe_slot(&cq->ring, cq->cons), sizeof(cq->cur));
 	__atomic_store_n(&cq->cons, cq->cons + 1, __ATOMIC_RELAXED); /* ibv_poll_cq's empty check reads it unlocked */
-	memcpy(&cq->cqx.wr_id, cq->cur, 8);
-	cq->cqx.status = (enum ibv_wc_status)cq->cur[8];
+	cq->cqx.wr_id = cq->cur.wr_id;
+	cq->cqx.status = (enum ibv_wc_status)cq->cur.status;
 	return 0;
 }
 
@@ -50,20 +43,20 @@ static void end_poll(struct ibv_cq_ex *c)
 	pthread_spin_unlock(&cq->lock);
 }
 
-static enum ibv_wc_opcode read_opcode(struct ibv_cq_ex *c) { return (enum ibv_wc_opcode)cx(c)->cur[9]; }
-static uint32_t read_vendor_err(struct ibv_cq_ex *c) { return get32(cx(c)->cur + 12); }
-static uint32_t read_byte_len(struct ibv_cq_ex *c) { return get32(cx(c)->cur + 16); }
-static uint32_t read_qp_num(struct ibv_cq_ex *c) { return get32(cx(c)->cur + 28); }
-static uint32_t read_src_qp(struct ibv_cq_ex *c) { return get32(cx(c)->cur + 32); }
-static unsigned int read_wc_flags(struct ibv_cq_ex *c) { return get32(cx(c)->cur + 36); }
+static enum ibv_wc_opcode read_opcode(struct ibv_cq_ex *c) { return (enum ibv_wc_opcode)cx(c)->cur.opcode; }
+static uint32_t read_vendor_err(struct ibv_cq_ex *c) { return cx(c)->cur.vendor_err; }
+static uint32_t read_byte_len(struct ibv_cq_ex *c) { return cx(c)->cur.byte_len; }
+static uint32_t read_qp_num(struct ibv_cq_ex *c) { return cx(c)->cur.qp_num; }
+static uint32_t read_src_qp(struct ibv_cq_ex *c) { return cx(c)->cur.src_qp; }
+static unsigned int read_wc_flags(struct ibv_cq_ex *c) { return cx(c)->cur.wc_flags; }
 
 /* The immediate, or with IBV_WC_WITH_INV the invalidated rkey (ibv_wc_read_invalidated_rkey). */
 static __be32 read_imm_data(struct ibv_cq_ex *c)
 {
-	const uint8_t *s = cx(c)->cur;
-	if (get32(s + 36) & IBV_WC_WITH_INV)
-		return get32(s + 24);
-	return htobe32(get32(s + 20));
+	const struct xp_cqe *cqe = &cx(c)->cur;
+	if (cqe->wc_flags & IBV_WC_WITH_INV)
+		return cqe->invalidated_rkey;
+	return htobe32(cqe->imm_data);
 }
 
 /* RoCE has no LIDs, SLs or path bits. */

@@ -1,5 +1,6 @@
 /* The daemon's control socket: messages, their encoding, file descriptors passed with them. */
 #define _GNU_SOURCE
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -179,7 +180,8 @@ static int exchange(int sock, uint32_t seq, struct xp_enc *e, const int *fds, in
 	int got[XP_MAX_FDS], ngot = 0;
 	if (e->overflow)
 		return EINVAL;
-	e->b[4] = seq, e->b[5] = seq >> 8, e->b[6] = seq >> 16, e->b[7] = seq >> 24;
+	uint32_t le_seq = htole32(seq);
+	memcpy(e->b + offsetof(struct xp_msg_hdr, seq), &le_seq, sizeof(le_seq));
 	if (send_msg(sock, e, fds, nfds) < 0)
 		return errno == EPIPE || errno == ECONNRESET ? EIO : errno;
 	ssize_t n = recv_msg(sock, buf, size, got, &ngot);
@@ -189,7 +191,9 @@ static int exchange(int sock, uint32_t seq, struct xp_enc *e, const int *fds, in
 	uint16_t version = xp_get_u16(&h), op = xp_get_u16(&h);
 	uint32_t rseq = xp_get_u32(&h);
 	int32_t err = (int32_t)xp_get_u32(&h);
-	if (h.err || version != XP_VERSION || op != (uint16_t)(e->b[2] | e->b[3] << 8) || rseq != seq)
+	uint16_t req_op;
+	memcpy(&req_op, e->b + offsetof(struct xp_msg_hdr, op), sizeof(req_op));
+	if (h.err || version != XP_VERSION || op != le16toh(req_op) || rseq != seq)
 		err = EPROTO;
 	if (err != 0 || !rfds) {
 		for (int i = 0; i < ngot; i++)

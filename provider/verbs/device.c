@@ -188,7 +188,7 @@ XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->ifindex = (int)if_nametoindex(xd->ifname);
 	pthread_mutex_init(&c->ctl, NULL);
 	/* The doorbell page is sealed against writes: the engines' words are read-only here. */
-	void *page = xp_map_memfd(fds[0], 4096, PROT_READ);
+	void *page = xp_map_memfd(fds[0], sizeof(struct xp_doorbell_page), PROT_READ);
 	if (page == MAP_FAILED) {
 		err = errno;
 		goto fail;
@@ -207,7 +207,7 @@ XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		err = errno;
 		if (ep >= 0)
 			close(ep);
-		munmap(page, 4096);
+		munmap(page, sizeof(struct xp_doorbell_page));
 		goto fail;
 	}
 	c->events_fd = fds[2];
@@ -239,7 +239,7 @@ XP_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	close(c->events_fd);
 	close(c->bell_fd);
 	close(c->sock);
-	munmap((void *)c->bell_page, 4096);
+	munmap((void *)c->bell_page, sizeof(*c->bell_page));
 	free(c->qps.v);
 	free(c->cqs.v);
 	free(c->srqs.v);

@@ -131,10 +131,17 @@ XP_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 	return 0;
 }
 
+/* ibv_rereg_mr checks its arguments as rdma-core's does (EINVAL), then fails as a provider without
+ * rereg_mr (rxe) makes it fail: IBV_REREG_MR_ERR_INPUT with errno EOPNOTSUPP, on which callers
+ * deregister and register again. */
 XP_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
 {
-	(void)mr, (void)flags, (void)pd, (void)addr, (void)length, (void)access;
-	errno = EOPNOTSUPP;
+	(void)mr, (void)pd;
+	if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!length || !addr)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)))
+		errno = EINVAL;
+	else
+		errno = EOPNOTSUPP;
 	return IBV_REREG_MR_ERR_INPUT;
 }
 
@@ -709,7 +716,7 @@ XP_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
 	return 0;
 }
 
-/* Memory windows: type 2, bound by BIND_MW work requests. */
+/* Memory windows: type 1 (ibv_bind_mw) and type 2, both bound by BIND_MW work requests. */
 
 struct ibv_mw *xp_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 {
@@ -743,11 +750,25 @@ int xp_dealloc_mw(struct ibv_mw *mw)
 	return 0;
 }
 
-/* ibv_bind_mw binds type 1 windows, which xdproce does not make. */
+/* ibv_bind_mw binds a type-1 window (rdma-core's inline checked the type and the region's PD): a
+ * BIND_MW work request on qp's send queue with the window's next key, as rxe's provider posts it. The
+ * window's rkey is the new key once the request is posted; a bind that fails completes with
+ * MW_BIND_ERR, and the application undoes it, as on rxe. */
 int xp_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
 {
-	(void)qp, (void)bind;
-	return mw->type == IBV_MW_TYPE_1 ? EOPNOTSUPP : EINVAL;
+	if (mw->type != IBV_MW_TYPE_1 || (bind->bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED))
+		return errno = EINVAL;
+	struct ibv_send_wr wr = {
+		.wr_id = bind->wr_id,
+		.opcode = IBV_WR_BIND_MW,
+		.send_flags = bind->send_flags,
+		.bind_mw = {.mw = mw, .rkey = ibv_inc_rkey(mw->rkey), .bind_info = bind->bind_info},
+	};
+	struct ibv_send_wr *bad;
+	int err = qp->context->ops.post_send(qp, &wr, &bad);
+	if (err)
+		return errno = err;
+	return 0;
 }
 
 /* Address handles. */

@@ -8,21 +8,9 @@
 
 #include "xdproce.h"
 
-static inline void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); } /* little-endian hosts only (x86-64, arm64) */
-static inline void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static inline void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static inline uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-static inline uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return v;
-}
+/* The layouts are little-endian, as the hosts are (x86-64, arm64). */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the shared rings are little-endian");
+_Static_assert((int)XP_SEND_INLINE == (int)IBV_SEND_INLINE, "send_flags carries ibv_send_flags");
 
 static bool dead(struct ibv_context *ctx) { return __atomic_load_n(&to_xctx(ctx)->dead, __ATOMIC_RELAXED); }
 
@@ -30,7 +18,7 @@ static bool dead(struct ibv_context *ctx) { return __atomic_load_n(&to_xctx(ctx)
  * the rings a last time, so a post published before this load is never missed. */
 static void ring_bell(struct xctx *c, uint32_t e)
 {
-	if (atomic_load_explicit(&c->bell_page[(e % 64) * 16], memory_order_seq_cst) != 0)
+	if (atomic_load_explicit(&c->bell_page->engine[e % XP_DOORBELL_LINES].sleeping, memory_order_seq_cst) != 0)
 		xp_ring(c->bell_fd);
 }
 
@@ -44,8 +32,8 @@ bool xp_sq_full(struct xqp *qp)
 	return qp->sq_prod - atomic_load_explicit(XP_CONSUMER(&qp->sq), memory_order_acquire) >= qp->cap.max_send_wr;
 }
 
-/* put_send_wr writes one work request into slot: EINVAL for what the QP cannot carry. */
-static int put_send_wr(struct xqp *qp, uint8_t *slot, const struct ibv_send_wr *wr)
+/* put_send_wr writes one work request into the send slot w: EINVAL for what the QP cannot carry. */
+static int put_send_wr(struct xqp *qp, struct xp_send_wqe *w, const struct ibv_send_wr *wr)
 {
 	enum ibv_wr_opcode op = wr->opcode;
 	unsigned flags = wr->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
@@ -56,21 +44,23 @@ static int put_send_wr(struct xqp *qp, uint8_t *slot, const struct ibv_send_wr *
 	if (ud && ((op != IBV_WR_SEND && op != IBV_WR_SEND_WITH_IMM) || !wr->wr.ud.ah ||
 		   wr->wr.ud.ah->context != qp->qpx.qp_base.context))
 		return EINVAL;
-	memset(slot, 0, XP_SEND_SLOT_HEADER);
-	put64(slot, wr->wr_id);
-	slot[8] = (uint8_t)op;
+	memset(w, 0, sizeof(*w));
+	w->wr_id = wr->wr_id;
+	w->opcode = (uint8_t)op;
 	if (ud)
-		xp_put_ud(slot, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
+		xp_put_ud(w, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
 	if (op == IBV_WR_BIND_MW) {
 		const struct ibv_mw_bind_info *b = &wr->bind_mw.bind_info;
-		if (inl || !wr->bind_mw.mw || wr->bind_mw.mw->type != IBV_MW_TYPE_2)
+		if (inl || !wr->bind_mw.mw ||
+		    (wr->bind_mw.mw->type != IBV_MW_TYPE_1 && wr->bind_mw.mw->type != IBV_MW_TYPE_2))
 			return EINVAL;
-		slot[9] = (uint8_t)flags;
-		put64(slot + 16, b->addr);
-		put32(slot + 24, wr->bind_mw.rkey);
-		put32(slot + 28, wr->bind_mw.mw->rkey);
-		put64(slot + 32, b->length);
-		put64(slot + 40, (uint64_t)(b->mr ? b->mr->lkey : 0) << 32 | b->mw_access_flags);
+		w->send_flags = (uint8_t)flags;
+		w->remote_addr = b->addr;
+		w->rkey = wr->bind_mw.rkey;
+		w->invalidate_rkey = wr->bind_mw.mw->rkey;
+		w->args.bind.length = b->length;
+		w->args.bind.access = b->mw_access_flags;
+		w->args.bind.lkey = b->mr ? b->mr->lkey : 0;
 		/* The window's key once bound, as the daemon will have it. */
 		wr->bind_mw.mw->rkey = (wr->bind_mw.mw->rkey & ~0xffu) | (wr->bind_mw.rkey & 0xff);
 		return 0;
@@ -78,8 +68,8 @@ static int put_send_wr(struct xqp *qp, uint8_t *slot, const struct ibv_send_wr *
 	if (op == IBV_WR_LOCAL_INV) {
 		if (inl)
 			return EINVAL;
-		slot[9] = (uint8_t)flags;
-		put32(slot + 28, wr->invalidate_rkey);
+		w->send_flags = (uint8_t)flags;
+		w->invalidate_rkey = wr->invalidate_rkey;
 		return 0;
 	}
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge)
@@ -92,61 +82,59 @@ static int put_send_wr(struct xqp *qp, uint8_t *slot, const struct ibv_send_wr *
 	switch (op) {
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 	case IBV_WR_SEND_WITH_IMM:
-		put32(slot + 12, be32toh(wr->imm_data));
+		w->imm_data = be32toh(wr->imm_data);
 		/* fallthrough */
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_READ:
 		if (op != IBV_WR_SEND_WITH_IMM) {
-			put64(slot + 16, wr->wr.rdma.remote_addr);
-			put32(slot + 24, wr->wr.rdma.rkey);
+			w->remote_addr = wr->wr.rdma.remote_addr;
+			w->rkey = wr->wr.rdma.rkey;
 		}
 		break;
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 		if (inl || wr->num_sge != 1 || wr->sg_list[0].length != 8 || wr->wr.atomic.remote_addr % 8 != 0)
 			return EINVAL;
-		put64(slot + 16, wr->wr.atomic.remote_addr);
-		put32(slot + 24, wr->wr.atomic.rkey);
-		put64(slot + 32, wr->wr.atomic.compare_add);
-		put64(slot + 40, wr->wr.atomic.swap);
+		w->remote_addr = wr->wr.atomic.remote_addr;
+		w->rkey = wr->wr.atomic.rkey;
+		w->args.atomic.compare_add = wr->wr.atomic.compare_add;
+		w->args.atomic.swap = wr->wr.atomic.swap;
 		break;
 	case IBV_WR_SEND_WITH_INV:
-		put32(slot + 28, wr->invalidate_rkey);
+		w->invalidate_rkey = wr->invalidate_rkey;
 		break;
 	default:
 		break;
 	}
 	if (inl && op == IBV_WR_RDMA_READ)
 		return EINVAL;
-	slot[9] = (uint8_t)flags;
-	uint8_t *body = slot + XP_SEND_SLOT_HEADER;
+	w->send_flags = (uint8_t)flags;
 	if (inl) {
+		uint8_t *body = xp_send_inline(w);
 		/* Inline data is copied now: the application may reuse its buffers when this returns. */
-		if (total > qp->cap.max_inline_data || total > qp->sq.slot_size - XP_SEND_SLOT_HEADER)
+		if (total > qp->cap.max_inline_data || total > qp->sq.slot_size - sizeof(*w))
 			return EINVAL;
 		for (int i = 0; i < wr->num_sge; i++) {
 			memcpy(body, (const void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
 			body += wr->sg_list[i].length;
 		}
-		put32(slot + 48, (uint32_t)total);
+		w->inline_len = (uint32_t)total;
 		return 0;
 	}
-	if ((size_t)wr->num_sge * XP_SGE > qp->sq.slot_size - XP_SEND_SLOT_HEADER)
+	if ((size_t)wr->num_sge * sizeof(struct xp_sge) > qp->sq.slot_size - sizeof(*w))
 		return EINVAL;
-	put16(slot + 10, (uint16_t)wr->num_sge);
-	for (int i = 0; i < wr->num_sge; i++, body += XP_SGE) {
-		put64(body, wr->sg_list[i].addr);
-		put32(body + 8, wr->sg_list[i].length);
-		put32(body + 12, wr->sg_list[i].lkey);
-	}
+	w->num_sge = (uint16_t)wr->num_sge;
+	struct xp_sge *sge = xp_send_sges(w);
+	for (int i = 0; i < wr->num_sge; i++)
+		sge[i] = (struct xp_sge){.addr = wr->sg_list[i].addr, .length = wr->sg_list[i].length, .lkey = wr->sg_list[i].lkey};
 	return 0;
 }
 
-void xp_put_ud(uint8_t *slot, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey)
+void xp_put_ud(struct xp_send_wqe *w, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey)
 {
-	put32(slot + 52, ah->handle);
-	put32(slot + 56, remote_qpn);
-	put32(slot + 60, remote_qkey);
+	w->ah = ah->handle;
+	w->remote_qpn = remote_qpn;
+	w->remote_qkey = remote_qkey;
 }
 
 uint32_t xp_mtu_bytes(struct xqp *qp)
@@ -176,7 +164,7 @@ int xp_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 			err = ENOMEM;
 			break;
 		}
-		if ((err = put_send_wr(qp, xp_slot(&qp->sq, qp->sq_prod), wr)))
+		if ((err = put_send_wr(qp, xp_send_slot(&qp->sq, qp->sq_prod), wr)))
 			break;
 		qp->sq_prod++;
 	}
@@ -190,21 +178,16 @@ int xp_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 	return err;
 }
 
-/* put_recv_wr writes a receive work request into a receive slot. */
-static int put_recv_wr(uint8_t *slot, size_t slot_size, uint32_t max_sge, const struct ibv_recv_wr *wr)
+/* put_recv_wr writes a receive work request into the receive slot w. */
+static int put_recv_wr(struct xp_recv_wqe *w, size_t slot_size, uint32_t max_sge, const struct ibv_recv_wr *wr)
 {
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > max_sge ||
-	    XP_RECV_SLOT_HEADER + (size_t)wr->num_sge * XP_SGE > slot_size)
+	    sizeof(*w) + (size_t)wr->num_sge * sizeof(struct xp_sge) > slot_size)
 		return EINVAL;
-	put64(slot, wr->wr_id);
-	put32(slot + 8, (uint32_t)wr->num_sge);
-	put32(slot + 12, 0);
-	uint8_t *body = slot + XP_RECV_SLOT_HEADER;
-	for (int i = 0; i < wr->num_sge; i++, body += XP_SGE) {
-		put64(body, wr->sg_list[i].addr);
-		put32(body + 8, wr->sg_list[i].length);
-		put32(body + 12, wr->sg_list[i].lkey);
-	}
+	*w = (struct xp_recv_wqe){.wr_id = wr->wr_id, .num_sge = (uint32_t)wr->num_sge};
+	struct xp_sge *sge = xp_recv_sges(w);
+	for (int i = 0; i < wr->num_sge; i++)
+		sge[i] = (struct xp_sge){.addr = wr->sg_list[i].addr, .length = wr->sg_list[i].length, .lkey = wr->sg_list[i].lkey};
 	return 0;
 }
 
@@ -221,7 +204,7 @@ static int post_recvs(struct xp_ring *r, uint32_t *prod, uint32_t max_wr, uint32
 			err = ENOMEM;
 			break;
 		}
-		if ((err = put_recv_wr(xp_slot(r, *prod), r->slot_size, max_sge, wr)))
+		if ((err = put_recv_wr(xp_recv_slot(r, *prod), r->slot_size, max_sge, wr)))
 			break;
 		(*prod)++;
 	}
@@ -268,21 +251,21 @@ int xp_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_r
 	return err;
 }
 
-void xp_cqe_to_wc(const uint8_t *slot, struct ibv_wc *wc)
+void xp_cqe_to_wc(const struct xp_cqe *cqe, struct ibv_wc *wc)
 {
 	memset(wc, 0, sizeof(*wc));
-	wc->wr_id = get64(slot);
-	wc->status = (enum ibv_wc_status)slot[8];
-	wc->opcode = (enum ibv_wc_opcode)slot[9];
-	wc->vendor_err = get32(slot + 12);
-	wc->byte_len = get32(slot + 16);
-	wc->qp_num = get32(slot + 28);
-	wc->src_qp = get32(slot + 32);
-	wc->wc_flags = get32(slot + 36);
+	wc->wr_id = cqe->wr_id;
+	wc->status = (enum ibv_wc_status)cqe->status;
+	wc->opcode = (enum ibv_wc_opcode)cqe->opcode;
+	wc->vendor_err = cqe->vendor_err;
+	wc->byte_len = cqe->byte_len;
+	wc->qp_num = cqe->qp_num;
+	wc->src_qp = cqe->src_qp;
+	wc->wc_flags = cqe->wc_flags;
 	if (wc->wc_flags & IBV_WC_WITH_INV)
-		wc->invalidated_rkey = get32(slot + 24);
+		wc->invalidated_rkey = cqe->invalidated_rkey;
 	else
-		wc->imm_data = htobe32(get32(slot + 20));
+		wc->imm_data = htobe32(cqe->imm_data);
 }
 
 int xp_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
@@ -305,7 +288,7 @@ int xp_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
 	}
 	int n = 0;
 	for (; n < ne && cons != prod; n++, cons++)
-		xp_cqe_to_wc(xp_slot(&cq->ring, cons), &wc[n]);
+		xp_cqe_to_wc(xp_cqe_slot(&cq->ring, cons), &wc[n]);
 	if (n > 0) {
 		__atomic_store_n(&cq->cons, cons, __ATOMIC_RELAXED);
 		atomic_store_explicit(XP_CONSUMER(&cq->ring), cons, memory_order_release);
@@ -317,6 +300,6 @@ int xp_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
 int xp_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct xcq *cq = to_xcq(ibcq);
-	atomic_store_explicit(XP_AUX(&cq->ring), solicited_only ? 2u : 1u, memory_order_seq_cst);
+	atomic_store_explicit(XP_AUX(&cq->ring), solicited_only ? XP_NOTIFY_SOLICITED : XP_NOTIFY_ANY, memory_order_seq_cst);
 	return 0;
 }

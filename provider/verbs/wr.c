@@ -11,11 +11,8 @@
 
 static inline struct xqp *qx(struct ibv_qp_ex *q) { return container_of(q, struct xqp, qpx); }
 
-static inline void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static inline void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-
 /* begin starts the next request of the batch: NULL once the batch has failed. */
-static uint8_t *begin(struct ibv_qp_ex *q, enum ibv_wr_opcode op)
+static struct xp_send_wqe *begin(struct ibv_qp_ex *q, enum ibv_wr_opcode op)
 {
 	struct xqp *qp = qx(q);
 	qp->wr_slot = NULL;
@@ -30,13 +27,13 @@ static uint8_t *begin(struct ibv_qp_ex *q, enum ibv_wr_opcode op)
 		qp->wr_err = ENOMEM;
 		return NULL;
 	}
-	uint8_t *s = xp_slot(&qp->sq, qp->sq_prod++);
-	memset(s, 0, XP_SEND_SLOT_HEADER);
-	put64(s, q->wr_id);
-	s[8] = (uint8_t)op;
-	s[9] = (uint8_t)(q->wr_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED));
-	qp->wr_slot = s;
-	return s;
+	struct xp_send_wqe *w = xp_send_slot(&qp->sq, qp->sq_prod++);
+	memset(w, 0, sizeof(*w));
+	w->wr_id = q->wr_id;
+	w->opcode = (uint8_t)op;
+	w->send_flags = (uint8_t)(q->wr_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED));
+	qp->wr_slot = w;
+	return w;
 }
 
 static void wr_start(struct ibv_qp_ex *q)
@@ -75,56 +72,56 @@ static void wr_abort(struct ibv_qp_ex *q)
 	pthread_spin_unlock(&qp->sq_lock);
 }
 
-static void remote(uint8_t *s, uint32_t rkey, uint64_t addr)
+static void remote(struct xp_send_wqe *w, uint32_t rkey, uint64_t addr)
 {
-	put64(s + 16, addr);
-	put32(s + 24, rkey);
+	w->remote_addr = addr;
+	w->rkey = rkey;
 }
 
 static void wr_rdma_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr)
 {
-	uint8_t *s = begin(q, IBV_WR_RDMA_WRITE);
-	if (s)
-		remote(s, rkey, addr);
+	struct xp_send_wqe *w = begin(q, IBV_WR_RDMA_WRITE);
+	if (w)
+		remote(w, rkey, addr);
 }
 
 static void wr_rdma_write_imm(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, __be32 imm)
 {
-	uint8_t *s = begin(q, IBV_WR_RDMA_WRITE_WITH_IMM);
-	if (s) {
-		remote(s, rkey, addr);
-		put32(s + 12, be32toh(imm));
+	struct xp_send_wqe *w = begin(q, IBV_WR_RDMA_WRITE_WITH_IMM);
+	if (w) {
+		remote(w, rkey, addr);
+		w->imm_data = be32toh(imm);
 	}
 }
 
 static void wr_rdma_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr)
 {
-	uint8_t *s = begin(q, IBV_WR_RDMA_READ);
-	if (s)
-		remote(s, rkey, addr);
+	struct xp_send_wqe *w = begin(q, IBV_WR_RDMA_READ);
+	if (w)
+		remote(w, rkey, addr);
 }
 
 static void wr_send(struct ibv_qp_ex *q) { begin(q, IBV_WR_SEND); }
 
 static void wr_send_imm(struct ibv_qp_ex *q, __be32 imm)
 {
-	uint8_t *s = begin(q, IBV_WR_SEND_WITH_IMM);
-	if (s)
-		put32(s + 12, be32toh(imm));
+	struct xp_send_wqe *w = begin(q, IBV_WR_SEND_WITH_IMM);
+	if (w)
+		w->imm_data = be32toh(imm);
 }
 
 static void wr_send_inv(struct ibv_qp_ex *q, uint32_t rkey)
 {
-	uint8_t *s = begin(q, IBV_WR_SEND_WITH_INV);
-	if (s)
-		put32(s + 28, rkey);
+	struct xp_send_wqe *w = begin(q, IBV_WR_SEND_WITH_INV);
+	if (w)
+		w->invalidate_rkey = rkey;
 }
 
 static void wr_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
 {
-	uint8_t *s = begin(q, IBV_WR_LOCAL_INV);
-	if (s)
-		put32(s + 28, rkey);
+	struct xp_send_wqe *w = begin(q, IBV_WR_LOCAL_INV);
+	if (w)
+		w->invalidate_rkey = rkey;
 }
 
 static void wr_atomic(struct ibv_qp_ex *q, enum ibv_wr_opcode op, uint32_t rkey, uint64_t addr, uint64_t compare_add,
@@ -134,11 +131,11 @@ static void wr_atomic(struct ibv_qp_ex *q, enum ibv_wr_opcode op, uint32_t rkey,
 		qx(q)->wr_err = qx(q)->wr_err ? qx(q)->wr_err : EINVAL;
 		return;
 	}
-	uint8_t *s = begin(q, op);
-	if (s) {
-		remote(s, rkey, addr);
-		put64(s + 32, compare_add);
-		put64(s + 40, swap);
+	struct xp_send_wqe *w = begin(q, op);
+	if (w) {
+		remote(w, rkey, addr);
+		w->args.atomic.compare_add = compare_add;
+		w->args.atomic.swap = swap;
 	}
 }
 
@@ -158,14 +155,15 @@ static void wr_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey, co
 		qx(q)->wr_err = qx(q)->wr_err ? qx(q)->wr_err : EINVAL;
 		return;
 	}
-	uint8_t *s = begin(q, IBV_WR_BIND_MW);
-	if (!s)
+	struct xp_send_wqe *w = begin(q, IBV_WR_BIND_MW);
+	if (!w)
 		return;
-	put64(s + 16, b->addr);
-	put32(s + 24, rkey);
-	put32(s + 28, mw->rkey);
-	put64(s + 32, b->length);
-	put64(s + 40, (uint64_t)(b->mr ? b->mr->lkey : 0) << 32 | b->mw_access_flags);
+	w->remote_addr = b->addr;
+	w->rkey = rkey;
+	w->invalidate_rkey = mw->rkey;
+	w->args.bind.length = b->length;
+	w->args.bind.access = b->mw_access_flags;
+	w->args.bind.lkey = b->mr ? b->mr->lkey : 0;
 	mw->rkey = (mw->rkey & ~0xffu) | (rkey & 0xff);
 }
 
@@ -180,14 +178,14 @@ static void fail_unless(struct xqp *qp, bool ok, int err)
 static void wr_set_sge_list(struct ibv_qp_ex *q, size_t n, const struct ibv_sge *sge)
 {
 	struct xqp *qp = qx(q);
-	uint8_t *s = qp->wr_slot;
-	if (!s)
+	struct xp_send_wqe *w = qp->wr_slot;
+	if (!w)
 		return;
-	uint8_t op = s[8];
+	uint8_t op = w->opcode;
 	uint64_t total = 0;
 	for (size_t i = 0; i < n; i++)
 		total += sge[i].length;
-	fail_unless(qp, n <= qp->cap.max_send_sge && n * XP_SGE <= qp->sq.slot_size - XP_SEND_SLOT_HEADER, EINVAL);
+	fail_unless(qp, n <= qp->cap.max_send_sge && n * sizeof(struct xp_sge) <= qp->sq.slot_size - sizeof(*w), EINVAL);
 	fail_unless(qp, total <= to_xctx(q->qp_base.context)->info.max_msg_sz, EINVAL);
 	fail_unless(qp, q->qp_base.qp_type != IBV_QPT_UD || total <= xp_mtu_bytes(qp), EINVAL);
 	fail_unless(qp, op != IBV_WR_LOCAL_INV && op != IBV_WR_BIND_MW, EINVAL);
@@ -195,14 +193,10 @@ static void wr_set_sge_list(struct ibv_qp_ex *q, size_t n, const struct ibv_sge 
 		    EINVAL);
 	if (qp->wr_err)
 		return;
-	uint16_t n16 = (uint16_t)n;
-	memcpy(s + 10, &n16, 2);
-	uint8_t *body = s + XP_SEND_SLOT_HEADER;
-	for (size_t i = 0; i < n; i++, body += XP_SGE) {
-		put64(body, sge[i].addr);
-		put32(body + 8, sge[i].length);
-		put32(body + 12, sge[i].lkey);
-	}
+	w->num_sge = (uint16_t)n;
+	struct xp_sge *to = xp_send_sges(w);
+	for (size_t i = 0; i < n; i++)
+		to[i] = (struct xp_sge){.addr = sge[i].addr, .length = sge[i].length, .lkey = sge[i].lkey};
 }
 
 static void wr_set_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr, uint32_t length)
@@ -214,26 +208,26 @@ static void wr_set_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr, uint32
 static void wr_set_inline_data_list(struct ibv_qp_ex *q, size_t n, const struct ibv_data_buf *bufs)
 {
 	struct xqp *qp = qx(q);
-	uint8_t *s = qp->wr_slot;
-	if (!s)
+	struct xp_send_wqe *w = qp->wr_slot;
+	if (!w)
 		return;
-	uint8_t op = s[8];
+	uint8_t op = w->opcode;
 	size_t total = 0;
 	for (size_t i = 0; i < n; i++)
 		total += bufs[i].length;
-	fail_unless(qp, total <= qp->cap.max_inline_data && total <= qp->sq.slot_size - XP_SEND_SLOT_HEADER, EINVAL);
+	fail_unless(qp, total <= qp->cap.max_inline_data && total <= qp->sq.slot_size - sizeof(*w), EINVAL);
 	fail_unless(qp, q->qp_base.qp_type != IBV_QPT_UD || total <= xp_mtu_bytes(qp), EINVAL);
 	fail_unless(qp, op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
 			    op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM, EINVAL);
 	if (qp->wr_err)
 		return;
-	uint8_t *body = s + XP_SEND_SLOT_HEADER;
+	uint8_t *body = xp_send_inline(w);
 	for (size_t i = 0; i < n; i++) {
 		memcpy(body, bufs[i].addr, bufs[i].length);
 		body += bufs[i].length;
 	}
-	s[9] |= IBV_SEND_INLINE;
-	put32(s + 48, (uint32_t)total);
+	w->send_flags |= XP_SEND_INLINE;
+	w->inline_len = (uint32_t)total;
 }
 
 static void wr_set_inline_data(struct ibv_qp_ex *q, void *addr, size_t length)

@@ -13,50 +13,18 @@
 
 #include "../common/codec.h"
 #include "../common/notify.h"
+#include "../common/xp_abi.h"
 
 #define XP_EXPORT __attribute__((visibility("default")))
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
-/* The control protocol (docs/daemon.md, package uverbs). */
-enum {
-	XP_VERSION = 1,
-	XP_HEADER = 12,
-	XP_MAX_MSG = 16 << 10,
-	XP_MAX_FDS = 4,
-};
-
-enum xp_op {
-	XP_HELLO = 1,
-	XP_ALLOC_PD,
-	XP_DEALLOC_PD,
-	XP_REG_MR,
-	XP_DEREG_MR,
-	XP_CREATE_CQ,
-	XP_DESTROY_CQ,
-	XP_CREATE_QP,
-	XP_MODIFY_QP,
-	XP_QUERY_QP,
-	XP_DESTROY_QP,
-	XP_COUNTERS,
-	XP_SHUTDOWN,
-	XP_LIST,
-	XP_GET_EVENT,
-	XP_CREATE_SRQ,
-	XP_MODIFY_SRQ,
-	XP_QUERY_SRQ,
-	XP_DESTROY_SRQ,
-	XP_ALLOC_MW,
-	XP_DEALLOC_MW,
-	XP_CREATE_AH,
-	XP_DESTROY_AH,
-};
-
+/* The control protocol (docs/daemon.md, package uverbs): its constants, operations and the
+ * layouts of the shared rings are ../common/xp_abi.h, generated from package uverbs. */
 void xp_start(struct xp_enc *e, enum xp_op op); /* the header; the body follows (../common/codec.h) */
 int xp_end(struct xp_dec *d); /* 0, or EPROTO if the reply did not parse */
 
-/* A ring in shared memory: 256 header bytes (producer, consumer, aux, aux2 words each on its own
- * cache line), then slots. */
+/* A ring in shared memory: a struct xp_ring_hdr, then slots. */
 struct xp_ring {
 	uint8_t *mem;
 	size_t len;
@@ -64,21 +32,25 @@ struct xp_ring {
 	uint32_t slot_size;
 };
 
-enum { XP_RING_HEADER = 256, XP_SEND_SLOT_HEADER = 64, XP_RECV_SLOT_HEADER = 16, XP_SGE = 16, XP_CQE = 64 };
+static inline struct xp_ring_hdr *xp_hdr(const struct xp_ring *r) { return (struct xp_ring_hdr *)r->mem; }
+#define XP_PRODUCER(r) (&xp_hdr(r)->producer)
+#define XP_CONSUMER(r) (&xp_hdr(r)->consumer)
+#define XP_AUX(r) (&xp_hdr(r)->aux)
+#define XP_AUX2(r) (&xp_hdr(r)->aux2)
 
-static inline _Atomic uint32_t *xp_word(const struct xp_ring *r, size_t off)
+/* Slot i (modulo the ring's size), after the header. Slot sizes are multiples of 8 (xp_map_ring),
+ * so every slot is aligned for the layouts. */
+static inline void *xp_slot(const struct xp_ring *r, uint32_t i)
 {
-	return (_Atomic uint32_t *)(r->mem + off);
+	return r->mem + sizeof(struct xp_ring_hdr) + (size_t)(i & (r->slots - 1)) * r->slot_size;
 }
-#define XP_PRODUCER(r) xp_word(r, 0)
-#define XP_CONSUMER(r) xp_word(r, 64)
-#define XP_AUX(r) xp_word(r, 128)
-#define XP_AUX2(r) xp_word(r, 192)
-
-static inline uint8_t *xp_slot(const struct xp_ring *r, uint32_t i)
-{
-	return r->mem + XP_RING_HEADER + (size_t)(i & (r->slots - 1)) * r->slot_size;
-}
+static inline struct xp_send_wqe *xp_send_slot(const struct xp_ring *r, uint32_t i) { return xp_slot(r, i); }
+static inline struct xp_recv_wqe *xp_recv_slot(const struct xp_ring *r, uint32_t i) { return xp_slot(r, i); }
+static inline const struct xp_cqe *xp_cqe_slot(const struct xp_ring *r, uint32_t i) { return xp_slot(r, i); }
+/* A send slot's SG list, or its inline data, follows its header. */
+static inline struct xp_sge *xp_send_sges(struct xp_send_wqe *w) { return (struct xp_sge *)(w + 1); }
+static inline uint8_t *xp_send_inline(struct xp_send_wqe *w) { return (uint8_t *)(w + 1); }
+static inline struct xp_sge *xp_recv_sges(struct xp_recv_wqe *w) { return (struct xp_sge *)(w + 1); }
 
 /* xp_map_ring maps a ring's memfd; EPROTO for a geometry or a memfd not as the daemon makes
  * them (xp_map_memfd). */
@@ -98,8 +70,6 @@ static inline bool xp_rc_only(enum ibv_wr_opcode op)
 	       op == IBV_WR_SEND_WITH_INV;
 }
 void xp_unmap_ring(struct xp_ring *r);
-
-/* The send slot's opcodes beyond ibv_wr_opcode's: BIND_MW is 8 (IBV_WR_BIND_MW). */
 
 struct xdev {
 	struct ibv_device dev;
@@ -137,7 +107,7 @@ struct xctx {
 	int sock;
 	uint32_t seq;
 	pthread_mutex_t ctl; /* one request at a time on the socket; guards the tables too */
-	const _Atomic uint32_t *bell_page;
+	const struct xp_doorbell_page *bell_page;
 	int bell_fd;   /* this context's own doorbell (xp_ring) */
 	int events_fd; /* a pipe the daemon signals when it queued an async event (xp_drain) */
 	bool dead;     /* the daemon hung up */
@@ -181,7 +151,7 @@ struct xcq {
 	int evfd;	   /* a pipe the daemon signals when a notification request is met */
 	uint32_t cons;	   /* consumer index, under lock */
 	pthread_spinlock_t lock;
-	uint8_t cur[XP_CQE]; /* the completion the extended poll API is on */
+	struct xp_cqe cur; /* the completion the extended poll API is on */
 	bool polling;
 };
 
@@ -208,7 +178,7 @@ struct xqp {
 	/* The ibv_wr_* batch being built (wr.c): its first index, the slot of the request being
 	 * built, and the first error. */
 	uint32_t wr_first;
-	uint8_t *wr_slot;
+	struct xp_send_wqe *wr_slot;
 	int wr_err;
 	uint64_t wr_send_ops;
 };
@@ -241,9 +211,9 @@ int xp_poll_cq(struct ibv_cq *cq, int ne, struct ibv_wc *wc);
 int xp_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 void xp_doorbell(struct xqp *qp);
 bool xp_sq_full(struct xqp *qp);
-void xp_cqe_to_wc(const uint8_t *slot, struct ibv_wc *wc);
+void xp_cqe_to_wc(const struct xp_cqe *cqe, struct ibv_wc *wc);
 /* xp_put_ud writes a UD send slot's destination: the address handle, QPN and Q_Key. */
-void xp_put_ud(uint8_t *slot, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey);
+void xp_put_ud(struct xp_send_wqe *w, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey);
 uint32_t xp_mtu_bytes(struct xqp *qp); /* the port's active MTU: a UD message's limit */
 
 /* wr.c: ibv_qp_ex's ibv_wr_* operations. */

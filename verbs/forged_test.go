@@ -40,22 +40,7 @@ func forgeResponse(t *testing.T, dstQPN uint32, op wire.Opcode, syndrome uint8, 
 func TestForgedResponsesOutsideWindow(t *testing.T) {
 	a, b, la, _ := pair(t, connOpts{mtu: MTU1024}, 1<<20)
 	fill(a.mr.Bytes(), 5)
-	kinds := []struct {
-		op  wire.Opcode
-		syn uint8
-	}{
-		{wire.RCAck, wire.ACKSyndrome(31)},
-		{wire.RCAck, wire.NAKSyndrome(wire.NAKPSNSequenceError)},
-		{wire.RCAck, wire.NAKSyndrome(wire.NAKInvalidRequest)},
-		{wire.RCAck, wire.NAKSyndrome(wire.NAKRemoteAccessError)},
-		{wire.RCAck, wire.NAKSyndrome(wire.NAKRemoteOperationalError)},
-		{wire.RCAck, wire.RNRNAKSyndrome(1)},
-		{wire.RCReadResponseFirst, wire.ACKSyndrome(31)},
-		{wire.RCReadResponseMiddle, 0},
-		{wire.RCReadResponseLast, wire.ACKSyndrome(31)},
-		{wire.RCReadResponseOnly, wire.ACKSyndrome(31)},
-		{wire.RCAtomicAck, wire.ACKSyndrome(31)},
-	}
+	kinds := wire.ResponseKinds()
 	const writes, size = 64, 16 << 10
 	rng := rand.New(rand.NewPCG(7, 8))
 	injected, ahead := 0, 0
@@ -76,10 +61,10 @@ func TestForgedResponsesOutsideWindow(t *testing.T) {
 				ahead++
 			}
 			var payload []byte
-			if k.op == wire.RCReadResponseFirst || k.op == wire.RCReadResponseMiddle {
+			if k.Opcode == wire.RCReadResponseFirst || k.Opcode == wire.RCReadResponseMiddle {
 				payload = make([]byte, 1024)
 			}
-			la.Inject([][]byte{forgeResponse(t, a.qp.QPN(), k.op, k.syn, off, payload)})
+			la.Inject([][]byte{forgeResponse(t, a.qp.QPN(), k.Opcode, k.Syndrome, off, payload)})
 			injected++
 		}
 		time.Sleep(200 * time.Microsecond)

@@ -150,7 +150,7 @@ func openDaemonPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs
 	if err != nil {
 		return nil, errors.Join(err, stop())
 	}
-	if !p.a.dev.Remote() || !p.b.dev.Remote() {
+	if !p.a.dev.Attached() || !p.b.dev.Attached() {
 		return nil, errors.Join(errors.New("bench: the devices did not attach to the daemons"), p.Close(), stop())
 	}
 	p.stopDaemons = stop

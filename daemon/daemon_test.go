@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -49,7 +50,7 @@ type testbed struct {
 	name           string
 	srv            *Server
 	a, b           *verbs.Device
-	linkAB, linkBA *verbs.MemLink // A's end (the daemon's device) and B's
+	linkAB, linkBA *memlink.Link // A's end (the daemon's device) and B's
 	stop           context.CancelFunc
 	done           chan error // Run's result, once
 }
@@ -62,7 +63,7 @@ func newTestbedGroup(t *testing.T, group int) *testbed { return newTestbedWith(t
 // newTestbedWith is newTestbedGroup with a daemon of clients' limits lim.
 func newTestbedWith(t *testing.T, group int, lim Limits) *testbed {
 	t.Helper()
-	la, lb := verbs.NewMemLinkPair(9000)
+	la, lb := memlink.NewPair(9000)
 	var err error
 	tb := &testbed{linkAB: la, linkBA: lb}
 	tb.a, err = verbs.NewDevice(la, verbs.DeviceConfig{MAC: macA, GIDs: []netip.Addr{ipA, ipA6}, ActiveMTU: 1024, Resolve: resolveB})
@@ -227,8 +228,8 @@ func fill(b []byte, seed byte) {
 func TestClientThroughDaemon(t *testing.T) {
 	tb := newTestbed(t)
 	c := tb.dial(t)
-	if !c.Remote() || c.QueryPort().ActiveMTU != verbs.MTU1024 {
-		t.Fatalf("attached device: remote %v port %+v", c.Remote(), c.QueryPort())
+	if !c.Attached() || c.QueryPort().ActiveMTU != verbs.MTU1024 {
+		t.Fatalf("attached device: remote %v port %+v", c.Attached(), c.QueryPort())
 	}
 	if g, _ := c.QueryGID(0); g != ipA {
 		t.Fatalf("GID 0 = %v, want %v", g, ipA)
@@ -735,8 +736,8 @@ func TestDaemonUnderLinkFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	connect(t, x, y, ipA, ipB, macA, macB)
-	tb.linkAB.SetImpairment(verbs.Impairment{Drop: 0.03, Duplicate: 0.02, Corrupt: 0.01, Reorder: 0.03, Seed: 7})
-	tb.linkBA.SetImpairment(verbs.Impairment{Drop: 0.03, Duplicate: 0.02, Corrupt: 0.01, Reorder: 0.03, Seed: 8})
+	tb.linkAB.SetImpairment(memlink.Impairment{Drop: 0.03, Duplicate: 0.02, Corrupt: 0.01, Reorder: 0.03, Seed: 7})
+	tb.linkBA.SetImpairment(memlink.Impairment{Drop: 0.03, Duplicate: 0.02, Corrupt: 0.01, Reorder: 0.03, Seed: 8})
 	post := func(wr verbs.SendWR) verbs.WorkCompletion {
 		t.Helper()
 		wr.Flags |= verbs.SendSignaled
@@ -775,8 +776,8 @@ func TestDaemonUnderLinkFaults(t *testing.T) {
 	// The responder's QP goes to error with its NAK (as rxe's does), so a
 	// lost NAK rightly ends in RETRY_EXC_ERR: the access error is checked
 	// on a clean link.
-	tb.linkAB.SetImpairment(verbs.Impairment{})
-	tb.linkBA.SetImpairment(verbs.Impairment{})
+	tb.linkAB.SetImpairment(memlink.Impairment{})
+	tb.linkBA.SetImpairment(memlink.Impairment{})
 	if wc := post(verbs.SendWR{ID: 99, Opcode: verbs.WRRDMAWrite, SGList: []verbs.SGE{{Addr: x.mr.Addr(), Length: 8, LKey: x.mr.LKey()}},
 		RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey() ^ 0xff}); wc.Status != verbs.WCRemAccessErr {
 		t.Fatalf("WRITE with a bad rkey: %+v", wc)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/xdproce/xdproce/ipc"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/rdmacm"
 	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/verbs"
@@ -69,7 +70,7 @@ func FuzzControl(f *testing.F) {
 		msg(uverbs.OpCMInitQPAttr, func(e *uverbs.Encoder) { e.U32(2); e.U8(2) }),
 		msg(uverbs.OpCMSetOption, func(e *uverbs.Encoder) { e.U32(2); e.U32(0); e.U32(0); e.Raw([]byte{4}) }),
 		msg(uverbs.OpCMDestroyChannel, func(e *uverbs.Encoder) { e.U32(1) })))
-	la, lb := verbs.NewMemLinkPair(9000)
+	la, lb := memlink.NewPair(9000)
 	_ = lb
 	dev, err := verbs.NewDevice(la, verbs.DeviceConfig{MAC: macA, GIDs: []netipAddr{ipA}, ActiveMTU: 1024})
 	if err != nil {

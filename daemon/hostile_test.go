@@ -26,6 +26,7 @@ import (
 
 	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/ipc"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/rdmacm"
 	"github.com/xdproce/xdproce/verbs"
 )
@@ -502,7 +503,7 @@ func resolveBMute(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) 
 
 func newHostileBed(t testing.TB, group int) *hostileBed {
 	t.Helper()
-	la, lb := verbs.NewMemLinkPair(9000)
+	la, lb := memlink.NewPair(9000)
 	bed := &hostileBed{done: make(chan error, 1)}
 	var err error
 	if bed.a, err = verbs.NewDevice(la, verbs.DeviceConfig{MAC: macA, GIDs: []netip.Addr{ipA}, ActiveMTU: 1024, Resolve: resolveBMute}); err != nil {

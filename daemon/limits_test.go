@@ -23,6 +23,7 @@ import (
 
 	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/ipc"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/rdmacm"
 	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/verbs"
@@ -428,7 +429,7 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 // itself, so that every goroutine it has exists when New returns.
 func newResolveServer(t *testing.T, lim Limits) *Server {
 	t.Helper()
-	la, _ := verbs.NewMemLinkPair(9000)
+	la, _ := memlink.NewPair(9000)
 	dev, err := verbs.NewDevice(la, verbs.DeviceConfig{MAC: macA, GIDs: []netip.Addr{ipA}, ActiveMTU: 1024,
 		Resolve: func(ctx context.Context, _ netip.Addr) (net.HardwareAddr, error) {
 			<-ctx.Done()

@@ -455,7 +455,7 @@ func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
 		return err
 	}
 	mem := &procMem{fd: ss.proc.mem, pid: ss.peer.PID, base: addr, gone: &ss.gone, failures: &ss.memFailures, stage: ss.proc.stage}
-	mr, err := pd.RegRemoteMR(mem, iova, length, access)
+	mr, err := pd.RegProcMR(mem, iova, length, access)
 	if err != nil {
 		return err
 	}

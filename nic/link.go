@@ -17,7 +17,7 @@ import (
 // FrameLink moves whole Ethernet frames over some of a port's AF_XDP
 // sockets: it receives from each of its queues, fairly, and transmits each
 // flow on one queue. A device's engines each have a link of one queue
-// (NewQueueLinks; the methods match verbs.Link and the engine's optional
+// (NewQueueLinks; the methods match link.Link and its optional
 // interfaces); tools and benchmarks drive all the rings through one
 // (NewFrameLink). One goroutine owns it, except Wake, which any may call.
 type FrameLink struct {

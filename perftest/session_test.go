@@ -16,21 +16,23 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/pcap"
+	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/verbs"
 )
 
 // memPair is two xdproce devices joined by an in-memory link.
 type memPair struct {
 	a, b   *verbs.Device
-	la, lb *verbs.MemLink
+	la, lb *memlink.Link
 }
 
 func newMemPair(t *testing.T) memPair {
 	t.Helper()
 	macA, macB := net.HardwareAddr{2, 0, 0, 0, 0, 1}, net.HardwareAddr{2, 0, 0, 0, 0, 2}
 	ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
-	la, lb := verbs.NewMemLinkPair(4096 + 200)
-	open := func(l verbs.Link, mac, peerMAC net.HardwareAddr, ip netip.Addr) *verbs.Device {
+	la, lb := memlink.NewPair(4096 + 200)
+	open := func(l link.Link, mac, peerMAC net.HardwareAddr, ip netip.Addr) *verbs.Device {
 		d, err := verbs.NewDevice(l, verbs.DeviceConfig{MAC: mac, ActiveMTU: 4096,
 			GIDs:    []netip.Addr{netip.MustParseAddr("fe80::1"), ip},
 			Resolve: func(context.Context, netip.Addr) (net.HardwareAddr, error) { return peerMAC, nil }})
@@ -292,7 +294,7 @@ func TestToolsUnderLoss(t *testing.T) {
 	for _, tool := range []Tool{{Write, BW}, {Send, BW}, {Read, BW}, {Send, Lat}} {
 		t.Run(tool.String(), func(t *testing.T) {
 			p := newMemPair(t)
-			imp := verbs.Impairment{Drop: 0.02, Duplicate: 0.01, Reorder: 0.01, Seed: 7}
+			imp := memlink.Impairment{Drop: 0.02, Duplicate: 0.01, Reorder: 0.01, Seed: 7}
 			p.la.SetImpairment(imp)
 			imp.Seed = 8
 			p.lb.SetImpairment(imp)
@@ -364,7 +366,7 @@ func TestPingPong(t *testing.T) {
 // instead of hanging, and the server's channel then ends too.
 func TestDeadPeerTimesOut(t *testing.T) {
 	p := newMemPair(t)
-	p.la.SetImpairment(verbs.Impairment{Drop: 1}) // nothing the client sends arrives
+	p.la.SetImpairment(memlink.Impairment{Drop: 1}) // nothing the client sends arrives
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

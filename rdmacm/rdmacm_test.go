@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/cm"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -29,7 +30,7 @@ type node struct {
 	pd   *verbs.PD
 	cq   *verbs.CQ
 	mr   *verbs.MR
-	link *verbs.MemLink
+	link *memlink.Link
 }
 
 // testOptions shorten the CM's timers: a REQ is sent again after 24 ms
@@ -57,7 +58,7 @@ type pairSpec struct {
 // unknown one never answers.
 func nodePair(t *testing.T, spec pairSpec) (*node, *node) {
 	t.Helper()
-	la, lb := verbs.NewMemLinkPair(4096 + 200)
+	la, lb := memlink.NewPair(4096 + 200)
 	resolve := func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
 		for i, a := range spec.ips {
 			if a == ip {
@@ -70,7 +71,7 @@ func nodePair(t *testing.T, spec pairSpec) (*node, *node) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	mk := func(l *verbs.MemLink, i int) *node {
+	mk := func(l *memlink.Link, i int) *node {
 		dev, err := verbs.NewDevice(l, verbs.DeviceConfig{MAC: spec.macs[i], GIDs: []netip.Addr{spec.ips[i]}, ActiveMTU: spec.mtu, Resolve: resolve})
 		if err != nil {
 			t.Fatal(err)
@@ -275,8 +276,8 @@ func TestConnectTransferDisconnect(t *testing.T) {
 // their data and close, round after round, and nothing leaks.
 func TestLossyLink(t *testing.T) {
 	a, b := pairOf(t)
-	a.link.SetImpairment(verbs.Impairment{Drop: 0.1, Duplicate: 0.1, Reorder: 0.1, Seed: 1})
-	b.link.SetImpairment(verbs.Impairment{Drop: 0.1, Duplicate: 0.1, Reorder: 0.1, Seed: 2})
+	a.link.SetImpairment(memlink.Impairment{Drop: 0.1, Duplicate: 0.1, Reorder: 0.1, Seed: 1})
+	b.link.SetImpairment(memlink.Impairment{Drop: 0.1, Duplicate: 0.1, Reorder: 0.1, Seed: 2})
 	l, err := b.svc.Listen(PortSpaceTCP, netip.AddrPortFrom(ipB, 0), 8)
 	if err != nil {
 		t.Fatal(err)

@@ -96,7 +96,7 @@ type portKey struct {
 // reached through the device's session (opts are then the daemon's).
 // Close stops it.
 func Start(dev *verbs.Device, opts Options) (*Service, error) {
-	if dev.Remote() {
+	if dev.Attached() {
 		return startRemote(dev), nil
 	}
 	s := &Service{dev: dev, opts: opts, ports: map[portKey]*ID{}, ids: map[*ID]struct{}{}}

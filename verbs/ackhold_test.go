@@ -5,12 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
 // batchLink records the opcodes of each Send call: one call is one kick.
 type batchLink struct {
-	*MemLink
+	*memlink.Link
 	mu      sync.Mutex
 	batches [][]wire.Opcode
 }
@@ -28,7 +29,7 @@ func (l *batchLink) Send(frames [][]byte) error {
 		l.batches = append(l.batches, ops)
 		l.mu.Unlock()
 	}
-	return l.MemLink.Send(frames)
+	return l.Link.Send(frames)
 }
 
 func (l *batchLink) take() [][]wire.Opcode {
@@ -43,8 +44,8 @@ func (l *batchLink) take() [][]wire.Opcode {
 // device holds lone ACKs for hold.
 func holdPair(t *testing.T, hold time.Duration) (a, b *node, lb *batchLink) {
 	t.Helper()
-	la, raw := NewMemLinkPair(4096 + 200)
-	lb = &batchLink{MemLink: raw}
+	la, raw := memlink.NewPair(4096 + 200)
+	lb = &batchLink{Link: raw}
 	a = newNode(t, newDevice(t, la, macA, ipA, 4096), 1<<16)
 	b = newNode(t, newDeviceWith(t, lb, macB, ipB, DeviceConfig{ActiveMTU: 4096, AckHold: hold}), 1<<16)
 	connect(t, a, b, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7, timeout: 20}) // 4.3 s: longer than the holds take here

@@ -9,17 +9,13 @@ import (
 	"github.com/xdproce/xdproce/uverbs"
 )
 
-// MaxAH is how many address handles a device holds at once (rxe_param.h's
-// RXE_MAX_AH).
-const MaxAH = 1<<15 - 1
-
 // AddressHandle is a destination for datagrams (ibv_ah): a GID, the source
 // GID index, and the next hop's MAC address, resolved once when the handle
 // is created as the kernel does for RoCE (ib_resolve_eth_dmac).
 type AddressHandle struct {
 	pd   *PD
 	attr AH
-	rem  *remoteAH
+	att  *attachedAH
 
 	mu        sync.Mutex  // serializes Destroy
 	destroyed atomic.Bool // read by posters
@@ -33,8 +29,8 @@ func (pd *PD) CreateAH(ah AH) (*AddressHandle, error) {
 	if pd.dev.closing.Load() {
 		return nil, ErrClosed
 	}
-	if pd.dev.rem != nil {
-		return pd.createRemoteAH(ah)
+	if pd.dev.att != nil {
+		return pd.createAttachedAH(ah)
 	}
 	if err := pd.dev.checkAH(ah); err != nil {
 		return nil, err
@@ -49,7 +45,7 @@ func (pd *PD) CreateAH(ah AH) (*AddressHandle, error) {
 		return nil, err
 	}
 	ah.DMAC = mac
-	pd.users.Add(1)
+	pd.c.AddUsers(1)
 	return &AddressHandle{pd: pd, attr: ah}, nil
 }
 
@@ -88,13 +84,13 @@ func (a *AddressHandle) Destroy() error {
 	if a.destroyed.Load() {
 		return fmt.Errorf("verbs: address handle already destroyed: %w", ErrInvalid)
 	}
-	if a.rem != nil {
-		if err := a.destroyRemote(); err != nil {
+	if a.att != nil {
+		if err := a.destroyAttached(); err != nil {
 			return err
 		}
 	} else {
 		a.pd.dev.ahs.Add(-1)
-		a.pd.users.Add(-1)
+		a.pd.c.AddUsers(-1)
 	}
 	a.destroyed.Store(true)
 	return nil
@@ -104,10 +100,10 @@ func (a *AddressHandle) Destroy() error {
 // change: a datagram posted before Destroy still leaves as addressed.
 func (a *AddressHandle) gone() bool { return a.destroyed.Load() }
 
-type remoteAH struct{ h uint32 }
+type attachedAH struct{ h uint32 }
 
-func (pd *PD) createRemoteAH(ah AH) (*AddressHandle, error) {
-	d, err := pd.dev.rem.callNoFDs(uverbs.OpCreateAH, func(e *uverbs.Encoder) {
+func (pd *PD) createAttachedAH(ah AH) (*AddressHandle, error) {
+	d, err := pd.dev.att.callNoFDs(uverbs.OpCreateAH, func(e *uverbs.Encoder) {
 		e.U32(pd.id)
 		w := ah.Wire()
 		w.Put(e)
@@ -115,7 +111,7 @@ func (pd *PD) createRemoteAH(ah AH) (*AddressHandle, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &AddressHandle{pd: pd, attr: ah, rem: &remoteAH{h: d.U32()}}
+	a := &AddressHandle{pd: pd, attr: ah, att: &attachedAH{h: d.U32()}}
 	mac := d.Raw()
 	if err := d.End(); err != nil {
 		return nil, err
@@ -124,15 +120,9 @@ func (pd *PD) createRemoteAH(ah AH) (*AddressHandle, error) {
 	return a, nil
 }
 
-func (a *AddressHandle) destroyRemote() error {
-	_, err := a.pd.dev.rem.callNoFDs(uverbs.OpDestroyAH, func(e *uverbs.Encoder) { e.U32(a.rem.h) })
+func (a *AddressHandle) destroyAttached() error {
+	_, err := a.pd.dev.att.callNoFDs(uverbs.OpDestroyAH, func(e *uverbs.Encoder) { e.U32(a.att.h) })
 	return err
-}
-
-// Wire is the handle's attributes as the daemon's protocol carries them.
-func (ah AH) Wire() uverbs.AHAttr {
-	return uverbs.AHAttr{DGID: ah.DGID.As16(), SGIDIndex: uint8(ah.SGIDIndex), HopLimit: ah.HopLimit, TrafficClass: ah.TrafficClass,
-		FlowLabel: ah.FlowLabel, Port: 1, IsGlobal: true}
 }
 
 // AHFromWire is the address handle a CREATE_AH message describes; RoCE

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"syscall"
 	"testing"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // neighboursB is a neighbour table that knows B alone: other hosts never
@@ -20,7 +22,7 @@ func neighboursB(_ context.Context, ip netip.Addr) (net.HardwareAddr, error) {
 
 // oneLink is one end of an in-memory link.
 func oneLink() Link {
-	l, _ := NewMemLinkPair(9000)
+	l, _ := memlink.NewPair(9000)
 	return l
 }
 

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 func TestQPStateMachine(t *testing.T) {
-	la, _ := NewMemLinkPair(5000)
+	la, _ := memlink.NewPair(5000)
 	n := newNode(t, newDevice(t, la, macA, ipA, 4096), 4096)
 	qp := n.qp
 	init := QPAttr{State: StateInit, Port: 1, AccessFlags: AccessRemoteWrite}
@@ -200,7 +202,7 @@ func TestLocalProtectionError(t *testing.T) {
 }
 
 func TestCQOverflowMovesQPToError(t *testing.T) {
-	la, lb := NewMemLinkPair(5000)
+	la, lb := memlink.NewPair(5000)
 	a := newNode(t, newDevice(t, la, macA, ipA, 4096), 1<<16)
 	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<16)
 	small, err := a.dev.CreateCQ(2)

@@ -3,12 +3,14 @@ package verbs
 import (
 	"fmt"
 	"testing"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // benchPair connects two devices over an in-memory link with busy-polling engines.
 func benchPair(b *testing.B, size int) (*node, *node) {
 	b.Helper()
-	la, lb := NewMemLinkPair(4096 + 200)
+	la, lb := memlink.NewPair(4096 + 200)
 	a := newNode(b, newDevice(b, la, macA, ipA, 4096), size)
 	p := newNode(b, newDevice(b, lb, macB, ipB, 4096), size)
 	connect(b, a, p, ipA, ipB, macA, macB, connOpts{mtu: MTU4096, retry: 7, rnr: 7, timeout: 14})
@@ -128,8 +130,8 @@ func BenchmarkLoss(b *testing.B) {
 
 func benchLoss(b *testing.B, op WROpcode, size int, rate float64) {
 	a, peer := benchPair(b, 2*size)
-	a.dev.shards[0].link.(*MemLink).SetImpairment(Impairment{Drop: rate, Seed: 1})
-	peer.dev.shards[0].link.(*MemLink).SetImpairment(Impairment{Drop: rate, Seed: 2})
+	a.dev.nic.Link(0).(*memlink.Link).SetImpairment(memlink.Impairment{Drop: rate, Seed: 1})
+	peer.dev.nic.Link(0).(*memlink.Link).SetImpairment(memlink.Impairment{Drop: rate, Seed: 2})
 	var each func()
 	if op == WRSend {
 		for range 512 {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -33,8 +35,8 @@ func forgeRequest(t *testing.T, dstQPN, psn uint32) []byte {
 func blindRun(t *testing.T, every int, seed uint64) (sent, forged, naks uint64) {
 	t.Helper()
 	const writes, size = 256, 16 << 10
-	clk := NewFakeClock(time.Unix(1e9, 0))
-	la, lb := NewMemLinkPair(4096 + 200)
+	clk := faketime.New(time.Unix(1e9, 0))
+	la, lb := memlink.NewPair(4096 + 200)
 	mk := func(l Link, mac net.HardwareAddr, ip netip.Addr) *node {
 		return newNode(t, newDeviceWith(t, l, mac, ip, DeviceConfig{ActiveMTU: 4096, Clock: clk, AckHold: -1}), 1<<20)
 	}
@@ -54,7 +56,7 @@ func blindRun(t *testing.T, every int, seed uint64) (sent, forged, naks uint64) 
 	done := func() bool {
 		round++
 		if every > 0 && round%every == 0 {
-			lb.deliver([][]byte{forgeRequest(t, b.qp.QPN(), rng.Uint32())})
+			lb.Inject([][]byte{forgeRequest(t, b.qp.QPN(), rng.Uint32())})
 			forged++
 		}
 		n := a.scq.Poll(buf)

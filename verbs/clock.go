@@ -1,32 +1,26 @@
 package verbs
 
 import (
-	"sync"
-	"time"
+	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/link"
 )
 
-// FakeClock is a Clock that moves only when Advance is called, so tests of
-// retransmission and RNR timers run instantly and deterministically. The
-// engine looks at the clock at least every idleWait of real time, so an
-// Advance takes effect within that.
-type FakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// Link is the network a Device runs over (see package link).
+type Link = link.Link
 
-// NewFakeClock returns a FakeClock reading start.
-func NewFakeClock(start time.Time) *FakeClock { return &FakeClock{now: start} }
+// Clock tells the engine the time; tests inject a fake one
+// (internal/faketime).
+type Clock = transport.Clock
 
-// Now implements Clock.
-func (c *FakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
+// ProcMemory is memory of another process that the engines reach by
+// copying: a daemon's client's own memory (process_vm_readv/writev). Its
+// offsets are the region's. A copy that fails (the client unmapped the
+// memory, or died) moves nothing; the client's data is then undefined, as
+// ibverbs leaves it when registered memory is freed.
+type ProcMemory = transport.ProcMemory
 
-// Advance moves the clock forward by d.
-func (c *FakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+// ProcReadVec is a ProcMemory that takes several reads in one call.
+type ProcReadVec = transport.ProcReadVec
+
+// ProcWriteVec is a ProcMemory that takes several writes in one call.
+type ProcWriteVec = transport.ProcWriteVec

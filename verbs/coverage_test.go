@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -66,8 +67,8 @@ func TestEveryOpAtEveryMTU(t *testing.T) {
 
 // faults is the impairment of the fault tests: 5% each of drop,
 // duplication, reordering and corruption.
-func faults(seed uint64) Impairment {
-	return Impairment{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.05, Reorder: 0.05, Seed: seed}
+func faults(seed uint64) memlink.Impairment {
+	return memlink.Impairment{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.05, Reorder: 0.05, Seed: seed}
 }
 
 // TestSendSeveralMiB: one 3 MiB SEND, gathered from three SGEs and
@@ -117,10 +118,9 @@ type opTap struct {
 	any         bool
 }
 
-func (o *opTap) install(req, resp *MemLink, base, span uint32) {
+func (o *opTap) install(req, resp *memlink.Link, base, span uint32) {
 	o.base, o.span = base, span
-	req.mu.Lock()
-	req.drop = func(f []byte) bool {
+	req.SetDropFilter(func(f []byte) bool {
 		var p wire.Packet
 		if wire.Decode(f, &p) != nil {
 			return false
@@ -143,10 +143,8 @@ func (o *opTap) install(req, resp *MemLink, base, span uint32) {
 			o.maxUnacked = o.maxReqPSN + 1 - o.ackPSN
 		}
 		return false
-	}
-	req.mu.Unlock()
-	resp.mu.Lock()
-	resp.drop = func(f []byte) bool {
+	})
+	resp.SetDropFilter(func(f []byte) bool {
 		var p wire.Packet
 		if wire.Decode(f, &p) != nil || p.BTH.Opcode != wire.RCAck || p.AETH.IsRNRNAK() {
 			return false
@@ -161,8 +159,7 @@ func (o *opTap) install(req, resp *MemLink, base, span uint32) {
 			o.ackPSN = acked
 		}
 		return false
-	}
-	resp.mu.Unlock()
+	})
 }
 
 // TestLargeOpsUnderFaults: over a link with 5% drop, duplication,
@@ -228,8 +225,8 @@ func TestLargeOpsUnderFaults(t *testing.T) {
 		t.Fatalf("CMP_SWP left %d and returned %d, want 43 and 42", got, orig)
 	}
 	// The window is free: a WRITE through the invalidated key is refused.
-	la.SetImpairment(Impairment{})
-	lb.SetImpairment(Impairment{})
+	la.SetImpairment(memlink.Impairment{})
+	lb.SetImpairment(memlink.Impairment{})
 	postSend(t, a, SendWR{ID: 7, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 8), RemoteAddr: wmr.Addr(), RKey: mw.RKey()})
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRemAccessErr {
 		t.Fatalf("WRITE through the invalidated window: %+v", wc)

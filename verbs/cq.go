@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/ipc"
 	"github.com/xdproce/xdproce/uverbs"
 )
@@ -17,42 +18,26 @@ import (
 type CQ struct {
 	dev   *Device
 	depth int
-	ring  []WorkCompletion
-	// shared is the ring, in memory shared with a daemon's client, where
-	// the completions go instead (shared.go); notify runs when the
-	// client's armed request matches one. On the client's side shared is
-	// the same ring, read by Poll, and rem the CQ's daemon object.
-	shared *uverbs.Ring
-	notify func()
-	rem    *remoteCQ
-	head   atomic.Uint64 // completions polled (advanced under pollMu)
-	tail   atomic.Uint64 // completions added (advanced under pushMu)
-	// pushMu orders the engines that complete into the CQ; pollers never
-	// take it.
-	pushMu sync.Mutex
-	// pollMu orders concurrent pollers among themselves, as ibv_poll_cq's
-	// lock does; engines never take it.
-	pollMu sync.Mutex
-	err    atomic.Bool
-	armed  atomic.Uint32 // notifyOff, notifyAny or notifySolicited
-	event  chan struct{}
+	c     *transport.CQ // the engines' CQ, in-process
+	att   *attachedCQ   // a client's side: the CQ lives in the daemon
 }
-
-const (
-	notifyOff uint32 = iota
-	notifyAny
-	notifySolicited
-)
 
 // CreateCQ creates a completion queue holding up to depth completions.
 func (d *Device) CreateCQ(depth int) (*CQ, error) {
 	if depth < 1 || depth > MaxCQE {
 		return nil, fmt.Errorf("verbs: CQ depth %d: %w", depth, ErrInvalid)
 	}
-	if d.rem != nil {
-		return d.createRemoteCQ(depth)
+	if d.att != nil {
+		return d.createAttachedCQ(depth)
 	}
-	return &CQ{dev: d, depth: depth, ring: make([]WorkCompletion, depth), event: make(chan struct{}, 1)}, nil
+	return newCQ(d, d.nic.CreateCQ(depth)), nil
+}
+
+// newCQ is the API's CQ for the engines' c.
+func newCQ(d *Device, c *transport.CQ) *CQ {
+	cq := &CQ{dev: d, depth: c.Depth(), c: c}
+	c.Owner = cq
+	return cq
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many. On a
@@ -61,54 +46,31 @@ func (cq *CQ) Poll(wcs []WorkCompletion) int {
 	if len(wcs) == 0 {
 		return 0
 	}
-	if cq.rem != nil {
-		return cq.pollRemote(wcs)
+	if cq.att != nil {
+		return cq.pollAttached(wcs)
 	}
-	if cq.tail.Load() == cq.head.Load() {
-		// A busy-polling application runs the engine as it spins.
-		if !cq.dev.cfg.BusyPoll {
-			return 0
-		}
-		cq.dev.Progress()
-		if cq.tail.Load() == cq.head.Load() {
-			return 0
-		}
-	}
-	cq.pollMu.Lock()
-	h := cq.head.Load()
-	k := int(min(uint64(len(wcs)), cq.tail.Load()-h))
-	n := uint64(len(cq.ring))
-	for i := range k {
-		wcs[i] = cq.ring[(h+uint64(i))%n]
-	}
-	cq.head.Store(h + uint64(k))
-	cq.pollMu.Unlock()
-	return k
+	return cq.c.Poll(wcs)
 }
 
 // ReqNotify arms the completion channel: the next completion added (with
 // solicitedOnly, the next solicited or error one) signals Wait once.
 func (cq *CQ) ReqNotify(solicitedOnly bool) {
-	if cq.rem != nil {
+	if cq.att != nil {
 		// The daemon's engines read the request in the ring.
 		if solicitedOnly {
-			cq.shared.Aux().Store(uverbs.NotifySolicited)
+			cq.att.ring.Aux().Store(uverbs.NotifySolicited)
 		} else {
-			cq.shared.Aux().Store(uverbs.NotifyAny)
+			cq.att.ring.Aux().Store(uverbs.NotifyAny)
 		}
 		return
 	}
-	if solicitedOnly {
-		cq.armed.Store(notifySolicited)
-	} else {
-		cq.armed.Store(notifyAny)
-	}
+	cq.c.ReqNotify(solicitedOnly)
 }
 
 // Wait blocks until the armed notification fires or ctx ends.
 func (cq *CQ) Wait(ctx context.Context) error {
-	if cq.rem != nil {
-		err := cq.rem.notify.Wait(ctx)
+	if cq.att != nil {
+		err := cq.att.notify.Wait(ctx)
 		if errors.Is(err, ipc.ErrHangup) {
 			// The daemon is gone (or dropped the session): as the kernel's
 			// completion channel of a disassociated device, EIO.
@@ -116,49 +78,26 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		}
 		return err
 	}
-	select {
-	case <-cq.event:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return cq.c.Wait(ctx)
 }
-
-// push adds a completion; false means the CQ overflowed (it is then in error
-// and the caller moves the QP to the error state, as ibverbs). Engines call
-// it, under pushMu: QPs of several engines may share the CQ.
-func (cq *CQ) push(wc WorkCompletion, solicited bool) bool {
-	cq.pushMu.Lock()
-	defer cq.pushMu.Unlock()
-	if cq.shared != nil {
-		return cq.pushShared(&wc, solicited)
-	}
-	t := cq.tail.Load()
-	if cq.err.Load() || t-cq.head.Load() >= uint64(len(cq.ring)) {
-		if !cq.err.Swap(true) {
-			cq.dev.objs.events.post(AsyncEvent{Type: EventCQErr, CQ: cq})
-		}
-		return false
-	}
-	cq.ring[t%uint64(len(cq.ring))] = wc
-	cq.tail.Store(t + 1)
-	if a := cq.armed.Load(); a != notifyOff && (a == notifyAny || solicited || wc.Status != WCSuccess) &&
-		cq.armed.CompareAndSwap(a, notifyOff) {
-		select {
-		case cq.event <- struct{}{}:
-		default:
-		}
-	}
-	return true
-}
-
-// pending is how many completions the CQ holds.
-func (cq *CQ) pending() int { return int(cq.tail.Load() - cq.head.Load()) }
 
 // Overflowed reports whether completions were lost because the CQ was full.
 func (cq *CQ) Overflowed() bool {
-	if cq.rem != nil {
-		return cq.shared.Aux2().Load() != 0
+	if cq.att != nil {
+		return cq.att.ring.Aux2().Load() != 0
 	}
-	return cq.err.Load()
+	return cq.c.Overflowed()
+}
+
+// attachedCQ is a client's side of a daemon's CQ: the ring the daemon's
+// engines write completions to, read here.
+type attachedCQ struct {
+	h      uint32
+	m      *ipc.Mapping
+	notify *ipc.Waiter // hangs up when the daemon is gone
+	ring   *uverbs.Ring
+	head   atomic.Uint64 // completions polled (advanced under pollMu)
+	// pollMu orders concurrent pollers among themselves, as ibv_poll_cq's
+	// lock does.
+	pollMu sync.Mutex
 }

@@ -4,43 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
-
-// TestLossWindowArithmetic: a loss halves the window once per window of
-// packets, never below minWindow; acknowledged PSNs open it again.
-func TestLossWindowArithmetic(t *testing.T) {
-	var q qpTransport
-	if q.window() != MaxUnackedPSNs {
-		t.Fatalf("window %d before any loss, want %d", q.window(), MaxUnackedPSNs)
-	}
-	q.compPSN, q.sentEnd = 100, 228
-	q.shrinkWindow()
-	q.shrinkWindow() // a second loss among the packets already in flight: same episode
-	if q.window() != MaxUnackedPSNs/2 {
-		t.Fatalf("window %d after one episode, want %d", q.window(), MaxUnackedPSNs/2)
-	}
-	q.growWindow(63)
-	if q.window() != 64 {
-		t.Fatalf("window %d after 63 acknowledged PSNs, want 64", q.window())
-	}
-	q.growWindow(1)
-	if q.window() != 64+windowGrowth {
-		t.Fatalf("window %d after a window's worth acknowledged, want %d", q.window(), 64+windowGrowth)
-	}
-	for range 10 {
-		q.compPSN = q.recoverPSN // the episode's packets are all acknowledged
-		q.sentEnd = q.compPSN + q.window()
-		q.shrinkWindow()
-	}
-	if q.window() != minWindow {
-		t.Fatalf("window %d after many episodes, want the floor %d", q.window(), minWindow)
-	}
-	q.growWindow(1 << 20)
-	if q.window() != MaxUnackedPSNs {
-		t.Fatalf("window %d after a long loss-free run, want %d", q.window(), MaxUnackedPSNs)
-	}
-}
 
 // TestLossWindowAsksForACKWhenFull: after losses have shrunk the window
 // below a message's length (64 KiB WRITEs at PMTU 1024, 64 packets, no
@@ -49,7 +15,7 @@ func TestLossWindowArithmetic(t *testing.T) {
 // fake clock never fires. Each loss is recovered by the responder's NAK.
 func TestLossWindowAsksForACKWhenFull(t *testing.T) {
 	a, b, _ := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 7, rnr: 7})
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.nic.Link(0).(*memlink.Link)
 	sent := dropFirst(la, psnIs(1800), psnIs(1950), psnIs(2100), psnIs(2250), psnIs(2400))
 	fill(a.mr.Bytes(), 5)
 	const msgs = 40

@@ -7,28 +7,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
 // dropWhile makes l drop the frames for which match holds while the returned
 // flag is set (it starts set).
-func dropWhile(l *MemLink, match func(p *wire.Packet) bool) *atomic.Bool {
+func dropWhile(l *memlink.Link, match func(p *wire.Packet) bool) *atomic.Bool {
 	on := new(atomic.Bool)
 	on.Store(true)
-	l.mu.Lock()
-	l.drop = func(f []byte) bool {
+	l.SetDropFilter(func(f []byte) bool {
 		if !on.Load() {
 			return false
 		}
 		var p wire.Packet
 		return wire.Decode(f, &p) == nil && match(&p)
-	}
-	l.mu.Unlock()
+	})
 	return on
 }
 
 // dropOpcode drops the frames with opcode op while the flag is set.
-func dropOpcode(l *MemLink, op wire.Opcode) *atomic.Bool {
+func dropOpcode(l *memlink.Link, op wire.Opcode) *atomic.Bool {
 	return dropWhile(l, func(p *wire.Packet) bool { return p.BTH.Opcode == op })
 }
 
@@ -180,7 +179,7 @@ func TestNoWriteAfterDereg(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			a, b, la, _ := pair(t, connOpts{timeout: 8}, 1<<17)
-			la.SetImpairment(Impairment{Drop: 0.02, Reorder: 0.02, Seed: seed})
+			la.SetImpairment(memlink.Impairment{Drop: 0.02, Reorder: 0.02, Seed: seed})
 			var lasts atomic.Int32
 			dropWhile(la, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCWriteLast && lasts.Add(1)%2 == 1 })
 			target, err := b.pd.AllocMR(1<<17, AccessLocalWrite|AccessRemoteWrite)

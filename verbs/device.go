@@ -2,9 +2,7 @@ package verbs
 
 import (
 	"context"
-	crand "crypto/rand"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"runtime"
@@ -12,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xdproce/xdproce/uverbs"
+	"github.com/xdproce/xdproce/internal/transport"
 )
 
 // DeviceConfig describes the port a device runs on.
@@ -79,45 +77,27 @@ type PortAttr struct {
 	DataPath  string // DeviceConfig.DataPath
 }
 
-// Device is an RNIC: the verbs objects and the engines that run the
-// transport for its QPs, one engine and goroutine per queue of the link
-// (each QP is served by the engine of its flow's queue). An engine owns
-// its QPs' transport state; the API hands it work through per-QP queues
-// and a doorbell, and control operations (creating and modifying QPs,
-// deregistering memory) run with every engine's mutex held, so that no
-// operation races with a packet in flight.
+// Device is an RNIC. In-process (NewDevice, Open) it is a
+// transport.NIC: the objects and the engines that run the transport for
+// its QPs, one engine and goroutine per queue of the link. Attached to a
+// daemon (Dial) its objects live in the daemon. The API objects validate
+// what applications ask and hand it to one or the other, as libibverbs
+// hands it to a provider.
 type Device struct {
-	cfg   DeviceConfig
-	clock Clock
-	rng   *rand.Rand // key bytes and QPNs; used by control operations only
+	cfg DeviceConfig
+	// nic is the in-process RNIC; nil for a device attached to a daemon.
+	nic *transport.NIC
+	ahs atomic.Int32 // address handles alive
 
-	objs   objects
-	shards []*engine
-	ahs    atomic.Int32 // address handles alive
-
-	done    chan struct{}
-	stopped sync.WaitGroup // the engines' goroutines
 	closeMu sync.Mutex
 	closed  bool
 	// closing is set as Close begins: posts then fail with ErrClosed.
 	closing atomic.Bool
-	// wakeMu orders a poster's doorbell against Close releasing the link:
-	// a Wake never writes to a closed (or reused) eventfd. Posters take
-	// it only when the engine sleeps.
-	wakeMu   sync.RWMutex
-	linkGone bool
-	onClose  func() error // releases what Open set up, after the engines stop
+	onClose func() error // releases what Open set up, after the engines stop
 
-	// gone (under every engine's mutex) means Close released the links.
-	gone bool
-	// doorbellPage, shared with a daemon's clients, says which engines
-	// sleep (SetDoorbellPage).
-	doorbellPage atomic.Pointer[[]byte]
-	// capture, when set, sees every frame sent and received (SetCapture).
-	capture atomic.Pointer[CaptureFunc]
-	// rem, for a device attached to a daemon (Dial), is the connection;
+	// att, for a device attached to a daemon (Dial), is the connection;
 	// the device then has no engines of its own.
-	rem *remote
+	att *attachment
 }
 
 // NewDevice starts a device on link. Close stops it.
@@ -137,9 +117,6 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 	if len(cfg.MAC) != 6 || len(cfg.GIDs) == 0 {
 		return nil, fmt.Errorf("verbs: a device needs a MAC address and a GID table: %w", ErrInvalid)
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
-	}
 	if cfg.AckHold == 0 {
 		cfg.AckHold = DefaultAckHold
 	}
@@ -152,148 +129,42 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 	if runtime.GOMAXPROCS(0) == 1 {
 		cfg.SpinMax = 0
 	}
-	var seed [32]byte
-	if _, err := crand.Read(seed[:]); err != nil {
-		return nil, fmt.Errorf("verbs: seeding keys: %w", err)
+	nic, err := transport.New(links, transport.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
+		BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold})
+	if err != nil {
+		return nil, err
 	}
-	d := &Device{
-		cfg: cfg, clock: cfg.Clock,
-		rng:  rand.New(rand.NewChaCha8(seed)),
-		done: make(chan struct{}),
-	}
-	d.objs.events.ready = make(chan struct{}, 1)
-	for i, l := range links {
-		e := &engine{}
-		e.init(d, l, i)
-		d.shards = append(d.shards, e)
-	}
-	for _, e := range d.shards {
-		d.stopped.Add(1)
-		go d.run(e)
-	}
-	return d, nil
+	return &Device{cfg: cfg, nic: nic}, nil
 }
 
 // Close stops the engines. Outstanding work is abandoned, as when a device
 // is removed; QPs, CQs and MRs become unusable.
 func (d *Device) Close() error {
-	if d.rem != nil {
-		return d.closeRemote()
+	if d.att != nil {
+		return d.closeAttached()
 	}
-	d.closeMu.Lock()
-	if d.closed {
-		d.closeMu.Unlock()
+	d.closing.Store(true)
+	if !d.nic.Close() {
 		return nil
 	}
-	d.closed = true
-	d.closing.Store(true)
-	close(d.done)
-	d.closeMu.Unlock()
-	d.ringAll() // sleeping engines see done at once
-	d.stopped.Wait()
-	d.lockAll() // an application's Progress may be running an engine
-	for _, e := range d.shards {
-		// ACKs held for a reply go out now: the peer's requester waits
-		// for them, and with retry_cnt 7 it would retry for ever.
-		e.flush()
-	}
-	d.gone = true
-	d.unlockAll()
-	d.wakeMu.Lock() // a poster ringing now finishes first, later ones see linkGone
-	d.linkGone = true
-	d.wakeMu.Unlock()
 	if d.onClose != nil {
 		return d.onClose()
 	}
 	return nil
 }
 
-// lockAll takes every engine's mutex, in order: no engine is in a step
-// until unlockAll.
-func (d *Device) lockAll() {
-	for _, e := range d.shards {
-		e.mu.Lock()
-	}
-}
-
-func (d *Device) unlockAll() {
-	for _, e := range d.shards {
-		e.mu.Unlock()
-	}
-}
-
-// do runs the control operation fn with every engine stopped between two
-// packets, then rings them all: fn may have given them work.
-func (d *Device) do(fn func() error) error {
-	if d.closing.Load() {
-		return ErrClosed
-	}
-	d.lockAll()
-	if d.gone {
-		d.unlockAll()
-		return ErrClosed
-	}
-	err := fn()
-	d.unlockAll()
-	d.ringAll()
-	return err
-}
-
-// ringAll rings every engine's doorbell.
-func (d *Device) ringAll() {
-	for _, e := range d.shards {
-		e.ring()
-	}
-}
-
-// ring tells the engine there is work, waking it if it sleeps.
-func (e *engine) ring() {
-	e.work.Store(true)
-	if e.sleeping.Load() {
-		d := e.dev
-		d.wakeMu.RLock()
-		if !d.linkGone {
-			e.link.Wake()
-		}
-		d.wakeMu.RUnlock()
-	}
-}
-
-// notePosted hands the engine a QP that gained posted work requests.
-func (e *engine) notePosted(qp *QP) {
-	if qp.queued.CompareAndSwap(false, true) {
-		e.postedMu.Lock()
-		e.posted = append(e.posted, qp)
-		e.postedMu.Unlock()
-	}
-	e.ring()
-}
-
-// notePosted hands qp's engine the QP, which gained posted work requests.
-func (qp *QP) notePosted() { qp.eng.Load().notePosted(qp) }
-
-// takePosted swaps the list of QPs with new posts for the engine's spare one.
-func (e *engine) takePosted() []*QP {
-	e.postedMu.Lock()
-	l := e.posted
-	e.posted = e.spare[:0]
-	e.postedMu.Unlock()
-	return l
-}
-
 // CaptureFunc sees a frame the device sent (outbound) or received, on the
 // engine's goroutine: it must not keep the frame, and what it takes slows
 // the device down.
-type CaptureFunc func(frame []byte, outbound bool)
+type CaptureFunc = transport.CaptureFunc
 
 // SetCapture starts showing every frame to f, or, with nil, stops; it may be
-// called at any time (xdproce up --pcap).
+// called at any time (xdproce up --pcap). It does nothing on a device
+// attached to a daemon.
 func (d *Device) SetCapture(f CaptureFunc) {
-	if f == nil {
-		d.capture.Store(nil)
-		return
+	if d.nic != nil {
+		d.nic.SetCapture(f)
 	}
-	d.capture.Store(&f)
 }
 
 // MAC is the port's MAC address.
@@ -328,7 +199,7 @@ func (d *Device) Counters() (Counters, error) {
 	var c Counters
 	per, err := d.QueueCounters()
 	for i := range per {
-		c.add(&per[i])
+		c.Add(&per[i])
 	}
 	return c, err
 }
@@ -336,8 +207,8 @@ func (d *Device) Counters() (Counters, error) {
 // PortCounters returns the counters of what moves the port's frames (the
 // XDP program's), none for a device on an in-memory link.
 func (d *Device) PortCounters() ([]NamedCounter, error) {
-	if d.rem != nil {
-		return d.rem.portCounters()
+	if d.att != nil {
+		return d.att.portCounters()
 	}
 	if d.cfg.PortCounters == nil {
 		return nil, nil
@@ -348,262 +219,11 @@ func (d *Device) PortCounters() ([]NamedCounter, error) {
 // QueueCounters returns each engine's counters, in queue order: how the
 // device's work spreads over its queues.
 func (d *Device) QueueCounters() ([]Counters, error) {
-	if d.rem != nil {
-		c, err := d.rem.counters()
+	if d.att != nil {
+		c, err := d.att.counters()
 		return []Counters{c}, err
 	}
-	out := make([]Counters, len(d.shards))
-	err := d.do(func() error {
-		for i, e := range d.shards {
-			out[i] = e.counters
-			if r, ok := e.link.(ringDropper); ok {
-				out[i].RingDrops = r.RingDrops()
-			}
-		}
-		return nil
-	})
-	return out, err
-}
-
-// ringDropper is a Link whose kernel rings can drop frames before the engine
-// sees them (AF_XDP).
-type ringDropper interface{ RingDrops() uint64 }
-
-// Counters are the device's transport counters under rxe's hw_counters names.
-type Counters struct {
-	SentPkts, RcvdPkts                         uint64
-	DuplicateRequest, OutOfSeqRequest          uint64
-	RcvdSeqErr, RcvdRNRErr, SendRNRErr         uint64
-	CompleterRetryErr, RetryExceededErr        uint64
-	RetryRNRExceededErr                        uint64
-	RDMASends, RDMARecvs                       uint64
-	DroppedMalformed, DroppedNoQP, AckDeferred uint64
-	DroppedBadPKey                             uint64 // BTH P_Key not the default partition's
-	// DroppedBadQKey counts datagrams whose DETH Q_Key is not their UD
-	// QP's (the port's qkey_viol_cntr); DroppedNoRecv datagrams that found
-	// no receive posted (UD has no RNR).
-	DroppedBadQKey, DroppedNoRecv uint64
-	SendErr                       uint64 // frames lost for want of a transmit buffer
-	// DroppedReplies counts responses not queued because a QP already had
-	// maxQueuedReplies waiting (duplicate READs piling up: replies.go).
-	DroppedReplies uint64
-	// AckHeld counts batches of ACKs held for a reply to leave with them
-	// (DeviceConfig.AckHold); AckHoldMissed those that left without one.
-	AckHeld, AckHoldMissed uint64
-	// ResponseOutOfWindow counts responses dropped because they answer
-	// nothing outstanding: a PSN ahead of the last one sent, an ACK or
-	// NAK to an idle QP, a READ response or atomic ACK no READ or atomic
-	// of the QP holds, or one of the wrong opcode or length for its place
-	// (forged, or from another connection). DuplicateResponse counts those
-	// behind the oldest unacknowledged PSN or already placed: the answers
-	// to retransmissions, dropped without effect. LostResponseRetry counts
-	// READ and atomic requests sent again at once because a later response
-	// showed theirs were lost.
-	ResponseOutOfWindow, DuplicateResponse, LostResponseRetry uint64
-	// HandedOff counts frames this queue received for a QP of another
-	// queue and passed to that queue's engine; HandOffDrops those dropped
-	// because the other engine's inbox was full.
-	HandedOff, HandOffDrops uint64
-	// TransportTimeouts counts expiries of the transport timer: the
-	// losses nothing but time could reveal (each also counts in
-	// CompleterRetryErr).
-	TransportTimeouts uint64
-	// RingDrops counts frames the kernel dropped on their way in because the
-	// AF_XDP RX ring was full or the fill ring empty (XDP_STATISTICS): the
-	// engine did not keep up.
-	RingDrops uint64
-	// BadSharedWQE counts work requests a daemon's client wrote to a
-	// shared ring that its API would have refused: each moved its QP to
-	// the error state.
-	BadSharedWQE uint64
-	// ReadRetryPaced counts duplicate READs asking again for part of a
-	// response that had left whole, lost on the way (when a path
-	// overflowed, its tail): each turns on the QP's READ pacing, or slows
-	// it (pacing.go).
-	ReadRetryPaced uint64
-}
-
-// NamedCounter is one counter under its rxe hw_counters name (or, for
-// those rxe lacks, xdproce's own in the same style).
-type NamedCounter struct {
-	Name  string
-	Value uint64
-}
-
-// counterField is one row of the counters' name table.
-type counterField struct {
-	name string
-	p    *uint64
-}
-
-// fields is the one table of the counters' names, in a fixed order.
-func (c *Counters) fields() []counterField {
-	return []counterField{
-		{"sent_pkts", &c.SentPkts}, {"rcvd_pkts", &c.RcvdPkts},
-		{"duplicate_request", &c.DuplicateRequest}, {"out_of_seq_request", &c.OutOfSeqRequest},
-		{"rcvd_seq_err", &c.RcvdSeqErr}, {"rcvd_rnr_err", &c.RcvdRNRErr}, {"send_rnr_err", &c.SendRNRErr},
-		{"completer_retry_err", &c.CompleterRetryErr}, {"retry_exceeded_err", &c.RetryExceededErr},
-		{"retry_rnr_exceeded_err", &c.RetryRNRExceededErr}, {"rdma_sends", &c.RDMASends}, {"rdma_recvs", &c.RDMARecvs},
-		{"ack_deferred", &c.AckDeferred}, {"dropped_malformed", &c.DroppedMalformed}, {"dropped_no_qp", &c.DroppedNoQP},
-		{"dropped_bad_pkey", &c.DroppedBadPKey}, {"dropped_bad_qkey", &c.DroppedBadQKey}, {"dropped_no_recv", &c.DroppedNoRecv},
-		{"response_out_of_window", &c.ResponseOutOfWindow}, {"duplicate_response", &c.DuplicateResponse},
-		{"lost_response_retry", &c.LostResponseRetry}, {"transport_timeouts", &c.TransportTimeouts},
-		{"send_err", &c.SendErr}, {"dropped_replies", &c.DroppedReplies}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},
-		{"handed_off", &c.HandedOff}, {"handoff_drops", &c.HandOffDrops}, {"bad_shared_wqe", &c.BadSharedWQE},
-		{"read_retry_paced", &c.ReadRetryPaced},
-	}
-}
-
-// add adds o's counts to c's.
-func (c *Counters) add(o *Counters) {
-	of := o.fields()
-	for i, f := range c.fields() {
-		*f.p += *of[i].p
-	}
-}
-
-// Named lists the counters under their names, in the table's order.
-func (c Counters) Named() []NamedCounter {
-	f := c.fields()
-	out := make([]NamedCounter, len(f))
-	for i, x := range f {
-		out[i] = NamedCounter{x.name, *x.p}
-	}
-	return out
-}
-
-// Set sets the counter of that name (as Named lists it); false if there
-// is none.
-func (c *Counters) Set(name string, v uint64) bool {
-	for _, f := range c.fields() {
-		if f.name == name {
-			*f.p = v
-			return true
-		}
-	}
-	return false
-}
-
-// run is an engine's goroutine. Each round holds the engine's mutex, which
-// an application's Progress and control operations take too.
-func (d *Device) run(e *engine) {
-	defer d.stopped.Done()
-	var drives uint64 // e.drives when this goroutine last looked
-	for {
-		select {
-		case <-d.done:
-			return
-		default:
-		}
-		if e.droveSince(&drives) {
-			// An application ran the engine since this goroutine last
-			// looked (Progress): its round would find the work done and
-			// take the engine's mutex from the next Progress. Let the
-			// application have the processor instead.
-			runtime.Gosched()
-			continue
-		}
-		e.mu.Lock()
-		e.work.Store(false)
-		busy := e.step()
-		holding := e.holding
-		var wait time.Duration
-		if !busy && !d.cfg.BusyPoll {
-			wait = e.nextTimer()
-		}
-		e.mu.Unlock()
-		spin := false
-		if d.cfg.SpinMax > 0 && !d.cfg.BusyPoll { // BusyPoll spins regardless
-			spin = e.spin.next(busy, time.Now, d.cfg.SpinMax)
-		}
-		switch {
-		case busy:
-			if holding {
-				// Lone ACKs wait for a reply: let the application run.
-				runtime.Gosched()
-			}
-		case d.cfg.BusyPoll || spin:
-			// Spinning, but the application's goroutines share the
-			// processors with this one.
-			runtime.Gosched()
-		case wait > 0:
-			e.sleeping.Store(true)
-			e.setSleeping(true)
-			if !e.work.Load() && !e.clientsPosted() {
-				e.link.Wait(wait)
-			}
-			e.setSleeping(false)
-			e.sleeping.Store(false)
-		}
-	}
-}
-
-// setSleeping says in the doorbell page, if the device has one, whether the
-// engine sleeps.
-func (e *engine) setSleeping(asleep bool) {
-	if p := e.dev.doorbellPage.Load(); p != nil {
-		uverbs.SetSleeping(*p, uint32(e.index), asleep)
-	}
-}
-
-// clientsPosted reports, for an engine about to sleep, whether a daemon's
-// client posted to its shared rings: the client looks at the doorbell page
-// after it posts, the engine at the rings after it wrote the page, so one
-// of them sees the other.
-func (e *engine) clientsPosted() bool {
-	if e.dev.doorbellPage.Load() == nil {
-		return false
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.sharedPending()
-}
-
-// spinner decides whether an idle engine spins or sleeps: it spins for
-// up to window after its last work, and the window follows the idle gaps
-// the engine sees, sleeping or spinning: a gap shorter than the most a
-// device spins (a ping-pong's) opens the window fully, a longer one (an
-// application thinking, a link gone quiet) halves it, and a window below
-// spinMin closes. So an engine spins through the gaps spinning shortens
-// and sleeps through the others, after at most a few wasted spins.
-type spinner struct {
-	window time.Duration
-	idleAt time.Time // when the current idle gap began; zero while busy
-}
-
-const spinMin = time.Microsecond
-
-// next records a step's outcome and reports whether to spin on. It reads
-// the clock (now) only at the ends of an idle gap and while idle: a busy
-// engine's rounds cost no clock read.
-func (s *spinner) next(busy bool, now func() time.Time, max time.Duration) bool {
-	if busy {
-		if !s.idleAt.IsZero() {
-			if now().Sub(s.idleAt) <= max {
-				s.window = max
-			} else if s.window /= 2; s.window < spinMin {
-				s.window = 0
-			}
-			s.idleAt = time.Time{}
-		}
-		return false
-	}
-	t := now()
-	if s.idleAt.IsZero() {
-		s.idleAt = t
-	}
-	return t.Sub(s.idleAt) < s.window
-}
-
-// droveSince reports whether an application ran a round of the engine
-// (Progress) since *seen was taken, and takes it again.
-func (e *engine) droveSince(seen *uint64) bool {
-	n := e.drives.Load()
-	if n == *seen {
-		return false
-	}
-	*seen = n
-	return true
+	return d.nic.QueueCounters()
 }
 
 // BusyPolling reports whether the engines spin instead of sleeping
@@ -617,21 +237,36 @@ func (d *Device) BusyPolling() bool { return d.cfg.BusyPoll }
 // packets the moment they can move, instead of waiting for the engine's
 // goroutine to get a processor: on a small machine that saves a scheduler
 // hand-off each way. The engines' goroutines keep running, so an
-// application that stops spinning stalls nothing.
+// application that stops spinning stalls nothing. A device attached to a
+// daemon has no engines here: false.
 func (d *Device) Progress() bool {
-	busy := false
-	for _, e := range d.shards {
-		if !e.mu.TryLock() {
-			continue
-		}
-		if !d.gone && e.step() {
-			busy = true
-		}
-		e.mu.Unlock()
-		e.drives.Add(1)
+	if d.nic == nil {
+		return false
 	}
-	return busy
+	return d.nic.Progress()
 }
 
-// idleWait is how long the engine sleeps when nothing is due.
-const idleWait = 2 * time.Millisecond
+// SetDoorbellPage gives the engines a page, shared with clients, where
+// each says whether it sleeps (uverbs.SetSleeping): a client rings the
+// doorbell only for a sleeping engine.
+func (d *Device) SetDoorbellPage(page []byte) {
+	if d.nic != nil {
+		d.nic.SetDoorbellPage(page)
+	}
+}
+
+// Wake rings every engine's doorbell: the daemon calls it when a client
+// signals that it posted to a sleeping engine.
+func (d *Device) Wake() {
+	if d.nic != nil {
+		d.nic.Wake()
+	}
+}
+
+// Engines is the number of engines (queues) the device runs.
+func (d *Device) Engines() int {
+	if d.nic == nil {
+		return 0
+	}
+	return d.nic.Engines()
+}

@@ -1,13 +1,17 @@
-// Package verbs is xdproce's ibverbs-like API (devices, PDs, MRs, CQs, QPs,
-// SRQs, asynchronous events) and the RC/UC transport engine behind it
-// (requester, responder, completer), with Linux rxe's wire behaviour as the
-// reference.
+// Package verbs is xdproce's ibverbs-like API: devices, PDs, MRs, MWs, CQs,
+// QPs, SRQs, address handles and asynchronous events, with Linux rxe's
+// behaviour as the reference. It checks what applications ask, as
+// libibverbs and the kernel's core do, and hands the work to one of two
+// backends, as libibverbs hands it to a provider: an in-process RNIC
+// (internal/transport: the object tables and the RC/UC/UD engine), or a
+// daemon the device is attached to (Dial; attached.go is its client).
 //
-// A Device runs one engine goroutine that owns all transport state; it talks
-// to the network only through a Link (batches of Ethernet frames), so the
-// transport runs over AF_XDP (Open) or in memory (NewMemLinkPair, with seeded
-// loss, duplication, reordering and corruption) with an injectable Clock
-// (FakeClock in tests).
+// An in-process Device runs one engine goroutine per queue of its link;
+// it talks to the network only through a link.Link (batches of Ethernet
+// frames), so the transport runs over AF_XDP (Open) or in memory
+// (link/memlink, with seeded loss, duplication, reordering and
+// corruption) with an injectable Clock (internal/faketime in tests). The
+// daemon's rings shared with its clients are internal/sharedring's.
 //
 // Choices where ibverbs leaves room, following rxe unless said otherwise:
 //   - retry_cnt 7 and rnr_retry 7 both mean "retry forever", as rxe does.

@@ -3,6 +3,9 @@ package verbs
 import (
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // TestQPFatalOnResponderError: a request the responder rejects (a WRITE with
@@ -25,7 +28,7 @@ func TestQPFatalOnResponderError(t *testing.T) {
 // CQ raises EventCQErr for the CQ, then EventQPFatal for the QP, which is in
 // ERR.
 func TestQPFatalOnCQOverflow(t *testing.T) {
-	la, lb := NewMemLinkPair(5000)
+	la, lb := memlink.NewPair(5000)
 	a := newNode(t, newDevice(t, la, macA, ipA, 4096), 1<<16)
 	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<16)
 	small, err := b.dev.CreateCQ(1)
@@ -56,7 +59,7 @@ func TestNoQPFatalForReportedErrors(t *testing.T) {
 	postSend(t, a, SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, 8)})
 	for i := 0; i < 2 && pending(a.scq) == 0; i++ {
 		waitCounter(t, a.dev, "a transmission", func(c Counters) bool { return c.SentPkts == uint64(i+1) })
-		clk.Advance(ackTimeout(14) + time.Microsecond)
+		clk.Advance(transport.AckTimeout(14) + time.Microsecond)
 	}
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRetryExcErr {
 		t.Fatalf("completion %+v, want RETRY_EXC_ERR", wc)

@@ -5,13 +5,17 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // fakePair is pair with both devices on one fake clock.
-func fakePair(t *testing.T, o connOpts) (*node, *node, *FakeClock) {
+func fakePair(t *testing.T, o connOpts) (*node, *node, *faketime.Clock) {
 	t.Helper()
-	clk := NewFakeClock(time.Unix(1e9, 0))
-	la, lb := NewMemLinkPair(4096 + 200)
+	clk := faketime.New(time.Unix(1e9, 0))
+	la, lb := memlink.NewPair(4096 + 200)
 	mk := func(l Link, mac net.HardwareAddr, ip netip.Addr) *node {
 		d, err := NewDevice(l, DeviceConfig{MAC: mac, GIDs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, ActiveMTU: 4096, Clock: clk})
 		must(t, err)
@@ -51,7 +55,7 @@ func TestRetryCountWithFakeTime(t *testing.T) {
 	base := waitCounter(t, a.dev, "setup", func(Counters) bool { return true }).SentPkts
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, a.dev, "first transmission", func(c Counters) bool { return c.SentPkts == base+1 })
-	timeout := ackTimeout(14)
+	timeout := transport.AckTimeout(14)
 	for i := 1; i <= 3; i++ {
 		if n := pending(a.scq); a.qp.State() != StateRTS || n != 0 {
 			t.Fatalf("retry %d: QP %v with %d completions before the timer expired", i, a.qp.State(), n)
@@ -90,4 +94,4 @@ func TestRNRTimerWithFakeTime(t *testing.T) {
 }
 
 // pending is how many completions cq holds, without taking them.
-func pending(cq *CQ) int { return cq.pending() }
+func pending(cq *CQ) int { return cq.c.Pending() }

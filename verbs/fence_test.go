@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -27,10 +28,8 @@ type wireLog struct {
 
 // tap logs every frame l sends under the name from; drop, if not nil,
 // says which ones the link drops.
-func (w *wireLog) tap(l *MemLink, from string, drop func(p *wire.Packet) bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.drop = func(f []byte) bool {
+func (w *wireLog) tap(l *memlink.Link, from string, drop func(p *wire.Packet) bool) {
+	l.SetDropFilter(func(f []byte) bool {
 		var p wire.Packet
 		if wire.Decode(f, &p) != nil {
 			return false
@@ -40,7 +39,7 @@ func (w *wireLog) tap(l *MemLink, from string, drop func(p *wire.Packet) bool) {
 		w.events = append(w.events, wireEvent{from: from, op: p.BTH.Opcode, psn: p.BTH.PSN, dropped: d})
 		w.mu.Unlock()
 		return d
-	}
+	})
 }
 
 func isReadResponse(op wire.Opcode) bool {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -38,22 +40,7 @@ func forgeResponse(t *testing.T, dstQPN uint32, op wire.Opcode, syndrome uint8, 
 func TestForgedResponsesOutsideWindow(t *testing.T) {
 	a, b, la, _ := pair(t, connOpts{mtu: MTU1024}, 1<<20)
 	fill(a.mr.Bytes(), 5)
-	kinds := []struct {
-		op  wire.Opcode
-		syn uint8
-	}{
-		{wire.RCAck, wire.ACKSyndrome(31)},
-		{wire.RCAck, wire.NAKSyndrome(wire.NAKPSNSequenceError)},
-		{wire.RCAck, wire.NAKSyndrome(wire.NAKInvalidRequest)},
-		{wire.RCAck, wire.NAKSyndrome(wire.NAKRemoteAccessError)},
-		{wire.RCAck, wire.NAKSyndrome(wire.NAKRemoteOperationalError)},
-		{wire.RCAck, wire.RNRNAKSyndrome(1)},
-		{wire.RCReadResponseFirst, wire.ACKSyndrome(31)},
-		{wire.RCReadResponseMiddle, 0},
-		{wire.RCReadResponseLast, wire.ACKSyndrome(31)},
-		{wire.RCReadResponseOnly, wire.ACKSyndrome(31)},
-		{wire.RCAtomicAck, wire.ACKSyndrome(31)},
-	}
+	kinds := wire.ResponseKinds()
 	const writes, size = 64, 16 << 10
 	rng := rand.New(rand.NewPCG(7, 8))
 	injected, ahead := 0, 0
@@ -74,10 +61,10 @@ func TestForgedResponsesOutsideWindow(t *testing.T) {
 				ahead++
 			}
 			var payload []byte
-			if k.op == wire.RCReadResponseFirst || k.op == wire.RCReadResponseMiddle {
+			if k.Opcode == wire.RCReadResponseFirst || k.Opcode == wire.RCReadResponseMiddle {
 				payload = make([]byte, 1024)
 			}
-			la.deliver([][]byte{forgeResponse(t, a.qp.QPN(), k.op, k.syn, off, payload)})
+			la.Inject([][]byte{forgeResponse(t, a.qp.QPN(), k.Opcode, k.Syndrome, off, payload)})
 			injected++
 		}
 		time.Sleep(200 * time.Microsecond)
@@ -119,7 +106,7 @@ func TestBadPKeyDropped(t *testing.T) {
 		return buf[:max(n, wire.MinFrameLen)]
 	}
 	for _, k := range []uint16{0x0000, 0x1234, 0x8001, 0xfffe} {
-		la.deliver([][]byte{frame(k)})
+		la.Inject([][]byte{frame(k)})
 	}
 	c := waitCounter(t, a.dev, "the drops", func(c Counters) bool { return c.DroppedBadPKey == 4 })
 	if c.RcvdPkts != 0 || c.SentPkts != 0 || a.mr.Bytes()[0] != 0 || a.qp.State() != StateRTS {
@@ -137,10 +124,10 @@ func TestBadPKeyDropped(t *testing.T) {
 func TestForgedReadResponsesInWindow(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU4096, timeout: 14, retry: 7, rnr: 7})
 	fill(b.mr.Bytes()[:16<<10], 4)
-	hold := dropWhile(b.dev.shards[0].link.(*MemLink), func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
+	hold := dropWhile(b.dev.nic.Link(0).(*memlink.Link), func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 16<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, b.dev, "the READ request", func(c Counters) bool { return c.RcvdPkts == 1 })
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.nic.Link(0).(*memlink.Link)
 	junk := func(n int) []byte { return bytes.Repeat([]byte{0xee}, n) }
 	for _, f := range []struct {
 		op      wire.Opcode
@@ -153,13 +140,13 @@ func TestForgedReadResponsesInWindow(t *testing.T) {
 		{wire.RCReadResponseMiddle, 0, junk(4096)},
 		{wire.RCReadResponseLast, 2, junk(4096)},
 	} {
-		la.deliver([][]byte{forgeResponse(t, a.qp.QPN(), f.op, wire.ACKSyndrome(31), f.psn, f.payload)})
+		la.Inject([][]byte{forgeResponse(t, a.qp.QPN(), f.op, wire.ACKSyndrome(31), f.psn, f.payload)})
 	}
 	waitCounter(t, a.dev, "the forged responses", func(c Counters) bool { return c.ResponseOutOfWindow == 4 && c.LostResponseRetry == 1 })
 	hold.Store(false)
 	// The responses were held back: the timer asks again (and again, if a
 	// loaded machine's receive ring dropped some of the 4096 responses).
-	if wc := pollAdvancing(t, a.scq, 1, clk, ackTimeout(14)+time.Microsecond, 10*time.Second)[0]; wc.Status != WCSuccess {
+	if wc := pollAdvancing(t, a.scq, 1, clk, transport.AckTimeout(14)+time.Microsecond, 10*time.Second)[0]; wc.Status != WCSuccess {
 		t.Fatalf("completion %+v", wc)
 	}
 	equalBytes(t, "READ", a.mr.Bytes()[:16<<10], b.mr.Bytes()[:16<<10])
@@ -179,11 +166,11 @@ func TestForgedNAKInsideRead(t *testing.T) {
 	amr, err := a.pd.AllocMR(size, AccessLocalWrite)
 	must(t, err)
 	fill(bmr.Bytes(), 6)
-	lb := b.dev.shards[0].link.(*MemLink)
+	lb := b.dev.nic.Link(0).(*memlink.Link)
 	hold := dropWhile(lb, func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(amr, 0, size), RemoteAddr: bmr.Addr(), RKey: bmr.RKey()})
 	waitCounter(t, b.dev, "the READ request", func(c Counters) bool { return c.RcvdPkts == 1 })
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.nic.Link(0).(*memlink.Link)
 	syndromes := []uint8{
 		wire.ACKSyndrome(31),
 		wire.NAKSyndrome(wire.NAKPSNSequenceError),
@@ -195,7 +182,7 @@ func TestForgedNAKInsideRead(t *testing.T) {
 	forged := 0
 	for _, off := range []uint32{1, 2, 127, 128, 3000, 4094} {
 		for _, syn := range syndromes {
-			la.deliver([][]byte{forgeResponse(t, a.qp.QPN(), wire.RCAck, syn, 0xfff000+off, nil)})
+			la.Inject([][]byte{forgeResponse(t, a.qp.QPN(), wire.RCAck, syn, 0xfff000+off, nil)})
 			forged++
 		}
 	}
@@ -206,7 +193,7 @@ func TestForgedNAKInsideRead(t *testing.T) {
 	hold.Store(false)
 	// The responses were held back: the timer asks again (and again, if a
 	// loaded machine's receive ring dropped some of the 4096 responses).
-	if wc := pollAdvancing(t, a.scq, 1, clk, ackTimeout(14)+time.Microsecond, 10*time.Second)[0]; wc.Status != WCSuccess {
+	if wc := pollAdvancing(t, a.scq, 1, clk, transport.AckTimeout(14)+time.Microsecond, 10*time.Second)[0]; wc.Status != WCSuccess {
 		t.Fatalf("completion %+v", wc)
 	}
 	equalBytes(t, "READ", amr.Bytes(), bmr.Bytes())
@@ -217,7 +204,7 @@ func TestForgedNAKInsideRead(t *testing.T) {
 	postSend(t, a, SendWR{ID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(amr, 0, size), RemoteAddr: bmr.Addr(), RKey: bmr.RKey()})
 	waitCounter(t, b.dev, "the second READ request", func(c Counters) bool { return c.RcvdPkts > rcvd })
 	first := (0xfff000 + size/256) & 0xffffff
-	la.deliver([][]byte{forgeResponse(t, a.qp.QPN(), wire.RCAck, wire.NAKSyndrome(wire.NAKRemoteAccessError), uint32(first), nil)})
+	la.Inject([][]byte{forgeResponse(t, a.qp.QPN(), wire.RCAck, wire.NAKSyndrome(wire.NAKRemoteAccessError), uint32(first), nil)})
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRemAccessErr || wc.WRID != 2 {
 		t.Fatalf("completion %+v, want REM_ACCESS_ERR", wc)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -49,8 +51,8 @@ func fuzzTransport(t *testing.T, data []byte) {
 	if len(data) > 0 {
 		start, data = (1<<24-uint32(data[0]%32))&0xffffff, data[1:]
 	}
-	clk := NewFakeClock(time.Unix(1e9, 0))
-	la, lb := NewMemLinkPair(4096 + 200)
+	clk := faketime.New(time.Unix(1e9, 0))
+	la, lb := memlink.NewPair(4096 + 200)
 	mk := func(l Link, mac net.HardwareAddr, ip netip.Addr, access Access) *node {
 		n := newNode(t, newDeviceWith(t, l, mac, ip, DeviceConfig{ActiveMTU: 4096, Clock: clk, AckHold: -1}), 4*size)
 		mr, err := n.pd.AllocMR(4*size, access)
@@ -58,7 +60,7 @@ func fuzzTransport(t *testing.T, data []byte) {
 		n.mr = mr
 		return n
 	}
-	il := &interleaver{MemLink: lb, after: map[int][][]byte{}}
+	il := &interleaver{Link: lb, after: map[int][][]byte{}}
 	a := mk(la, macA, ipA, AccessLocalWrite)
 	b := mk(il, macB, ipB, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
 	connect(t, a, b, ipA, ipB, macA, macB, connOpts{mtu: MTU1024, timeout: 10, retry: 7, rnr: 7, psnA: start})
@@ -103,7 +105,7 @@ func fuzzTransport(t *testing.T, data []byte) {
 		if len(rounds) > 0 {
 			// One forged frame per engine round, between the transfer's
 			// packets; the engines step once more after the last.
-			la.deliver(rounds[:1])
+			la.Inject(rounds[:1])
 			rounds = rounds[1:]
 			return false
 		}
@@ -148,19 +150,19 @@ func fuzzTransport(t *testing.T, data []byte) {
 // to a the forged frames in after[n], so that a forgery lands between
 // two of b's genuine packets (a READ's responses arrive in one batch).
 type interleaver struct {
-	*MemLink
+	*memlink.Link
 	sent  int
 	after map[int][][]byte
 }
 
 func (l *interleaver) Send(frames [][]byte) error {
 	for i := range frames {
-		if err := l.MemLink.Send(frames[i : i+1]); err != nil {
+		if err := l.Link.Send(frames[i : i+1]); err != nil {
 			return err
 		}
 		l.sent++
 		if f := l.after[l.sent]; f != nil {
-			l.peer.deliver(f)
+			l.Peer().Inject(f)
 			delete(l.after, l.sent)
 		}
 	}

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/faketime"
 	"github.com/xdproce/xdproce/internal/pcap"
+	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -65,7 +68,7 @@ func goldenSide(t *testing.T, link Link, self, peer capFrame, qpn, peerQPN, sqPS
 	must(t, err)
 	n.rcq, err = d.CreateCQ(256)
 	must(t, err)
-	must(t, d.do(func() error { d.objs.nextQPN = qpn; return nil }))
+	must(t, d.do(func() error { d.nic.PinNextQPN(qpn); return nil }))
 	n.qp, err = n.pd.CreateQP(QPInitAttr{Type: o.typ, SendCQ: n.scq, RecvCQ: n.rcq,
 		Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}})
 	must(t, err)
@@ -100,32 +103,8 @@ func rcResponder(t *testing.T, link Link, req, resp []capFrame, o goldenEnd) *no
 // name it unchanged.
 func placeMR(t *testing.T, n *node, addr uint64, key uint32) {
 	t.Helper()
-	e := &n.dev.objs
-	must(t, n.dev.do(func() error {
-		e.removeMR(n.mr)
-		idx := key >> 8
-		for uint32(len(e.mrs.mrs)) <= idx {
-			e.mrs.mrs = append(e.mrs.mrs, nil)
-		}
-		if e.mrs.mrs[idx] != nil {
-			t.Errorf("key index %#x is taken", idx)
-			return nil
-		}
-		e.mrs.free = deleteIndex(e.mrs.free, idx)
-		n.mr.addr, n.mr.lkey, n.mr.rkey, n.mr.valid = addr, key, key, true
-		e.mrs.mrs[idx] = n.mr
-		return nil
-	}))
-}
-
-func deleteIndex(s []uint32, v uint32) []uint32 {
-	out := s[:0]
-	for _, x := range s {
-		if x != v {
-			out = append(out, x)
-		}
-	}
-	return out
+	must(t, n.dev.do(func() error { return n.mr.c.Place(addr, key) }))
+	n.mr.addr, n.mr.lkey, n.mr.rkey = addr, key, key
 }
 
 // settle returns once the engines' current steps are over: the next frame
@@ -138,7 +117,7 @@ func settle(t *testing.T, d *Device) {
 
 // compareFrames collects len(want) frames from the peer's end of the link
 // and compares them with rxe's.
-func compareFrames(t *testing.T, l *MemLink, want []capFrame) {
+func compareFrames(t *testing.T, l *memlink.Link, want []capFrame) {
 	t.Helper()
 	for i, f := range collect(t, l, len(want)) {
 		sameFrame(t, i, f, want[i])
@@ -184,7 +163,7 @@ func TestGoldenAtomics(t *testing.T) {
 	for _, name := range []string{"rc_atomic_fa", "rc_atomic_cs"} {
 		req, resp := loadCapture(t, name)
 		t.Run(name+"/requester", func(t *testing.T) {
-			la, peer := NewMemLinkPair(9000)
+			la, peer := memlink.NewPair(9000)
 			a := rcRequester(t, la, req, resp, goldenEnd{})
 			var wrs []SendWR
 			for i, f := range req {
@@ -210,7 +189,7 @@ func TestGoldenAtomics(t *testing.T) {
 			}
 		})
 		t.Run(name+"/responder", func(t *testing.T) {
-			peer, lb := NewMemLinkPair(9000)
+			peer, lb := memlink.NewPair(9000)
 			b := rcResponder(t, lb, req, resp, goldenEnd{})
 			base := req[0].p.AtomicETH.VA &^ 0xfff
 			placeMR(t, b, base, req[0].p.AtomicETH.RKey)
@@ -244,7 +223,7 @@ func TestGoldenNAKRKey(t *testing.T) {
 	req, resp := loadCapture(t, "rc_nak_rkey")
 	msgs := messages(req)
 	t.Run("requester", func(t *testing.T) {
-		la, peer := NewMemLinkPair(9000)
+		la, peer := memlink.NewPair(9000)
 		a := rcRequester(t, la, req, resp, goldenEnd{})
 		var wrs []SendWR
 		for i, f := range req {
@@ -263,7 +242,7 @@ func TestGoldenNAKRKey(t *testing.T) {
 		}
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := rcResponder(t, lb, req, resp, goldenEnd{})
 		placeMR(t, b, req[0].p.RETH.VA, req[0].p.RETH.RKey)
 		replay(t, peer, req)
@@ -283,8 +262,8 @@ func TestGoldenRNR(t *testing.T) {
 	req, resp := loadCapture(t, "rc_rnr")
 	msgs := messages(req)
 	t.Run("requester", func(t *testing.T) {
-		clk := NewFakeClock(time.Unix(1e9, 0))
-		la, peer := NewMemLinkPair(9000)
+		clk := faketime.New(time.Unix(1e9, 0))
+		la, peer := memlink.NewPair(9000)
 		a := rcRequester(t, la, req, resp, goldenEnd{clock: clk})
 		copy(a.mr.Bytes(), msgs[0])
 		postSend(t, a, SendWR{ID: 7, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, len(msgs[0]))})
@@ -303,7 +282,7 @@ func TestGoldenRNR(t *testing.T) {
 		checkWC(t, "SEND", poll(t, a.scq, 1, 5*time.Second)[0], 7, WCSuccess, WCSend)
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := rcResponder(t, lb, req, resp, goldenEnd{minRNR: 31})
 		for i := range req {
 			if i == len(req)-1 {
@@ -327,7 +306,7 @@ func TestGoldenImm(t *testing.T) {
 	msgs := messages(req)
 	starts := startFrames(req)
 	t.Run("requester", func(t *testing.T) {
-		la, peer := NewMemLinkPair(9000)
+		la, peer := memlink.NewPair(9000)
 		a := rcRequester(t, la, req, resp, goldenEnd{})
 		var wrs []SendWR
 		for i, m := range msgs {
@@ -343,11 +322,11 @@ func TestGoldenImm(t *testing.T) {
 		compareFrames(t, peer, req)
 		replay(t, peer, resp)
 		for i, wc := range poll(t, a.scq, len(msgs), 5*time.Second) {
-			checkWC(t, "send", wc, uint64(i), WCSuccess, wrs[i].Opcode.completion())
+			checkWC(t, "send", wc, uint64(i), WCSuccess, transport.CompletionOf(wrs[i].Opcode))
 		}
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := rcResponder(t, lb, req, resp, goldenEnd{})
 		va := starts[2].p.RETH.VA
 		placeMR(t, b, va, starts[2].p.RETH.RKey)
@@ -417,7 +396,7 @@ func TestGoldenMTU256(t *testing.T) {
 	msgs[1], read[0] = msgs[2], read[1]
 	wr, rd := req[0], req[3]
 	t.Run("requester", func(t *testing.T) {
-		la, peer := NewMemLinkPair(9000)
+		la, peer := memlink.NewPair(9000)
 		a := rcRequester(t, la, req, resp, goldenEnd{mtu: MTU256})
 		copy(a.mr.Bytes(), msgs[0])
 		copy(a.mr.Bytes()[2*size:], msgs[1])
@@ -435,7 +414,7 @@ func TestGoldenMTU256(t *testing.T) {
 		equalBytes(t, "read", a.mr.Bytes()[size:2*size], read[0])
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := rcResponder(t, lb, req, resp, goldenEnd{mtu: MTU256})
 		placeMR(t, b, wr.p.RETH.VA, wr.p.RETH.RKey)
 		postRecv(t, b, RecvWR{ID: 9, SGList: sge(b.mr, 1<<16, 4096)})
@@ -464,7 +443,7 @@ func TestGoldenUC(t *testing.T) {
 	peerFrame := capFrame{p: req[0].p}
 	peerFrame.p.Eth.Src, peerFrame.p.IP.Src = req[0].p.Eth.Dst, req[0].p.IP.Dst
 	t.Run("requester", func(t *testing.T) {
-		la, peer := NewMemLinkPair(9000)
+		la, peer := memlink.NewPair(9000)
 		a := goldenSide(t, la, req[0], peerFrame, reqQPN, respQPN, req[0].p.BTH.PSN, 0, goldenEnd{typ: QPTypeUC})
 		var wrs []SendWR
 		for i, m := range msgs {
@@ -489,11 +468,11 @@ func TestGoldenUC(t *testing.T) {
 		postSend(t, a, wrs...)
 		compareFrames(t, peer, req)
 		for i, wc := range poll(t, a.scq, len(msgs), 5*time.Second) {
-			checkWC(t, "UC send", wc, uint64(i), WCSuccess, wrs[i].Opcode.completion())
+			checkWC(t, "UC send", wc, uint64(i), WCSuccess, transport.CompletionOf(wrs[i].Opcode))
 		}
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := goldenSide(t, lb, peerFrame, req[0], respQPN, reqQPN, 0, req[0].p.BTH.PSN, goldenEnd{typ: QPTypeUC})
 		var va uint64
 		for _, f := range starts {
@@ -563,21 +542,11 @@ func placeMW(t *testing.T, n *node, key uint32) *MW {
 	t.Helper()
 	mw, err := n.pd.AllocMW(MWType2)
 	must(t, err)
-	if !isMWKey(key) {
+	if !transport.IsMWKey(key) {
 		t.Fatalf("%#x is not a memory window key", key)
 	}
-	e := &n.dev.objs
 	must(t, n.dev.do(func() error {
-		e.removeMW(mw)
-		i := key>>8 - mwFirstIndex
-		for uint32(len(e.mrs.mws)) <= i {
-			e.mrs.mwFree = append(e.mrs.mwFree, uint32(len(e.mrs.mws)))
-			e.mrs.mws = append(e.mrs.mws, nil)
-		}
-		e.mrs.mwFree = deleteIndex(e.mrs.mwFree, i)
-		mw.rkey.Store(key ^ 0x5a) // another key byte: the bind sets rxe's
-		mw.alive = true
-		e.mrs.mws[i] = mw
+		mw.c.Place(key) // another key byte: the bind sets rxe's
 		return nil
 	}))
 	return mw
@@ -598,7 +567,7 @@ func TestGoldenSendInvalidate(t *testing.T) {
 	mw0, mw1 := starts[0].p.IETH, starts[1].p.RETH.RKey
 	va := starts[1].p.RETH.VA
 	t.Run("requester", func(t *testing.T) {
-		la, peer := NewMemLinkPair(9000)
+		la, peer := memlink.NewPair(9000)
 		a := rcRequester(t, la, req, resp, goldenEnd{})
 		var wrs []SendWR
 		for i, first := range starts {
@@ -620,7 +589,7 @@ func TestGoldenSendInvalidate(t *testing.T) {
 		checkWC(t, "WRITE through the invalidated window", wcs[3], 3, WCRemAccessErr, 0)
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := rcResponder(t, lb, req, resp, goldenEnd{})
 		placeMR(t, b, va, b.mr.RKey())
 		for i, key := range []uint32{mw0, mw1} {
@@ -666,8 +635,8 @@ func TestGoldenSendInvalidateRegion(t *testing.T) {
 		t.Fatalf("capture: %d requests, %d responses", len(req), len(resp))
 	}
 	t.Run("requester", func(t *testing.T) {
-		clk := NewFakeClock(time.Unix(1e9, 0))
-		la, peer := NewMemLinkPair(9000)
+		clk := faketime.New(time.Unix(1e9, 0))
+		la, peer := memlink.NewPair(9000)
 		a := rcRequester(t, la, req, resp, goldenEnd{clock: clk, retry: 6})
 		copy(a.mr.Bytes(), msgs[0])
 		copy(a.mr.Bytes()[4096:], msgs[1])
@@ -681,17 +650,17 @@ func TestGoldenSendInvalidateRegion(t *testing.T) {
 		// it: the clock may move only once that step is over.
 		settle(t, a.dev)
 		for i := 2; i < len(req); i++ {
-			clk.Advance(ackTimeout(14) + time.Microsecond)
+			clk.Advance(transport.AckTimeout(14) + time.Microsecond)
 			compareFrames(t, peer, req[i:i+1])
 		}
 		if n := pending(a.scq); n != 0 {
 			t.Fatalf("%d completions before the retries ran out", n)
 		}
-		clk.Advance(ackTimeout(14) + time.Microsecond)
+		clk.Advance(transport.AckTimeout(14) + time.Microsecond)
 		checkWC(t, "SEND to a dead responder", poll(t, a.scq, 1, 5*time.Second)[0], 2, WCRetryExcErr, 0)
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := rcResponder(t, lb, req, resp, goldenEnd{})
 		placeMR(t, b, b.mr.Addr(), req[0].p.IETH)
 		postRecv(t, b, RecvWR{ID: 1, SGList: sge(b.mr, 0, 4096)}, RecvWR{ID: 2, SGList: sge(b.mr, 4096, 4096)})

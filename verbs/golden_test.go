@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/pcap"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -75,7 +76,7 @@ func goldenNode(t *testing.T, link Link, self, peer capFrame, qpn uint32, sqPSN,
 	})
 	must(t, err)
 	t.Cleanup(func() { _ = d.Close() })
-	must(t, d.do(func() error { d.objs.nextQPN = qpn; return nil }))
+	must(t, d.do(func() error { d.nic.PinNextQPN(qpn); return nil }))
 	n := newNode(t, d, bufSize)
 	if n.qp.QPN() != qpn {
 		t.Fatalf("QPN %#x, want %#x", n.qp.QPN(), qpn)
@@ -88,7 +89,7 @@ func goldenNode(t *testing.T, link Link, self, peer capFrame, qpn uint32, sqPSN,
 }
 
 // collect reads n frames from the scripted peer's end of the link.
-func collect(t *testing.T, l *MemLink, n int) [][]byte {
+func collect(t *testing.T, l *memlink.Link, n int) [][]byte {
 	t.Helper()
 	var got [][]byte
 	deadline := time.Now().Add(5 * time.Second)
@@ -156,7 +157,7 @@ func messages(frames []capFrame) [][]byte {
 // complete them.
 func TestGoldenRequesterWriteMulti(t *testing.T) {
 	req, resp := loadCapture(t, "rc_write_multi")
-	la, peer := NewMemLinkPair(9000)
+	la, peer := memlink.NewPair(9000)
 	msgs := messages(req)
 	const size = 16384
 	a := goldenNode(t, la, req[0], resp[0], resp[0].p.BTH.DestQP, req[0].p.BTH.PSN, resp[0].p.BTH.PSN, len(msgs)*size)
@@ -188,7 +189,7 @@ func TestGoldenSendMulti(t *testing.T) {
 	req, resp := loadCapture(t, "rc_send_multi")
 	msgs := messages(req)
 	t.Run("requester", func(t *testing.T) {
-		la, peer := NewMemLinkPair(9000)
+		la, peer := memlink.NewPair(9000)
 		a := goldenNode(t, la, req[0], resp[0], resp[0].p.BTH.DestQP, req[0].p.BTH.PSN, resp[0].p.BTH.PSN, 1<<17)
 		var wrs []SendWR
 		off := 0
@@ -209,7 +210,7 @@ func TestGoldenSendMulti(t *testing.T) {
 		}
 	})
 	t.Run("responder", func(t *testing.T) {
-		peer, lb := NewMemLinkPair(9000)
+		peer, lb := memlink.NewPair(9000)
 		b := goldenNode(t, lb, resp[0], req[0], req[0].p.BTH.DestQP, resp[0].p.BTH.PSN, req[0].p.BTH.PSN, 1<<17)
 		for i := range msgs {
 			postRecv(t, b, RecvWR{ID: uint64(i), SGList: sge(b.mr, i*16384, 16384)})
@@ -232,7 +233,7 @@ func TestGoldenSendMulti(t *testing.T) {
 // and rxe's responses must land in our memory.
 func TestGoldenRequesterReadMulti(t *testing.T) {
 	req, resp := loadCapture(t, "rc_read_multi")
-	la, peer := NewMemLinkPair(9000)
+	la, peer := memlink.NewPair(9000)
 	data := messages(resp)
 	const size = 12288
 	a := goldenNode(t, la, req[0], resp[0], resp[0].p.BTH.DestQP, req[0].p.BTH.PSN, resp[0].p.BTH.PSN, len(req)*size)
@@ -255,7 +256,7 @@ func TestGoldenRequesterReadMulti(t *testing.T) {
 }
 
 // replay sends captured frames to the engine from the scripted peer.
-func replay(t *testing.T, l *MemLink, frames []capFrame) {
+func replay(t *testing.T, l *memlink.Link, frames []capFrame) {
 	t.Helper()
 	// One frame per receive batch, as rxe meets them: the engine would
 	// otherwise coalesce the ACKs of a burst.
@@ -264,18 +265,11 @@ func replay(t *testing.T, l *MemLink, frames []capFrame) {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(5 * time.Second)
-		for l.peer.queued() > 0 {
+		for l.Peer().Queued() > 0 {
 			if time.Now().After(deadline) {
 				t.Fatalf("frame %d of %d not taken by the engine", i, len(frames))
 			}
 			time.Sleep(20 * time.Microsecond)
 		}
 	}
-}
-
-// queued is how many frames wait to be received here.
-func (l *MemLink) queued() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.queue)
 }

@@ -8,6 +8,10 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // node is one side of a test connection: a device with a PD, CQs, a QP and a buffer.
@@ -118,9 +122,9 @@ func must(t testing.TB, err error) {
 }
 
 // pair builds two connected nodes over an in-memory link.
-func pair(t *testing.T, o connOpts, bufSize int) (*node, *node, *MemLink, *MemLink) {
+func pair(t *testing.T, o connOpts, bufSize int) (*node, *node, *memlink.Link, *memlink.Link) {
 	t.Helper()
-	la, lb := NewMemLinkPair(4096 + 200)
+	la, lb := memlink.NewPair(4096 + 200)
 	a := newNode(t, newDevice(t, la, macA, ipA, 4096), bufSize)
 	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), bufSize)
 	if o.retry == 0 {
@@ -157,7 +161,7 @@ func poll(t *testing.T, cq *CQ, n int, timeout time.Duration) []WorkCompletion {
 // by step each time 20 ms of real time passed with none: recoveries that
 // wait on a timer of fake time (a loaded machine's receive ring may drop
 // frames) end within timeout.
-func pollAdvancing(t *testing.T, cq *CQ, n int, clk *FakeClock, step, timeout time.Duration) []WorkCompletion {
+func pollAdvancing(t *testing.T, cq *CQ, n int, clk *faketime.Clock, step, timeout time.Duration) []WorkCompletion {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	out := make([]WorkCompletion, 0, n)
@@ -221,7 +225,7 @@ func isErr(err, target error) bool { return errors.Is(err, target) }
 func pollWait(cq *CQ, timeout time.Duration) *CQ {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if cq.pending() > 0 {
+		if cq.c.Pending() > 0 {
 			return cq
 		}
 		time.Sleep(100 * time.Microsecond)
@@ -234,3 +238,11 @@ func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// do runs fn as a control operation of d's engines (transport.NIC.Do).
+func (d *Device) do(fn func() error) error { return d.nic.Do(fn) }
+
+// sendOutstanding and recvOutstanding count a QP's WQEs posted and not yet
+// retired.
+func sendOutstanding(qp *transport.QP) int32 { n, _ := qp.Outstanding(); return n }
+func recvOutstanding(qp *transport.QP) int32 { _, n := qp.Outstanding(); return n }

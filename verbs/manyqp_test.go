@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // manyQPs connects n RC QP pairs between a and b, all sharing a's and b's
@@ -31,7 +33,7 @@ func manyQPs(t testing.TB, a, b *node, n int) (as, bs []*node) {
 func TestManyQPsUnderFaults(t *testing.T) {
 	const qps, slot = 300, 8 << 10
 	a, b, la, lb := pair(t, connOpts{}, qps*slot)
-	imp := Impairment{Drop: 0.01, Duplicate: 0.01, Corrupt: 0.01, Reorder: 0.01}
+	imp := memlink.Impairment{Drop: 0.01, Duplicate: 0.01, Corrupt: 0.01, Reorder: 0.01}
 	imp.Seed = 11
 	la.SetImpairment(imp)
 	imp.Seed = 12

@@ -5,6 +5,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // TestCreateQPRefusesOtherDevicesCQ: a QP's CQs (and SRQ) must belong to
@@ -45,7 +48,7 @@ func TestDestroyQPTwice(t *testing.T) {
 	if err := qp.Destroy(); !isErr(err, ErrInvalid) {
 		t.Fatalf("second Destroy: %v, want EINVAL", err)
 	}
-	if n := srq.attached.Load(); n != 1 {
+	if n := srq.c.Attached(); n != 1 {
 		t.Fatalf("SRQ has %d QPs attached, want 1 (the other)", n)
 	}
 	if err := srq.Destroy(); !isErr(err, ErrBusy) {
@@ -92,7 +95,7 @@ func TestNoAckForSendThatOverflowedCQ(t *testing.T) {
 // wakeAfterClose is a MemLink that reports a Wake after its owner released
 // it: on AF_XDP that would write to a closed, perhaps reused, eventfd.
 type wakeAfterClose struct {
-	*MemLink
+	*memlink.Link
 	released, late atomic.Bool
 }
 
@@ -100,15 +103,15 @@ func (l *wakeAfterClose) Wake() {
 	if l.released.Load() {
 		l.late.Store(true)
 	}
-	l.MemLink.Wake()
+	l.Link.Wake()
 }
 
 // TestPostsRacingClose: after Close every post returns ErrClosed, and
 // posts racing with Close never ring the doorbell of a released link.
 func TestPostsRacingClose(t *testing.T) {
 	for round := range 20 {
-		la, lb := NewMemLinkPair(4096 + 200)
-		link := &wakeAfterClose{MemLink: la}
+		la, lb := memlink.NewPair(4096 + 200)
+		link := &wakeAfterClose{Link: la}
 		a := newNode(t, newDevice(t, link, macA, ipA, 4096), 1<<16)
 		b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<16)
 		connect(t, a, b, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
@@ -164,10 +167,10 @@ func TestQPNsAreRandom(t *testing.T) {
 		qp, err := a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, Cap: QPCap{MaxSendWR: 1}})
 		must(t, err)
 		n := qp.QPN()
-		if n < firstUserQPN || n >= MaxQP || seen[n] {
+		if n < transport.FirstUserQPN || n >= MaxQP || seen[n] {
 			t.Fatalf("QPN %#x: out of range or reused while live", n)
 		}
-		if n < firstUserQPN+256 {
+		if n < transport.FirstUserQPN+256 {
 			below++
 		}
 		seen[n] = true
@@ -175,7 +178,7 @@ func TestQPNsAreRandom(t *testing.T) {
 	}
 	// Counting up, all 200 would lie in the first 256; at random about 13 do.
 	if below > 60 {
-		t.Fatalf("%d of 200 QPNs below %#x: not spread over the range", below, firstUserQPN+256)
+		t.Fatalf("%d of 200 QPNs below %#x: not spread over the range", below, transport.FirstUserQPN+256)
 	}
 	for _, qp := range qps {
 		must(t, qp.Destroy())

@@ -2,8 +2,9 @@ package verbs
 
 import (
 	"fmt"
-	"sync/atomic"
 	"unsafe"
+
+	"github.com/xdproce/xdproce/internal/transport"
 
 	"github.com/xdproce/xdproce/uverbs"
 )
@@ -12,19 +13,17 @@ import (
 type PD struct {
 	dev *Device
 	id  uint32
-	// users counts the regions, windows, QPs, SRQs and address handles of
-	// an in-process PD: Dealloc is EBUSY while any exists, as ibv_dealloc_pd.
-	users atomic.Int32
+	c   *transport.PD // in-process; nil on a device attached to a daemon
 }
 
 // Dealloc frees the PD (ibv_dealloc_pd): EBUSY while a region, window, QP,
 // SRQ or address handle uses it.
 func (pd *PD) Dealloc() error {
-	if pd.dev.rem != nil {
-		_, err := pd.dev.rem.callNoFDs(uverbs.OpDeallocPD, func(e *uverbs.Encoder) { e.U32(pd.id) })
+	if pd.dev.att != nil {
+		_, err := pd.dev.att.callNoFDs(uverbs.OpDeallocPD, func(e *uverbs.Encoder) { e.U32(pd.id) })
 		return err
 	}
-	if n := pd.users.Load(); n > 0 {
+	if n := pd.c.Users(); n > 0 {
 		return fmt.Errorf("verbs: PD used by %d objects: %w", n, ErrBusy)
 	}
 	return nil
@@ -33,38 +32,32 @@ func (pd *PD) Dealloc() error {
 // AllocPD creates a protection domain.
 func (d *Device) AllocPD() (*PD, error) {
 	pd := &PD{dev: d}
-	if d.rem != nil {
+	if d.att != nil {
 		var err error
-		if pd.id, err = d.rem.allocPD(); err != nil {
+		if pd.id, err = d.att.allocPD(); err != nil {
 			return nil, err
 		}
 		return pd, nil
 	}
-	err := d.do(func() error {
-		d.objs.pdSeq++
-		pd.id = d.objs.pdSeq
-		return nil
-	})
+	c, err := d.nic.AllocPD()
 	if err != nil {
 		return nil, err
 	}
+	pd.c, pd.id = c, c.ID()
 	return pd, nil
 }
 
 // MR is a registered memory region.
 type MR struct {
 	pd     *PD
-	buf    []byte       // the region's memory, in this process
-	mem    RemoteMemory // or, for a daemon's client's own memory, where it is
+	buf    []byte // the region's memory, in this process (nil for another's)
 	length uint64
 	addr   uint64
 	access Access
 	lkey   uint32
 	rkey   uint32
-	valid  bool // engine-owned
-	// boundMWs counts the memory windows bound to the region (engine-owned).
-	boundMWs int
-	rem      *remoteMR // the daemon's object, on a client's device
+	c      *transport.MR // the engines' region, in-process
+	att    *attachedMR   // the daemon's object, on a client's device
 }
 
 // Addr is the address of the region's first byte, the base of SGE and
@@ -90,8 +83,8 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 		return nil, err
 	}
 	addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
-	if pd.dev.rem != nil {
-		return pd.regRemoteMR(buf, addr, access)
+	if pd.dev.att != nil {
+		return pd.regAttachedMR(buf, addr, access)
 	}
 	return pd.register(buf, addr, access)
 }
@@ -106,19 +99,18 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
 	if iova+uint64(len(buf)) < iova {
 		return nil, fmt.Errorf("verbs: region at %#x of %d bytes wraps: %w", iova, len(buf), ErrInvalid)
 	}
-	if pd.dev.rem != nil {
-		return pd.regRemoteMR(buf, iova, access)
+	if pd.dev.att != nil {
+		return pd.regAttachedMR(buf, iova, access)
 	}
 	return pd.register(buf, iova, access)
 }
 
 func (pd *PD) register(buf []byte, iova uint64, access Access) (*MR, error) {
-	mr := &MR{pd: pd, buf: buf, length: uint64(len(buf)), access: access, addr: iova}
-	err := pd.dev.do(func() error { return pd.dev.addMR(mr) })
+	c, err := pd.c.RegMR(buf, iova, access)
 	if err != nil {
 		return nil, err
 	}
-	return mr, nil
+	return &MR{pd: pd, buf: buf, length: uint64(len(buf)), addr: iova, access: access, lkey: c.LKey(), rkey: c.RKey(), c: c}, nil
 }
 
 // checkAccess checks a registration's length and access flags.
@@ -140,11 +132,11 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("verbs: allocate %d bytes: %w", n, ErrInvalid)
 	}
-	if pd.dev.rem != nil {
+	if pd.dev.att != nil {
 		if err := checkAccess(n, access); err != nil {
 			return nil, err
 		}
-		return pd.allocRemoteMR(n, access)
+		return pd.allocAttachedMR(n, access)
 	}
 	return pd.RegMR(make([]byte, n), access)
 }
@@ -170,336 +162,28 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 // holds a reference for these uses; ibverbs leaves deregistering a region
 // in use undefined.
 func (m *MR) Dereg() error {
-	if m.rem != nil {
-		return m.deregRemote()
+	if m.att != nil {
+		return m.deregAttached()
 	}
-	return m.pd.dev.do(func() error {
-		if !m.valid {
-			return fmt.Errorf("verbs: MR already deregistered: %w", ErrInvalid)
-		}
-		if m.boundMWs > 0 {
-			return fmt.Errorf("verbs: %d memory windows are bound to the MR: %w", m.boundMWs, ErrBusy)
-		}
-		o := &m.pd.dev.objs
-		if use := o.mrInUse(m); use != "" {
-			return fmt.Errorf("verbs: the MR is in use by %s: %w", use, ErrBusy)
-		}
-		o.removeMR(m)
-		o.revokeWrites(m)
-		o.revokeReplies(m)
-		return nil
-	})
+	return m.c.Dereg()
 }
 
-// revokeWrites ends every multi-packet RDMA WRITE arriving into mr, just
-// deregistered: no packet of it touches the memory again.
-func (e *objects) revokeWrites(mr *MR) {
-	for _, qp := range e.live {
-		if w := &qp.t.write; qp.t.respOp == respWrite && w.mr == mr {
-			w.mr, w.revoked = nil, true
-		}
-	}
-}
-
-// mrInUse says what in-flight work holds memory of mr, or "" if none. A
-// QP's send WQEs name regions of its own PD; its receive WQEs, those of its
-// SRQ's PD when it has one, which may be another (so every QP is looked at).
-func (e *objects) mrInUse(mr *MR) string {
-	for _, qp := range e.live {
-		t := &qp.t
-		recvPD := qp.pd
-		if qp.srq != nil {
-			recvPD = qp.srq.pd
-		}
-		if t.recv.active && recvPD == mr.pd {
-			var one [1]SGE
-			for _, s := range t.recv.wr.sges(&one) {
-				if s.LKey == mr.lkey {
-					return fmt.Sprintf("a SEND in progress into receive WR %d of QP %#x", t.recv.wr.ID, qp.qpn)
-				}
-			}
-		}
-		if qp.pd != mr.pd {
-			continue
-		}
-		for i := range t.sq {
-			if t.sq[i].namesLKey(mr.lkey) {
-				return fmt.Sprintf("send WR %d of QP %#x", t.sq[i].wr.ID, qp.qpn)
-			}
-		}
-		qp.postMu.Lock()
-		for i := range qp.postSend {
-			if qp.postSend[i].namesLKey(mr.lkey) {
-				id := qp.postSend[i].wr.ID
-				qp.postMu.Unlock()
-				return fmt.Sprintf("send WR %d of QP %#x", id, qp.qpn)
-			}
-		}
-		qp.postMu.Unlock()
-	}
-	return ""
-}
-
-// namesLKey reports whether the WQE's SG list names lkey (INLINE data was
-// copied when posted and names nothing).
-func (w *sendWQE) namesLKey(lkey uint32) bool {
-	if w.wr.Flags&SendInline != 0 {
-		return false
-	}
-	if w.single {
-		return w.sge1.LKey == lkey
-	}
-	for _, s := range w.wr.SGList {
-		if s.LKey == lkey {
-			return true
-		}
-	}
-	return false
-}
-
-// mrTable maps key indexes to regions and memory windows; keys are
-// index<<8 | a random byte, so a stale or guessed key rarely names a live
-// region (as rxe). Window indexes start at mwFirstIndex.
-type mrTable struct {
-	mrs  []*MR // index 0 unused
-	free []uint32
-
-	mws    []*MW // mws[i] has index mwFirstIndex+i
-	mwFree []uint32
-}
-
-func (d *Device) addMR(mr *MR) error {
-	e := &d.objs
-	e.mrMu.Lock() // the table may grow: posters must not read it meanwhile
-	defer e.mrMu.Unlock()
-	t := &e.mrs
-	var idx uint32
-	if n := len(t.free); n > 0 {
-		idx, t.free = t.free[n-1], t.free[:n-1]
-	} else {
-		if len(t.mrs) == 0 {
-			t.mrs = append(t.mrs, nil)
-		}
-		if len(t.mrs) > mrMaxIndex {
-			return fmt.Errorf("verbs: too many memory regions: %w", ErrNoMem)
-		}
-		idx = uint32(len(t.mrs))
-		t.mrs = append(t.mrs, nil)
-	}
-	key := idx<<8 | uint32(d.rng.IntN(256))
-	mr.lkey, mr.rkey, mr.valid = key, key, true
-	t.mrs[idx] = mr
-	mr.pd.users.Add(1)
-	return nil
-}
-
-func (e *objects) removeMR(mr *MR) {
-	idx := mr.lkey >> 8
-	// An inline post copying from the region finishes first; later ones
-	// no longer find it.
-	e.mrMu.Lock()
-	e.mrs.mrs[idx] = nil
-	mr.valid = false
-	e.mrMu.Unlock()
-	e.mrs.free = append(e.mrs.free, idx)
-	mr.pd.users.Add(-1)
-}
-
-// lookupMR returns the live region with this key, or nil.
-func (e *objects) lookupMR(key uint32) *MR {
-	idx := key >> 8
-	if idx == 0 || int(idx) >= len(e.mrs.mrs) {
-		return nil
-	}
-	mr := e.mrs.mrs[idx]
-	if mr == nil || mr.lkey != key {
-		return nil
-	}
-	return mr
-}
-
-// slice returns the region's bytes [addr, addr+n) if they lie inside it
-// and in this process.
-func (m *MR) slice(addr uint64, n uint32) ([]byte, bool) {
-	if addr < m.addr || m.buf == nil {
-		return nil, false
-	}
-	off := addr - m.addr
-	if off > uint64(len(m.buf)) || uint64(n) > uint64(len(m.buf))-off {
-		return nil, false
-	}
-	return m.buf[off : off+uint64(n)], true
-}
-
-// RemoteMemory is memory of another process that the engines reach by
-// copying: a daemon's client's own memory (process_vm_readv/writev). Its
-// offsets are the region's. A copy that fails (the client unmapped the
-// memory, or died) moves nothing; the client's data is then undefined, as
-// ibverbs leaves it when registered memory is freed.
-type RemoteMemory interface {
-	ReadAt(p []byte, off uint64) error
-	WriteAt(p []byte, off uint64) error
-}
-
-// RegRemoteMR registers length bytes of another process's memory, reached
+// RegProcMR registers length bytes of another process's memory, reached
 // through mem, at address iova (the daemon registers a client's own memory
 // so: ibv_reg_mr on malloc'd memory).
-func (pd *PD) RegRemoteMR(mem RemoteMemory, iova, length uint64, access Access) (*MR, error) {
+func (pd *PD) RegProcMR(mem ProcMemory, iova, length uint64, access Access) (*MR, error) {
+	if pd.dev.att != nil {
+		return nil, errDaemonSide("another process's memory")
+	}
 	if err := checkAccess(int(min(length, MaxMRSize+1)), access); err != nil {
 		return nil, err
 	}
 	if iova+length < iova || mem == nil {
 		return nil, fmt.Errorf("verbs: region at %#x of %d bytes: %w", iova, length, ErrInvalid)
 	}
-	mr := &MR{pd: pd, mem: mem, length: length, access: access, addr: iova}
-	err := pd.dev.do(func() error { return pd.dev.addMR(mr) })
+	c, err := pd.c.RegProcMR(mem, iova, length, access)
 	if err != nil {
 		return nil, err
 	}
-	return mr, nil
-}
-
-// span is a piece of a registered region the engines copy to or from: local
-// bytes, or n bytes of another process's memory at offset off.
-type span struct {
-	b   []byte
-	mem RemoteMemory
-	off uint64
-	n   uint32
-}
-
-// span returns the region's piece [addr, addr+n) if it lies inside it.
-func (m *MR) span(addr uint64, n uint32) (span, bool) {
-	if addr < m.addr {
-		return span{}, false
-	}
-	off := addr - m.addr
-	if off > m.length || uint64(n) > m.length-off {
-		return span{}, false
-	}
-	if m.mem != nil {
-		return span{mem: m.mem, off: off, n: n}, true
-	}
-	return span{b: m.buf[off : off+uint64(n)]}, true
-}
-
-func (s span) len() uint32 {
-	if s.mem != nil {
-		return s.n
-	}
-	return uint32(len(s.b))
-}
-
-// read copies the span's bytes from offset off into dst, as many as fit,
-// and returns how many. From another process's memory, with pending set,
-// the copy is only queued there (dst must stay valid until the engine makes
-// it, see engine.sealDeferred); without, it is made at once.
-func (s span) read(dst []byte, off uint32, pending *remoteCopies) int {
-	if s.mem == nil {
-		return copy(dst, s.b[off:])
-	}
-	n := min(uint32(len(dst)), s.n-off)
-	if pending != nil {
-		pending.add(s.mem, dst[:n], s.off+uint64(off))
-	} else {
-		_ = s.mem.ReadAt(dst[:n], s.off+uint64(off))
-	}
-	return int(n)
-}
-
-// write copies src into the span from offset off, as much as fits, and
-// returns how much. Into another process's memory, with pending set, the
-// copy is only queued there (src must stay valid until the engine flushes
-// it, see remoteCopies); without, it is made at once.
-func (s span) write(src []byte, off uint32, pending *remoteCopies) int {
-	if s.mem == nil {
-		return copy(s.b[off:], src)
-	}
-	n := min(uint32(len(src)), s.n-off)
-	if pending != nil {
-		pending.add(s.mem, src[:n], s.off+uint64(off))
-	} else {
-		_ = s.mem.WriteAt(src[:n], s.off+uint64(off))
-	}
-	return int(n)
-}
-
-// RemoteReadVec is a RemoteMemory that takes several reads in one call: the
-// engines read what a transmit batch sends from another process's memory
-// at once, before they seal the batch's frames.
-type RemoteReadVec interface {
-	ReadVec(p [][]byte, off []uint64) error
-}
-
-// RemoteWriteVec is a RemoteMemory that takes several writes in one call:
-// the engines queue what received frames carry for another process's
-// memory and hand it over once per receive batch (and before anything that
-// could let the data be seen: a completion, a frame sent).
-type RemoteWriteVec interface {
-	WriteVec(p [][]byte, off []uint64) error
-}
-
-// remoteCopies are an engine's copies to (writes) or from (reads) other
-// processes' memory not made yet, in order, grouped by memory; the local
-// side is frame memory, valid until the engine makes them.
-type remoteCopies struct {
-	read   bool
-	groups []copyGroup
-	n      int
-}
-
-type copyGroup struct {
-	mem  RemoteMemory
-	bufs [][]byte
-	offs []uint64
-}
-
-func (w *remoteCopies) add(mem RemoteMemory, p []byte, off uint64) {
-	if k := len(w.groups); k == 0 || w.groups[k-1].mem != mem {
-		if k < cap(w.groups) {
-			w.groups = w.groups[:k+1]
-			w.groups[k].mem = mem
-		} else {
-			w.groups = append(w.groups, copyGroup{mem: mem})
-		}
-	}
-	g := &w.groups[len(w.groups)-1]
-	g.bufs = append(g.bufs, p)
-	g.offs = append(g.offs, off)
-	w.n++
-}
-
-// flush makes the queued copies, one call per memory where it can.
-func (w *remoteCopies) flush() {
-	if w.n == 0 {
-		return
-	}
-	for i := range w.groups {
-		g := &w.groups[i]
-		w.copyGroup(g)
-		clear(g.bufs) // no reference to frames outlives the batch
-		g.bufs, g.offs, g.mem = g.bufs[:0], g.offs[:0], nil
-	}
-	w.groups = w.groups[:0]
-	w.n = 0
-}
-
-func (w *remoteCopies) copyGroup(g *copyGroup) {
-	if w.read {
-		if v, ok := g.mem.(RemoteReadVec); ok {
-			_ = v.ReadVec(g.bufs, g.offs)
-			return
-		}
-		for j, b := range g.bufs {
-			_ = g.mem.ReadAt(b, g.offs[j])
-		}
-		return
-	}
-	if v, ok := g.mem.(RemoteWriteVec); ok {
-		_ = v.WriteVec(g.bufs, g.offs)
-		return
-	}
-	for j, b := range g.bufs {
-		_ = g.mem.WriteAt(b, g.offs[j])
-	}
+	return &MR{pd: pd, length: length, addr: iova, access: access, lkey: c.LKey(), rkey: c.RKey(), c: c}, nil
 }

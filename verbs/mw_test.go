@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -37,7 +38,7 @@ func mustBind(t *testing.T, b *node, off, n int, access Access) *MW {
 	if wc.Status != WCSuccess || wc.Opcode != WCBindMW || wc.WRID != 100 || wc.ByteLen != 0 {
 		t.Fatalf("bind: %+v", wc)
 	}
-	if k := mw.RKey(); k>>8 < mwFirstIndex {
+	if k := mw.RKey(); k>>8 < transport.MWFirstIndex {
 		t.Fatalf("window rkey %#x lies in the region key space", k)
 	}
 	return mw

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -19,14 +21,14 @@ func TestSecondSequenceNAK(t *testing.T) {
 	for _, retry := range []uint8{7, 3} {
 		t.Run(map[uint8]string{7: "retry_cnt 7", 3: "retry_cnt 3"}[retry], func(t *testing.T) {
 			a, b, _ := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: retry, rnr: 7, psnA: 0xfffffc})
-			la := a.dev.shards[0].link.(*MemLink)
+			la := a.dev.nic.Link(0).(*memlink.Link)
 			dropWhile(la, func(*wire.Packet) bool { return true })
 			postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 8<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 			c := waitCounter(t, a.dev, "the WRITE's 8 packets", func(c Counters) bool { return c.SentPkts == 8 })
 			nak := func(before Counters) Counters {
 				t.Helper()
 				// PSN 3 of the WRITE, across the wrap: 0xfffffc + 3.
-				la.deliver([][]byte{forgeResponse(t, a.qp.QPN(), wire.RCAck, wire.NAKSyndrome(wire.NAKPSNSequenceError), 0xffffff, nil)})
+				la.Inject([][]byte{forgeResponse(t, a.qp.QPN(), wire.RCAck, wire.NAKSyndrome(wire.NAKPSNSequenceError), 0xffffff, nil)})
 				waitCounter(t, a.dev, "the NAK", func(x Counters) bool { return x.RcvdPkts > before.RcvdPkts })
 				time.Sleep(10 * time.Millisecond) // what it makes the requester send, sent
 				settle(t, a.dev)
@@ -62,7 +64,7 @@ func TestRNRNAKCountsOnlyForTheHead(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 7, rnr: 0})
 	fill(b.mr.Bytes()[:4096], 3)
 	fill(a.mr.Bytes()[8192:8192+100], 4)
-	lb := b.dev.shards[0].link.(*MemLink)
+	lb := b.dev.nic.Link(0).(*memlink.Link)
 	hold := dropWhile(lb, func(p *wire.Packet) bool {
 		switch p.BTH.Opcode {
 		case wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast, wire.RCReadResponseOnly:
@@ -86,7 +88,7 @@ func TestRNRNAKCountsOnlyForTheHead(t *testing.T) {
 	}
 	postRecv(t, b, RecvWR{ID: 7, SGList: sge(b.mr, 8192, 100)})
 	hold.Store(false)
-	clk.Advance(ackTimeout(14) + time.Microsecond)
+	clk.Advance(transport.AckTimeout(14) + time.Microsecond)
 	for i, wc := range poll(t, a.scq, 2, 5*time.Second) {
 		if wc.Status != WCSuccess || wc.WRID != uint64(i+1) {
 			t.Fatalf("completion %+v", wc)

@@ -129,11 +129,11 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 }
 
 // DefaultRxCoalesce is the RxCoalesce of a device on one CPU that does not
-// set one. In a 1-vCPU guest under emulation (docs/performance.md) a
-// passive WRITE receiver woke every six frames or so; sleeps of up to 2 ms
-// cut its CPU by 40% and raised WRITE 64 KiB by 30%. The sleeps
-// are sized to the arrival rate (about 48 frames each), so a fast link
-// gets short ones.
+// set one. There the engine, the kernel moving the frames and the
+// application share the one CPU, and waking for every few frames costs
+// more than the frames (docs/performance.md; the measurements in
+// docs/results/2026-11-25-small-guest.md). The sleeps are sized to the
+// arrival rate (about 48 frames each), so a fast link gets short ones.
 const DefaultRxCoalesce = 2 * time.Millisecond
 
 // RxCoalesceFor is the receive coalescing a device opened on this machine

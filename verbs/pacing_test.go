@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -14,7 +16,7 @@ import (
 // gap, in real time; a frame that finds the queue full is dropped, as the
 // tap into a slow guest drops it.
 type bottleneck struct {
-	link  *MemLink
+	link  *memlink.Link
 	depth int
 	gap   time.Duration
 	queue []timedFrame
@@ -31,7 +33,7 @@ type timedFrame struct {
 func (b *bottleneck) admit() {
 	now := time.Now()
 	for {
-		n, _ := b.link.Receive(rxBatch, func(f []byte) {
+		n, _ := b.link.Receive(transport.RxBatch, func(f []byte) {
 			if len(b.queue) >= b.depth {
 				b.drops.Add(1)
 				return
@@ -84,7 +86,7 @@ func (b *bottleneck) MaxFrame() int              { return b.link.MaxFrame() }
 // two re-reads in all, where an unpaced responder causes two per READ (the
 // first re-read's remainder overflows the path too).
 func TestReadResponsesPacedAfterTailLoss(t *testing.T) {
-	la, lb := NewMemLinkPair(4096 + 200)
+	la, lb := memlink.NewPair(4096 + 200)
 	slow := &bottleneck{link: la, depth: 48, gap: 100 * time.Microsecond}
 	a := newNode(t, newDevice(t, slow, macA, ipA, 4096), 1<<20)
 	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<20)
@@ -112,81 +114,13 @@ func TestReadResponsesPacedAfterTailLoss(t *testing.T) {
 	}
 }
 
-// TestReadPacer: the estimate comes only from a READ arriving with nothing
-// queued, after a response of two packets or more; it keeps the highest
-// recent sample, decaying, and ignores responses shorter than the path
-// holds; and the pace lets a bounded burst go, then one packet per
-// interval.
-func TestReadPacer(t *testing.T) {
-	var p readPacer
-	t0 := time.Unix(1e9, 0)
-	p.started(t0, 0, 99, true)
-	p.requested(t0.Add(10*time.Millisecond), false) // a response still queued: no sample
-	if p.rate != 0 {
-		t.Fatalf("rate %v from a busy arrival", p.rate)
-	}
-	p.requested(t0.Add(10*time.Millisecond), true) // 100 packets in 10 ms
-	if p.rate != 10000 {
-		t.Fatalf("rate %v, want 10000 packets/s", p.rate)
-	}
-	p.started(t0, 0, 99, true)
-	p.requested(t0.Add(100*time.Millisecond), true) // a requester that paused: 1000/s
-	if p.rate != 10000*paceDecay {
-		t.Fatalf("rate %v after a low sample, want %v", p.rate, 10000*paceDecay)
-	}
-	p.started(t0, 0, 0, true)
-	p.requested(t0.Add(time.Second), true) // one packet times the round trip
-	if p.rate != 10000*paceDecay {
-		t.Fatalf("rate %v after a one-packet response", p.rate)
-	}
-	p.started(t0, 0, 99, false) // behind other responses: not a sample
-	p.requested(t0.Add(time.Second), true)
-	if p.rate != 10000*paceDecay || p.pacing() {
-		t.Fatalf("rate %v, pacing %v", p.rate, p.pacing())
-	}
-	p.safe = 200 // the path took 200 packets whole in one burst
-	p.started(t0, 0, 99, true)
-	p.requested(t0.Add(time.Millisecond), true) // shorter: its buffers took it
-	if p.rate != 10000*paceDecay {
-		t.Fatalf("rate %v after a response shorter than the path holds", p.rate)
-	}
-	p.started(t0, 0, 199, true)
-	p.requested(t0.Add(10*time.Millisecond), true)
-	if p.rate != 20000 {
-		t.Fatalf("rate %v, want 20000 packets/s", p.rate)
-	}
-
-	p.rate, p.paced, p.safe = 8000/paceGain, true, 0 // paced at 8000 packets/s: 125 µs apart, bursts of 8
-	now := t0
-	burst := 0
-	for p.take(now) {
-		burst++
-	}
-	if burst != 8 {
-		t.Fatalf("a burst of %d packets, want 8", burst)
-	}
-	if due := p.due(); due.Sub(now) != 125*time.Microsecond {
-		t.Fatalf("next packet due after %v, want 125µs", due.Sub(now))
-	}
-	if p.take(now.Add(124*time.Microsecond)) || !p.take(now.Add(125*time.Microsecond)) {
-		t.Fatal("the next packet did not leave at its interval")
-	}
-
-	// However low the estimate, packets leave at least every 500 µs; and
-	// an eighth of what the path took whole in one burst always may.
-	p = readPacer{rate: 10, paced: true, safe: 200}
-	if interval, tolerance := p.interval(); interval != 500*time.Microsecond || tolerance != 24*interval {
-		t.Fatalf("interval %v, tolerance %v: want 500µs and a burst of 25", interval, tolerance)
-	}
-}
-
 // TestDuplicatedReadRequestsDoNotPace: every READ request arrives twice (a
 // fabric that duplicates). Each copy finds its response sent and asks for
 // it from the start again, which is no sign of a lost tail: the responder
 // answers it (the requester drops the duplicates) but never paces.
 func TestDuplicatedReadRequestsDoNotPace(t *testing.T) {
 	a, b, la, _ := readLossPair(t)
-	la.SetImpairment(Impairment{Duplicate: 1, Seed: 5})
+	la.SetImpairment(memlink.Impairment{Duplicate: 1, Seed: 5})
 	for i := range 8 {
 		postSend(t, a, SendWR{ID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 32<<10),
 			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
@@ -234,7 +168,7 @@ func TestForgedDuplicateReadDoesNotPace(t *testing.T) {
 	}
 	for i := range 8 {
 		psn := uint32(first + 1 + i*3)
-		lb.deliver([][]byte{forgeReadRequest(t, b.qp.QPN(), psn, wire.RETH{VA: b.mr.Addr(), RKey: b.mr.RKey(), Len: size})})
+		lb.Inject([][]byte{forgeReadRequest(t, b.qp.QPN(), psn, wire.RETH{VA: b.mr.Addr(), RKey: b.mr.RKey(), Len: size})})
 		waitCounter(t, b.dev, "the forged duplicate", func(c Counters) bool { return c.DuplicateRequest == uint64(i+1) })
 		time.Sleep(2 * time.Millisecond) // its response sent: the next finds the QP idle
 	}
@@ -242,7 +176,7 @@ func TestForgedDuplicateReadDoesNotPace(t *testing.T) {
 		t.Fatalf("forged duplicate READs turned pacing on %d times", c.ReadRetryPaced)
 	}
 	const k = 5
-	lb.deliver([][]byte{forgeReadRequest(t, b.qp.QPN(), first+k, wire.RETH{VA: b.mr.Addr() + k*1024, RKey: b.mr.RKey(), Len: size - k*1024})})
+	lb.Inject([][]byte{forgeReadRequest(t, b.qp.QPN(), first+k, wire.RETH{VA: b.mr.Addr() + k*1024, RKey: b.mr.RKey(), Len: size - k*1024})})
 	waitCounter(t, b.dev, "the resume", func(c Counters) bool { return c.ReadRetryPaced == 1 })
 	if a.qp.State() != StateRTS || b.qp.State() != StateRTS {
 		t.Fatalf("QPs %v and %v", a.qp.State(), b.qp.State())

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // TestPipelinedMixUnderFaults keeps 64 operations of every kind in flight
@@ -14,8 +16,8 @@ import (
 // adds run in order: the k-th returns the counter's start plus k).
 func TestPipelinedMixUnderFaults(t *testing.T) {
 	a, b, la, lb := pair(t, connOpts{mtu: MTU1024, timeout: 8}, 1<<20)
-	la.SetImpairment(Impairment{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.05, Reorder: 0.05, Seed: 5})
-	lb.SetImpairment(Impairment{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.05, Reorder: 0.05, Seed: 6})
+	la.SetImpairment(memlink.Impairment{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.05, Reorder: 0.05, Seed: 5})
+	lb.SetImpairment(memlink.Impairment{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.05, Reorder: 0.05, Seed: 6})
 	const messages, depth, size, half = 20000, 64, 64, 1 << 19
 	// b: WRITE targets [0, 256 KiB); the counter at half; READ sources
 	// (64 slots) from half+64; receive buffers (256 slots) from half+8192.

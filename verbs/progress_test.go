@@ -5,12 +5,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // busyPair is pair() with busy-polling devices.
 func busyPair(t *testing.T) (a, b *node) {
 	t.Helper()
-	la, lb := NewMemLinkPair(4096 + 200)
+	la, lb := memlink.NewPair(4096 + 200)
 	busy := DeviceConfig{ActiveMTU: 4096, BusyPoll: true}
 	a = newNode(t, newDeviceWith(t, la, macA, ipA, busy), 1<<20)
 	b = newNode(t, newDeviceWith(t, lb, macB, ipB, busy), 1<<20)
@@ -108,21 +110,21 @@ func TestProgressAfterClose(t *testing.T) {
 // application stops.
 func TestEngineSkipsDrivenRound(t *testing.T) {
 	a, _ := busyPair(t)
-	e := a.dev.shards[0]
-	seen := e.drives.Load()
-	if e.droveSince(&seen) {
+	n := a.dev.nic
+	seen := n.EngineDrives(0)
+	if n.EngineDroveSince(0, &seen) {
 		t.Fatal("no application drove, yet the engine would skip its round")
 	}
-	for deadline := time.Now().Add(5 * time.Second); e.drives.Load() == seen; {
+	for deadline := time.Now().Add(5 * time.Second); n.EngineDrives(0) == seen; {
 		a.dev.Progress() // may find the engine's goroutine mid-round
 		if time.Now().After(deadline) {
 			t.Fatal("Progress never ran a round")
 		}
 	}
-	if !e.droveSince(&seen) {
+	if !n.EngineDroveSince(0, &seen) {
 		t.Fatal("an application drove, yet the engine would run its round too")
 	}
-	if e.droveSince(&seen) {
+	if n.EngineDroveSince(0, &seen) {
 		t.Fatal("the engine would skip a second round for one drive")
 	}
 }

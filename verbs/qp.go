@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/xdproce/xdproce/internal/transport"
 )
 
 // QPInitAttr creates a QP (struct ibv_qp_init_attr).
@@ -25,42 +25,21 @@ type QPInitAttr struct {
 	SRQ *SRQ
 }
 
-// QP is a queue pair. Its transport state belongs to the device's engine.
+// QP is a queue pair. In-process its transport state belongs to the
+// device's engine (c); attached to a daemon, it lives in the daemon (att).
 type QP struct {
 	dev    *Device
 	pd     *PD
 	qpn    uint32
 	typ    QPType
-	gsi    bool // QP1: its datagrams carry GSIQKey whatever a request says
 	scq    *CQ
 	rcq    *CQ
 	cap    QPCap
 	sigAll bool
 	srq    *SRQ
 
-	// Posting: the application appends under postMu; the engine takes the
-	// whole batch at once.
-	postMu   sync.Mutex
-	postSend []sendWQE
-	postRecv []recvWQE
-	// inlineBuf holds INLINE data, MaxSendWR slots of MaxInlineData bytes,
-	// taken in post order (inlineNext, under postMu).
-	inlineBuf  []byte
-	inlineNext uint64
-	sqUsed     atomic.Int32 // send WQEs posted and not yet retired
-	rqUsed     atomic.Int32
-	state      atomic.Uint32 // QPState, mirrored for the posting checks
-	queued     atomic.Bool   // in the device's list of QPs with new posts
-
-	// eng is the engine that serves the QP: the one of its flow's queue
-	// (Device.placeQP). It changes only in control operations.
-	eng    atomic.Pointer[engine]
-	active bool // in the engine's active list (engine-owned)
-
-	t qpTransport // engine-owned
-
-	sh  *sharedQP // the daemon's side of a client's rings (shared.go)
-	rem *remoteQP // a client's side: the QP lives in the daemon (remote.go)
+	c   *transport.QP // the engines' QP, in-process
+	att *attachedQP   // a client's side: the QP lives in the daemon (attached.go)
 }
 
 // CreateQP creates a queue pair in pd.
@@ -71,8 +50,8 @@ func (pd *PD) createQP(attr QPInitAttr, gsi bool) (*QP, error) {
 	if attr.Type != QPTypeRC && attr.Type != QPTypeUC && attr.Type != QPTypeUD {
 		return nil, fmt.Errorf("verbs: QP type %d not supported (RC, UC and UD are): %w", attr.Type, ErrInvalid)
 	}
-	if pd.dev.rem != nil {
-		return pd.createRemoteQP(attr)
+	if pd.dev.att != nil {
+		return pd.createAttachedQP(attr)
 	}
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return nil, fmt.Errorf("verbs: a QP needs a send and a receive CQ: %w", ErrInvalid)
@@ -92,16 +71,16 @@ func (pd *PD) createQP(attr QPInitAttr, gsi bool) (*QP, error) {
 		}
 		c.MaxRecvWR = 0
 	}
-	qp := &QP{dev: pd.dev, pd: pd, typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, cap: c, sigAll: attr.SigAll, srq: attr.SRQ, gsi: gsi}
-	if c.MaxInlineData > 0 {
-		qp.inlineBuf = make([]byte, c.MaxSendWR*c.MaxInlineData)
+	init := transport.QPInit{Type: attr.Type, SendCQ: attr.SendCQ.c, RecvCQ: attr.RecvCQ.c, Cap: c, SigAll: attr.SigAll, GSI: gsi}
+	if attr.SRQ != nil {
+		init.SRQ = attr.SRQ.c
 	}
-	if err := pd.dev.do(func() error { return pd.dev.addQP(qp) }); err != nil {
+	t, err := pd.c.CreateQP(init)
+	if err != nil {
 		return nil, err
 	}
-	if qp.srq != nil {
-		qp.srq.attached.Add(1)
-	}
+	qp := &QP{dev: pd.dev, pd: pd, qpn: t.QPN(), typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, cap: c, sigAll: attr.SigAll, srq: attr.SRQ, c: t}
+	t.Owner = qp
 	return qp, nil
 }
 
@@ -131,51 +110,27 @@ func (qp *QP) HasSRQ() bool { return qp.srq != nil }
 
 // State is the QP's current state.
 func (qp *QP) State() QPState {
-	if qp.rem != nil {
-		return QPState(qp.rem.sq.Aux().Load())
+	if qp.att != nil {
+		return QPState(qp.att.sq.Aux().Load())
 	}
-	return QPState(qp.state.Load())
+	return qp.c.State()
 }
 
 // Destroy removes the QP. Outstanding work is dropped without completions, as
 // ibv_destroy_qp.
 func (qp *QP) Destroy() error {
-	if qp.rem != nil {
-		return qp.destroyRemote()
+	if qp.att != nil {
+		return qp.destroyAttached()
 	}
-	err := qp.dev.do(func() error { return qp.dev.removeQP(qp) })
-	if err == nil && qp.srq != nil {
-		qp.srq.attached.Add(-1)
-	}
-	return err
-}
-
-// recvRetired releases the receive-queue slot of a completed receive WQE.
-func (qp *QP) recvRetired() {
-	if qp.srq != nil {
-		qp.srq.used.Add(-1)
-		qp.srq.freeSharedSlots()
-		return
-	}
-	qp.rqUsed.Add(-1)
-	qp.freeSharedSlots()
+	return qp.c.Destroy()
 }
 
 // Query returns the QP's attributes.
 func (qp *QP) Query() (QPAttr, error) {
-	if qp.rem != nil {
-		return qp.queryRemote()
+	if qp.att != nil {
+		return qp.queryAttached()
 	}
-	var a QPAttr
-	err := qp.dev.do(func() error {
-		a = qp.t.attr
-		a.State = qp.t.state
-		a.CurState = qp.t.state
-		a.SQDraining = qp.t.draining
-		a.Cap = qp.cap
-		return nil
-	})
-	return a, err
+	return qp.c.Query()
 }
 
 // attrRule lists the attributes a transition requires and allows, per QP type.
@@ -267,8 +222,8 @@ func (qp *QP) Modify(attr QPAttr, mask AttrMask) error {
 	if err := qp.checkAttrValues(attr, mask); err != nil {
 		return err
 	}
-	if qp.rem != nil {
-		return qp.modifyRemote(attr, mask)
+	if qp.att != nil {
+		return qp.modifyAttached(attr, mask)
 	}
 	var dmac net.HardwareAddr
 	if mask&AttrAV != 0 {
@@ -277,10 +232,7 @@ func (qp *QP) Modify(attr QPAttr, mask AttrMask) error {
 			return err
 		}
 	}
-	// A client of the daemon reads a shared QP's state from its ring.
-	defer qp.PublishState()
-	return qp.dev.do(func() error {
-		cur := qp.t.state
+	return qp.c.Modify(attr, mask, dmac, func(cur QPState, draining bool) error {
 		next := cur
 		if mask&AttrState != 0 {
 			next = attr.State
@@ -291,13 +243,9 @@ func (qp *QP) Modify(attr QPAttr, mask AttrMask) error {
 		if err := checkTransition(qp.typ, cur, next, mask); err != nil {
 			return err
 		}
-		if mask&AttrState != 0 && cur == StateSQD && qp.t.draining && next != StateErr {
+		if mask&AttrState != 0 && cur == StateSQD && draining && next != StateErr {
 			// As rxe: only ERR may leave SQD before the drain ends.
 			return fmt.Errorf("verbs: QP transition %v -> %v while the send queue is still draining: %w", cur, next, ErrInvalid)
-		}
-		qp.eng.Load().modify(qp, attr, mask, next, dmac)
-		if mask&(AttrAV|AttrDestQPN) != 0 {
-			qp.dev.placeQP(qp)
 		}
 		return nil
 	})
@@ -376,185 +324,45 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	if qp.dev.closing.Load() {
 		return 0, ErrClosed
 	}
-	if qp.rem != nil {
-		return qp.postSendRemote(wrs)
+	if qp.att != nil {
+		return qp.postSendAttached(wrs)
 	}
-	st := qp.State()
-	if st == StateReset || st == StateInit || st == StateRTR {
-		return 0, fmt.Errorf("verbs: post send in state %v: %w", st, ErrInvalid)
-	}
-	var small [8]sendWQE // posts of up to 8 WRs need no heap
+	var small [8]transport.WR // posts of up to 8 WRs need no heap
 	ws := small[:0]
-	var checkErr error
+	if len(wrs) > len(small) {
+		ws = make([]transport.WR, 0, len(wrs))
+	}
 	for i := range wrs {
-		w, err := qp.checkSendWR(&wrs[i])
-		if err != nil {
-			checkErr = err
-			break
-		}
-		ws = append(ws, w)
+		ws = append(ws, qp.wrOf(&wrs[i]))
 	}
-	qp.postMu.Lock()
-	for i, w := range ws {
-		if err := qp.enqueueSend(w, nil); err != nil {
-			qp.postMu.Unlock()
-			qp.notePosted()
-			return i, err
-		}
-	}
-	qp.postMu.Unlock()
-	qp.notePosted()
-	if checkErr != nil {
-		return len(ws), checkErr
-	}
-	return len(wrs), nil
+	return qp.c.PostSend(ws)
 }
 
-// enqueueSend appends a checked send WQE to the QP's posts (under postMu):
-// ENOMEM if the send queue is full. An INLINE request's data is copied
-// into the QP's inline buffer, from inline if given (a shared ring's slot
-// carries it), else from the regions its SGEs name.
-func (qp *QP) enqueueSend(w sendWQE, inline []byte) error {
-	if int(qp.sqUsed.Load()) >= qp.cap.MaxSendWR {
-		return fmt.Errorf("verbs: send queue full (%d WRs): %w", qp.cap.MaxSendWR, ErrNoMem)
+// wrOf is wr as the engines take it: its address handle's vector and its
+// bind's window and region the engines' own, a private copy of the bind,
+// and whether any of them is destroyed or another device's (which the
+// provider's check refuses, as it would refuse their pointers).
+func (qp *QP) wrOf(wr *SendWR) transport.WR {
+	w := transport.WR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, SGList: wr.SGList, ImmData: wr.ImmData, InvRKey: wr.InvRKey,
+		RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey}
+	if wr.AH != nil {
+		w.AH, w.AHBad = &wr.AH.attr, wr.AH.pd.dev != qp.dev || wr.AH.gone()
 	}
-	if w.wr.Flags&SendInline != 0 {
-		if inline != nil {
-			if len(inline) > qp.cap.MaxInlineData {
-				return fmt.Errorf("verbs: %d inline bytes: %w", len(inline), ErrInvalid)
+	if b := wr.Bind; b != nil && wr.Opcode == WRBindMW {
+		c := &transport.Bind{RKey: b.RKey, Addr: b.Addr, Length: b.Length, Access: b.Access}
+		if b.MW != nil {
+			c.MW, c.Foreign = b.MW.c, b.MW.pd.dev != qp.dev
+			if c.MW == nil {
+				c.MW = &transport.MW{} // a daemon's: refused, as Foreign says
 			}
-			w.inline = append(qp.inlineSlot(), inline...)
-			w.length = uint32(len(inline))
-		} else if err := qp.copyInline(&w); err != nil {
-			return err
 		}
-		qp.inlineNext++
-	}
-	qp.sqUsed.Add(1)
-	qp.postSend = append(qp.postSend, w)
-	return nil
-}
-
-// inlineSlot is the next slot of the inline buffer, empty (postMu); the
-// caller takes it (inlineNext++) only once its WQE is queued. Slots are
-// reused in post order; one is free again once the WQE that used it has
-// retired, and at most MaxSendWR WQEs are outstanding.
-func (qp *QP) inlineSlot() []byte {
-	size := qp.cap.MaxInlineData
-	off := int(qp.inlineNext%uint64(qp.cap.MaxSendWR)) * size
-	return qp.inlineBuf[off : off : off+size]
-}
-
-// copyInline copies an INLINE request's data into the next slot of the
-// QP's inline buffer, under postMu, so the caller may reuse its buffers when
-// PostSend returns (as ibverbs promises). It reads the region table under
-// the engine's mrMu read lock: no round trip to the engine goroutine, no
-// allocation.
-func (qp *QP) copyInline(w *sendWQE) error {
-	dst := qp.inlineSlot()
-	e := &qp.dev.objs
-	e.mrMu.RLock()
-	defer e.mrMu.RUnlock()
-	var one [1]SGE
-	sgl := w.wr.SGList
-	if w.single {
-		one[0] = w.sge1
-		sgl = one[:]
-	}
-	for _, s := range sgl {
-		mr := e.lookupMR(s.LKey)
-		if mr == nil || mr.pd != qp.pd {
-			return fmt.Errorf("verbs: inline send WR %d: bad lkey %#x: %w", w.wr.ID, s.LKey, ErrInvalid)
+		if b.MR != nil {
+			c.MR = b.MR.c
+			c.Foreign = c.Foreign || b.MR.pd.dev != qp.dev
 		}
-		b, ok := mr.slice(s.Addr, s.Length)
-		if !ok {
-			return fmt.Errorf("verbs: inline send WR %d: SGE outside its region: %w", w.wr.ID, ErrInvalid)
-		}
-		dst = append(dst, b...)
+		w.Bind = c
 	}
-	w.inline = dst
-	return nil
-}
-
-func (qp *QP) checkSendWR(wr *SendWR) (sendWQE, error) {
-	w := sendWQE{wr: *wr}
-	bad := func(why string) (sendWQE, error) {
-		return w, fmt.Errorf("verbs: send WR %d: %s: %w", wr.ID, why, ErrInvalid)
-	}
-	if qp.typ == QPTypeUD {
-		if wr.Opcode != WRSend && wr.Opcode != WRSendWithImm {
-			return bad(fmt.Sprintf("opcode %d on a UD QP (SEND and SEND_WITH_IMM only)", wr.Opcode))
-		}
-		if wr.AH == nil || wr.AH.pd.dev != qp.dev || wr.AH.gone() {
-			return bad("a UD send needs a live address handle of the QP's device")
-		}
-		if wr.RemoteQPN > 0xffffff {
-			return bad(fmt.Sprintf("remote QPN %#x", wr.RemoteQPN))
-		}
-	} else if wr.AH != nil {
-		return bad("an address handle on a connected QP")
-	}
-	switch wr.Opcode {
-	case WRSend, WRSendWithImm, WRRDMAWrite, WRRDMAWriteWithImm:
-	case WRLocalInv:
-		if wr.Flags&SendInline != 0 {
-			return bad("LOCAL_INV cannot be inline")
-		}
-		w.wr.SGList = nil // a local operation moves no data
-		return w, nil
-	case WRBindMW:
-		if wr.Bind == nil || wr.Bind.MW == nil {
-			return bad("BIND_MW without a memory window")
-		}
-		if wr.Bind.MW.pd.dev != qp.dev || (wr.Bind.MR != nil && wr.Bind.MR.pd.dev != qp.dev) {
-			return bad("memory window or region of another device")
-		}
-		if wr.Flags&SendInline != 0 {
-			return bad("BIND_MW cannot be inline")
-		}
-		b := *wr.Bind // the caller may reuse its MWBind once PostSend returns
-		w.wr.Bind = &b
-		w.wr.SGList = nil
-		return w, nil
-	case WRSendWithInv, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAdd:
-		if qp.typ != QPTypeRC {
-			return bad("opcode needs an RC QP")
-		}
-	default:
-		return bad(fmt.Sprintf("unknown opcode %d", wr.Opcode))
-	}
-	if len(wr.SGList) > qp.cap.MaxSendSGE {
-		return bad(fmt.Sprintf("%d SGEs, QP allows %d", len(wr.SGList), qp.cap.MaxSendSGE))
-	}
-	var total uint64
-	for _, s := range wr.SGList {
-		total += uint64(s.Length)
-	}
-	if total > MaxMsgSize {
-		return bad(fmt.Sprintf("message of %d bytes", total))
-	}
-	if qp.typ == QPTypeUD && int(total) > qp.dev.cfg.ActiveMTU {
-		return bad(fmt.Sprintf("a UD message of %d bytes, over the port's MTU %d", total, qp.dev.cfg.ActiveMTU))
-	}
-	w.length = uint32(total)
-	if wr.Opcode == WRAtomicCmpAndSwp || wr.Opcode == WRAtomicFetchAdd {
-		if len(wr.SGList) != 1 || wr.SGList[0].Length != 8 || wr.RemoteAddr%8 != 0 {
-			return bad("an atomic needs one 8-byte SGE and an 8-byte aligned remote address")
-		}
-	}
-	if wr.Flags&SendInline != 0 {
-		if wr.Opcode.isReadOrAtomic() || int(total) > qp.cap.MaxInlineData {
-			return bad(fmt.Sprintf("inline %d bytes (max %d) or on a READ/atomic", total, qp.cap.MaxInlineData))
-		}
-	}
-	// The engine owns the SG list from now on; the common single SGE is kept
-	// in the WQE itself, saving an allocation per WR.
-	if len(wr.SGList) == 1 {
-		w.sge1, w.single, w.wr.SGList = wr.SGList[0], true, nil
-	} else {
-		w.wr.SGList = append([]SGE(nil), wr.SGList...)
-	}
-	return w, nil
+	return w
 }
 
 // PostRecv queues receive work requests; see PostSend for the return values.
@@ -562,66 +370,8 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	if qp.dev.closing.Load() {
 		return 0, ErrClosed
 	}
-	if qp.rem != nil {
-		return qp.postRecvRemote(wrs)
+	if qp.att != nil {
+		return qp.postRecvAttached(wrs)
 	}
-	if st := qp.State(); st == StateReset {
-		return 0, fmt.Errorf("verbs: post receive in state %v: %w", st, ErrInvalid)
-	}
-	if qp.srq != nil {
-		return 0, fmt.Errorf("verbs: the QP receives from an SRQ; post there: %w", ErrInvalid)
-	}
-	qp.postMu.Lock()
-	for i := range wrs {
-		if len(wrs[i].SGList) > qp.cap.MaxRecvSGE {
-			qp.postMu.Unlock()
-			qp.notePostedRecv(i)
-			return i, fmt.Errorf("verbs: receive WR %d: %d SGEs, QP allows %d: %w", wrs[i].ID, len(wrs[i].SGList), qp.cap.MaxRecvSGE, ErrInvalid)
-		}
-		if int(qp.rqUsed.Load()) >= qp.cap.MaxRecvWR {
-			qp.postMu.Unlock()
-			qp.notePostedRecv(i)
-			return i, fmt.Errorf("verbs: receive queue full (%d WRs): %w", qp.cap.MaxRecvWR, ErrNoMem)
-		}
-		qp.rqUsed.Add(1)
-		qp.postRecv = append(qp.postRecv, newRecvWQE(&wrs[i]))
-	}
-	qp.postMu.Unlock()
-	qp.notePosted()
-	return len(wrs), nil
-}
-
-// notePostedRecv tells the engine about the n receives queued before a bad one.
-func (qp *QP) notePostedRecv(n int) {
-	if n > 0 {
-		qp.notePosted()
-	}
-}
-
-// gidAddr returns the IP address a GID stands for.
-func gidAddr(g netip.Addr) netip.Addr { return g.Unmap() }
-
-// recvWQE is a posted receive as the engine keeps it: the common single SGE
-// is held in the WQE, so posting one allocates nothing.
-type recvWQE struct {
-	ID     uint64
-	sgl    []SGE // a private copy when there are several SGEs
-	sge1   SGE
-	single bool
-}
-
-func newRecvWQE(wr *RecvWR) recvWQE {
-	if len(wr.SGList) == 1 {
-		return recvWQE{ID: wr.ID, sge1: wr.SGList[0], single: true}
-	}
-	return recvWQE{ID: wr.ID, sgl: append([]SGE(nil), wr.SGList...)}
-}
-
-// sges returns the WQE's SG list; buf backs the single-SGE case.
-func (w *recvWQE) sges(buf *[1]SGE) []SGE {
-	if !w.single {
-		return w.sgl
-	}
-	buf[0] = w.sge1
-	return buf[:]
+	return qp.c.PostRecv(wrs)
 }

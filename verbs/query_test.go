@@ -4,13 +4,15 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // TestQueryDevicePortGID: QueryDevice reports the limits the device
 // enforces and a node GUID built from the MAC (EUI-64, as rxe); QueryPort
 // and QueryGID report the configured port: active MTU, GID table.
 func TestQueryDevicePortGID(t *testing.T) {
-	la, _ := NewMemLinkPair(5000)
+	la, _ := memlink.NewPair(5000)
 	gids := []netip.Addr{mustAddr("fe80::ff:fe00:1"), mustAddr("::ffff:198.18.0.1"), mustAddr("2001:db8::1")}
 	cfg := DeviceConfig{MAC: net.HardwareAddr{0x02, 0x11, 0x22, 0x33, 0x44, 0x55}, GIDs: gids, ActiveMTU: 1024}
 	d, err := NewDevice(la, cfg)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -18,8 +19,8 @@ import (
 // sends a flow to another queue than the one its port picks.
 func twoQueueDevices(t *testing.T, crossed bool) (*Device, *Device) {
 	t.Helper()
-	a0, b0 := NewMemLinkPair(4096 + 200)
-	a1, b1 := NewMemLinkPair(4096 + 200)
+	a0, b0 := memlink.NewPair(4096 + 200)
+	a1, b1 := memlink.NewPair(4096 + 200)
 	bLinks := []Link{b0, b1}
 	if crossed {
 		bLinks = []Link{b1, b0}
@@ -84,8 +85,8 @@ func TestEnginesPerQueue(t *testing.T) {
 				// Lost, duplicated and reordered frames on every link:
 				// retransmissions go through the hand-off too.
 				for i, d := range []*Device{a, b} {
-					for q, e := range d.shards {
-						e.link.(*MemLink).SetImpairment(Impairment{Drop: 0.02, Duplicate: 0.02, Reorder: 0.02, Seed: uint64(10*i + q + 1)})
+					for q := range d.Engines() {
+						d.nic.Link(q).(*memlink.Link).SetImpairment(memlink.Impairment{Drop: 0.02, Duplicate: 0.02, Reorder: 0.02, Seed: uint64(10*i + q + 1)})
 					}
 				}
 			}
@@ -97,18 +98,14 @@ func TestEnginesPerQueue(t *testing.T) {
 			pairs := len(as)
 			for i := range pairs {
 				for _, nd := range []*node{as[i], bs[i]} {
-					want := a.shards[int(nd.qp.t.sport)%2]
-					if nd.dev == b {
-						want = b.shards[int(nd.qp.t.sport)%2]
-					}
-					if nd.qp.eng.Load() != want {
+					if nd.qp.c.Queue() != int(nd.qp.c.SourcePort())%2 {
 						t.Fatalf("QP %#x is not served by its flow's engine", nd.qp.QPN())
 					}
 					st, err := nd.dev.QPStatus()
 					must(t, err)
 					for _, s := range st {
-						if s.QPN == nd.qp.QPN() && s.Queue != int(nd.qp.t.sport)%2 {
-							t.Fatalf("QP %#x: status says queue %d, its flow's is %d", s.QPN, s.Queue, nd.qp.t.sport%2)
+						if s.QPN == nd.qp.QPN() && s.Queue != int(nd.qp.c.SourcePort())%2 {
+							t.Fatalf("QP %#x: status says queue %d, its flow's is %d", s.QPN, s.Queue, nd.qp.c.SourcePort()%2)
 						}
 					}
 				}
@@ -146,10 +143,10 @@ func TestEnginesPerQueue(t *testing.T) {
 				}
 			}
 			if tc.lossy {
-				var st MemLinkStats
+				var st memlink.Stats
 				for _, d := range []*Device{a, b} {
-					for _, e := range d.shards {
-						s := e.link.(*MemLink).Stats()
+					for q := range d.Engines() {
+						s := d.nic.Link(q).(*memlink.Link).Stats()
 						st.Dropped += s.Dropped
 						st.Duplicated += s.Duplicated
 					}
@@ -227,7 +224,7 @@ func TestForgedFramesNotHandedOff(t *testing.T) {
 	as, _, _ := sharedNodes(t, a, b, 8, 1<<16)
 	var target *node
 	for _, nd := range as {
-		if nd.qp.eng.Load() == a.shards[1] {
+		if nd.qp.c.Queue() == 1 {
 			target = nd
 			break
 		}
@@ -249,7 +246,7 @@ func TestForgedFramesNotHandedOff(t *testing.T) {
 		return buf[:max(n, wire.MinFrameLen)]
 	}
 	third := netip.MustParseAddr("198.18.0.99")
-	must(t, b.shards[0].link.Send([][]byte{forge(third), forge(third), forge(ipB)}))
+	must(t, b.nic.Link(0).Send([][]byte{forge(third), forge(third), forge(ipB)}))
 	c := waitCounter(t, a, "the forged frames", func(c Counters) bool { return c.DroppedNoQP+c.ResponseOutOfWindow == 3 })
 	per, err := a.QueueCounters()
 	must(t, err)

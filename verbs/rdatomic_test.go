@@ -64,16 +64,14 @@ func TestDuplicateOfEvictedAtomic(t *testing.T) {
 			a, b, _, lb := pair(t, connOpts{destRd: destRd, timeout: 8, retry: 2, psnA: 0x40}, 1<<16)
 			binary.LittleEndian.PutUint64(b.mr.Bytes(), 1000)
 			var dropped atomic.Bool
-			lb.mu.Lock()
-			lb.drop = func(f []byte) bool {
+			lb.SetDropFilter(func(f []byte) bool {
 				var p wire.Packet
 				if wire.Decode(f, &p) == nil && p.BTH.Opcode == wire.RCAtomicAck && p.BTH.PSN == 0x40 && !dropped.Load() {
 					dropped.Store(true)
 					return true
 				}
 				return false
-			}
-			lb.mu.Unlock()
+			})
 			postSend(t, a,
 				SendWR{ID: 1, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGList: sge(a.mr, 0, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 1},
 				SendWR{ID: 2, Opcode: WRAtomicFetchAdd, Flags: SendSignaled, SGList: sge(a.mr, 8, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 10})

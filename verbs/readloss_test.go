@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -20,10 +21,9 @@ type sentLog struct {
 
 // watchSent records what l sends and drops the frames drop selects (it is
 // given the packet and its number, from 1).
-func watchSent(l *MemLink, drop func(p *wire.Packet, n int) bool) *sentLog {
+func watchSent(l *memlink.Link, drop func(p *wire.Packet, n int) bool) *sentLog {
 	s := &sentLog{sent: map[wire.Opcode]int{}}
-	l.mu.Lock()
-	l.drop = func(f []byte) bool {
+	l.SetDropFilter(func(f []byte) bool {
 		var p wire.Packet
 		if wire.Decode(f, &p) != nil {
 			return false
@@ -34,13 +34,12 @@ func watchSent(l *MemLink, drop func(p *wire.Packet, n int) bool) *sentLog {
 		s.ack = append(s.ack, p.BTH.AckReq)
 		s.sent[p.BTH.Opcode]++
 		return drop != nil && drop(&p, len(s.psns))
-	}
-	l.mu.Unlock()
+	})
 	return s
 }
 
 // dropFirst watches l and drops the first frame each predicate matches.
-func dropFirst(l *MemLink, preds ...func(*wire.Packet) bool) *sentLog {
+func dropFirst(l *memlink.Link, preds ...func(*wire.Packet) bool) *sentLog {
 	used := make([]bool, len(preds))
 	return watchSent(l, func(p *wire.Packet, _ int) bool {
 		for i, pred := range preds {
@@ -77,11 +76,11 @@ func psnIs(psn uint32) func(*wire.Packet) bool {
 
 // readLossPair is a fake-time pair at PMTU 4096 whose clock the test never
 // advances: whatever completes, completed without a transport timer.
-func readLossPair(t *testing.T) (a, b *node, la, lb *MemLink) {
+func readLossPair(t *testing.T) (a, b *node, la, lb *memlink.Link) {
 	t.Helper()
 	a, b, _ = fakePair(t, connOpts{mtu: MTU4096, timeout: 14, retry: 7, rnr: 7})
 	fill(b.mr.Bytes(), 11)
-	return a, b, a.dev.shards[0].link.(*MemLink), b.dev.shards[0].link.(*MemLink)
+	return a, b, a.dev.nic.Link(0).(*memlink.Link), b.dev.nic.Link(0).(*memlink.Link)
 }
 
 // TestReadLostMiddleResponse: the sixth of a 64 KiB READ's 16 responses is
@@ -149,7 +148,7 @@ func TestReadLostRequestBeforeAnother(t *testing.T) {
 // twice; the copies are dropped and counted, never placed again.
 func TestReadDuplicateResponsesDropped(t *testing.T) {
 	a, b, _, lb := readLossPair(t)
-	lb.SetImpairment(Impairment{Duplicate: 1, Seed: 3})
+	lb.SetImpairment(memlink.Impairment{Duplicate: 1, Seed: 3})
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 32<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
 		t.Fatalf("completion %+v", wc)
@@ -170,8 +169,8 @@ func TestReadDuplicateResponsesDropped(t *testing.T) {
 func TestReadStreamUnderHeavyLoss(t *testing.T) {
 	for seed := uint64(1); seed <= 3; seed++ {
 		a, b, la, lb := pair(t, connOpts{mtu: MTU4096, timeout: 14, retry: 7, rnr: 7}, 1<<20)
-		la.SetImpairment(Impairment{Drop: 0.05, Seed: seed})
-		lb.SetImpairment(Impairment{Drop: 0.05, Seed: seed + 100})
+		la.SetImpairment(memlink.Impairment{Drop: 0.05, Seed: seed})
+		lb.SetImpairment(memlink.Impairment{Drop: 0.05, Seed: seed + 100})
 		fill(b.mr.Bytes(), int(seed))
 		const reads, size = 600, 64 << 10
 		posted, done := 0, 0

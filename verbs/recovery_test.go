@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // TestLossyLinkMovesEveryByte runs SENDs, WRITEs, READs and atomics over a
@@ -14,7 +16,7 @@ func TestLossyLinkMovesEveryByte(t *testing.T) {
 	for _, seed := range []uint64{1, 2} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			a, b, la, lb := pair(t, connOpts{mtu: MTU1024, psnA: 0xffff00, psnB: 0x10, timeout: 8}, 1<<20)
-			imp := Impairment{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.05, Reorder: 0.05, Seed: seed}
+			imp := memlink.Impairment{Drop: 0.05, Duplicate: 0.05, Corrupt: 0.05, Reorder: 0.05, Seed: seed}
 			la.SetImpairment(imp)
 			imp.Seed += 100
 			lb.SetImpairment(imp)
@@ -174,10 +176,10 @@ func TestUnsignaledCompleteSilentlyInOrder(t *testing.T) {
 	}
 	// All ten slots are free again: the queue accepts max_send_wr more.
 	deadline := time.Now().Add(time.Second)
-	for a.qp.sqUsed.Load() != 0 && time.Now().Before(deadline) {
+	for sendOutstanding(a.qp.c) != 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if n := a.qp.sqUsed.Load(); n != 0 {
+	if n := sendOutstanding(a.qp.c); n != 0 {
 		t.Fatalf("%d send slots still held after all completed", n)
 	}
 }

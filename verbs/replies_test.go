@@ -7,15 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
 // slicedPair is two devices on one fake clock, stepped by the test
 // (lockstep, held), with QP pair 0 and 1 at PMTU 256 and 8 MiB regions.
-func slicedPair(t *testing.T) (a, b *node, qa, qb [2]*node, la, lb *MemLink, clk *FakeClock) {
+func slicedPair(t *testing.T) (a, b *node, qa, qb [2]*node, la, lb *memlink.Link, clk *faketime.Clock) {
 	t.Helper()
-	clk = NewFakeClock(time.Unix(1e9, 0))
-	la, lb = NewMemLinkPair(4096 + 200)
+	clk = faketime.New(time.Unix(1e9, 0))
+	la, lb = memlink.NewPair(4096 + 200)
 	mk := func(l Link, mac net.HardwareAddr, ip netip.Addr) *node {
 		return newNode(t, newDeviceWith(t, l, mac, ip, DeviceConfig{ActiveMTU: 4096, Clock: clk, AckHold: -1}), 8<<20)
 	}
@@ -37,11 +39,11 @@ func slicedPair(t *testing.T) (a, b *node, qa, qb [2]*node, la, lb *MemLink, clk
 // test, which steps the engines itself.
 func holdEngines(t *testing.T, devs ...*Device) {
 	for _, d := range devs {
-		d.shards[0].mu.Lock()
+		d.nic.LockEngine(0)
 	}
 	t.Cleanup(func() {
 		for _, d := range devs {
-			d.shards[0].mu.Unlock()
+			d.nic.UnlockEngine(0)
 		}
 	})
 }
@@ -53,12 +55,12 @@ const perStepBound = 2*64 + 8
 
 // stepBoth steps a's engine, then b's, advancing the fake clock, and
 // returns how many packets b sent in its step.
-func stepBoth(a, b *Device, clk *FakeClock) uint64 {
-	a.shards[0].step()
-	before := b.shards[0].counters.SentPkts
-	b.shards[0].step()
+func stepBoth(a, b *Device, clk *faketime.Clock) uint64 {
+	a.nic.StepEngine(0)
+	before := b.nic.EngineCounters(0).SentPkts
+	b.nic.StepEngine(0)
 	clk.Advance(20 * time.Microsecond)
-	return b.shards[0].counters.SentPkts - before
+	return b.nic.EngineCounters(0).SentPkts - before
 }
 
 // TestLongReadReplyIsSliced: a 4 MiB READ at PMTU 256 is 16 384 response
@@ -94,7 +96,7 @@ func TestLongReadReplyIsSliced(t *testing.T) {
 		}
 	}
 	if readAt < 0 {
-		t.Fatalf("the READ did not complete in 20000 steps; b's counters %+v", b.dev.shards[0].counters)
+		t.Fatalf("the READ did not complete in 20000 steps; b's counters %+v", b.dev.nic.EngineCounters(0))
 	}
 	if most > perStepBound {
 		t.Fatalf("b sent %d packets in one step, want at most %d", most, perStepBound)
@@ -119,8 +121,7 @@ func TestDuplicateReadBurstIsBounded(t *testing.T) {
 	fill(b.mr.Bytes()[:size], 9)
 	var mu sync.Mutex
 	var request []byte
-	la.mu.Lock()
-	la.drop = func(f []byte) bool {
+	la.SetDropFilter(func(f []byte) bool {
 		var p wire.Packet
 		if wire.Decode(f, &p) == nil && p.BTH.Opcode == wire.RCReadRequest {
 			mu.Lock()
@@ -128,8 +129,7 @@ func TestDuplicateReadBurstIsBounded(t *testing.T) {
 			mu.Unlock()
 		}
 		return false
-	}
-	la.mu.Unlock()
+	})
 	holdEngines(t, a.dev, b.dev)
 	postSend(t, qa[0], SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, size), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	stepBoth(a.dev, b.dev, clk)
@@ -142,7 +142,7 @@ func TestDuplicateReadBurstIsBounded(t *testing.T) {
 	const copies = 600
 	most := uint64(0)
 	for i := range copies {
-		lb.deliver([][]byte{dup})
+		lb.Inject([][]byte{dup})
 		if i%50 == 0 {
 			most = max(most, stepBoth(a.dev, b.dev, clk))
 		}
@@ -150,7 +150,7 @@ func TestDuplicateReadBurstIsBounded(t *testing.T) {
 	for range 2000 {
 		most = max(most, stepBoth(a.dev, b.dev, clk))
 	}
-	c := b.dev.shards[0].counters
+	c := b.dev.nic.EngineCounters(0)
 	if c.DuplicateRequest < copies/2 || c.DroppedReplies == 0 {
 		t.Fatalf("counters %+v: want the copies counted as duplicates and those beyond the queue dropped", c)
 	}

@@ -1,11 +1,15 @@
 package verbs
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/xdproce/xdproce/link/memlink"
+)
 
 // Regions counts the device's live regions: registered ones, not those
 // deregistered.
 func TestRegionsCount(t *testing.T) {
-	la, _ := NewMemLinkPair(5000)
+	la, _ := memlink.NewPair(5000)
 	d := newDevice(t, la, macA, ipA, 4096)
 	pd, err := d.AllocPD()
 	if err != nil {

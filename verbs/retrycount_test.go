@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -22,8 +24,8 @@ func TestRetryCountUnderLoss(t *testing.T) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			const size, writes = 256 << 10, 6
 			a, b, la, lb := pair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 3}, 2*size)
-			la.SetImpairment(Impairment{Drop: 0.05, Seed: seed})
-			lb.SetImpairment(Impairment{Drop: 0.05, Seed: seed + 100})
+			la.SetImpairment(memlink.Impairment{Drop: 0.05, Seed: seed})
+			lb.SetImpairment(memlink.Impairment{Drop: 0.05, Seed: seed + 100})
 			for i := range writes {
 				src := a.mr.Bytes()[i%2*size:][:size]
 				fill(src, i)
@@ -60,14 +62,14 @@ func TestRetryExhaustedMultiPacketDeadPeer(t *testing.T) {
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 8<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, a.dev, "first transmission", func(c Counters) bool { return c.SentPkts == base+8 })
 	for i := 1; i <= 3; i++ {
-		clk.Advance(ackTimeout(14) + time.Microsecond)
+		clk.Advance(transport.AckTimeout(14) + time.Microsecond)
 		want := base + 8*uint64(1+i)
 		waitCounter(t, a.dev, "a retransmission", func(c Counters) bool { return c.SentPkts == want })
 		if n := pending(a.scq); n != 0 {
 			t.Fatalf("retry %d: a completion before retry_cnt ran out", i)
 		}
 	}
-	clk.Advance(ackTimeout(14) + time.Microsecond)
+	clk.Advance(transport.AckTimeout(14) + time.Microsecond)
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRetryExcErr || wc.WRID != 1 {
 		t.Fatalf("completion %+v, want RETRY_EXC_ERR", wc)
 	}
@@ -86,25 +88,23 @@ func TestRetryExhaustedWithoutProgress(t *testing.T) {
 	// Fake time: on a loaded machine a real timer could expire before
 	// the NAK arrives, and that retry would come on top of the NAK's.
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 3, rnr: 7})
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.nic.Link(0).(*memlink.Link)
 	var sent5 atomic.Int32
-	la.mu.Lock()
-	la.drop = func(f []byte) bool {
+	la.SetDropFilter(func(f []byte) bool {
 		var p wire.Packet
 		if wire.Decode(f, &p) == nil && p.BTH.PSN == 5 {
 			sent5.Add(1)
 			return true
 		}
 		return false
-	}
-	la.mu.Unlock()
+	})
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 16<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, a.dev, "the NAK and its retry", func(c Counters) bool { return c.RcvdSeqErr == 1 && sent5.Load() == 2 })
 	for i := int32(1); i <= 2; i++ {
-		clk.Advance(ackTimeout(10) + time.Microsecond)
+		clk.Advance(transport.AckTimeout(10) + time.Microsecond)
 		waitCounter(t, a.dev, "a timer's retry", func(Counters) bool { return sent5.Load() == 2+i })
 	}
-	clk.Advance(ackTimeout(10) + time.Microsecond)
+	clk.Advance(transport.AckTimeout(10) + time.Microsecond)
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRetryExcErr {
 		t.Fatalf("completion %+v, want RETRY_EXC_ERR", wc)
 	}
@@ -122,7 +122,7 @@ func TestRetryExhaustedWithoutProgress(t *testing.T) {
 // and without resending 1-4.
 func TestTimeoutProbesThenResends(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 7, rnr: 7})
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.nic.Link(0).(*memlink.Link)
 	log := watchSent(la, func(p *wire.Packet, n int) bool { return n <= 8 && p.BTH.PSN >= 5 })
 	fill(a.mr.Bytes()[:8<<10], 7)
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 8<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
@@ -130,7 +130,7 @@ func TestTimeoutProbesThenResends(t *testing.T) {
 	if psns, _ := log.since(0); len(psns) != 8 {
 		t.Fatalf("first transmission %v", psns)
 	}
-	clk.Advance(ackTimeout(14) + time.Microsecond)
+	clk.Advance(transport.AckTimeout(14) + time.Microsecond)
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
 		t.Fatalf("completion %+v", wc)
 	}
@@ -143,16 +143,16 @@ func TestTimeoutProbesThenResends(t *testing.T) {
 
 // TestTimerBacksOffWithInfiniteRetries: with retry_cnt 7 (forever) and the
 // peer gone, each expiry without progress doubles the next timeout, up to
-// 2^maxBackoff times the local ACK timeout; the first answer resets it.
+// 2^transport.MaxBackoff times the local ACK timeout; the first answer resets it.
 func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{timeout: 10, retry: 7, rnr: 7})
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.nic.Link(0).(*memlink.Link)
 	log := watchSent(la, func(*wire.Packet, int) bool { return true })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, a.dev, "the first transmission", func(c Counters) bool { return c.SentPkts >= 1 })
-	base := ackTimeout(10)
-	for i := range maxBackoff + 2 {
-		period := base << min(i, maxBackoff)
+	base := transport.AckTimeout(10)
+	for i := range transport.MaxBackoff + 2 {
+		period := base << min(i, transport.MaxBackoff)
 		n := log.n()
 		clk.Advance(period - time.Microsecond)
 		time.Sleep(5 * time.Millisecond) // the engine looks at the clock at least every idleWait
@@ -162,10 +162,8 @@ func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
 		clk.Advance(2 * time.Microsecond)
 		waitCounter(t, a.dev, fmt.Sprintf("expiry %d after %v", i+1, period), func(c Counters) bool { return log.n() == n+1 })
 	}
-	la.mu.Lock()
-	la.drop = nil // the peer answers the next probe: progress
-	la.mu.Unlock()
-	clk.Advance(base << maxBackoff)
+	la.SetDropFilter(nil) // the peer answers the next probe: progress
+	clk.Advance(base << transport.MaxBackoff)
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
 		t.Fatalf("completion %+v", wc)
 	}
@@ -184,7 +182,7 @@ func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
 // atomic, so the timer saw nothing unacknowledged and re-armed forever.
 func TestTimeoutResendsSkippedAtomic(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 7, rnr: 7})
-	la := a.dev.shards[0].link.(*MemLink)
+	la := a.dev.nic.Link(0).(*memlink.Link)
 	dropFirst(la, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCWriteOnly },
 		func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCFetchAdd })
 	binary.LittleEndian.PutUint64(b.mr.Bytes()[64:], 41)
@@ -195,7 +193,7 @@ func TestTimeoutResendsSkippedAtomic(t *testing.T) {
 	buf := make([]WorkCompletion, 2)
 	var wcs []WorkCompletion
 	for i := 0; i < 200 && len(wcs) < 2; i++ {
-		clk.Advance(ackTimeout(10) << maxBackoff)
+		clk.Advance(transport.AckTimeout(10) << transport.MaxBackoff)
 		time.Sleep(2 * time.Millisecond)
 		wcs = append(wcs, buf[:a.scq.Poll(buf)]...)
 	}

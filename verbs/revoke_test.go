@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -58,16 +61,13 @@ func (m *checkMem) WriteAt(p []byte, off uint64) error {
 // lossless is a MemLink whose sender waits for room at the receiving end
 // instead of overflowing it: the long transfers here measure the
 // transport's PSN handling, not a ring's losses.
-type lossless struct{ *MemLink }
+type lossless struct{ *memlink.Link }
 
 func (l lossless) Send(frames [][]byte) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		l.peer.mu.Lock()
-		n := len(l.peer.queue)
-		l.peer.mu.Unlock()
-		if n+len(frames) <= queueCap || time.Now().After(deadline) {
-			return l.MemLink.Send(frames)
+		if l.Peer().Queued()+len(frames) <= memlink.QueueCap || time.Now().After(deadline) {
+			return l.Link.Send(frames)
 		}
 		time.Sleep(10 * time.Microsecond)
 	}
@@ -76,10 +76,10 @@ func (l lossless) Send(frames [][]byte) error {
 // bigPair connects two nodes on one fake clock at path MTU mtu; b has a
 // region of size bytes backed by patternMem (with MW_BIND rights), a one of
 // the same size backed by checkMem.
-func bigPair(t *testing.T, mtu MTU, size uint64, o connOpts) (a, b *node, src *patternMem, dst *checkMem, bmr, amr *MR, clk *FakeClock) {
+func bigPair(t *testing.T, mtu MTU, size uint64, o connOpts) (a, b *node, src *patternMem, dst *checkMem, bmr, amr *MR, clk *faketime.Clock) {
 	t.Helper()
-	clk = NewFakeClock(time.Unix(1e9, 0))
-	la, lb := NewMemLinkPair(4096 + 200)
+	clk = faketime.New(time.Unix(1e9, 0))
+	la, lb := memlink.NewPair(4096 + 200)
 	mk := func(l Link, mac net.HardwareAddr, ip netip.Addr) *node {
 		d, err := NewDevice(l, DeviceConfig{MAC: mac, GIDs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, ActiveMTU: 4096, Clock: clk})
 		must(t, err)
@@ -92,9 +92,9 @@ func bigPair(t *testing.T, mtu MTU, size uint64, o connOpts) (a, b *node, src *p
 	connect(t, a, b, ipA, ipB, macA, macB, o)
 	src, dst = &patternMem{}, &checkMem{}
 	var err error
-	bmr, err = b.pd.RegRemoteMR(src, 0x7f0000000000, size, AccessLocalWrite|AccessRemoteRead|AccessRemoteWrite|AccessMWBind)
+	bmr, err = b.pd.RegProcMR(src, 0x7f0000000000, size, AccessLocalWrite|AccessRemoteRead|AccessRemoteWrite|AccessMWBind)
 	must(t, err)
-	amr, err = a.pd.RegRemoteMR(dst, 0x7e0000000000, size, AccessLocalWrite)
+	amr, err = a.pd.RegProcMR(dst, 0x7e0000000000, size, AccessLocalWrite)
 	must(t, err)
 	return a, b, src, dst, bmr, amr, clk
 }
@@ -143,7 +143,7 @@ func TestMWRevokedMidRead(t *testing.T) {
 			// The answer stopped; the requester's timer asks again and the
 			// duplicate READ finds the key dead.
 			for i := 0; i < 50 && pending(a.scq) == 0; i++ {
-				clk.Advance(ackTimeout(14) << maxBackoff)
+				clk.Advance(transport.AckTimeout(14) << transport.MaxBackoff)
 				time.Sleep(10 * time.Millisecond)
 			}
 			wc := poll(t, a.scq, 1, 5*time.Second)[0]
@@ -176,7 +176,7 @@ func TestMWRevokedMidWrite(t *testing.T) {
 			mw := mustBind(t, b, 0, n, AccessRemoteWrite)
 			rkey := mw.RKey()
 			fill(a.mr.Bytes()[:n], 9)
-			la := a.dev.shards[0].link.(*MemLink)
+			la := a.dev.nic.Link(0).(*memlink.Link)
 			hold := dropOpcode(la, wire.RCWriteLast)
 			postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, n), RemoteAddr: b.mr.Addr(), RKey: rkey})
 			waitCounter(t, b.dev, "FIRST and MIDDLEs", func(c Counters) bool { return c.RcvdPkts >= 7 })
@@ -200,7 +200,7 @@ func TestMWRevokedMidWrite(t *testing.T) {
 			}
 			after := bytes.Clone(b.mr.Bytes())
 			hold.Store(false)
-			clk.Advance(ackTimeout(14) + time.Microsecond) // the LAST was lost: the timer resends it
+			clk.Advance(transport.AckTimeout(14) + time.Microsecond) // the LAST was lost: the timer resends it
 			if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCRemAccessErr {
 				t.Fatalf("WRITE through a window revoked under it: %+v, want REM_ACCESS_ERR", wc)
 			}
@@ -262,7 +262,7 @@ func TestReadOfHalfThePSNSpace(t *testing.T) {
 		}
 		if c.RcvdPkts == last {
 			// Stalled: only the transport timer can go on (fake time).
-			clk.Advance(ackTimeout(14) << maxBackoff)
+			clk.Advance(transport.AckTimeout(14) << transport.MaxBackoff)
 		}
 		last = c.RcvdPkts
 	}

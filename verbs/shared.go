@@ -3,88 +3,29 @@ package verbs
 import (
 	"errors"
 	"fmt"
-	"sync"
 
+	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/sharedring"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
 // The daemon's side of the shared rings (package uverbs): CQs whose
-// completions the engines write into a client's ring, and QPs whose work
-// requests the engines take from a client's rings at the start of each
-// step, as the in-process API's posts. The rings' memory is written by a
-// client the daemon does not trust: the engines copy a slot before they
-// decode it, check every index against their own, and a request that a
-// well-behaved client would never have posted moves its QP to the error
-// state (LOC_QP_OP_ERR), never anything else.
-
-// sharedQP is what an engine keeps of a QP's shared rings.
-type sharedQP struct {
-	sq, rq           *uverbs.Ring
-	sqTaken, rqTaken uint32 // slots taken from the rings
-	// ahs finds the address handle a UD send slot names by the client's
-	// handle (nil if it names none); called on the engine.
-	ahs func(h uint32) *AddressHandle
-	slotDecoder
-}
-
-// slotDecoder decodes slots of a client's ring, reusing its buffers: the
-// private copy of the slot (the client may rewrite the shared one while it
-// is decoded) and the SG lists.
-type slotDecoder struct {
-	slot []byte
-	wsge []uverbs.SGE
-	sgl  []SGE
-}
-
-// copySlot copies slot i of r out of shared memory.
-func (s *slotDecoder) copySlot(r *uverbs.Ring, i uint32) []byte {
-	slot := s.slot[:r.SlotSize()]
-	copy(slot, r.Slot(i))
-	return slot
-}
-
-// recv decodes receive slot i of r; its work request's ID comes back even
-// when the rest is malformed.
-func (s *slotDecoder) recv(r *uverbs.Ring, i uint32) (RecvWR, error) {
-	id, sges, err := uverbs.RecvWQEOf(s.copySlot(r, i), s.wsge[:0])
-	s.wsge = sges
-	return RecvWR{ID: id, SGList: s.toSGL(sges)}, err
-}
+// completions the engines write into a client's ring, and QPs and SRQs
+// whose work requests the engines take from a client's rings (package
+// sharedring, behind transport's QueueSource, SRQSource and CQSink).
 
 // CreateSharedCQ creates a CQ of depth completions whose completions go to
 // ring, memory shared with a client, which reads them itself. notify runs,
 // on an engine, when a completion matches the request the client armed in
 // the ring.
 func (d *Device) CreateSharedCQ(depth int, ring *uverbs.Ring, notify func()) (*CQ, error) {
+	if d.att != nil {
+		return nil, errDaemonSide("a shared CQ")
+	}
 	if depth < 1 || depth > MaxCQE || int(ring.Slots()) < depth || ring.SlotSize() < uverbs.CQESize {
 		return nil, fmt.Errorf("verbs: shared CQ of depth %d on %d slots: %w", depth, ring.Slots(), ErrInvalid)
 	}
-	return &CQ{dev: d, depth: depth, shared: ring, notify: notify, event: make(chan struct{}, 1)}, nil
-}
-
-// pushShared is push for a shared CQ.
-func (cq *CQ) pushShared(wc *WorkCompletion, solicited bool) bool {
-	r := cq.shared
-	t := uint32(cq.tail.Load())
-	if cq.err.Load() || t-r.Consumer() >= uint32(cq.depth) {
-		if !cq.err.Swap(true) {
-			r.Aux2().Store(1)
-			cq.dev.objs.events.post(AsyncEvent{Type: EventCQErr, CQ: cq})
-		}
-		return false
-	}
-	uverbs.PutCQE(r.Slot(t), &uverbs.CQE{
-		WRID: wc.WRID, Status: uint8(wc.Status), Opcode: uint8(wc.Opcode), VendorErr: wc.VendorErr,
-		ByteLen: wc.ByteLen, Imm: wc.ImmData, InvalidatedKey: wc.InvalidatedKey, QPNum: wc.QPNum,
-		SrcQP: wc.SrcQP, WCFlags: uint32(wc.Flags),
-	})
-	r.SetProducer(t + 1)
-	cq.tail.Store(uint64(t + 1))
-	if a := r.Aux().Load(); a != uverbs.NotifyOff && (a == uverbs.NotifyAny || solicited || wc.Status != WCSuccess) &&
-		r.Aux().CompareAndSwap(a, uverbs.NotifyOff) && cq.notify != nil {
-		cq.notify()
-	}
-	return true
+	return newCQ(d, d.nic.CreateCQSink(depth, sharedring.NewCQ(ring, notify))), nil
 }
 
 // CreateSharedQP creates a QP whose work requests a client posts to sq and
@@ -92,6 +33,9 @@ func (cq *CQ) pushShared(wc *WorkCompletion, solicited bool) bool {
 // RecvSlotSize give for the QP's capabilities. For a UD QP, ahs finds the
 // address handle a send slot names by its handle (the engines call it).
 func (pd *PD) CreateSharedQP(attr QPInitAttr, sq, rq *uverbs.Ring, ahs func(h uint32) *AddressHandle) (*QP, error) {
+	if pd.dev.att != nil {
+		return nil, errDaemonSide("a shared QP")
+	}
 	if attr.Type == QPTypeUD && ahs == nil {
 		return nil, fmt.Errorf("verbs: a shared UD QP needs its client's address handles: %w", ErrInvalid)
 	}
@@ -104,274 +48,38 @@ func (pd *PD) CreateSharedQP(attr QPInitAttr, sq, rq *uverbs.Ring, ahs func(h ui
 	if err != nil {
 		return nil, err
 	}
-	qp.sh = &sharedQP{sq: sq, rq: rq, ahs: ahs, slotDecoder: slotDecoder{slot: make([]byte, max(sq.SlotSize(), rq.SlotSize()))}}
-	sq.Aux().Store(uint32(qp.State()))
-	d := pd.dev
-	err = d.do(func() error {
-		d.objs.sharedQPs = append(d.objs.sharedQPs, qp)
-		return nil
-	})
-	if err != nil {
+	var av func(h uint32) *ibv.AH
+	if ahs != nil {
+		// A handle the slot names that is not a live one of this device
+		// fails the send, as a stale pointer would in-process.
+		av = func(h uint32) *ibv.AH {
+			a := ahs(h)
+			if a == nil || a.pd.dev != pd.dev || a.gone() {
+				return nil
+			}
+			return &a.attr
+		}
+	}
+	if err := qp.c.SetSource(sharedring.NewQP(sq, rq, av)); err != nil {
 		return nil, errors.Join(err, qp.Destroy())
 	}
 	return qp, nil
 }
 
-// forgetShared drops qp from the shared QPs (under every engine's mutex).
-func (o *objects) forgetShared(qp *QP) {
-	for i, s := range o.sharedQPs {
-		if s == qp {
-			o.sharedQPs = append(o.sharedQPs[:i], o.sharedQPs[i+1:]...)
-			return
-		}
-	}
-}
-
 // PublishState writes the QP's state where its client reads it.
 func (qp *QP) PublishState() {
-	if qp.sh != nil {
-		qp.sh.sq.Aux().Store(uint32(qp.State()))
+	if qp.c != nil {
+		qp.c.PublishState()
 	}
-}
-
-// pumpShared takes the work requests clients posted to the rings of this
-// engine's shared QPs, and reports whether there were any.
-func (e *engine) pumpShared() bool {
-	busy := false
-	for _, qp := range e.sharedQPs {
-		if qp.eng.Load() != e {
-			continue
-		}
-		s := qp.sh
-		if s.sq.Aux2().Load() != uint32(e.index) {
-			s.sq.Aux2().Store(uint32(e.index)) // placed on this engine since
-		}
-		if e.pumpRecv(qp, s) {
-			busy = true
-		}
-		if e.pumpSend(qp, s) {
-			busy = true
-		}
-	}
-	return busy
-}
-
-// publishShared tells the clients of the engine's shared QPs, at the end of
-// a step, which slots the step's completions freed and the QPs' states. It
-// stores only what changed: the client reads these lines on every post.
-func (e *engine) publishShared() {
-	for _, qp := range e.sharedQPs {
-		if qp.eng.Load() != e {
-			continue
-		}
-		qp.freeSharedSlots()
-		if st := uint32(qp.State()); qp.sh.sq.Aux().Load() != st {
-			qp.sh.sq.Aux().Store(st)
-		}
-	}
-}
-
-// freeSharedSlots publishes the ring slots of retired work requests. The
-// engine calls it before a completion becomes visible too: a client that
-// polls a completion and posts at once must find room, as with ibverbs
-// (ibv_rc_pingpong keeps one send in flight on a queue of one).
-func (qp *QP) freeSharedSlots() {
-	s := qp.sh
-	if s == nil {
-		return
-	}
-	if c := s.rqTaken - uint32(qp.rqUsed.Load()); s.rq.Consumer() != c {
-		s.rq.SetConsumer(c)
-	}
-	if c := s.sqTaken - uint32(qp.sqUsed.Load()); s.sq.Consumer() != c {
-		s.sq.SetConsumer(c)
-	}
-}
-
-// sharedPending reports whether a client posted to a shared QP of this
-// engine since it last looked (the engine holds its mutex).
-func (e *engine) sharedPending() bool {
-	for _, qp := range e.sharedQPs {
-		if qp.eng.Load() == e && (qp.sh.sq.Producer() != qp.sh.sqTaken || qp.sh.rq.Producer() != qp.sh.rqTaken) {
-			return true
-		}
-	}
-	if e.index != 0 {
-		return false // clients ring engine 0 for their SRQs
-	}
-	for _, s := range e.sharedSRQs {
-		if s.sh.mu.TryLock() {
-			pending := !s.sh.broken && s.sh.ring.Producer() != s.sh.taken
-			s.sh.mu.Unlock()
-			if pending {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func (e *engine) pumpRecv(qp *QP, s *sharedQP) bool {
-	prod := s.rq.Producer()
-	if prod-s.rqTaken > s.rq.Slots() {
-		if qp.State() != StateErr {
-			e.badSharedWR(qp, nil, WorkCompletion{})
-		}
-		return false
-	}
-	busy := false
-	for s.rqTaken != prod {
-		one := [1]RecvWR{}
-		var err error
-		if one[0], err = s.recv(s.rq, s.rqTaken); err == nil {
-			_, err = qp.PostRecv(one[:])
-		}
-		if errors.Is(err, ErrNoMem) {
-			break // the receive queue is full: the client outran the consumer index
-		}
-		s.rqTaken++
-		busy = true
-		if err != nil {
-			e.badSharedWR(qp, qp.rcq, WorkCompletion{WRID: one[0].ID, Opcode: WCRecv, QPNum: qp.qpn})
-			break
-		}
-	}
-	return busy
-}
-
-func (e *engine) pumpSend(qp *QP, s *sharedQP) bool {
-	prod := s.sq.Producer()
-	if prod-s.sqTaken > s.sq.Slots() {
-		if qp.State() != StateErr {
-			e.badSharedWR(qp, nil, WorkCompletion{})
-		}
-		return false
-	}
-	busy := false
-	for s.sqTaken != prod {
-		var w uverbs.SendWQE
-		sges, inline, err := uverbs.SendWQEOf(s.copySlot(s.sq, s.sqTaken), &w, s.wsge[:0])
-		s.wsge = sges
-		if err == nil {
-			wr := SendWR{ID: w.WRID, Opcode: WROpcode(w.Opcode), Flags: SendFlags(w.SendFlags), SGList: s.toSGL(sges),
-				ImmData: w.Imm, InvRKey: w.InvRKey, RemoteAddr: w.RemoteAddr, RKey: w.RKey, CompareAdd: w.CompareAdd, Swap: w.Swap}
-			if wr.Opcode == WRBindMW {
-				wr.Bind = e.sharedBind(qp, &w)
-			}
-			if qp.typ == QPTypeUD {
-				wr.AH, wr.RemoteQPN, wr.RemoteQKey = s.ahs(w.AH), w.RemoteQPN, w.RemoteQKey
-			}
-			err = qp.postShared(&wr, inline)
-		}
-		if errors.Is(err, ErrNoMem) {
-			break
-		}
-		s.sqTaken++
-		busy = true
-		if err != nil {
-			e.badSharedWR(qp, qp.scq, WorkCompletion{WRID: w.WRID, Opcode: WCSend, QPNum: qp.qpn})
-			break
-		}
-	}
-	return busy
-}
-
-// sharedBind is the bind a BIND_MW slot asks for: the window named by its
-// current rkey's index (invalidate_rkey), the region by its lkey (the top
-// half of swap), the new key byte (rkey), range (remote_addr, compare_add)
-// and rights (the bottom half of swap). A window or region that is not the
-// QP's fails the bind (MW_BIND_ERR), as a stale pointer would in-process.
-func (e *engine) sharedBind(qp *QP, w *uverbs.SendWQE) *MWBind {
-	b := &MWBind{RKey: w.RKey, Addr: w.RemoteAddr, Length: w.CompareAdd, Access: Access(uint32(w.Swap))}
-	b.MW = e.lookupMWIndex(w.InvRKey)
-	if b.MW == nil || b.MW.pd != qp.pd {
-		b.MW = &MW{pd: qp.pd} // dead: the bind fails
-	}
-	if mr := e.lookupMR(uint32(w.Swap >> 32)); mr != nil && mr.pd == qp.pd {
-		b.MR = mr
-	}
-	return b
-}
-
-func (s *slotDecoder) toSGL(w []uverbs.SGE) []SGE {
-	s.sgl = s.sgl[:0]
-	for _, g := range w {
-		s.sgl = append(s.sgl, SGE(g))
-	}
-	return s.sgl
-}
-
-// badSharedWR moves a QP whose client posted what its API would have
-// refused to the error state, as an RNIC treats a malformed WQE: the WQE
-// completes with LOC_QP_OP_ERR into cq (WR_FLUSH_ERR if the QP was in the
-// error state already), the ones after it are flushed. Without a WQE to
-// blame (a producer index out of range) the QP's client hears of it
-// through a QP_FATAL event.
-func (e *engine) badSharedWR(qp *QP, cq *CQ, wc WorkCompletion) {
-	e.counters.BadSharedWQE++
-	if cq == nil {
-		e.fatal(qp)
-		return
-	}
-	wc.Status = WCLocQPOpErr
-	if qp.t.state == StateErr {
-		wc.Status = WCWRFlushErr
-	}
-	e.toError(qp)
-	if !cq.push(wc, false) {
-		e.fatal(qp)
-	}
-}
-
-// postShared queues one send work request taken from a shared ring; inline
-// is its inline data, which the ring carries in place of an SG list.
-func (qp *QP) postShared(wr *SendWR, inline []byte) error {
-	st := qp.State()
-	if st == StateReset || st == StateInit || st == StateRTR {
-		return fmt.Errorf("verbs: post send in state %v: %w", st, ErrInvalid)
-	}
-	if wr.Flags&SendInline != 0 && len(wr.SGList) > 0 {
-		return fmt.Errorf("verbs: an inline WQE with an SG list: %w", ErrInvalid)
-	}
-	w, err := qp.checkSendWR(wr)
-	if err != nil {
-		return err
-	}
-	qp.postMu.Lock()
-	err = qp.enqueueSend(w, inline)
-	qp.postMu.Unlock()
-	if err == nil {
-		qp.notePosted()
-	}
-	return err
-}
-
-// SetDoorbellPage gives the engines a page, shared with clients, where
-// each says whether it sleeps (uverbs.SetSleeping): a client rings the
-// doorbell only for a sleeping engine.
-func (d *Device) SetDoorbellPage(page []byte) { d.doorbellPage.Store(&page) }
-
-// Wake rings every engine's doorbell: the daemon calls it when a client
-// signals that it posted to a sleeping engine.
-func (d *Device) Wake() { d.ringAll() }
-
-// Engines is the number of engines (queues) the device runs.
-func (d *Device) Engines() int { return len(d.shards) }
-
-// sharedSRQ is what the engines keep of an SRQ's shared ring. Whichever
-// engine gets its mutex first pumps it.
-type sharedSRQ struct {
-	mu     sync.Mutex
-	ring   *uverbs.Ring
-	taken  uint32
-	broken bool // a malformed WQE: the SRQ takes no more (SRQ_ERR raised)
-	slotDecoder
 }
 
 // CreateSharedSRQ creates an SRQ whose receive work requests a client posts
 // to ring (receive slots for attr.MaxSGE, at least attr.MaxWR of them). It
 // cannot grow past the ring.
 func (pd *PD) CreateSharedSRQ(attr SRQInitAttr, ring *uverbs.Ring) (*SRQ, error) {
+	if pd.dev.att != nil {
+		return nil, errDaemonSide("a shared SRQ")
+	}
 	if ring == nil || int(ring.Slots()) < attr.MaxWR || ring.SlotSize() < uverbs.RecvSlotSize(max(attr.MaxSGE, 1)) {
 		return nil, fmt.Errorf("verbs: shared ring too small for SRQ %+v: %w", attr, ErrInvalid)
 	}
@@ -379,100 +87,11 @@ func (pd *PD) CreateSharedSRQ(attr SRQInitAttr, ring *uverbs.Ring) (*SRQ, error)
 	if err != nil {
 		return nil, err
 	}
-	s.sh = &sharedSRQ{ring: ring, slotDecoder: slotDecoder{slot: make([]byte, ring.SlotSize())}}
-	d := pd.dev
-	err = d.do(func() error {
-		d.objs.sharedSRQs = append(d.objs.sharedSRQs, s)
-		return nil
-	})
-	return s, err
+	return s, s.c.SetSource(sharedring.NewSRQ(ring))
 }
 
-// forgetSharedSRQ drops s from the shared SRQs (under every engine's mutex).
-func (o *objects) forgetSharedSRQ(s *SRQ) {
-	for i, x := range o.sharedSRQs {
-		if x == s {
-			o.sharedSRQs = append(o.sharedSRQs[:i], o.sharedSRQs[i+1:]...)
-			return
-		}
-	}
-}
-
-// pumpSharedSRQs takes what clients posted to shared SRQs.
-func (e *engine) pumpSharedSRQs() bool {
-	busy := false
-	for _, s := range e.sharedSRQs {
-		sh := s.sh
-		if !sh.mu.TryLock() {
-			continue // another engine is at it
-		}
-		if !sh.broken && e.pumpSRQ(s, sh) {
-			busy = true
-		}
-		sh.publishConsumer(s)
-		sh.mu.Unlock()
-	}
-	return busy
-}
-
-// publishConsumer stores the ring's consumer index: the slots taken from
-// it less the receives taken and not yet retired. The caller holds sh.mu,
-// so the stores of several engines go in order and never go back (taken
-// and used move together under it; retirements only raise the index).
-func (sh *sharedSRQ) publishConsumer(s *SRQ) {
-	if c := sh.taken - uint32(s.used.Load()); sh.ring.Consumer() != c {
-		sh.ring.SetConsumer(c)
-	}
-}
-
-// freeSharedSlots publishes the slot of a receive the SRQ's QP just
-// retired, before its completion becomes visible, as QP.freeSharedSlots
-// does for a QP's own rings: a client that polls the completion and posts
-// into a full SRQ at once must find room. It waits for the SRQ's mutex:
-// the engine holding it (pumping, or retiring a receive of a QP it serves)
-// may have read the count before this retirement, so skipping the store
-// when TryLock fails could leave the completion ahead of the index. The
-// holder never waits for anything an engine holds while it retires.
-func (s *SRQ) freeSharedSlots() {
-	sh := s.sh
-	if sh == nil {
-		return
-	}
-	sh.mu.Lock()
-	sh.publishConsumer(s)
-	sh.mu.Unlock()
-}
-
-func (e *engine) pumpSRQ(s *SRQ, sh *sharedSRQ) bool {
-	prod := sh.ring.Producer()
-	if prod-sh.taken > sh.ring.Slots() {
-		e.badSharedSRQ(s, sh)
-		return false
-	}
-	busy := false
-	for sh.taken != prod {
-		one := [1]RecvWR{}
-		var err error
-		if one[0], err = sh.recv(sh.ring, sh.taken); err == nil {
-			_, err = s.PostRecv(one[:])
-		}
-		if errors.Is(err, ErrNoMem) {
-			break
-		}
-		sh.taken++
-		busy = true
-		if err != nil {
-			e.badSharedSRQ(s, sh)
-			break
-		}
-	}
-	return busy
-}
-
-// badSharedSRQ stops taking from an SRQ whose client wrote a malformed
-// WQE, and tells the client (IBV_EVENT_SRQ_ERR).
-func (e *engine) badSharedSRQ(s *SRQ, sh *sharedSRQ) {
-	e.counters.BadSharedWQE++
-	sh.broken = true
-	e.events.post(AsyncEvent{Type: EventSRQErr, SRQ: s})
+// errDaemonSide refuses, on a device attached to a daemon, what only the
+// daemon's own (in-process) device does: its engines serve the rings.
+func errDaemonSide(what string) error {
+	return fmt.Errorf("verbs: %s on a device attached to a daemon: %w", what, ErrNotSup)
 }

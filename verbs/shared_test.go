@@ -2,11 +2,13 @@ package verbs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -78,7 +80,7 @@ func (s *sharedNode) cqe(t *testing.T) uverbs.CQE {
 
 func sharedPair(t *testing.T) (*sharedNode, *node) {
 	t.Helper()
-	la, lb := NewMemLinkPair(4096 + 200)
+	la, lb := memlink.NewPair(4096 + 200)
 	a := newSharedNode(t, newDevice(t, la, macA, ipA, 4096), 1<<16)
 	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<16)
 	connect(t, a.node, b, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
@@ -218,7 +220,7 @@ func TestHostileSharedCQConsumer(t *testing.T) {
 
 // A malformed WQE in a shared SRQ's ring stops that SRQ (SRQ_ERR), nothing else.
 func TestHostileSharedSRQ(t *testing.T) {
-	la, _ := NewMemLinkPair(4096 + 200)
+	la, _ := memlink.NewPair(4096 + 200)
 	d := newDevice(t, la, macA, ipA, 4096)
 	pd, err := d.AllocPD()
 	must(t, err)
@@ -288,9 +290,9 @@ func TestCapture(t *testing.T) {
 	}
 }
 
-// fakeRemote is another process's memory as the engines see it: a slice
+// fakeProcMem is another process's memory as the engines see it: a slice
 // they may only copy to and from, counting the calls.
-type fakeRemote struct {
+type fakeProcMem struct {
 	mu                  sync.Mutex
 	b                   []byte
 	reads, writes, vecs int
@@ -298,7 +300,7 @@ type fakeRemote struct {
 	readVecs, readPcs   int
 }
 
-func (f *fakeRemote) ReadVec(p [][]byte, off []uint64) error {
+func (f *fakeProcMem) ReadVec(p [][]byte, off []uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.readVecs++
@@ -309,7 +311,7 @@ func (f *fakeRemote) ReadVec(p [][]byte, off []uint64) error {
 	return nil
 }
 
-func (f *fakeRemote) ReadAt(p []byte, off uint64) error {
+func (f *fakeProcMem) ReadAt(p []byte, off uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reads++
@@ -317,7 +319,7 @@ func (f *fakeRemote) ReadAt(p []byte, off uint64) error {
 	return nil
 }
 
-func (f *fakeRemote) WriteAt(p []byte, off uint64) error {
+func (f *fakeProcMem) WriteAt(p []byte, off uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.writes++
@@ -325,7 +327,7 @@ func (f *fakeRemote) WriteAt(p []byte, off uint64) error {
 	return nil
 }
 
-func (f *fakeRemote) WriteVec(p [][]byte, off []uint64) error {
+func (f *fakeProcMem) WriteVec(p [][]byte, off []uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.vecs++
@@ -342,8 +344,8 @@ func (f *fakeRemote) WriteVec(p [][]byte, off []uint64) error {
 // are sealed.
 func TestRemoteMemoryBatchedWrites(t *testing.T) {
 	a, b, _, _ := pair(t, connOpts{}, 1<<16)
-	mem := &fakeRemote{b: make([]byte, 1<<16)}
-	rmr, err := a.pd.RegRemoteMR(mem, 0x7f0000000000, 1<<16, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+	mem := &fakeProcMem{b: make([]byte, 1<<16)}
+	rmr, err := a.pd.RegProcMR(mem, 0x7f0000000000, 1<<16, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
 	must(t, err)
 	// The peer's 40 KiB WRITE with immediate: 40 packets at MTU 1024.
 	fill(b.mr.Bytes()[:40<<10], 3)
@@ -355,7 +357,7 @@ func TestRemoteMemoryBatchedWrites(t *testing.T) {
 	vecs, pieces, writes := mem.vecs, mem.vecPieces, mem.writes
 	mem.mu.Unlock()
 	if wc.Status != WCSuccess || !bytes.Equal(got, b.mr.Bytes()[:40<<10]) {
-		t.Fatalf("WRITE into remote memory: %+v, data equal %v", wc, bytes.Equal(got, b.mr.Bytes()[:40<<10]))
+		t.Fatalf("WRITE into another process's memory: %+v, data equal %v", wc, bytes.Equal(got, b.mr.Bytes()[:40<<10]))
 	}
 	if writes != 0 || pieces != 40 || vecs >= 40 {
 		t.Fatalf("%d single writes, %d vector writes of %d pieces for 40 packets", writes, vecs, pieces)
@@ -419,7 +421,7 @@ func TestRemoteMemoryBatchedWrites(t *testing.T) {
 // notification runs on the engine right after each completion is
 // published: the send ring must count it freed by then.
 func TestSharedSlotFreedBeforeCompletion(t *testing.T) {
-	la, lb := NewMemLinkPair(4096 + 200)
+	la, lb := memlink.NewPair(4096 + 200)
 	var a *sharedNode
 	var mu sync.Mutex
 	var late []string
@@ -463,7 +465,7 @@ func TestSharedSRQSlotFreedBeforeCompletion(t *testing.T) {
 		t.Run(fmt.Sprintf("engines=%d", engines), func(t *testing.T) {
 			var da, db *Device
 			if engines == 1 {
-				la, lb := NewMemLinkPair(4096 + 200)
+				la, lb := memlink.NewPair(4096 + 200)
 				da, db = newDevice(t, la, macA, ipA, 4096), newDevice(t, lb, macB, ipB, 4096)
 			} else {
 				da, db = twoQueueDevices(t, false)
@@ -504,7 +506,7 @@ func TestSharedSRQSlotFreedBeforeCompletion(t *testing.T) {
 			// engines, pairs are added until both of a's engines serve some.
 			b := newNode(t, db, 4096)
 			var senders []*node
-			served := map[*engine]bool{}
+			served := map[int]bool{}
 			for len(senders) < 2 || engines == 2 && len(served) < 2 && len(senders) < maxQPs {
 				a := &node{dev: da, pd: pd, scq: cq, rcq: cq, mr: mr}
 				a.qp, err = pd.CreateSharedQP(QPInitAttr{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq, SRQ: srq,
@@ -516,7 +518,7 @@ func TestSharedSRQSlotFreedBeforeCompletion(t *testing.T) {
 					Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 				must(t, err)
 				connect(t, a, &s, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
-				served[a.qp.eng.Load()] = true
+				served[a.qp.c.Queue()] = true
 				senders = append(senders, &s)
 			}
 			if len(served) != engines {
@@ -560,5 +562,31 @@ func TestSharedSRQSlotFreedBeforeCompletion(t *testing.T) {
 				t.Fatalf("%d receive completions published before their SRQ slots were freed, the first: %s", len(late), late[0])
 			}
 		})
+	}
+}
+
+// TestDaemonSideOnAttachedDevice: what only a daemon's own device does
+// (rings shared with clients, another process's memory) is ENOTSUP on a
+// device attached to a daemon, whose engines are the daemon's.
+func TestDaemonSideOnAttachedDevice(t *testing.T) {
+	d := &Device{att: &attachment{}} // attached: no request reaches the daemon before the check
+	pd := &PD{dev: d, id: 1}
+	ring := func() *uverbs.Ring { return newRing(t, 16, uverbs.SendSlotSize(1, 0)) }
+	attr := QPInitAttr{Type: QPTypeRC, SendCQ: &CQ{dev: d}, RecvCQ: &CQ{dev: d}, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}}
+	for _, tc := range []struct {
+		what string
+		err  func() error
+	}{
+		{"CreateSharedCQ", func() error { _, err := d.CreateSharedCQ(4, newRing(t, 16, uverbs.CQESize), nil); return err }},
+		{"CreateSharedQP", func() error { _, err := pd.CreateSharedQP(attr, ring(), ring(), nil); return err }},
+		{"CreateSharedSRQ", func() error { _, err := pd.CreateSharedSRQ(SRQInitAttr{MaxWR: 4, MaxSGE: 1}, ring()); return err }},
+		{"RegProcMR", func() error {
+			_, err := pd.RegProcMR(&fakeProcMem{b: make([]byte, 64)}, 0x1000, 64, AccessLocalWrite)
+			return err
+		}},
+	} {
+		if err := tc.err(); !errors.Is(err, ErrNotSup) {
+			t.Errorf("%s on an attached device: %v, want ENOTSUP", tc.what, err)
+		}
 	}
 }

@@ -2,31 +2,8 @@ package verbs
 
 import (
 	"fmt"
-	"sync"
-	"sync/atomic"
-)
 
-// SRQInitAttr creates a shared receive queue (struct ibv_srq_init_attr).
-type SRQInitAttr struct {
-	MaxWR  int
-	MaxSGE int
-	// Limit arms the limit event at creation; 0 leaves it disarmed.
-	Limit int
-}
-
-// SRQAttr are an SRQ's attributes (struct ibv_srq_attr).
-type SRQAttr struct {
-	MaxWR  int
-	MaxSGE int
-	Limit  int
-}
-
-// SRQAttrMask selects what ModifySRQ changes (ibv_srq_attr_mask values).
-type SRQAttrMask uint32
-
-const (
-	SRQAttrMaxWR SRQAttrMask = 1 << 0 // IBV_SRQ_MAX_WR: resize
-	SRQAttrLimit SRQAttrMask = 1 << 1 // IBV_SRQ_LIMIT: arm the limit event
+	"github.com/xdproce/xdproce/internal/transport"
 )
 
 // SRQ is a shared receive queue: QPs created with it take their receive WQEs
@@ -34,23 +11,10 @@ const (
 // raises EventSRQLimitReached once and disarms the limit, as rxe's responder
 // does when it takes a WQE.
 type SRQ struct {
-	dev    *Device
-	pd     *PD
-	maxSGE int
-
-	mu    sync.Mutex // guards post, maxWR and limit against the engine
-	post  []recvWQE  // posted by the application, not yet taken by the engine
-	maxWR int
-	limit int
-
-	used      atomic.Int32 // WQEs posted and not yet completed
-	attached  atomic.Int32 // QPs using the SRQ
-	destroyed atomic.Bool
-
-	q []recvWQE // engine-owned: WQEs taken from post, in order
-
-	sh  *sharedSRQ // the daemon's side of a client's ring (shared.go)
-	rem *remoteSRQ // a client's side: the SRQ lives in the daemon (remote.go)
+	dev *Device
+	pd  *PD
+	c   *transport.SRQ // the engines' SRQ, in-process
+	att *attachedSRQ   // a client's side: the SRQ lives in the daemon (attached.go)
 }
 
 // CreateSRQ creates a shared receive queue in pd.
@@ -58,11 +22,12 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 	if attr.MaxWR < 1 || attr.MaxWR > MaxQPWR || attr.MaxSGE < 0 || attr.MaxSGE > MaxSGE || attr.Limit < 0 || attr.Limit > attr.MaxWR {
 		return nil, fmt.Errorf("verbs: SRQ attributes %+v exceed the device's: %w", attr, ErrInvalid)
 	}
-	if pd.dev.rem != nil {
-		return pd.createRemoteSRQ(attr)
+	if pd.dev.att != nil {
+		return pd.createAttachedSRQ(attr)
 	}
-	pd.users.Add(1)
-	return &SRQ{dev: pd.dev, pd: pd, maxSGE: max(attr.MaxSGE, 1), maxWR: attr.MaxWR, limit: attr.Limit}, nil
+	s := &SRQ{dev: pd.dev, pd: pd, c: pd.c.CreateSRQ(attr)}
+	s.c.Owner = s
+	return s, nil
 }
 
 // PostRecv queues receive work requests on the SRQ; like QP.PostRecv it
@@ -72,23 +37,10 @@ func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
 	if s.dev.closing.Load() {
 		return 0, ErrClosed
 	}
-	if s.rem != nil {
-		return s.postRecvRemote(wrs)
+	if s.att != nil {
+		return s.postRecvAttached(wrs)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := range wrs {
-		if len(wrs[i].SGList) > s.maxSGE {
-			return i, fmt.Errorf("verbs: SRQ receive WR %d: %d SGEs, SRQ allows %d: %w", wrs[i].ID, len(wrs[i].SGList), s.maxSGE, ErrInvalid)
-		}
-		if int(s.used.Load()) >= s.maxWR {
-			return i, fmt.Errorf("verbs: SRQ full (%d WRs): %w", s.maxWR, ErrNoMem)
-		}
-		s.used.Add(1)
-		s.post = append(s.post, newRecvWQE(&wrs[i]))
-	}
-	s.dev.ringAll()
-	return len(wrs), nil
+	return s.c.PostRecv(wrs)
 }
 
 // Modify resizes the SRQ (never below the WQEs it holds) or arms its limit
@@ -97,86 +49,24 @@ func (s *SRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
 	if mask&^(SRQAttrMaxWR|SRQAttrLimit) != 0 {
 		return fmt.Errorf("verbs: SRQ attribute mask %#x: %w", mask, ErrInvalid)
 	}
-	if s.rem != nil {
-		return s.modifyRemote(attr, mask)
+	if s.att != nil {
+		return s.modifyAttached(attr, mask)
 	}
-	if s.sh != nil && mask&SRQAttrMaxWR != 0 && attr.MaxWR > int(s.sh.ring.Slots()) {
-		return fmt.Errorf("verbs: a shared SRQ cannot grow past its ring's %d slots: %w", s.sh.ring.Slots(), ErrInvalid)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	maxWR := s.maxWR
-	if mask&SRQAttrMaxWR != 0 {
-		if attr.MaxWR < 1 || attr.MaxWR > MaxQPWR || attr.MaxWR < int(s.used.Load()) {
-			return fmt.Errorf("verbs: SRQ size %d (holding %d): %w", attr.MaxWR, s.used.Load(), ErrInvalid)
-		}
-		maxWR = attr.MaxWR
-	}
-	if mask&SRQAttrLimit != 0 && (attr.Limit < 0 || attr.Limit > maxWR) {
-		return fmt.Errorf("verbs: SRQ limit %d above its size %d: %w", attr.Limit, maxWR, ErrInvalid)
-	}
-	s.maxWR = maxWR
-	if mask&SRQAttrLimit != 0 {
-		s.limit = attr.Limit
-	}
-	return nil
+	return s.c.Modify(attr, mask)
 }
 
 // Query returns the SRQ's attributes; Limit is 0 once the event has fired.
 func (s *SRQ) Query() SRQAttr {
-	if s.rem != nil {
-		return s.queryRemote()
+	if s.att != nil {
+		return s.queryAttached()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return SRQAttr{MaxWR: s.maxWR, MaxSGE: s.maxSGE, Limit: s.limit}
+	return s.c.Query()
 }
 
 // Destroy releases the SRQ; EBUSY while QPs still use it, as ibv_destroy_srq.
 func (s *SRQ) Destroy() error {
-	if s.rem != nil {
-		return s.destroyRemote()
+	if s.att != nil {
+		return s.destroyAttached()
 	}
-	if n := s.attached.Load(); n > 0 {
-		return fmt.Errorf("verbs: SRQ used by %d QPs: %w", n, ErrBusy)
-	}
-	if s.destroyed.Swap(true) {
-		return fmt.Errorf("verbs: SRQ already destroyed: %w", ErrInvalid)
-	}
-	s.pd.users.Add(-1)
-	if s.sh != nil {
-		// No engine reads the client's ring once this returns.
-		return s.dev.do(func() error {
-			s.dev.objs.forgetSharedSRQ(s)
-			return nil
-		})
-	}
-	return nil
-}
-
-// take removes the next receive WQE for a QP of the SRQ (engine goroutine),
-// raising the limit event when the WQEs left drop below the armed limit.
-func (e *engine) takeSRQ(s *SRQ) (recvWQE, bool) {
-	s.mu.Lock()
-	if len(s.post) > 0 {
-		s.q = append(s.q, s.post...)
-		clear(s.post)
-		s.post = s.post[:0]
-	}
-	if len(s.q) == 0 {
-		s.mu.Unlock()
-		return recvWQE{}, false
-	}
-	wr := s.q[0]
-	s.q[0] = recvWQE{}
-	s.q = s.q[1:]
-	fire := s.limit > 0 && len(s.q) < s.limit
-	if fire {
-		s.limit = 0
-	}
-	s.mu.Unlock()
-	if fire {
-		e.events.post(AsyncEvent{Type: EventSRQLimitReached, SRQ: s})
-	}
-	return wr, true
+	return s.c.Destroy()
 }

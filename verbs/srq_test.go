@@ -4,12 +4,14 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // TestSRQSharedByTwoQPsWithLimitEvent feeds two QPs from one SRQ and checks
 // the limit event fires once, when the WQEs left drop below the limit.
 func TestSRQSharedByTwoQPsWithLimitEvent(t *testing.T) {
-	la, lb := NewMemLinkPair(5000)
+	la, lb := memlink.NewPair(5000)
 	devA := newDevice(t, la, macA, ipA, 4096)
 	devB := newDevice(t, lb, macB, ipB, 4096)
 	a1, a2 := newNode(t, devA, 1<<16), newNode(t, devA, 1<<16)
@@ -102,7 +104,7 @@ func TestSRQSharedByTwoQPsWithLimitEvent(t *testing.T) {
 // TestSRQEmptyGivesRNRThenSucceeds: with nothing in the SRQ the responder
 // sends RNR NAKs; posting a WQE lets the retried SEND land.
 func TestSRQEmptyGivesRNRThenSucceeds(t *testing.T) {
-	la, lb := NewMemLinkPair(5000)
+	la, lb := memlink.NewPair(5000)
 	devA := newDevice(t, la, macA, ipA, 4096)
 	devB := newDevice(t, lb, macB, ipB, 4096)
 	a := newNode(t, devA, 1<<16)
@@ -156,7 +158,7 @@ func TestSRQWQEsUseTheSRQsPD(t *testing.T) {
 			name = "buffer in the SRQ's PD"
 		}
 		t.Run(name, func(t *testing.T) {
-			la, lb := NewMemLinkPair(5000)
+			la, lb := memlink.NewPair(5000)
 			a := newNode(t, newDevice(t, la, macA, ipA, 4096), 1<<16)
 			devB := newDevice(t, lb, macB, ipB, 4096)
 			qpPD, err := devB.AllocPD()

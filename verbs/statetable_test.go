@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/bits"
 	"testing"
+
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // TestQPStateTable checks Modify against ibverbs' qp_state_table (the
@@ -40,7 +42,7 @@ func TestQPStateTable(t *testing.T) {
 		AH: AH{DGID: ipB, SGIDIndex: 1, DMAC: macB}, PathMTU: MTU1024, DestQPN: 0x99, RQPSN: 1,
 		MaxDestRdAtomic: 4, MinRNRTimer: 12, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: 2, MaxRdAtomic: 4}
 
-	la, _ := NewMemLinkPair(5000)
+	la, _ := memlink.NewPair(5000)
 	d := newDevice(t, la, macA, ipA, 4096)
 	pd, err := d.AllocPD()
 	must(t, err)
@@ -76,8 +78,7 @@ func TestQPStateTable(t *testing.T) {
 		}
 		if s == StateSQE {
 			must(t, d.do(func() error {
-				qp.t.state = StateSQE
-				qp.state.Store(uint32(StateSQE))
+				qp.c.ForceState(StateSQE)
 				return nil
 			}))
 		}

@@ -7,6 +7,9 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/link/memlink"
 )
 
 // lockstep drives two devices' engines from the test goroutine on one fake
@@ -15,7 +18,7 @@ import (
 // their transport timers: what the race detector made of
 // TestManyQPsUnderFaults on a loaded machine.
 type lockstep struct {
-	clk      *FakeClock
+	clk      *faketime.Clock
 	devs     [2]*Device
 	ready    [2]time.Time
 	perFrame time.Duration // CPU time per frame received or sent
@@ -27,14 +30,14 @@ type lockstep struct {
 // engine with nothing to do sleeps until its next timer, as it would for
 // real (at most idleWait, so a frame from outside is seen soon enough).
 func (l *lockstep) stepCost(d *Device) time.Duration {
-	before, active := d.shards[0].counters, len(d.shards[0].active)
-	busy := d.shards[0].step()
-	after := d.shards[0].counters
+	before, active := d.nic.EngineCounters(0), d.nic.EngineActive(0)
+	busy := d.nic.StepEngine(0)
+	after := d.nic.EngineCounters(0)
 	frames := (after.SentPkts - before.SentPkts) + (after.RcvdPkts - before.RcvdPkts) +
 		(after.DroppedMalformed - before.DroppedMalformed)
 	cost := 10*time.Microsecond + time.Duration(frames)*l.perFrame + time.Duration(active)*l.perQP
 	if !busy {
-		cost = max(cost, d.shards[0].nextTimer())
+		cost = max(cost, d.nic.EngineNextTimer(0))
 	}
 	return cost
 }
@@ -43,7 +46,7 @@ func (l *lockstep) stepCost(d *Device) time.Duration {
 // ends, so that nothing moves before the replay starts: post only then.
 func (l *lockstep) hold() {
 	for _, d := range l.devs {
-		d.shards[0].mu.Lock()
+		d.nic.LockEngine(0)
 	}
 }
 
@@ -53,7 +56,7 @@ func (l *lockstep) hold() {
 func (l *lockstep) run(done func() bool, limit time.Duration) time.Duration {
 	defer func() {
 		for _, d := range l.devs {
-			d.shards[0].mu.Unlock()
+			d.nic.UnlockEngine(0)
 		}
 	}()
 	start := l.clk.Now()
@@ -120,8 +123,8 @@ func (s storm) run(t *testing.T) {
 func (s storm) replay(t *testing.T) stormResult {
 	t.Helper()
 	const slot = 8 << 10
-	clk := NewFakeClock(time.Unix(1e9, 0))
-	la, lb := NewMemLinkPair(4096 + 200)
+	clk := faketime.New(time.Unix(1e9, 0))
+	la, lb := memlink.NewPair(4096 + 200)
 	mk := func(l Link, mac net.HardwareAddr, ip netip.Addr) *node {
 		// AckHold uses the real clock: off, so the replay is exact.
 		return newNode(t, newDeviceWith(t, l, mac, ip, DeviceConfig{ActiveMTU: 4096, Clock: clk, AckHold: -1}), 2*s.qps*slot)
@@ -129,8 +132,8 @@ func (s storm) replay(t *testing.T) stormResult {
 	a, b := mk(la, macA, ipA), mk(lb, macB, ipB)
 	as, bs := manyQPs(t, a, b, s.qps)
 	f := s.fault
-	la.SetImpairment(Impairment{Drop: f, Duplicate: f, Corrupt: f, Reorder: f, Seed: s.seedA})
-	lb.SetImpairment(Impairment{Drop: f, Duplicate: f, Corrupt: f, Reorder: f, Seed: s.seedB})
+	la.SetImpairment(memlink.Impairment{Drop: f, Duplicate: f, Corrupt: f, Reorder: f, Seed: s.seedA})
+	lb.SetImpairment(memlink.Impairment{Drop: f, Duplicate: f, Corrupt: f, Reorder: f, Seed: s.seedB})
 	fill(a.mr.Bytes(), int(s.seedA))
 	fill(b.mr.Bytes(), int(s.seedB)+1)
 	wantB, wantA := append([]byte(nil), a.mr.Bytes()...), append([]byte(nil), b.mr.Bytes()...)

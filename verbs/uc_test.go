@@ -4,13 +4,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
 
 // ucPair connects two UC QPs over an in-memory link.
-func ucPair(t *testing.T) (*node, *node, *MemLink) {
+func ucPair(t *testing.T) (*node, *node, *memlink.Link) {
 	t.Helper()
-	la, lb := NewMemLinkPair(4096 + 200)
+	la, lb := memlink.NewPair(4096 + 200)
 	mk := func(l Link, mac []byte, ip string) *node {
 		n := newNode(t, newDevice(t, l, mac, mustAddr(ip), 4096), 1<<20)
 		qp, err := n.pd.CreateQP(QPInitAttr{Type: QPTypeUC, SendCQ: n.scq, RecvCQ: n.rcq, Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 64}})
@@ -56,11 +57,11 @@ func TestUCSendWriteAndLoss(t *testing.T) {
 	equalBytes(t, "UC WRITE", b.mr.Bytes()[8192:8192+n], a.mr.Bytes()[:n])
 
 	// Drop every frame of the next SEND: it is lost, and the receive WQE serves the one after.
-	la.SetImpairment(Impairment{Drop: 1})
+	la.SetImpairment(memlink.Impairment{Drop: 1})
 	postRecv(t, b, RecvWR{ID: 2, SGList: sge(b.mr, 0, n)})
 	postSend(t, a, SendWR{ID: 3, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, n)})
 	poll(t, a.scq, 1, 5*time.Second)
-	la.SetImpairment(Impairment{})
+	la.SetImpairment(memlink.Impairment{})
 	postSend(t, a, SendWR{ID: 4, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, 100)})
 	poll(t, a.scq, 1, 5*time.Second)
 	if wc := poll(t, b.rcq, 1, 5*time.Second)[0]; wc.Status != WCSuccess || wc.WRID != 2 || wc.ByteLen != 100 {
@@ -105,8 +106,8 @@ func TestUCLostPacketReturnsReceive(t *testing.T) {
 			t.Fatalf("round %d: %d receive completions more than the 4 posted", round, k)
 		}
 	}
-	if b.qp.rqUsed.Load() != 0 || received != 16 {
-		t.Fatalf("%d received, %d receive slots still taken", received, b.qp.rqUsed.Load())
+	if recvOutstanding(b.qp.c) != 0 || received != 16 {
+		t.Fatalf("%d received, %d receive slots still taken", received, recvOutstanding(b.qp.c))
 	}
 	equalBytes(t, "UC SEND", b.mr.Bytes()[:n], a.mr.Bytes()[:n])
 }

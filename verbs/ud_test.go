@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/pcap"
+	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -45,7 +47,7 @@ func newUDNode(t testing.TB, d *Device, qkey, psn uint32, bufSize int) *node {
 
 func udPair(t *testing.T) (a, b *node, ah *AddressHandle) {
 	t.Helper()
-	la, lb := NewMemLinkPair(9000)
+	la, lb := memlink.NewPair(9000)
 	a = newUDNode(t, newDevice(t, la, macA, ipA, 4096), testQKey, 0x100000, 1<<16)
 	b = newUDNode(t, newDevice(t, lb, macB, ipB, 4096), testQKey, 0, 1<<16)
 	ah, err := a.pd.CreateAH(AH{DGID: ipB, SGIDIndex: 1, HopLimit: 64, DMAC: macB})
@@ -64,7 +66,7 @@ func TestUDSendReceive(t *testing.T) {
 	postRecv(t, b, RecvWR{ID: 7, SGList: sge(b.mr, 0, wire.GRHLen+n)}, RecvWR{ID: 8, SGList: sge(b.mr, 4096, wire.GRHLen+64)})
 	postSend(t, a, SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled, SGList: sge(a.mr, 0, n), AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: testQKey},
 		SendWR{ID: 2, Opcode: WRSendWithImm, Flags: SendSignaled, SGList: sge(a.mr, 0, 64), ImmData: 0x99999999, AH: ah,
-			RemoteQPN: b.qp.QPN(), RemoteQKey: qkeyOwn}) // the QP's own Q_Key
+			RemoteQPN: b.qp.QPN(), RemoteQKey: transport.QKeyOwn}) // the QP's own Q_Key
 	sent := poll(t, a.scq, 2, 5*time.Second)
 	if sent[0].Status != WCSuccess || sent[0].ByteLen != n || sent[1].Flags != WCWithImm || sent[1].Opcode != WCSend {
 		t.Fatalf("send completions %+v", sent)
@@ -209,7 +211,7 @@ func goldenUDDevice(t *testing.T, link Link, mac [6]byte, ip netip.Addr, qpn uin
 		ActiveMTU: 4096, Clock: stoppedClock{time.Unix(1e9, 0)}})
 	must(t, err)
 	t.Cleanup(func() { _ = d.Close() })
-	must(t, d.do(func() error { d.objs.nextQPN = qpn; return nil }))
+	must(t, d.do(func() error { d.nic.PinNextQPN(qpn); return nil }))
 	return d
 }
 
@@ -222,7 +224,7 @@ func TestGoldenUD(t *testing.T) {
 	frames, recvs := loadUDCapture(t, "ud_imm")
 	first := frames[0]
 
-	la, lb := NewMemLinkPair(9000)
+	la, lb := memlink.NewPair(9000)
 	a := newUDNode(t, goldenUDDevice(t, la, first.p.Eth.Src, first.p.IP.Src, first.p.DETH.SrcQP), first.p.DETH.QKey, first.p.BTH.PSN, 1<<16)
 	if a.qp.QPN() != first.p.DETH.SrcQP {
 		t.Fatalf("QPN %#x, want %#x", a.qp.QPN(), first.p.DETH.SrcQP)
@@ -247,7 +249,7 @@ func TestGoldenUD(t *testing.T) {
 	}
 
 	// The receiving side: rxe's frames into a UD QP with the capture's QPN.
-	lc, ld := NewMemLinkPair(9000)
+	lc, ld := memlink.NewPair(9000)
 	b := newUDNode(t, goldenUDDevice(t, ld, first.p.Eth.Dst, first.p.IP.Dst, first.p.BTH.DestQP), first.p.DETH.QKey, 0, 1<<16)
 	for i := range frames {
 		postRecv(t, b, RecvWR{ID: uint64(i), SGList: sge(b.mr, i*2048, 2048)})
@@ -271,7 +273,7 @@ func TestGoldenUD(t *testing.T) {
 // send slot gets what any malformed work request gets: LOC_QP_OP_ERR, its
 // QP in the error state, bad_shared_wqe counted; one it has is sent.
 func TestSharedUDUnknownAddressHandle(t *testing.T) {
-	la, lb := NewMemLinkPair(9000)
+	la, lb := memlink.NewPair(9000)
 	d := newDevice(t, la, macA, ipA, 4096)
 	b := newUDNode(t, newDevice(t, lb, macB, ipB, 4096), testQKey, 0, 1<<16)
 	pd, err := d.AllocPD()

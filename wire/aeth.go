@@ -140,3 +140,30 @@ func RNRTimerCode(d time.Duration) uint8 {
 	}
 	return 0
 }
+
+// ResponseKind is one kind of RC response a requester can receive: its
+// opcode and, for those that carry an AETH, the syndrome.
+type ResponseKind struct {
+	Opcode   Opcode
+	Syndrome uint8
+}
+
+// ResponseKinds lists every kind of RC response: the ACK, a NAK of each
+// code, an RNR NAK, each READ response packet and the atomic ACK. Tests
+// and the spoofer forge them all.
+func ResponseKinds() []ResponseKind {
+	return []ResponseKind{
+		{RCAck, ACKSyndrome(31)},
+		{RCAck, NAKSyndrome(NAKPSNSequenceError)},
+		{RCAck, NAKSyndrome(NAKInvalidRequest)},
+		{RCAck, NAKSyndrome(NAKRemoteAccessError)},
+		{RCAck, NAKSyndrome(NAKRemoteOperationalError)},
+		{RCAck, NAKSyndrome(NAKInvalidRDRequest)},
+		{RCAck, RNRNAKSyndrome(1)},
+		{RCReadResponseFirst, ACKSyndrome(31)},
+		{RCReadResponseMiddle, 0},
+		{RCReadResponseLast, ACKSyndrome(31)},
+		{RCReadResponseOnly, ACKSyndrome(31)},
+		{RCAtomicAck, ACKSyndrome(31)},
+	}
+}

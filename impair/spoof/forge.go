@@ -14,25 +14,6 @@ const (
 	lagMargin = 4096
 )
 
-// response kinds a forger sends to the victim's requester.
-var responseKinds = []struct {
-	op  wire.Opcode
-	syn uint8
-}{
-	{wire.RCAck, wire.ACKSyndrome(31)},
-	{wire.RCAck, wire.NAKSyndrome(wire.NAKPSNSequenceError)},
-	{wire.RCAck, wire.NAKSyndrome(wire.NAKInvalidRequest)},
-	{wire.RCAck, wire.NAKSyndrome(wire.NAKRemoteAccessError)},
-	{wire.RCAck, wire.NAKSyndrome(wire.NAKRemoteOperationalError)},
-	{wire.RCAck, wire.NAKSyndrome(wire.NAKInvalidRDRequest)},
-	{wire.RCAck, wire.RNRNAKSyndrome(1)},
-	{wire.RCReadResponseFirst, wire.ACKSyndrome(31)},
-	{wire.RCReadResponseMiddle, 0},
-	{wire.RCReadResponseLast, wire.ACKSyndrome(31)},
-	{wire.RCReadResponseOnly, wire.ACKSyndrome(31)},
-	{wire.RCAtomicAck, wire.ACKSyndrome(31)},
-}
-
 // requestKinds a forger sends to the victim's responder.
 var requestKinds = []wire.Opcode{
 	wire.RCSendOnly, wire.RCSendFirst, wire.RCSendMiddle, wire.RCWriteOnly, wire.RCWriteFirst,
@@ -74,9 +55,9 @@ func (s *Spoofer) frame(op wire.Opcode, psn uint32, payload int, fill func(p *wi
 // response forges a response of kind k at psn, with a READ response's
 // payload shaped as the opcode wants (wrong: the wrong length for it).
 func (s *Spoofer) response(k int, psn uint32, wrong bool) []byte {
-	kind := responseKinds[k%len(responseKinds)]
+	kind := s.kinds[k%len(s.kinds)]
 	n := 0
-	switch kind.op {
+	switch kind.Opcode {
 	case wire.RCReadResponseFirst, wire.RCReadResponseMiddle:
 		n = s.cfg.PMTU
 		if wrong {
@@ -88,8 +69,8 @@ func (s *Spoofer) response(k int, psn uint32, wrong bool) []byte {
 			n = s.cfg.PMTU + 4 // longer than the path MTU
 		}
 	}
-	return s.frame(kind.op, psn, n, func(p *wire.Packet) {
-		p.AETH = wire.AETH{Syndrome: kind.syn, MSN: s.rng.Uint32() & 0xffffff}
+	return s.frame(kind.Opcode, psn, n, func(p *wire.Packet) {
+		p.AETH = wire.AETH{Syndrome: kind.Syndrome, MSN: s.rng.Uint32() & 0xffffff}
 		p.AtomicAck = s.rng.Uint64()
 	})
 }
@@ -116,7 +97,7 @@ func (s *Spoofer) request(k int, psn uint32) []byte {
 func (s *Spoofer) blind() []byte {
 	psn := s.rng.Uint32() & 0xffffff
 	if s.rng.IntN(2) == 0 {
-		return s.response(s.rng.IntN(len(responseKinds)), psn, false)
+		return s.response(s.rng.IntN(len(s.kinds)), psn, false)
 	}
 	return s.request(s.rng.IntN(len(requestKinds)), psn)
 }
@@ -136,7 +117,7 @@ func (s *Spoofer) edge() []byte {
 		default:
 			psn = v.peerAck + maxWindow + lagMargin
 		}
-		return s.response(s.rng.IntN(len(responseKinds)), psn, false)
+		return s.response(s.rng.IntN(len(s.kinds)), psn, false)
 	}
 	if !v.haveReq {
 		return nil
@@ -185,7 +166,7 @@ func (s *Spoofer) inWindow() []byte {
 		if v.atomics[psn&0xffffff] {
 			return s.response(1, psn, false)
 		}
-		return s.response(len(responseKinds)-1, psn, false) // atomic ACK where no atomic is
+		return s.response(len(s.kinds)-1, psn, false) // atomic ACK where no atomic is
 	}
 	return s.response(7+s.rng.IntN(4), psn, true) // READ response of the wrong length
 }

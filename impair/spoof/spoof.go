@@ -139,7 +139,8 @@ type Spoofer struct {
 	rng   *rand.Rand
 	v     view
 	stats Stats
-	next  int // Forge's round-robin position in cfg.Classes
+	next  int                 // Forge's round-robin position in cfg.Classes
+	kinds []wire.ResponseKind // what it forges towards the victim's requester; the atomic ACK last
 }
 
 // New makes a Spoofer.
@@ -164,7 +165,7 @@ func New(cfg Config) (*Spoofer, error) {
 			return nil, fmt.Errorf("spoof: the exact class needs ExactHits")
 		}
 	}
-	s := &Spoofer{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5ca1ab1e))}
+	s := &Spoofer{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5ca1ab1e)), kinds: wire.ResponseKinds()}
 	s.v.victimQPN = cfg.VictimQPN
 	s.v.atomics = map[uint32]bool{}
 	return s, nil

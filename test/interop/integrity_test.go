@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -220,8 +222,8 @@ func TestIntegrityAgainstFakePeer(t *testing.T) {
 
 func runAgainstFake(t *testing.T, mtu, strayAt int, badCRC bool) ([]check, error) {
 	macOurs, macPeer := net.HardwareAddr{2, 0, 0, 0, 0, 2}, net.HardwareAddr{2, 0, 0, 0, 0, 0x11}
-	la, lb := verbs.NewMemLinkPair(9018)
-	newDev := func(link verbs.Link, mac, other net.HardwareAddr, ip string) *verbs.Device {
+	la, lb := memlink.NewPair(9018)
+	newDev := func(link link.Link, mac, other net.HardwareAddr, ip string) *verbs.Device {
 		d, err := verbs.NewDevice(link, verbs.DeviceConfig{MAC: mac, ActiveMTU: 4096,
 			GIDs: []netip.Addr{netip.MustParseAddr("fe80::1"), netip.MustParseAddr(ip)},
 			Resolve: func(context.Context, netip.Addr) (net.HardwareAddr, error) {

@@ -1,8 +1,9 @@
-package verbs
+package transport
 
 import (
 	"encoding/binary"
 
+	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -84,7 +85,7 @@ type reception struct {
 	t      *qpTransport
 	p      *wire.Packet
 	info   wire.OpInfo
-	status WCStatus // of the receive in progress, when respstErrInvalid fails it
+	status ibv.WCStatus // of the receive in progress, when respstErrInvalid fails it
 }
 
 // responder handles a request packet, as rxe_resp.c: one method per state,
@@ -136,7 +137,7 @@ func (r *reception) checkPSN() respState {
 	case d == 0:
 		r.t.nakSent = false
 		return respstCheckOpSeq
-	case r.qp.typ != QPTypeRC:
+	case r.qp.typ != ibv.QPTypeRC:
 		return respstResync
 	case d > 0:
 		return respstOutOfSeq
@@ -187,7 +188,7 @@ func (r *reception) checkOpSeq() respState {
 		ok = !ok
 	}
 	if !ok {
-		r.status = WCRemInvReqErr
+		r.status = ibv.WCRemInvReqErr
 		return respstErrInvalid
 	}
 	return respstCheckOpValid
@@ -197,14 +198,14 @@ func (r *reception) checkOpSeq() respState {
 // the opcode does.
 func (r *reception) checkOpValid() respState {
 	f := r.info.Flags
-	need := Access(0)
+	need := ibv.Access(0)
 	switch {
 	case f&wire.FlagWrite != 0:
-		need = AccessRemoteWrite
+		need = ibv.AccessRemoteWrite
 	case f&wire.FlagRead != 0:
-		need = AccessRemoteRead
+		need = ibv.AccessRemoteRead
 	case f&wire.FlagAtomic != 0:
-		need = AccessRemoteAtomic
+		need = ibv.AccessRemoteAtomic
 	}
 	if r.t.attr.AccessFlags&need != need {
 		return respstErrInvalid
@@ -217,7 +218,7 @@ func (r *reception) checkOpValid() respState {
 func (r *reception) checkLength() respState {
 	n, mtu := payloadLen(r.p), uint32(r.t.mtu)
 	if n > mtu || (r.info.Flags&wire.FlagEnd == 0 && n != mtu) {
-		r.status = WCRemInvReqErr
+		r.status = ibv.WCRemInvReqErr
 		return respstErrInvalid
 	}
 	return respstExecute
@@ -251,7 +252,7 @@ func (e *engine) takeRecv(qp *QP, psn uint32) bool {
 		t.rq = t.rq[1:]
 	}
 	if !ok {
-		if qp.typ == QPTypeRC {
+		if qp.typ == ibv.QPTypeRC {
 			e.counters.SendRNRErr++
 			e.sendAck(qp, psn, wire.RNRNAKSyndrome(t.attr.MinRNRTimer))
 		}
@@ -265,18 +266,18 @@ func (e *engine) takeRecv(qp *QP, psn uint32) bool {
 	if qp.srq != nil {
 		pd = qp.srq.pd
 	}
-	var one [1]SGE
+	var one [1]ibv.SGE
 	for _, s := range wr.sges(&one) {
 		mr := e.lookupMR(s.LKey)
 		b, ok := span{}, false
-		if mr != nil && mr.pd == pd && mr.access&AccessLocalWrite != 0 {
+		if mr != nil && mr.pd == pd && mr.access&ibv.AccessLocalWrite != 0 {
 			b, ok = mr.span(s.Addr, s.Length)
 		}
 		if !ok {
 			// A malformed receive WQE (class A, as rxe): it completes with
 			// LOC_QP_OP_ERR and the requester gets NAK remote operational
 			// error (REM_OP_ERR).
-			e.completeRecv(qp, WCLocQPOpErr, 0, 0)
+			e.completeRecv(qp, ibv.WCLocQPOpErr, 0, 0)
 			e.respError(qp, psn, wire.NAKRemoteOperationalError, 0)
 			return false
 		}
@@ -286,20 +287,20 @@ func (e *engine) takeRecv(qp *QP, psn uint32) bool {
 }
 
 // completeRecv retires the active receive WQE.
-func (e *engine) completeRecv(qp *QP, status WCStatus, op WCOpcode, flags WCFlags) bool {
+func (e *engine) completeRecv(qp *QP, status ibv.WCStatus, op ibv.WCOpcode, flags ibv.WCFlags) bool {
 	t := &qp.t
-	wc := WorkCompletion{WRID: t.recv.wr.ID, Status: status, Opcode: op, QPNum: qp.qpn, SrcQP: t.attr.DestQPN}
-	if qp.typ == QPTypeUD {
+	wc := ibv.WorkCompletion{WRID: t.recv.wr.ID, Status: status, Opcode: op, QPNum: qp.qpn, SrcQP: t.attr.DestQPN}
+	if qp.typ == ibv.QPTypeUD {
 		wc.SrcQP = e.rx.DETH.SrcQP
 	}
-	if status == WCSuccess {
+	if status == ibv.WCSuccess {
 		wc.ByteLen = t.recv.written
-		wc.Flags = flags | WCWithGRH
+		wc.Flags = flags | ibv.WCWithGRH
 		wc.ImmData = e.rx.ImmDt
-		if flags&WCWithInvalidate != 0 {
+		if flags&ibv.WCWithInvalidate != 0 {
 			wc.InvalidatedKey = e.rx.IETH
 		}
-		if op == WCRecvRDMAWithImm {
+		if op == ibv.WCRecvRDMAWithImm {
 			wc.ByteLen = t.write.total
 		}
 	}
@@ -322,7 +323,7 @@ func (e *engine) execSend(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	}
 	if !scatterPayload(t.recv.segs, t.recv.written, p, &e.pending) {
 		// The message does not fit the receive buffers.
-		e.completeRecvErr(qp, WCLocLenErr)
+		e.completeRecvErr(qp, ibv.WCLocLenErr)
 		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 		return
 	}
@@ -334,9 +335,9 @@ func (e *engine) execSend(qp *QP, p *wire.Packet, info wire.OpInfo) {
 		return
 	}
 	t.respOp = respNone
-	flags := WCFlags(0)
+	flags := ibv.WCFlags(0)
 	if info.Headers&wire.HasImmDt != 0 {
-		flags |= WCWithImm
+		flags |= ibv.WCWithImm
 	}
 	if info.Headers&wire.HasIETH != 0 {
 		if !e.invalidateRKey(qp, p.IETH) {
@@ -344,24 +345,24 @@ func (e *engine) execSend(qp *QP, p *wire.Packet, info wire.OpInfo) {
 			// SEND is acknowledged with the MSN unchanged, then the receive
 			// fails and the QP goes to the error state without a NAK.
 			e.ackIfAsked(qp, p)
-			e.completeRecvErr(qp, WCRemInvReqErr)
+			e.completeRecvErr(qp, ibv.WCRemInvReqErr)
 			e.fatal(qp)
 			return
 		}
-		flags |= WCWithInvalidate
+		flags |= ibv.WCWithInvalidate
 	}
 	t.msn = (t.msn + 1) & 0xffffff
 	// A receive completion that overflows the CQ moves the QP to the
 	// error state and the SEND is not acknowledged (rxe's
 	// RESPST_ERR_CQ_OVERFLOW).
-	if e.completeRecv(qp, WCSuccess, WCRecv, flags) {
+	if e.completeRecv(qp, ibv.WCSuccess, ibv.WCRecv, flags) {
 		e.ackIfAsked(qp, p)
 	}
 }
 
-func (e *engine) completeRecvErr(qp *QP, status WCStatus) {
+func (e *engine) completeRecvErr(qp *QP, status ibv.WCStatus) {
 	if qp.t.recv.active {
-		e.completeRecv(qp, status, WCRecv, 0)
+		e.completeRecv(qp, status, ibv.WCRecv, 0)
 	}
 }
 
@@ -370,13 +371,13 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	psn := p.BTH.PSN
 	if info.Flags&wire.FlagStart != 0 {
 		r := p.RETH
-		if r.Len > MaxMsgSize {
+		if r.Len > ibv.MaxMsgSize {
 			e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 			return
 		}
 		t.write = writeState{va: r.VA, resid: r.Len, total: r.Len, rkey: r.RKey}
 		if r.Len > 0 {
-			mr, ok := e.checkRKey(qp, r.RKey, r.VA, r.Len, AccessRemoteWrite)
+			mr, ok := e.checkRKey(qp, r.RKey, r.VA, r.Len, ibv.AccessRemoteWrite)
 			if !ok {
 				e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
 				return
@@ -396,7 +397,7 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 		return
 	}
 	if n > 0 && info.Flags&wire.FlagStart == 0 && isMWKey(w.rkey) {
-		mr, ok := e.checkMWAccess(qp, w.rkey, w.va, n, AccessRemoteWrite)
+		mr, ok := e.checkMWAccess(qp, w.rkey, w.va, n, ibv.AccessRemoteWrite)
 		if !ok {
 			// The window went away mid-message: the rest of the WRITE
 			// fails as a WRITE naming an invalid key.
@@ -425,7 +426,7 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	}
 	t.respOp = respNone
 	t.msn = (t.msn + 1) & 0xffffff
-	if info.Headers&wire.HasImmDt != 0 && !e.completeRecv(qp, WCSuccess, WCRecvRDMAWithImm, WCWithImm) {
+	if info.Headers&wire.HasImmDt != 0 && !e.completeRecv(qp, ibv.WCSuccess, ibv.WCRecvRDMAWithImm, ibv.WCWithImm) {
 		return // the CQ overflowed: no ACK, as for a SEND
 	}
 	e.ackIfAsked(qp, p)
@@ -433,7 +434,7 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 
 // checkRKey finds the region an rkey names, directly or through a memory
 // window, and checks PD, rights and range.
-func (e *engine) checkRKey(qp *QP, rkey uint32, va uint64, n uint32, need Access) (*MR, bool) {
+func (e *engine) checkRKey(qp *QP, rkey uint32, va uint64, n uint32, need ibv.Access) (*MR, bool) {
 	if isMWKey(rkey) {
 		return e.checkMWAccess(qp, rkey, va, n, need)
 	}
@@ -451,14 +452,14 @@ func (e *engine) execRead(qp *QP, p *wire.Packet) {
 	t := &qp.t
 	psn := p.BTH.PSN
 	r := p.RETH
-	if r.Len > MaxMsgSize || t.attr.MaxDestRdAtomic == 0 {
+	if r.Len > ibv.MaxMsgSize || t.attr.MaxDestRdAtomic == 0 {
 		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 		return
 	}
 	var mr *MR
 	if r.Len > 0 {
 		var ok bool
-		if mr, ok = e.checkRKey(qp, r.RKey, r.VA, r.Len, AccessRemoteRead); !ok {
+		if mr, ok = e.checkRKey(qp, r.RKey, r.VA, r.Len, ibv.AccessRemoteRead); !ok {
 			e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
 			return
 		}
@@ -500,7 +501,7 @@ func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
 		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 		return
 	}
-	mr, ok := e.checkRKey(qp, a.RKey, a.VA, 8, AccessRemoteAtomic)
+	mr, ok := e.checkRKey(qp, a.RKey, a.VA, 8, ibv.AccessRemoteAtomic)
 	if !ok {
 		e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
 		return
@@ -565,7 +566,7 @@ func (e *engine) duplicate(qp *QP, p *wire.Packet, info wire.OpInfo) {
 			if r.length > 0 {
 				// The key may have been invalidated or deregistered since:
 				// check it again, as rxe_recheck_mr.
-				mr, ok := e.checkRKey(qp, r.rkey, r.va, r.length, AccessRemoteRead)
+				mr, ok := e.checkRKey(qp, r.rkey, r.va, r.length, ibv.AccessRemoteRead)
 				if !ok {
 					e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
 					return
@@ -588,7 +589,7 @@ func (e *engine) duplicate(qp *QP, p *wire.Packet, info wire.OpInfo) {
 // cumulative ACK (as hardware RNICs coalesce); rxe, fed one packet at a
 // time, sends one per AckReq, and so do we when packets come one by one.
 func (e *engine) ackIfAsked(qp *QP, p *wire.Packet) {
-	if qp.typ != QPTypeRC {
+	if qp.typ != ibv.QPTypeRC {
 		return
 	}
 	if !p.BTH.AckReq {
@@ -644,15 +645,15 @@ func (e *engine) sendAckNow(qp *QP, psn uint32, syndrome uint8) {
 // respError is a class C/D error: RC sends the NAK and the QP goes to the
 // error state; the receive in progress fails with status (if non-zero).
 // UC drops the message.
-func (e *engine) respError(qp *QP, psn uint32, code wire.NAKCode, status WCStatus) {
+func (e *engine) respError(qp *QP, psn uint32, code wire.NAKCode, status ibv.WCStatus) {
 	t := &qp.t
-	if qp.typ != QPTypeRC {
+	if qp.typ != ibv.QPTypeRC {
 		t.respOp = respNone
 		e.abortRecv(qp)
 		return
 	}
 	if status != 0 && t.recv.active {
-		e.completeRecv(qp, status, WCRecv, 0)
+		e.completeRecv(qp, status, ibv.WCRecv, 0)
 	}
 	e.sendAck(qp, psn, wire.NAKSyndrome(code))
 	if t.replying() {

@@ -1,65 +1,30 @@
-package verbs
+// Package memlink is an in-memory link.Link: a pair of connected ends that
+// carry Ethernet frames between two devices in one process, with seeded
+// loss, duplication, reordering and corruption, for tests and benchmarks
+// of the transport (as gVisor's link/channel).
+package memlink
 
 import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/xdproce/xdproce/link"
 )
 
-// Link is the engine's only view of the network: it sends and receives whole
-// Ethernet frames. AF_XDP sockets implement it for real devices; MemLink pairs
-// do it in memory for tests.
-type Link interface {
-	// Send transmits the frames; they may be reused when Send returns.
-	Send(frames [][]byte) error
-	// Receive hands each frame that has arrived to fn, up to max frames,
-	// without blocking, and returns how many it handed. A frame is valid only
-	// during its call.
-	Receive(max int, fn func(frame []byte)) (int, error)
-	// Wait blocks until a frame may be ready, Wake is called, or d passes.
-	Wait(d time.Duration)
-	// Wake makes a Wait in progress, or the next one, return at once. Any
-	// goroutine may call it: it is the device's doorbell.
-	Wake()
-	// MaxFrame is the largest frame Send accepts.
-	MaxFrame() int
-}
-
-// frameLender is a Link that lends its own transmit buffers, so the engine
-// builds each frame where the NIC reads it (for AF_XDP, in UMEM) instead of
-// building it aside and having Send copy it.
-type frameLender interface {
-	// TXBuffer returns a buffer of at least MaxFrame bytes for the next
-	// frame, or nil when none is free.
-	TXBuffer() []byte
-	// CommitTX queues the frame of n bytes built in the last TXBuffer.
-	CommitTX(n int)
-	// FlushTX transmits the committed frames.
-	FlushTX() error
-}
-
-// Clock tells the engine the time; tests inject a fake one.
-type Clock interface {
-	Now() time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
-// Impairment says what a MemLink does to frames it carries, per frame, from a
+// Impairment says what a Link does to frames it carries, per frame, from a
 // seeded generator: the same seed and frame sequence give the same faults.
 type Impairment struct {
 	Drop, Duplicate, Corrupt, Reorder float64
 	Seed                              uint64
 }
 
-// MemLink is one end of an in-memory link made by NewMemLinkPair.
-type MemLink struct {
-	peer  *MemLink
+// Link is one end of an in-memory link made by NewPair.
+type Link struct {
+	peer  *Link
 	mu    sync.Mutex
 	woken chan struct{} // Wake's signal, apart from frames' signal
-	queue [][]byte      // frames waiting to be received here, at most queueCap
+	queue [][]byte      // frames waiting to be received here, at most QueueCap
 	// overflow counts frames dropped because the queue was full, as a
 	// NIC's RX ring drops them (RingDrops).
 	overflow uint64
@@ -70,7 +35,7 @@ type MemLink struct {
 	imp         Impairment
 	rng         *rand.Rand
 	max         int
-	stats       MemLinkStats
+	stats       Stats
 	// drop, if set, drops the frames it returns true for (tests' hook, under mu).
 	drop func(frame []byte) bool
 
@@ -84,23 +49,23 @@ type MemLink struct {
 	timer *time.Timer
 }
 
-// queueCap bounds the frames waiting at a MemLink's receiving end, as an
+// QueueCap bounds the frames waiting at a Link's receiving end, as an
 // AF_XDP socket is bounded by the 2048 chunks it gives the kernel
 // (ring.Config.RXFrames): a receiver that falls behind drops frames
 // (Counters.RingDrops) instead of queueing them without bound, which no
 // real link does.
-const queueCap = 2048
+const QueueCap = 2048
 
-// MemLinkStats counts what a MemLink did to the frames sent through it.
-type MemLinkStats struct {
+// Stats counts what a Link did to the frames sent through it.
+type Stats struct {
 	Sent, Dropped, Duplicated, Corrupted, Reordered uint64
 }
 
-// NewMemLinkPair returns two connected in-memory links carrying frames of up
+// NewPair returns two connected in-memory links carrying frames of up
 // to maxFrame bytes.
-func NewMemLinkPair(maxFrame int) (*MemLink, *MemLink) {
-	a := &MemLink{signal: make(chan struct{}, 1), woken: make(chan struct{}, 1), max: maxFrame}
-	b := &MemLink{signal: make(chan struct{}, 1), woken: make(chan struct{}, 1), max: maxFrame}
+func NewPair(maxFrame int) (*Link, *Link) {
+	a := &Link{signal: make(chan struct{}, 1), woken: make(chan struct{}, 1), max: maxFrame}
+	b := &Link{signal: make(chan struct{}, 1), woken: make(chan struct{}, 1), max: maxFrame}
 	a.peer, b.peer = b, a
 	a.SetImpairment(Impairment{})
 	b.SetImpairment(Impairment{})
@@ -108,7 +73,7 @@ func NewMemLinkPair(maxFrame int) (*MemLink, *MemLink) {
 }
 
 // SetImpairment sets the faults applied to frames sent from this end.
-func (l *MemLink) SetImpairment(imp Impairment) {
+func (l *Link) SetImpairment(imp Impairment) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.imp = imp
@@ -116,14 +81,14 @@ func (l *MemLink) SetImpairment(imp Impairment) {
 }
 
 // Stats returns what this end did to the frames it sent.
-func (l *MemLink) Stats() MemLinkStats {
+func (l *Link) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.stats
 }
 
-// Send implements Link.
-func (l *MemLink) Send(frames [][]byte) error {
+// Send implements link.Link.
+func (l *Link) Send(frames [][]byte) error {
 	var small [32][]byte
 	out := small[:0]
 	l.mu.Lock()
@@ -169,12 +134,12 @@ func (l *MemLink) Send(frames [][]byte) error {
 }
 
 // Flush delivers a frame held back for reordering.
-func (l *MemLink) Flush() { _ = l.Send(nil) }
+func (l *Link) Flush() { _ = l.Send(nil) }
 
 // copyFrame copies a frame in flight into a recycled buffer of the receiving
 // end. It takes only the leaf poolMu: Send calls it while holding its own mu,
 // and the two ends send concurrently.
-func (l *MemLink) copyFrame(f []byte) []byte {
+func (l *Link) copyFrame(f []byte) []byte {
 	l.poolMu.Lock()
 	var b []byte
 	if n := len(l.pool); n > 0 {
@@ -187,9 +152,9 @@ func (l *MemLink) copyFrame(f []byte) []byte {
 	return append(b[:0], f...)
 }
 
-func (l *MemLink) deliver(frames [][]byte) {
+func (l *Link) deliver(frames [][]byte) {
 	l.mu.Lock()
-	n := min(len(frames), queueCap-len(l.queue))
+	n := min(len(frames), QueueCap-len(l.queue))
 	l.queue = append(l.queue, frames[:n]...)
 	l.overflow += uint64(len(frames) - n)
 	l.mu.Unlock()
@@ -205,14 +170,14 @@ func (l *MemLink) deliver(frames [][]byte) {
 }
 
 // RingDrops is how many frames arrived to a full queue and were dropped.
-func (l *MemLink) RingDrops() uint64 {
+func (l *Link) RingDrops() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.overflow
 }
 
-// Receive implements Link.
-func (l *MemLink) Receive(max int, fn func(frame []byte)) (int, error) {
+// Receive implements link.Link.
+func (l *Link) Receive(max int, fn func(frame []byte)) (int, error) {
 	l.mu.Lock()
 	n := min(max, len(l.queue))
 	l.batch = append(l.batch[:0], l.queue[:n]...)
@@ -233,16 +198,16 @@ func (l *MemLink) Receive(max int, fn func(frame []byte)) (int, error) {
 	return n, nil
 }
 
-// Wake implements Link.
-func (l *MemLink) Wake() {
+// Wake implements link.Link.
+func (l *Link) Wake() {
 	select {
 	case l.woken <- struct{}{}:
 	default:
 	}
 }
 
-// Wait implements Link.
-func (l *MemLink) Wait(d time.Duration) {
+// Wait implements link.Link.
+func (l *Link) Wait(d time.Duration) {
 	l.mu.Lock()
 	ready := len(l.queue) > 0
 	l.mu.Unlock()
@@ -262,13 +227,36 @@ func (l *MemLink) Wait(d time.Duration) {
 	}
 }
 
-// MaxFrame implements Link.
-func (l *MemLink) MaxFrame() int { return l.max }
+// MaxFrame implements link.Link.
+func (l *Link) MaxFrame() int { return l.max }
 
-// releaseHooker is a Link whose received frames stay valid until the end
-// of the receive call; the hook runs just before they are released, so that
-// an engine can act on the whole batch while its frames are still there.
-type releaseHooker interface{ SetReleaseHook(func()) }
+// SetReleaseHook implements link.ReleaseHooker.
+func (l *Link) SetReleaseHook(f func()) { l.releaseHook = f }
 
-// SetReleaseHook implements releaseHooker.
-func (l *MemLink) SetReleaseHook(f func()) { l.releaseHook = f }
+// SetDropFilter makes this end drop, before any impairment, the frames f
+// returns true for (nil: none); tests use it to lose chosen packets.
+func (l *Link) SetDropFilter(f func(frame []byte) bool) {
+	l.mu.Lock()
+	l.drop = f
+	l.mu.Unlock()
+}
+
+var (
+	_ link.Link          = (*Link)(nil)
+	_ link.ReleaseHooker = (*Link)(nil)
+	_ link.RingDropper   = (*Link)(nil)
+)
+
+// Inject queues frames at this end as if its peer had sent them, past the
+// impairments: tests forge packets with it.
+func (l *Link) Inject(frames [][]byte) { l.deliver(frames) }
+
+// Peer is the other end of the pair.
+func (l *Link) Peer() *Link { return l.peer }
+
+// Queued is how many frames wait to be received at this end.
+func (l *Link) Queued() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue)
+}

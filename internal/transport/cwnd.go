@@ -1,4 +1,6 @@
-package verbs
+package transport
+
+import "github.com/xdproce/xdproce/internal/ibv"
 
 // The requester's loss window. An RC responder drops every packet behind a
 // lost one (it accepts only the PSN it expects), so each loss costs the
@@ -26,7 +28,7 @@ const (
 // window is how many PSNs past compPSN the requester may send.
 func (t *qpTransport) window() uint32 {
 	if t.cwnd == 0 {
-		return MaxUnackedPSNs
+		return ibv.MaxUnackedPSNs
 	}
 	return t.cwnd
 }
@@ -45,12 +47,12 @@ func (t *qpTransport) shrinkWindow() {
 
 // growWindow opens the window again as PSNs are acknowledged.
 func (t *qpTransport) growWindow(acked uint32) {
-	if t.cwnd == 0 || t.cwnd >= MaxUnackedPSNs {
+	if t.cwnd == 0 || t.cwnd >= ibv.MaxUnackedPSNs {
 		return
 	}
 	t.cwndAcked += acked
-	for t.cwndAcked >= t.cwnd && t.cwnd < MaxUnackedPSNs {
+	for t.cwndAcked >= t.cwnd && t.cwnd < ibv.MaxUnackedPSNs {
 		t.cwndAcked -= t.cwnd
-		t.cwnd = min(t.cwnd+windowGrowth, MaxUnackedPSNs)
+		t.cwnd = min(t.cwnd+windowGrowth, ibv.MaxUnackedPSNs)
 	}
 }

@@ -1,4 +1,4 @@
-package verbs
+package transport
 
 import "time"
 
@@ -8,7 +8,8 @@ import "time"
 // whole message. A path that holds less than that burst (a guest slower
 // than the host, behind a tap's queue of 1000 packets) loses the burst's
 // tail, and rxe's requester asks for it again only when its transport timer
-// expires: 2.1 s at rdma_cm's timeout, READ after READ (docs/interop.md).
+// expires: 2.1 s at rdma_cm's timeout, READ after READ (docs/interop.md,
+// "READ responses paced after a tail loss").
 //
 // So each QP's responder learns the rate its READ responses are taken in
 // at, and once its requester has asked again for part of a response that
@@ -41,8 +42,7 @@ import "time"
 //
 // In-memory tests: TestReadResponsesPacedAfterTailLoss,
 // TestDuplicatedReadRequestsDoNotPace, TestForgedDuplicateReadDoesNotPace;
-// against rxe in a guest,
-// docs/interop.md ("The whole matrix in one run").
+// against rxe in a guest, docs/results/2026-11-26-read-pacing.md.
 type readPacer struct {
 	// startAt is when the newest READ response began, if it began with
 	// nothing queued before it (a sample); pkts is its length.

@@ -1,9 +1,15 @@
-package verbs
+// The completer, as rxe_comp.c: it matches ACKs, NAKs and READ/atomic
+// responses to the send queue and retires WQEs into the send CQ (retire,
+// failHead); all completion of send work happens here.
+
+package transport
 
 import (
+	"encoding/binary"
 	"fmt"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -49,8 +55,8 @@ type completion struct {
 	t      *qpTransport
 	p      *wire.Packet
 	info   wire.OpInfo
-	w      *sendWQE // the READ or atomic a response belongs to
-	status WCStatus // of the head WQE, for compError
+	w      *sendWQE     // the READ or atomic a response belongs to
+	status ibv.WCStatus // of the head WQE, for compError
 }
 
 // completer handles a response (ACK, NAK, READ response, atomic ACK) for an
@@ -146,19 +152,19 @@ func (c *completion) checkAck() compState {
 			case wire.NAKPSNSequenceError:
 				return compSeqNAK
 			case wire.NAKInvalidRequest:
-				c.status = WCRemInvReqErr
+				c.status = ibv.WCRemInvReqErr
 			case wire.NAKRemoteAccessError:
-				c.status = WCRemAccessErr
+				c.status = ibv.WCRemAccessErr
 			default:
-				c.status = WCRemOpErr
+				c.status = ibv.WCRemOpErr
 			}
 			return compNAKError
 		}
-		c.status = WCRemOpErr
+		c.status = ibv.WCRemOpErr
 		return compNAKError
 	case wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast, wire.RCReadResponseOnly:
 		if c.info.Headers&wire.HasAETH != 0 && !p.AETH.IsACK() {
-			c.status = WCRemOpErr
+			c.status = ibv.WCRemOpErr
 			return compNAKError
 		}
 		return compCheckHead
@@ -192,7 +198,7 @@ func (c *completion) answersRequest(ack bool) bool {
 		if psnCmp(psn, w.lastPSN) > 0 {
 			continue
 		}
-		return w.wr.Opcode != WRRDMARead || psn == w.firstPSN || psn == w.readFrom || (ack && psn == w.lastPSN)
+		return w.wr.Opcode != ibv.WRRDMARead || psn == w.firstPSN || psn == w.readFrom || (ack && psn == w.lastPSN)
 	}
 	return true
 }
@@ -209,7 +215,7 @@ func (c *completion) nakTarget() bool {
 		return false
 	}
 	w := &t.sq[0]
-	return !w.wr.Opcode.isReadOrAtomic() || psnCmp(psn, w.lastPSN) <= 0
+	return !isReadOrAtomic(w.wr.Opcode) || psnCmp(psn, w.lastPSN) <= 0
 }
 
 // rnrNAK: the responder had no receive WQE for the SEND (or WRITE with
@@ -222,7 +228,7 @@ func (c *completion) rnrNAK() compState {
 	c.e.counters.RcvdRNRErr++
 	if c.t.rnrLeft == 0 {
 		c.e.counters.RetryRNRExceededErr++
-		c.status = WCRNRRetryExcErr
+		c.status = ibv.WCRNRRetryExcErr
 		return compError
 	}
 	return compRNRRetry
@@ -305,7 +311,7 @@ func (c *completion) checkHead() compState {
 			break
 		}
 	}
-	if w == nil || !w.wr.Opcode.isReadOrAtomic() || (w.wr.Opcode == WRRDMARead) == isAtomicAck {
+	if w == nil || !isReadOrAtomic(w.wr.Opcode) || (w.wr.Opcode == ibv.WRRDMARead) == isAtomicAck {
 		c.e.counters.ResponseOutOfWindow++ // no READ or atomic of ours holds this PSN
 		return compDrop
 	}
@@ -351,7 +357,7 @@ func (c *completion) read() compState {
 	}
 	var one [1]span
 	if !scatterPayload(w.local(&one), w.readDone, p, &c.e.pending) {
-		c.status = WCLocProtErr
+		c.status = ibv.WCLocProtErr
 		return compError
 	}
 	w.readDone += n
@@ -410,7 +416,7 @@ func (e *engine) completeInOrder(qp *QP) {
 	t := &qp.t
 	for len(t.sq) > 0 && t.sq[0].started {
 		w := &t.sq[0]
-		if w.wr.Opcode.isReadOrAtomic() {
+		if isReadOrAtomic(w.wr.Opcode) {
 			if !w.respDone {
 				break
 			}
@@ -423,13 +429,13 @@ func (e *engine) completeInOrder(qp *QP) {
 		} else if t.psnAfter(w.lastPSN, t.ackedReq) {
 			break
 		}
-		e.retire(qp, WCSuccess)
+		e.retire(qp, ibv.WCSuccess)
 	}
 	comp := t.sentEnd // with no WQE started, everything sent is acknowledged
 	if len(t.sq) > 0 && t.sq[0].started {
 		w := &t.sq[0]
 		comp = w.nextRespPSN(t.mtu)
-		if !w.wr.Opcode.isReadOrAtomic() {
+		if !isReadOrAtomic(w.wr.Opcode) {
 			comp = (t.ackedReq + 1) & 0xffffff
 			if t.psnAfter(w.firstPSN, comp) {
 				comp = w.firstPSN
@@ -446,160 +452,78 @@ func (e *engine) completeInOrder(qp *QP) {
 	}
 }
 
-// rerequestBefore asks again at once for the READs and atomics that end
-// before psn and still wait for responses: a response or ACK for psn came
-// after theirs, so theirs were lost (the link keeps order; a reordered one
-// costs at most one spare request).
-func (e *engine) rerequestBefore(qp *QP, psn uint32) {
-	t := &qp.t
-	for i := range t.sq {
-		w := &t.sq[i]
-		if !w.started || psnCmp(w.lastPSN, psn) >= 0 {
-			return
-		}
-		if w.wr.Opcode.isReadOrAtomic() && !w.respDone {
-			e.rerequest(qp, w)
-		}
+// retireSent completes UC WQEs whose packets all left.
+func (e *engine) retireSent(qp *QP) {
+	for len(qp.t.sq) > 0 && qp.t.sq[0].sentAll && qp.t.reqIdx > 0 {
+		e.retire(qp, ibv.WCSuccess)
 	}
 }
 
-// rerequest sends w's request again, for what has not arrived, unless such
-// a request is already out and its first response has not come back: at
-// most one per READ per round trip, so the rest of a lost stream, arriving
-// behind the request, asks nothing more. The responder answers a READ from
-// its responder resources (rxe replays it) and an atomic from the saved
-// result; nothing is executed twice.
-func (e *engine) rerequest(qp *QP, w *sendWQE) {
-	if w.retried && w.readFrom == w.nextRespPSN(qp.t.mtu) {
-		return
+// failHead completes the oldest WQE with an error status and moves the QP to
+// the error state, which flushes the rest.
+func (e *engine) failHead(qp *QP, status ibv.WCStatus) {
+	// An application that polls the error completion and then queries the
+	// QP must find it in the error state already.
+	qp.state.Store(uint32(ibv.StateErr))
+	if len(qp.t.sq) > 0 {
+		e.retire(qp, status)
 	}
-	w.retried = true
-	e.counters.LostResponseRetry++
-	qp.t.rttAt = time.Time{} // Karn: no round-trip sample across a retransmission
-	e.sendReadAtomic(qp, w)
+	e.toError(qp)
 }
 
-// progress re-arms the retransmission timer while anything is outstanding.
-func (e *engine) progress(qp *QP) {
+// retire completes the oldest send WQE with status.
+func (e *engine) retire(qp *QP, status ibv.WCStatus) {
 	t := &qp.t
-	if len(t.sq) > 0 && t.sq[0].started && t.attr.Timeout > 0 {
-		t.timerAt = e.dev.clock.Now().Add(t.rto())
-	} else {
-		t.timerAt = time.Time{}
+	w := t.sq[0]
+	if w.started && isReadOrAtomic(w.wr.Opcode) && t.rdAtomicOut > 0 {
+		t.rdAtomicOut--
 	}
-}
-
-// resetRetry restores the retry counters and ends a retry episode (rxe's
-// reset_retry_counters): the responder has shown progress.
-func (e *engine) resetRetry(qp *QP) {
-	t := &qp.t
-	t.retryLeft, t.rnrLeft = t.attr.RetryCnt, t.attr.RNRRetry
-	t.startedRetry = false
-	t.timeouts, t.probing, t.nakEpisode = 0, false, false
-}
-
-// checkTimers runs the retransmission and RNR timers of an RC QP.
-func (e *engine) checkTimers(qp *QP, now time.Time) {
-	t := &qp.t
-	if qp.typ != QPTypeRC || t.state != StateRTS && t.state != StateSQD {
-		return
+	// The slot is free before the completion is visible: an application
+	// that polls it and posts at once must find room, as with ibverbs.
+	t.sq[0] = sendWQE{}
+	t.sq = t.sq[1:]
+	qp.sqUsed.Add(-1)
+	qp.freeSharedSlots()
+	if t.reqIdx > 0 {
+		t.reqIdx--
 	}
-	if !t.rnrAt.IsZero() && !now.Before(t.rnrAt) {
-		t.rnrAt = time.Time{}
-		e.goBackN(qp, false)
-	}
-	if t.timerAt.IsZero() || now.Before(t.timerAt) {
-		return
-	}
-	if len(t.sq) == 0 || !t.sq[0].started {
-		t.timerAt = time.Time{}
-		return
-	}
-	e.counters.TransportTimeouts++
-	e.retry(qp, true)
-}
-
-// retry counts a transport retry (timeout, sequence NAK, lost response) and
-// goes back to the oldest unacknowledged PSN; with none left the oldest WQE
-// fails with RETRY_EXC_ERR. retry_cnt 7 retries forever. As rxe's
-// COMPST_ERROR_RETRY, one retry episode counts once: until the responder
-// shows progress (resetRetry), further NAKs and lost responses neither
-// count nor rewind again; only the timer (timeout) starts another retry.
-func (e *engine) retry(qp *QP, timeout bool) {
-	t := &qp.t
-	if t.startedRetry && !timeout {
-		return
-	}
-	e.counters.CompleterRetryErr++
-	if t.retryLeft == 0 {
-		e.counters.RetryExceededErr++
-		e.failHead(qp, WCRetryExcErr)
-		return
-	}
-	if t.attr.RetryCnt != 7 {
-		t.retryLeft--
-	}
-	if timeout {
-		t.timeouts++
-	}
-	// sentEnd, not reqPSN: a go-back-N that skipped a READ or atomic
-	// (below) leaves reqPSN at it although it was sent and is unanswered.
-	if t.sentEnd != t.compPSN {
-		t.startedRetry = true
-		t.shrinkWindow()
-		// After a timeout nothing says what got through: with retry_cnt 7
-		// probe with the oldest unacknowledged packet before resending
-		// the window. A finite retry_cnt keeps rxe's whole-window resend:
-		// a probe costs a round trip, and on a peer slower than a short
-		// timer those round trips would each count against the retries.
-		t.probing = timeout && t.attr.RetryCnt == 7
-		// After a timeout only the oldest READ or atomic is asked again:
-		// the responses of the others may well be on their way (a slow
-		// peer), and a lost one shows itself by a later response or ACK
-		// (rerequest) or by the next expiry.
-		e.goBackN(qp, timeout)
-		return
-	}
-	// Nothing sent is unacknowledged: no point in resending (rxe).
-	e.progress(qp)
-}
-
-// goBackN rewinds the requester to compPSN: every unacknowledged packet is
-// sent again, resuming mid-message where the acknowledged part ends; a
-// READ or atomic asks again for the responses it still lacks (with
-// headReadsOnly, only the oldest WQE does), and one whose responses are
-// all in, or a SEND or WRITE the responder has acknowledged, is not sent
-// again.
-func (e *engine) goBackN(qp *QP, headReadsOnly bool) {
-	t := &qp.t
-	t.reqIdx = 0
-	t.reqPSN = t.compPSN
-	t.rttAt = time.Time{} // Karn: no round-trip sample across a retransmission
-	mtu := uint32(t.mtu)
-	for i := range t.sq {
-		w := &t.sq[i]
-		if !w.started {
-			break
-		}
-		if w.wr.Opcode.isReadOrAtomic() {
-			if i > 0 && headReadsOnly && w.sentAll {
-				continue
+	if status != ibv.WCSuccess || qp.sigAll || w.wr.Flags&ibv.SendSignaled != 0 {
+		wc := ibv.WorkCompletion{WRID: w.wr.ID, Status: status, Opcode: completionOf(w.wr.Opcode), QPNum: qp.qpn}
+		if status == ibv.WCSuccess {
+			wc.ByteLen = w.length
+			// rxe flags a send's completion WITH_IMM too (rc_imm.jsonl, ud_imm.jsonl).
+			if w.wr.Opcode == ibv.WRSendWithImm || w.wr.Opcode == ibv.WRRDMAWriteWithImm {
+				wc.Flags = ibv.WCWithImm
 			}
-			w.sentAll = w.respDone
-			w.retried = true
-			continue
 		}
-		from := (t.ackedReq + 1) & 0xffffff
-		switch {
-		case t.psnAfter(from, w.lastPSN):
-			w.sentAll = true
-		case t.psnAfter(from, w.firstPSN):
-			w.sentAll, w.sentOff = false, ((from-w.firstPSN)&0xffffff)*mtu
-		default:
-			w.sentAll, w.sentOff = false, 0
+		e.pending.flush() // a READ's data before its completion
+		if !qp.scq.push(wc, false) && t.state != ibv.StateErr {
+			e.fatal(qp)
 		}
 	}
-	if len(t.sq) > 0 && t.sq[0].started && t.attr.Timeout > 0 {
-		t.timerAt = e.dev.clock.Now().Add(t.rto())
+	if status == ibv.WCSuccess {
+		e.checkDrained(qp) // an error completion moves the QP to ERR instead
 	}
+}
+
+// checkDrained ends an SQD drain once every WQE started before it has
+// completed, raising EventSQDrained if the QP asked for it
+// (en_sqd_async_notify).
+func (e *engine) checkDrained(qp *QP) {
+	t := &qp.t
+	if !t.draining || t.state != ibv.StateSQD || (len(t.sq) > 0 && t.sq[0].started) {
+		return
+	}
+	t.draining = false
+	if t.attr.EnSQDAsyncNotify {
+		e.events.post(Event{Type: ibv.EventSQDrained, QP: qp})
+	}
+}
+
+// putAtomicResult stores an atomic's original value into its 8-byte SGE.
+func putAtomicResult(w *sendWQE, orig uint64) {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], orig)
+	var one [1]span
+	scatter(w.local(&one), 0, b[:], nil) // b is on the stack: written at once
 }

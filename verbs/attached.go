@@ -12,6 +12,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/transport"
+
 	"github.com/xdproce/xdproce/ipc"
 	"github.com/xdproce/xdproce/uverbs"
 )
@@ -22,8 +25,8 @@ import (
 // operations on rings the daemon shares, with no system call unless the
 // engine serving the QP sleeps.
 
-// remote is a Device's connection to its daemon.
-type remote struct {
+// attachment is a Device's connection to its daemon.
+type attachment struct {
 	conn *ipc.Conn
 	info uverbs.DeviceInfo
 	page *ipc.Mapping  // the doorbell page
@@ -43,7 +46,7 @@ type remote struct {
 	mrs  map[uint32]*MR // by lkey: inline posts copy from the regions themselves
 }
 
-type remoteQP struct {
+type attachedQP struct {
 	h        uint32
 	sq, rq   *uverbs.Ring
 	maps     [2]*ipc.Mapping
@@ -52,13 +55,7 @@ type remoteQP struct {
 	sqp, rqp uint32 // producer indices
 }
 
-type remoteCQ struct {
-	h      uint32
-	m      *ipc.Mapping
-	notify *ipc.Waiter // hangs up when the daemon is gone
-}
-
-type remoteMR struct {
+type attachedMR struct {
 	h uint32
 	m *ipc.Mapping
 }
@@ -73,7 +70,7 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &remote{conn: conn, mrs: map[uint32]*MR{}, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, srqs: map[uint32]*SRQ{}}
+	r := &attachment{conn: conn, mrs: map[uint32]*MR{}, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, srqs: map[uint32]*SRQ{}}
 	var fds []int
 	// HELLO is bounded by ctx too: a server that never answers does not
 	// hold the caller.
@@ -104,8 +101,7 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 	for _, g := range r.info.GIDs {
 		cfg.GIDs = append(cfg.GIDs, netip.AddrFrom16(g).Unmap()) // IPv4 GIDs as Open gives them
 	}
-	dev := &Device{cfg: cfg, clock: realClock{}, done: make(chan struct{}), rem: r}
-	dev.objs.events.ready = make(chan struct{}, 1)
+	dev := &Device{cfg: cfg, att: r}
 	var wctx context.Context
 	wctx, r.stop = context.WithCancel(context.Background())
 	go r.watch(wctx, peer.PID)
@@ -116,7 +112,7 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 // a removed RNIC (IBV_EVENT_DEVICE_FATAL); posts fail. A waiter on the
 // events or on a completion channel wakes by itself: the daemon's ends of
 // their pipes closed with it.
-func (r *remote) watch(ctx context.Context, pid int) {
+func (r *attachment) watch(ctx context.Context, pid int) {
 	if ipc.WaitExit(ctx, pid) != nil {
 		return // detached first
 	}
@@ -127,7 +123,7 @@ func (r *remote) watch(ctx context.Context, pid int) {
 var ErrDeviceFatal = syscall.EIO
 
 // getEvent is GetAsyncEvent for a daemon's device.
-func (r *remote) getEvent(ctx context.Context) (AsyncEvent, error) {
+func (r *attachment) getEvent(ctx context.Context) (AsyncEvent, error) {
 	for {
 		if r.dead.Load() {
 			return AsyncEvent{Type: EventDeviceFatal}, nil
@@ -166,31 +162,31 @@ func (r *remote) getEvent(ctx context.Context) (AsyncEvent, error) {
 	}
 }
 
-// Remote reports whether the device is a daemon's, attached with Dial.
-func (d *Device) Remote() bool { return d.rem != nil }
+// Attached reports whether the device is a daemon's, attached with Dial.
+func (d *Device) Attached() bool { return d.att != nil }
 
 // Control sends a request of a package layered on verbs (rdmacm's CM_*
 // requests) to the daemon of a device attached with Dial, in this device's
 // session (so it may name the device's objects): the reply's body and fds,
 // which are the caller's. ErrNotSup for an in-process device.
 func (d *Device) Control(op uverbs.Op, body func(*uverbs.Encoder)) (*uverbs.Decoder, []int, error) {
-	if d.rem == nil {
+	if d.att == nil {
 		return nil, nil, fmt.Errorf("verbs: %v on an in-process device: %w", op, ErrNotSup)
 	}
-	return d.rem.call(op, body)
+	return d.att.call(op, body)
 }
 
 // Handle is the daemon's handle of a QP of a device attached with Dial, as
 // Control's requests name it; 0 for an in-process QP.
 func (qp *QP) Handle() uint32 {
-	if qp.rem == nil {
+	if qp.att == nil {
 		return 0
 	}
-	return qp.rem.h
+	return qp.att.h
 }
 
 // call sends one request and returns its reply's body and fds.
-func (r *remote) call(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, []int, error) {
+func (r *attachment) call(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, []int, error) {
 	d, got, err := r.conn.Call(op, body, fds...)
 	if err != nil {
 		r.noteGone(err)
@@ -201,14 +197,14 @@ func (r *remote) call(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uv
 
 // noteGone marks the device dead when err says the daemon hung up (a
 // waiter on the events wakes as the daemon closes its end).
-func (r *remote) noteGone(err error) {
+func (r *attachment) noteGone(err error) {
 	if ipc.IsClosed(err) {
 		r.dead.Store(true)
 	}
 }
 
 // callNoFDs is call for replies that carry no fds.
-func (r *remote) callNoFDs(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, error) {
+func (r *attachment) callNoFDs(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (*uverbs.Decoder, error) {
 	d, err := r.conn.CallNoFDs(op, body, fds...)
 	if err != nil {
 		r.noteGone(err)
@@ -218,7 +214,7 @@ func (r *remote) callNoFDs(op uverbs.Op, body func(*uverbs.Encoder), fds ...int)
 }
 
 // close hangs up. The doorbell page stays mapped for a post racing it.
-func (r *remote) close() error {
+func (r *attachment) close() error {
 	r.stop()
 	err := r.conn.Close()
 	r.bell.Close()
@@ -227,13 +223,13 @@ func (r *remote) close() error {
 	// for a poll racing it.
 	r.objMu.Lock()
 	for _, cq := range r.cqs {
-		cq.rem.notify.Close()
+		cq.att.notify.Close()
 	}
 	r.objMu.Unlock()
 	return err
 }
 
-func (r *remote) allocPD() (uint32, error) {
+func (r *attachment) allocPD() (uint32, error) {
 	d, err := r.callNoFDs(uverbs.OpAllocPD, nil)
 	if err != nil {
 		return 0, err
@@ -244,8 +240,8 @@ func (r *remote) allocPD() (uint32, error) {
 
 // allocMR registers n bytes of memory shared with the daemon (a sealed
 // memfd both map): the engines reach it without a copy or system call.
-func (pd *PD) allocRemoteMR(n int, access Access) (*MR, error) {
-	r := pd.dev.rem
+func (pd *PD) allocAttachedMR(n int, access Access) (*MR, error) {
+	r := pd.dev.att
 	m, err := ipc.NewMapping("mr", n)
 	if err != nil {
 		return nil, err
@@ -262,8 +258,8 @@ func (pd *PD) allocRemoteMR(n int, access Access) (*MR, error) {
 	m.CloseFD()
 	var mr *MR
 	if err == nil {
-		mr = &MR{pd: pd, buf: buf, length: uint64(n), addr: addr, access: access, valid: true, rem: &remoteMR{m: m}}
-		mr.rem.h, mr.lkey, mr.rkey = d.U32(), d.U32(), d.U32()
+		mr = &MR{pd: pd, buf: buf, length: uint64(n), addr: addr, access: access, att: &attachedMR{m: m}}
+		mr.att.h, mr.lkey, mr.rkey = d.U32(), d.U32(), d.U32()
 		err = d.End()
 	}
 	if err != nil {
@@ -276,23 +272,22 @@ func (pd *PD) allocRemoteMR(n int, access Access) (*MR, error) {
 	return mr, nil
 }
 
-func (m *MR) deregRemote() error {
-	r := m.pd.dev.rem
-	if _, err := r.callNoFDs(uverbs.OpDeregMR, func(e *uverbs.Encoder) { e.U32(m.rem.h) }); err != nil {
+func (m *MR) deregAttached() error {
+	r := m.pd.dev.att
+	if _, err := r.callNoFDs(uverbs.OpDeregMR, func(e *uverbs.Encoder) { e.U32(m.att.h) }); err != nil {
 		return err
 	}
 	r.mrMu.Lock()
 	delete(r.mrs, m.lkey)
 	r.mrMu.Unlock()
-	m.valid = false
-	if m.rem.m == nil {
+	if m.att.m == nil {
 		return nil // the application's own memory
 	}
-	return m.rem.m.Unmap()
+	return m.att.m.Unmap()
 }
 
-func (d *Device) createRemoteCQ(depth int) (*CQ, error) {
-	r := d.rem
+func (d *Device) createAttachedCQ(depth int) (*CQ, error) {
+	r := d.att
 	dec, fds, err := r.call(uverbs.OpCreateCQ, func(e *uverbs.Encoder) { e.U32(uint32(depth)) })
 	if err != nil {
 		return nil, err
@@ -302,7 +297,7 @@ func (d *Device) createRemoteCQ(depth int) (*CQ, error) {
 		return nil, fmt.Errorf("verbs: CREATE_CQ reply carried %d fds, 2 expected", len(fds))
 	}
 	h, slots := dec.U32(), dec.U32()
-	rc := &remoteCQ{h: h, notify: ipc.WaiterOf(fds[1])}
+	rc := &attachedCQ{h: h, notify: ipc.WaiterOf(fds[1])}
 	var ring *uverbs.Ring
 	if err = dec.End(); err == nil {
 		rc.m, ring, err = ipc.MapRing(fds[0], slots, uverbs.CQESize)
@@ -313,22 +308,24 @@ func (d *Device) createRemoteCQ(depth int) (*CQ, error) {
 		rc.notify.Close()
 		return nil, err
 	}
-	cq := &CQ{dev: d, depth: depth, shared: ring, rem: rc, event: make(chan struct{}, 1)}
+	rc.ring = ring
+	cq := &CQ{dev: d, depth: depth, att: rc}
 	r.objMu.Lock()
 	r.cqs[h] = cq
 	r.objMu.Unlock()
 	return cq, nil
 }
 
-// pollRemote reads completions from a daemon's CQ ring.
-func (cq *CQ) pollRemote(wcs []WorkCompletion) int {
-	r := cq.shared
-	if r.Producer() == uint32(cq.head.Load()) {
+// pollAttached reads completions from a daemon's CQ ring.
+func (cq *CQ) pollAttached(wcs []WorkCompletion) int {
+	q := cq.att
+	r := q.ring
+	if r.Producer() == uint32(q.head.Load()) {
 		return 0 // an empty poll: two loads, no lock, no store to the shared line
 	}
-	cq.pollMu.Lock()
-	defer cq.pollMu.Unlock()
-	h := uint32(cq.head.Load())
+	q.pollMu.Lock()
+	defer q.pollMu.Unlock()
+	h := uint32(q.head.Load())
 	k := min(uint32(len(wcs)), r.Producer()-h, r.Slots())
 	var c uverbs.CQE
 	for i := range k {
@@ -336,7 +333,7 @@ func (cq *CQ) pollRemote(wcs []WorkCompletion) int {
 		wcs[i] = WorkCompletion{WRID: c.WRID, Status: WCStatus(c.Status), Opcode: WCOpcode(c.Opcode), VendorErr: c.VendorErr,
 			ByteLen: c.ByteLen, ImmData: c.Imm, InvalidatedKey: c.InvalidatedKey, QPNum: c.QPNum, SrcQP: c.SrcQP, Flags: WCFlags(c.WCFlags)}
 	}
-	cq.head.Store(uint64(h + k))
+	q.head.Store(uint64(h + k))
 	r.SetConsumer(h + k)
 	return int(k)
 }
@@ -354,19 +351,19 @@ func checkQPRings(rep *uverbs.QPCreated) error {
 	return nil
 }
 
-func (pd *PD) createRemoteQP(attr QPInitAttr) (*QP, error) {
-	r := pd.dev.rem
+func (pd *PD) createAttachedQP(attr QPInitAttr) (*QP, error) {
+	r := pd.dev.att
 	var srq uint32
 	if attr.SRQ != nil {
 		if attr.SRQ.dev != pd.dev {
 			return nil, fmt.Errorf("verbs: the SRQ belongs to another device: %w", ErrInvalid)
 		}
-		srq = attr.SRQ.rem.h
+		srq = attr.SRQ.att.h
 	}
 	if attr.SendCQ == nil || attr.RecvCQ == nil || attr.SendCQ.dev != pd.dev || attr.RecvCQ.dev != pd.dev {
 		return nil, fmt.Errorf("verbs: a QP needs a send and a receive CQ of its device: %w", ErrInvalid)
 	}
-	req := uverbs.CreateQP{PD: pd.id, SendCQ: attr.SendCQ.rem.h, RecvCQ: attr.RecvCQ.rem.h, SRQ: srq, Type: uint8(attr.Type), SigAll: attr.SigAll,
+	req := uverbs.CreateQP{PD: pd.id, SendCQ: attr.SendCQ.att.h, RecvCQ: attr.RecvCQ.att.h, SRQ: srq, Type: uint8(attr.Type), SigAll: attr.SigAll,
 		Cap: uverbs.QPCap{MaxSendWR: uint32(attr.Cap.MaxSendWR), MaxRecvWR: uint32(attr.Cap.MaxRecvWR), MaxSendSGE: uint32(attr.Cap.MaxSendSGE),
 			MaxRecvSGE: uint32(attr.Cap.MaxRecvSGE), MaxInlineData: uint32(attr.Cap.MaxInlineData)}}
 	if attr.Cap.MaxSendWR < 0 || attr.Cap.MaxRecvWR < 0 || attr.Cap.MaxSendSGE < 0 || attr.Cap.MaxRecvSGE < 0 || attr.Cap.MaxInlineData < 0 {
@@ -382,7 +379,7 @@ func (pd *PD) createRemoteQP(attr QPInitAttr) (*QP, error) {
 	}
 	var rep uverbs.QPCreated
 	rep.Get(dec)
-	rq := &remoteQP{h: rep.QP}
+	rq := &attachedQP{h: rep.QP}
 	err = dec.End()
 	if err == nil {
 		err = checkQPRings(&rep)
@@ -406,11 +403,11 @@ func (pd *PD) createRemoteQP(attr QPInitAttr) (*QP, error) {
 			rq.rq = ring
 		}
 	}
-	qp := &QP{dev: pd.dev, pd: pd, qpn: rep.QPN, typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, sigAll: attr.SigAll, srq: attr.SRQ, rem: rq,
+	qp := &QP{dev: pd.dev, pd: pd, qpn: rep.QPN, typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, sigAll: attr.SigAll, srq: attr.SRQ, att: rq,
 		cap: QPCap{MaxSendWR: int(rep.Cap.MaxSendWR), MaxRecvWR: int(rep.Cap.MaxRecvWR), MaxSendSGE: int(rep.Cap.MaxSendSGE),
 			MaxRecvSGE: int(rep.Cap.MaxRecvSGE), MaxInlineData: int(rep.Cap.MaxInlineData)}}
 	if err != nil {
-		return nil, errors.Join(err, qp.destroyRemote())
+		return nil, errors.Join(err, qp.destroyAttached())
 	}
 	r.objMu.Lock()
 	r.qps[rq.h] = qp
@@ -418,16 +415,16 @@ func (pd *PD) createRemoteQP(attr QPInitAttr) (*QP, error) {
 	return qp, nil
 }
 
-func (qp *QP) destroyRemote() error {
-	r := qp.dev.rem
-	_, err := r.callNoFDs(uverbs.OpDestroyQP, func(e *uverbs.Encoder) { e.U32(qp.rem.h) })
+func (qp *QP) destroyAttached() error {
+	r := qp.dev.att
+	_, err := r.callNoFDs(uverbs.OpDestroyQP, func(e *uverbs.Encoder) { e.U32(qp.att.h) })
 	if err != nil {
 		return err
 	}
 	r.objMu.Lock()
-	delete(r.qps, qp.rem.h)
+	delete(r.qps, qp.att.h)
 	r.objMu.Unlock()
-	for _, m := range qp.rem.maps {
+	for _, m := range qp.att.maps {
 		if m != nil {
 			m.Unmap()
 		}
@@ -435,18 +432,18 @@ func (qp *QP) destroyRemote() error {
 	return nil
 }
 
-func (qp *QP) modifyRemote(attr QPAttr, mask AttrMask) error {
+func (qp *QP) modifyAttached(attr QPAttr, mask AttrMask) error {
 	w := attr.Wire()
-	_, err := qp.dev.rem.callNoFDs(uverbs.OpModifyQP, func(e *uverbs.Encoder) {
-		e.U32(qp.rem.h)
+	_, err := qp.dev.att.callNoFDs(uverbs.OpModifyQP, func(e *uverbs.Encoder) {
+		e.U32(qp.att.h)
 		e.U32(uint32(mask))
 		w.Put(e)
 	})
 	return err
 }
 
-func (qp *QP) queryRemote() (QPAttr, error) {
-	d, err := qp.dev.rem.callNoFDs(uverbs.OpQueryQP, func(e *uverbs.Encoder) { e.U32(qp.rem.h) })
+func (qp *QP) queryAttached() (QPAttr, error) {
+	d, err := qp.dev.att.callNoFDs(uverbs.OpQueryQP, func(e *uverbs.Encoder) { e.U32(qp.att.h) })
 	if err != nil {
 		return QPAttr{}, err
 	}
@@ -458,17 +455,17 @@ func (qp *QP) queryRemote() (QPAttr, error) {
 	return QPAttrFromWire(&w), nil
 }
 
-// postSendRemote writes send work requests to the QP's ring, checked as
+// postSendAttached writes send work requests to the QP's ring, checked as
 // PostSend checks them: the daemon takes each as if posted in-process.
-func (qp *QP) postSendRemote(wrs []SendWR) (int, error) {
-	if qp.dev.rem.dead.Load() {
+func (qp *QP) postSendAttached(wrs []SendWR) (int, error) {
+	if qp.dev.att.dead.Load() {
 		return 0, fmt.Errorf("verbs: the daemon is gone: %w", ErrDeviceFatal)
 	}
 	st := qp.State()
 	if st == StateReset || st == StateInit || st == StateRTR {
 		return 0, fmt.Errorf("verbs: post send in state %v: %w", st, ErrInvalid)
 	}
-	q := qp.rem
+	q := qp.att
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
 	var sgl [MaxSGE]uverbs.SGE
@@ -476,7 +473,8 @@ func (qp *QP) postSendRemote(wrs []SendWR) (int, error) {
 	var err error
 	for i := range wrs {
 		wr := &wrs[i]
-		if _, err = qp.checkSendWR(wr); err != nil {
+		tw := qp.wrOf(wr)
+		if err = transport.CheckSendWR(&tw, qp.typ, qp.cap, qp.dev.cfg.ActiveMTU); err != nil {
 			break
 		}
 		if q.sqp-q.sq.Consumer() >= uint32(qp.cap.MaxSendWR) {
@@ -486,21 +484,23 @@ func (qp *QP) postSendRemote(wrs []SendWR) (int, error) {
 		w := uverbs.SendWQE{WRID: wr.ID, Opcode: uint8(wr.Opcode), SendFlags: uint8(wr.Flags), Imm: wr.ImmData, RemoteAddr: wr.RemoteAddr,
 			RKey: wr.RKey, InvRKey: wr.InvRKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey}
 		if wr.AH != nil {
-			w.AH = wr.AH.rem.h // checkSendWR: an address handle of this (remote) device
+			w.AH = wr.AH.att.h // checkSendWR: an address handle of this (attached) device
 		}
 		slot := q.sq.Slot(q.sqp)
 		if wr.Opcode == WRBindMW {
 			b := wr.Bind
-			w.InvRKey, w.RKey, w.RemoteAddr, w.CompareAdd, w.Swap = b.MW.RKey(), b.RKey, b.Addr, b.Length, uint64(b.Access)
+			w.InvRKey, w.RKey, w.RemoteAddr = b.MW.RKey(), b.RKey, b.Addr
+			var lkey uint32
 			if b.MR != nil {
-				w.Swap |= uint64(b.MR.LKey()) << 32
+				lkey = b.MR.LKey()
 			}
+			w.SetBind(b.Length, uint32(b.Access), lkey)
 			uverbs.PutSendWQE(slot, &w, nil, nil)
 			// The window's key once the bind is done, as the daemon will
 			// have it (a failed bind completes with MW_BIND_ERR).
-			b.MW.rkey.Store(b.MW.RKey()&^0xff | b.RKey&0xff)
+			b.MW.att.rkey.Store(b.MW.RKey()&^0xff | b.RKey&0xff)
 		} else if wr.Flags&SendInline != 0 {
-			err = qp.dev.rem.putInline(slot, &w, wr)
+			err = qp.dev.att.putInline(slot, &w, wr)
 		} else {
 			for j, s := range wr.SGList {
 				sgl[j] = uverbs.SGE(s)
@@ -517,14 +517,14 @@ func (qp *QP) postSendRemote(wrs []SendWR) (int, error) {
 	}
 	if posted > 0 {
 		q.sq.SetProducer(q.sqp)
-		qp.dev.rem.ring(q.sq)
+		qp.dev.att.ring(q.sq)
 	}
 	return posted, err
 }
 
 // putInline copies an INLINE request's data into its slot, from the
 // regions its SGEs name, as PostSend does in-process.
-func (r *remote) putInline(slot []byte, w *uverbs.SendWQE, wr *SendWR) error {
+func (r *attachment) putInline(slot []byte, w *uverbs.SendWQE, wr *SendWR) error {
 	r.mrMu.RLock()
 	defer r.mrMu.RUnlock()
 	data := slot[uverbs.SendSlotHeader:uverbs.SendSlotHeader]
@@ -533,7 +533,7 @@ func (r *remote) putInline(slot []byte, w *uverbs.SendWQE, wr *SendWR) error {
 		var b []byte
 		ok := mr != nil
 		if ok {
-			b, ok = mr.slice(s.Addr, s.Length)
+			b, ok = ibv.SliceAt(mr.buf, mr.addr, s.Addr, s.Length)
 		}
 		if !ok || len(data)+len(b) > cap(data) {
 			return fmt.Errorf("verbs: inline send WR %d: bad lkey %#x or SGE: %w", wr.ID, s.LKey, ErrInvalid)
@@ -546,8 +546,8 @@ func (r *remote) putInline(slot []byte, w *uverbs.SendWQE, wr *SendWR) error {
 	return nil
 }
 
-func (qp *QP) postRecvRemote(wrs []RecvWR) (int, error) {
-	if qp.dev.rem.dead.Load() {
+func (qp *QP) postRecvAttached(wrs []RecvWR) (int, error) {
+	if qp.dev.att.dead.Load() {
 		return 0, fmt.Errorf("verbs: the daemon is gone: %w", ErrDeviceFatal)
 	}
 	if qp.srq != nil {
@@ -556,13 +556,13 @@ func (qp *QP) postRecvRemote(wrs []RecvWR) (int, error) {
 	if st := qp.State(); st == StateReset {
 		return 0, fmt.Errorf("verbs: post receive in state %v: %w", st, ErrInvalid)
 	}
-	q := qp.rem
+	q := qp.att
 	q.recvMu.Lock()
 	defer q.recvMu.Unlock()
 	posted, err := postToRecvRing(q.rq, &q.rqp, qp.cap.MaxRecvWR, qp.cap.MaxRecvSGE, "QP", wrs)
 	if posted > 0 {
 		q.rq.SetProducer(q.rqp)
-		qp.dev.rem.ring(q.sq)
+		qp.dev.att.ring(q.sq)
 	}
 	return posted, err
 }
@@ -590,13 +590,13 @@ func postToRecvRing(ring *uverbs.Ring, prod *uint32, maxWR, maxSGE int, what str
 }
 
 // ring wakes the engine serving a QP (named in its send ring) if it sleeps.
-func (r *remote) ring(sq *uverbs.Ring) {
+func (r *attachment) ring(sq *uverbs.Ring) {
 	if uverbs.Sleeping(r.page.Mem, sq.Aux2().Load()) {
 		r.bell.Signal()
 	}
 }
 
-func (r *remote) counters() (Counters, error) {
+func (r *attachment) counters() (Counters, error) {
 	transport, _, err := r.allCounters()
 	var c Counters
 	for _, n := range transport {
@@ -605,7 +605,7 @@ func (r *remote) counters() (Counters, error) {
 	return c, err
 }
 
-func (r *remote) portCounters() ([]NamedCounter, error) {
+func (r *attachment) portCounters() ([]NamedCounter, error) {
 	_, port, err := r.allCounters()
 	var out []NamedCounter
 	for _, n := range port {
@@ -615,7 +615,7 @@ func (r *remote) portCounters() ([]NamedCounter, error) {
 }
 
 // allCounters asks for the transport's counters and the port's.
-func (r *remote) allCounters() (transport, port []uverbs.Counter, err error) {
+func (r *attachment) allCounters() (transport, port []uverbs.Counter, err error) {
 	d, err := r.callNoFDs(uverbs.OpCounters, nil)
 	if err != nil {
 		return nil, nil, err
@@ -623,18 +623,6 @@ func (r *remote) allCounters() (transport, port []uverbs.Counter, err error) {
 	transport = uverbs.GetCounters(d)
 	port = uverbs.GetCounters(d)
 	return transport, port, d.End()
-}
-
-// Wire is the attribute set as the daemon's protocol carries it.
-func (a *QPAttr) Wire() uverbs.QPAttr {
-	w := uverbs.QPAttr{State: uint8(a.State), CurState: uint8(a.CurState), AccessFlags: uint32(a.AccessFlags), PKeyIndex: a.PKeyIndex,
-		Port: a.Port, QKey: a.QKey, DGID: a.AH.DGID.As16(), SGIDIndex: uint8(a.AH.SGIDIndex), HopLimit: a.AH.HopLimit,
-		TrafficClass: a.AH.TrafficClass, FlowLabel: a.AH.FlowLabel, DMAC: a.AH.DMAC, PathMTU: uint8(a.PathMTU), Timeout: a.Timeout,
-		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, RQPSN: a.RQPSN, SQPSN: a.SQPSN, MaxRdAtomic: a.MaxRdAtomic,
-		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNR: a.MinRNRTimer, DestQPN: a.DestQPN, EnSQDAsyncNotify: a.EnSQDAsyncNotify,
-		SQDraining: a.SQDraining, Cap: uverbs.QPCap{MaxSendWR: uint32(a.Cap.MaxSendWR), MaxRecvWR: uint32(a.Cap.MaxRecvWR),
-			MaxSendSGE: uint32(a.Cap.MaxSendSGE), MaxRecvSGE: uint32(a.Cap.MaxRecvSGE), MaxInlineData: uint32(a.Cap.MaxInlineData)}}
-	return w
 }
 
 // QPAttrFromWire is the attribute set a MODIFY_QP or QUERY_QP message carries.
@@ -656,9 +644,9 @@ func QPAttrFromWire(w *uverbs.QPAttr) QPAttr {
 	return a
 }
 
-// closeRemote detaches from the daemon, which destroys the device's
+// closeAttached detaches from the daemon, which destroys the device's
 // objects. The regions' memory stays mapped: slices of it stay valid.
-func (d *Device) closeRemote() error {
+func (d *Device) closeAttached() error {
 	d.closeMu.Lock()
 	defer d.closeMu.Unlock()
 	if d.closed {
@@ -666,29 +654,28 @@ func (d *Device) closeRemote() error {
 	}
 	d.closed = true
 	d.closing.Store(true)
-	close(d.done)
-	return d.rem.close()
+	return d.att.close()
 }
 
 // StopDaemon asks the daemon the device is attached to to stop (xdproce
 // down), and waits until its process has exited (its XDP program and UDP
 // port released) or ctx ends. Only root and the daemon's own user may.
 func (d *Device) StopDaemon(ctx context.Context) error {
-	if d.rem == nil {
+	if d.att == nil {
 		return fmt.Errorf("verbs: the device is not a daemon's: %w", ErrInvalid)
 	}
-	peer, err := d.rem.conn.Peer()
+	peer, err := d.att.conn.Peer()
 	if err != nil {
 		return err
 	}
-	if _, err := d.rem.callNoFDs(uverbs.OpShutdown, nil); err != nil {
+	if _, err := d.att.callNoFDs(uverbs.OpShutdown, nil); err != nil {
 		return err
 	}
 	d.Close()
 	return ipc.WaitExit(ctx, peer.PID)
 }
 
-type remoteSRQ struct {
+type attachedSRQ struct {
 	h    uint32
 	ring *uverbs.Ring
 	m    *ipc.Mapping
@@ -697,8 +684,8 @@ type remoteSRQ struct {
 	attr SRQAttr // as last created, modified or queried
 }
 
-func (pd *PD) createRemoteSRQ(attr SRQInitAttr) (*SRQ, error) {
-	r := pd.dev.rem
+func (pd *PD) createAttachedSRQ(attr SRQInitAttr) (*SRQ, error) {
+	r := pd.dev.att
 	a := uverbs.SRQAttr{MaxWR: uint32(attr.MaxWR), MaxSGE: uint32(attr.MaxSGE), Limit: uint32(attr.Limit)}
 	d, fds, err := r.call(uverbs.OpCreateSRQ, func(e *uverbs.Encoder) {
 		e.U32(pd.id)
@@ -711,7 +698,7 @@ func (pd *PD) createRemoteSRQ(attr SRQInitAttr) (*SRQ, error) {
 		ipc.CloseAll(fds)
 		return nil, fmt.Errorf("verbs: CREATE_SRQ reply carried %d fds, 1 expected", len(fds))
 	}
-	rs := &remoteSRQ{h: d.U32()}
+	rs := &attachedSRQ{h: d.U32()}
 	a.Get(d)
 	slots, size := d.U32(), d.U32()
 	if err = d.End(); err == nil && (size < uverbs.RecvSlotHeader || a.MaxWR > slots || a.MaxSGE > MaxSGE) {
@@ -722,10 +709,10 @@ func (pd *PD) createRemoteSRQ(attr SRQInitAttr) (*SRQ, error) {
 	} else {
 		rs.m, rs.ring, err = ipc.MapRing(fds[0], slots, int(size))
 	}
-	s := &SRQ{dev: pd.dev, pd: pd, maxSGE: int(a.MaxSGE), maxWR: int(a.MaxWR), limit: int(a.Limit), rem: rs}
+	s := &SRQ{dev: pd.dev, pd: pd, att: rs}
 	rs.attr = SRQAttr{MaxWR: int(a.MaxWR), MaxSGE: int(a.MaxSGE), Limit: int(a.Limit)}
 	if err != nil {
-		return nil, errors.Join(err, s.destroyRemote())
+		return nil, errors.Join(err, s.destroyAttached())
 	}
 	r.objMu.Lock()
 	r.srqs[rs.h] = s
@@ -733,12 +720,12 @@ func (pd *PD) createRemoteSRQ(attr SRQInitAttr) (*SRQ, error) {
 	return s, nil
 }
 
-func (s *SRQ) postRecvRemote(wrs []RecvWR) (int, error) {
-	r := s.dev.rem
+func (s *SRQ) postRecvAttached(wrs []RecvWR) (int, error) {
+	r := s.dev.att
 	if r.dead.Load() {
 		return 0, fmt.Errorf("verbs: the daemon is gone: %w", ErrDeviceFatal)
 	}
-	q := s.rem
+	q := s.att
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	posted, err := postToRecvRing(q.ring, &q.prod, q.attr.MaxWR, q.attr.MaxSGE, "SRQ", wrs)
@@ -749,10 +736,10 @@ func (s *SRQ) postRecvRemote(wrs []RecvWR) (int, error) {
 	return posted, err
 }
 
-func (s *SRQ) modifyRemote(attr SRQAttr, mask SRQAttrMask) error {
-	q := s.rem
+func (s *SRQ) modifyAttached(attr SRQAttr, mask SRQAttrMask) error {
+	q := s.att
 	a := uverbs.SRQAttr{MaxWR: uint32(attr.MaxWR), MaxSGE: uint32(attr.MaxSGE), Limit: uint32(attr.Limit)}
-	if _, err := s.dev.rem.callNoFDs(uverbs.OpModifySRQ, func(e *uverbs.Encoder) {
+	if _, err := s.dev.att.callNoFDs(uverbs.OpModifySRQ, func(e *uverbs.Encoder) {
 		e.U32(q.h)
 		e.U32(uint32(mask))
 		a.Put(e)
@@ -770,9 +757,9 @@ func (s *SRQ) modifyRemote(attr SRQAttr, mask SRQAttrMask) error {
 	return nil
 }
 
-func (s *SRQ) queryRemote() SRQAttr {
-	q := s.rem
-	d, err := s.dev.rem.callNoFDs(uverbs.OpQuerySRQ, func(e *uverbs.Encoder) { e.U32(q.h) })
+func (s *SRQ) queryAttached() SRQAttr {
+	q := s.att
+	d, err := s.dev.att.callNoFDs(uverbs.OpQuerySRQ, func(e *uverbs.Encoder) { e.U32(q.h) })
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if err == nil {
@@ -785,45 +772,48 @@ func (s *SRQ) queryRemote() SRQAttr {
 	return q.attr
 }
 
-func (s *SRQ) destroyRemote() error {
-	r := s.dev.rem
-	if _, err := r.callNoFDs(uverbs.OpDestroySRQ, func(e *uverbs.Encoder) { e.U32(s.rem.h) }); err != nil {
+func (s *SRQ) destroyAttached() error {
+	r := s.dev.att
+	if _, err := r.callNoFDs(uverbs.OpDestroySRQ, func(e *uverbs.Encoder) { e.U32(s.att.h) }); err != nil {
 		return err
 	}
 	r.objMu.Lock()
-	delete(r.srqs, s.rem.h)
+	delete(r.srqs, s.att.h)
 	r.objMu.Unlock()
-	if s.rem.m != nil {
-		return s.rem.m.Unmap()
+	if s.att.m != nil {
+		return s.att.m.Unmap()
 	}
 	return nil
 }
 
-type remoteMW struct{ h uint32 }
+type attachedMW struct {
+	h    uint32
+	rkey atomic.Uint32 // as the daemon will have it once the binds posted are done
+}
 
-func (pd *PD) allocRemoteMW(typ MWType) (*MW, error) {
-	d, err := pd.dev.rem.callNoFDs(uverbs.OpAllocMW, func(e *uverbs.Encoder) {
+func (pd *PD) allocAttachedMW(typ MWType) (*MW, error) {
+	d, err := pd.dev.att.callNoFDs(uverbs.OpAllocMW, func(e *uverbs.Encoder) {
 		e.U32(pd.id)
 		e.U8(uint8(typ))
 	})
 	if err != nil {
 		return nil, err
 	}
-	mw := &MW{pd: pd, typ: typ, rem: &remoteMW{h: d.U32()}}
-	mw.rkey.Store(d.U32())
+	mw := &MW{pd: pd, typ: typ, att: &attachedMW{h: d.U32()}}
+	mw.att.rkey.Store(d.U32())
 	return mw, d.End()
 }
 
-func (mw *MW) deallocRemote() error {
-	_, err := mw.pd.dev.rem.callNoFDs(uverbs.OpDeallocMW, func(e *uverbs.Encoder) { e.U32(mw.rem.h) })
+func (mw *MW) deallocAttached() error {
+	_, err := mw.pd.dev.att.callNoFDs(uverbs.OpDeallocMW, func(e *uverbs.Encoder) { e.U32(mw.att.h) })
 	return err
 }
 
-// regRemoteMR registers memory the application already has: the daemon
+// regAttachedMR registers memory the application already has: the daemon
 // copies to and from it with process_vm_readv/writev, at iova for SGEs and
 // peers.
-func (pd *PD) regRemoteMR(buf []byte, iova uint64, access Access) (*MR, error) {
-	r := pd.dev.rem
+func (pd *PD) regAttachedMR(buf []byte, iova uint64, access Access) (*MR, error) {
+	r := pd.dev.att
 	addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
 	d, err := r.callNoFDs(uverbs.OpRegMR, func(e *uverbs.Encoder) {
 		e.U32(pd.id)
@@ -835,8 +825,8 @@ func (pd *PD) regRemoteMR(buf []byte, iova uint64, access Access) (*MR, error) {
 	if err != nil {
 		return nil, err
 	}
-	mr := &MR{pd: pd, buf: buf, length: uint64(len(buf)), addr: iova, access: access, valid: true, rem: &remoteMR{}}
-	mr.rem.h, mr.lkey, mr.rkey = d.U32(), d.U32(), d.U32()
+	mr := &MR{pd: pd, buf: buf, length: uint64(len(buf)), addr: iova, access: access, att: &attachedMR{}}
+	mr.att.h, mr.lkey, mr.rkey = d.U32(), d.U32(), d.U32()
 	if err := d.End(); err != nil {
 		return nil, err
 	}

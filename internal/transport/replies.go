@@ -1,6 +1,9 @@
-package verbs
+package transport
 
-import "github.com/xdproce/xdproce/wire"
+import (
+	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/wire"
+)
 
 // The responder's replies leave in request order (IBTA: responses in PSN
 // order), and no QP sends more than replyBudget of them per engine step. A
@@ -24,7 +27,7 @@ const (
 	// queue full is dropped and counted: a duplicate READ as if no
 	// resource held it, an ACK covered by the next, cumulative one (or,
 	// failing that, by the requester's timer).
-	maxQueuedReplies = 2*MaxRdAtomic + 8
+	maxQueuedReplies = 2*ibv.MaxRdAtomic + 8
 )
 
 // pendingReply is one queued response: the rest of a READ reply, or an
@@ -169,7 +172,7 @@ func (e *engine) readPacket(qp *QP, r *pendingReply) bool {
 			// revoked reply ends here, unsent; the requester asks again
 			// and its duplicate READ is refused (duplicate).
 			var ok bool
-			if mr, ok = e.checkMWAccess(qp, res.rkey, res.va+uint64(off), n, AccessRemoteRead); !ok {
+			if mr, ok = e.checkMWAccess(qp, res.rkey, res.va+uint64(off), n, ibv.AccessRemoteRead); !ok {
 				return true
 			}
 		}

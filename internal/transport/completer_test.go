@@ -1,4 +1,4 @@
-package verbs
+package transport
 
 import (
 	"fmt"

@@ -1,57 +1,25 @@
-package verbs
+package transport
 
 import (
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/wire"
 )
-
-// objects are the device's tables, shared by its engines: the QPs by QPN,
-// the memory regions and windows, the protection domains' numbers and the
-// asynchronous events. Control operations (Device.do) change them with
-// every engine's mutex held, so an engine reads them under its own mutex
-// alone; the few changes an engine makes itself (binding and invalidating
-// windows, atomics) take the narrower locks below.
-type objects struct {
-	qps     []*QP  // by QPN; nil where free
-	live    []*QP  // QPs that exist, in creation order
-	nextQPN uint32 // a QPN to use next if free (the golden tests pin the captures' QPNs); 0: random
-	mrs     mrTable
-	// mrMu lets posters read the MR table (inline sends copy their data at
-	// post time) while a control operation changes it: the engines read it
-	// without the lock.
-	mrMu sync.RWMutex
-	// mwMu orders the engines' binds and invalidations of memory windows
-	// against each other and against remote accesses through windows: a
-	// window bound by one QP may be invalidated by another QP of its PD,
-	// which another engine may serve.
-	mwMu sync.Mutex
-	// atomicMu makes each atomic operation's read-modify-write one step
-	// for every engine (IBV_ATOMIC_HCA: atomic across all QPs of the
-	// device), as rxe's atomic_ops_lock does.
-	atomicMu sync.Mutex
-	pdSeq    uint32
-	// sharedQPs are the QPs whose work requests a daemon's clients post to
-	// shared rings (shared.go).
-	sharedQPs []*QP
-	// sharedSRQs are the SRQs a daemon's clients post to shared rings.
-	sharedSRQs []*SRQ
-	events     eventQueue // asynchronous events, read by Device.GetAsyncEvent
-}
 
 // engine runs the transport of the QPs of one of the device's queues. Only
 // the holder of its mutex (its goroutine, an application in Progress, or a
 // control operation holding every engine's mutex) touches it.
 type engine struct {
 	*objects // the device's shared tables
-	dev      *Device
-	link     Link // this engine's queue
-	index    int  // its queue's index among the device's engines
+	dev      *NIC
+	link     link.Link // this engine's queue
+	index    int       // its queue's index among the device's engines
 	mu       sync.Mutex
 	// drives counts the rounds applications ran (Progress); while it grows,
 	// the engine's goroutine skips its own (Device.run, droveSince).
@@ -71,7 +39,7 @@ type engine struct {
 	inFrames [][]byte // the engine's batch taken from inbox
 	active   []*QP    // QPs with send work or timers: the only ones a step visits
 	acks     []*QP    // QPs with an ACK deferred to the end of the receive batch
-	counters Counters
+	counters ibv.Counters
 	spin     spinner // whether the engine's goroutine spins when idle
 
 	rx   wire.Packet  // the packet being handled
@@ -81,19 +49,19 @@ type engine struct {
 	// splitter is the link when it hands frames over in their pieces
 	// (AF_XDP multi-buffer), rxSplitFn e.handleSplit, gather a buffer for
 	// the rare frame whose headers cross a piece.
-	splitter  splitReceiver
+	splitter  link.SplitReceiver
 	rxSplitFn func(head, tail []byte)
 	capBuf    []byte // a split frame gathered for the capture
 	// pending are writes into daemon clients' own memory that received
-	// frames carry, made once per receive batch (remoteCopies): before the
+	// frames carry, made once per receive batch (procCopies): before the
 	// link releases the batch's frames, and before anything could let the
 	// data be seen — a completion, a frame sent — or read.
-	pending remoteCopies
+	pending procCopies
 	// reads are the payloads of frames being sent that come from daemon
 	// clients' own memory, read once per transmit batch; unsealed are
 	// those frames, committed with their final length and sealed once the
 	// reads are made, before the batch is submitted (sealDeferred).
-	reads    remoteCopies
+	reads    procCopies
 	unsealed []unsealedFrame
 	gather   []byte
 	// rxHead and rxTail are the frame being handled as it arrived, to hand
@@ -114,7 +82,7 @@ type engine struct {
 	paceDue time.Time
 	// lender is the link when it lends transmit buffers (then bufs and out
 	// are unused and each frame is built in place).
-	lender frameLender
+	lender link.FrameLender
 }
 
 // rxBatch and txBatch bound the frames handled per step.
@@ -123,121 +91,28 @@ const (
 	txBatch = 128
 )
 
-func (e *engine) init(d *Device, link Link, index int) {
-	e.objects, e.dev, e.link, e.index = &d.objs, d, link, index
+func (e *engine) init(d *NIC, l link.Link, index int) {
+	e.objects, e.dev, e.link, e.index = &d.objs, d, l, index
 	e.rxFn = e.receiveFrame
 	e.rxSplitFn = e.receiveSplit
 	e.reads.read = true
-	if h, ok := link.(releaseHooker); ok {
+	if h, ok := l.(link.ReleaseHooker); ok {
 		h.SetReleaseHook(e.pending.flush)
 	}
-	e.inbox.max = link.MaxFrame()
-	if s, ok := link.(splitReceiver); ok {
+	e.inbox.max = l.MaxFrame()
+	if s, ok := l.(link.SplitReceiver); ok {
 		e.splitter = s
-		e.gather = make([]byte, 0, 2*link.MaxFrame())
+		e.gather = make([]byte, 0, 2*l.MaxFrame())
 	}
-	if l, ok := link.(frameLender); ok {
+	if l, ok := l.(link.FrameLender); ok {
 		e.lender = l
 		return
 	}
 	e.bufs = make([][]byte, txBatch)
 	for i := range e.bufs {
-		e.bufs[i] = make([]byte, link.MaxFrame())
+		e.bufs[i] = make([]byte, l.MaxFrame())
 	}
 	e.out = make([][]byte, 0, txBatch)
-}
-
-// pickQPN chooses a free QPN at random (rxe numbers them from 0x11 up, so
-// an off-path attacker knows them; here a forged frame must guess one of
-// MaxQP-0x11 as well as the PSN window), or 0 when all are in use. A
-// pinned QPN (the golden tests replay captures) is taken first.
-func (d *Device) pickQPN() uint32 {
-	o := &d.objs
-	free := func(c uint32) bool { return int(c) >= len(o.qps) || o.qps[c] == nil }
-	if c := o.nextQPN; c != 0 {
-		o.nextQPN = 0
-		if c >= firstUserQPN && c < MaxQP && free(c) {
-			return c
-		}
-	}
-	span := MaxQP - firstUserQPN
-	start := firstUserQPN + uint32(d.rng.IntN(span))
-	for i := range uint32(span) {
-		if c := firstUserQPN + (start-firstUserQPN+i)%uint32(span); free(c) {
-			return c
-		}
-	}
-	return 0
-}
-
-// addQP numbers qp and gives it to the first engine; placeQP moves it to
-// its queue's engine once it has a flow. A control operation.
-func (d *Device) addQP(qp *QP) error {
-	o := &d.objs
-	var qpn uint32
-	switch {
-	case qp.gsi && len(o.qps) > GSIQPN && o.qps[GSIQPN] != nil:
-		return fmt.Errorf("verbs: the device has its QP1: %w", ErrBusy)
-	case qp.gsi:
-		qpn = GSIQPN
-	default:
-		if qpn = d.pickQPN(); qpn == 0 {
-			return fmt.Errorf("verbs: all %d QPs in use: %w", MaxQP, ErrNoMem)
-		}
-	}
-	for int(qpn) >= len(o.qps) {
-		o.qps = append(o.qps, nil)
-	}
-	qp.qpn = qpn
-	qp.t.reset(qp)
-	qp.eng.Store(d.shards[0])
-	o.qps[qpn] = qp
-	o.live = append(o.live, qp)
-	qp.pd.users.Add(1)
-	return nil
-}
-
-// removeQP forgets qp; ErrInvalid if it is not one of the device's QPs
-// (destroyed already: uverbs rejects a stale handle the same way). A
-// control operation.
-func (d *Device) removeQP(qp *QP) error {
-	o := &d.objs
-	if int(qp.qpn) >= len(o.qps) || o.qps[qp.qpn] != qp {
-		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.qpn, ErrInvalid)
-	}
-	o.qps[qp.qpn] = nil
-	qp.pd.users.Add(-1)
-	if qp.sh != nil {
-		o.forgetShared(qp)
-	}
-	for i, q := range o.live {
-		if q == qp {
-			o.live = append(o.live[:i], o.live[i+1:]...)
-			break
-		}
-	}
-	qp.eng.Load().deactivate(qp)
-	qp.t.state = StateReset
-	qp.state.Store(uint32(StateReset))
-	return nil
-}
-
-// placeQP moves qp to the engine of the queue its flow (the UDP source
-// port) uses: the queue it transmits on and, on veth and behind a peer's
-// RSS on the same port, the one its frames arrive on. A control operation,
-// so neither engine is in a step.
-func (d *Device) placeQP(qp *QP) {
-	from, to := qp.eng.Load(), d.shards[int(qp.t.sport)%len(d.shards)]
-	if from == to {
-		return
-	}
-	wasActive := qp.active
-	from.deactivate(qp)
-	qp.eng.Store(to)
-	if wasActive {
-		to.activate(qp)
-	}
-	// Posts waiting in from's list are passed on by from's next step.
 }
 
 // deactivate takes qp off the engine's active list.
@@ -419,7 +294,7 @@ func (e *engine) takePosts(qp *QP) {
 	qp.postSend = qp.postSend[:0]
 	qp.postRecv = qp.postRecv[:0]
 	qp.postMu.Unlock()
-	if qp.t.state == StateErr {
+	if qp.t.state == ibv.StateErr {
 		e.flushQueues(qp)
 	}
 	if len(qp.t.sq) > 0 {
@@ -620,11 +495,6 @@ func (e *engine) handleSplit(head, tail []byte) {
 	e.dispatch()
 }
 
-// splitReceiver is a Link that can hand over a frame in its pieces.
-type splitReceiver interface {
-	ReceiveSplit(max int, fn func(head, tail []byte)) (int, error)
-}
-
 // dispatch hands the packet just decoded into e.rx to its QP.
 func (e *engine) dispatch() {
 	p := &e.rx
@@ -642,12 +512,12 @@ func (e *engine) dispatch() {
 	qp := e.qps[qpn]
 	info, _ := p.BTH.Opcode.Info()
 	t := &qp.t
-	if qp.typ == QPTypeUD {
+	if qp.typ == ibv.QPTypeUD {
 		e.dispatchUD(qp, p)
 		return
 	}
 	wantTransport := wire.TransportRC
-	if qp.typ == QPTypeUC {
+	if qp.typ == ibv.QPTypeUC {
 		wantTransport = wire.TransportUC
 	}
 	// rxe's check_type_state and check_addr: the right transport, from the
@@ -668,153 +538,12 @@ func (e *engine) dispatch() {
 	}
 	e.counters.RcvdPkts++
 	if info.Flags&wire.FlagRequest != 0 {
-		if t.state == StateRTR || t.state == StateRTS || t.state == StateSQD {
+		if t.state == ibv.StateRTR || t.state == ibv.StateRTS || t.state == ibv.StateSQD {
 			e.responder(qp, p, info)
 		}
 		return
 	}
-	if t.state == StateRTS || t.state == StateSQD {
+	if t.state == ibv.StateRTS || t.state == ibv.StateSQD {
 		e.completer(qp, p, info)
 	}
 }
-
-// modify applies a validated Modify on the engine goroutine.
-func (e *engine) modify(qp *QP, a QPAttr, mask AttrMask, next QPState, dmac net.HardwareAddr) {
-	t := &qp.t
-	prev := t.state
-	if qp.typ == QPTypeUD {
-		// Datagrams leave from one port per QP (rxe's) and are one packet
-		// of up to the port's MTU; each names its destination itself.
-		t.sport, t.mtu = wire.UDSourcePort(qp.qpn), e.dev.cfg.ActiveMTU
-		copy(t.smac[:], e.dev.cfg.MAC)
-	}
-	if mask&AttrEnSQDAsyncNotify != 0 {
-		t.attr.EnSQDAsyncNotify = a.EnSQDAsyncNotify
-	}
-	if mask&AttrAccessFlags != 0 {
-		t.attr.AccessFlags = a.AccessFlags
-	}
-	if mask&AttrQKey != 0 {
-		t.attr.QKey = a.QKey
-	}
-	if mask&AttrAV != 0 {
-		t.attr.AH = a.AH
-		copy(t.dmac[:], dmac)
-		copy(t.smac[:], e.dev.cfg.MAC)
-		t.sip = gidAddr(e.dev.cfg.GIDs[a.AH.SGIDIndex])
-		t.dip = gidAddr(a.AH.DGID)
-		t.v6 = !t.dip.Is4()
-	}
-	if mask&AttrPathMTU != 0 {
-		t.attr.PathMTU = a.PathMTU
-		t.mtu = a.PathMTU.Bytes()
-	}
-	if mask&AttrTimeout != 0 {
-		t.attr.Timeout = a.Timeout
-	}
-	if mask&AttrRetryCnt != 0 {
-		t.attr.RetryCnt, t.retryLeft = a.RetryCnt, a.RetryCnt
-	}
-	if mask&AttrRNRRetry != 0 {
-		t.attr.RNRRetry, t.rnrLeft = a.RNRRetry, a.RNRRetry
-	}
-	if mask&AttrRQPSN != 0 {
-		t.attr.RQPSN, t.ePSN = a.RQPSN, a.RQPSN
-	}
-	if mask&AttrSQPSN != 0 {
-		t.attr.SQPSN, t.reqPSN, t.nextPSN, t.compPSN, t.sentEnd = a.SQPSN, a.SQPSN, a.SQPSN, a.SQPSN, a.SQPSN
-		t.ackedReq = (a.SQPSN - 1) & 0xffffff
-	}
-	if mask&AttrMaxQPRdAtomic != 0 {
-		t.attr.MaxRdAtomic = a.MaxRdAtomic
-	}
-	if mask&AttrMaxDestRdAtomic != 0 {
-		t.attr.MaxDestRdAtomic = a.MaxDestRdAtomic
-		t.res = make([]respResource, max(1, roundPow2(int(a.MaxDestRdAtomic))))
-	}
-	if mask&AttrMinRNRTimer != 0 {
-		t.attr.MinRNRTimer = a.MinRNRTimer
-	}
-	if mask&AttrDestQPN != 0 {
-		t.attr.DestQPN = a.DestQPN
-	}
-	if mask&(AttrAV|AttrDestQPN) != 0 {
-		t.sport = wire.UDPSourcePort(t.attr.AH.FlowLabel, qp.qpn, t.attr.DestQPN)
-	}
-	switch next {
-	case StateReset:
-		t.reset(qp)
-		qp.postMu.Lock()
-		qp.postSend, qp.postRecv = qp.postSend[:0], qp.postRecv[:0]
-		qp.sqUsed.Store(0)
-		qp.rqUsed.Store(0)
-		qp.postMu.Unlock()
-	case StateErr:
-		t.state = StateErr
-		t.draining, t.failAfterReplies = false, false
-		// A QP in the error state sends nothing: the queued READ
-		// responses would keep reading application memory after Modify
-		// returned.
-		t.dropReplies()
-		qp.state.Store(uint32(StateErr))
-		e.takePosts(qp)
-		e.flushQueues(qp)
-		return
-	}
-	t.state = next
-	qp.state.Store(uint32(next))
-	switch {
-	case prev == StateRTS && next == StateSQD:
-		// Drain: the WQEs already started finish, then EventSQDrained.
-		t.draining = true
-		e.checkDrained(qp)
-	case prev == StateSQD && next == StateRTS && len(t.sq) > 0:
-		e.activate(qp)
-	}
-}
-
-func roundPow2(n int) int {
-	p := 1
-	for p < n {
-		p <<= 1
-	}
-	return p
-}
-
-// toError moves a QP to the error state and flushes its queues.
-func (e *engine) toError(qp *QP) {
-	if qp.t.state == StateErr {
-		return
-	}
-	qp.t.state = StateErr
-	qp.t.draining, qp.t.failAfterReplies = false, false
-	qp.t.dropReplies()
-	qp.state.Store(uint32(StateErr))
-	e.flushQueues(qp)
-}
-
-// flushQueues completes every outstanding work request with WR_FLUSH_ERR
-// (always, signaled or not), as a QP in the error state does.
-func (e *engine) flushQueues(qp *QP) {
-	t := &qp.t
-	for len(t.sq) > 0 {
-		e.retire(qp, WCWRFlushErr)
-	}
-	if t.recv.active {
-		qp.recvRetired()
-		qp.rcq.push(WorkCompletion{WRID: t.recv.wr.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
-	}
-	for _, r := range t.rq {
-		qp.rqUsed.Add(-1)
-		qp.freeSharedSlots()
-		qp.rcq.push(WorkCompletion{WRID: r.ID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.qpn}, false)
-	}
-	t.rq = t.rq[:0]
-	t.timerAt, t.rnrAt = time.Time{}, time.Time{}
-	t.reqIdx, t.rdAtomicOut = 0, 0
-	t.recv.reset()
-	t.respOp = respNone
-}
-
-// psnCmp compares 24-bit PSNs as rxe's psn_compare: <0, 0 or >0.
-func psnCmp(a, b uint32) int32 { return int32((a - b) << 8) }

@@ -1,0 +1,116 @@
+package ibv
+
+// Counters are the device's transport counters under rxe's hw_counters names.
+type Counters struct {
+	SentPkts, RcvdPkts                         uint64
+	DuplicateRequest, OutOfSeqRequest          uint64
+	RcvdSeqErr, RcvdRNRErr, SendRNRErr         uint64
+	CompleterRetryErr, RetryExceededErr        uint64
+	RetryRNRExceededErr                        uint64
+	RDMASends, RDMARecvs                       uint64
+	DroppedMalformed, DroppedNoQP, AckDeferred uint64
+	DroppedBadPKey                             uint64 // BTH P_Key not the default partition's
+	// DroppedBadQKey counts datagrams whose DETH Q_Key is not their UD
+	// QP's (the port's qkey_viol_cntr); DroppedNoRecv datagrams that found
+	// no receive posted (UD has no RNR).
+	DroppedBadQKey, DroppedNoRecv uint64
+	SendErr                       uint64 // frames lost for want of a transmit buffer
+	// DroppedReplies counts responses not queued because a QP already had
+	// maxQueuedReplies waiting (duplicate READs piling up: replies.go).
+	DroppedReplies uint64
+	// AckHeld counts batches of ACKs held for a reply to leave with them
+	// (DeviceConfig.AckHold); AckHoldMissed those that left without one.
+	AckHeld, AckHoldMissed uint64
+	// ResponseOutOfWindow counts responses dropped because they answer
+	// nothing outstanding: a PSN ahead of the last one sent, an ACK or
+	// NAK to an idle QP, a READ response or atomic ACK no READ or atomic
+	// of the QP holds, or one of the wrong opcode or length for its place
+	// (forged, or from another connection). DuplicateResponse counts those
+	// behind the oldest unacknowledged PSN or already placed: the answers
+	// to retransmissions, dropped without effect. LostResponseRetry counts
+	// READ and atomic requests sent again at once because a later response
+	// showed theirs were lost.
+	ResponseOutOfWindow, DuplicateResponse, LostResponseRetry uint64
+	// HandedOff counts frames this queue received for a QP of another
+	// queue and passed to that queue's engine; HandOffDrops those dropped
+	// because the other engine's inbox was full.
+	HandedOff, HandOffDrops uint64
+	// TransportTimeouts counts expiries of the transport timer: the
+	// losses nothing but time could reveal (each also counts in
+	// CompleterRetryErr).
+	TransportTimeouts uint64
+	// RingDrops counts frames the kernel dropped on their way in because the
+	// AF_XDP RX ring was full or the fill ring empty (XDP_STATISTICS): the
+	// engine did not keep up.
+	RingDrops uint64
+	// BadSharedWQE counts work requests a daemon's client wrote to a
+	// shared ring that its API would have refused: each moved its QP to
+	// the error state.
+	BadSharedWQE uint64
+	// ReadRetryPaced counts duplicate READs asking again for part of a
+	// response that had left whole, lost on the way (when a path
+	// overflowed, its tail): each turns on the QP's READ pacing, or slows
+	// it (pacing.go).
+	ReadRetryPaced uint64
+}
+
+// NamedCounter is one counter under its rxe hw_counters name (or, for
+// those rxe lacks, xdproce's own in the same style).
+type NamedCounter struct {
+	Name  string
+	Value uint64
+}
+
+// counterField is one row of the counters' name table.
+type counterField struct {
+	name string
+	p    *uint64
+}
+
+// fields is the one table of the counters' names, in a fixed order.
+func (c *Counters) fields() []counterField {
+	return []counterField{
+		{"sent_pkts", &c.SentPkts}, {"rcvd_pkts", &c.RcvdPkts},
+		{"duplicate_request", &c.DuplicateRequest}, {"out_of_seq_request", &c.OutOfSeqRequest},
+		{"rcvd_seq_err", &c.RcvdSeqErr}, {"rcvd_rnr_err", &c.RcvdRNRErr}, {"send_rnr_err", &c.SendRNRErr},
+		{"completer_retry_err", &c.CompleterRetryErr}, {"retry_exceeded_err", &c.RetryExceededErr},
+		{"retry_rnr_exceeded_err", &c.RetryRNRExceededErr}, {"rdma_sends", &c.RDMASends}, {"rdma_recvs", &c.RDMARecvs},
+		{"ack_deferred", &c.AckDeferred}, {"dropped_malformed", &c.DroppedMalformed}, {"dropped_no_qp", &c.DroppedNoQP},
+		{"dropped_bad_pkey", &c.DroppedBadPKey}, {"dropped_bad_qkey", &c.DroppedBadQKey}, {"dropped_no_recv", &c.DroppedNoRecv},
+		{"response_out_of_window", &c.ResponseOutOfWindow}, {"duplicate_response", &c.DuplicateResponse},
+		{"lost_response_retry", &c.LostResponseRetry}, {"transport_timeouts", &c.TransportTimeouts},
+		{"send_err", &c.SendErr}, {"dropped_replies", &c.DroppedReplies}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},
+		{"handed_off", &c.HandedOff}, {"handoff_drops", &c.HandOffDrops}, {"bad_shared_wqe", &c.BadSharedWQE},
+		{"read_retry_paced", &c.ReadRetryPaced},
+	}
+}
+
+// Add adds o's counts to c's.
+func (c *Counters) Add(o *Counters) {
+	of := o.fields()
+	for i, f := range c.fields() {
+		*f.p += *of[i].p
+	}
+}
+
+// Named lists the counters under their names, in the table's order.
+func (c Counters) Named() []NamedCounter {
+	f := c.fields()
+	out := make([]NamedCounter, len(f))
+	for i, x := range f {
+		out[i] = NamedCounter{x.name, *x.p}
+	}
+	return out
+}
+
+// Set sets the counter of that name (as Named lists it); false if there
+// is none.
+func (c *Counters) Set(name string, v uint64) bool {
+	for _, f := range c.fields() {
+		if f.name == name {
+			*f.p = v
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,135 @@
+package transport
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/link"
+)
+
+// Hooks for the tests of package verbs, which build devices through the
+// API and then reach into the engines: to step or hold them by hand, to
+// place objects where a capture expects them, or to force a state no API
+// call reaches. The API does not call them.
+
+// Constants of the transport the tests compute their expectations from.
+const (
+	MaxBackoff   = maxBackoff   // retransmission timeouts double at most this many times
+	FirstUserQPN = firstUserQPN // the lowest QPN a user QP gets
+	MWFirstIndex = mwFirstIndex // the key index of the first memory window
+	RxBatch      = rxBatch      // frames an engine takes per receive batch
+	QKeyOwn      = qkeyOwn      // a work request's Q_Key that sends the QP's own
+)
+
+// AckTimeout is the local ACK timeout of the code a QP's Timeout holds.
+func AckTimeout(code uint8) time.Duration { return ackTimeout(code) }
+
+// CompletionOf is the completion opcode of a send opcode.
+func CompletionOf(o ibv.WROpcode) ibv.WCOpcode { return completionOf(o) }
+
+// IsMWKey reports whether key's index names a memory window.
+func IsMWKey(key uint32) bool { return isMWKey(key) }
+
+// Link is engine i's link.
+func (d *NIC) Link(i int) link.Link { return d.shards[i].link }
+
+// LockEngine holds engine i between two steps, UnlockEngine lets it go.
+func (d *NIC) LockEngine(i int)   { d.shards[i].mu.Lock() }
+func (d *NIC) UnlockEngine(i int) { d.shards[i].mu.Unlock() }
+
+// StepEngine runs one step of engine i, held by the caller, and reports
+// whether it had work.
+func (d *NIC) StepEngine(i int) bool { return d.shards[i].step() }
+
+// EngineCounters are engine i's counters; the caller holds it.
+func (d *NIC) EngineCounters(i int) ibv.Counters { return d.shards[i].counters }
+
+// EngineActive is how many QPs engine i's steps visit; the caller holds it.
+func (d *NIC) EngineActive(i int) int { return len(d.shards[i].active) }
+
+// EngineNextTimer is how long engine i would sleep; the caller holds it.
+func (d *NIC) EngineNextTimer(i int) time.Duration { return d.shards[i].nextTimer() }
+
+// EngineDrives counts the rounds of engine i applications ran (Progress).
+func (d *NIC) EngineDrives(i int) uint64 { return d.shards[i].drives.Load() }
+
+// EngineDroveSince is whether engine i's goroutine would skip its next
+// round for a drive since *seen (see run).
+func (d *NIC) EngineDroveSince(i int, seen *uint64) bool { return d.shards[i].droveSince(seen) }
+
+// PinNextQPN makes the next QP created get qpn, if free (the golden tests
+// replay captures); in Do.
+func (d *NIC) PinNextQPN(qpn uint32) { d.objs.nextQPN = qpn }
+
+// Place moves the region to address addr and key (both keys), so that a
+// capture's requests name it unchanged; in Do.
+func (m *MR) Place(addr uint64, key uint32) error {
+	e := &m.pd.dev.objs
+	e.removeMR(m)
+	idx := key >> 8
+	for uint32(len(e.mrs.mrs)) <= idx {
+		e.mrs.mrs = append(e.mrs.mrs, nil)
+	}
+	if e.mrs.mrs[idx] != nil {
+		return fmt.Errorf("key index %#x is taken", idx)
+	}
+	e.mrs.free = deleteIndex(e.mrs.free, idx)
+	m.addr, m.lkey, m.rkey, m.valid = addr, key, key, true
+	e.mrs.mrs[idx] = m
+	m.pd.users.Add(1)
+	return nil
+}
+
+// Place gives the window key's index and a key byte other than key's (the
+// bind sets the capture's); in Do.
+func (mw *MW) Place(key uint32) {
+	e := &mw.pd.dev.objs
+	e.removeMW(mw)
+	i := key>>8 - mwFirstIndex
+	for uint32(len(e.mrs.mws)) <= i {
+		e.mrs.mwFree = append(e.mrs.mwFree, uint32(len(e.mrs.mws)))
+		e.mrs.mws = append(e.mrs.mws, nil)
+	}
+	e.mrs.mwFree = deleteIndex(e.mrs.mwFree, i)
+	mw.rkey.Store(key ^ 0x5a)
+	mw.alive = true
+	e.mrs.mws[i] = mw
+	mw.pd.users.Add(1)
+}
+
+func deleteIndex(s []uint32, v uint32) []uint32 {
+	out := s[:0]
+	for _, x := range s {
+		if x != v {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Queue is the index of the engine serving the QP.
+func (qp *QP) Queue() int { return qp.eng.Load().index }
+
+// SourcePort is the UDP source port of the QP's flow.
+func (qp *QP) SourcePort() uint16 { return qp.t.sport }
+
+// ForceState puts the QP in state s, as no Modify may (SQE); in Do.
+func (qp *QP) ForceState(s ibv.QPState) {
+	qp.t.state = s
+	qp.state.Store(uint32(s))
+}
+
+// ShiftHeadRemoteAddr takes the QP's posts into its send queue and moves
+// the remote address of its first WQE by delta, past the post's checks;
+// in Do.
+func (qp *QP) ShiftHeadRemoteAddr(delta uint64) {
+	qp.eng.Load().takePosts(qp)
+	qp.t.sq[0].wr.RemoteAddr += delta
+}
+
+// Pending is how many completions the CQ holds.
+func (cq *CQ) Pending() int { return cq.pending() }
+
+// Attached is how many QPs use the SRQ.
+func (s *SRQ) Attached() int32 { return s.attached.Load() }

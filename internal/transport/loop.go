@@ -1,0 +1,202 @@
+// The engine goroutine's life: its doorbell, the list of QPs with new
+// posts, the run loop with its spin-then-sleep policy, and Progress for
+// applications that drive the engine themselves.
+
+package transport
+
+import (
+	"runtime"
+	"time"
+
+	"github.com/xdproce/xdproce/uverbs"
+)
+
+// ringAll rings every engine's doorbell.
+func (d *NIC) ringAll() {
+	for _, e := range d.shards {
+		e.ring()
+	}
+}
+
+// ring tells the engine there is work, waking it if it sleeps.
+func (e *engine) ring() {
+	e.work.Store(true)
+	if e.sleeping.Load() {
+		d := e.dev
+		d.wakeMu.RLock()
+		if !d.linkGone {
+			e.link.Wake()
+		}
+		d.wakeMu.RUnlock()
+	}
+}
+
+// notePosted hands the engine a QP that gained posted work requests.
+func (e *engine) notePosted(qp *QP) {
+	if qp.queued.CompareAndSwap(false, true) {
+		e.postedMu.Lock()
+		e.posted = append(e.posted, qp)
+		e.postedMu.Unlock()
+	}
+	e.ring()
+}
+
+// notePosted hands qp's engine the QP, which gained posted work requests.
+func (qp *QP) notePosted() { qp.eng.Load().notePosted(qp) }
+
+// takePosted swaps the list of QPs with new posts for the engine's spare one.
+func (e *engine) takePosted() []*QP {
+	e.postedMu.Lock()
+	l := e.posted
+	e.posted = e.spare[:0]
+	e.postedMu.Unlock()
+	return l
+}
+
+// run is an engine's goroutine. Each round holds the engine's mutex, which
+// an application's Progress and control operations take too.
+func (d *NIC) run(e *engine) {
+	defer d.stopped.Done()
+	var drives uint64 // e.drives when this goroutine last looked
+	for {
+		select {
+		case <-d.done:
+			return
+		default:
+		}
+		if e.droveSince(&drives) {
+			// An application ran the engine since this goroutine last
+			// looked (Progress): its round would find the work done and
+			// take the engine's mutex from the next Progress. Let the
+			// application have the processor instead.
+			runtime.Gosched()
+			continue
+		}
+		e.mu.Lock()
+		e.work.Store(false)
+		busy := e.step()
+		holding := e.holding
+		var wait time.Duration
+		if !busy && !d.cfg.BusyPoll {
+			wait = e.nextTimer()
+		}
+		e.mu.Unlock()
+		spin := false
+		if d.cfg.SpinMax > 0 && !d.cfg.BusyPoll { // BusyPoll spins regardless
+			spin = e.spin.next(busy, time.Now, d.cfg.SpinMax)
+		}
+		switch {
+		case busy:
+			if holding {
+				// Lone ACKs wait for a reply: let the application run.
+				runtime.Gosched()
+			}
+		case d.cfg.BusyPoll || spin:
+			// Spinning, but the application's goroutines share the
+			// processors with this one.
+			runtime.Gosched()
+		case wait > 0:
+			e.sleeping.Store(true)
+			e.setSleeping(true)
+			if !e.work.Load() && !e.clientsPosted() {
+				e.link.Wait(wait)
+			}
+			e.setSleeping(false)
+			e.sleeping.Store(false)
+		}
+	}
+}
+
+// setSleeping says in the doorbell page, if the device has one, whether the
+// engine sleeps.
+func (e *engine) setSleeping(asleep bool) {
+	if p := e.dev.doorbellPage.Load(); p != nil {
+		uverbs.SetSleeping(*p, uint32(e.index), asleep)
+	}
+}
+
+// clientsPosted reports, for an engine about to sleep, whether a daemon's
+// client posted to its shared rings: the client looks at the doorbell page
+// after it posts, the engine at the rings after it wrote the page, so one
+// of them sees the other.
+func (e *engine) clientsPosted() bool {
+	if e.dev.doorbellPage.Load() == nil {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sharedPending()
+}
+
+// spinner decides whether an idle engine spins or sleeps: it spins for
+// up to window after its last work, and the window follows the idle gaps
+// the engine sees, sleeping or spinning: a gap shorter than the most a
+// device spins (a ping-pong's) opens the window fully, a longer one (an
+// application thinking, a link gone quiet) halves it, and a window below
+// spinMin closes. So an engine spins through the gaps spinning shortens
+// and sleeps through the others, after at most a few wasted spins.
+type spinner struct {
+	window time.Duration
+	idleAt time.Time // when the current idle gap began; zero while busy
+}
+
+const spinMin = time.Microsecond
+
+// next records a step's outcome and reports whether to spin on. It reads
+// the clock (now) only at the ends of an idle gap and while idle: a busy
+// engine's rounds cost no clock read.
+func (s *spinner) next(busy bool, now func() time.Time, max time.Duration) bool {
+	if busy {
+		if !s.idleAt.IsZero() {
+			if now().Sub(s.idleAt) <= max {
+				s.window = max
+			} else if s.window /= 2; s.window < spinMin {
+				s.window = 0
+			}
+			s.idleAt = time.Time{}
+		}
+		return false
+	}
+	t := now()
+	if s.idleAt.IsZero() {
+		s.idleAt = t
+	}
+	return t.Sub(s.idleAt) < s.window
+}
+
+// droveSince reports whether an application ran a round of the engine
+// (Progress) since *seen was taken, and takes it again.
+func (e *engine) droveSince(seen *uint64) bool {
+	n := e.drives.Load()
+	if n == *seen {
+		return false
+	}
+	*seen = n
+	return true
+}
+
+// Progress runs one round of each engine on the calling goroutine, unless
+// another goroutine is running it, and reports whether there was work. An
+// application that spins anyway (on a BusyPoll device's CQ, which calls
+// Progress itself, or on memory, as ib_write_lat does) thereby moves its
+// packets the moment they can move, instead of waiting for the engine's
+// goroutine to get a processor: on a small machine that saves a scheduler
+// hand-off each way. The engines' goroutines keep running, so an
+// application that stops spinning stalls nothing.
+func (d *NIC) Progress() bool {
+	busy := false
+	for _, e := range d.shards {
+		if !e.mu.TryLock() {
+			continue
+		}
+		if !d.gone && e.step() {
+			busy = true
+		}
+		e.mu.Unlock()
+		e.drives.Add(1)
+	}
+	return busy
+}
+
+// idleWait is how long the engine sleeps when nothing is due.
+const idleWait = 2 * time.Millisecond

@@ -1,0 +1,137 @@
+// The device's object tables, shared by its engines: QPs by number and
+// their placement on an engine.
+
+package transport
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/xdproce/xdproce/internal/ibv"
+)
+
+// objects are the device's tables, shared by its engines: the QPs by QPN,
+// the memory regions and windows, the protection domains' numbers and the
+// asynchronous events. Control operations (Device.do) change them with
+// every engine's mutex held, so an engine reads them under its own mutex
+// alone; the few changes an engine makes itself (binding and invalidating
+// windows, atomics) take the narrower locks below.
+type objects struct {
+	qps     []*QP  // by QPN; nil where free
+	live    []*QP  // QPs that exist, in creation order
+	nextQPN uint32 // a QPN to use next if free (the golden tests pin the captures' QPNs); 0: random
+	mrs     mrTable
+	// mrMu lets posters read the MR table (inline sends copy their data at
+	// post time) while a control operation changes it: the engines read it
+	// without the lock.
+	mrMu sync.RWMutex
+	// mwMu orders the engines' binds and invalidations of memory windows
+	// against each other and against remote accesses through windows: a
+	// window bound by one QP may be invalidated by another QP of its PD,
+	// which another engine may serve.
+	mwMu sync.Mutex
+	// atomicMu makes each atomic operation's read-modify-write one step
+	// for every engine (IBV_ATOMIC_HCA: atomic across all QPs of the
+	// device), as rxe's atomic_ops_lock does.
+	atomicMu sync.Mutex
+	pdSeq    uint32
+	// sharedQPs are the QPs whose work requests a daemon's clients post to
+	// shared rings (shared.go).
+	sharedQPs []*QP
+	// sharedSRQs are the SRQs a daemon's clients post to shared rings.
+	sharedSRQs []*SRQ
+	events     eventQueue // asynchronous events, read by Device.GetAsyncEvent
+}
+
+// pickQPN chooses a free QPN at random (rxe numbers them from 0x11 up, so
+// an off-path attacker knows them; here a forged frame must guess one of
+// MaxQP-0x11 as well as the PSN window), or 0 when all are in use. A
+// pinned QPN (the golden tests replay captures) is taken first.
+func (d *NIC) pickQPN() uint32 {
+	o := &d.objs
+	free := func(c uint32) bool { return int(c) >= len(o.qps) || o.qps[c] == nil }
+	if c := o.nextQPN; c != 0 {
+		o.nextQPN = 0
+		if c >= firstUserQPN && c < ibv.MaxQP && free(c) {
+			return c
+		}
+	}
+	span := ibv.MaxQP - firstUserQPN
+	start := firstUserQPN + uint32(d.rng.IntN(span))
+	for i := range uint32(span) {
+		if c := firstUserQPN + (start-firstUserQPN+i)%uint32(span); free(c) {
+			return c
+		}
+	}
+	return 0
+}
+
+// addQP numbers qp and gives it to the first engine; placeQP moves it to
+// its queue's engine once it has a flow. A control operation.
+func (d *NIC) addQP(qp *QP) error {
+	o := &d.objs
+	var qpn uint32
+	switch {
+	case qp.gsi && len(o.qps) > ibv.GSIQPN && o.qps[ibv.GSIQPN] != nil:
+		return fmt.Errorf("verbs: the device has its QP1: %w", ibv.ErrBusy)
+	case qp.gsi:
+		qpn = ibv.GSIQPN
+	default:
+		if qpn = d.pickQPN(); qpn == 0 {
+			return fmt.Errorf("verbs: all %d QPs in use: %w", ibv.MaxQP, ibv.ErrNoMem)
+		}
+	}
+	for int(qpn) >= len(o.qps) {
+		o.qps = append(o.qps, nil)
+	}
+	qp.qpn = qpn
+	qp.t.reset(qp)
+	qp.eng.Store(d.shards[0])
+	o.qps[qpn] = qp
+	o.live = append(o.live, qp)
+	qp.pd.users.Add(1)
+	return nil
+}
+
+// removeQP forgets qp; ErrInvalid if it is not one of the device's QPs
+// (destroyed already: uverbs rejects a stale handle the same way). A
+// control operation.
+func (d *NIC) removeQP(qp *QP) error {
+	o := &d.objs
+	if int(qp.qpn) >= len(o.qps) || o.qps[qp.qpn] != qp {
+		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.qpn, ibv.ErrInvalid)
+	}
+	o.qps[qp.qpn] = nil
+	qp.pd.users.Add(-1)
+	if qp.src != nil {
+		o.forgetShared(qp)
+	}
+	for i, q := range o.live {
+		if q == qp {
+			o.live = append(o.live[:i], o.live[i+1:]...)
+			break
+		}
+	}
+	qp.eng.Load().deactivate(qp)
+	qp.t.state = ibv.StateReset
+	qp.state.Store(uint32(ibv.StateReset))
+	return nil
+}
+
+// placeQP moves qp to the engine of the queue its flow (the UDP source
+// port) uses: the queue it transmits on and, on veth and behind a peer's
+// RSS on the same port, the one its frames arrive on. A control operation,
+// so neither engine is in a step.
+func (d *NIC) placeQP(qp *QP) {
+	from, to := qp.eng.Load(), d.shards[int(qp.t.sport)%len(d.shards)]
+	if from == to {
+		return
+	}
+	wasActive := qp.active
+	from.deactivate(qp)
+	qp.eng.Store(to)
+	if wasActive {
+		to.activate(qp)
+	}
+	// Posts waiting in from's list are passed on by from's next step.
+}

@@ -1,0 +1,74 @@
+package transport
+
+import (
+	"testing"
+	"time"
+)
+
+// TestReadPacer: the estimate comes only from a READ arriving with nothing
+// queued, after a response of two packets or more; it keeps the highest
+// recent sample, decaying, and ignores responses shorter than the path
+// holds; and the pace lets a bounded burst go, then one packet per
+// interval.
+func TestReadPacer(t *testing.T) {
+	var p readPacer
+	t0 := time.Unix(1e9, 0)
+	p.started(t0, 0, 99, true)
+	p.requested(t0.Add(10*time.Millisecond), false) // a response still queued: no sample
+	if p.rate != 0 {
+		t.Fatalf("rate %v from a busy arrival", p.rate)
+	}
+	p.requested(t0.Add(10*time.Millisecond), true) // 100 packets in 10 ms
+	if p.rate != 10000 {
+		t.Fatalf("rate %v, want 10000 packets/s", p.rate)
+	}
+	p.started(t0, 0, 99, true)
+	p.requested(t0.Add(100*time.Millisecond), true) // a requester that paused: 1000/s
+	if p.rate != 10000*paceDecay {
+		t.Fatalf("rate %v after a low sample, want %v", p.rate, 10000*paceDecay)
+	}
+	p.started(t0, 0, 0, true)
+	p.requested(t0.Add(time.Second), true) // one packet times the round trip
+	if p.rate != 10000*paceDecay {
+		t.Fatalf("rate %v after a one-packet response", p.rate)
+	}
+	p.started(t0, 0, 99, false) // behind other responses: not a sample
+	p.requested(t0.Add(time.Second), true)
+	if p.rate != 10000*paceDecay || p.pacing() {
+		t.Fatalf("rate %v, pacing %v", p.rate, p.pacing())
+	}
+	p.safe = 200 // the path took 200 packets whole in one burst
+	p.started(t0, 0, 99, true)
+	p.requested(t0.Add(time.Millisecond), true) // shorter: its buffers took it
+	if p.rate != 10000*paceDecay {
+		t.Fatalf("rate %v after a response shorter than the path holds", p.rate)
+	}
+	p.started(t0, 0, 199, true)
+	p.requested(t0.Add(10*time.Millisecond), true)
+	if p.rate != 20000 {
+		t.Fatalf("rate %v, want 20000 packets/s", p.rate)
+	}
+
+	p.rate, p.paced, p.safe = 8000/paceGain, true, 0 // paced at 8000 packets/s: 125 µs apart, bursts of 8
+	now := t0
+	burst := 0
+	for p.take(now) {
+		burst++
+	}
+	if burst != 8 {
+		t.Fatalf("a burst of %d packets, want 8", burst)
+	}
+	if due := p.due(); due.Sub(now) != 125*time.Microsecond {
+		t.Fatalf("next packet due after %v, want 125µs", due.Sub(now))
+	}
+	if p.take(now.Add(124*time.Microsecond)) || !p.take(now.Add(125*time.Microsecond)) {
+		t.Fatal("the next packet did not leave at its interval")
+	}
+
+	// However low the estimate, packets leave at least every 500 µs; and
+	// an eighth of what the path took whole in one burst always may.
+	p = readPacer{rate: 10, paced: true, safe: 200}
+	if interval, tolerance := p.interval(); interval != 500*time.Microsecond || tolerance != 24*interval {
+		t.Fatalf("interval %v, tolerance %v: want 500µs and a burst of 25", interval, tolerance)
+	}
+}

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"syscall"
@@ -35,15 +33,8 @@ func rawSession(t *testing.T, srv *Server, p ipc.Peer) *session {
 	t.Helper()
 	ss := newSession(srv, nil, p)
 	t.Cleanup(ss.release)
-	pidfd, err := unix.PidfdOpen(p.PID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ss.proc, err = bindProcess(p, os.NewFile(uintptr(pidfd), "pidfd")); err != nil {
-		t.Fatal(err)
-	}
+	ss.proc = procOf(t, p.PID, p.UID, p.GID)
 	ss.proc.openMem()
-	t.Cleanup(func() { ss.proc.close(true) })
 	if _, errno := call(t, ss, uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) }); errno != 0 {
 		t.Fatalf("hello: %v", errno)
 	}
@@ -86,55 +77,21 @@ func unprivileged(t *testing.T, script string) ipc.Peer {
 	return process(t, &syscall.Credential{Uid: 65534, Gid: 65534}, script)
 }
 
-// process starts a process with cred (nil: the test's) that runs the
-// shell commands script, then becomes the test binary's mapSleep: its
-// memory at ownBase is what regOwn registers. It lives as long as the test.
+// process starts a process with cred (nil: root's) that runs the shell
+// commands script, then becomes the test binary's mapSleep: its memory at
+// ownBase is what regOwn registers. It lives as long as the test.
 func process(t *testing.T, cred *syscall.Credential, script string) ipc.Peer {
 	t.Helper()
 	netns.RequireRoot(t)
-	bin := os.Args[0]
+	bin, p := os.Args[0], ipc.Peer{}
 	if cred != nil {
 		bin = clientBinary(t) // one nobody may run
+		p.UID, p.GID = cred.Uid, cred.Gid
 	}
 	if script != "" {
 		script += " && "
 	}
-	cmd := exec.Command("sh", "-c", script+`exec "$0" -test.run='^$'`, bin)
-	cmd.Env = append(os.Environ(), envMapSleep+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	ready := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		ready <- strings.TrimSpace(line)
-	}()
-	select {
-	case line := <-ready:
-		if line != "ready" {
-			t.Fatalf("client process: %q", line)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the client process did not map its memory")
-	}
-	p := ipc.Peer{PID: cmd.Process.Pid}
-	if cred != nil {
-		p.UID, p.GID = cred.Uid, cred.Gid
-	}
+	p.PID = startAs(t, p.UID, p.GID, []string{envMapSleep + "=1"}, true, "sh", "-c", script+`exec "$0" -test.run='^$'`, bin)
 	return p
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"syscall"
 	"time"
 
@@ -302,9 +303,16 @@ func (d *Device) resolveMAC(ah AH) (net.HardwareAddr, error) {
 }
 
 // ResolveMAC finds the MAC address of the neighbour ip (ARP/ND through the
-// device's resolver): syscall.ETIMEDOUT when none answers before ctx ends,
+// device's resolver; the device's own MAC for one of its GIDs): syscall.ETIMEDOUT when none answers before ctx ends,
 // the errno of the kernel's address resolution.
 func (d *Device) ResolveMAC(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+	// The device's own address is no neighbour (ARP for it would go
+	// unanswered): its frames loop back inside the device, as on rxe.
+	for _, g := range d.cfg.GIDs {
+		if g.Unmap() == ip.Unmap() {
+			return slices.Clone(d.cfg.MAC), nil
+		}
+	}
 	if d.cfg.Resolve == nil {
 		return nil, fmt.Errorf("verbs: no MAC for %v and no resolver: %w", ip, ErrInvalid)
 	}

@@ -52,6 +52,11 @@ type Counters struct {
 	// overflowed, its tail): each turns on the QP's READ pacing, or slows
 	// it (pacing.go).
 	ReadRetryPaced uint64
+	// LoopbackPkts counts frames sent to one of the device's own GIDs and
+	// delivered inside the device, never to the wire (rxe loops them back
+	// too, without a counter of its own). They count in SentPkts as well,
+	// and in RcvdPkts when their QP takes them.
+	LoopbackPkts uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -81,7 +86,7 @@ func (c *Counters) fields() []counterField {
 		{"lost_response_retry", &c.LostResponseRetry}, {"transport_timeouts", &c.TransportTimeouts},
 		{"send_err", &c.SendErr}, {"dropped_replies", &c.DroppedReplies}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},
 		{"handed_off", &c.HandedOff}, {"handoff_drops", &c.HandOffDrops}, {"bad_shared_wqe", &c.BadSharedWQE},
-		{"read_retry_paced", &c.ReadRetryPaced},
+		{"read_retry_paced", &c.ReadRetryPaced}, {"loopback_pkts", &c.LoopbackPkts},
 	}
 }
 

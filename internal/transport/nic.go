@@ -65,6 +65,19 @@ type NIC struct {
 	doorbellPage atomic.Pointer[[]byte]
 	// capture, when set, sees every frame sent and received (SetCapture).
 	capture atomic.Pointer[CaptureFunc]
+	// local are the addresses of cfg.GIDs, as frames carry them: a frame
+	// to one of them never leaves the device (engine.loopBack).
+	local []netip.Addr
+}
+
+// isLocal reports whether ip is one of the device's own addresses.
+func (d *NIC) isLocal(ip netip.Addr) bool {
+	for _, a := range d.local {
+		if a == ip {
+			return true
+		}
+	}
+	return false
 }
 
 // New starts a NIC with one engine per link, each link one queue of the
@@ -83,6 +96,9 @@ func New(links []link.Link, cfg Config) (*NIC, error) {
 		done: make(chan struct{}),
 	}
 	d.objs.events.ready = make(chan struct{}, 1)
+	for _, g := range cfg.GIDs {
+		d.local = append(d.local, gidAddr(g))
+	}
 	for i, l := range links {
 		e := &engine{}
 		e.init(d, l, i)

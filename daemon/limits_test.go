@@ -459,7 +459,9 @@ func TestResolutionsEndWithTheirIDs(t *testing.T) {
 	if want := 200 - srv.cfg.Limits.Resolutions; refused != want {
 		t.Fatalf("%d of 200 resolutions refused, want %d (ENOMEM past %d in progress)", refused, want, srv.cfg.Limits.Resolutions)
 	}
-	if n := runtime.NumGoroutine(); n < base+srv.cfg.Limits.Resolutions {
+	// About one goroutine per resolution (not exactly: the runtime's and
+	// the test's own come and go).
+	if n := runtime.NumGoroutine(); n < base+srv.cfg.Limits.Resolutions/2 {
 		t.Fatalf("%d goroutines while resolving, %d before: the test resolves nothing", n, base)
 	}
 	for _, id := range ids {

@@ -384,7 +384,7 @@ static void data_new_api(struct side *a, struct side *b)
 		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 		.pd = a->pd,
 		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_READ |
-				  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_IMM,
+				  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_BIND_MW,
 	};
 	struct ibv_qp *qa = ibv_create_qp_ex(a->ctx, &x);
 	struct ibv_qp *qb = make_qp(b, IBV_QPT_RC, NULL, NULL);
@@ -443,6 +443,29 @@ static void data_new_api(struct side *a, struct side *b)
 	ibv_wr_set_sge_list(q, 3, three);
 	check(ibv_wr_complete(q) == EINVAL && none(a->cq, &wc),
 	      "a batch with a request past max_send_sge: EINVAL, none of it sent");
+	/* A type 1 window bound through ibv_wr_bind_mw, as rxe's provider allows. */
+	struct ibv_mr *wmr = ibv_reg_mr(a->pd, a->buf, BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+	struct ibv_mw *mw1 = wmr ? ibv_alloc_mw(a->pd, IBV_MW_TYPE_1) : NULL;
+	check(mw1 != NULL, "a type 1 window and a region to bind it over");
+	if (mw1) {
+		uint32_t key = ibv_inc_rkey(mw1->rkey);
+		struct ibv_mw_bind_info bi = {.mr = wmr, .addr = (uintptr_t)a->buf + 90000, .length = 4096,
+					      .mw_access_flags = IBV_ACCESS_REMOTE_WRITE};
+		ibv_wr_start(q);
+		q->wr_id = 27;
+		q->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_bind_mw(q, mw1, key, &bi);
+		check(ibv_wr_complete(q) == 0 && poll_one(a->cq, &wc) == 1 && wc.wr_id == 27 && wc.status == IBV_WC_SUCCESS &&
+			      wc.opcode == IBV_WC_BIND_MW && mw1->rkey == key,
+		      "ibv_wr_bind_mw binds a type 1 window");
+		fill(b->buf, 64, 14);
+		check(post1(qb, IBV_WR_RDMA_WRITE, b, 0, 64, (uintptr_t)a->buf + 90000, mw1->rkey, 0) == 0 &&
+			      poll_one(b->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && memcmp(b->buf, a->buf + 90000, 64) == 0,
+		      "an RDMA WRITE through the window ibv_wr_bind_mw bound");
+		check(ibv_dealloc_mw(mw1) == 0, "ibv_dealloc_mw of it");
+	}
+	if (wmr)
+		ibv_dereg_mr(wmr);
 	ibv_destroy_qp(qa);
 	ibv_destroy_qp(qb);
 }

@@ -151,7 +151,8 @@ static void wr_atomic_fetch_add(struct ibv_qp_ex *q, uint32_t rkey, uint64_t add
 
 static void wr_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *b)
 {
-	if (!mw || mw->type != IBV_MW_TYPE_2) {
+	/* Either type, as rxe's provider: a type 1 window is the PD's (the daemon checks the rest). */
+	if (!mw || (mw->type != IBV_MW_TYPE_1 && mw->type != IBV_MW_TYPE_2)) {
 		qx(q)->wr_err = qx(q)->wr_err ? qx(q)->wr_err : EINVAL;
 		return;
 	}

@@ -397,6 +397,19 @@ func (a *attacker) strangeFD() (fd int, length uint64) {
 	return memfd(8192, true), absurd64(a.c)
 }
 
+// connectCM attaches and makes a CM event channel, a.chans[0], for the
+// CM families.
+func (a *attacker) connectCM(ctx context.Context) error {
+	if err := a.connect(ctx); err != nil {
+		return err
+	}
+	a.cm() // a channel
+	if len(a.chans) == 0 {
+		return fmt.Errorf("hostile: no CM channel")
+	}
+	return nil
+}
+
 // regMR registers a memfd region (or, with fd -1, the client's own memory
 // at addr).
 func (a *attacker) regMR(pd uint32, fd int, addr, length uint64, access uint32) (syscall.Errno, error) {
@@ -916,12 +929,8 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 	// gives only to CAP_NET_BIND_SERVICE; it prints "port N: ok" or the
 	// errno for each.
 	"cm-port": func(ctx context.Context, a *attacker) error {
-		if err := a.connect(ctx); err != nil {
+		if err := a.connectCM(ctx); err != nil {
 			return err
-		}
-		a.cm() // a channel
-		if len(a.chans) == 0 {
-			return fmt.Errorf("hostile: no CM channel")
 		}
 		for _, port := range []uint16{1, 80, 1023} {
 			errno, d, _, err := a.call(uverbs.OpCMCreateID, func(e *uverbs.Encoder) { e.U32(a.chans[0]); e.U16(0x106) })
@@ -948,12 +957,8 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 	// once it prints "listening") are never fetched, and whose client
 	// then goes.
 	"cm-backlog": func(ctx context.Context, a *attacker) error {
-		if err := a.connect(ctx); err != nil {
+		if err := a.connectCM(ctx); err != nil {
 			return err
-		}
-		a.cm() // a channel
-		if len(a.chans) == 0 {
-			return fmt.Errorf("hostile: no CM channel")
 		}
 		errno, d, _, err := a.call(uverbs.OpCMCreateID, func(e *uverbs.Encoder) { e.U32(a.chans[0]); e.U16(0x106) })
 		if err != nil || errno != 0 {
@@ -1131,12 +1136,8 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 	// Issue 30 item 3: address resolutions toward a host that never
 	// answers, with the longest timeout a client may ask (~49 days).
 	"flood-resolve": func(ctx context.Context, a *attacker) error {
-		if err := a.connect(ctx); err != nil {
+		if err := a.connectCM(ctx); err != nil {
 			return err
-		}
-		a.cm() // a channel
-		if len(a.chans) == 0 {
-			return fmt.Errorf("hostile: no CM channel")
 		}
 		return flood(ctx, a, 400, func() (syscall.Errno, error) {
 			errno, d, _, err := a.call(uverbs.OpCMCreateID, func(e *uverbs.Encoder) { e.U32(a.chans[0]); e.U16(0x106) })

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
@@ -14,8 +15,8 @@ import (
 // is created as the kernel does for RoCE (ib_resolve_eth_dmac).
 type AddressHandle struct {
 	pd   *PD
-	attr AH
-	att  *attachedAH
+	attr AH // the provider's, which never changes
+	ops  ibv.AHOps
 
 	mu        sync.Mutex  // serializes Destroy
 	destroyed atomic.Bool // read by posters
@@ -29,24 +30,14 @@ func (pd *PD) CreateAH(ah AH) (*AddressHandle, error) {
 	if pd.dev.closing.Load() {
 		return nil, ErrClosed
 	}
-	if pd.dev.att != nil {
-		return pd.createAttachedAH(ah)
-	}
 	if err := pd.dev.checkAH(ah); err != nil {
 		return nil, err
 	}
-	if pd.dev.ahs.Add(1) > MaxAH {
-		pd.dev.ahs.Add(-1)
-		return nil, fmt.Errorf("verbs: %d address handles: %w", MaxAH, ErrNoMem)
-	}
-	mac, err := pd.dev.resolveMAC(ah)
+	ops, err := pd.ops.CreateAH(ah)
 	if err != nil {
-		pd.dev.ahs.Add(-1)
 		return nil, err
 	}
-	ah.DMAC = mac
-	pd.c.AddUsers(1)
-	return &AddressHandle{pd: pd, attr: ah}, nil
+	return &AddressHandle{pd: pd, attr: *ops.Attr(), ops: ops}, nil
 }
 
 // checkAH validates an address handle's attributes against the port's GID
@@ -84,13 +75,8 @@ func (a *AddressHandle) Destroy() error {
 	if a.destroyed.Load() {
 		return fmt.Errorf("verbs: address handle already destroyed: %w", ErrInvalid)
 	}
-	if a.att != nil {
-		if err := a.destroyAttached(); err != nil {
-			return err
-		}
-	} else {
-		a.pd.dev.ahs.Add(-1)
-		a.pd.c.AddUsers(-1)
+	if err := a.ops.Destroy(); err != nil {
+		return err
 	}
 	a.destroyed.Store(true)
 	return nil
@@ -99,31 +85,6 @@ func (a *AddressHandle) Destroy() error {
 // gone reports whether the handle was destroyed. Its attributes never
 // change: a datagram posted before Destroy still leaves as addressed.
 func (a *AddressHandle) gone() bool { return a.destroyed.Load() }
-
-type attachedAH struct{ h uint32 }
-
-func (pd *PD) createAttachedAH(ah AH) (*AddressHandle, error) {
-	d, err := pd.dev.att.callNoFDs(uverbs.OpCreateAH, func(e *uverbs.Encoder) {
-		e.U32(pd.id)
-		w := ah.Wire()
-		w.Put(e)
-	})
-	if err != nil {
-		return nil, err
-	}
-	a := &AddressHandle{pd: pd, attr: ah, att: &attachedAH{h: d.U32()}}
-	mac := d.Raw()
-	if err := d.End(); err != nil {
-		return nil, err
-	}
-	a.attr.DMAC = append([]byte(nil), mac...)
-	return a, nil
-}
-
-func (a *AddressHandle) destroyAttached() error {
-	_, err := a.pd.dev.att.callNoFDs(uverbs.OpDestroyAH, func(e *uverbs.Encoder) { e.U32(a.att.h) })
-	return err
-}
 
 // AHFromWire is the address handle a CREATE_AH message describes; RoCE
 // needs its GRH and the one port.
@@ -137,7 +98,3 @@ func AHFromWire(w *uverbs.AHAttr) (AH, error) {
 	return AH{DGID: netip.AddrFrom16(w.DGID), SGIDIndex: int(w.SGIDIndex), HopLimit: w.HopLimit, TrafficClass: w.TrafficClass,
 		FlowLabel: w.FlowLabel}, nil
 }
-
-// AddressHandles is how many address handles the device holds (what
-// `rdma resource` counts as ah).
-func (d *Device) AddressHandles() int { return int(d.ahs.Load()) }

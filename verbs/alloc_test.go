@@ -95,18 +95,18 @@ func TestInlinePostNeedsNoEngine(t *testing.T) {
 	fill(a.mr.Bytes()[:64], 9)
 	want := append([]byte(nil), a.mr.Bytes()[:64]...)
 	wr := []SendWR{{Opcode: WRRDMAWrite, Flags: SendInline | SendSignaled, SGList: sge(a.mr, 0, 64), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}}
-	a.dev.nic.LockEngine(0)
+	nicOf(a.dev).LockEngine(0)
 	posted := make(chan error, 1)
 	go func() { _, err := a.qp.PostSend(wr); posted <- err }()
 	select {
 	case err := <-posted:
 		must(t, err)
 	case <-time.After(2 * time.Second):
-		a.dev.nic.UnlockEngine(0)
+		nicOf(a.dev).UnlockEngine(0)
 		t.Fatal("an inline post waited for the engine")
 	}
 	clear(a.mr.Bytes()[:64]) // the caller may reuse its buffer at once
-	a.dev.nic.UnlockEngine(0)
+	nicOf(a.dev).UnlockEngine(0)
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
 		t.Fatalf("completion %+v", wc)
 	}

@@ -130,8 +130,8 @@ func BenchmarkLoss(b *testing.B) {
 
 func benchLoss(b *testing.B, op WROpcode, size int, rate float64) {
 	a, peer := benchPair(b, 2*size)
-	a.dev.nic.Link(0).(*memlink.Link).SetImpairment(memlink.Impairment{Drop: rate, Seed: 1})
-	peer.dev.nic.Link(0).(*memlink.Link).SetImpairment(memlink.Impairment{Drop: rate, Seed: 2})
+	nicOf(a.dev).Link(0).(*memlink.Link).SetImpairment(memlink.Impairment{Drop: rate, Seed: 1})
+	nicOf(peer.dev).Link(0).(*memlink.Link).SetImpairment(memlink.Impairment{Drop: rate, Seed: 2})
 	var each func()
 	if op == WRSend {
 		for range 512 {

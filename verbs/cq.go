@@ -2,14 +2,9 @@ package verbs
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 
-	"github.com/xdproce/xdproce/internal/transport"
-	"github.com/xdproce/xdproce/ipc"
-	"github.com/xdproce/xdproce/uverbs"
+	"github.com/xdproce/xdproce/internal/ibv"
 )
 
 // CQ is a completion queue: a ring the engines fill and applications
@@ -18,8 +13,7 @@ import (
 type CQ struct {
 	dev   *Device
 	depth int
-	c     *transport.CQ // the engines' CQ, in-process
-	att   *attachedCQ   // a client's side: the CQ lives in the daemon
+	ops   ibv.CQOps
 }
 
 // CreateCQ creates a completion queue holding up to depth completions.
@@ -27,17 +21,13 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 	if depth < 1 || depth > MaxCQE {
 		return nil, fmt.Errorf("verbs: CQ depth %d: %w", depth, ErrInvalid)
 	}
-	if d.att != nil {
-		return d.createAttachedCQ(depth)
+	cq := &CQ{dev: d, depth: depth}
+	ops, err := d.ops.CreateCQ(depth, cq)
+	if err != nil {
+		return nil, err
 	}
-	return newCQ(d, d.nic.CreateCQ(depth)), nil
-}
-
-// newCQ is the API's CQ for the engines' c.
-func newCQ(d *Device, c *transport.CQ) *CQ {
-	cq := &CQ{dev: d, depth: c.Depth(), c: c}
-	c.Owner = cq
-	return cq
+	cq.ops = ops
+	return cq, nil
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many. On a
@@ -46,58 +36,17 @@ func (cq *CQ) Poll(wcs []WorkCompletion) int {
 	if len(wcs) == 0 {
 		return 0
 	}
-	if cq.att != nil {
-		return cq.pollAttached(wcs)
-	}
-	return cq.c.Poll(wcs)
+	return cq.ops.Poll(wcs)
 }
 
 // ReqNotify arms the completion channel: the next completion added (with
 // solicitedOnly, the next solicited or error one) signals Wait once.
-func (cq *CQ) ReqNotify(solicitedOnly bool) {
-	if cq.att != nil {
-		// The daemon's engines read the request in the ring.
-		if solicitedOnly {
-			cq.att.ring.Aux().Store(uverbs.NotifySolicited)
-		} else {
-			cq.att.ring.Aux().Store(uverbs.NotifyAny)
-		}
-		return
-	}
-	cq.c.ReqNotify(solicitedOnly)
-}
+func (cq *CQ) ReqNotify(solicitedOnly bool) { cq.ops.ReqNotify(solicitedOnly) }
 
-// Wait blocks until the armed notification fires or ctx ends.
-func (cq *CQ) Wait(ctx context.Context) error {
-	if cq.att != nil {
-		err := cq.att.notify.Wait(ctx)
-		if errors.Is(err, ipc.ErrHangup) {
-			// The daemon is gone (or dropped the session): as the kernel's
-			// completion channel of a disassociated device, EIO.
-			return fmt.Errorf("verbs: completion channel: %w", ErrDeviceFatal)
-		}
-		return err
-	}
-	return cq.c.Wait(ctx)
-}
+// Wait blocks until the armed notification fires or ctx ends; attached to a
+// daemon that is gone, ErrDeviceFatal (EIO), as the kernel's completion
+// channel of a disassociated device.
+func (cq *CQ) Wait(ctx context.Context) error { return cq.ops.Wait(ctx) }
 
 // Overflowed reports whether completions were lost because the CQ was full.
-func (cq *CQ) Overflowed() bool {
-	if cq.att != nil {
-		return cq.att.ring.Aux2().Load() != 0
-	}
-	return cq.c.Overflowed()
-}
-
-// attachedCQ is a client's side of a daemon's CQ: the ring the daemon's
-// engines write completions to, read here.
-type attachedCQ struct {
-	h      uint32
-	m      *ipc.Mapping
-	notify *ipc.Waiter // hangs up when the daemon is gone
-	ring   *uverbs.Ring
-	head   atomic.Uint64 // completions polled (advanced under pollMu)
-	// pollMu orders concurrent pollers among themselves, as ibv_poll_cq's
-	// lock does.
-	pollMu sync.Mutex
-}
+func (cq *CQ) Overflowed() bool { return cq.ops.Overflowed() }

@@ -15,7 +15,7 @@ import (
 // fake clock never fires. Each loss is recovered by the responder's NAK.
 func TestLossWindowAsksForACKWhenFull(t *testing.T) {
 	a, b, _ := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 7, rnr: 7})
-	la := a.dev.nic.Link(0).(*memlink.Link)
+	la := nicOf(a.dev).Link(0).(*memlink.Link)
 	sent := dropFirst(la, psnIs(1800), psnIs(1950), psnIs(2100), psnIs(2250), psnIs(2400))
 	fill(a.mr.Bytes(), 5)
 	const msgs = 40

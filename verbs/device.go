@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/inproc"
 	"github.com/xdproce/xdproce/internal/transport"
 )
 
@@ -77,27 +80,22 @@ type PortAttr struct {
 	DataPath  string // DeviceConfig.DataPath
 }
 
-// Device is an RNIC. In-process (NewDevice, Open) it is a
-// transport.NIC: the objects and the engines that run the transport for
-// its QPs, one engine and goroutine per queue of the link. Attached to a
-// daemon (Dial) its objects live in the daemon. The API objects validate
-// what applications ask and hand it to one or the other, as libibverbs
-// hands it to a provider.
+// Device is an RNIC. Its provider (ibv.DeviceOps) is in-process
+// (NewDevice, Open: internal/inproc, the objects and the engines that run
+// the transport for its QPs, one engine and goroutine per queue of the
+// link) or a daemon's (Dial: internal/attached, the objects live in the
+// daemon). The API objects validate what applications ask and hand it to
+// the provider in one call, as libibverbs hands it to a provider through
+// verbs_context_ops.
 type Device struct {
 	cfg DeviceConfig
-	// nic is the in-process RNIC; nil for a device attached to a daemon.
-	nic *transport.NIC
-	ahs atomic.Int32 // address handles alive
+	ops ibv.DeviceOps
 
 	closeMu sync.Mutex
 	closed  bool
 	// closing is set as Close begins: posts then fail with ErrClosed.
 	closing atomic.Bool
 	onClose func() error // releases what Open set up, after the engines stop
-
-	// att, for a device attached to a daemon (Dial), is the connection;
-	// the device then has no engines of its own.
-	att *attachment
 }
 
 // NewDevice starts a device on link. Close stops it.
@@ -129,43 +127,45 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 	if runtime.GOMAXPROCS(0) == 1 {
 		cfg.SpinMax = 0
 	}
-	nic, err := transport.New(links, transport.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
-		BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold})
+	ops, err := inproc.New(links, inproc.Config{
+		Config: transport.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
+			BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold},
+		Resolve: cfg.Resolve, PortCounters: cfg.PortCounters})
 	if err != nil {
 		return nil, err
 	}
-	return &Device{cfg: cfg, nic: nic}, nil
+	return &Device{cfg: cfg, ops: ops}, nil
 }
 
-// Close stops the engines. Outstanding work is abandoned, as when a device
-// is removed; QPs, CQs and MRs become unusable.
+// Close stops the device: in-process its engines stop, outstanding work
+// is abandoned, as when a device is removed, and QPs, CQs and MRs become
+// unusable; attached, it detaches from the daemon, which destroys the
+// device's objects (the regions' memory stays mapped: slices of it stay
+// valid).
 func (d *Device) Close() error {
-	if d.att != nil {
-		return d.closeAttached()
-	}
-	d.closing.Store(true)
-	if !d.nic.Close() {
+	d.closeMu.Lock()
+	defer d.closeMu.Unlock()
+	if d.closed {
 		return nil
 	}
+	d.closed = true
+	d.closing.Store(true)
+	err := d.ops.Close()
 	if d.onClose != nil {
-		return d.onClose()
+		err = errors.Join(err, d.onClose())
 	}
-	return nil
+	return err
 }
 
 // CaptureFunc sees a frame the device sent (outbound) or received, on the
 // engine's goroutine: it must not keep the frame, and what it takes slows
 // the device down.
-type CaptureFunc = transport.CaptureFunc
+type CaptureFunc = ibv.CaptureFunc
 
 // SetCapture starts showing every frame to f, or, with nil, stops; it may be
 // called at any time (xdproce up --pcap). It does nothing on a device
 // attached to a daemon.
-func (d *Device) SetCapture(f CaptureFunc) {
-	if d.nic != nil {
-		d.nic.SetCapture(f)
-	}
-}
+func (d *Device) SetCapture(f CaptureFunc) { d.ops.SetCapture(f) }
 
 // MAC is the port's MAC address.
 func (d *Device) MAC() net.HardwareAddr { return d.cfg.MAC }
@@ -206,25 +206,11 @@ func (d *Device) Counters() (Counters, error) {
 
 // PortCounters returns the counters of what moves the port's frames (the
 // XDP program's), none for a device on an in-memory link.
-func (d *Device) PortCounters() ([]NamedCounter, error) {
-	if d.att != nil {
-		return d.att.portCounters()
-	}
-	if d.cfg.PortCounters == nil {
-		return nil, nil
-	}
-	return d.cfg.PortCounters()
-}
+func (d *Device) PortCounters() ([]NamedCounter, error) { return d.ops.PortCounters() }
 
 // QueueCounters returns each engine's counters, in queue order: how the
 // device's work spreads over its queues.
-func (d *Device) QueueCounters() ([]Counters, error) {
-	if d.att != nil {
-		c, err := d.att.counters()
-		return []Counters{c}, err
-	}
-	return d.nic.QueueCounters()
-}
+func (d *Device) QueueCounters() ([]Counters, error) { return d.ops.QueueCounters() }
 
 // BusyPolling reports whether the engines spin instead of sleeping
 // (DeviceConfig.BusyPoll).
@@ -239,34 +225,16 @@ func (d *Device) BusyPolling() bool { return d.cfg.BusyPoll }
 // hand-off each way. The engines' goroutines keep running, so an
 // application that stops spinning stalls nothing. A device attached to a
 // daemon has no engines here: false.
-func (d *Device) Progress() bool {
-	if d.nic == nil {
-		return false
-	}
-	return d.nic.Progress()
-}
+func (d *Device) Progress() bool { return d.ops.Progress() }
 
 // SetDoorbellPage gives the engines a page, shared with clients, where
 // each says whether it sleeps (uverbs.SetSleeping): a client rings the
 // doorbell only for a sleeping engine.
-func (d *Device) SetDoorbellPage(page []byte) {
-	if d.nic != nil {
-		d.nic.SetDoorbellPage(page)
-	}
-}
+func (d *Device) SetDoorbellPage(page []byte) { d.ops.SetDoorbellPage(page) }
 
 // Wake rings every engine's doorbell: the daemon calls it when a client
 // signals that it posted to a sleeping engine.
-func (d *Device) Wake() {
-	if d.nic != nil {
-		d.nic.Wake()
-	}
-}
+func (d *Device) Wake() { d.ops.Wake() }
 
 // Engines is the number of engines (queues) the device runs.
-func (d *Device) Engines() int {
-	if d.nic == nil {
-		return 0
-	}
-	return d.nic.Engines()
-}
+func (d *Device) Engines() int { return d.ops.Engines() }

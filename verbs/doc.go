@@ -1,10 +1,12 @@
 // Package verbs is xdproce's ibverbs-like API: devices, PDs, MRs, MWs, CQs,
 // QPs, SRQs, address handles and asynchronous events, with Linux rxe's
 // behaviour as the reference. It checks what applications ask, as
-// libibverbs and the kernel's core do, and hands the work to one of two
-// backends, as libibverbs hands it to a provider: an in-process RNIC
-// (internal/transport: the object tables and the RC/UC/UD engine), or a
-// daemon the device is attached to (Dial; attached.go is its client).
+// libibverbs and the kernel's core do, and hands the work to the device's
+// provider in one call, through the ops interfaces of internal/ibv, as
+// libibverbs hands it to a provider through verbs_context_ops: an
+// in-process RNIC (internal/inproc, over internal/transport's object
+// tables and RC/UC/UD engine), or a daemon the device is attached to
+// (Dial; internal/attached is its client).
 //
 // An in-process Device runs one engine goroutine per queue of its link;
 // it talks to the network only through a link.Link (batches of Ethernet

@@ -94,4 +94,4 @@ func TestRNRTimerWithFakeTime(t *testing.T) {
 }
 
 // pending is how many completions cq holds, without taking them.
-func pending(cq *CQ) int { return cq.c.Pending() }
+func pending(cq *CQ) int { return tcq(cq).Pending() }

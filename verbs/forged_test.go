@@ -124,10 +124,10 @@ func TestBadPKeyDropped(t *testing.T) {
 func TestForgedReadResponsesInWindow(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU4096, timeout: 14, retry: 7, rnr: 7})
 	fill(b.mr.Bytes()[:16<<10], 4)
-	hold := dropWhile(b.dev.nic.Link(0).(*memlink.Link), func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
+	hold := dropWhile(nicOf(b.dev).Link(0).(*memlink.Link), func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, 16<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, b.dev, "the READ request", func(c Counters) bool { return c.RcvdPkts == 1 })
-	la := a.dev.nic.Link(0).(*memlink.Link)
+	la := nicOf(a.dev).Link(0).(*memlink.Link)
 	junk := func(n int) []byte { return bytes.Repeat([]byte{0xee}, n) }
 	for _, f := range []struct {
 		op      wire.Opcode
@@ -166,11 +166,11 @@ func TestForgedNAKInsideRead(t *testing.T) {
 	amr, err := a.pd.AllocMR(size, AccessLocalWrite)
 	must(t, err)
 	fill(bmr.Bytes(), 6)
-	lb := b.dev.nic.Link(0).(*memlink.Link)
+	lb := nicOf(b.dev).Link(0).(*memlink.Link)
 	hold := dropWhile(lb, func(p *wire.Packet) bool { return p.BTH.Opcode != wire.RCAck })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(amr, 0, size), RemoteAddr: bmr.Addr(), RKey: bmr.RKey()})
 	waitCounter(t, b.dev, "the READ request", func(c Counters) bool { return c.RcvdPkts == 1 })
-	la := a.dev.nic.Link(0).(*memlink.Link)
+	la := nicOf(a.dev).Link(0).(*memlink.Link)
 	syndromes := []uint8{
 		wire.ACKSyndrome(31),
 		wire.NAKSyndrome(wire.NAKPSNSequenceError),

@@ -68,7 +68,7 @@ func goldenSide(t *testing.T, link Link, self, peer capFrame, qpn, peerQPN, sqPS
 	must(t, err)
 	n.rcq, err = d.CreateCQ(256)
 	must(t, err)
-	must(t, d.do(func() error { d.nic.PinNextQPN(qpn); return nil }))
+	must(t, d.do(func() error { nicOf(d).PinNextQPN(qpn); return nil }))
 	n.qp, err = n.pd.CreateQP(QPInitAttr{Type: o.typ, SendCQ: n.scq, RecvCQ: n.rcq,
 		Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}})
 	must(t, err)
@@ -103,7 +103,7 @@ func rcResponder(t *testing.T, link Link, req, resp []capFrame, o goldenEnd) *no
 // name it unchanged.
 func placeMR(t *testing.T, n *node, addr uint64, key uint32) {
 	t.Helper()
-	must(t, n.dev.do(func() error { return n.mr.c.Place(addr, key) }))
+	must(t, n.dev.do(func() error { return tmr(n.mr).Place(addr, key) }))
 	n.mr.addr, n.mr.lkey, n.mr.rkey = addr, key, key
 }
 
@@ -546,7 +546,7 @@ func placeMW(t *testing.T, n *node, key uint32) *MW {
 		t.Fatalf("%#x is not a memory window key", key)
 	}
 	must(t, n.dev.do(func() error {
-		mw.c.Place(key) // another key byte: the bind sets rxe's
+		tmw(mw).Place(key) // another key byte: the bind sets rxe's
 		return nil
 	}))
 	return mw

@@ -76,7 +76,7 @@ func goldenNode(t *testing.T, link Link, self, peer capFrame, qpn uint32, sqPSN,
 	})
 	must(t, err)
 	t.Cleanup(func() { _ = d.Close() })
-	must(t, d.do(func() error { d.nic.PinNextQPN(qpn); return nil }))
+	must(t, d.do(func() error { nicOf(d).PinNextQPN(qpn); return nil }))
 	n := newNode(t, d, bufSize)
 	if n.qp.QPN() != qpn {
 		t.Fatalf("QPN %#x, want %#x", n.qp.QPN(), qpn)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/faketime"
+	"github.com/xdproce/xdproce/internal/inproc"
 	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link/memlink"
 )
@@ -225,7 +226,7 @@ func isErr(err, target error) bool { return errors.Is(err, target) }
 func pollWait(cq *CQ, timeout time.Duration) *CQ {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if cq.c.Pending() > 0 {
+		if tcq(cq).Pending() > 0 {
 			return cq
 		}
 		time.Sleep(100 * time.Microsecond)
@@ -240,9 +241,18 @@ func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 // do runs fn as a control operation of d's engines (transport.NIC.Do).
-func (d *Device) do(fn func() error) error { return d.nic.Do(fn) }
+func (d *Device) do(fn func() error) error { return nicOf(d).Do(fn) }
 
 // sendOutstanding and recvOutstanding count a QP's WQEs posted and not yet
 // retired.
 func sendOutstanding(qp *transport.QP) int32 { n, _ := qp.Outstanding(); return n }
 func recvOutstanding(qp *transport.QP) int32 { _, n := qp.Outstanding(); return n }
+
+// The in-process provider's objects, for tests that step or hold the
+// engines, or place objects where a capture expects them.
+func nicOf(d *Device) *transport.NIC { return d.ops.(*inproc.Device).NIC }
+func tqp(qp *QP) *transport.QP       { return qp.ops.(*inproc.QP).QP }
+func tcq(cq *CQ) *transport.CQ       { return cq.ops.(*transport.CQ) }
+func tmr(mr *MR) *transport.MR       { return mr.ops.(*transport.MR) }
+func tmw(mw *MW) *transport.MW       { return mw.ops.(*transport.MW) }
+func tsrq(s *SRQ) *transport.SRQ     { return s.ops.(*transport.SRQ) }

@@ -90,8 +90,8 @@ func TestLoopbackRC(t *testing.T) {
 					PathMTU: MTU1024, DestQPN: s[1].qp.QPN(), MaxDestRdAtomic: 16, MinRNRTimer: 1,
 					Timeout: 10, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}))
 			}
-			if queues == 2 && a.qp.c.Queue() == b.qp.c.Queue() {
-				t.Fatalf("both QPs on queue %d", a.qp.c.Queue())
+			if queues == 2 && tqp(a.qp).Queue() == tqp(b.qp).Queue() {
+				t.Fatalf("both QPs on queue %d", tqp(a.qp).Queue())
 			}
 
 			const n = 5000 // five packets at MTU 1024

@@ -48,7 +48,7 @@ func TestDestroyQPTwice(t *testing.T) {
 	if err := qp.Destroy(); !isErr(err, ErrInvalid) {
 		t.Fatalf("second Destroy: %v, want EINVAL", err)
 	}
-	if n := srq.c.Attached(); n != 1 {
+	if n := tsrq(srq).Attached(); n != 1 {
 		t.Fatalf("SRQ has %d QPs attached, want 1 (the other)", n)
 	}
 	if err := srq.Destroy(); !isErr(err, ErrBusy) {

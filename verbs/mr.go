@@ -4,47 +4,26 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/xdproce/xdproce/internal/transport"
-
-	"github.com/xdproce/xdproce/uverbs"
+	"github.com/xdproce/xdproce/internal/ibv"
 )
 
 // PD is a protection domain: QPs reach only memory regions of their own PD.
 type PD struct {
 	dev *Device
-	id  uint32
-	c   *transport.PD // in-process; nil on a device attached to a daemon
+	ops ibv.PDOps
 }
 
 // Dealloc frees the PD (ibv_dealloc_pd): EBUSY while a region, window, QP,
 // SRQ or address handle uses it.
-func (pd *PD) Dealloc() error {
-	if pd.dev.att != nil {
-		_, err := pd.dev.att.callNoFDs(uverbs.OpDeallocPD, func(e *uverbs.Encoder) { e.U32(pd.id) })
-		return err
-	}
-	if n := pd.c.Users(); n > 0 {
-		return fmt.Errorf("verbs: PD used by %d objects: %w", n, ErrBusy)
-	}
-	return nil
-}
+func (pd *PD) Dealloc() error { return pd.ops.Dealloc() }
 
 // AllocPD creates a protection domain.
 func (d *Device) AllocPD() (*PD, error) {
-	pd := &PD{dev: d}
-	if d.att != nil {
-		var err error
-		if pd.id, err = d.att.allocPD(); err != nil {
-			return nil, err
-		}
-		return pd, nil
-	}
-	c, err := d.nic.AllocPD()
+	ops, err := d.ops.AllocPD()
 	if err != nil {
 		return nil, err
 	}
-	pd.c, pd.id = c, c.ID()
-	return pd, nil
+	return &PD{dev: d, ops: ops}, nil
 }
 
 // MR is a registered memory region.
@@ -56,8 +35,7 @@ type MR struct {
 	access Access
 	lkey   uint32
 	rkey   uint32
-	c      *transport.MR // the engines' region, in-process
-	att    *attachedMR   // the daemon's object, on a client's device
+	ops    ibv.MROps
 }
 
 // Addr is the address of the region's first byte, the base of SGE and
@@ -77,16 +55,13 @@ func (m *MR) RKey() uint32 { return m.rkey }
 func (m *MR) Bytes() []byte { return m.buf }
 
 // RegMR registers buf with the given access. Remote write or atomic access
-// needs local write, as ibverbs requires.
+// needs local write, as ibverbs requires. Attached to a daemon, the daemon
+// copies to and from buf (process_vm_readv/writev).
 func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if err := checkAccess(len(buf), access); err != nil {
 		return nil, err
 	}
-	addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
-	if pd.dev.att != nil {
-		return pd.regAttachedMR(buf, addr, access)
-	}
-	return pd.register(buf, addr, access)
+	return pd.register(buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access)
 }
 
 // RegMRIOVA registers buf as a region whose first byte has the address
@@ -99,18 +74,15 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
 	if iova+uint64(len(buf)) < iova {
 		return nil, fmt.Errorf("verbs: region at %#x of %d bytes wraps: %w", iova, len(buf), ErrInvalid)
 	}
-	if pd.dev.att != nil {
-		return pd.regAttachedMR(buf, iova, access)
-	}
 	return pd.register(buf, iova, access)
 }
 
 func (pd *PD) register(buf []byte, iova uint64, access Access) (*MR, error) {
-	c, err := pd.c.RegMR(buf, iova, access)
+	ops, err := pd.ops.RegMR(buf, iova, access)
 	if err != nil {
 		return nil, err
 	}
-	return &MR{pd: pd, buf: buf, length: uint64(len(buf)), addr: iova, access: access, lkey: c.LKey(), rkey: c.RKey(), c: c}, nil
+	return &MR{pd: pd, buf: buf, length: uint64(len(buf)), addr: iova, access: access, lkey: ops.LKey(), rkey: ops.RKey(), ops: ops}, nil
 }
 
 // checkAccess checks a registration's length and access flags.
@@ -127,18 +99,23 @@ func checkAccess(n int, access Access) error {
 	return nil
 }
 
-// AllocMR registers n bytes of device-allocated memory.
+// AllocMR registers n bytes of memory the provider allocates: in-process,
+// the process's; attached to a daemon, memory shared with it (a sealed
+// memfd both map), which its engines reach without a copy or system call.
 func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("verbs: allocate %d bytes: %w", n, ErrInvalid)
 	}
-	if pd.dev.att != nil {
-		if err := checkAccess(n, access); err != nil {
-			return nil, err
-		}
-		return pd.allocAttachedMR(n, access)
+	if err := checkAccess(n, access); err != nil {
+		return nil, err
 	}
-	return pd.RegMR(make([]byte, n), access)
+	ops, err := pd.ops.AllocMR(n, access)
+	if err != nil {
+		return nil, err
+	}
+	buf := ops.Bytes()
+	return &MR{pd: pd, buf: buf, length: uint64(n), addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access,
+		lkey: ops.LKey(), rkey: ops.RKey(), ops: ops}, nil
 }
 
 // Dereg deregisters the region. It runs on the engine between two packets,
@@ -161,29 +138,21 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 // and the QP goes to the error state; UC: the message is dropped). rxe
 // holds a reference for these uses; ibverbs leaves deregistering a region
 // in use undefined.
-func (m *MR) Dereg() error {
-	if m.att != nil {
-		return m.deregAttached()
-	}
-	return m.c.Dereg()
-}
+func (m *MR) Dereg() error { return m.ops.Dereg() }
 
 // RegProcMR registers length bytes of another process's memory, reached
 // through mem, at address iova (the daemon registers a client's own memory
-// so: ibv_reg_mr on malloc'd memory).
+// so: ibv_reg_mr on malloc'd memory). ErrNotSup attached to a daemon.
 func (pd *PD) RegProcMR(mem ProcMemory, iova, length uint64, access Access) (*MR, error) {
-	if pd.dev.att != nil {
-		return nil, errDaemonSide("another process's memory")
-	}
 	if err := checkAccess(int(min(length, MaxMRSize+1)), access); err != nil {
 		return nil, err
 	}
 	if iova+length < iova || mem == nil {
 		return nil, fmt.Errorf("verbs: region at %#x of %d bytes: %w", iova, length, ErrInvalid)
 	}
-	c, err := pd.c.RegProcMR(mem, iova, length, access)
+	ops, err := pd.ops.RegProcMR(mem, iova, length, access)
 	if err != nil {
 		return nil, err
 	}
-	return &MR{pd: pd, length: length, addr: iova, access: access, lkey: c.LKey(), rkey: c.RKey(), c: c}, nil
+	return &MR{pd: pd, length: length, addr: iova, access: access, lkey: ops.LKey(), rkey: ops.RKey(), ops: ops}, nil
 }

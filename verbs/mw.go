@@ -3,15 +3,15 @@ package verbs
 import (
 	"fmt"
 
-	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/internal/ibv"
 )
 
 // MWType is a memory window's type (enum ibv_mw_type).
-type MWType uint8
+type MWType = ibv.MWType
 
 const (
-	MWType1 MWType = 1 // bound with ibv_bind_mw (a BIND_MW work request), any QP of its PD may use it
-	MWType2 MWType = 2 // bound by a BIND_MW work request on a QP, only that QP may use it
+	MWType1 = ibv.MWType1 // bound with ibv_bind_mw (a BIND_MW work request), any QP of its PD may use it
+	MWType2 = ibv.MWType2 // bound by a BIND_MW work request on a QP, only that QP may use it
 )
 
 // MW is a memory window: a remote key for part of a memory region, bound
@@ -24,8 +24,7 @@ const (
 type MW struct {
 	pd  *PD
 	typ MWType
-	c   *transport.MW // the engines' window, in-process
-	att *attachedMW   // a client's side: the window lives in the daemon
+	ops ibv.MWOps
 }
 
 // MWBind is a BIND_MW work request's window and what it exposes (struct
@@ -50,12 +49,7 @@ type MWBind struct {
 func IncRKey(rkey uint32) uint32 { return rkey&^0xff | (rkey+1)&0xff }
 
 // RKey is the window's current remote key.
-func (mw *MW) RKey() uint32 {
-	if mw.att != nil {
-		return mw.att.rkey.Load()
-	}
-	return mw.c.RKey()
-}
+func (mw *MW) RKey() uint32 { return mw.ops.RKey() }
 
 // Type is the window's type.
 func (mw *MW) Type() MWType { return mw.typ }
@@ -66,21 +60,13 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	if typ != MWType1 && typ != MWType2 {
 		return nil, fmt.Errorf("verbs: memory window type %d (types 1 and 2 exist): %w", typ, ErrInvalid)
 	}
-	if pd.dev.att != nil {
-		return pd.allocAttachedMW(typ)
-	}
-	c, err := pd.c.AllocMW(typ == MWType1)
+	ops, err := pd.ops.AllocMW(typ)
 	if err != nil {
 		return nil, err
 	}
-	return &MW{pd: pd, typ: typ, c: c}, nil
+	return &MW{pd: pd, typ: typ, ops: ops}, nil
 }
 
 // Dealloc frees the window (ibv_dealloc_mw); a bound window is unbound
 // first, so its rkey stops working when Dealloc returns.
-func (mw *MW) Dealloc() error {
-	if mw.att != nil {
-		return mw.deallocAttached()
-	}
-	return mw.c.Dealloc()
-}
+func (mw *MW) Dealloc() error { return mw.ops.Dealloc() }

@@ -21,7 +21,7 @@ func TestSecondSequenceNAK(t *testing.T) {
 	for _, retry := range []uint8{7, 3} {
 		t.Run(map[uint8]string{7: "retry_cnt 7", 3: "retry_cnt 3"}[retry], func(t *testing.T) {
 			a, b, _ := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: retry, rnr: 7, psnA: 0xfffffc})
-			la := a.dev.nic.Link(0).(*memlink.Link)
+			la := nicOf(a.dev).Link(0).(*memlink.Link)
 			dropWhile(la, func(*wire.Packet) bool { return true })
 			postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 8<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 			c := waitCounter(t, a.dev, "the WRITE's 8 packets", func(c Counters) bool { return c.SentPkts == 8 })
@@ -64,7 +64,7 @@ func TestRNRNAKCountsOnlyForTheHead(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 7, rnr: 0})
 	fill(b.mr.Bytes()[:4096], 3)
 	fill(a.mr.Bytes()[8192:8192+100], 4)
-	lb := b.dev.nic.Link(0).(*memlink.Link)
+	lb := nicOf(b.dev).Link(0).(*memlink.Link)
 	hold := dropWhile(lb, func(p *wire.Packet) bool {
 		switch p.BTH.Opcode {
 		case wire.RCReadResponseFirst, wire.RCReadResponseMiddle, wire.RCReadResponseLast, wire.RCReadResponseOnly:

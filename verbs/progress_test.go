@@ -110,7 +110,7 @@ func TestProgressAfterClose(t *testing.T) {
 // application stops.
 func TestEngineSkipsDrivenRound(t *testing.T) {
 	a, _ := busyPair(t)
-	n := a.dev.nic
+	n := nicOf(a.dev)
 	seen := n.EngineDrives(0)
 	if n.EngineDroveSince(0, &seen) {
 		t.Fatal("no application drove, yet the engine would skip its round")

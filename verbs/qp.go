@@ -2,15 +2,12 @@ package verbs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
-	"syscall"
-	"time"
+	"sync/atomic"
 
-	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/internal/ibv"
 )
 
 // QPInitAttr creates a QP (struct ibv_qp_init_attr).
@@ -26,8 +23,8 @@ type QPInitAttr struct {
 	SRQ *SRQ
 }
 
-// QP is a queue pair. In-process its transport state belongs to the
-// device's engine (c); attached to a daemon, it lives in the daemon (att).
+// QP is a queue pair; its provider (ops) holds its queues and transport
+// state, in-process or in the daemon.
 type QP struct {
 	dev    *Device
 	pd     *PD
@@ -38,9 +35,14 @@ type QP struct {
 	cap    QPCap
 	sigAll bool
 	srq    *SRQ
+	ops    ibv.QPOps
 
-	c   *transport.QP // the engines' QP, in-process
-	att *attachedQP   // a client's side: the QP lives in the daemon (attached.go)
+	// postBuf holds one poster's work requests as the provider takes them:
+	// a buffer on the stack would move to the heap on every post, as the
+	// provider is called through an interface. postBusy says it is taken;
+	// a concurrent poster uses its own.
+	postBusy atomic.Bool
+	postBuf  [8]ibv.SendWR
 }
 
 // CreateQP creates a queue pair in pd.
@@ -48,42 +50,50 @@ func (pd *PD) CreateQP(attr QPInitAttr) (*QP, error) { return pd.createQP(attr, 
 
 // createQP creates a QP; gsi makes it the device's QP1.
 func (pd *PD) createQP(attr QPInitAttr, gsi bool) (*QP, error) {
-	if attr.Type != QPTypeRC && attr.Type != QPTypeUC && attr.Type != QPTypeUD {
-		return nil, fmt.Errorf("verbs: QP type %d not supported (RC, UC and UD are): %w", attr.Type, ErrInvalid)
+	qp, init, err := pd.newQP(attr, gsi)
+	if err != nil {
+		return nil, err
 	}
-	if pd.dev.att != nil {
-		return pd.createAttachedQP(attr)
+	ops, err := pd.ops.CreateQP(init, qp)
+	if err != nil {
+		return nil, err
+	}
+	qp.setOps(ops)
+	return qp, nil
+}
+
+// newQP checks attr and returns the QP to be, without its provider, and
+// what to ask the provider for.
+func (pd *PD) newQP(attr QPInitAttr, gsi bool) (*QP, ibv.QPInit, error) {
+	if attr.Type != QPTypeRC && attr.Type != QPTypeUC && attr.Type != QPTypeUD {
+		return nil, ibv.QPInit{}, fmt.Errorf("verbs: QP type %d not supported (RC, UC and UD are): %w", attr.Type, ErrInvalid)
 	}
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
-		return nil, fmt.Errorf("verbs: a QP needs a send and a receive CQ: %w", ErrInvalid)
+		return nil, ibv.QPInit{}, fmt.Errorf("verbs: a QP needs a send and a receive CQ: %w", ErrInvalid)
 	}
 	if attr.SendCQ.dev != pd.dev || attr.RecvCQ.dev != pd.dev {
 		// The engine would push completions into another device's ring
 		// from its own goroutine.
-		return nil, fmt.Errorf("verbs: a CQ belongs to another device: %w", ErrInvalid)
+		return nil, ibv.QPInit{}, fmt.Errorf("verbs: a CQ belongs to another device: %w", ErrInvalid)
 	}
 	c, err := GrantCap(attr.Cap)
 	if err != nil {
-		return nil, err
+		return nil, ibv.QPInit{}, err
 	}
+	init := ibv.QPInit{Type: attr.Type, SendCQ: attr.SendCQ.ops, RecvCQ: attr.RecvCQ.ops, Cap: c, SigAll: attr.SigAll, GSI: gsi}
 	if attr.SRQ != nil {
 		if attr.SRQ.dev != pd.dev {
-			return nil, fmt.Errorf("verbs: the SRQ belongs to another device: %w", ErrInvalid)
+			return nil, ibv.QPInit{}, fmt.Errorf("verbs: the SRQ belongs to another device: %w", ErrInvalid)
 		}
-		c.MaxRecvWR = 0
+		init.SRQ = attr.SRQ.ops
 	}
-	init := transport.QPInit{Type: attr.Type, SendCQ: attr.SendCQ.c, RecvCQ: attr.RecvCQ.c, Cap: c, SigAll: attr.SigAll, GSI: gsi}
-	if attr.SRQ != nil {
-		init.SRQ = attr.SRQ.c
-	}
-	t, err := pd.c.CreateQP(init)
-	if err != nil {
-		return nil, err
-	}
-	qp := &QP{dev: pd.dev, pd: pd, qpn: t.QPN(), typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, cap: c, sigAll: attr.SigAll, srq: attr.SRQ, c: t}
-	t.Owner = qp
-	return qp, nil
+	qp := &QP{dev: pd.dev, pd: pd, typ: attr.Type, scq: attr.SendCQ, rcq: attr.RecvCQ, sigAll: attr.SigAll, srq: attr.SRQ}
+	return qp, init, nil
 }
+
+// setOps completes the QP with its provider's: its number and what it
+// was granted.
+func (qp *QP) setOps(ops ibv.QPOps) { qp.ops, qp.qpn, qp.cap = ops, ops.QPN(), ops.Cap() }
 
 // GrantCap is what a QP asking for c gets, as rxe grants it: at least one
 // SGE each way, and inline data as long as a send's SGE list (16 bytes an
@@ -110,29 +120,14 @@ func (qp *QP) QPN() uint32 { return qp.qpn }
 func (qp *QP) HasSRQ() bool { return qp.srq != nil }
 
 // State is the QP's current state.
-func (qp *QP) State() QPState {
-	if qp.att != nil {
-		return QPState(qp.att.sq.Aux().Load())
-	}
-	return qp.c.State()
-}
+func (qp *QP) State() QPState { return qp.ops.State() }
 
 // Destroy removes the QP. Outstanding work is dropped without completions, as
 // ibv_destroy_qp.
-func (qp *QP) Destroy() error {
-	if qp.att != nil {
-		return qp.destroyAttached()
-	}
-	return qp.c.Destroy()
-}
+func (qp *QP) Destroy() error { return qp.ops.Destroy() }
 
 // Query returns the QP's attributes.
-func (qp *QP) Query() (QPAttr, error) {
-	if qp.att != nil {
-		return qp.queryAttached()
-	}
-	return qp.c.Query()
-}
+func (qp *QP) Query() (QPAttr, error) { return qp.ops.Query() }
 
 // attrRule lists the attributes a transition requires and allows, per QP type.
 type attrRule struct {
@@ -223,17 +218,9 @@ func (qp *QP) Modify(attr QPAttr, mask AttrMask) error {
 	if err := qp.checkAttrValues(attr, mask); err != nil {
 		return err
 	}
-	if qp.att != nil {
-		return qp.modifyAttached(attr, mask)
-	}
-	var dmac net.HardwareAddr
-	if mask&AttrAV != 0 {
-		var err error
-		if dmac, err = qp.dev.resolveMAC(attr.AH); err != nil {
-			return err
-		}
-	}
-	return qp.c.Modify(attr, mask, dmac, func(cur QPState, draining bool) error {
+	// The provider vets the transition against the state it holds (a
+	// daemon with its own device's check).
+	return qp.ops.Modify(attr, mask, func(cur QPState, draining bool) error {
 		next := cur
 		if mask&AttrState != 0 {
 			next = attr.State
@@ -291,39 +278,13 @@ func (qp *QP) checkAttrValues(a QPAttr, mask AttrMask) error {
 	return nil
 }
 
-// resolveMAC is the next hop's MAC address for ah: its DMAC, or what the
-// neighbour resolver finds (ARP/ND).
-func (d *Device) resolveMAC(ah AH) (net.HardwareAddr, error) {
-	if len(ah.DMAC) == 6 {
-		return ah.DMAC, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	return d.ResolveMAC(ctx, ah.DGID)
-}
-
 // ResolveMAC finds the MAC address of the neighbour ip (ARP/ND through the
-// device's resolver; the device's own MAC for one of its GIDs): syscall.ETIMEDOUT when none answers before ctx ends,
-// the errno of the kernel's address resolution.
+// device's resolver; the device's own MAC for one of its GIDs):
+// syscall.ETIMEDOUT when none answers before ctx ends, the errno of the
+// kernel's address resolution. A device attached to a daemon knows only
+// its own addresses (the daemon resolves its clients' next hops).
 func (d *Device) ResolveMAC(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
-	// The device's own address is no neighbour (ARP for it would go
-	// unanswered): its frames loop back inside the device, as on rxe.
-	for _, g := range d.cfg.GIDs {
-		if g.Unmap() == ip.Unmap() {
-			return slices.Clone(d.cfg.MAC), nil
-		}
-	}
-	if d.cfg.Resolve == nil {
-		return nil, fmt.Errorf("verbs: no MAC for %v and no resolver: %w", ip, ErrInvalid)
-	}
-	mac, err := d.cfg.Resolve(ctx, ip.Unmap())
-	if errors.Is(err, context.DeadlineExceeded) {
-		return nil, fmt.Errorf("verbs: resolving %v: %w (%w)", ip, syscall.ETIMEDOUT, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("verbs: resolving %v: %w", ip, err)
-	}
-	return mac, nil
+	return d.ops.ResolveMAC(ctx, ip)
 }
 
 // PostSend queues send work requests. On error it returns the index of the
@@ -332,40 +293,41 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	if qp.dev.closing.Load() {
 		return 0, ErrClosed
 	}
-	if qp.att != nil {
-		return qp.postSendAttached(wrs)
-	}
-	var small [8]transport.WR // posts of up to 8 WRs need no heap
-	ws := small[:0]
-	if len(wrs) > len(small) {
-		ws = make([]transport.WR, 0, len(wrs))
+	var ws []ibv.SendWR
+	own := len(wrs) <= len(qp.postBuf) && qp.postBusy.CompareAndSwap(false, true)
+	if own {
+		ws = qp.postBuf[:0]
+	} else {
+		ws = make([]ibv.SendWR, 0, len(wrs))
 	}
 	for i := range wrs {
 		ws = append(ws, qp.wrOf(&wrs[i]))
 	}
-	return qp.c.PostSend(ws)
+	n, err := qp.ops.PostSend(ws) // the provider keeps no reference to ws
+	if own {
+		clear(ws) // nor does the buffer, to the application's memory
+		qp.postBusy.Store(false)
+	}
+	return n, err
 }
 
-// wrOf is wr as the engines take it: its address handle's vector and its
-// bind's window and region the engines' own, a private copy of the bind,
-// and whether any of them is destroyed or another device's (which the
-// provider's check refuses, as it would refuse their pointers).
-func (qp *QP) wrOf(wr *SendWR) transport.WR {
-	w := transport.WR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, SGList: wr.SGList, ImmData: wr.ImmData, InvRKey: wr.InvRKey,
+// wrOf is wr as the provider takes it: its address handle, window and
+// region the provider's, and whether any of them is destroyed or another
+// device's (which the provider's check refuses, as it would refuse their
+// pointers).
+func (qp *QP) wrOf(wr *SendWR) ibv.SendWR {
+	w := ibv.SendWR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, SGList: wr.SGList, ImmData: wr.ImmData, InvRKey: wr.InvRKey,
 		RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey}
 	if wr.AH != nil {
-		w.AH, w.AHBad = &wr.AH.attr, wr.AH.pd.dev != qp.dev || wr.AH.gone()
+		w.AH, w.AHBad = wr.AH.ops, wr.AH.pd.dev != qp.dev || wr.AH.gone()
 	}
 	if b := wr.Bind; b != nil && wr.Opcode == WRBindMW {
-		c := &transport.Bind{RKey: b.RKey, Addr: b.Addr, Length: b.Length, Access: b.Access}
+		c := &ibv.Bind{RKey: b.RKey, Addr: b.Addr, Length: b.Length, Access: b.Access}
 		if b.MW != nil {
-			c.MW, c.Foreign = b.MW.c, b.MW.pd.dev != qp.dev
-			if c.MW == nil {
-				c.MW = &transport.MW{} // a daemon's: refused, as Foreign says
-			}
+			c.MW, c.Foreign = b.MW.ops, b.MW.pd.dev != qp.dev
 		}
 		if b.MR != nil {
-			c.MR = b.MR.c
+			c.MR = b.MR.ops
 			c.Foreign = c.Foreign || b.MR.pd.dev != qp.dev
 		}
 		w.Bind = c
@@ -378,8 +340,5 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	if qp.dev.closing.Load() {
 		return 0, ErrClosed
 	}
-	if qp.att != nil {
-		return qp.postRecvAttached(wrs)
-	}
-	return qp.c.PostRecv(wrs)
+	return qp.ops.PostRecv(wrs)
 }

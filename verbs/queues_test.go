@@ -86,7 +86,7 @@ func TestEnginesPerQueue(t *testing.T) {
 				// retransmissions go through the hand-off too.
 				for i, d := range []*Device{a, b} {
 					for q := range d.Engines() {
-						d.nic.Link(q).(*memlink.Link).SetImpairment(memlink.Impairment{Drop: 0.02, Duplicate: 0.02, Reorder: 0.02, Seed: uint64(10*i + q + 1)})
+						nicOf(d).Link(q).(*memlink.Link).SetImpairment(memlink.Impairment{Drop: 0.02, Duplicate: 0.02, Reorder: 0.02, Seed: uint64(10*i + q + 1)})
 					}
 				}
 			}
@@ -98,14 +98,14 @@ func TestEnginesPerQueue(t *testing.T) {
 			pairs := len(as)
 			for i := range pairs {
 				for _, nd := range []*node{as[i], bs[i]} {
-					if nd.qp.c.Queue() != int(nd.qp.c.SourcePort())%2 {
+					if tqp(nd.qp).Queue() != int(tqp(nd.qp).SourcePort())%2 {
 						t.Fatalf("QP %#x is not served by its flow's engine", nd.qp.QPN())
 					}
 					st, err := nd.dev.QPStatus()
 					must(t, err)
 					for _, s := range st {
-						if s.QPN == nd.qp.QPN() && s.Queue != int(nd.qp.c.SourcePort())%2 {
-							t.Fatalf("QP %#x: status says queue %d, its flow's is %d", s.QPN, s.Queue, nd.qp.c.SourcePort()%2)
+						if s.QPN == nd.qp.QPN() && s.Queue != int(tqp(nd.qp).SourcePort())%2 {
+							t.Fatalf("QP %#x: status says queue %d, its flow's is %d", s.QPN, s.Queue, tqp(nd.qp).SourcePort()%2)
 						}
 					}
 				}
@@ -146,7 +146,7 @@ func TestEnginesPerQueue(t *testing.T) {
 				var st memlink.Stats
 				for _, d := range []*Device{a, b} {
 					for q := range d.Engines() {
-						s := d.nic.Link(q).(*memlink.Link).Stats()
+						s := nicOf(d).Link(q).(*memlink.Link).Stats()
 						st.Dropped += s.Dropped
 						st.Duplicated += s.Duplicated
 					}
@@ -224,7 +224,7 @@ func TestForgedFramesNotHandedOff(t *testing.T) {
 	as, _, _ := sharedNodes(t, a, b, 8, 1<<16)
 	var target *node
 	for _, nd := range as {
-		if nd.qp.c.Queue() == 1 {
+		if tqp(nd.qp).Queue() == 1 {
 			target = nd
 			break
 		}
@@ -246,7 +246,7 @@ func TestForgedFramesNotHandedOff(t *testing.T) {
 		return buf[:max(n, wire.MinFrameLen)]
 	}
 	third := netip.MustParseAddr("198.18.0.99")
-	must(t, b.nic.Link(0).Send([][]byte{forge(third), forge(third), forge(ipB)}))
+	must(t, nicOf(b).Link(0).Send([][]byte{forge(third), forge(third), forge(ipB)}))
 	c := waitCounter(t, a, "the forged frames", func(c Counters) bool { return c.DroppedNoQP+c.ResponseOutOfWindow == 3 })
 	per, err := a.QueueCounters()
 	must(t, err)

@@ -80,7 +80,7 @@ func readLossPair(t *testing.T) (a, b *node, la, lb *memlink.Link) {
 	t.Helper()
 	a, b, _ = fakePair(t, connOpts{mtu: MTU4096, timeout: 14, retry: 7, rnr: 7})
 	fill(b.mr.Bytes(), 11)
-	return a, b, a.dev.nic.Link(0).(*memlink.Link), b.dev.nic.Link(0).(*memlink.Link)
+	return a, b, nicOf(a.dev).Link(0).(*memlink.Link), nicOf(b.dev).Link(0).(*memlink.Link)
 }
 
 // TestReadLostMiddleResponse: the sixth of a 64 KiB READ's 16 responses is

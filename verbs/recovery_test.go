@@ -176,10 +176,10 @@ func TestUnsignaledCompleteSilentlyInOrder(t *testing.T) {
 	}
 	// All ten slots are free again: the queue accepts max_send_wr more.
 	deadline := time.Now().Add(time.Second)
-	for sendOutstanding(a.qp.c) != 0 && time.Now().Before(deadline) {
+	for sendOutstanding(tqp(a.qp)) != 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if n := sendOutstanding(a.qp.c); n != 0 {
+	if n := sendOutstanding(tqp(a.qp)); n != 0 {
 		t.Fatalf("%d send slots still held after all completed", n)
 	}
 }

@@ -39,11 +39,11 @@ func slicedPair(t *testing.T) (a, b *node, qa, qb [2]*node, la, lb *memlink.Link
 // test, which steps the engines itself.
 func holdEngines(t *testing.T, devs ...*Device) {
 	for _, d := range devs {
-		d.nic.LockEngine(0)
+		nicOf(d).LockEngine(0)
 	}
 	t.Cleanup(func() {
 		for _, d := range devs {
-			d.nic.UnlockEngine(0)
+			nicOf(d).UnlockEngine(0)
 		}
 	})
 }
@@ -56,11 +56,11 @@ const perStepBound = 2*64 + 8
 // stepBoth steps a's engine, then b's, advancing the fake clock, and
 // returns how many packets b sent in its step.
 func stepBoth(a, b *Device, clk *faketime.Clock) uint64 {
-	a.nic.StepEngine(0)
-	before := b.nic.EngineCounters(0).SentPkts
-	b.nic.StepEngine(0)
+	nicOf(a).StepEngine(0)
+	before := nicOf(b).EngineCounters(0).SentPkts
+	nicOf(b).StepEngine(0)
 	clk.Advance(20 * time.Microsecond)
-	return b.nic.EngineCounters(0).SentPkts - before
+	return nicOf(b).EngineCounters(0).SentPkts - before
 }
 
 // TestLongReadReplyIsSliced: a 4 MiB READ at PMTU 256 is 16 384 response
@@ -96,7 +96,7 @@ func TestLongReadReplyIsSliced(t *testing.T) {
 		}
 	}
 	if readAt < 0 {
-		t.Fatalf("the READ did not complete in 20000 steps; b's counters %+v", b.dev.nic.EngineCounters(0))
+		t.Fatalf("the READ did not complete in 20000 steps; b's counters %+v", nicOf(b.dev).EngineCounters(0))
 	}
 	if most > perStepBound {
 		t.Fatalf("b sent %d packets in one step, want at most %d", most, perStepBound)
@@ -150,7 +150,7 @@ func TestDuplicateReadBurstIsBounded(t *testing.T) {
 	for range 2000 {
 		most = max(most, stepBoth(a.dev, b.dev, clk))
 	}
-	c := b.dev.nic.EngineCounters(0)
+	c := nicOf(b.dev).EngineCounters(0)
 	if c.DuplicateRequest < copies/2 || c.DroppedReplies == 0 {
 		t.Fatalf("counters %+v: want the copies counted as duplicates and those beyond the queue dropped", c)
 	}

@@ -88,7 +88,7 @@ func TestRetryExhaustedWithoutProgress(t *testing.T) {
 	// Fake time: on a loaded machine a real timer could expire before
 	// the NAK arrives, and that retry would come on top of the NAK's.
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 3, rnr: 7})
-	la := a.dev.nic.Link(0).(*memlink.Link)
+	la := nicOf(a.dev).Link(0).(*memlink.Link)
 	var sent5 atomic.Int32
 	la.SetDropFilter(func(f []byte) bool {
 		var p wire.Packet
@@ -122,7 +122,7 @@ func TestRetryExhaustedWithoutProgress(t *testing.T) {
 // and without resending 1-4.
 func TestTimeoutProbesThenResends(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 7, rnr: 7})
-	la := a.dev.nic.Link(0).(*memlink.Link)
+	la := nicOf(a.dev).Link(0).(*memlink.Link)
 	log := watchSent(la, func(p *wire.Packet, n int) bool { return n <= 8 && p.BTH.PSN >= 5 })
 	fill(a.mr.Bytes()[:8<<10], 7)
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 8<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
@@ -146,7 +146,7 @@ func TestTimeoutProbesThenResends(t *testing.T) {
 // 2^transport.MaxBackoff times the local ACK timeout; the first answer resets it.
 func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{timeout: 10, retry: 7, rnr: 7})
-	la := a.dev.nic.Link(0).(*memlink.Link)
+	la := nicOf(a.dev).Link(0).(*memlink.Link)
 	log := watchSent(la, func(*wire.Packet, int) bool { return true })
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	waitCounter(t, a.dev, "the first transmission", func(c Counters) bool { return c.SentPkts >= 1 })
@@ -182,7 +182,7 @@ func TestTimerBacksOffWithInfiniteRetries(t *testing.T) {
 // atomic, so the timer saw nothing unacknowledged and re-armed forever.
 func TestTimeoutResendsSkippedAtomic(t *testing.T) {
 	a, b, clk := fakePair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 7, rnr: 7})
-	la := a.dev.nic.Link(0).(*memlink.Link)
+	la := nicOf(a.dev).Link(0).(*memlink.Link)
 	dropFirst(la, func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCWriteOnly },
 		func(p *wire.Packet) bool { return p.BTH.Opcode == wire.RCFetchAdd })
 	binary.LittleEndian.PutUint64(b.mr.Bytes()[64:], 41)

@@ -176,7 +176,7 @@ func TestMWRevokedMidWrite(t *testing.T) {
 			mw := mustBind(t, b, 0, n, AccessRemoteWrite)
 			rkey := mw.RKey()
 			fill(a.mr.Bytes()[:n], 9)
-			la := a.dev.nic.Link(0).(*memlink.Link)
+			la := nicOf(a.dev).Link(0).(*memlink.Link)
 			hold := dropOpcode(la, wire.RCWriteLast)
 			postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, n), RemoteAddr: b.mr.Addr(), RKey: rkey})
 			waitCounter(t, b.dev, "FIRST and MIDDLEs", func(c Counters) bool { return c.RcvdPkts >= 7 })

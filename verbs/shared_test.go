@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/attached"
 	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/uverbs"
 	"github.com/xdproce/xdproce/wire"
@@ -518,7 +519,7 @@ func TestSharedSRQSlotFreedBeforeCompletion(t *testing.T) {
 					Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 				must(t, err)
 				connect(t, a, &s, ipA, ipB, macA, macB, connOpts{retry: 7, rnr: 7})
-				served[a.qp.c.Queue()] = true
+				served[tqp(a.qp).Queue()] = true
 				senders = append(senders, &s)
 			}
 			if len(served) != engines {
@@ -569,8 +570,8 @@ func TestSharedSRQSlotFreedBeforeCompletion(t *testing.T) {
 // (rings shared with clients, another process's memory) is ENOTSUP on a
 // device attached to a daemon, whose engines are the daemon's.
 func TestDaemonSideOnAttachedDevice(t *testing.T) {
-	d := &Device{att: &attachment{}} // attached: no request reaches the daemon before the check
-	pd := &PD{dev: d, id: 1}
+	d := &Device{ops: &attached.Device{}} // attached: the provider refuses before any request reaches the daemon
+	pd := &PD{dev: d, ops: &attached.PD{}}
 	ring := func() *uverbs.Ring { return newRing(t, 16, uverbs.SendSlotSize(1, 0)) }
 	attr := QPInitAttr{Type: QPTypeRC, SendCQ: &CQ{dev: d}, RecvCQ: &CQ{dev: d}, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}}
 	for _, tc := range []struct {

@@ -78,7 +78,7 @@ func TestQPStateTable(t *testing.T) {
 		}
 		if s == StateSQE {
 			must(t, d.do(func() error {
-				qp.c.ForceState(StateSQE)
+				tqp(qp).ForceState(StateSQE)
 				return nil
 			}))
 		}

@@ -3,13 +3,10 @@ package verbs
 // QPStatus returns a snapshot of every QP of the device, in creation order
 // (none for a device attached to a daemon).
 func (d *Device) QPStatus() ([]QPStatus, error) {
-	if d.nic == nil {
-		if d.closing.Load() {
-			return nil, ErrClosed
-		}
-		return nil, nil
+	if d.closing.Load() {
+		return nil, ErrClosed
 	}
-	return d.nic.QPStatus()
+	return d.ops.QPStatus()
 }
 
 // StalledQPs returns the QPs whose transport timer has expired at least

@@ -30,14 +30,14 @@ type lockstep struct {
 // engine with nothing to do sleeps until its next timer, as it would for
 // real (at most idleWait, so a frame from outside is seen soon enough).
 func (l *lockstep) stepCost(d *Device) time.Duration {
-	before, active := d.nic.EngineCounters(0), d.nic.EngineActive(0)
-	busy := d.nic.StepEngine(0)
-	after := d.nic.EngineCounters(0)
+	before, active := nicOf(d).EngineCounters(0), nicOf(d).EngineActive(0)
+	busy := nicOf(d).StepEngine(0)
+	after := nicOf(d).EngineCounters(0)
 	frames := (after.SentPkts - before.SentPkts) + (after.RcvdPkts - before.RcvdPkts) +
 		(after.DroppedMalformed - before.DroppedMalformed)
 	cost := 10*time.Microsecond + time.Duration(frames)*l.perFrame + time.Duration(active)*l.perQP
 	if !busy {
-		cost = max(cost, d.nic.EngineNextTimer(0))
+		cost = max(cost, nicOf(d).EngineNextTimer(0))
 	}
 	return cost
 }
@@ -46,7 +46,7 @@ func (l *lockstep) stepCost(d *Device) time.Duration {
 // ends, so that nothing moves before the replay starts: post only then.
 func (l *lockstep) hold() {
 	for _, d := range l.devs {
-		d.nic.LockEngine(0)
+		nicOf(d).LockEngine(0)
 	}
 }
 
@@ -56,7 +56,7 @@ func (l *lockstep) hold() {
 func (l *lockstep) run(done func() bool, limit time.Duration) time.Duration {
 	defer func() {
 		for _, d := range l.devs {
-			d.nic.UnlockEngine(0)
+			nicOf(d).UnlockEngine(0)
 		}
 	}()
 	start := l.clk.Now()

@@ -106,8 +106,8 @@ func TestUCLostPacketReturnsReceive(t *testing.T) {
 			t.Fatalf("round %d: %d receive completions more than the 4 posted", round, k)
 		}
 	}
-	if recvOutstanding(b.qp.c) != 0 || received != 16 {
-		t.Fatalf("%d received, %d receive slots still taken", received, recvOutstanding(b.qp.c))
+	if recvOutstanding(tqp(b.qp)) != 0 || received != 16 {
+		t.Fatalf("%d received, %d receive slots still taken", received, recvOutstanding(tqp(b.qp)))
 	}
 	equalBytes(t, "UC SEND", b.mr.Bytes()[:n], a.mr.Bytes()[:n])
 }

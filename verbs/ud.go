@@ -16,9 +16,6 @@ import (
 // the owner of the device's connection manager, hence in-process devices
 // only. Its sends carry GSIQKey whatever the work request says, as rxe's.
 func (pd *PD) CreateGSIQP(attr QPInitAttr) (*QP, error) {
-	if pd.dev.att != nil {
-		return nil, fmt.Errorf("verbs: QP1 belongs to the daemon: %w", ErrNotSup)
-	}
 	attr.Type = QPTypeUD
 	return pd.createQP(attr, true)
 }

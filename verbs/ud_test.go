@@ -211,7 +211,7 @@ func goldenUDDevice(t *testing.T, link Link, mac [6]byte, ip netip.Addr, qpn uin
 		ActiveMTU: 4096, Clock: stoppedClock{time.Unix(1e9, 0)}})
 	must(t, err)
 	t.Cleanup(func() { _ = d.Close() })
-	must(t, d.do(func() error { d.nic.PinNextQPN(qpn); return nil }))
+	must(t, d.do(func() error { nicOf(d).PinNextQPN(qpn); return nil }))
 	return d
 }
 

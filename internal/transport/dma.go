@@ -5,7 +5,10 @@
 
 package transport
 
-import "github.com/xdproce/xdproce/wire"
+import (
+	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/wire"
+)
 
 // gather copies len(dst) bytes of the message, starting at offset off, from
 // segs; reads from another process's memory are queued in pending (dst is a
@@ -185,27 +188,10 @@ func (w *procCopies) copyGroup(g *copyGroup) {
 	}
 }
 
-// ProcMemory is memory of another process that the engines reach by
-// copying: a daemon's client's own memory (process_vm_readv/writev). Its
-// offsets are the region's. A copy that fails (the client unmapped the
-// memory, or died) moves nothing; the client's data is then undefined, as
-// ibverbs leaves it when registered memory is freed.
-type ProcMemory interface {
-	ReadAt(p []byte, off uint64) error
-	WriteAt(p []byte, off uint64) error
-}
-
-// ProcReadVec is a ProcMemory that takes several reads in one call: the
-// engines read what a transmit batch sends from another process's memory
-// at once, before they seal the batch's frames.
-type ProcReadVec interface {
-	ReadVec(p [][]byte, off []uint64) error
-}
-
-// ProcWriteVec is a ProcMemory that takes several writes in one call:
-// the engines queue what received frames carry for another process's
-// memory and hand it over once per receive batch (and before anything that
-// could let the data be seen: a completion, a frame sent).
-type ProcWriteVec interface {
-	WriteVec(p [][]byte, off []uint64) error
-}
+// ProcMemory, ProcReadVec and ProcWriteVec are the provider interface's
+// (package ibv): memory of another process the engines reach by copying.
+type (
+	ProcMemory   = ibv.ProcMemory
+	ProcReadVec  = ibv.ProcReadVec
+	ProcWriteVec = ibv.ProcWriteVec
+)

@@ -2,8 +2,8 @@
 // device's object tables (QPs, CQs, SRQs, memory regions and windows) and
 // the RC/UC/UD transport engine that runs them, with Linux rxe's wire
 // behaviour as the reference. Package verbs is the API: it validates what
-// applications ask, and hands in-process devices' work to this package as
-// libibverbs hands it to a provider.
+// applications ask, and hands in-process devices' work to the provider
+// internal/inproc, whose objects are mostly this package's.
 //
 // A NIC runs one engine goroutine per link (queue of the port), each owning
 // the transport state of the QPs whose flow uses its queue. Files follow

@@ -41,6 +41,9 @@ func (m *MR) LKey() uint32 { return m.lkey }
 // RKey is the remote key peers name.
 func (m *MR) RKey() uint32 { return m.rkey }
 
+// Bytes is the region's memory in this process (nil for another's).
+func (m *MR) Bytes() []byte { return m.buf }
+
 // Dereg deregisters the region on the engines, between two packets (see
 // verbs.MR.Dereg): EBUSY while work in flight holds its memory.
 func (m *MR) Dereg() error {

@@ -29,7 +29,7 @@ type Config struct {
 
 // CaptureFunc sees a frame the NIC sent (outbound) or received, on the
 // engine's goroutine: it must not keep the frame.
-type CaptureFunc func(frame []byte, outbound bool)
+type CaptureFunc = ibv.CaptureFunc
 
 // NIC is an in-process RNIC: the object tables and the engines that run
 // the transport for its QPs, one engine and goroutine per queue of the

@@ -103,7 +103,7 @@ func rcResponder(t *testing.T, link Link, req, resp []capFrame, o goldenEnd) *no
 // name it unchanged.
 func placeMR(t *testing.T, n *node, addr uint64, key uint32) {
 	t.Helper()
-	must(t, n.dev.do(func() error { return tmr(n.mr).Place(addr, key) }))
+	must(t, n.dev.do(func() error { return nicOf(n.dev).PlaceMR(tmr(n.mr), addr, key) }))
 	n.mr.addr, n.mr.lkey, n.mr.rkey = addr, key, key
 }
 
@@ -546,7 +546,7 @@ func placeMW(t *testing.T, n *node, key uint32) *MW {
 		t.Fatalf("%#x is not a memory window key", key)
 	}
 	must(t, n.dev.do(func() error {
-		tmw(mw).Place(key) // another key byte: the bind sets rxe's
+		nicOf(n.dev).PlaceMW(tmw(mw), key) // another key byte: the bind sets rxe's
 		return nil
 	}))
 	return mw

@@ -253,6 +253,6 @@ func recvOutstanding(qp *transport.QP) int32 { _, n := qp.Outstanding(); return 
 func nicOf(d *Device) *transport.NIC { return d.ops.(*inproc.Device).NIC }
 func tqp(qp *QP) *transport.QP       { return qp.ops.(*inproc.QP).QP }
 func tcq(cq *CQ) *transport.CQ       { return cq.ops.(*transport.CQ) }
-func tmr(mr *MR) *transport.MR       { return mr.ops.(*transport.MR) }
-func tmw(mw *MW) *transport.MW       { return mw.ops.(*transport.MW) }
+func tmr(mr *MR) *transport.MR       { return mr.ops.(*inproc.MR).MR }
+func tmw(mw *MW) *transport.MW       { return mw.ops.(*inproc.MW).MW }
 func tsrq(s *SRQ) *transport.SRQ     { return s.ops.(*transport.SRQ) }

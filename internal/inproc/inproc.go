@@ -66,7 +66,7 @@ func (d *Device) AllocPD() (ibv.PDOps, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &PD{PD: pd, dev: d}, nil
+	return &PD{pd: pd, dev: d}, nil
 }
 
 // CreateCQ creates a completion queue of depth completions.
@@ -151,13 +151,13 @@ func (d *Device) Attached() bool { return false }
 
 // PD is a protection domain.
 type PD struct {
-	*transport.PD
+	pd  *transport.PD
 	dev *Device
 }
 
 // Dealloc frees the PD: EBUSY while an object uses it, as ibv_dealloc_pd.
 func (pd *PD) Dealloc() error {
-	if n := pd.Users(); n > 0 {
+	if n := pd.pd.Users(); n > 0 {
 		return fmt.Errorf("verbs: PD used by %d objects: %w", n, ibv.ErrBusy)
 	}
 	return nil
@@ -165,22 +165,55 @@ func (pd *PD) Dealloc() error {
 
 // RegMR registers buf at address iova.
 func (pd *PD) RegMR(buf []byte, iova uint64, access ibv.Access) (ibv.MROps, error) {
-	return pd.PD.RegMR(buf, iova, access)
+	return pd.mr(pd.dev.NIC.RegMR(pd.pd, buf, iova, access))
 }
 
 // AllocMR registers n bytes of the process's memory.
 func (pd *PD) AllocMR(n int, access ibv.Access) (ibv.MROps, error) {
 	buf := make([]byte, n)
-	return pd.PD.RegMR(buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access)
+	return pd.RegMR(buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access)
 }
 
 // RegProcMR registers another process's memory, reached through mem.
 func (pd *PD) RegProcMR(mem ibv.ProcMemory, iova, length uint64, access ibv.Access) (ibv.MROps, error) {
-	return pd.PD.RegProcMR(mem, iova, length, access)
+	return pd.mr(pd.dev.NIC.RegProcMR(pd.pd, mem, iova, length, access))
 }
 
+func (pd *PD) mr(m *transport.MR, err error) (ibv.MROps, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &MR{MR: m, dev: pd.dev}, nil
+}
+
+// MR is a memory region (package memory's, embedded), deregistered on
+// the engines.
+type MR struct {
+	*transport.MR
+	dev *Device
+}
+
+// Dereg deregisters the region between two packets of every engine.
+func (m *MR) Dereg() error { return m.dev.NIC.DeregMR(m.MR) }
+
+// MW is a memory window (package memory's, embedded), freed on the
+// engines.
+type MW struct {
+	*transport.MW
+	dev *Device
+}
+
+// Dealloc frees the window; its rkey stops working when Dealloc returns.
+func (mw *MW) Dealloc() error { return mw.dev.NIC.DeallocMW(mw.MW) }
+
 // AllocMW creates a memory window.
-func (pd *PD) AllocMW(typ ibv.MWType) (ibv.MWOps, error) { return pd.PD.AllocMW(typ == ibv.MWType1) }
+func (pd *PD) AllocMW(typ ibv.MWType) (ibv.MWOps, error) {
+	mw, err := pd.dev.NIC.AllocMW(pd.pd, typ == ibv.MWType1)
+	if err != nil {
+		return nil, err
+	}
+	return &MW{MW: mw, dev: pd.dev}, nil
+}
 
 // AH is an address handle: its vector, the MAC address resolved once, as
 // the kernel does for RoCE (ib_resolve_eth_dmac).
@@ -195,7 +228,7 @@ func (a *AH) Attr() *ibv.AH { return &a.attr }
 // Destroy frees the handle (the API lets it be called once).
 func (a *AH) Destroy() error {
 	a.pd.dev.ahs.Add(-1)
-	a.pd.AddUsers(-1)
+	a.pd.pd.AddUsers(-1)
 	return nil
 }
 
@@ -212,7 +245,7 @@ func (pd *PD) CreateAH(ah ibv.AH) (ibv.AHOps, error) {
 		return nil, err
 	}
 	ah.DMAC = mac
-	pd.AddUsers(1)
+	pd.pd.AddUsers(1)
 	return &AH{pd: pd, attr: ah}, nil
 }
 
@@ -236,7 +269,7 @@ func (pd *PD) createQP(init ibv.QPInit, owner any) (*QP, error) {
 		}
 		t.SRQ, t.Cap.MaxRecvWR = srq, 0
 	}
-	qp, err := pd.PD.CreateQP(t)
+	qp, err := pd.dev.NIC.CreateQP(pd.pd, t)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +298,7 @@ func (pd *PD) CreateSharedQP(init ibv.QPInit, sq, rq *uverbs.Ring, av func(h uin
 
 // CreateSRQ creates a shared receive queue.
 func (pd *PD) CreateSRQ(attr ibv.SRQInitAttr, owner any) (ibv.SRQOps, error) {
-	s := pd.PD.CreateSRQ(attr)
+	s := pd.dev.NIC.CreateSRQ(pd.pd, attr)
 	s.Owner = owner
 	return s, nil
 }
@@ -277,7 +310,7 @@ func (pd *PD) CreateSharedSRQ(attr ibv.SRQInitAttr, ring *uverbs.Ring, owner any
 	if ring == nil || int(ring.Slots()) < attr.MaxWR || ring.SlotSize() < uverbs.RecvSlotSize(max(attr.MaxSGE, 1)) {
 		return nil, fmt.Errorf("verbs: shared ring too small for SRQ %+v: %w", attr, ibv.ErrInvalid)
 	}
-	s := pd.PD.CreateSRQ(attr)
+	s := pd.dev.NIC.CreateSRQ(pd.pd, attr)
 	s.Owner = owner
 	if err := s.SetSource(sharedring.NewSRQ(ring)); err != nil {
 		return nil, errors.Join(err, s.Destroy())
@@ -335,28 +368,31 @@ func wrOf(wr *ibv.SendWR) transport.WR {
 	if b := wr.Bind; b != nil {
 		c := &transport.Bind{RKey: b.RKey, Addr: b.Addr, Length: b.Length, Access: b.Access, Foreign: b.Foreign}
 		if b.MW != nil {
-			mw, ok := b.MW.(*transport.MW)
-			if !ok {
-				mw, c.Foreign = &transport.MW{}, true // a daemon's: refused, as Foreign says
+			if mw, ok := b.MW.(*MW); ok {
+				c.MW = mw.MW
+			} else {
+				c.MW, c.Foreign = &transport.MW{}, true // a daemon's: refused, as Foreign says
 			}
-			c.MW = mw
 		}
 		if b.MR != nil {
-			mr, ok := b.MR.(*transport.MR)
-			c.MR, c.Foreign = mr, c.Foreign || !ok
+			if mr, ok := b.MR.(*MR); ok {
+				c.MR = mr.MR
+			} else {
+				c.Foreign = true
+			}
 		}
 		w.Bind = c
 	}
 	return w
 }
 
-// The engines' objects that are their own ops.
+// The provider's objects; transport's CQ and SRQ are their own ops.
 var (
 	_ ibv.QPOps  = (*QP)(nil)
 	_ ibv.CQOps  = (*transport.CQ)(nil)
 	_ ibv.SRQOps = (*transport.SRQ)(nil)
-	_ ibv.MROps  = (*transport.MR)(nil)
-	_ ibv.MWOps  = (*transport.MW)(nil)
+	_ ibv.MROps  = (*MR)(nil)
+	_ ibv.MWOps  = (*MW)(nil)
 	_ ibv.AHOps  = (*AH)(nil)
 	_ ibv.PDOps  = (*PD)(nil)
 )

@@ -67,21 +67,6 @@ type span struct {
 	n   uint32
 }
 
-// span returns the region's piece [addr, addr+n) if it lies inside it.
-func (m *MR) span(addr uint64, n uint32) (span, bool) {
-	if addr < m.addr {
-		return span{}, false
-	}
-	off := addr - m.addr
-	if off > m.length || uint64(n) > m.length-off {
-		return span{}, false
-	}
-	if m.mem != nil {
-		return span{mem: m.mem, off: off, n: n}, true
-	}
-	return span{b: m.buf[off : off+uint64(n)]}, true
-}
-
 func (s span) len() uint32 {
 	if s.mem != nil {
 		return s.n

@@ -20,8 +20,9 @@
 //   - timer.go: the retransmission timer, RTO and retry, go-back-N.
 //   - responder.go: requests from the peer (rxe_resp.c); replies.go the
 //     responses it queues, in order; pacing.go the pace of READ responses.
-//   - dma.go: data between messages and memory; mr.go and mw.go the
-//     memory tables and keys (rxe_mr.c, rxe_mw.c).
+//   - dma.go: data between messages and memory; memory.go the device's
+//     regions and windows (package memory: their tables and keys, after
+//     rxe_mr.c and rxe_mw.c) as the engines use them.
 //   - qpstate.go: a QP's transport state and its changes; post.go the
 //     posting of work requests; cq.go, srq.go, ud.go, events.go, status.go.
 //   - shared.go: work requests and completions in rings shared with a

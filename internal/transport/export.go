@@ -1,10 +1,10 @@
 package transport
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/memory"
 	"github.com/xdproce/xdproce/link"
 )
 
@@ -15,11 +15,11 @@ import (
 
 // Constants of the transport the tests compute their expectations from.
 const (
-	MaxBackoff   = maxBackoff   // retransmission timeouts double at most this many times
-	FirstUserQPN = firstUserQPN // the lowest QPN a user QP gets
-	MWFirstIndex = mwFirstIndex // the key index of the first memory window
-	RxBatch      = rxBatch      // frames an engine takes per receive batch
-	QKeyOwn      = qkeyOwn      // a work request's Q_Key that sends the QP's own
+	MaxBackoff   = maxBackoff          // retransmission timeouts double at most this many times
+	FirstUserQPN = firstUserQPN        // the lowest QPN a user QP gets
+	MWFirstIndex = memory.MWFirstIndex // the key index of the first memory window
+	RxBatch      = rxBatch             // frames an engine takes per receive batch
+	QKeyOwn      = qkeyOwn             // a work request's Q_Key that sends the QP's own
 )
 
 // AckTimeout is the local ACK timeout of the code a QP's Timeout holds.
@@ -62,51 +62,13 @@ func (d *NIC) EngineDroveSince(i int, seen *uint64) bool { return d.shards[i].dr
 // replay captures); in Do.
 func (d *NIC) PinNextQPN(qpn uint32) { d.objs.nextQPN = qpn }
 
-// Place moves the region to address addr and key (both keys), so that a
-// capture's requests name it unchanged; in Do.
-func (m *MR) Place(addr uint64, key uint32) error {
-	e := &m.pd.dev.objs
-	e.removeMR(m)
-	idx := key >> 8
-	for uint32(len(e.mrs.mrs)) <= idx {
-		e.mrs.mrs = append(e.mrs.mrs, nil)
-	}
-	if e.mrs.mrs[idx] != nil {
-		return fmt.Errorf("key index %#x is taken", idx)
-	}
-	e.mrs.free = deleteIndex(e.mrs.free, idx)
-	m.addr, m.lkey, m.rkey, m.valid = addr, key, key, true
-	e.mrs.mrs[idx] = m
-	m.pd.users.Add(1)
-	return nil
-}
+// PlaceMR moves the region to address addr and key (both keys), so that
+// a capture's requests name it unchanged; in Do.
+func (d *NIC) PlaceMR(m *MR, addr uint64, key uint32) error { return d.objs.mem.PlaceMR(m, addr, key) }
 
-// Place gives the window key's index and a key byte other than key's (the
-// bind sets the capture's); in Do.
-func (mw *MW) Place(key uint32) {
-	e := &mw.pd.dev.objs
-	e.removeMW(mw)
-	i := key>>8 - mwFirstIndex
-	for uint32(len(e.mrs.mws)) <= i {
-		e.mrs.mwFree = append(e.mrs.mwFree, uint32(len(e.mrs.mws)))
-		e.mrs.mws = append(e.mrs.mws, nil)
-	}
-	e.mrs.mwFree = deleteIndex(e.mrs.mwFree, i)
-	mw.rkey.Store(key ^ 0x5a)
-	mw.alive = true
-	e.mrs.mws[i] = mw
-	mw.pd.users.Add(1)
-}
-
-func deleteIndex(s []uint32, v uint32) []uint32 {
-	out := s[:0]
-	for _, x := range s {
-		if x != v {
-			out = append(out, x)
-		}
-	}
-	return out
-}
+// PlaceMW gives the window key's index and a key byte other than key's
+// (the bind sets the capture's); in Do.
+func (d *NIC) PlaceMW(mw *MW, key uint32) { d.objs.mem.PlaceMW(mw, key) }
 
 // Queue is the index of the engine serving the QP.
 func (qp *QP) Queue() int { return qp.eng.Load().index }

@@ -217,18 +217,7 @@ func (d *NIC) QPStatus() ([]ibv.QPStatus, error) {
 }
 
 // Regions is how many memory regions the NIC holds.
-func (d *NIC) Regions() int {
-	e := &d.objs
-	e.mrMu.RLock()
-	defer e.mrMu.RUnlock()
-	n := 0
-	for _, mr := range e.mrs.mrs {
-		if mr != nil {
-			n++
-		}
-	}
-	return n
-}
+func (d *NIC) Regions() int { return d.objs.mem.Regions() }
 
 // SetDoorbellPage gives the engines a page, shared with clients, where
 // each says whether it sleeps.
@@ -276,36 +265,3 @@ func (d *NIC) NextEvent(ctx context.Context) (Event, error) {
 		}
 	}
 }
-
-// PD is a protection domain: QPs reach only memory regions of their own PD.
-type PD struct {
-	dev *NIC
-	id  uint32
-	// users counts the regions, windows, QPs, SRQs and address handles of
-	// the PD: Dealloc is EBUSY while any exists, as ibv_dealloc_pd.
-	users atomic.Int32
-}
-
-// AllocPD creates a protection domain.
-func (d *NIC) AllocPD() (*PD, error) {
-	pd := &PD{dev: d}
-	err := d.do(func() error {
-		d.objs.pdSeq++
-		pd.id = d.objs.pdSeq
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return pd, nil
-}
-
-// ID is the PD's number.
-func (pd *PD) ID() uint32 { return pd.id }
-
-// Users is how many objects use the PD.
-func (pd *PD) Users() int32 { return pd.users.Load() }
-
-// AddUsers counts n more (or, negative, fewer) objects using the PD: the
-// address handles verbs keeps.
-func (pd *PD) AddUsers(n int32) { pd.users.Add(n) }

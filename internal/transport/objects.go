@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/memory"
 )
 
 // objects are the device's tables, shared by its engines: the QPs by QPN,
@@ -20,16 +21,12 @@ type objects struct {
 	qps     []*QP  // by QPN; nil where free
 	live    []*QP  // QPs that exist, in creation order
 	nextQPN uint32 // a QPN to use next if free (the golden tests pin the captures' QPNs); 0: random
-	mrs     mrTable
-	// mrMu lets posters read the MR table (inline sends copy their data at
-	// post time) while a control operation changes it: the engines read it
-	// without the lock.
-	mrMu sync.RWMutex
-	// mwMu orders the engines' binds and invalidations of memory windows
-	// against each other and against remote accesses through windows: a
-	// window bound by one QP may be invalidated by another QP of its PD,
-	// which another engine may serve.
-	mwMu sync.Mutex
+	// qpSeq numbers the QPs ever created: their owner identities, which
+	// the memory windows bound through them keep (QPNs are reused).
+	qpSeq uint64
+	// mem holds the memory regions and windows; it has its own locks for
+	// posters (inline data) and for the windows the engines bind.
+	mem memory.Table
 	// atomicMu makes each atomic operation's read-modify-write one step
 	// for every engine (IBV_ATOMIC_HCA: atomic across all QPs of the
 	// device), as rxe's atomic_ops_lock does.
@@ -85,11 +82,13 @@ func (d *NIC) addQP(qp *QP) error {
 		o.qps = append(o.qps, nil)
 	}
 	qp.qpn = qpn
+	o.qpSeq++
+	qp.owner = memory.Owner(o.qpSeq)
 	qp.t.reset(qp)
 	qp.eng.Store(d.shards[0])
 	o.qps[qpn] = qp
 	o.live = append(o.live, qp)
-	qp.pd.users.Add(1)
+	qp.pd.AddUsers(1)
 	return nil
 }
 
@@ -102,7 +101,7 @@ func (d *NIC) removeQP(qp *QP) error {
 		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.qpn, ibv.ErrInvalid)
 	}
 	o.qps[qp.qpn] = nil
-	qp.pd.users.Add(-1)
+	qp.pd.AddUsers(-1)
 	if qp.src != nil {
 		o.forgetShared(qp)
 	}

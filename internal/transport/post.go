@@ -61,8 +61,8 @@ func (qp *QP) inlineSlot() []byte {
 func (qp *QP) copyInline(w *sendWQE) error {
 	dst := qp.inlineSlot()
 	e := &qp.dev.objs
-	e.mrMu.RLock()
-	defer e.mrMu.RUnlock()
+	e.mem.RLock()
+	defer e.mem.RUnlock()
 	var one [1]ibv.SGE
 	sgl := w.wr.SGList
 	if w.single {
@@ -71,10 +71,10 @@ func (qp *QP) copyInline(w *sendWQE) error {
 	}
 	for _, s := range sgl {
 		mr := e.lookupMR(s.LKey)
-		if mr == nil || mr.pd != qp.pd {
+		if mr == nil || mr.PD() != qp.pd {
 			return fmt.Errorf("verbs: inline send WR %d: bad lkey %#x: %w", w.wr.ID, s.LKey, ibv.ErrInvalid)
 		}
-		b, ok := mr.slice(s.Addr, s.Length)
+		b, ok := mr.Slice(s.Addr, s.Length)
 		if !ok {
 			return fmt.Errorf("verbs: inline send WR %d: SGE outside its region: %w", w.wr.ID, ibv.ErrInvalid)
 		}

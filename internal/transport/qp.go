@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/memory"
 )
 
 // QP is a queue pair as the engine keeps it. Its transport state (t)
@@ -46,6 +47,9 @@ type QP struct {
 
 	src QueueSource // a daemon's client's rings (shared.go)
 
+	// owner is what the memory windows bound through the QP keep.
+	owner memory.Owner
+
 	// Owner is the API's object for this QP, which events name.
 	Owner any
 }
@@ -62,13 +66,13 @@ type QPInit struct {
 }
 
 // CreateQP creates a QP in pd with the checked attributes a.
-func (pd *PD) CreateQP(a QPInit) (*QP, error) {
+func (d *NIC) CreateQP(pd *PD, a QPInit) (*QP, error) {
 	c := a.Cap
-	qp := &QP{dev: pd.dev, pd: pd, typ: a.Type, scq: a.SendCQ, rcq: a.RecvCQ, cap: c, sigAll: a.SigAll, srq: a.SRQ, gsi: a.GSI}
+	qp := &QP{dev: d, pd: pd, typ: a.Type, scq: a.SendCQ, rcq: a.RecvCQ, cap: c, sigAll: a.SigAll, srq: a.SRQ, gsi: a.GSI}
 	if c.MaxInlineData > 0 {
 		qp.inlineBuf = make([]byte, c.MaxSendWR*c.MaxInlineData)
 	}
-	if err := pd.dev.do(func() error { return pd.dev.addQP(qp) }); err != nil {
+	if err := d.do(func() error { return d.addQP(qp) }); err != nil {
 		return nil, err
 	}
 	if qp.srq != nil {

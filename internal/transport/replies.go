@@ -176,7 +176,7 @@ func (e *engine) readPacket(qp *QP, r *pendingReply) bool {
 				return true
 			}
 		}
-		src[0], _ = mr.span(res.va+uint64(off), n)
+		src[0], _ = spanOf(mr, res.va+uint64(off), n)
 	}
 	e.send(int(n), func(dst []byte) { gather(dst, src[:], 0, &e.reads) })
 	r.next = (psn + 1) & 0xffffff

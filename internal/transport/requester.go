@@ -140,7 +140,7 @@ func (e *engine) localOp(qp *QP, w *sendWQE) {
 func (e *engine) resolveLocal(qp *QP, w *sendWQE) bool {
 	if w.wr.Flags&ibv.SendInline != 0 {
 		// Inline data was copied at post time.
-		w.segs, w.seg1, w.single = nil, span{b: w.inline}, true
+		w.segs, w.seg1, w.single = nil, localSpan(w.inline), true
 		return true
 	}
 	needWrite := isReadOrAtomic(w.wr.Opcode)
@@ -151,11 +151,11 @@ func (e *engine) resolveLocal(qp *QP, w *sendWQE) bool {
 	}
 	for _, s := range sgl {
 		mr := e.lookupMR(s.LKey)
-		if mr == nil || mr.pd != qp.pd || (needWrite && mr.access&ibv.AccessLocalWrite == 0) {
+		if mr == nil || mr.PD() != qp.pd || (needWrite && mr.Access()&ibv.AccessLocalWrite == 0) {
 			e.failHead(qp, ibv.WCLocProtErr)
 			return false
 		}
-		b, ok := mr.span(s.Addr, s.Length)
+		b, ok := spanOf(mr, s.Addr, s.Length)
 		if !ok {
 			e.failHead(qp, ibv.WCLocProtErr)
 			return false

@@ -270,8 +270,8 @@ func (e *engine) takeRecv(qp *QP, psn uint32) bool {
 	for _, s := range wr.sges(&one) {
 		mr := e.lookupMR(s.LKey)
 		b, ok := span{}, false
-		if mr != nil && mr.pd == pd && mr.access&ibv.AccessLocalWrite != 0 {
-			b, ok = mr.span(s.Addr, s.Length)
+		if mr != nil && mr.PD() == pd && mr.Access()&ibv.AccessLocalWrite != 0 {
+			b, ok = spanOf(mr, s.Addr, s.Length)
 		}
 		if !ok {
 			// A malformed receive WQE (class A, as rxe): it completes with
@@ -412,7 +412,7 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 		return
 	}
 	if n > 0 {
-		dst, _ := w.mr.span(w.va, n) // inside the region: checked against RETH length
+		dst, _ := spanOf(w.mr, w.va, n) // inside the region: checked against RETH length
 		one := [1]span{dst}
 		scatterPayload(one[:], 0, p, &e.pending)
 		w.va += uint64(n)
@@ -439,10 +439,10 @@ func (e *engine) checkRKey(qp *QP, rkey uint32, va uint64, n uint32, need ibv.Ac
 		return e.checkMWAccess(qp, rkey, va, n, need)
 	}
 	mr := e.lookupMR(rkey)
-	if mr == nil || mr.pd != qp.pd || mr.access&need != need {
+	if mr == nil || mr.PD() != qp.pd || mr.Access()&need != need {
 		return nil, false
 	}
-	if _, ok := mr.span(va, n); !ok {
+	if _, ok := spanOf(mr, va, n); !ok {
 		return nil, false
 	}
 	return mr, true
@@ -506,7 +506,7 @@ func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
 		e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
 		return
 	}
-	target, _ := mr.span(a.VA, 8)
+	target, _ := spanOf(mr, a.VA, 8)
 	e.pending.flush() // the target may have writes queued
 	// Atomics operate on the 64-bit value in the responder's byte order (rxe: host order).
 	e.atomicMu.Lock()

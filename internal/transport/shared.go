@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/memory"
 )
 
 // Work requests and completions that go through rings a daemon's clients
@@ -107,10 +108,10 @@ func (p Port) MalformedSRQ(s *SRQ) {
 // in-process.
 func (p Port) Bind(qp *QP, mwKey, lkey uint32, b *Bind) *Bind {
 	b.MW = p.e.lookupMWIndex(mwKey)
-	if b.MW == nil || b.MW.pd != qp.pd {
-		b.MW = &MW{pd: qp.pd} // dead: the bind fails
+	if b.MW == nil || b.MW.PD() != qp.pd {
+		b.MW = memory.NewMW(qp.pd, false) // dead: the bind fails
 	}
-	if mr := p.e.lookupMR(lkey); mr != nil && mr.pd == qp.pd {
+	if mr := p.e.lookupMR(lkey); mr != nil && mr.PD() == qp.pd {
 		b.MR = mr
 	}
 	return b

@@ -35,9 +35,9 @@ type SRQ struct {
 }
 
 // CreateSRQ creates a shared receive queue in pd with checked attributes.
-func (pd *PD) CreateSRQ(attr ibv.SRQInitAttr) *SRQ {
-	pd.users.Add(1)
-	return &SRQ{dev: pd.dev, pd: pd, maxSGE: max(attr.MaxSGE, 1), maxWR: attr.MaxWR, limit: attr.Limit}
+func (d *NIC) CreateSRQ(pd *PD, attr ibv.SRQInitAttr) *SRQ {
+	pd.AddUsers(1)
+	return &SRQ{dev: d, pd: pd, maxSGE: max(attr.MaxSGE, 1), maxWR: attr.MaxWR, limit: attr.Limit}
 }
 
 // PostRecv queues receive work requests on the SRQ; like QP.PostRecv it
@@ -103,7 +103,7 @@ func (s *SRQ) Destroy() error {
 	if s.destroyed.Swap(true) {
 		return fmt.Errorf("verbs: SRQ already destroyed: %w", ibv.ErrInvalid)
 	}
-	s.pd.users.Add(-1)
+	s.pd.AddUsers(-1)
 	if s.src != nil {
 		// No engine reads the client's ring once this returns.
 		return s.dev.do(func() error {

@@ -1,0 +1,193 @@
+// The device's memory (package memory: regions, windows, their keys and
+// protection domains) as the engines use it: registration and
+// deregistration as control operations, and the engine's key lookups,
+// binds, invalidations and window checks.
+
+package transport
+
+import (
+	"fmt"
+
+	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/memory"
+)
+
+type (
+	// PD is a protection domain.
+	PD = memory.PD
+	// MR is a registered memory region.
+	MR = memory.MR
+	// MW is a memory window.
+	MW = memory.MW
+)
+
+// AllocPD creates a protection domain.
+func (d *NIC) AllocPD() (*PD, error) {
+	var pd *PD
+	err := d.do(func() error {
+		d.objs.pdSeq++
+		pd = memory.NewPD(d.objs.pdSeq)
+		return nil
+	})
+	return pd, err
+}
+
+// RegMR registers buf as a region of pd whose first byte has the address
+// iova; the caller checked the length and access.
+func (d *NIC) RegMR(pd *PD, buf []byte, iova uint64, access ibv.Access) (*MR, error) {
+	mr := memory.NewMR(pd, buf, iova, access)
+	return mr, d.do(func() error { return d.objs.mem.AddMR(mr, uint32(d.rng.IntN(256))) })
+}
+
+// RegProcMR registers length bytes of another process's memory, reached
+// through mem, at address iova; the caller checked the arguments.
+func (d *NIC) RegProcMR(pd *PD, mem ProcMemory, iova, length uint64, access ibv.Access) (*MR, error) {
+	mr := memory.NewProcMR(pd, mem, iova, length, access)
+	return mr, d.do(func() error { return d.objs.mem.AddMR(mr, uint32(d.rng.IntN(256))) })
+}
+
+// DeregMR deregisters the region on the engines, between two packets (see
+// verbs.MR.Dereg): EBUSY while work in flight holds its memory.
+func (d *NIC) DeregMR(m *MR) error {
+	return d.do(func() error {
+		if !m.Valid() {
+			return fmt.Errorf("verbs: MR already deregistered: %w", ibv.ErrInvalid)
+		}
+		if n := m.BoundMWs(); n > 0 {
+			return fmt.Errorf("verbs: %d memory windows are bound to the MR: %w", n, ibv.ErrBusy)
+		}
+		o := &d.objs
+		if use := o.mrInUse(m); use != "" {
+			return fmt.Errorf("verbs: the MR is in use by %s: %w", use, ibv.ErrBusy)
+		}
+		o.mem.RemoveMR(m)
+		o.revokeWrites(m)
+		o.revokeReplies(m)
+		return nil
+	})
+}
+
+// revokeWrites ends every multi-packet RDMA WRITE arriving into mr, just
+// deregistered: no packet of it touches the memory again.
+func (e *objects) revokeWrites(mr *MR) {
+	for _, qp := range e.live {
+		if w := &qp.t.write; qp.t.respOp == respWrite && w.mr == mr {
+			w.mr, w.revoked = nil, true
+		}
+	}
+}
+
+// mrInUse says what in-flight work holds memory of mr, or "" if none. A
+// QP's send WQEs name regions of its own PD; its receive WQEs, those of its
+// SRQ's PD when it has one, which may be another (so every QP is looked at).
+func (e *objects) mrInUse(mr *MR) string {
+	lkey := mr.LKey()
+	for _, qp := range e.live {
+		t := &qp.t
+		recvPD := qp.pd
+		if qp.srq != nil {
+			recvPD = qp.srq.pd
+		}
+		if t.recv.active && recvPD == mr.PD() {
+			var one [1]ibv.SGE
+			for _, s := range t.recv.wr.sges(&one) {
+				if s.LKey == lkey {
+					return fmt.Sprintf("a SEND in progress into receive WR %d of QP %#x", t.recv.wr.ID, qp.qpn)
+				}
+			}
+		}
+		if qp.pd != mr.PD() {
+			continue
+		}
+		for i := range t.sq {
+			if t.sq[i].namesLKey(lkey) {
+				return fmt.Sprintf("send WR %d of QP %#x", t.sq[i].wr.ID, qp.qpn)
+			}
+		}
+		qp.postMu.Lock()
+		for i := range qp.postSend {
+			if qp.postSend[i].namesLKey(lkey) {
+				id := qp.postSend[i].wr.ID
+				qp.postMu.Unlock()
+				return fmt.Sprintf("send WR %d of QP %#x", id, qp.qpn)
+			}
+		}
+		qp.postMu.Unlock()
+	}
+	return ""
+}
+
+// namesLKey reports whether the WQE's SG list names lkey (INLINE data was
+// copied when posted and names nothing).
+func (w *sendWQE) namesLKey(lkey uint32) bool {
+	if w.wr.Flags&ibv.SendInline != 0 {
+		return false
+	}
+	if w.single {
+		return w.sge1.LKey == lkey
+	}
+	for _, s := range w.wr.SGList {
+		if s.LKey == lkey {
+			return true
+		}
+	}
+	return false
+}
+
+// AllocMW creates a memory window of pd, of type 1 or (typ1 false) type 2.
+func (d *NIC) AllocMW(pd *PD, typ1 bool) (*MW, error) {
+	mw := memory.NewMW(pd, typ1)
+	if err := d.do(func() error { return d.objs.mem.AddMW(mw, uint32(d.rng.IntN(256))) }); err != nil {
+		return nil, err
+	}
+	return mw, nil
+}
+
+// DeallocMW frees the window; a bound window is unbound first, so its
+// rkey stops working when DeallocMW returns.
+func (d *NIC) DeallocMW(mw *MW) error {
+	return d.do(func() error {
+		if !mw.Alive() {
+			return fmt.Errorf("verbs: memory window already deallocated: %w", ibv.ErrInvalid)
+		}
+		d.objs.mem.RemoveMW(mw)
+		return nil
+	})
+}
+
+// lookupMR returns the live region with this key, or nil.
+func (e *objects) lookupMR(key uint32) *MR { return e.mem.LookupMR(key) }
+
+// lookupMWIndex returns the live window whose rkey has key's index.
+func (e *objects) lookupMWIndex(key uint32) *MW { return e.mem.LookupMWIndex(key) }
+
+func isMWKey(key uint32) bool { return memory.IsMWKey(key) }
+
+// bindMW executes a BIND_MW work request of qp; false is a bind error.
+func (e *engine) bindMW(qp *QP, b *Bind) bool {
+	return e.mem.Bind(qp.owner, qp.pd, b.MW, b.MR, memory.BindArgs{RKey: b.RKey, Addr: b.Addr, Length: b.Length, Access: b.Access})
+}
+
+// invalidateRKey frees the type-2 window named by key for qp (LOCAL_INV or
+// a peer's SEND_WITH_INV).
+func (e *engine) invalidateRKey(qp *QP, key uint32) bool { return e.mem.Invalidate(qp.pd, key) }
+
+// checkMWAccess resolves a remote access of qp through a window.
+func (e *engine) checkMWAccess(qp *QP, rkey uint32, va uint64, n uint32, need ibv.Access) (*MR, bool) {
+	return e.mem.CheckMWAccess(qp.owner, qp.pd, rkey, va, n, need)
+}
+
+// spanOf returns the region's piece [addr, addr+n) if it lies inside it.
+func spanOf(m *MR, addr uint64, n uint32) (span, bool) {
+	off, ok := m.Locate(addr, n)
+	if !ok {
+		return span{}, false
+	}
+	if mem := m.Proc(); mem != nil {
+		return span{mem: mem, off: off, n: n}, true
+	}
+	return span{b: m.Bytes()[off : off+uint64(n)]}, true
+}
+
+// localSpan is a span of local bytes (INLINE data).
+func localSpan(b []byte) span { return span{b: b} }

@@ -19,7 +19,6 @@ import (
 	"unsafe"
 
 	"github.com/xdproce/xdproce/internal/ibv"
-	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/ipc"
 	"github.com/xdproce/xdproce/uverbs"
 )
@@ -751,21 +750,16 @@ func (qp *QP) Query() (ibv.QPAttr, error) {
 	return ibv.QPAttrFromWire(&w), nil
 }
 
-// checkWR checks wr with the in-process provider's check (transport's),
-// so the daemon takes each as if posted in-process.
+// checkWR checks wr as the in-process provider checks it, so the daemon
+// takes each as if posted in-process.
 func (qp *QP) checkWR(wr *ibv.SendWR) error {
-	tw := transport.WR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, SGList: wr.SGList, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
-		RemoteQPN: wr.RemoteQPN, AHBad: wr.AHBad}
-	if wr.AH != nil {
-		tw.AH = wr.AH.Attr()
-	}
+	s := ibv.WRShape{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, SGList: wr.SGList, RemoteAddr: wr.RemoteAddr, RemoteQPN: wr.RemoteQPN,
+		AH: wr.AH != nil, AHBad: wr.AHBad}
 	if b := wr.Bind; b != nil {
-		tw.Bind = &transport.Bind{Foreign: b.Foreign}
-		if b.MW != nil {
-			tw.Bind.MW = &transport.MW{} // only its presence is checked
-		}
+		s.Bind, s.BindMW, s.BindForeign = true, b.MW != nil, b.Foreign
 	}
-	return transport.CheckSendWR(&tw, qp.typ, qp.cap, qp.dev.mtu)
+	_, err := ibv.CheckSendWR(&s, qp.typ, &qp.cap, qp.dev.mtu)
+	return err
 }
 
 // PostSend writes send work requests to the QP's ring, checked as the

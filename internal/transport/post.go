@@ -105,82 +105,15 @@ func (qp *QP) checkSendWR(wr *WR) (sendWQE, error) {
 	return w, nil
 }
 
-// CheckSendWR checks wr as PostSend checks it for a QP of type typ with
-// capabilities c on a port of MTU mtu, queueing nothing: a daemon's
-// client checks its posts so before writing them to a ring.
-func CheckSendWR(wr *WR, typ ibv.QPType, c ibv.QPCap, mtu int) error {
-	_, err := checkWR(wr, typ, &c, mtu)
-	return err
-}
-
-// checkWR is the provider's check of a send work request (rxe's
-// post_one_send and validate_send_wr): it returns the message's length.
+// checkWR is the provider's check of a send work request (ibv.CheckSendWR):
+// it returns the message's length.
 func checkWR(wr *WR, typ ibv.QPType, c *ibv.QPCap, mtu int) (uint32, error) {
-	bad := func(why string) (uint32, error) {
-		return 0, fmt.Errorf("verbs: send WR %d: %s: %w", wr.ID, why, ibv.ErrInvalid)
+	s := ibv.WRShape{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, SGList: wr.SGList, RemoteAddr: wr.RemoteAddr, RemoteQPN: wr.RemoteQPN,
+		AH: wr.AH != nil, AHBad: wr.AHBad}
+	if b := wr.Bind; b != nil {
+		s.Bind, s.BindMW, s.BindForeign = true, b.MW != nil, b.Foreign
 	}
-	if typ == ibv.QPTypeUD {
-		if wr.Opcode != ibv.WRSend && wr.Opcode != ibv.WRSendWithImm {
-			return bad(fmt.Sprintf("opcode %d on a UD QP (SEND and SEND_WITH_IMM only)", wr.Opcode))
-		}
-		if wr.AH == nil || wr.AHBad {
-			return bad("a UD send needs a live address handle of the QP's device")
-		}
-		if wr.RemoteQPN > 0xffffff {
-			return bad(fmt.Sprintf("remote QPN %#x", wr.RemoteQPN))
-		}
-	} else if wr.AH != nil {
-		return bad("an address handle on a connected QP")
-	}
-	switch wr.Opcode {
-	case ibv.WRSend, ibv.WRSendWithImm, ibv.WRRDMAWrite, ibv.WRRDMAWriteWithImm:
-	case ibv.WRLocalInv:
-		if wr.Flags&ibv.SendInline != 0 {
-			return bad("LOCAL_INV cannot be inline")
-		}
-		return 0, nil
-	case ibv.WRBindMW:
-		if wr.Bind == nil || wr.Bind.MW == nil {
-			return bad("BIND_MW without a memory window")
-		}
-		if wr.Bind.Foreign {
-			return bad("memory window or region of another device")
-		}
-		if wr.Flags&ibv.SendInline != 0 {
-			return bad("BIND_MW cannot be inline")
-		}
-		return 0, nil
-	case ibv.WRSendWithInv, ibv.WRRDMARead, ibv.WRAtomicCmpAndSwp, ibv.WRAtomicFetchAdd:
-		if typ != ibv.QPTypeRC {
-			return bad("opcode needs an RC QP")
-		}
-	default:
-		return bad(fmt.Sprintf("unknown opcode %d", wr.Opcode))
-	}
-	if len(wr.SGList) > c.MaxSendSGE {
-		return bad(fmt.Sprintf("%d SGEs, QP allows %d", len(wr.SGList), c.MaxSendSGE))
-	}
-	var total uint64
-	for _, s := range wr.SGList {
-		total += uint64(s.Length)
-	}
-	if total > ibv.MaxMsgSize {
-		return bad(fmt.Sprintf("message of %d bytes", total))
-	}
-	if typ == ibv.QPTypeUD && int(total) > mtu {
-		return bad(fmt.Sprintf("a UD message of %d bytes, over the port's MTU %d", total, mtu))
-	}
-	if wr.Opcode == ibv.WRAtomicCmpAndSwp || wr.Opcode == ibv.WRAtomicFetchAdd {
-		if len(wr.SGList) != 1 || wr.SGList[0].Length != 8 || wr.RemoteAddr%8 != 0 {
-			return bad("an atomic needs one 8-byte SGE and an 8-byte aligned remote address")
-		}
-	}
-	if wr.Flags&ibv.SendInline != 0 {
-		if isReadOrAtomic(wr.Opcode) || int(total) > c.MaxInlineData {
-			return bad(fmt.Sprintf("inline %d bytes (max %d) or on a READ/atomic", total, c.MaxInlineData))
-		}
-	}
-	return uint32(total), nil
+	return ibv.CheckSendWR(&s, typ, c, mtu)
 }
 
 // notePostedRecv tells the engine about the n receives queued before a bad one.

@@ -14,7 +14,7 @@ import (
 // in-process provider, Dial the daemon's client); every other function of
 // the package (tests aside) reaches the device through its ops interfaces,
 // never through a provider's package or by asking which provider it holds
-// (a type assertion or switch on an ops value).
+// (a type assertion or switch on an ops value, or Attached).
 func TestAPIHasNoModeBranches(t *testing.T) {
 	constructors := map[string]bool{"NewMultiQueueDevice": true, "Dial": true}
 	providers := map[string]bool{"inproc": true, "attached": true, "transport": true, "sharedring": true}
@@ -44,6 +44,11 @@ func TestAPIHasNoModeBranches(t *testing.T) {
 				case *ast.SelectorExpr:
 					if id, ok := n.X.(*ast.Ident); ok && providers[id.Name] {
 						t.Errorf("%s: %s names the provider's package: %s.%s", fset.Position(n.Pos()), fn.Name.Name, id.Name, n.Sel.Name)
+					}
+				case *ast.CallExpr:
+					// Only the API's own Attached asks which kind of provider answers.
+					if s, ok := n.Fun.(*ast.SelectorExpr); ok && s.Sel.Name == "Attached" && fn.Name.Name != "Attached" {
+						t.Errorf("%s: %s branches on the provider's kind", fset.Position(n.Pos()), fn.Name.Name)
 					}
 				case *ast.TypeAssertExpr:
 					if s, ok := n.X.(*ast.SelectorExpr); ok && s.Sel.Name == "ops" {

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -286,5 +289,104 @@ func TestUCXPerftest(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// daemonCounter is the counter name of the daemon serving h's link.
+func daemonCounter(t *testing.T, h *netns.Host, name string) uint64 {
+	t.Helper()
+	var n uint64
+	found := false
+	if err := h.Do(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d, err := verbs.Dial(ctx, h.Link)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		c, err := d.Counters()
+		for _, f := range c.Named() {
+			if f.Name == name {
+				n, found = f.Value, true
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		t.Fatalf("no counter %s", name)
+	}
+	return n
+}
+
+// TestOpenMPI runs a two-rank MPI program (testdata/mpi_pingpong.c, built
+// with mpicc) with Open MPI's UCX PML, UCX limited to rc_verbs and ud_verbs
+// (no shared memory, no TCP): its ranks reach each other only through
+// xdproce. mpirun starts each rank's orted through a launch agent that
+// runs it in a namespace inside `xdproce run`, so the ranks see the
+// device's tree; across two namespaces (the peer's daemon sends the data)
+// and on one device (every frame loops back inside it).
+func TestOpenMPI(t *testing.T) {
+	netns.RequireRoot(t)
+	requireStock(t, "mpirun", "mpicc")
+	lib := providerLibs(t)
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "mpi_pingpong")
+	if out, err := exec.Command("mpicc", "-O2", "-o", prog, filepath.Join(repoRoot(t), "test", "e2e", "testdata", "mpi_pingpong.c")).CombinedOutput(); err != nil {
+		t.Fatalf("mpicc (make deps-abi installs libopenmpi-dev): %v\n%s", err, out)
+	}
+	bin := buildCLI(t)
+	// plm_rsh_agent is called as AGENT HOST COMMAND...; the hosts are namespaces.
+	agent := filepath.Join(dir, "agent")
+	script := fmt.Sprintf("#!/bin/sh\nhost=$1; shift\nexec ip netns exec \"$host\" env XDPROCE_LIBDIR=%s %s run -- sh -c \"$*\"\n", lib, bin)
+	if err := os.WriteFile(agent, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 1500, Queues: 1})
+	a, b := topo.Hosts[0], topo.Hosts[1]
+	renameLink(t, a, "mpia")
+	renameLink(t, b, "mpib")
+	daemonUp(t, bin, a)
+	daemonUp(t, bin, b)
+	subnet := netip.PrefixFrom(a.Addr, a.Bits).Masked().String()
+
+	for _, c := range []struct {
+		name, hosts string
+		counted     *netns.Host
+		counter     string
+	}{
+		{"two namespaces", a.Namespace.Name() + "," + b.Namespace.Name(), b, "sent_pkts"},
+		{"one device", a.Namespace.Name() + ":2", a, "loopback_pkts"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := daemonCounter(t, c.counted, c.counter)
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "mpirun", "--host", c.hosts, "-np", "2",
+				"--mca", "plm_rsh_agent", agent, "--mca", "plm_rsh_no_tree_spawn", "1",
+				"--mca", "oob_tcp_if_include", subnet, "--mca", "pml", "ucx", "--mca", "btl", "self",
+				"-x", "UCX_TLS=self,rc_verbs,ud_verbs", prog)
+			cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			cmd.WaitDelay = 10 * time.Second
+			if err := a.Start(cmd); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("mpirun: %v\n%s", err, &out)
+			}
+			for _, want := range []string{"rank 0 of 2: ok", "rank 1 of 2: ok"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("no %q:\n%s", want, &out)
+				}
+			}
+			// 10 MiB each way at an MTU of 1024: some 20000 frames.
+			if n := daemonCounter(t, c.counted, c.counter) - before; n < 10000 {
+				t.Errorf("%s of %s grew by %d, want the ranks' 20 MiB through xdproce", c.counter, c.counted.Link, n)
+			}
+		})
 	}
 }

@@ -390,3 +390,68 @@ func TestOpenMPI(t *testing.T) {
 		})
 	}
 }
+
+// TestLibfabricPingpong runs libfabric's fi_pingpong between two
+// namespaces over its verbs provider: MSG endpoints (RC through rdma_cm)
+// and RDM endpoints (verbs;ofi_rxm), every size, data checked (-c). The
+// server's passive endpoint binds to localhost, which rdma_cm treats as
+// the wildcard (it failed with ENODEV).
+func TestLibfabricPingpong(t *testing.T) {
+	netns.RequireRoot(t)
+	requireStock(t, "fi_pingpong")
+	lib := providerLibs(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 1500, Queues: 1})
+	a, b := topo.Hosts[0], topo.Hosts[1]
+	bin := buildCLI(t)
+	daemonUp(t, bin, a)
+	daemonUp(t, bin, b)
+	const port = 47592 // fi_pingpong's control port, in b's namespace
+	for _, c := range []struct{ name, prov, ep string }{
+		{"msg", "verbs", "msg"},
+		{"rdm", "verbs;ofi_rxm", "rdm"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := daemonCounter(t, b, "sent_pkts")
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			args := []string{"fi_pingpong", "-p", c.prov, "-e", c.ep, "-I", "20", "-c"}
+			var sout, cout bytes.Buffer
+			srv := runStock(ctx, bin, lib, b, false, args...)
+			srv.Stdout, srv.Stderr = &sout, &sout
+			srv.WaitDelay = 5 * time.Second
+			if err := b.Start(srv); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; !listening(t, b, port); i++ {
+				if i == 100 {
+					_ = srv.Process.Kill()
+					_ = srv.Wait()
+					t.Fatalf("the server does not listen:\n%s", &sout)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			cli := runStock(ctx, bin, lib, a, false, append(args, b.Addr.String())...)
+			cli.Stdout, cli.Stderr = &cout, &cout
+			cli.WaitDelay = 5 * time.Second
+			if err := a.Start(cli); err != nil {
+				t.Fatal(err)
+			}
+			cerr := cli.Wait()
+			if cerr != nil {
+				_ = srv.Process.Kill()
+			}
+			serr := srv.Wait()
+			if cerr != nil || serr != nil {
+				t.Fatalf("client %v, server %v\nclient:\n%s\nserver:\n%s", cerr, serr, &cout, &sout)
+			}
+			// One row per size, 64 bytes to 1 MiB, each with its 20 transfers acknowledged.
+			rows := regexp.MustCompile(`(?m)^(\S+)\s+20\s+=20\s`).FindAllStringSubmatch(cout.String(), -1)
+			if len(rows) < 6 || rows[0][1] != "64" || rows[len(rows)-1][1] != "1m" {
+				t.Fatalf("not every size ran:\n%s", &cout)
+			}
+			if n := daemonCounter(t, b, "sent_pkts") - before; n < 1000 {
+				t.Errorf("b's daemon sent %d frames", n)
+			}
+		})
+	}
+}

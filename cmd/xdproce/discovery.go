@@ -231,14 +231,28 @@ func discoveryCommand(ctx context.Context, exe string, devs []discoveredDevice, 
 
 // enterDiscovery is the helper: in its new mount namespace it lays /sys/class
 // and /dev over with copies that hold the tree, then becomes argv (after --).
-// It returns only if it fails.
+// A tree it cannot make is reported on stderr and the program runs without
+// it, as outside `xdproce run`. It returns only if it cannot run argv.
 func enterDiscovery(args []string) error {
 	if len(args) < 2 || args[0] != "--" {
 		return errors.New("discovery helper: want -- CMD [ARGS]")
 	}
 	argv := args[1:]
+	if err := mountDiscovery(os.Getenv(discoveryEnv)); err != nil {
+		fmt.Fprintf(os.Stderr, "xdproce run: %s runs without /sys/class/infiniband: %v\n", argv[0], err)
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return err
+	}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, discoveryEnv+"=") })
+	return unix.Exec(path, argv, env)
+}
+
+// mountDiscovery makes the tree of the devices spec describes (JSON).
+func mountDiscovery(spec string) error {
 	var devs []discoveredDevice
-	if err := json.Unmarshal([]byte(os.Getenv(discoveryEnv)), &devs); err != nil {
+	if err := json.Unmarshal([]byte(spec), &devs); err != nil {
 		return fmt.Errorf("discovery helper: %s: %w", discoveryEnv, err)
 	}
 	fs, err := discoveryTree(devs)
@@ -258,15 +272,7 @@ func enterDiscovery(args []string) error {
 	if err := shadow("/sys/class", sys, true); err != nil {
 		return err
 	}
-	if err := shadow("/dev", dev, false); err != nil {
-		return err
-	}
-	path, err := exec.LookPath(argv[0])
-	if err != nil {
-		return err
-	}
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, discoveryEnv+"=") })
-	return unix.Exec(path, argv, env)
+	return shadow("/dev", dev, false)
 }
 
 // shadow mounts a tmpfs over dir that holds every entry dir held (each

@@ -40,13 +40,18 @@ func newRunner() runner {
 		startTimeout: 10 * time.Second, stopTimeout: 10 * time.Second}
 }
 
+// plainCommand runs argv as it is.
+func plainCommand(ctx context.Context, argv []string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = os.Environ()
+	return cmd
+}
+
 // command is how argv runs: with the discovery tree of the daemons running
 // now when the caller may make mount namespaces (root), else as it is.
 func (rn runner) command(ctx context.Context, argv []string, stderr io.Writer) (*exec.Cmd, error) {
 	if rn.discovery == nil || os.Geteuid() != 0 {
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		cmd.Env = os.Environ()
-		return cmd, nil
+		return plainCommand(ctx, argv), nil
 	}
 	exe, err := rn.discovery()
 	if err != nil {
@@ -140,14 +145,24 @@ func (rn runner) run(ctx context.Context, dev string, argv []string, stdin io.Re
 	if prev := os.Getenv("LD_LIBRARY_PATH"); prev != "" {
 		path += ":" + prev
 	}
-	cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+path) // the last value wins
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	// Interrupted, CMD gets the chance to clean up (its QPs, its daemon
-	// connection) that a SIGKILL would deny it; SIGKILL only if it lingers.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 5 * time.Second
-
+	prepare := func(cmd *exec.Cmd) {
+		cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+path) // the last value wins
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+		// Interrupted, CMD gets the chance to clean up (its QPs, its daemon
+		// connection) that a SIGKILL would deny it; SIGKILL only if it lingers.
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+		cmd.WaitDelay = 5 * time.Second
+	}
+	prepare(cmd)
 	err = cmd.Run()
+	if cmd.ProcessState == nil && errors.Is(err, syscall.EPERM) && slices.Contains(cmd.Args, discoveryHelper) {
+		// No mount namespace for this root (a container without
+		// CAP_SYS_ADMIN): CMD runs as it would outside xdproce run.
+		fmt.Fprintf(stderr, "xdproce run: %s runs without /sys/class/infiniband: %v\n", argv[0], err)
+		cmd = plainCommand(ctx, argv)
+		prepare(cmd)
+		err = cmd.Run()
+	}
 	if st := cmd.ProcessState; st != nil && !st.Success() {
 		err = &exitError{code: exitCode(st)}
 	} else if err != nil {

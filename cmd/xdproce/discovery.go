@@ -68,6 +68,10 @@ func discoverDevices(ctx context.Context, names []string, warn io.Writer) []disc
 	names = slices.Sorted(slices.Values(names))
 	var out []discoveredDevice
 	for _, ifname := range names {
+		if !validIfname(ifname) {
+			fmt.Fprintf(warn, "xdproce run: %q is not in /sys/class/infiniband: not an interface name\n", ifname)
+			continue
+		}
 		d, err := describeDevice(ctx, ifname)
 		if err != nil {
 			fmt.Fprintf(warn, "xdproce run: %s is not in /sys/class/infiniband: %v\n", ifname, err)
@@ -129,13 +133,25 @@ type treeFile struct {
 	dev     uint64 // if set, a character device with this number
 }
 
+// validIfname reports whether s can name a network interface (as the
+// kernel's dev_valid_name): it becomes a path component of the tree.
+func validIfname(s string) bool {
+	return s != "" && len(s) < 16 && s != "." && s != ".." && !strings.ContainsAny(s, "/: \t\n")
+}
+
 // discoveryTree lists the entries that describe devs below the roots
 // sys/class (the kernel's /sys/class) and dev (its /dev): as the kernel
 // lays out an rxe device, with the values xdproce's libibverbs reports.
+// Names come from daemons' socket names: one that is not an interface's
+// is refused, so no entry lands outside its directory.
 func discoveryTree(devs []discoveredDevice) ([]treeFile, error) {
 	file := func(path, content string) treeFile { return treeFile{path: path, content: content + "\n"} }
 	fs := []treeFile{file("sys/class/infiniband_verbs/abi_version", "6")}
 	for _, d := range devs {
+		if !validIfname(d.Ifname) || d.Name != "xdp_"+d.Ifname || d.Uverbs < 0 || d.Uverbs > 63 ||
+			(d.Parent != "" && !strings.HasPrefix(filepath.Clean(d.Parent), "/sys/")) {
+			return nil, fmt.Errorf("discovery tree: not a device: %+v", d)
+		}
 		ib := "sys/class/infiniband/" + d.Name
 		uv := fmt.Sprintf("uverbs%d", d.Uverbs)
 		guid := sysfsGUID(d.GUID)
@@ -192,6 +208,9 @@ func discoveryTree(devs []discoveredDevice) ([]treeFile, error) {
 // writeTree writes the entries under root.
 func writeTree(root string, fs []treeFile) error {
 	for _, f := range fs {
+		if !filepath.IsLocal(f.path) {
+			return fmt.Errorf("discovery tree: %q is outside it", f.path)
+		}
 		p := filepath.Join(root, f.path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err

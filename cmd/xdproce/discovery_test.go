@@ -52,8 +52,24 @@ func TestSysfsFormats(t *testing.T) {
 	if f := got[ib+"device/net/e0"]; f.link != "/sys/class/net/e0" {
 		t.Errorf("device/net/e0 links to %q", f.link)
 	}
-	if _, err := discoveryTree([]discoveredDevice{{Name: "xdp_e0", GIDs: []string{"nonsense"}}}); err == nil {
+	if _, err := discoveryTree([]discoveredDevice{{Name: "xdp_e0", Ifname: "e0", GIDs: []string{"nonsense"}}}); err == nil {
 		t.Error("a GID that is no address made a tree")
+	}
+	// Names from a daemon's socket name become paths: nothing that could leave the tree.
+	for _, d := range []discoveredDevice{
+		{Name: "xdp_../../etc", Ifname: "../../etc"},
+		{Name: "xdp_..", Ifname: ".."},
+		{Name: "../../etc", Ifname: "e0"},
+		{Name: "xdp_e0", Ifname: "e0", Parent: "/etc"},
+		{Name: "xdp_e0", Ifname: "e0", Uverbs: -1},
+		{Name: "xdp_a_very_long_name", Ifname: "a_very_long_name"},
+	} {
+		if _, err := discoveryTree([]discoveredDevice{d}); err == nil {
+			t.Errorf("%+v made a tree", d)
+		}
+	}
+	if err := writeTree(t.TempDir(), []treeFile{{path: "../escape", content: "x"}}); err == nil {
+		t.Error("writeTree wrote outside its root")
 	}
 }
 

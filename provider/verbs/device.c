@@ -458,8 +458,9 @@ XP_EXPORT int ibv_get_pkey_index(struct ibv_context *ctx, uint8_t port, __be16 p
 	return -1;
 }
 
-/* Applications read a few files of the device's sysfs directory (ibv_devinfo its board_id):
- * xdproce's device has none, so they are made up here; other paths are read as files. */
+/* Applications read a few files of the device's sysfs directory (ibv_devinfo its board_id): outside
+ * `xdproce run` the device has none, so those are made up here (with the tree's values); other paths
+ * are read as files. */
 XP_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
 {
 	pthread_mutex_lock(&devices_lock);
@@ -483,12 +484,11 @@ XP_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, 
 			snprintf(tmp, sizeof(tmp), "xdproce %s", mine->ifname);
 			v = tmp;
 		}
-		if (!v) {
-			errno = ENOENT;
-			return -1;
+		if (v) {
+			int n = snprintf(buf, size, "%s", v);
+			return n < (int)size ? n : (int)size - 1;
 		}
-		int n = snprintf(buf, size, "%s", v);
-		return n < (int)size ? n : (int)size - 1;
+		/* Anything else is the file's, where `xdproce run` made the tree (docs/discovery.md). */
 	}
 	char path[512];
 	snprintf(path, sizeof(path), "%s/%s", dir, file);

@@ -455,3 +455,43 @@ func TestLibfabricPingpong(t *testing.T) {
 		})
 	}
 }
+
+// TestDiscoveryDeviceFields: the struct ibv_device a program gets from
+// xdproce's libibverbs names the device as rdma-core names a kernel one
+// (dev_name uverbsN, dev_path its infiniband_verbs directory) inside
+// `xdproce run`, and xdproce_IFACE outside, where no such files exist;
+// ibv_read_sysfs_file reads the tree's files inside and answers node_type
+// in both.
+func TestDiscoveryDeviceFields(t *testing.T) {
+	netns.RequireRoot(t)
+	lib := providerLibs(t)
+	prog := filepath.Join(t.TempDir(), "device_fields")
+	if out, err := exec.Command("cc", "-o", prog, filepath.Join(repoRoot(t), "test", "e2e", "testdata", "device_fields.c"), "-libverbs").CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 1500, Queues: 1})
+	a := topo.Hosts[0]
+	bin := buildCLI(t)
+	daemonUp(t, bin, a)
+	dev := "xdp_" + a.Link
+	inside := runInTree(t, bin, lib, a, prog)
+	want := strings.Join([]string{"name=" + dev, "dev_name=uverbs0", "dev_path=/sys/class/infiniband_verbs/uverbs0",
+		"ibdev_path=/sys/class/infiniband/" + dev, "node_type=1", "transport_type=0",
+		"node_type=1: CA", "ports/1/gid_attrs/types/1=RoCE v2", "abi_version=1"}, "\n") + "\n"
+	if inside != want {
+		t.Errorf("inside xdproce run:\n%s\nwant:\n%s", inside, want)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	outside, err := a.Exec(ctx, "env", "LD_LIBRARY_PATH="+lib, prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = strings.Join([]string{"name=" + dev, "dev_name=xdproce_" + a.Link, "dev_path=/sys/class/infiniband_verbs/xdproce_" + a.Link,
+		"ibdev_path=/sys/class/infiniband/" + dev, "node_type=1", "transport_type=0",
+		"node_type=1: CA", "ports/1/gid_attrs/types/1=-", "abi_version=-"}, "\n") + "\n"
+	if string(outside) != want {
+		t.Errorf("outside xdproce run:\n%s\nwant:\n%s", outside, want)
+	}
+}

@@ -886,7 +886,7 @@ func udEnd(t *testing.T, d *verbs.Device) *end {
 
 // TestUDThroughDaemon: a client's UD QP sends datagrams through an address
 // handle the send slot names by its handle, and receives them with the GRH
-// area and the sender's QPN.
+// area, the sender's QPN and the datagram's IP version.
 func TestUDThroughDaemon(t *testing.T) {
 	tb := newTestbed(t)
 	c := tb.dial(t)
@@ -927,7 +927,7 @@ func TestUDThroughDaemon(t *testing.T) {
 		wc := pollOne(t, dir.to.cq)
 		got := dir.to.mr.Bytes()
 		if wc.Status != verbs.WCSuccess || wc.ByteLen != 40+300 || wc.SrcQP != dir.from.qp.QPN() || wc.ImmData != 77 ||
-			wc.Flags&verbs.WCWithGRH == 0 || !bytes.Equal(got[32:36], dir.src.AsSlice()) ||
+			wc.Flags&verbs.WCWithGRH == 0 || wc.IPVersion != 4 || !bytes.Equal(got[32:36], dir.src.AsSlice()) ||
 			!bytes.Equal(got[40:340], dir.from.mr.Bytes()[4096:4396]) {
 			t.Fatalf("datagram from %v: %+v, GRH %x", dir.src, wc, got[:40])
 		}

@@ -563,7 +563,8 @@ func (cq *CQ) Poll(wcs []ibv.WorkCompletion) int {
 	for i := range k {
 		uverbs.CQEOf(r.Slot(h+i), &c)
 		wcs[i] = ibv.WorkCompletion{WRID: c.WRID, Status: ibv.WCStatus(c.Status), Opcode: ibv.WCOpcode(c.Opcode), VendorErr: c.VendorErr,
-			ByteLen: c.ByteLen, ImmData: c.Imm, InvalidatedKey: c.InvalidatedKey, QPNum: c.QPNum, SrcQP: c.SrcQP, Flags: ibv.WCFlags(c.WCFlags)}
+			ByteLen: c.ByteLen, ImmData: c.Imm, InvalidatedKey: c.InvalidatedKey, QPNum: c.QPNum, SrcQP: c.SrcQP, Flags: ibv.WCFlags(c.WCFlags),
+			IPVersion: c.NetHdr}
 	}
 	cq.head.Store(uint64(h + k))
 	r.SetConsumer(h + k)

@@ -233,6 +233,8 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 		return nil, ss.createAH(d, e)
 	case uverbs.OpDestroyAH:
 		return nil, ss.destroyAH(d)
+	case uverbs.OpAttachMcast, uverbs.OpDetachMcast:
+		return nil, ss.mcastOp(op, d)
 	case uverbs.OpCreateSRQ:
 		return ss.createSRQ(d, e)
 	case uverbs.OpModifySRQ, uverbs.OpQuerySRQ, uverbs.OpDestroySRQ:

@@ -252,7 +252,8 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 	case uverbs.OpCMCreateChannel, uverbs.OpCMDestroyChannel, uverbs.OpCMCreateID, uverbs.OpCMDestroyID, uverbs.OpCMMigrateID,
 		uverbs.OpCMBind, uverbs.OpCMResolveAddr, uverbs.OpCMResolveRoute, uverbs.OpCMListen, uverbs.OpCMAttachQP,
 		uverbs.OpCMConnect, uverbs.OpCMAccept, uverbs.OpCMReject, uverbs.OpCMDisconnect, uverbs.OpCMEstablish,
-		uverbs.OpCMQuery, uverbs.OpCMInitQPAttr, uverbs.OpCMGetEvent, uverbs.OpCMSetOption:
+		uverbs.OpCMQuery, uverbs.OpCMInitQPAttr, uverbs.OpCMGetEvent, uverbs.OpCMSetOption, uverbs.OpCMJoinMcast,
+		uverbs.OpCMLeaveMcast:
 		return ss.cmOp(op, d, e)
 	case uverbs.OpShutdown:
 		if err := d.End(); err != nil {

@@ -755,6 +755,10 @@ static void datagrams(struct side *a, struct side *b)
 	/* Multicast: b's QP attached to 239.1.2.3 (its GID as rdma_cm makes it) gets a datagram to the
 	 * group's QPN; the kernel's errnos for what ib_attach_mcast refuses. */
 	union ibv_gid mgid = {.raw = {[10] = 0xff, [11] = 0xff, [12] = 239, [13] = 1, [14] = 2, [15] = 3}};
+	struct ibv_device_attr da;
+	check(ibv_query_device(b->ctx, &da) == 0 && da.max_mcast_grp == 8192 && da.max_mcast_qp_attach == 56 &&
+		      da.max_total_mcast_qp_attach == 0x70000,
+	      "ibv_query_device: rxe's multicast limits (8192 groups, 56 QPs each, 0x70000 attachments)");
 	check(ibv_attach_mcast(qb, &b->gid, 0) == EINVAL, "ibv_attach_mcast to a unicast GID: EINVAL");
 	check(ibv_detach_mcast(qb, &mgid, 0) == EINVAL, "ibv_detach_mcast of a QP not attached: EINVAL");
 	check(ibv_attach_mcast(qb, &mgid, 0) == 0 && ibv_attach_mcast(qb, &mgid, 0) == 0, "ibv_attach_mcast, twice");

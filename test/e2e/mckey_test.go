@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/netns"
+	"github.com/xdproce/xdproce/verbs"
 )
 
 // TestStockMckey runs Debian's mckey, unmodified, on xdproce's
@@ -15,8 +16,41 @@ import (
 // daemon's CM, MULTICAST_JOIN's address handle (the group's GID, QPN
 // 0xFFFFFF, rdma_cm's Q_Key), the receiver's QP attached to the group by
 // the library, the port's IGMP membership and XDP steering of the group,
-// and ten datagrams to the group's MAC address received. A send-only
-// sender (-o) does not attach its QP.
+// and ten datagrams to the group's MAC address received (mcast_pkts). A
+// send-only sender (-o) attaches no QP, so its device is no member and
+// nothing loops back to it (loopback_pkts). (A full member's own datagrams
+// loop back only while it is still attached: mckey posts its sends
+// unsignaled and leaves the group at once, on rxe as here, so whether they
+// do is mckey's race, not asserted; verbs.TestMcastDeliversToAttached is.)
+// counterOf is the named transport counter of the daemon serving h's link.
+func counterOf(t *testing.T, h *netns.Host, name string) uint64 {
+	t.Helper()
+	var n uint64
+	found := false
+	if err := h.Do(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d, err := verbs.Dial(ctx, h.Link)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		c, err := d.Counters()
+		for _, f := range c.Named() {
+			if f.Name == name {
+				n, found = f.Value, true
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		t.Fatalf("no counter %s", name)
+	}
+	return n
+}
+
 // joined waits until h's interface is a member of group (the kernel
 // reports it: the daemon's port joined it for an attached QP).
 func joined(t *testing.T, ctx context.Context, h *netns.Host, group string) {
@@ -56,6 +90,7 @@ func TestStockMckey(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			recv, send := []string{"mckey", "-m", c.group, "-b", c.recv.Addr.String()},
 				append([]string{"mckey", "-m", c.group, "-b", c.send.Addr.String(), "-s"}, c.extra...)
+			rcvd0, loop0 := counterOf(t, c.recv, "mcast_pkts"), counterOf(t, c.send, "loopback_pkts")
 			r, rout := startOnLibrary(t, ctx, lib, c.recv, recv...)
 			// The sender's datagrams go out as soon as it joins: it starts
 			// once the receiver's device is a member of the group.
@@ -75,6 +110,13 @@ func TestStockMckey(t *testing.T) {
 			}
 			if !strings.Contains(cli, "joined dgid: ::ffff:"+c.group) || !strings.Contains(cli, "data transfers complete") {
 				t.Fatalf("sender:\n%s\nreceiver:\n%s", cli, srv)
+			}
+			if n := counterOf(t, c.recv, "mcast_pkts") - rcvd0; n < 10 {
+				t.Errorf("the receiver's device took %d datagrams to the group, want 10", n)
+			}
+			loop := counterOf(t, c.send, "loopback_pkts") - loop0
+			if sendOnly := len(c.extra) > 0; sendOnly && loop != 0 {
+				t.Errorf("the send-only sender's device looped %d datagrams back to itself", loop)
 			}
 			t.Log(lastLines(srv, 3))
 		})

@@ -51,16 +51,6 @@ func (qp *QP) DetachMcast(gid netip.Addr) error {
 	})
 }
 
-// McastGroups lists the groups the QP is attached to.
-func (qp *QP) McastGroups() ([]netip.Addr, error) {
-	var out []netip.Addr
-	err := qp.dev.do(func() error {
-		out = slices.Clone(qp.groups)
-		return nil
-	})
-	return out, err
-}
-
 // liveQP is EINVAL if qp was destroyed. A control operation.
 func (d *NIC) liveQP(qp *QP) error {
 	o := &d.objs

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -121,4 +122,125 @@ func TestStockMckey(t *testing.T) {
 			t.Log(lastLines(srv, 3))
 		})
 	}
+}
+
+// udQP is a UD QP of r in RTS with Q_Key qkey, its completions on r's CQs.
+func udQP(t *testing.T, r *rnic, qkey uint32) *verbs.QP {
+	t.Helper()
+	qp, err := r.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: r.scq, RecvCQ: r.rcq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []struct {
+		a    verbs.QPAttr
+		mask verbs.AttrMask
+	}{
+		{verbs.QPAttr{State: verbs.StateInit, Port: 1, QKey: qkey}, verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey},
+		{verbs.QPAttr{State: verbs.StateRTR}, verbs.AttrState},
+		{verbs.QPAttr{State: verbs.StateRTS}, verbs.AttrState | verbs.AttrSQPSN},
+	} {
+		if err := qp.Modify(m.a, m.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return qp
+}
+
+// portCounter is the named counter of r's port (its XDP program's).
+func portCounter(t *testing.T, r *rnic, name string) uint64 {
+	t.Helper()
+	c, err := r.dev.PortCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range c {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	t.Fatalf("no port counter %s", name)
+	return 0
+}
+
+// TestMcastOverXDP: UD multicast between two xdproce devices in two
+// namespaces through the real XDP/AF_XDP path. A datagram from one of b's
+// QPs to a group reaches a's attached QP (a's port joined the group: its
+// XDP program steers the group's address) and b's own attached QP (looped
+// back inside b, from the AF_XDP transmit buffer it was built in), not b's
+// sender, which is not attached. A datagram to a group nobody joined is
+// not steered by a's program (xdp_not_local: the kernel, no member, drops
+// it) and reaches no QP.
+func TestMcastOverXDP(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 1500, Queues: 1})
+	a, b := openRNIC(t, topo.Hosts[0], 1<<16), openRNIC(t, topo.Hosts[1], 1<<16)
+	const qkey = 0x11111111
+	g := netip.MustParseAddr("::ffff:239.5.6.7")
+	ax, bx, bs := udQP(t, a, qkey), udQP(t, b, qkey), udQP(t, b, qkey)
+	for _, qp := range []*verbs.QP{ax, bx} {
+		if err := qp.AttachMcast(g, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, qp := range []*verbs.QP{ax, bx, bs} {
+		r := a
+		if i > 0 {
+			r = b
+		}
+		if _, err := qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGList: sgl(r.mr, 8192*(i+1), 2048)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(to netip.Addr, id uint64) {
+		t.Helper()
+		ah, err := b.pd.CreateAH(verbs.AH{DGID: to, SGIDIndex: 1, HopLimit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(b.mr.Bytes(), "to the group")
+		if _, err := bs.PostSend([]verbs.SendWR{{ID: id, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sgl(b.mr, 0, 12),
+			AH: ah, RemoteQPN: verbs.McastQPN, RemoteQKey: qkey}}); err != nil {
+			t.Fatal(err)
+		}
+		waitWC(t, b.scq, 1, 5*time.Second)
+	}
+	loop0 := counterOfDevice(t, b.dev, "loopback_pkts")
+	send(g, 1)
+	got := append(waitWC(t, a.rcq, 1, 5*time.Second), waitWC(t, b.rcq, 1, 5*time.Second)...)
+	if got[0].QPNum != ax.QPN() || got[1].QPNum != bx.QPN() || got[0].SrcQP != bs.QPN() || got[1].SrcQP != bs.QPN() ||
+		string(a.mr.Bytes()[8192+40:8192+52]) != "to the group" || string(b.mr.Bytes()[16384+40:16384+52]) != "to the group" {
+		t.Fatalf("the group's datagram: %+v", got)
+	}
+	if n := counterOfDevice(t, b.dev, "loopback_pkts") - loop0; n != 1 {
+		t.Errorf("b looped %d datagrams back, want 1", n)
+	}
+	notLocal := portCounter(t, a, "xdp_not_local")
+	send(netip.MustParseAddr("::ffff:239.5.6.8"), 2)
+	for deadline := time.Now().Add(5 * time.Second); portCounter(t, a, "xdp_not_local") == notLocal; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a's XDP program never saw the datagram to a group nobody joined")
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	var wc [1]verbs.WorkCompletion
+	if a.rcq.Poll(wc[:]) != 0 || b.rcq.Poll(wc[:]) != 0 {
+		t.Fatalf("a datagram to a group nobody joined was received: %+v", wc[0])
+	}
+}
+
+// counterOfDevice is the named transport counter of d.
+func counterOfDevice(t *testing.T, d *verbs.Device, name string) uint64 {
+	t.Helper()
+	c, err := d.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range c.Named() {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }

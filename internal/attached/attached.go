@@ -701,6 +701,22 @@ func (qp *QP) Cap() ibv.QPCap { return qp.cap }
 // Handle is the daemon's handle of the QP.
 func (qp *QP) Handle() uint32 { return qp.h }
 
+// AttachMcast asks the daemon to attach the QP to the group gid.
+func (qp *QP) AttachMcast(gid netip.Addr, lid uint16) error {
+	return qp.mcast(uverbs.OpAttachMcast, gid, lid)
+}
+
+// DetachMcast asks the daemon to detach the QP from the group gid.
+func (qp *QP) DetachMcast(gid netip.Addr, lid uint16) error {
+	return qp.mcast(uverbs.OpDetachMcast, gid, lid)
+}
+
+func (qp *QP) mcast(op uverbs.Op, gid netip.Addr, lid uint16) error {
+	m := uverbs.McastReq{QP: qp.h, GID: gid.As16(), LID: lid}
+	_, err := qp.dev.callNoFDs(op, m.Put)
+	return err
+}
+
 // State is the QP's state, as the daemon publishes it in the send ring.
 func (qp *QP) State() ibv.QPState { return ibv.QPState(qp.sq.Aux().Load()) }
 

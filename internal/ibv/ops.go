@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/xdproce/xdproce/uverbs"
+	"github.com/xdproce/xdproce/wire"
 )
 
 // DeviceOps is a device's provider.
@@ -94,6 +95,10 @@ type QPOps interface {
 	PublishState()
 	// Handle is the daemon's handle of an attached QP, 0 in-process.
 	Handle() uint32
+	// AttachMcast and DetachMcast attach the QP to the multicast group gid
+	// and detach it (lid is ignored on RoCE).
+	AttachMcast(gid netip.Addr, lid uint16) error
+	DetachMcast(gid netip.Addr, lid uint16) error
 }
 
 // CQOps is a completion queue's provider.
@@ -232,12 +237,16 @@ type ProcWriteVec interface {
 }
 
 // ResolveMAC is the MAC address of ip for a port with address mac and
-// GIDs gids: the port's own for one of its GIDs (its frames loop back
-// inside the device, as on rxe: ARP for it would go unanswered), else what
-// resolve finds (ARP/ND), syscall.ETIMEDOUT when none answers before ctx
-// ends. Without resolve, EINVAL.
+// GIDs gids: a multicast group's mapped MAC, as ib_resolve_eth_dmac maps
+// it; the port's own for one of its GIDs (its frames loop back inside the
+// device, as on rxe: ARP for it would go unanswered); else what resolve
+// finds (ARP/ND), syscall.ETIMEDOUT when none answers before ctx ends.
+// Without resolve, EINVAL.
 func ResolveMAC(ctx context.Context, ip netip.Addr, mac net.HardwareAddr, gids []netip.Addr,
 	resolve func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)) (net.HardwareAddr, error) {
+	if m := wire.MulticastMAC(ip); m != nil {
+		return m, nil
+	}
 	for _, g := range gids {
 		if g.Unmap() == ip.Unmap() {
 			return append(net.HardwareAddr(nil), mac...), nil

@@ -328,6 +328,12 @@ type QP struct {
 // Handle is 0: an in-process QP has no daemon's handle.
 func (qp *QP) Handle() uint32 { return 0 }
 
+// AttachMcast attaches the QP to the group gid on the engines.
+func (qp *QP) AttachMcast(gid netip.Addr, _ uint16) error { return qp.QP.AttachMcast(gid) }
+
+// DetachMcast detaches the QP from the group gid.
+func (qp *QP) DetachMcast(gid netip.Addr, _ uint16) error { return qp.QP.DetachMcast(gid) }
+
 // Modify resolves the next hop's MAC address when the path changes, then
 // applies the change on the engines.
 func (qp *QP) Modify(attr ibv.QPAttr, mask ibv.AttrMask, check func(cur ibv.QPState, draining bool) error) error {

@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -49,6 +50,10 @@ type QP struct {
 
 	// owner is what the memory windows bound through the QP keep.
 	owner memory.Owner
+
+	// groups are the multicast groups the QP is attached to (mcast.go);
+	// changed in control operations only.
+	groups []netip.Addr
 
 	// Owner is the API's object for this QP, which events name.
 	Owner any

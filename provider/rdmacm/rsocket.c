@@ -813,6 +813,11 @@ static int check(struct pollfd *fds, nfds_t n)
 		} else {
 			fds[i].revents = 0;
 			poll(&fds[i], 1, 0);
+			/* A hung-up descriptor reads its end: readable, as select has it. librspreload's
+			 * select maps POLLIN alone to readable, and a program on it would otherwise
+			 * never see its pipe's EOF. */
+			if ((fds[i].revents & POLLHUP) && (fds[i].events & POLLIN))
+				fds[i].revents |= POLLIN;
 		}
 		if (fds[i].revents)
 			cnt++;

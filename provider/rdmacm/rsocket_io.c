@@ -431,6 +431,8 @@ static bool ctrl_or_closed(struct rsock *rs) { return rs_ctrl_avail(rs) || !(rs-
 /* rs_keepalive sends a keepalive (a zero-length write with immediate the peer needs not answer). */
 void rs_keepalive(struct rsock *rs)
 {
+	if (!rs->cq) /* a listener's, or one not connected yet: nothing to keep alive */
+		return;
 	pthread_mutex_lock(&rs->cqlock);
 	if (!rs_ctrl_avail(rs))
 		poll_cq(rs);

@@ -1,7 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -42,7 +47,8 @@ func TestStockRsockets(t *testing.T) {
 		{"rstream 1MiB rpoll verify", "rstream", []string{"-S", "1048576", "-C", "30", "-T", "a", "-T", "v"}},
 		{"rstream 64B nonblocking inline 0", "rstream", []string{"-S", "64", "-C", "3000", "-T", "n", "-i", "0"}},
 		{"rstream 100KiB small buffers", "rstream", []string{"-S", "100000", "-C", "100", "-B", "8192", "-T", "v"}},
-		{"rstream keepalive", "rstream", []string{"-S", "4096", "-C", "100", "-k", "1"}},
+		// keepalives (zero-length writes with immediate, rkey 0) every second of a run of a few
+		{"rstream keepalive", "rstream", []string{"-S", "1048576", "-C", "400", "-T", "b", "-k", "1"}},
 		{"riostream 1000B verify", "riostream", []string{"-S", "1000", "-C", "1000", "-T", "v"}},
 		{"riostream 64KiB blocking verify", "riostream", []string{"-S", "65536", "-C", "200", "-T", "b", "-T", "v"}},
 		{"riostream 1MiB rpoll verify", "riostream", []string{"-S", "1048576", "-C", "20", "-T", "a", "-T", "v"}},
@@ -57,4 +63,81 @@ func TestStockRsockets(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("rcopy", func(t *testing.T) {
+		dir := t.TempDir()
+		src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+		data := make([]byte, 3<<20+12345)
+		if _, err := rand.Read(data); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(src, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// rcopy's server serves forever: stopped once the client is done.
+		srv, cli := stockPair(t, ctx, lib, b, []string{"rcopy", "-p", "7472"},
+			a, []string{"rcopy", src, bs + ":" + dst, "-p", "7472"}, true)
+		got, err := os.ReadFile(dst)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("rcopy: the copy differs (%d bytes of %d, %v)\nclient:\n%s\nserver:\n%s", len(got), len(data), err, cli, srv)
+		}
+	})
+
+	t.Run("socat under librspreload", func(t *testing.T) {
+		requireStock(t, "socat")
+		if _, err := os.Stat(rspreload); err != nil {
+			t.Fatalf("librspreload (librdmacm1) is not installed: %v", err)
+		}
+		data := make([]byte, 2<<20+777)
+		if _, err := rand.Read(data); err != nil {
+			t.Fatal(err)
+		}
+		env := append(os.Environ(), "LD_LIBRARY_PATH="+lib, "LD_PRELOAD="+rspreload)
+		var got, srvErr, cliOut bytes.Buffer
+		srv := exec.CommandContext(ctx, "socat", "-u", "TCP4-LISTEN:7473,bind="+bs, "STDOUT")
+		srv.Env, srv.Stdout, srv.Stderr = env, &got, &srvErr
+		if err := b.Start(srv); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond) // the server listens
+		cli := exec.CommandContext(ctx, "socat", "-u", "STDIN", "TCP4:"+bs+":7473")
+		cli.Env, cli.Stdin, cli.Stdout, cli.Stderr = env, bytes.NewReader(data), &cliOut, &cliOut
+		if err := a.Start(cli); err != nil {
+			t.Fatal(err)
+		}
+		cerr, serr := cli.Wait(), srv.Wait()
+		if cerr != nil || serr != nil || !bytes.Equal(got.Bytes(), data) {
+			t.Fatalf("socat: client %v, server %v; %d bytes of %d arrived intact: %v\nclient:\n%s\nserver:\n%s",
+				cerr, serr, got.Len(), len(data), bytes.Equal(got.Bytes(), data), cliOut.String(), srvErr.String())
+		}
+	})
+
+	t.Run("iperf under librspreload", func(t *testing.T) {
+		requireStock(t, "iperf")
+		env := append(os.Environ(), "LD_LIBRARY_PATH="+lib, "LD_PRELOAD="+rspreload)
+		var srvOut, cliOut bytes.Buffer
+		srv := exec.CommandContext(ctx, "iperf", "-s", "-B", bs)
+		srv.Env, srv.Stdout, srv.Stderr = env, &srvOut, &srvOut
+		if err := b.Start(srv); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+		time.Sleep(500 * time.Millisecond)
+		cli := exec.CommandContext(ctx, "iperf", "-c", bs, "-t", "2")
+		cli.Env, cli.Stdout, cli.Stderr = env, &cliOut, &cliOut
+		if err := a.Start(cli); err != nil {
+			t.Fatal(err)
+		}
+		err := cli.Wait()
+		if m := iperfResult.FindStringSubmatch(cliOut.String()); err != nil || m == nil || m[1] == "0.00" {
+			t.Fatalf("iperf: %v\nclient:\n%s\nserver:\n%s", err, cliOut.String(), srvOut.String())
+		}
+	})
 }
+
+// iperfResult matches iperf 2's summary line: interval, transfer, bandwidth.
+var iperfResult = regexp.MustCompile(`(?m)sec\s+[0-9.]+ [KMG]Bytes\s+([0-9.]+) [KMG]bits/sec`)
+
+// rspreload is Debian's librspreload (librdmacm1): socket calls of an
+// ordinary program become rsocket calls of the librdmacm.so.1 it loads.
+const rspreload = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,6 +94,7 @@ func TestStockRsockets(t *testing.T) {
 		if _, err := rand.Read(data); err != nil {
 			t.Fatal(err)
 		}
+		tcp := decoyTCP(t, b, bs+":7473")
 		env := append(os.Environ(), "LD_LIBRARY_PATH="+lib, "LD_PRELOAD="+rspreload)
 		var got, srvErr, cliOut bytes.Buffer
 		srv := exec.CommandContext(ctx, "socat", "-u", "TCP4-LISTEN:7473,bind="+bs, "STDOUT")
@@ -106,6 +109,9 @@ func TestStockRsockets(t *testing.T) {
 			t.Fatal(err)
 		}
 		cerr, serr := cli.Wait(), srv.Wait()
+		if n := tcp.Load(); n > 0 {
+			t.Errorf("%d TCP connections reached the decoy: the program did not run over rsockets", n)
+		}
 		if cerr != nil || serr != nil || !bytes.Equal(got.Bytes(), data) {
 			t.Fatalf("socat: client %v, server %v; %d bytes of %d arrived intact: %v\nclient:\n%s\nserver:\n%s",
 				cerr, serr, got.Len(), len(data), bytes.Equal(got.Bytes(), data), cliOut.String(), srvErr.String())
@@ -114,6 +120,7 @@ func TestStockRsockets(t *testing.T) {
 
 	t.Run("iperf under librspreload", func(t *testing.T) {
 		requireStock(t, "iperf")
+		tcp := decoyTCP(t, b, bs+":5001")
 		env := append(os.Environ(), "LD_LIBRARY_PATH="+lib, "LD_PRELOAD="+rspreload)
 		var srvOut, cliOut bytes.Buffer
 		srv := exec.CommandContext(ctx, "iperf", "-s", "-B", bs)
@@ -129,6 +136,9 @@ func TestStockRsockets(t *testing.T) {
 			t.Fatal(err)
 		}
 		err := cli.Wait()
+		if n := tcp.Load(); n > 0 {
+			t.Errorf("%d TCP connections reached the decoy: iperf did not run over rsockets", n)
+		}
 		if m := iperfResult.FindStringSubmatch(cliOut.String()); err != nil || m == nil || m[1] == "0.00" {
 			t.Fatalf("iperf: %v\nclient:\n%s\nserver:\n%s", err, cliOut.String(), srvOut.String())
 		}
@@ -141,3 +151,38 @@ var iperfResult = regexp.MustCompile(`(?m)sec\s+[0-9.]+ [KMG]Bytes\s+([0-9.]+) [
 // rspreload is Debian's librspreload (librdmacm1): socket calls of an
 // ordinary program become rsocket calls of the librdmacm.so.1 it loads.
 const rspreload = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"
+
+// decoyTCP listens on addr with kernel TCP in h's namespace for the test's
+// life and counts the connections it gets. A program under librspreload
+// that fell back to TCP (librspreload does when rsocket fails) either
+// cannot bind the port (a server) or reaches the decoy (a client), so a
+// test that passes with no connection counted ran over rsockets: rdma_cm's
+// port space is not the kernel's TCP one.
+func decoyTCP(t *testing.T, h *netns.Host, addr string) *atomic.Int32 {
+	t.Helper()
+	var ln net.Listener
+	if err := h.Do(func() (err error) {
+		ln, err = net.Listen("tcp4", addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			_ = c.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+	})
+	return &n
+}

@@ -515,7 +515,7 @@ static ssize_t sendv(struct rsock *rs, const struct iovec *iov, int iovcnt, int 
 {
 	if (connecting(rs))
 		return -1;
-	if (!(rs->state & RS_CONNECTED))
+	if (!(rs->state & RS_CONNECTED) || !rs->cq)
 		return set_errno(rs->state & (RS_DISCONNECTED | RS_ERROR) ? ECONNRESET : ENOTCONN);
 	size_t len = 0;
 	for (int i = 0; i < iovcnt; i++)
@@ -638,6 +638,8 @@ static ssize_t recvv(struct rsock *rs, const struct iovec *iov, int iovcnt, int 
 {
 	if (connecting(rs))
 		return -1;
+	if (!rs->cq) /* never connected: a listener, or a socket not connected yet */
+		return set_errno(ENOTCONN);
 	size_t len = 0;
 	for (int i = 0; i < iovcnt; i++)
 		len += iov[i].iov_len;
@@ -882,7 +884,7 @@ XP_EXPORT size_t riowrite(int fd, const void *buf, size_t count, off_t offset, i
 	struct rsock *rs = rs_get(fd);
 	if (!rs)
 		return (size_t)set_errno(EBADF);
-	if (!(rs->state & RS_CONNECTED))
+	if (!(rs->state & RS_CONNECTED) || !rs->cq)
 		return (size_t)set_errno(ENOTCONN);
 	size_t left = count;
 	uint32_t olen = RS_OLAP_START_SIZE;

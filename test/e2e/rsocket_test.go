@@ -186,3 +186,44 @@ func decoyTCP(t *testing.T, h *netns.Host, addr string) *atomic.Int32 {
 	})
 	return &n
 }
+
+// TestStockRsocketChecks runs provider/test/rsocket_check.c, compiled
+// against Debian's librdmacm-dev, on xdproce's librdmacm.so.1: the errno of
+// rsocket API misuse (bad descriptors, calls on a socket not connected, a
+// refused non-blocking connect through rpoll and SO_ERROR, a non-blocking
+// listener, options read back), and a hostile peer: a raw rdma_cm and
+// verbs client that speaks the rsocket protocol, writes a valid message,
+// then forges a data message longer than the receiver's buffer. The
+// receiver reads the valid bytes, then sees the connection fail (EOF,
+// SO_ERROR EPROTO), never bytes from outside its buffer.
+func TestStockRsocketChecks(t *testing.T) {
+	netns.RequireRoot(t)
+	lib := providerLibs(t)
+	check := filepath.Join(t.TempDir(), "rsocket_check")
+	if out, err := exec.Command("cc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-o", check,
+		filepath.Join(repoRoot(t), "provider", "test", "rsocket_check.c"), "-lrdmacm", "-libverbs").CombinedOutput(); err != nil {
+		t.Fatalf("cc rsocket_check.c: %v\n%s", err, out)
+	}
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
+	a, b := topo.Hosts[0], topo.Hosts[1]
+	bin := buildCLI(t)
+	daemonUp(t, bin, a)
+	daemonUp(t, bin, b)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	okLine := regexp.MustCompile(`(?m)^ok: \d+ checks, 0 failed$`)
+
+	t.Run("misuse", func(t *testing.T) {
+		c, out := startOnLibrary(t, ctx, lib, a, check, "misuse", a.Addr.String())
+		if err := c.Wait(); err != nil || !okLine.MatchString(out.String()) {
+			t.Fatalf("rsocket_check misuse: %v\n%s", err, out.String())
+		}
+	})
+	t.Run("forged data length", func(t *testing.T) {
+		srv, cli := stockPair(t, ctx, lib, b, []string{check, "serve", b.Addr.String(), "7481"},
+			a, []string{check, "forge", b.Addr.String(), "7481"}, false)
+		if !okLine.MatchString(srv) || !okLine.MatchString(cli) {
+			t.Fatalf("server:\n%s\nforger:\n%s", srv, cli)
+		}
+	})
+}

@@ -24,8 +24,9 @@ var rstreamResult = regexp.MustCompile(`(?m)^\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+[0-9.
 // TestStockRsockets runs rdmacm-utils' rsocket programs, compiled against
 // rdma-core and unmodified, on xdproce's librdmacm.so.1 between the daemons
 // of two namespaces: rstream and riostream with several transfer sizes,
-// blocking, non-blocking and rpoll-driven (-T b, n, a), the data verified
-// (-T v); rcopy; and an ordinary TCP program under Debian's librspreload.so.
+// blocking, non-blocking and rpoll-driven (-T b, n, a), addressed through
+// rdma_getaddrinfo (-T r), the data verified (-T v); rcopy; and ordinary
+// TCP programs (socat, iperf 2) under Debian's librspreload.so.
 func TestStockRsockets(t *testing.T) {
 	netns.RequireRoot(t)
 	requireStock(t, "rstream", "riostream", "rcopy")
@@ -48,6 +49,7 @@ func TestStockRsockets(t *testing.T) {
 		{"rstream 64KiB blocking verify", "rstream", []string{"-S", "65536", "-C", "300", "-T", "b", "-T", "v"}},
 		{"rstream 1MiB rpoll verify", "rstream", []string{"-S", "1048576", "-C", "30", "-T", "a", "-T", "v"}},
 		{"rstream 64B nonblocking inline 0", "rstream", []string{"-S", "64", "-C", "3000", "-T", "n", "-i", "0"}},
+		{"rstream 4KiB rdma_getaddrinfo", "rstream", []string{"-S", "4096", "-C", "500", "-T", "r", "-T", "v"}},
 		{"rstream 100KiB small buffers", "rstream", []string{"-S", "100000", "-C", "100", "-B", "8192", "-T", "v"}},
 		// keepalives (zero-length writes with immediate, rkey 0) every second of a run of a few
 		{"rstream keepalive", "rstream", []string{"-S", "1048576", "-C", "400", "-T", "b", "-k", "1"}},

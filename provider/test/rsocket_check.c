@@ -7,6 +7,8 @@
  *   rsocket_check forge ADDR PORT     a peer speaking the rsocket protocol with raw rdma_cm and verbs:
  *                                     connects, writes "hello" as a data message, then a data message
  *                                     claiming 1 MiB, more than the receiver's buffer holds
+ *   rsocket_check serve-keepalive ADDR PORT   an rsocket with SO_KEEPALIVE and TCP_KEEPIDLE 1, idle 4 s
+ *   rsocket_check count-keepalives ADDR PORT  its raw peer: counts the keepalive messages on the wire
  *
  * Each mode prints "ok: N checks" and exits 0, or prints what failed and exits 1. */
 #define _GNU_SOURCE
@@ -180,7 +182,10 @@ struct conn_data {
 	} target_sgl, data_buf;
 };
 
-static int forge(const char *ip, int port)
+/* raw_connect connects to an rsocket listener as an rsocket peer would, with raw rdma_cm and
+ * verbs: 16 receives posted, a region for the peer's grants, the connection data exchanged. */
+static struct rdma_cm_id *raw_connect(const char *ip, int port, struct ibv_mr **mrp, uint8_t *region, size_t size,
+				      struct conn_data *peer)
 {
 	struct sockaddr_in a = addr_of(ip, port);
 	struct rdma_cm_id *id;
@@ -188,17 +193,17 @@ static int forge(const char *ip, int port)
 		 !rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000) && !rdma_resolve_route(id, 2000);
 	CHECK(ok, "resolve");
 	if (!ok)
-		goto out;
+		return NULL;
 	struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC,
 				      .sq_sig_all = 1,
 				      .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1}};
-	static uint8_t region[4096];
-	struct ibv_mr *mr;
+	struct ibv_mr *mr = NULL;
 	ok = !rdma_create_qp(id, NULL, &qa) &&
-	     (mr = ibv_reg_mr(id->pd, region, sizeof(region), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+	     (mr = ibv_reg_mr(id->pd, region, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
 	CHECK(ok, "QP and region");
 	if (!ok)
-		goto out;
+		return NULL;
+	*mrp = mr;
 	for (int i = 0; i < 16; i++) {
 		struct ibv_recv_wr wr = {.wr_id = (uint64_t)i}, *bad;
 		ibv_post_recv(id->qp, &wr, &bad);
@@ -220,10 +225,20 @@ static int forge(const char *ip, int port)
 	ok = !rdma_connect(id, &p) && id->event && id->event->param.conn.private_data_len >= sizeof(cd);
 	CHECK(ok, "connect");
 	if (!ok)
-		goto out;
+		return NULL;
+	memcpy(peer, id->event->param.conn.private_data, sizeof(*peer));
+	CHECK(peer->version == 1, "the server's version %u", peer->version);
+	return id;
+}
+
+static int forge(const char *ip, int port)
+{
+	static uint8_t region[4096];
+	struct ibv_mr *mr;
 	struct conn_data peer;
-	memcpy(&peer, id->event->param.conn.private_data, sizeof(peer));
-	CHECK(peer.version == 1, "the server's version %u", peer.version);
+	struct rdma_cm_id *id = raw_connect(ip, port, &mr, region, sizeof(region), &peer);
+	if (!id)
+		goto out;
 	uint64_t raddr = be64toh(peer.data_buf.addr);
 	uint32_t rkey = be32toh(peer.data_buf.key);
 	/* "hello" as a data message, then a zero-byte write claiming 1 MiB of data. */
@@ -262,6 +277,62 @@ out:
 	return failed ? 1 : 0;
 }
 
+/* serve_keepalive accepts one rsocket, turns keepalive on at one second, and idles 4 s. */
+static int serve_keepalive(const char *ip, int port)
+{
+	struct sockaddr_in a = addr_of(ip, port);
+	int l = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(l >= 0 && !rbind(l, (struct sockaddr *)&a, sizeof(a)) && !rlisten(l, 1), "listen");
+	printf("listening\n");
+	int s = raccept(l, NULL, NULL);
+	CHECK(s >= 0, "raccept");
+	if (s >= 0) {
+		int on = 1, idle = 1;
+		CHECK(!rsetsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) &&
+			  !rsetsockopt(s, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)),
+		      "keepalive on");
+		sleep(4);
+		rclose(s);
+	}
+	rclose(l);
+	printf("%s: %d checks, %d failed\n", failed ? "FAIL" : "ok", checks, failed);
+	return failed ? 1 : 0;
+}
+
+/* count_keepalives is the raw peer of serve_keepalive: it counts the keepalive control messages
+ * (zero-length writes with immediate 0xE0000001) that arrive in 3.5 s. */
+static int count_keepalives(const char *ip, int port)
+{
+	static uint8_t region[4096];
+	struct ibv_mr *mr;
+	struct conn_data peer;
+	struct rdma_cm_id *id = raw_connect(ip, port, &mr, region, sizeof(region), &peer);
+	if (!id)
+		goto out;
+	int keepalives = 0, other = 0;
+	for (int ms = 0; ms < 3500;) {
+		struct ibv_wc wc;
+		int n = ibv_poll_cq(id->recv_cq, 1, &wc);
+		if (n == 1 && wc.status == IBV_WC_SUCCESS && (wc.wc_flags & IBV_WC_WITH_IMM)) {
+			if (be32toh(wc.imm_data) == 0xE0000001u && wc.byte_len == 0)
+				keepalives++;
+			else
+				other++;
+			struct ibv_recv_wr wr = {.wr_id = wc.wr_id}, *bad;
+			ibv_post_recv(id->qp, &wr, &bad);
+		} else if (n == 0) {
+			usleep(1000);
+			ms++;
+		}
+	}
+	CHECK(keepalives >= 2, "%d keepalives in 3.5 s (and %d other messages), want 2 or more", keepalives, other);
+	printf("keepalives: %d\n", keepalives);
+	rdma_disconnect(id);
+out:
+	printf("%s: %d checks, %d failed\n", failed ? "FAIL" : "ok", checks, failed);
+	return failed ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -271,6 +342,10 @@ int main(int argc, char **argv)
 		return serve(argv[2], atoi(argv[3]));
 	if (argc == 4 && !strcmp(argv[1], "forge"))
 		return forge(argv[2], atoi(argv[3]));
-	fprintf(stderr, "usage: rsocket_check misuse ADDR | serve ADDR PORT | forge ADDR PORT\n");
+	if (argc == 4 && !strcmp(argv[1], "serve-keepalive"))
+		return serve_keepalive(argv[2], atoi(argv[3]));
+	if (argc == 4 && !strcmp(argv[1], "count-keepalives"))
+		return count_keepalives(argv[2], atoi(argv[3]));
+	fprintf(stderr, "usage: rsocket_check misuse ADDR | {serve|forge|serve-keepalive|count-keepalives} ADDR PORT\n");
 	return 2;
 }

@@ -51,8 +51,9 @@ func TestStockRsockets(t *testing.T) {
 		{"rstream 64B nonblocking inline 0", "rstream", []string{"-S", "64", "-C", "3000", "-T", "n", "-i", "0"}},
 		{"rstream 4KiB rdma_getaddrinfo", "rstream", []string{"-S", "4096", "-C", "500", "-T", "r", "-T", "v"}},
 		{"rstream 100KiB small buffers", "rstream", []string{"-S", "100000", "-C", "100", "-B", "8192", "-T", "v"}},
-		// keepalives (zero-length writes with immediate, rkey 0) every second of a run of a few
-		{"rstream keepalive", "rstream", []string{"-S", "1048576", "-C", "400", "-T", "b", "-k", "1"}},
+		// -k: SO_KEEPALIVE and TCP_KEEPIDLE set and read back (TestStockRsocketChecks counts
+		// the keepalives on the wire)
+		{"rstream keepalive", "rstream", []string{"-S", "65536", "-C", "200", "-T", "b", "-k", "1"}},
 		{"riostream 1000B verify", "riostream", []string{"-S", "1000", "-C", "1000", "-T", "v"}},
 		{"riostream 64KiB blocking verify", "riostream", []string{"-S", "65536", "-C", "200", "-T", "b", "-T", "v"}},
 		{"riostream 1MiB rpoll verify", "riostream", []string{"-S", "1048576", "-C", "20", "-T", "a", "-T", "v"}},
@@ -197,7 +198,9 @@ func decoyTCP(t *testing.T, h *netns.Host, addr string) *atomic.Int32 {
 // verbs client that speaks the rsocket protocol, writes a valid message,
 // then forges a data message longer than the receiver's buffer. The
 // receiver reads the valid bytes, then sees the connection fail (EOF,
-// SO_ERROR EPROTO), never bytes from outside its buffer.
+// SO_ERROR EPROTO), never bytes from outside its buffer. The same raw peer
+// counts the keepalives an idle rsocket with SO_KEEPALIVE and TCP_KEEPIDLE 1
+// sends: zero-length writes with immediate 0xE0000001, at least two in 3.5 s.
 func TestStockRsocketChecks(t *testing.T) {
 	netns.RequireRoot(t)
 	lib := providerLibs(t)
@@ -226,6 +229,13 @@ func TestStockRsocketChecks(t *testing.T) {
 			a, []string{check, "forge", b.Addr.String(), "7481"}, false)
 		if !okLine.MatchString(srv) || !okLine.MatchString(cli) {
 			t.Fatalf("server:\n%s\nforger:\n%s", srv, cli)
+		}
+	})
+	t.Run("keepalive on the wire", func(t *testing.T) {
+		srv, cli := stockPair(t, ctx, lib, b, []string{check, "serve-keepalive", b.Addr.String(), "7482"},
+			a, []string{check, "count-keepalives", b.Addr.String(), "7482"}, false)
+		if !okLine.MatchString(srv) || !okLine.MatchString(cli) {
+			t.Fatalf("server:\n%s\nraw peer:\n%s", srv, cli)
 		}
 	})
 }

@@ -222,6 +222,8 @@ static struct rsock *accept_one(struct rsock *l)
 		return NULL;
 	}
 	rs->state = RS_CONNECT_RDWR;
+	/* From now on the ID's channel only tells of the connection's end, taken without waiting. */
+	set_fd_flag(rs->id->channel->fd, O_NONBLOCK, true);
 	return rs;
 }
 
@@ -331,6 +333,7 @@ int rs_connect_step(struct rsock *rs)
 		if ((ret = rs_save_conn(rs, ev->param.conn.private_data)))
 			break;
 		rs->state = RS_CONNECT_RDWR;
+		set_fd_flag(rs->id->channel->fd, O_NONBLOCK, true);
 		break;
 	}
 	case RS_CONNECT_ERROR:
@@ -763,8 +766,12 @@ static short poll_rs(struct rsock *rs, short events)
 			return 0;
 	}
 	if ((rs->state & RS_CONNECTED) || rs->state == RS_DISCONNECTED || (rs->state & RS_ERROR)) {
-		if (rs->cq)
+		if (rs->cq) {
 			rs_process(rs, true, rs_nothing);
+			pthread_mutex_lock(&rs->cqlock);
+			rs_cm_check(rs);
+			pthread_mutex_unlock(&rs->cqlock);
+		}
 		short r = 0;
 		if ((events & POLLIN) && rs_conn_has_data(rs))
 			r |= POLLIN;
@@ -838,7 +845,9 @@ static int64_t now_ms(void)
 XP_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
 	int64_t deadline = timeout > 0 ? now_ms() + timeout : 0;
-	struct pollfd *rf = calloc(nfds ? nfds : 1, sizeof(*rf));
+	/* Two per descriptor: an rsocket's CQ channel or CM channel, and once connected its CM
+	 * channel too (the peer's CM ends the connection there when the peer could not say so). */
+	struct pollfd *rf = calloc(nfds ? 2 * nfds : 1, sizeof(*rf));
 	if (!rf)
 		return set_errno(ENOMEM);
 	int ret;
@@ -847,8 +856,9 @@ XP_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 			break;
 		for (nfds_t i = 0; i < nfds; i++) {
 			struct rsock *rs = rs_get(fds[i].fd);
-			rf[i] = (struct pollfd){.fd = rs ? wait_fd(rs) : fds[i].fd,
-						.events = rs ? POLLIN : fds[i].events};
+			rf[2 * i] = (struct pollfd){.fd = rs ? wait_fd(rs) : fds[i].fd, .events = rs ? POLLIN : fds[i].events};
+			rf[2 * i + 1] = (struct pollfd){.fd = rs && (rs->state & RS_CONNECTED) ? rs->id->channel->fd : -1,
+							.events = POLLIN};
 		}
 		if ((ret = check(fds, nfds)))
 			break;
@@ -860,16 +870,19 @@ XP_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 			if (left < slice)
 				slice = (int)left;
 		}
-		ret = poll(rf, nfds, slice);
+		ret = poll(rf, 2 * nfds, slice);
 		if (ret < 0)
 			break;
 		for (nfds_t i = 0; i < nfds; i++) {
 			struct rsock *rs = rs_get(fds[i].fd);
-			if (rs && rs->cq && rf[i].revents && rf[i].fd == rs->cch->fd) {
-				pthread_mutex_lock(&rs->cqlock);
+			if (!rs)
+				continue;
+			pthread_mutex_lock(&rs->cqlock);
+			if (rs->cq && rf[2 * i].revents && rf[2 * i].fd == rs->cch->fd)
 				rs_consume_cq_event(rs);
-				pthread_mutex_unlock(&rs->cqlock);
-			}
+			if (rf[2 * i + 1].revents)
+				rs_cm_event(rs);
+			pthread_mutex_unlock(&rs->cqlock);
 		}
 		ret = 0;
 	}

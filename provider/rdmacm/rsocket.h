@@ -131,6 +131,7 @@ struct rsock {
 	uint16_t sq_size, rq_size, sq_inline, iomap_size;
 
 	struct ibv_comp_channel *cch; /* non-blocking always: waits poll its fd */
+	uint64_t cm_checked;	      /* when the CM channel was last looked at (ms) */
 	struct ibv_cq *cq;
 	bool armed;
 	unsigned unacked;
@@ -184,6 +185,8 @@ bool rs_ctrl_avail(struct rsock *rs);
 bool rs_sends_done(struct rsock *rs);
 bool rs_nothing(struct rsock *rs);
 int rs_consume_cq_event(struct rsock *rs);
+void rs_cm_event(struct rsock *rs);
+void rs_cm_check(struct rsock *rs);
 void rs_keepalive(struct rsock *rs);
 /* rs_send_shutdown sends a shutdown's control message, then waits for the sends to complete. */
 int rs_send_shutdown(struct rsock *rs, uint32_t ctrl);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cma.h"
@@ -305,9 +306,12 @@ static int poll_cq(struct rsock *rs)
 			struct ibv_wc *w = &wc[i];
 			if (w->wr_id & RS_WR_RECV) {
 				if (w->status != IBV_WC_SUCCESS) {
-					/* Flushed: the connection is gone (the peer's CM disconnected it). */
-					if (rs->state & RS_CONNECTED)
-						rs->state = RS_DISCONNECTED;
+					/* Flushed while connected: the connection was cut without a word
+					 * in band, an abort. */
+					if (rs->state & RS_CONNECTED) {
+						rs->state = RS_ERROR;
+						rs->err = ECONNRESET;
+					}
 					continue;
 				}
 				reposts++;
@@ -367,6 +371,44 @@ int rs_consume_cq_event(struct rsock *rs)
 	return 0;
 }
 
+/* rs_cm_event takes the connection's pending CM events (its channel is non-blocking once
+ * connected): DISCONNECTED — the peer's CM, or its daemon when the peer died without a word —
+ * ends the connection, as rdma-core's CM service thread has it. Called with cqlock held. */
+void rs_cm_event(struct rsock *rs)
+{
+	struct rdma_cm_event *ev;
+	if (!(rs->state & RS_CONNECTED))
+		return;
+	while (!rdma_get_cm_event(rs->id->channel, &ev)) {
+		bool gone = ev->event == RDMA_CM_EVENT_DISCONNECTED || ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL ||
+			    ev->event == RDMA_CM_EVENT_TIMEWAIT_EXIT;
+		rdma_ack_cm_event(ev);
+		if (!gone)
+			continue;
+		/* A peer that closed said so in band first: what the CQ holds is read before the
+		 * CM's word is taken as an abort (a reset, as TCP's). */
+		poll_cq(rs);
+		if (rs->state & RS_CONNECTED) {
+			rs->state = RS_ERROR;
+			rs->err = ECONNRESET;
+		}
+		break;
+	}
+}
+
+/* rs_cm_check is rs_cm_event for callers that never wait (non-blocking calls, rpoll with no
+ * timeout): at most every 10 ms, so that a busy loop does not pay a system call a turn. */
+void rs_cm_check(struct rsock *rs)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	uint64_t now = (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+	if (now - rs->cm_checked < 10)
+		return;
+	rs->cm_checked = now;
+	rs_cm_event(rs);
+}
+
 /* rs_process polls the CQ until test holds; blocking, it arms the CQ and waits on the
  * channel's fd with cqlock released, so that a receiver and a sender waiting for credits move
  * each other forward. The wait is sliced: another thread may take the event. */
@@ -384,7 +426,8 @@ int rs_process(struct rsock *rs, bool nonblock, bool (*test)(struct rsock *rs))
 		if (ret)
 			break;
 		if (nonblock) {
-			ret = set_errno(EWOULDBLOCK);
+			rs_cm_check(rs); /* a caller that never waits still learns of a dead peer */
+			ret = test(rs) ? 0 : set_errno(EWOULDBLOCK);
 			break;
 		}
 		if (!rs->armed) {
@@ -394,15 +437,17 @@ int rs_process(struct rsock *rs, bool nonblock, bool (*test)(struct rsock *rs))
 		}
 		update_credits(rs);
 		pthread_mutex_unlock(&rs->cqlock);
-		struct pollfd p = {.fd = rs->cch->fd, .events = POLLIN};
-		int pr = poll(&p, 1, 1000);
+		struct pollfd p[2] = {{.fd = rs->cch->fd, .events = POLLIN}, {.fd = rs->id->channel->fd, .events = POLLIN}};
+		int pr = poll(p, 2, 1000);
 		pthread_mutex_lock(&rs->cqlock);
 		if (pr < 0 && errno != EINTR) {
 			ret = -1;
 			break;
 		}
-		if (pr > 0)
+		if (pr > 0 && p[0].revents)
 			rs_consume_cq_event(rs);
+		if (pr > 0 && p[1].revents)
+			rs_cm_event(rs);
 	}
 	update_credits(rs);
 	pthread_mutex_unlock(&rs->cqlock);
@@ -511,12 +556,15 @@ static int connecting(struct rsock *rs)
 	return 0;
 }
 
-static ssize_t sendv(struct rsock *rs, const struct iovec *iov, int iovcnt, int flags)
+static ssize_t send_iov(struct rsock *rs, const struct iovec *iov, int iovcnt, int flags)
 {
 	if (connecting(rs))
 		return -1;
-	if (!(rs->state & RS_CONNECTED) || !rs->cq)
+	if (!(rs->state & RS_CONNECTED) || !rs->cq) {
+		if ((rs->state & RS_ERROR) && rs->err)
+			return set_errno(rs->err);
 		return set_errno(rs->state & (RS_DISCONNECTED | RS_ERROR) ? ECONNRESET : ENOTCONN);
+	}
 	size_t len = 0;
 	for (int i = 0; i < iovcnt; i++)
 		len += iov[i].iov_len;
@@ -579,6 +627,14 @@ static ssize_t sendv(struct rsock *rs, const struct iovec *iov, int iovcnt, int 
 	return ret && left == len ? -1 : (ssize_t)(len - left);
 }
 
+static ssize_t keep_errno(int saved, ssize_t ret);
+
+static ssize_t sendv(struct rsock *rs, const struct iovec *iov, int iovcnt, int flags)
+{
+	int saved = errno;
+	return keep_errno(saved, send_iov(rs, iov, iovcnt, flags));
+}
+
 XP_EXPORT ssize_t rsend(int fd, const void *buf, size_t len, int flags)
 {
 	struct rsock *rs = rs_get(fd);
@@ -634,7 +690,7 @@ static void copy_out(struct rsock *rs, uint32_t *off, uint8_t *dst, uint32_t n)
 }
 
 /* Queued data is read even after the peer disconnected. */
-static ssize_t recvv(struct rsock *rs, const struct iovec *iov, int iovcnt, int flags)
+static ssize_t recv_iov(struct rsock *rs, const struct iovec *iov, int iovcnt, int flags)
 {
 	if (connecting(rs))
 		return -1;
@@ -698,7 +754,15 @@ static ssize_t recvv(struct rsock *rs, const struct iovec *iov, int iovcnt, int 
 		pthread_mutex_unlock(&rs->cqlock);
 	}
 	pthread_mutex_unlock(&rs->rlock);
+	if (!ret && left == len && len && (rs->state & RS_ERROR) && rs->err) /* an abort, not an end */
+		return set_errno(rs->err);
 	return ret && left == len ? -1 : (ssize_t)(len - left);
+}
+
+static ssize_t recvv(struct rsock *rs, const struct iovec *iov, int iovcnt, int flags)
+{
+	int saved = errno;
+	return keep_errno(saved, recv_iov(rs, iov, iovcnt, flags));
 }
 
 XP_EXPORT ssize_t rrecv(int fd, void *buf, size_t len, int flags)
@@ -708,6 +772,16 @@ XP_EXPORT ssize_t rrecv(int fd, void *buf, size_t len, int flags)
 		return set_errno(EBADF);
 	struct iovec v = {.iov_base = buf, .iov_len = len};
 	return recvv(rs, &v, 1, flags);
+}
+
+/* keep_errno: a call that succeeds leaves errno as it found it. Callers read errno after a
+ * return of 0 (rstream's receive loop takes a stale EAGAIN after EOF for "try again"), and the
+ * internal steps set it (a non-blocking look at the CM channel is EAGAIN). */
+static ssize_t keep_errno(int saved, ssize_t ret)
+{
+	if (ret >= 0)
+		errno = saved;
+	return ret;
 }
 
 XP_EXPORT ssize_t rrecvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *from, socklen_t *fromlen)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,8 +26,9 @@ var rstreamResult = regexp.MustCompile(`(?m)^\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+[0-9.
 // rdma-core and unmodified, on xdproce's librdmacm.so.1 between the daemons
 // of two namespaces: rstream and riostream with several transfer sizes,
 // blocking, non-blocking and rpoll-driven (-T b, n, a), addressed through
-// rdma_getaddrinfo (-T r), the data verified (-T v); rcopy; and ordinary
-// TCP programs (socat, iperf 2) under Debian's librspreload.so.
+// rdma_getaddrinfo (-T r), the data verified (-T v); a server whose peer is
+// killed mid-transfer; rcopy; and ordinary TCP programs (socat, iperf 2)
+// under Debian's librspreload.so.
 func TestStockRsockets(t *testing.T) {
 	netns.RequireRoot(t)
 	requireStock(t, "rstream", "riostream", "rcopy")
@@ -65,6 +67,34 @@ func TestStockRsockets(t *testing.T) {
 				if !rstreamResult.MatchString(out) || strings.Contains(out, "rsocket") {
 					t.Fatalf("%s: no result line, or an error:\nclient:\n%s\nserver:\n%s", c.prog, cli, srv)
 				}
+			}
+		})
+	}
+
+	// A peer killed mid-transfer says nothing in band: its daemon's CM
+	// disconnects, and the survivor, blocked in rrecv or in rpoll, learns of
+	// it from its ID's CM channel (an abort: ECONNRESET, POLLERR) and exits.
+	for i, mode := range []string{"b", "a"} {
+		t.Run("peer killed, -T "+mode, func(t *testing.T) {
+			port := strconv.Itoa(7490 + i)
+			argv := []string{"-p", port, "-S", "65536", "-C", "1000000", "-T", mode}
+			srv, sout := startOnLibrary(t, ctx, lib, b, append([]string{"rstream", "-b", bs}, argv...)...)
+			time.Sleep(500 * time.Millisecond)
+			cli, _ := startOnLibrary(t, ctx, lib, a, append([]string{"rstream", "-s", bs}, argv...)...)
+			time.Sleep(1500 * time.Millisecond) // mid-transfer: a million 64 KiB transfers take minutes
+			_ = cli.Process.Kill()
+			_ = cli.Wait()
+			exited := make(chan error, 1)
+			go func() { exited <- srv.Wait() }()
+			select {
+			case err := <-exited:
+				if err == nil {
+					t.Fatalf("the server exited 0 after its peer was killed:\n%s", sout.String())
+				}
+			case <-time.After(15 * time.Second):
+				_ = srv.Process.Kill()
+				<-exited
+				t.Fatalf("the server did not notice its peer killed within 15 s:\n%s", sout.String())
 			}
 		})
 	}
@@ -197,8 +227,8 @@ func decoyTCP(t *testing.T, h *netns.Host, addr string) *atomic.Int32 {
 // listener, options read back), and a hostile peer: a raw rdma_cm and
 // verbs client that speaks the rsocket protocol, writes a valid message,
 // then forges a data message longer than the receiver's buffer. The
-// receiver reads the valid bytes, then sees the connection fail (EOF,
-// SO_ERROR EPROTO), never bytes from outside its buffer. The same raw peer
+// receiver reads the valid bytes, then sees the connection fail (rrecv and
+// SO_ERROR: EPROTO), never bytes from outside its buffer. The same raw peer
 // counts the keepalives an idle rsocket with SO_KEEPALIVE and TCP_KEEPIDLE 1
 // sends: zero-length writes with immediate 0xE0000001, at least two in 3.5 s.
 func TestStockRsocketChecks(t *testing.T) {

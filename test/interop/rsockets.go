@@ -61,10 +61,28 @@ func (c cell) rsocketTimeout() time.Duration { return 90 * time.Second }
 // size, count, iterations, total bytes, seconds, Gb/s, µs a transfer.
 var rsocketResultRE = regexp.MustCompile(`(?m)^(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+([0-9.]+)s\s+([0-9.]+)\s+([0-9.]+)\s*$`)
 
+// rsocketHupRace is how rdma-core 44's rstream -T a fails by itself (rxe<->rxe
+// too): the server's last data and its DISCONNECT arrive together, rdma-core's
+// rpoll reports POLLHUP with the data unread, and rstream's do_poll exits with
+// the revents (16). xdproce's rpoll reports the hangup after the data.
+const rsocketHupRace = "rdma-core's rpoll reported POLLHUP before the last data was read (rstream -T a exits 16; rxe<->rxe too)"
+
+// hupRaced: an rdma-core client of an async cell that exited 16 after its
+// server printed its result row, the whole exchange done.
+func hupRaced(c cell, r *result, sd *side) bool {
+	return c.Tag == "async" && sd == r.Client && !c.Client.onHost() && sd.Exit == 16 &&
+		r.Server.Exit == 0 && rsocketResultRE.MatchString(r.Server.Output)
+}
+
 // judgeRsocket: both sides exit 0 and print their result row (with -T v a
 // byte out of place fails the receiver); the client's Gb/s is the figure.
+// rdma-core's own POLLHUP race (rsocketHupRace) is excused on its side.
 func judgeRsocket(c cell, r *result) {
-	problems := exitProblems(r, nil)
+	var notes []string
+	problems := exitProblems(r, func(sd *side) bool { return hupRaced(c, r, sd) })
+	if hupRaced(c, r, r.Client) {
+		notes = append(notes, rsocketHupRace)
+	}
 	for _, s := range []struct {
 		name string
 		sd   *side
@@ -86,8 +104,8 @@ func judgeRsocket(c cell, r *result) {
 			}
 		}
 	}
-	r.Status, r.Reason = statusPass, ""
+	r.Status, r.Reason = statusPass, strings.Join(notes, "; ")
 	if len(problems) > 0 {
-		r.Status, r.Reason = statusFail, strings.Join(problems, "; ")
+		r.Status, r.Reason = statusFail, strings.Join(append(problems, notes...), "; ")
 	}
 }

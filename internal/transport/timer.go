@@ -46,7 +46,7 @@ func (e *engine) checkTimers(qp *QP, now time.Time) {
 		return
 	}
 	e.counters.TransportTimeouts++
-	e.retry(qp, true)
+	e.retry(qp, true, false)
 }
 
 // retry counts a transport retry (timeout, sequence NAK, lost response) and
@@ -55,7 +55,10 @@ func (e *engine) checkTimers(qp *QP, now time.Time) {
 // COMPST_ERROR_RETRY, one retry episode counts once: until the responder
 // shows progress (resetRetry), further NAKs and lost responses neither
 // count nor rewind again; only the timer (timeout) starts another retry.
-func (e *engine) retry(qp *QP, timeout bool) {
+// With nak (a sequence NAK) only the NAKed packet is resent at first: the
+// ACK it asks for says how far the responder has everything (ackThrough)
+// before the requester goes back over the rest.
+func (e *engine) retry(qp *QP, timeout, nak bool) {
 	t := &qp.t
 	if t.startedRetry && !timeout {
 		return
@@ -82,7 +85,7 @@ func (e *engine) retry(qp *QP, timeout bool) {
 		// the window. A finite retry_cnt keeps rxe's whole-window resend:
 		// a probe costs a round trip, and on a peer slower than a short
 		// timer those round trips would each count against the retries.
-		t.probing = timeout && t.attr.RetryCnt == 7
+		t.probing = timeout && t.attr.RetryCnt == 7 || nak
 		// After a timeout only the oldest READ or atomic is asked again:
 		// the responses of the others may well be on their way (a slow
 		// peer), and a lost one shows itself by a later response or ACK
@@ -136,14 +139,18 @@ func (e *engine) goBackN(qp *QP, headReadsOnly bool) {
 
 // rerequestBefore asks again at once for the READs and atomics that end
 // before psn and still wait for responses: a response or ACK for psn came
-// after theirs, so theirs were lost (the link keeps order; a reordered one
-// costs at most one spare request).
-func (e *engine) rerequestBefore(qp *QP, psn uint32) {
+// after theirs, so theirs were lost. A READ response (slack) shows that
+// only from dupThresh PSNs past a READ's end: one overtaken by a response
+// or two of the next READ is late, not lost (recovery.go).
+func (e *engine) rerequestBefore(qp *QP, psn uint32, slack bool) {
 	t := &qp.t
 	for i := range t.sq {
 		w := &t.sq[i]
 		if !w.started || psnCmp(w.lastPSN, psn) >= 0 {
 			return
+		}
+		if slack && w.wr.Opcode == ibv.WRRDMARead && (psn-w.lastPSN)&0xffffff < dupThresh {
+			continue
 		}
 		if isReadOrAtomic(w.wr.Opcode) && !w.respDone {
 			e.rerequest(qp, w)
@@ -151,20 +158,16 @@ func (e *engine) rerequestBefore(qp *QP, psn uint32) {
 	}
 }
 
-// rerequest sends w's request again, for what has not arrived, unless such
-// a request is already out and its first response has not come back: at
-// most one per READ per round trip, so the rest of a lost stream, arriving
-// behind the request, asks nothing more. The responder answers a READ from
-// its responder resources (rxe replays it) and an atomic from the saved
-// result; nothing is executed twice.
+// rerequest asks again for what w still lacks, now that a later response
+// or ACK showed its responses were lost: its lowest hole (recovery.go),
+// unless such a request is already out and its first response has not
+// come back: at most one per READ per round trip, so the rest of a lost
+// stream, arriving behind the request, asks nothing more. The responder
+// answers a READ from its responder resources (rxe replays it) and an
+// atomic from the saved result; nothing is executed twice.
 func (e *engine) rerequest(qp *QP, w *sendWQE) {
-	if w.retried && w.readFrom == w.nextRespPSN(qp.t.mtu) {
-		return
-	}
-	w.retried = true
-	e.counters.LostResponseRetry++
-	qp.t.rttAt = time.Time{} // Karn: no round-trip sample across a retransmission
-	e.sendReadAtomic(qp, w)
+	w.tailLost = true
+	e.askHoles(qp, w)
 }
 
 // ackTimeout is the local ACK timeout: 4.096 µs × 2^timeout.

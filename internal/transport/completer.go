@@ -277,7 +277,7 @@ func (c *completion) seqNAK() compState {
 	if !t.startedRetry {
 		t.nakEpisode = true
 	}
-	c.probe = true
+	c.probe = c.e.dev.cfg.Recovery&NoProbe == 0
 	return compErrorRetry
 }
 
@@ -324,7 +324,7 @@ func (c *completion) checkHead() compState {
 		c.e.counters.DuplicateResponse++
 		return compDrop
 	}
-	if psn != base && (isAtomicAck || (psn-base)&0xffffff >= readMapBits) {
+	if psn != base && (isAtomicAck || (psn-base)&0xffffff >= readMapBits || c.e.dev.cfg.Recovery&NoReadHoles != 0) {
 		// Too far past the hole to keep: asked again with it.
 		c.e.counters.OOODropped++
 		w.tailLost = true

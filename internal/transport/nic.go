@@ -25,6 +25,7 @@ type Config struct {
 	BusyPoll  bool
 	SpinMax   time.Duration // 0: never spin
 	AckHold   time.Duration // negative: ACKs leave at the end of their batch
+	Recovery  Recovery      // pieces of selective recovery turned off (recovery.go)
 }
 
 // CaptureFunc sees a frame the NIC sent (outbound) or received, on the

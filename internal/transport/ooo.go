@@ -42,6 +42,9 @@ type oooHold struct {
 // (counted) or already held.
 func (e *engine) hold(qp *QP, p *wire.Packet) {
 	t := &qp.t
+	if e.dev.cfg.Recovery&NoHold != 0 {
+		return
+	}
 	d := (p.BTH.PSN - t.ePSN) & 0xffffff
 	if d >= oooMaxHeld {
 		e.counters.OOODropped++

@@ -89,8 +89,11 @@ func (e *engine) retry(qp *QP, timeout, nak bool) {
 		// After a timeout only the oldest READ or atomic is asked again:
 		// the responses of the others may well be on their way (a slow
 		// peer), and a lost one shows itself by a later response or ACK
-		// (rerequest) or by the next expiry.
-		e.goBackN(qp, timeout)
+		// (rerequest) or by the next expiry. After a sequence NAK too: a
+		// responder that holds what arrived past the hole (ooo.go) answers
+		// the READs behind it once the hole fills; one that dropped them
+		// NAKs the next request that follows them.
+		e.goBackN(qp, timeout || nak)
 		return
 	}
 	// Nothing sent is unacknowledged: no point in resending (rxe).

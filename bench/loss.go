@@ -106,11 +106,6 @@ func RunLoss(ctx context.Context, cfg LossConfig) ([]LossResult, error) {
 	for i, h := range topo.Hosts {
 		hosts[i] = &Host{Name: h.Namespace.Name(), Link: h.Link, Addr: h.Addr, MTU: h.MTU, do: h.Do}
 	}
-	pair, err := openPair(ctx, hosts, slices.Max(cfg.Sizes), verbs.Options{})
-	if err != nil {
-		return nil, err
-	}
-	defer pair.Close()
 	fmt.Fprintf(progress, "bench: loss sweep %s <-> %s through a bridge dropping RoCEv2 packets both ways, MTU %d, %v per point\n",
 		hosts[0].Name, hosts[1].Name, cfg.MTU, cfg.Duration)
 	ops := cfg.Ops
@@ -122,29 +117,69 @@ func RunLoss(ctx context.Context, cfg LossConfig) ([]LossResult, error) {
 			return nil, fmt.Errorf("bench: loss sweep: unknown operation %q (one of %v)", op, LossOps)
 		}
 	}
-	// snapshot reads what the point is measured by: both devices'
-	// counters (A is the requester) and both directions' drops.
-	type snapshot struct {
-		a, b verbs.Counters
-		lost uint64
-	}
-	snap := func() (snapshot, error) {
-		var s snapshot
-		var err error
-		if s.a, err = pair.a.dev.Counters(); err != nil {
-			return s, err
-		}
-		if s.b, err = pair.b.dev.Counters(); err != nil {
-			return s, err
-		}
-		for _, h := range topo.Hosts {
-			if inj := topo.Injector(h); inj != nil {
-				s.lost += inj.Counters().Dropped
-			}
-		}
-		return s, nil
-	}
 	var out []LossResult
+	// The bandwidths run on sleeping devices, then the round trips on
+	// busy-polling ones, as `xdproce bench` measures them (--busy-poll
+	// rtt): a spinning pair left open would take the CPU from the other.
+	var bw, rtt []string
+	for _, op := range ops {
+		if op == OpSendRTT || op == OpWriteRTT {
+			if cfg.RTTSize > 0 {
+				rtt = append(rtt, op)
+			}
+		} else {
+			bw = append(bw, op)
+		}
+	}
+	for _, phase := range []struct {
+		ops  []string
+		busy bool
+	}{{bw, false}, {rtt, true}} {
+		if len(phase.ops) == 0 {
+			continue
+		}
+		pair, err := openPair(ctx, hosts, max(slices.Max(cfg.Sizes), cfg.RTTSize), verbs.Options{BusyPoll: phase.busy})
+		if err != nil {
+			return out, err
+		}
+		out, err = sweepLoss(ctx, cfg, topo, rates, phase.ops, pair, progress, out)
+		if cerr := pair.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("bench: closing the pair: %w", cerr)
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// lossSnapshot is what a point is measured by: both devices' counters (A
+// is the requester) and both directions' drops.
+type lossSnapshot struct {
+	a, b verbs.Counters
+	lost uint64
+}
+
+func takeLossSnapshot(pair *rnicPair, topo *netns.Topology) (lossSnapshot, error) {
+	var s lossSnapshot
+	var err error
+	if s.a, err = pair.a.dev.Counters(); err != nil {
+		return s, err
+	}
+	if s.b, err = pair.b.dev.Counters(); err != nil {
+		return s, err
+	}
+	for _, h := range topo.Hosts {
+		if inj := topo.Injector(h); inj != nil {
+			s.lost += inj.Counters().Dropped
+		}
+	}
+	return s, nil
+}
+
+// sweepLoss measures ops on pair at each rate, appending to out.
+func sweepLoss(ctx context.Context, cfg LossConfig, topo *netns.Topology, rates []float64, ops []string, pair *rnicPair, progress io.Writer, out []LossResult) ([]LossResult, error) {
+	snap := func() (lossSnapshot, error) { return takeLossSnapshot(pair, topo) }
 	for _, rate := range rates {
 		for i, h := range topo.Hosts {
 			if err := topo.SetFaults(h, &impair.Config{Drop: rate, Seed: cfg.Seed + uint64(i)}); err != nil {

@@ -196,6 +196,13 @@ const minRTO = time.Millisecond
 // progress doubles it, up to maxBackoff doublings. Without the doubling a
 // receiver slower than the timer (a deep queue, a loaded CPU) is fed
 // retransmissions faster than it can drop them, and goodput collapses.
+//
+// A tail (at most tlpPkts outstanding: a ping-pong's message, the end of a
+// burst) gets a shorter first period, a tail-loss probe as TCP's (RFC
+// 8985): nothing sent behind it would draw a NAK for its loss, and the
+// round trip is all a lost ACK or request should cost, not minRTO, ten
+// round trips on veth. A probe that fires early costs one packet resent
+// (the probe, retry_cnt 7) and no more.
 func (t *qpTransport) rto() time.Duration {
 	d := ackTimeout(t.attr.Timeout)
 	if t.attr.RetryCnt != 7 {
@@ -203,9 +210,19 @@ func (t *qpTransport) rto() time.Duration {
 	}
 	if t.srtt > 0 {
 		d = min(d, max(t.srtt+4*t.rttvar, minRTO))
+		if t.timeouts == 0 && (t.sentEnd-t.compPSN)&0xffffff <= tlpPkts {
+			d = min(d, max(2*t.srtt, tlpMin))
+		}
 	}
 	return d << min(t.timeouts, uint32(maxBackoff))
 }
+
+// tlpPkts is the most packets outstanding that make a tail, tlpMin the
+// shortest tail-loss probe period.
+const (
+	tlpPkts = 2
+	tlpMin  = 200 * time.Microsecond
+)
 
 // rttStart times the packet psn, sent now for the first time, unless a
 // sample is already being taken.

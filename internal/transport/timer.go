@@ -201,7 +201,8 @@ const minRTO = time.Millisecond
 // burst) gets a shorter first period, a tail-loss probe as TCP's (RFC
 // 8985): nothing sent behind it would draw a NAK for its loss, and the
 // round trip is all a lost ACK or request should cost, not minRTO, ten
-// round trips on veth. A probe that fires early costs one packet resent
+// round trips on veth. So does a probe resent after a NAK (recovery.go),
+// alone in flight too. A probe that fires early costs one packet resent
 // (the probe, retry_cnt 7) and no more.
 func (t *qpTransport) rto() time.Duration {
 	d := ackTimeout(t.attr.Timeout)
@@ -210,7 +211,7 @@ func (t *qpTransport) rto() time.Duration {
 	}
 	if t.srtt > 0 {
 		d = min(d, max(t.srtt+4*t.rttvar, minRTO))
-		if t.timeouts == 0 && (t.sentEnd-t.compPSN)&0xffffff <= tlpPkts {
+		if t.timeouts == 0 && (t.probing || (t.sentEnd-t.compPSN)&0xffffff <= tlpPkts) {
 			d = min(d, max(2*t.srtt, tlpMin))
 		}
 	}

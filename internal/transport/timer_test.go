@@ -8,9 +8,10 @@ import (
 )
 
 // TestTailLossProbePeriod: with retry_cnt 7 and a round-trip estimate, a
-// tail (at most tlpPkts outstanding) is probed after two round trips, not
-// after minRTO; a longer flight keeps the adaptive RTO, and so does a
-// tail once the timer has expired (the doubling resumes from the RTO).
+// tail (at most tlpPkts outstanding) and a probe resent after a NAK are
+// timed out after two round trips, not after minRTO; a longer flight keeps
+// the adaptive RTO, and so does a tail once the timer has expired (the
+// doubling resumes from the RTO).
 func TestTailLossProbePeriod(t *testing.T) {
 	tr := qpTransport{attr: ibv.QPAttr{RetryCnt: 7, Timeout: 14}, srtt: 150 * time.Microsecond, rttvar: 20 * time.Microsecond}
 	tr.compPSN, tr.sentEnd = 100, 101
@@ -25,6 +26,11 @@ func TestTailLossProbePeriod(t *testing.T) {
 	if got := tr.rto(); got != minRTO {
 		t.Fatalf("%d packets outstanding: period %v, want minRTO %v", tlpPkts+1, got, minRTO)
 	}
+	tr.probing = true
+	if got := tr.rto(); got != 300*time.Microsecond {
+		t.Fatalf("a probe alone in flight after a NAK: period %v, want 2 × srtt", got)
+	}
+	tr.probing = false
 	tr.sentEnd, tr.timeouts = 101, 1
 	if got := tr.rto(); got != 2*minRTO {
 		t.Fatalf("a tail after one expiry: period %v, want 2 × minRTO", got)

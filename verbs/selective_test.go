@@ -374,3 +374,41 @@ func TestReorderIsNotLoss(t *testing.T) {
 			lb.Stats().Reordered-lateResp, ca2.LostResponseRetry-ca.LostResponseRetry, cb2.RetransmittedPkts-cb.RetransmittedPkts, ca2)
 	}
 }
+
+// TestForgedHeldRequestDropped: while the responder holds the packets past
+// a hole (PSN 2 of a 64 KiB WRITE lost, its NAK lost too), a forged
+// WRITE_MIDDLE arrives for PSN 5, which it already holds. Two different
+// packets for one PSN: neither is kept. The timer's probe (PSN 0: nothing
+// was acknowledged) draws an ACK of 1, the probe of 2 fills the hole, the
+// responder executes 3 and 4 and stops at 5; the requester probes 5, and
+// the genuine packet lands: every byte the requester's.
+func TestForgedHeldRequestDropped(t *testing.T) {
+	a, b, clk, wa, _ := selectivePair(t, firstOf(isData, 2), func(p *wire.Packet, _ []pktRec) bool {
+		return p.BTH.Opcode == wire.RCAck && p.AETH.IsNAK()
+	})
+	fill(a.mr.Bytes()[:64<<10], 8)
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 64<<10), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	waitCounter(t, b.dev, "the packets past the hole held", func(c Counters) bool { return c.OOOHeld == 13 })
+	var p wire.Packet
+	p.Eth = wire.Ethernet{Dst: [6]byte(macB), Src: [6]byte(macA)}
+	p.IP = wire.IP{Src: ipA, Dst: ipB, TTL: 64, DF: true}
+	p.UDP = wire.UDP{SrcPort: 0xc000, DstPort: wire.UDPPort}
+	p.BTH = wire.BTH{Opcode: wire.RCWriteMiddle, PKey: 0xffff, DestQP: b.qp.QPN(), PSN: 5}
+	p.Payload = make([]byte, 4096)
+	for i := range p.Payload {
+		p.Payload[i] = 0xee
+	}
+	frame := make([]byte, 4096+200)
+	n, err := wire.Encode(frame, &p)
+	must(t, err)
+	b.dev.nic.Link(0).(*memlink.Link).Inject([][]byte{frame[:n]})
+	waitCounter(t, b.dev, "the forged copy", func(c Counters) bool { return c.OOODropped == 1 })
+	clk.Advance(transport.AckTimeout(14) + time.Microsecond)
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("completion %+v", wc)
+	}
+	equalBytes(t, "WRITE", b.mr.Bytes()[:64<<10], a.mr.Bytes()[:64<<10])
+	if got := wa.resent(isData); !slices.Equal(got, []uint32{0, 2, 5}) {
+		t.Fatalf("resent PSNs %v, want [0 2 5]", got)
+	}
+}

@@ -12,6 +12,8 @@
 package transport
 
 import (
+	"bytes"
+
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -56,7 +58,14 @@ func (e *engine) hold(qp *QP, p *wire.Packet) {
 	}
 	s := &h.slots[p.BTH.PSN%oooMaxHeld]
 	if s.valid && s.p.BTH.PSN == p.BTH.PSN {
-		return // a copy of one held
+		if !sameRequest(&s.p, p) {
+			// Two different packets for one PSN: one is forged. Neither
+			// is kept; the requester resends the genuine one.
+			s.valid = false
+			h.n--
+			e.counters.OOODropped++
+		}
+		return
 	}
 	if !s.valid {
 		h.n++
@@ -133,4 +142,15 @@ func (e *engine) ackNow(qp *QP, psn uint32) {
 		e.acks = append(e.acks, qp)
 	}
 	t.ackPSN = psn
+}
+
+// sameRequest reports whether q carries the request held as h: a copy
+// resent (go-back-N, a probe) is identical; a forged one differs.
+func sameRequest(h, q *wire.Packet) bool {
+	if h.BTH.Opcode != q.BTH.Opcode || h.RETH != q.RETH || h.AtomicETH != q.AtomicETH || h.ImmDt != q.ImmDt || h.IETH != q.IETH ||
+		len(h.Payload) != len(q.Payload)+len(q.PayloadTail) {
+		return false
+	}
+	n := len(q.Payload)
+	return bytes.Equal(h.Payload[:n], q.Payload) && bytes.Equal(h.Payload[n:], q.PayloadTail)
 }

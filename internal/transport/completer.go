@@ -370,10 +370,11 @@ func (c *completion) read() compState {
 		c.status = ibv.WCLocProtErr
 		return compError
 	}
-	if end {
-		// The answer to the READ, or to a hole's request, is complete,
-		// and it came after everything the responder sent before it:
-		// what is still missing is lost.
+	if holeEnd {
+		// The answer to a hole's request is complete, and it came after
+		// everything the responder sent before it: what is still missing
+		// is lost. (The READ's own LAST proves nothing: a response just
+		// before it may be late, not lost.)
 		w.tailLost = true
 	}
 	c.e.askHoles(c.qp, w)

@@ -199,6 +199,9 @@ func TestForgedNAKInsideRead(t *testing.T) {
 
 	// A NAK at a READ's request PSN is an answer.
 	hold.Store(true)
+	// Requests the first READ asked again may still be on their way to b:
+	// one arriving after this would pass for the second READ's.
+	quiesce(t, a.dev, b.dev)
 	rcvd := counters(b.dev).RcvdPkts
 	postSend(t, a, SendWR{ID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(amr, 0, size), RemoteAddr: bmr.Addr(), RKey: bmr.RKey()})
 	waitCounter(t, b.dev, "the second READ request", func(c Counters) bool { return c.RcvdPkts > rcvd })

@@ -219,10 +219,12 @@ func (t *qpTransport) rto() time.Duration {
 }
 
 // tlpPkts is the most packets outstanding that make a tail, tlpMin the
-// shortest tail-loss probe period.
+// shortest tail-loss probe period: half of minRTO, above most scheduling
+// delays of a loaded host (at 200 µs, a host running eight test sessions
+// on two cores fired it spuriously in tests that count frames).
 const (
 	tlpPkts = 2
-	tlpMin  = 200 * time.Microsecond
+	tlpMin  = minRTO / 2
 )
 
 // rttStart times the packet psn, sent now for the first time, unless a

@@ -13,21 +13,21 @@ import (
 // the adaptive RTO, and so does a tail once the timer has expired (the
 // doubling resumes from the RTO).
 func TestTailLossProbePeriod(t *testing.T) {
-	tr := qpTransport{attr: ibv.QPAttr{RetryCnt: 7, Timeout: 14}, srtt: 150 * time.Microsecond, rttvar: 20 * time.Microsecond}
+	tr := qpTransport{attr: ibv.QPAttr{RetryCnt: 7, Timeout: 14}, srtt: 400 * time.Microsecond, rttvar: 20 * time.Microsecond}
 	tr.compPSN, tr.sentEnd = 100, 101
-	if got := tr.rto(); got != 300*time.Microsecond {
-		t.Fatalf("one packet outstanding: period %v, want 2 × srtt = 300µs", got)
+	if got := tr.rto(); got != 800*time.Microsecond {
+		t.Fatalf("one packet outstanding: period %v, want 2 × srtt = 800µs", got)
 	}
 	tr.srtt = 20 * time.Microsecond
 	if got := tr.rto(); got != tlpMin {
 		t.Fatalf("one packet outstanding, srtt 20µs: period %v, want tlpMin %v", got, tlpMin)
 	}
-	tr.srtt, tr.sentEnd = 150*time.Microsecond, 100+tlpPkts+1
+	tr.srtt, tr.sentEnd = 400*time.Microsecond, 100+tlpPkts+1
 	if got := tr.rto(); got != minRTO {
 		t.Fatalf("%d packets outstanding: period %v, want minRTO %v", tlpPkts+1, got, minRTO)
 	}
 	tr.probing = true
-	if got := tr.rto(); got != 300*time.Microsecond {
+	if got := tr.rto(); got != 800*time.Microsecond {
 		t.Fatalf("a probe alone in flight after a NAK: period %v, want 2 × srtt", got)
 	}
 	tr.probing = false

@@ -168,6 +168,8 @@ func perfFlags(a *perfArgs) *flag.FlagSet {
 // rxCoalesceUsage is the help of perf's and up's --rx-coalesce.
 var rxCoalesceUsage = fmt.Sprintf("longest a sleeping engine lets received frames gather (verbs.Options.RxCoalesce; 0: the default, %v on one CPU and off elsewhere; negative: never; busy-polling devices never coalesce)", verbs.DefaultRxCoalesce)
 
+var spinMaxUsage = fmt.Sprintf("longest an idle engine that is not busy-polling keeps looking for work while the idle gaps it sees are that short (verbs.Options.SpinMax; 0: the default, %v; negative: never)", verbs.DefaultSpinMax)
+
 // perfLocal is what the command line says of this side's device, beside
 // the test's configuration.
 type perfLocal struct {

@@ -57,8 +57,12 @@ func (d *DeviceMemory) Bytes() []byte { return d.b }
 // Map is the array map holding the memory, for an XDP program to use.
 func (d *DeviceMemory) Map() *ebpf.Map { return d.m }
 
-// Close unmaps the memory and closes this process's fd of the map.
+// Close unmaps the memory and closes this process's fd of the map; again,
+// it does nothing.
 func (d *DeviceMemory) Close() error {
+	if d.b == nil {
+		return nil
+	}
 	err := unix.Munmap(d.b)
 	d.b = nil
 	return errors.Join(err, d.m.Close())

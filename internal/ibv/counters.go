@@ -62,6 +62,11 @@ type Counters struct {
 	// wanted elsewhere), after each of which the engine slept rather than
 	// spun for a while (internal/transport/loop.go, spinner).
 	SpinStalls uint64
+	// DroppedNoGroup counts datagrams to the multicast QPN whose
+	// destination is a group no QP of the device is attached to (rxe drops
+	// them too: "mcast but no mcg"); McastPkts those delivered to one or
+	// more attached QPs (each delivery counts in RcvdPkts once per frame).
+	DroppedNoGroup, McastPkts uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -93,6 +98,7 @@ func (c *Counters) fields() []counterField {
 		{"handed_off", &c.HandedOff}, {"handoff_drops", &c.HandOffDrops}, {"bad_shared_wqe", &c.BadSharedWQE},
 		{"read_retry_paced", &c.ReadRetryPaced}, {"loopback_pkts", &c.LoopbackPkts},
 		{"spin_stalls", &c.SpinStalls},
+		{"dropped_no_mcast_group", &c.DroppedNoGroup}, {"mcast_pkts", &c.McastPkts},
 	}
 }
 

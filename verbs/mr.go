@@ -36,6 +36,7 @@ type MR struct {
 	lkey   uint32
 	rkey   uint32
 	ops    ibv.MROps
+	dm     *DM // the device memory it lies in, if any (dm.go)
 }
 
 // Addr is the address of the region's first byte, the base of SGE and
@@ -138,7 +139,13 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 // and the QP goes to the error state; UC: the message is dropped). rxe
 // holds a reference for these uses; ibverbs leaves deregistering a region
 // in use undefined.
-func (m *MR) Dereg() error { return m.ops.Dereg() }
+func (m *MR) Dereg() error {
+	if err := m.ops.Dereg(); err != nil {
+		return err
+	}
+	m.derefDM()
+	return nil
+}
 
 // RegProcMR registers length bytes of another process's memory, reached
 // through mem, at address iova (the daemon registers a client's own memory

@@ -51,6 +51,8 @@ type DeviceOps interface {
 	// waits for the daemon to exit (attached only).
 	StopDaemon(ctx context.Context, detach func() error) error
 	Attached() bool
+	// AllocDM allocates length bytes (checked) of device memory.
+	AllocDM(length int) (DMOps, error)
 	// Close stops the device; the API calls it once.
 	Close() error
 }
@@ -131,6 +133,13 @@ type MROps interface {
 type MWOps interface {
 	RKey() uint32
 	Dealloc() error
+}
+
+// DMOps is a block of device memory's provider: memory the device can
+// reach, mapped into the process.
+type DMOps interface {
+	Bytes() []byte
+	Close() error
 }
 
 // AHOps is an address handle's provider.

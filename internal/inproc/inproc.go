@@ -21,6 +21,7 @@ import (
 	"github.com/xdproce/xdproce/internal/sharedring"
 	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/loader"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
@@ -148,6 +149,16 @@ func (d *Device) StopDaemon(context.Context, func() error) error {
 
 // Attached is false: the device runs here.
 func (d *Device) Attached() bool { return false }
+
+// AllocDM allocates device memory the XDP program can write, mapped into
+// the process (loader.DeviceMemory): EOPNOTSUPP where the kernel has none.
+func (d *Device) AllocDM(length int) (ibv.DMOps, error) {
+	m, err := loader.NewDeviceMemory(length)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
 
 // PD is a protection domain.
 type PD struct {

@@ -136,8 +136,10 @@ static struct cmdev *dev_open_locked(struct ibv_device *dev)
 	d->gids = calloc(pa.gid_tbl_len ? pa.gid_tbl_len : 1, sizeof(*d->gids));
 	if (!d->gids)
 		goto fail;
+	static const union ibv_gid empty;
 	for (int i = 0; i < pa.gid_tbl_len; i++)
-		if (ibv_query_gid(verbs, 1, i, &d->gids[d->ngids]) == 0)
+		if (ibv_query_gid(verbs, 1, i, &d->gids[d->ngids]) == 0 &&
+		    memcmp(&d->gids[d->ngids], &empty, sizeof(empty)) != 0)
 			d->ngids++;
 	d->dev = dev;
 	d->verbs = verbs;

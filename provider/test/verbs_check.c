@@ -233,7 +233,13 @@ static void queries(struct side *a)
 		      memcmp(&ge.gid, &a->gid, 16) == 0 && ge.ndev_ifindex > 0,
 	      "ibv_query_gid_ex: RoCE v2, the interface's index");
 	union ibv_gid g;
-	check(ibv_query_gid(a->ctx, 1, 99, &g) != 0, "ibv_query_gid past the table fails");
+	check(ibv_query_gid(a->ctx, 1, pa.gid_tbl_len, &g) != 0 && errno == EINVAL, "ibv_query_gid past the table: EINVAL");
+	check(pa.gid_tbl_len == 1024 && ibv_query_gid(a->ctx, 1, pa.gid_tbl_len - 1, &g) == 0 &&
+		      memcmp(&g, &(union ibv_gid){0}, sizeof(g)) == 0,
+	      "ibv_query_gid of an empty entry of rxe's 1024: the zero GID");
+	check(ibv_query_gid_ex(a->ctx, 1, pa.gid_tbl_len - 1, &ge, 0) == ENODATA &&
+		      ibv_query_gid_ex(a->ctx, 1, pa.gid_tbl_len, &ge, 0) == EINVAL,
+	      "ibv_query_gid_ex: ENODATA for an empty entry, EINVAL past the table");
 	__be16 pkey;
 	check(ibv_query_pkey(a->ctx, 1, 0, &pkey) == 0 && be16toh(pkey) == 0xffff, "ibv_query_pkey: the default P_Key");
 	check(strcmp(ibv_wc_status_str(IBV_WC_SUCCESS), "success") == 0 &&

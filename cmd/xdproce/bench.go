@@ -37,6 +37,7 @@ func benchFlags(fs *flag.FlagSet) action {
 	plotOut := fs.String("plot", "", "draw bandwidth against message size into this file (.svg or .png)")
 	loss := fs.String("loss", "", "instead: the loss sweep, RoCEv2 packets dropped at these rates both ways on a bridge between the hosts (e.g. 0.1%,1%,5%); --sizes defaults to 4K,64K there")
 	viaDaemon := fs.Bool("daemon", true, "also measure WRITE 64 KiB and the 8 B WRITE round trip through each host's daemon (xdproce up)")
+	loopback := fs.Bool("loopback", true, "also measure WRITE 64 KiB and the 8 B WRITE round trip with both ends on one device (looped back inside it)")
 	stockRounds := fs.Int("stock-rounds", 0, "rounds of the stock perftest comparison, each contender once per round, alternating which goes first (default 3, 2 with --quick); the figures are the medians")
 	stock := fs.Bool("stock", true, "also compare stock perftest over xdproce's libibverbs (xdproce run) with xdproce perf, ib_write_lat 8 B and ib_write_bw 64 KiB, both through an xdproce up started on each host (issue 15); skipped, with a note, when perftest or the library is missing")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both engines and applications) to this file, for go tool pprof")
@@ -91,6 +92,7 @@ func benchFlags(fs *flag.FlagSet) action {
 		cfg.AckHold = *ackHold
 		cfg.SpinMax = *spinMax
 		cfg.Daemon = *viaDaemon
+		cfg.Loopback = *loopback
 		if *stockRounds < 0 {
 			return fmt.Errorf("%w: --stock-rounds %d: at least 1", errUsage, *stockRounds)
 		}

@@ -148,7 +148,6 @@ func TestStockLoopbackRDMACM(t *testing.T) {
 	for _, dst := range []string{"127.0.0.1", "0.0.0.0"} {
 		t.Run("rping to "+dst, func(t *testing.T) {
 			c, out := startOnLibrary(t, ctx, lib, a, "rping", "-c", "-a", dst, "-C", "1", "-v")
-			c.WaitDelay = 5 * time.Second
 			err := c.Wait()
 			if err == nil || !strings.Contains(out.String(), "rdma_resolve_route: No such device") {
 				t.Fatalf("rping -c -a %s: %v, want rxe's route failure:\n%s", dst, err, out)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/sharedring"
+	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
@@ -26,6 +27,27 @@ func (d *Device) CreateSharedCQ(depth int, ring *uverbs.Ring, notify func()) (*C
 		return nil, fmt.Errorf("verbs: shared CQ of depth %d on %d slots: %w", depth, ring.Slots(), ErrInvalid)
 	}
 	return newCQ(d, d.nic.CreateCQSink(depth, sharedring.NewCQ(ring, notify))), nil
+}
+
+// ResizeShared moves a shared CQ to ring, of depth completions, with the
+// completions its client has not read (ibv_resize_cq through the daemon);
+// the old ring is no longer written once it returns.
+func (cq *CQ) ResizeShared(depth int, ring *uverbs.Ring, notify func()) error {
+	if cq.c == nil || depth < 1 || depth > MaxCQE || int(ring.Slots()) < depth || ring.SlotSize() < uverbs.CQESize {
+		return fmt.Errorf("verbs: resizing a shared CQ to %d on %d slots: %w", depth, ring.Slots(), ErrInvalid)
+	}
+	dst := sharedring.NewCQ(ring, notify)
+	err := cq.c.ResizeSink(depth, dst, func(old transport.CQSink, tail uint32) (uint32, error) {
+		src, ok := old.(*sharedring.CQ)
+		if !ok {
+			return 0, fmt.Errorf("verbs: not a shared CQ: %w", ErrInvalid)
+		}
+		return src.MoveTo(dst, tail, depth)
+	})
+	if err == nil {
+		cq.depth = depth
+	}
+	return err
 }
 
 // CreateSharedQP creates a QP whose work requests a client posts to sq and

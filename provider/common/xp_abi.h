@@ -73,6 +73,7 @@ enum xp_op {
 	XP_CM_INIT_QP_ATTR = 40,
 	XP_CM_GET_EVENT = 41,
 	XP_CM_SET_OPTION = 42,
+	XP_RESIZE_CQ = 43,
 };
 
 /* A ring's header: each index on its own cache line. Slots follow it. */

@@ -872,6 +872,54 @@ static int mtpoll(char **argv)
 	return failures > 99 ? 99 : failures;
 }
 
+/* resize_cq: ibv_resize_cq keeps the completions not yet polled, in order, refuses a size below
+ * them (EINVAL, as rxe), and the CQ then holds what the new size says. */
+static void resize_cq(struct side *a, struct side *b)
+{
+	struct ibv_cq *cq = ibv_create_cq(a->ctx, 4, NULL, NULL, 0);
+	struct ibv_qp *qa = cq ? make_qp(a, IBV_QPT_RC, NULL, cq) : NULL, *qb = make_qp(b, IBV_QPT_RC, NULL, NULL);
+	check(cq && qa && qb, "a CQ of 4 entries and an RC QP on it");
+	if (!cq || !qa || !qb)
+		return;
+	connect_pair(a, qa, b, qb);
+	struct ibv_sge sge = {.addr = (uintptr_t)a->buf, .length = 64, .lkey = a->mr->lkey};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED},
+			   *bad;
+	wr.wr.rdma.remote_addr = (uintptr_t)b->buf;
+	wr.wr.rdma.rkey = b->mr->rkey;
+	int ok = 1;
+	for (uint64_t i = 1; i <= 3; i++) {
+		wr.wr_id = i;
+		ok = ok && ibv_post_send(qa, &wr, &bad) == 0;
+	}
+	/* The three are acknowledged within a second or two; nothing polls them meanwhile. */
+	int refused = 0;
+	for (double end = now() + 5; ok && !refused && now() < end; usleep(20000))
+		refused = ibv_resize_cq(cq, 2) == EINVAL;
+	check(refused, "ibv_resize_cq below the unread completions: EINVAL");
+	check(ibv_resize_cq(cq, 0) == EINVAL, "ibv_resize_cq to 0: EINVAL");
+	check(ibv_resize_cq(cq, 100) == 0 && cq->cqe >= 100, "ibv_resize_cq from 4 to 100 with 3 unread");
+	struct ibv_wc wc;
+	int inorder = 1;
+	for (uint64_t i = 1; i <= 3; i++)
+		inorder = inorder && poll_one(cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == i;
+	check(inorder, "the unread completions survive the resize, in order");
+	/* 60 in flight at once: far more than the old 4 entries held. */
+	int posted = 0, polled = 0, good = 1;
+	for (uint64_t i = 0; i < 60; i++) {
+		wr.wr_id = 100 + i;
+		posted += ibv_post_send(qa, &wr, &bad) == 0;
+	}
+	while (good && polled < posted)
+		good = poll_one(cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 100 + (uint64_t)polled++;
+	check(good && posted == 60, "the resized CQ takes 60 completions in order (%d of %d)", polled, posted);
+	check(ibv_resize_cq(cq, 1) == 0 && cq->cqe >= 1, "ibv_resize_cq down to 1 when empty");
+	wr.wr_id = 7;
+	check(ibv_post_send(qa, &wr, &bad) == 0 && poll_one(cq, &wc) == 1 && wc.wr_id == 7 && wc.status == IBV_WC_SUCCESS,
+	      "a completion after shrinking");
+	check(ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0 && ibv_destroy_cq(cq) == 0, "and the CQ goes");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 8 && strcmp(argv[1], "mtpoll") == 0)
@@ -895,6 +943,7 @@ int main(int argc, char **argv)
 	data_old_api(&a, &b, qa, qb);
 	ibv_destroy_qp(qa);
 	ibv_destroy_qp(qb);
+	resize_cq(&a, &b);
 	data_new_api(&a, &b);
 	cq_ex_and_events(&a, &b);
 	srq_and_async(&a, &b);

@@ -32,12 +32,7 @@ const python = "/usr/bin/python3"
 // knownGaps are the tests rxe passes that xdproce skips still, each with
 // the skip reason it gives and why. A gap that closes fails the test until
 // it is taken off this list, so the list stays true.
-var knownGaps = map[string]struct{ reason, why string }{
-	"tests.test_cq.CQTest.test_resize_cq": {
-		"Resize CQ is not supported",
-		"ibv_resize_cq: the shared CQ ring is not resized yet (daemon, engine and provider ring.c; issue 32 item 6)",
-	},
-}
+var knownGaps = map[string]struct{ reason, why string }{}
 
 // outcome is one test's result: "ok", "ERROR", "FAIL", "expected failure",
 // "unexpected success" or "skipped 'reason'".

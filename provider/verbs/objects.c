@@ -394,7 +394,7 @@ static void put_qp_attr(struct xp_enc *e, const struct ibv_qp_attr *a, const str
 	xp_u8(e, a->ah_attr.grh.sgid_index);
 	xp_u8(e, a->ah_attr.grh.hop_limit);
 	xp_u8(e, a->ah_attr.grh.traffic_class);
-	xp_u32(e, a->ah_attr.grh.flow_label);
+	xp_u32(e, a->ah_attr.grh.flow_label & XP_FLOW_LABEL_MASK);
 	xp_bytes(e, NULL, 0); /* the daemon resolves the next hop's MAC address */
 	xp_u8(e, (uint8_t)a->path_mtu);
 	xp_u8(e, a->timeout);
@@ -833,7 +833,7 @@ XP_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *at
 	xp_u8(&e, attr->grh.sgid_index);
 	xp_u8(&e, attr->grh.hop_limit);
 	xp_u8(&e, attr->grh.traffic_class);
-	xp_u32(&e, attr->grh.flow_label);
+	xp_u32(&e, attr->grh.flow_label & XP_FLOW_LABEL_MASK);
 	xp_u8(&e, attr->sl);
 	xp_u8(&e, attr->port_num);
 	xp_u8(&e, attr->is_global ? 1 : 0);

@@ -78,8 +78,9 @@ type ID struct {
 	timeout  time.Duration
 	// stopResolve ends the address resolution in progress (Destroy).
 	stopResolve context.CancelFunc
-	rem         *remoteID // the daemon's ID, on a device attached to it
-	quiet       bool      // the owner established: its ESTABLISHED is not reported
+	rem         *remoteID    // the daemon's ID, on a device attached to it
+	quiet       bool         // the owner established: its ESTABLISHED is not reported
+	groups      []netip.Addr // the multicast groups joined, by GID (mcast.go)
 	// loopback: the destination was a loopback or wildcard address, which
 	// resolves (cma_resolve_loopback) but has no RoCE route.
 	loopback bool

@@ -57,6 +57,10 @@ const (
 	OpCMInitQPAttr
 	OpCMGetEvent
 	OpCMSetOption
+	OpAttachMcast
+	OpDetachMcast
+	OpCMJoinMcast
+	OpCMLeaveMcast
 	OpResizeCQ
 	opEnd
 )
@@ -72,6 +76,7 @@ var opNames = [...]string{
 	OpCMResolveRoute: "CM_RESOLVE_ROUTE", OpCMListen: "CM_LISTEN", OpCMAttachQP: "CM_ATTACH_QP", OpCMConnect: "CM_CONNECT",
 	OpCMAccept: "CM_ACCEPT", OpCMReject: "CM_REJECT", OpCMDisconnect: "CM_DISCONNECT", OpCMEstablish: "CM_ESTABLISH",
 	OpCMQuery: "CM_QUERY", OpCMInitQPAttr: "CM_INIT_QP_ATTR", OpCMGetEvent: "CM_GET_EVENT", OpCMSetOption: "CM_SET_OPTION",
+	OpAttachMcast: "ATTACH_MCAST", OpDetachMcast: "DETACH_MCAST", OpCMJoinMcast: "CM_JOIN_MCAST", OpCMLeaveMcast: "CM_LEAVE_MCAST",
 	OpResizeCQ: "RESIZE_CQ",
 }
 
@@ -665,4 +670,27 @@ func (a *SRQAttr) Put(e *Encoder) {
 // Get decodes a.
 func (a *SRQAttr) Get(d *Decoder) {
 	a.MaxWR, a.MaxSGE, a.Limit = d.U32(), d.U32(), d.U32()
+}
+
+// McastReq is an ATTACH_MCAST or DETACH_MCAST request (ibv_attach_mcast):
+// the QP's handle, the group's GID and its LID (ignored on RoCE, as the
+// kernel ignores it on an Ethernet port).
+type McastReq struct {
+	QP  uint32
+	GID [16]byte
+	LID uint16
+}
+
+// Put encodes m.
+func (m *McastReq) Put(e *Encoder) {
+	e.U32(m.QP)
+	e.b = append(e.b, m.GID[:]...)
+	e.U16(m.LID)
+}
+
+// Get decodes m.
+func (m *McastReq) Get(d *Decoder) {
+	m.QP = d.U32()
+	copy(m.GID[:], d.take(16))
+	m.LID = d.U16()
 }

@@ -49,6 +49,11 @@ type DeviceConfig struct {
 	// kick (on veth a kick costs a few µs). Zero means DefaultAckHold; a
 	// negative value sends ACKs at the end of their receive batch.
 	AckHold time.Duration
+	// Groups, if set, makes the port a member of the multicast group addr
+	// (join true) or no longer one: called when the device's first QP
+	// attaches to the group and after its last one detaches
+	// (verbs/mcast.go). Open sets it to the port's (nic.Port.JoinGroup).
+	Groups func(addr netip.Addr, join bool) error
 }
 
 // DefaultSpinMax is the SpinMax of a device that does not set one: a
@@ -130,7 +135,7 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 		cfg.SpinMax = 0
 	}
 	nic, err := transport.New(links, transport.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
-		BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold})
+		BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold, Groups: cfg.Groups})
 	if err != nil {
 		return nil, err
 	}

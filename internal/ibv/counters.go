@@ -57,6 +57,11 @@ type Counters struct {
 	// too, without a counter of its own). They count in SentPkts as well,
 	// and in RcvdPkts when their QP takes them.
 	LoopbackPkts uint64
+	// DroppedNoGroup counts datagrams to the multicast QPN whose
+	// destination is a group no QP of the device is attached to (rxe drops
+	// them too: "mcast but no mcg"); McastPkts those delivered to one or
+	// more attached QPs (each delivery counts in RcvdPkts once per frame).
+	DroppedNoGroup, McastPkts uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -87,6 +92,7 @@ func (c *Counters) fields() []counterField {
 		{"send_err", &c.SendErr}, {"dropped_replies", &c.DroppedReplies}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},
 		{"handed_off", &c.HandedOff}, {"handoff_drops", &c.HandOffDrops}, {"bad_shared_wqe", &c.BadSharedWQE},
 		{"read_retry_paced", &c.ReadRetryPaced}, {"loopback_pkts", &c.LoopbackPkts},
+		{"dropped_no_mcast_group", &c.DroppedNoGroup}, {"mcast_pkts", &c.McastPkts},
 	}
 }
 

@@ -73,7 +73,11 @@ enum xp_op {
 	XP_CM_INIT_QP_ATTR = 40,
 	XP_CM_GET_EVENT = 41,
 	XP_CM_SET_OPTION = 42,
-	XP_RESIZE_CQ = 43,
+	XP_ATTACH_MCAST = 43,
+	XP_DETACH_MCAST = 44,
+	XP_CM_JOIN_MCAST = 45,
+	XP_CM_LEAVE_MCAST = 46,
+	XP_RESIZE_CQ = 47,
 };
 
 /* A ring's header: each index on its own cache line. Slots follow it. */

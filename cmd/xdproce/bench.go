@@ -35,11 +35,13 @@ func benchFlags(fs *flag.FlagSet) action {
 	ifaces := fs.String("ifaces", "", "measure between two existing interfaces NETNS/IFNAME,NETNS/IFNAME instead of a fresh veth pair")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	plotOut := fs.String("plot", "", "draw bandwidth against message size into this file (.svg or .png)")
-	loss := fs.String("loss", "", "instead: the loss sweep, RoCEv2 packets dropped at these rates both ways on a bridge between the hosts (e.g. 0.1%,1%,5%); --sizes defaults to 4K,64K there")
+	loss := fs.String("loss", "", "instead: the loss sweep, RoCEv2 packets dropped at these rates both ways on a bridge between the hosts (e.g. 0.1%,1%,5%), each against the same path at 0%; --sizes defaults to 4K,64K there, --plot draws goodput against loss rate")
+	lossOps := fs.String("loss-ops", "", "the loss sweep's operations (default all: "+strings.Join(bench.LossOps, ",")+"); send_rtt and write_rtt are 4 KiB round trips")
 	viaDaemon := fs.Bool("daemon", true, "also measure WRITE 64 KiB and the 8 B WRITE round trip through each host's daemon (xdproce up)")
 	loopback := fs.Bool("loopback", true, "also measure WRITE 64 KiB and the 8 B WRITE round trip with both ends on one device (looped back inside it)")
 	stockRounds := fs.Int("stock-rounds", 0, "rounds of the stock perftest comparison, each contender once per round, alternating which goes first (default 3, 2 with --quick); the figures are the medians")
 	stock := fs.Bool("stock", true, "also compare stock perftest over xdproce's libibverbs (xdproce run) with xdproce perf, ib_write_lat 8 B and ib_write_bw 64 KiB, both through an xdproce up started on each host (issue 15); skipped, with a note, when perftest or the library is missing")
+	daemonModes := fs.Bool("daemon-modes", false, "also compare stock ib_write_lat 8 B through daemons with their defaults against busy-polling daemons (--stock-rounds rounds, alternating), and measure an idle default daemon's CPU (issue 34; about 30 s more; needs what --stock needs)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both engines and applications) to this file, for go tool pprof")
 	return func(ctx context.Context, std stdio, args []string) error {
 		stdout := std.out
@@ -50,7 +52,7 @@ func benchFlags(fs *flag.FlagSet) action {
 		if *loss != "" {
 			explicit := map[string]bool{}
 			fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
-			return runLossSweep(ctx, *loss, lossFlags{sizes: *sizes, sizesSet: explicit["sizes"], dur: *dur, warmup: *warmup, depth: *depth, mtu: *mtu, json: *jsonOut}, stdout, stderr)
+			return runLossSweep(ctx, *loss, lossFlags{sizes: *sizes, sizesSet: explicit["sizes"], ops: *lossOps, dur: *dur, warmup: *warmup, depth: *depth, mtu: *mtu, json: *jsonOut, plot: *plotOut}, stdout, stderr)
 		}
 		cfg := bench.Default()
 		if *quick {
@@ -96,6 +98,9 @@ func benchFlags(fs *flag.FlagSet) action {
 		if *stockRounds < 0 {
 			return fmt.Errorf("%w: --stock-rounds %d: at least 1", errUsage, *stockRounds)
 		}
+		if *daemonModes && !*stock {
+			return fmt.Errorf("%w: --daemon-modes runs stock perftest: not with --stock=false", errUsage)
+		}
 		if *stock {
 			s, why := findStock(os.Executable, exec.LookPath, os.Getenv("XDPROCE_LIBDIR"))
 			if s == nil {
@@ -104,6 +109,9 @@ func benchFlags(fs *flag.FlagSet) action {
 				s.Rounds = *stockRounds
 			} else if *quick {
 				s.Rounds = 2 // each contender first once
+			}
+			if s != nil {
+				s.DaemonModes = *daemonModes
 			}
 			cfg.Stock = s
 		}
@@ -204,10 +212,11 @@ func (b *busyFlag) Set(s string) error {
 type lossFlags struct {
 	sizes      string
 	sizesSet   bool
+	ops        string
 	dur        time.Duration
 	warmup     time.Duration
 	depth, mtu int
-	json       string
+	json, plot string
 }
 
 // runLossSweep is `xdproce bench --loss RATES`.
@@ -225,6 +234,14 @@ func runLossSweep(ctx context.Context, rates string, f lossFlags, stdout, stderr
 		var err error
 		if cfg.Sizes, err = bench.ParseSizes(f.sizes); err != nil {
 			return fmt.Errorf("%w: --sizes: %v", errUsage, err)
+		}
+	}
+	if f.ops != "" {
+		cfg.Ops = strings.Split(f.ops, ",")
+	}
+	if f.plot != "" {
+		if err := bench.CheckPlotFile(f.plot); err != nil {
+			return fmt.Errorf("%w: --plot: %v", errUsage, err)
 		}
 	}
 	if f.dur != 0 {
@@ -248,6 +265,11 @@ func runLossSweep(ctx context.Context, rates string, f lossFlags, stdout, stderr
 	}
 	if runErr != nil {
 		return runErr
+	}
+	if f.plot != "" {
+		if err := bench.PlotLoss(f.plot, results); err != nil {
+			return err
+		}
 	}
 	if f.json != "" {
 		return writeFile(f.json, func(w io.Writer) error {

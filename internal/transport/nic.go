@@ -28,7 +28,8 @@ type Config struct {
 	// Groups, if set, joins (join true) or leaves the multicast group
 	// addr on the port: called in a control operation when the first QP
 	// attaches to a group and after the last one detaches.
-	Groups func(addr netip.Addr, join bool) error
+	Groups   func(addr netip.Addr, join bool) error
+	Recovery Recovery // pieces of selective recovery turned off (recovery.go)
 }
 
 // CaptureFunc sees a frame the NIC sent (outbound) or received, on the

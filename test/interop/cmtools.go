@@ -65,7 +65,7 @@ func isCMTool(tool string) bool {
 	case rpingTool, ucmatoseTool, udaddyTool, qperfTool, mckeyTool:
 		return true
 	}
-	return false
+	return isRsocketTool(tool)
 }
 
 func (c cell) cmTool() bool { return isCMTool(c.Tool) }
@@ -129,6 +129,7 @@ func cmToolCells() []cell {
 		}
 		kinds = append(kinds, k)
 	}
+	kinds = append(kinds, rsocketKinds()...)
 	var cells []cell
 	for _, k := range kinds {
 		for _, d := range [][2]endpoint{{vm2, vm1}, {lib, vm1}, {vm1, lib}} { // {server, client}
@@ -145,6 +146,9 @@ func cmToolCells() []cell {
 // toolArgs is the command line of one side of a tool cell (addr is empty
 // for the server), without the endpoint's wrapping (stdbuf, xdproce run).
 func (c cell) toolArgs(addr string) []string {
+	if isRsocketTool(c.Tool) {
+		return c.rsocketArgs(addr)
+	}
 	port := strconv.Itoa(c.Port)
 	server := addr == ""
 	switch c.Tool {
@@ -218,6 +222,8 @@ func (c cell) toolListArgs() string {
 // toolTimeout bounds each side of a tool cell.
 func (c cell) toolTimeout() time.Duration {
 	switch {
+	case isRsocketTool(c.Tool):
+		return c.rsocketTimeout()
 	case c.Tag == "cycles":
 		// About 0.2 s a cycle rxe<->rxe under emulation; allow 1 s.
 		return 60*time.Second + time.Duration(c.Iters)*time.Second
@@ -354,6 +360,10 @@ func (v qperfValue) micros() (float64, bool) {
 
 // judgeTool sets the status, reason and figure of a tool cell.
 func judgeTool(c cell, r *result) {
+	if isRsocketTool(c.Tool) {
+		judgeRsocket(c, r)
+		return
+	}
 	srv, cli := r.Server, r.Client
 	var notes []string
 	// excused: a side whose exit status is not the verdict. A persistent

@@ -215,6 +215,8 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 		return ss.createCQ(d, e)
 	case uverbs.OpDestroyCQ:
 		return nil, ss.destroyCQ(d)
+	case uverbs.OpResizeCQ:
+		return ss.resizeCQ(d, e)
 	case uverbs.OpCreateQP:
 		return ss.createQP(d, e)
 	case uverbs.OpModifyQP:
@@ -551,6 +553,42 @@ func (ss *session) destroyCQ(d *uverbs.Decoder) error {
 	ss.srv.disown(c.cq)
 	c.release()
 	return nil
+}
+
+// resizeCQ gives a CQ a new ring of the depth asked, with the completions
+// the client has not read, and the client the new ring's memfd: the client
+// holds its CQ's lock meanwhile (ibv_resize_cq), so its consumer index does
+// not move. More unread completions than the new depth is EINVAL, as rxe.
+func (ss *session) resizeCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
+	h, depth := d.U32(), d.U32()
+	if err := d.End(); err != nil {
+		return nil, err
+	}
+	c := ss.cqs[h]
+	if c == nil || depth < 1 || depth > verbs.MaxCQE {
+		return nil, syscall.EINVAL
+	}
+	slots := uverbs.SlotsFor(int(depth))
+	m, ring, err := ipc.NewRing("cq", slots, uverbs.CQESize)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.cq.ResizeShared(int(depth), ring, c.notify.Signal); err != nil {
+		return nil, errors.Join(err, m.Unmap())
+	}
+	// No engine writes the old ring any more.
+	old := c.m
+	c.m = m
+	out, err := dupAll(m.FD)
+	m.CloseFD()
+	if err := old.Unmap(); err != nil {
+		ss.srv.log.Warn("daemon: unmapping a resized CQ's old ring", "err", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	e.U32(slots)
+	return out, nil
 }
 
 // release frees a CQ no QP uses: no engine completes into it any more.

@@ -252,7 +252,7 @@ func recvOutstanding(qp *transport.QP) int32 { _, n := qp.Outstanding(); return 
 // engines, or place objects where a capture expects them.
 func nicOf(d *Device) *transport.NIC { return d.ops.(*inproc.Device).NIC }
 func tqp(qp *QP) *transport.QP       { return qp.ops.(*inproc.QP).QP }
-func tcq(cq *CQ) *transport.CQ       { return cq.ops.(*transport.CQ) }
+func tcq(cq *CQ) *transport.CQ       { return cq.ops.(*inproc.CQ).CQ }
 func tmr(mr *MR) *transport.MR       { return mr.ops.(*inproc.MR).MR }
 func tmw(mw *MW) *transport.MW       { return mw.ops.(*inproc.MW).MW }
 func tsrq(s *SRQ) *transport.SRQ     { return s.ops.(*transport.SRQ) }

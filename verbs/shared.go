@@ -30,6 +30,20 @@ func (d *Device) CreateSharedCQ(depth int, ring *uverbs.Ring, notify func()) (*C
 	return cq, nil
 }
 
+// ResizeShared moves a shared CQ to ring, of depth completions, with the
+// completions its client has not read (ibv_resize_cq through the daemon);
+// the old ring is no longer written once it returns.
+func (cq *CQ) ResizeShared(depth int, ring *uverbs.Ring, notify func()) error {
+	if depth < 1 || depth > MaxCQE {
+		return fmt.Errorf("verbs: resizing a shared CQ to %d: %w", depth, ErrInvalid)
+	}
+	err := cq.ops.ResizeShared(depth, ring, notify)
+	if err == nil {
+		cq.depth = depth
+	}
+	return err
+}
+
 // CreateSharedQP creates a QP whose work requests a client posts to sq and
 // rq, memory it shares: slots of the sizes uverbs.SendSlotSize and
 // RecvSlotSize give for the QP's capabilities. For a UD QP, ahs finds the

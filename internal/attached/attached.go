@@ -597,6 +597,11 @@ func (cq *CQ) Wait(ctx context.Context) error {
 	return err
 }
 
+// ResizeShared is the daemon's: ErrNotSup.
+func (cq *CQ) ResizeShared(int, *uverbs.Ring, func()) error {
+	return errDaemonSide("resizing a shared CQ")
+}
+
 // Overflowed reports whether the daemon lost completions of the CQ.
 func (cq *CQ) Overflowed() bool { return cq.ring.Aux2().Load() != 0 }
 

@@ -110,6 +110,10 @@ type CQOps interface {
 	ReqNotify(solicitedOnly bool)
 	Wait(ctx context.Context) error
 	Overflowed() bool
+	// ResizeShared moves a shared CQ to ring, of depth completions (checked),
+	// with the completions its client has not read (the daemon's device
+	// only).
+	ResizeShared(depth int, ring *uverbs.Ring, notify func()) error
 }
 
 // SRQOps is a shared receive queue's provider.

@@ -74,7 +74,30 @@ func (d *Device) AllocPD() (ibv.PDOps, error) {
 func (d *Device) CreateCQ(depth int, owner any) (ibv.CQOps, error) {
 	cq := d.NIC.CreateCQ(depth)
 	cq.Owner = owner
-	return cq, nil
+	return &CQ{CQ: cq}, nil
+}
+
+// CQ is a completion queue: transport's (embedded), which the engines
+// fill.
+type CQ struct {
+	*transport.CQ
+}
+
+// ResizeShared moves a shared CQ to ring, of depth completions, with the
+// completions its client has not read; the old ring is no longer written
+// once it returns.
+func (cq *CQ) ResizeShared(depth int, ring *uverbs.Ring, notify func()) error {
+	if ring == nil || int(ring.Slots()) < depth || ring.SlotSize() < uverbs.CQESize {
+		return fmt.Errorf("verbs: resizing a shared CQ to %d on a ring too small: %w", depth, ibv.ErrInvalid)
+	}
+	dst := sharedring.NewCQ(ring, notify)
+	return cq.ResizeSink(depth, dst, func(old transport.CQSink, tail uint32) (uint32, error) {
+		src, ok := old.(*sharedring.CQ)
+		if !ok {
+			return 0, fmt.Errorf("verbs: not a shared CQ: %w", ibv.ErrInvalid)
+		}
+		return src.MoveTo(dst, tail, depth)
+	})
 }
 
 // CreateSharedCQ creates a CQ whose completions go to ring, memory
@@ -86,7 +109,7 @@ func (d *Device) CreateSharedCQ(depth int, ring *uverbs.Ring, notify func(), own
 	}
 	cq := d.NIC.CreateCQSink(depth, sharedring.NewCQ(ring, notify))
 	cq.Owner = owner
-	return cq, nil
+	return &CQ{CQ: cq}, nil
 }
 
 // GetAsyncEvent returns the oldest asynchronous event, naming the owners
@@ -267,12 +290,12 @@ func (pd *PD) CreateQP(init ibv.QPInit, owner any) (ibv.QPOps, error) {
 }
 
 func (pd *PD) createQP(init ibv.QPInit, owner any) (*QP, error) {
-	scq, ok1 := init.SendCQ.(*transport.CQ)
-	rcq, ok2 := init.RecvCQ.(*transport.CQ)
+	scq, ok1 := init.SendCQ.(*CQ)
+	rcq, ok2 := init.RecvCQ.(*CQ)
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("verbs: a CQ belongs to another device: %w", ibv.ErrInvalid)
 	}
-	t := transport.QPInit{Type: init.Type, SendCQ: scq, RecvCQ: rcq, Cap: init.Cap, SigAll: init.SigAll, GSI: init.GSI}
+	t := transport.QPInit{Type: init.Type, SendCQ: scq.CQ, RecvCQ: rcq.CQ, Cap: init.Cap, SigAll: init.SigAll, GSI: init.GSI}
 	if init.SRQ != nil {
 		srq, ok := init.SRQ.(*transport.SRQ)
 		if !ok {
@@ -403,10 +426,10 @@ func wrOf(wr *ibv.SendWR) transport.WR {
 	return w
 }
 
-// The provider's objects; transport's CQ and SRQ are their own ops.
+// The provider's objects; transport's SRQ is its own ops.
 var (
 	_ ibv.QPOps  = (*QP)(nil)
-	_ ibv.CQOps  = (*transport.CQ)(nil)
+	_ ibv.CQOps  = (*CQ)(nil)
 	_ ibv.SRQOps = (*transport.SRQ)(nil)
 	_ ibv.MROps  = (*MR)(nil)
 	_ ibv.MWOps  = (*MW)(nil)

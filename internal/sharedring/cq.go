@@ -1,6 +1,8 @@
 package sharedring
 
 import (
+	"fmt"
+
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/uverbs"
 )
@@ -43,4 +45,23 @@ func (c *CQ) Notify(solicited bool) {
 		r.Aux().CompareAndSwap(a, uverbs.NotifyOff) && c.notify != nil {
 		c.notify()
 	}
+}
+
+// MoveTo copies the completions the client has not read, from its
+// consumer index to tail, to the start of dst (a fresh ring), with the
+// client's notification request, and returns how many. More unread
+// completions than dst's depth is EINVAL (rxe's rxe_cq_chk_attr), as is a
+// consumer index the ring cannot hold (a client's word).
+func (c *CQ) MoveTo(dst *CQ, tail uint32, depth int) (uint32, error) {
+	n := tail - c.ring.Consumer()
+	if n > c.ring.Slots() || int(n) > depth || depth > int(dst.ring.Slots()) {
+		return 0, fmt.Errorf("sharedring: %d unread completions, new depth %d: %w", n, depth, ibv.ErrInvalid)
+	}
+	for i := range n {
+		copy(dst.ring.Slot(i), c.ring.Slot(tail-n+i))
+	}
+	dst.ring.Aux().Store(c.ring.Aux().Load())
+	dst.ring.Aux2().Store(c.ring.Aux2().Load())
+	dst.ring.SetProducer(n)
+	return n, nil
 }

@@ -147,6 +147,42 @@ func (d *NIC) CreateCQSink(depth int, sink CQSink) *CQ {
 	return &CQ{dev: d, depth: depth, sink: sink, event: make(chan struct{}, 1)}
 }
 
+// ResizeSink moves a sink CQ to sink, of depth completions
+// (ibv_resize_cq through the daemon). Under pushMu, so no engine completes
+// meanwhile, move copies the completions the client has not read from the
+// old sink, whose next slot is tail, and returns how many it copied: the
+// next completion goes to that slot of the new sink.
+func (cq *CQ) ResizeSink(depth int, sink CQSink, move func(old CQSink, tail uint32) (uint32, error)) error {
+	cq.dev.settle()
+	cq.pushMu.Lock()
+	defer cq.pushMu.Unlock()
+	if cq.sink == nil || sink == nil || depth < 1 {
+		return fmt.Errorf("transport: resizing a CQ without a sink: %w", ibv.ErrInvalid)
+	}
+	n, err := move(cq.sink, uint32(cq.tail.Load()))
+	if err != nil {
+		return err
+	}
+	cq.sink, cq.depth = sink, depth
+	cq.tail.Store(uint64(n))
+	return nil
+}
+
+// settle runs each engine until a step finds nothing to do (a few steps
+// at most): work clients posted before the call has been taken, and what
+// completes without a peer's answer (UD sends, RC and UC packets handed to
+// the link or looped back) has completed. rxe's post_send runs its
+// requester inside the system call; ibv_resize_cq counts, as there, the
+// completions of the work posted before it.
+func (d *NIC) settle() {
+	for _, e := range d.shards {
+		e.mu.Lock()
+		for i := 0; i < 8 && !d.gone && e.step(); i++ {
+		}
+		e.mu.Unlock()
+	}
+}
+
 // pushSink is push for a CQ with a sink.
 func (cq *CQ) pushSink(wc ibv.WorkCompletion, solicited bool) bool {
 	t := uint32(cq.tail.Load())

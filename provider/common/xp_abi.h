@@ -77,6 +77,7 @@ enum xp_op {
 	XP_DETACH_MCAST = 44,
 	XP_CM_JOIN_MCAST = 45,
 	XP_CM_LEAVE_MCAST = 46,
+	XP_RESIZE_CQ = 47,
 };
 
 /* A ring's header: each index on its own cache line. Slots follow it. */

@@ -233,7 +233,13 @@ static void queries(struct side *a)
 		      memcmp(&ge.gid, &a->gid, 16) == 0 && ge.ndev_ifindex > 0,
 	      "ibv_query_gid_ex: RoCE v2, the interface's index");
 	union ibv_gid g;
-	check(ibv_query_gid(a->ctx, 1, 99, &g) != 0, "ibv_query_gid past the table fails");
+	check(ibv_query_gid(a->ctx, 1, pa.gid_tbl_len, &g) != 0 && errno == EINVAL, "ibv_query_gid past the table: EINVAL");
+	check(pa.gid_tbl_len == 1024 && ibv_query_gid(a->ctx, 1, pa.gid_tbl_len - 1, &g) == 0 &&
+		      memcmp(&g, &(union ibv_gid){0}, sizeof(g)) == 0,
+	      "ibv_query_gid of an empty entry of rxe's 1024: the zero GID");
+	check(ibv_query_gid_ex(a->ctx, 1, pa.gid_tbl_len - 1, &ge, 0) == ENODATA &&
+		      ibv_query_gid_ex(a->ctx, 1, pa.gid_tbl_len, &ge, 0) == EINVAL,
+	      "ibv_query_gid_ex: ENODATA for an empty entry, EINVAL past the table");
 	__be16 pkey;
 	check(ibv_query_pkey(a->ctx, 1, 0, &pkey) == 0 && be16toh(pkey) == 0xffff, "ibv_query_pkey: the default P_Key");
 	check(strcmp(ibv_wc_status_str(IBV_WC_SUCCESS), "success") == 0 &&
@@ -892,6 +898,54 @@ static int mtpoll(char **argv)
 	return failures > 99 ? 99 : failures;
 }
 
+/* resize_cq: ibv_resize_cq keeps the completions not yet polled, in order, refuses a size below
+ * them (EINVAL, as rxe), and the CQ then holds what the new size says. UD sends complete without
+ * the peer, and the daemon lets its engines take posted work before it counts (as rxe's post_send
+ * runs its requester in the system call): three sends posted are three completions unread. */
+static void resize_cq(struct side *a, struct side *b)
+{
+	struct ibv_cq *cq = ibv_create_cq(a->ctx, 4, NULL, NULL, 0);
+	struct ibv_qp *qa = cq ? make_qp(a, IBV_QPT_UD, NULL, cq) : NULL;
+	struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1, .grh = {.dgid = b->gid, .sgid_index = a->gid_index, .hop_limit = 64}};
+	struct ibv_ah *ah = ibv_create_ah(a->pd, &aa);
+	check(cq && qa && ah && ud_up(qa) == 0, "a CQ of 4 entries and a UD QP on it");
+	if (!cq || !qa || !ah)
+		return;
+	struct ibv_sge sge = {.addr = (uintptr_t)a->buf, .length = 64, .lkey = a->mr->lkey};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
+			   *bad;
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = 0xabcde; /* no QP of b's: the datagrams are dropped there */
+	wr.wr.ud.remote_qkey = 0x11111111;
+	int ok = 1;
+	for (uint64_t i = 1; i <= 3; i++) {
+		wr.wr_id = i;
+		ok = ok && ibv_post_send(qa, &wr, &bad) == 0;
+	}
+	check(ok && ibv_resize_cq(cq, 2) == EINVAL, "ibv_resize_cq below the unread completions: EINVAL");
+	check(ibv_resize_cq(cq, 0) == EINVAL, "ibv_resize_cq to 0: EINVAL");
+	check(ibv_resize_cq(cq, 100) == 0 && cq->cqe >= 100, "ibv_resize_cq from 4 to 100 with 3 unread");
+	struct ibv_wc wc;
+	int inorder = 1;
+	for (uint64_t i = 1; i <= 3; i++)
+		inorder = inorder && poll_one(cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == i;
+	check(inorder, "the unread completions survive the resize, in order");
+	/* 60 in flight at once: far more than the old 4 entries held. */
+	int posted = 0, polled = 0, good = 1;
+	for (uint64_t i = 0; i < 60; i++) {
+		wr.wr_id = 100 + i;
+		posted += ibv_post_send(qa, &wr, &bad) == 0;
+	}
+	while (good && polled < posted)
+		good = poll_one(cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 100 + (uint64_t)polled++;
+	check(good && posted == 60, "the resized CQ takes 60 completions in order (%d of %d)", polled, posted);
+	check(ibv_resize_cq(cq, 1) == 0 && cq->cqe >= 1, "ibv_resize_cq down to 1 when empty");
+	wr.wr_id = 7;
+	check(ibv_post_send(qa, &wr, &bad) == 0 && poll_one(cq, &wc) == 1 && wc.wr_id == 7 && wc.status == IBV_WC_SUCCESS,
+	      "a completion after shrinking");
+	check(ibv_destroy_qp(qa) == 0 && ibv_destroy_ah(ah) == 0 && ibv_destroy_cq(cq) == 0, "and the CQ goes");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 8 && strcmp(argv[1], "mtpoll") == 0)
@@ -915,6 +969,7 @@ int main(int argc, char **argv)
 	data_old_api(&a, &b, qa, qb);
 	ibv_destroy_qp(qa);
 	ibv_destroy_qp(qb);
+	resize_cq(&a, &b);
 	data_new_api(&a, &b);
 	cq_ex_and_events(&a, &b);
 	srq_and_async(&a, &b);

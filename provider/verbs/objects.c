@@ -281,15 +281,64 @@ XP_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	}
 	close(cq->evfd);
 	xp_unmap_ring(&cq->ring);
+	for (size_t i = 0; i < cq->nretired; i++)
+		xp_unmap_ring(&cq->retired[i]);
+	free(cq->retired);
 	pthread_spin_destroy(&cq->lock);
 	free(cq);
 	return 0;
 }
 
-XP_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+/* ibv_resize_cq gives the CQ a new ring from the daemon, which moves the unread completions into
+ * it, as rxe resizes its queue: more unread completions than cqe is EINVAL. Pollers wait on the
+ * CQ's lock meanwhile, so the consumer index the daemon reads does not move. */
+XP_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 {
-	(void)cq, (void)cqe;
-	return EOPNOTSUPP;
+	struct xcq *cq = to_xcq(ibcq);
+	struct xctx *c = to_xctx(ibcq->context);
+	if (cqe < 1 || (uint32_t)cqe > c->info.max_cqe)
+		return EINVAL;
+	struct xp_ring *keep = realloc(cq->retired, (cq->nretired + 1) * sizeof(*keep));
+	if (!keep)
+		return ENOMEM;
+	cq->retired = keep;
+	pthread_spin_lock(&cq->lock);
+	uint32_t unread = atomic_load_explicit(XP_PRODUCER(&cq->ring), memory_order_acquire) - cq->cons;
+	if (unread > (uint32_t)cqe) {
+		pthread_spin_unlock(&cq->lock);
+		return EINVAL;
+	}
+	struct xp_enc e;
+	struct xp_dec d;
+	uint8_t buf[64];
+	int fds[XP_MAX_FDS], nfds = 0;
+	xp_start(&e, XP_RESIZE_CQ);
+	xp_u32(&e, ibcq->handle);
+	xp_u32(&e, (uint32_t)cqe);
+	int err = xp_call(c, &e, NULL, 0, buf, sizeof(buf), &d, fds, &nfds);
+	uint32_t slots = err ? 0 : xp_get_u32(&d);
+	if (!err)
+		err = xp_end(&d);
+	if (!err && nfds != 1)
+		err = EPROTO;
+	struct xp_ring ring = {0};
+	if (!err)
+		err = xp_map_ring(&ring, fds[0], slots, XP_CQE);
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	if (!err && (uint32_t)cqe > slots) {
+		xp_unmap_ring(&ring);
+		err = EPROTO;
+	}
+	if (!err) {
+		cq->retired[cq->nretired++] = cq->ring;
+		cq->ring = ring;
+		/* The daemon put the unread completions at the new ring's start. */
+		__atomic_store_n(&cq->cons, 0, __ATOMIC_RELAXED);
+		ibcq->cqe = cqe;
+	}
+	pthread_spin_unlock(&cq->lock);
+	return err;
 }
 
 /* ibv_get_cq_event waits for one of the channel's CQs to fire, unless the channel's fd is

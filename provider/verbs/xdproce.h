@@ -164,6 +164,10 @@ struct xcq {
 	pthread_spinlock_t lock;
 	struct xp_cqe cur; /* the completion the extended poll API is on */
 	bool polling;
+	/* Rings a resize replaced, mapped until the CQ is destroyed: a poller's lockless look at the
+	 * producer index may still read one. */
+	struct xp_ring *retired;
+	size_t nretired;
 };
 
 static inline struct xcq *to_xcq(struct ibv_cq *cq)

@@ -139,8 +139,12 @@ func ABIHeader() ([]byte, error) {
 #define XDPROCE_XP_ABI_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "codec.h"
 
 enum {
 `)
@@ -168,6 +172,227 @@ enum {
 			fmt.Fprintf(&b, "_Static_assert(offsetof(struct %s, %s) == %d, \"%s.%s\");\n", l.name, f.path, f.off, l.name, f.path)
 		}
 	}
+	if err := msgHeader(&b); err != nil {
+		return nil, err
+	}
 	b.WriteString("\n#endif\n")
 	return b.Bytes(), nil
+}
+
+// msgGen writes the control messages' C: the records' structs and codecs, then each op's request
+// struct and encoder and reply struct and decoder.
+type msgGen struct {
+	b       *bytes.Buffer
+	records map[reflect.Type]string
+}
+
+// cMsgField is one C member of a body: its declaration(s), and the statements that encode it
+// from and decode it into r->NAME.
+type cMsgField struct {
+	decl, put, get []string
+	doc            string
+}
+
+func (g *msgGen) field(name string, t reflect.Type, doc string) (cMsgField, error) {
+	f := cMsgField{doc: doc}
+	x := "r->" + name
+	switch t.Kind() {
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		f.decl = []string{fmt.Sprintf("uint%d_t %s;", t.Bits(), name)}
+		f.put = []string{fmt.Sprintf("xp_u%d(e, %s);", t.Bits(), x)}
+		f.get = []string{fmt.Sprintf("%s = xp_get_u%d(d);", x, t.Bits())}
+	case reflect.Int32:
+		f.decl = []string{fmt.Sprintf("int32_t %s;", name)}
+		f.put = []string{fmt.Sprintf("xp_u32(e, (uint32_t)%s);", x)}
+		f.get = []string{fmt.Sprintf("%s = (int32_t)xp_get_u32(d);", x)}
+	case reflect.Bool:
+		f.decl = []string{fmt.Sprintf("bool %s;", name)}
+		f.put = []string{fmt.Sprintf("xp_u8(e, %s ? 1 : 0);", x)}
+		f.get = []string{fmt.Sprintf("%s = xp_get_bool(d);", x)}
+	case reflect.Array:
+		if t.Elem().Kind() != reflect.Uint8 {
+			return f, fmt.Errorf("uverbs: no C for %s %s", name, t)
+		}
+		n := t.Len()
+		f.decl = []string{fmt.Sprintf("uint8_t %s[%d];", name, n)}
+		f.put = []string{fmt.Sprintf("xp_raw(e, %s, %d);", x, n)}
+		f.get = []string{fmt.Sprintf("xp_get_into(d, %s, %d);", x, n)}
+	case reflect.String, reflect.Slice:
+		switch {
+		case t.Kind() == reflect.String || t.Elem().Kind() == reflect.Uint8:
+			f.decl = []string{fmt.Sprintf("const uint8_t *%s;", name), fmt.Sprintf("uint16_t %s_len;", name)}
+			f.put = []string{fmt.Sprintf("xp_bytes(e, %s, %s_len);", x, x)}
+			f.get = []string{fmt.Sprintf("%s = xp_get_bytes(d, &%s_len);", x, x), fmt.Sprintf("if (!%s)", x), fmt.Sprintf("\t%s_len = 0;", x)}
+		case t.Elem().Kind() == reflect.Array && t.Elem().Elem().Kind() == reflect.Uint8:
+			n := t.Elem().Len()
+			f.decl = []string{fmt.Sprintf("const uint8_t (*%s)[%d];", name, n), fmt.Sprintf("uint16_t %s_count;", name)}
+			f.put = []string{fmt.Sprintf("xp_u16(e, %s_count);", x), fmt.Sprintf("xp_raw(e, %s, (size_t)%s_count * %d);", x, x, n)}
+			f.get = []string{fmt.Sprintf("%s_count = xp_get_u16(d);", x),
+				fmt.Sprintf("%s = (const uint8_t (*)[%d])xp_get_raw(d, (size_t)%s_count * %d);", x, n, x, n),
+				fmt.Sprintf("if (!%s)", x), fmt.Sprintf("\t%s_count = 0;", x)}
+		default:
+			return f, fmt.Errorf("uverbs: no C for the list %s %s (a Go-only body)", name, t)
+		}
+	case reflect.Struct:
+		rec, ok := g.records[t]
+		if !ok {
+			return f, fmt.Errorf("uverbs: %s: struct %s is not one of msgRecords", name, t)
+		}
+		f.decl = []string{fmt.Sprintf("struct xp_%s %s;", rec, name)}
+		f.put = []string{fmt.Sprintf("xp_put_%s(e, &%s);", rec, x)}
+		f.get = []string{fmt.Sprintf("xp_get_%s(d, &%s);", rec, x)}
+	default:
+		return f, fmt.Errorf("uverbs: no C for %s %s", name, t)
+	}
+	return f, nil
+}
+
+// fields lists the C members of struct t's fields, in order.
+func (g *msgGen) fields(t reflect.Type) ([]cMsgField, error) {
+	var out []cMsgField
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		name := sf.Tag.Get("abi")
+		if name == "" {
+			return nil, fmt.Errorf("uverbs: %s.%s has no abi tag", t.Name(), sf.Name)
+		}
+		f, err := g.field(name, sf.Type, sf.Tag.Get("doc"))
+		if err != nil {
+			return nil, fmt.Errorf("%s.%s: %w", t.Name(), sf.Name, err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// partFields lists the C members of a body's parts: a Ref part is its handle under the part's
+// name, another named part a member of its record's type, an unnamed part's fields flattened.
+func (g *msgGen) partFields(ps []part) ([]cMsgField, error) {
+	var out []cMsgField
+	for _, p := range ps {
+		t := reflect.TypeOf(p.typ)
+		switch {
+		case p.name == "":
+			fs, err := g.fields(t)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, fs...)
+		case t == reflect.TypeOf(Ref{}):
+			f, err := g.field(p.name, reflect.TypeOf(uint32(0)), "")
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, f)
+		default:
+			f, err := g.field(p.name, t, "")
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// emit writes struct xp_NAME (unless declared) and, as asked, its encoder and its decoder.
+func (g *msgGen) emit(name, doc string, fs []cMsgField, declare, put, get bool) {
+	if declare {
+		fmt.Fprintf(g.b, "\n/* %s */\nstruct xp_%s {\n", doc, name)
+		for _, f := range fs {
+			if f.doc != "" {
+				fmt.Fprintf(g.b, "\t/* %s */\n", f.doc)
+			}
+			for _, d := range f.decl {
+				fmt.Fprintf(g.b, "\t%s\n", d)
+			}
+		}
+		g.b.WriteString("};\n")
+	}
+	if put {
+		fmt.Fprintf(g.b, "\nstatic inline void xp_put_%s(struct xp_enc *e, const struct xp_%s *r)\n{\n", name, name)
+		for _, f := range fs {
+			for _, s := range f.put {
+				fmt.Fprintf(g.b, "\t%s\n", s)
+			}
+		}
+		g.b.WriteString("}\n")
+	}
+	if get {
+		fmt.Fprintf(g.b, "\nstatic inline void xp_get_%s(struct xp_dec *d, struct xp_%s *r)\n{\n", name, name)
+		for _, f := range fs {
+			for _, s := range f.get {
+				fmt.Fprintf(g.b, "\t%s\n", s)
+			}
+		}
+		g.b.WriteString("}\n")
+	}
+}
+
+// opCName is op's C stem: cm_bind for CM_BIND.
+func opCName(o Op) string { return strings.ToLower(o.String()) }
+
+// msgHeader writes the control messages' part of the header.
+func msgHeader(b *bytes.Buffer) error {
+	g := &msgGen{b: b, records: map[reflect.Type]string{}}
+	b.WriteString(`
+/* The control messages' bodies (uverbs/body.go): each field little-endian, one after another; a
+ * byte string is a u16 length then the bytes, a list a u16 count then the items. The client
+ * encodes a request with xp_put_OP_req and decodes its reply with xp_get_OP_rep; a decoded
+ * byte string points into the reply. */
+static inline void xp_get_into(struct xp_dec *d, uint8_t *to, size_t n)
+{
+	const uint8_t *p = xp_get_raw(d, n);
+	if (p)
+		memcpy(to, p, n);
+	else
+		memset(to, 0, n);
+}
+`)
+	hdr, err := g.fields(reflect.TypeOf(abiMsgHeader{}))
+	if err != nil {
+		return err
+	}
+	g.emit("msg_hdr", "", hdr, false, true, true)
+	for _, r := range msgRecords {
+		t := reflect.TypeOf(r.typ)
+		fs, err := g.fields(t)
+		if err != nil {
+			return err
+		}
+		g.records[t] = r.name
+		g.emit(r.name, "uverbs."+t.Name(), fs, true, true, true)
+	}
+	for o := OpHello; o < opEnd; o++ {
+		body, ok := opBodies[o]
+		if !ok {
+			return fmt.Errorf("uverbs: op %v has no body (opBodies)", o)
+		}
+		if body.goOnly {
+			continue
+		}
+		for _, side := range []struct {
+			ps     []part
+			suffix string
+			req    bool
+		}{{body.req, "req", true}, {body.rep, "rep", false}} {
+			if len(side.ps) == 0 {
+				continue
+			}
+			fs, err := g.partFields(side.ps)
+			if err != nil {
+				return fmt.Errorf("%v: %w", o, err)
+			}
+			var names []string
+			for _, p := range side.ps {
+				names = append(names, reflect.TypeOf(p.typ).Name())
+			}
+			what := "request"
+			if !side.req {
+				what = "reply"
+			}
+			g.emit(opCName(o)+"_"+side.suffix, fmt.Sprintf("XP_%s's %s: %s", o, what, strings.Join(names, ", ")), fs, true, side.req, !side.req)
+		}
+	}
+	return nil
 }

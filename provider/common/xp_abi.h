@@ -8,8 +8,12 @@
 #define XDPROCE_XP_ABI_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "codec.h"
 
 enum {
 	XP_VERSION = 1, /* the control protocol's version (HELLO) */
@@ -245,5 +249,1049 @@ _Static_assert(offsetof(struct xp_msg_hdr, version) == 0, "xp_msg_hdr.version");
 _Static_assert(offsetof(struct xp_msg_hdr, op) == 2, "xp_msg_hdr.op");
 _Static_assert(offsetof(struct xp_msg_hdr, seq) == 4, "xp_msg_hdr.seq");
 _Static_assert(offsetof(struct xp_msg_hdr, err) == 8, "xp_msg_hdr.err");
+
+/* The control messages' bodies (uverbs/body.go): each field little-endian, one after another; a
+ * byte string is a u16 length then the bytes, a list a u16 count then the items. The client
+ * encodes a request with xp_put_OP_req and decodes its reply with xp_get_OP_rep; a decoded
+ * byte string points into the reply. */
+static inline void xp_get_into(struct xp_dec *d, uint8_t *to, size_t n)
+{
+	const uint8_t *p = xp_get_raw(d, n);
+	if (p)
+		memcpy(to, p, n);
+	else
+		memset(to, 0, n);
+}
+
+static inline void xp_put_msg_hdr(struct xp_enc *e, const struct xp_msg_hdr *r)
+{
+	xp_u16(e, r->version);
+	xp_u16(e, r->op);
+	xp_u32(e, r->seq);
+	xp_u32(e, (uint32_t)r->err);
+}
+
+static inline void xp_get_msg_hdr(struct xp_dec *d, struct xp_msg_hdr *r)
+{
+	r->version = xp_get_u16(d);
+	r->op = xp_get_u16(d);
+	r->seq = xp_get_u32(d);
+	r->err = (int32_t)xp_get_u32(d);
+}
+
+/* uverbs.QPCap */
+struct xp_qp_cap {
+	uint32_t max_send_wr;
+	uint32_t max_recv_wr;
+	uint32_t max_send_sge;
+	uint32_t max_recv_sge;
+	uint32_t max_inline_data;
+};
+
+static inline void xp_put_qp_cap(struct xp_enc *e, const struct xp_qp_cap *r)
+{
+	xp_u32(e, r->max_send_wr);
+	xp_u32(e, r->max_recv_wr);
+	xp_u32(e, r->max_send_sge);
+	xp_u32(e, r->max_recv_sge);
+	xp_u32(e, r->max_inline_data);
+}
+
+static inline void xp_get_qp_cap(struct xp_dec *d, struct xp_qp_cap *r)
+{
+	r->max_send_wr = xp_get_u32(d);
+	r->max_recv_wr = xp_get_u32(d);
+	r->max_send_sge = xp_get_u32(d);
+	r->max_recv_sge = xp_get_u32(d);
+	r->max_inline_data = xp_get_u32(d);
+}
+
+/* uverbs.QPAttr */
+struct xp_qp_attr {
+	uint8_t qp_state;
+	uint8_t cur_qp_state;
+	uint32_t qp_access_flags;
+	uint16_t pkey_index;
+	uint8_t port_num;
+	uint32_t qkey;
+	uint8_t dgid[16];
+	uint8_t sgid_index;
+	uint8_t hop_limit;
+	uint8_t traffic_class;
+	uint32_t flow_label;
+	/* empty: resolve */
+	const uint8_t *dmac;
+	uint16_t dmac_len;
+	uint8_t path_mtu;
+	uint8_t timeout;
+	uint8_t retry_cnt;
+	uint8_t rnr_retry;
+	uint32_t rq_psn;
+	uint32_t sq_psn;
+	uint8_t max_rd_atomic;
+	uint8_t max_dest_rd_atomic;
+	uint8_t min_rnr_timer;
+	uint32_t dest_qp_num;
+	bool en_sqd_async_notify;
+	bool sq_draining;
+	struct xp_qp_cap cap;
+};
+
+static inline void xp_put_qp_attr(struct xp_enc *e, const struct xp_qp_attr *r)
+{
+	xp_u8(e, r->qp_state);
+	xp_u8(e, r->cur_qp_state);
+	xp_u32(e, r->qp_access_flags);
+	xp_u16(e, r->pkey_index);
+	xp_u8(e, r->port_num);
+	xp_u32(e, r->qkey);
+	xp_raw(e, r->dgid, 16);
+	xp_u8(e, r->sgid_index);
+	xp_u8(e, r->hop_limit);
+	xp_u8(e, r->traffic_class);
+	xp_u32(e, r->flow_label);
+	xp_bytes(e, r->dmac, r->dmac_len);
+	xp_u8(e, r->path_mtu);
+	xp_u8(e, r->timeout);
+	xp_u8(e, r->retry_cnt);
+	xp_u8(e, r->rnr_retry);
+	xp_u32(e, r->rq_psn);
+	xp_u32(e, r->sq_psn);
+	xp_u8(e, r->max_rd_atomic);
+	xp_u8(e, r->max_dest_rd_atomic);
+	xp_u8(e, r->min_rnr_timer);
+	xp_u32(e, r->dest_qp_num);
+	xp_u8(e, r->en_sqd_async_notify ? 1 : 0);
+	xp_u8(e, r->sq_draining ? 1 : 0);
+	xp_put_qp_cap(e, &r->cap);
+}
+
+static inline void xp_get_qp_attr(struct xp_dec *d, struct xp_qp_attr *r)
+{
+	r->qp_state = xp_get_u8(d);
+	r->cur_qp_state = xp_get_u8(d);
+	r->qp_access_flags = xp_get_u32(d);
+	r->pkey_index = xp_get_u16(d);
+	r->port_num = xp_get_u8(d);
+	r->qkey = xp_get_u32(d);
+	xp_get_into(d, r->dgid, 16);
+	r->sgid_index = xp_get_u8(d);
+	r->hop_limit = xp_get_u8(d);
+	r->traffic_class = xp_get_u8(d);
+	r->flow_label = xp_get_u32(d);
+	r->dmac = xp_get_bytes(d, &r->dmac_len);
+	if (!r->dmac)
+		r->dmac_len = 0;
+	r->path_mtu = xp_get_u8(d);
+	r->timeout = xp_get_u8(d);
+	r->retry_cnt = xp_get_u8(d);
+	r->rnr_retry = xp_get_u8(d);
+	r->rq_psn = xp_get_u32(d);
+	r->sq_psn = xp_get_u32(d);
+	r->max_rd_atomic = xp_get_u8(d);
+	r->max_dest_rd_atomic = xp_get_u8(d);
+	r->min_rnr_timer = xp_get_u8(d);
+	r->dest_qp_num = xp_get_u32(d);
+	r->en_sqd_async_notify = xp_get_bool(d);
+	r->sq_draining = xp_get_bool(d);
+	xp_get_qp_cap(d, &r->cap);
+}
+
+/* uverbs.AHAttr */
+struct xp_ah_attr {
+	uint8_t dgid[16];
+	uint8_t sgid_index;
+	uint8_t hop_limit;
+	uint8_t traffic_class;
+	uint32_t flow_label;
+	uint8_t sl;
+	uint8_t port_num;
+	bool is_global;
+};
+
+static inline void xp_put_ah_attr(struct xp_enc *e, const struct xp_ah_attr *r)
+{
+	xp_raw(e, r->dgid, 16);
+	xp_u8(e, r->sgid_index);
+	xp_u8(e, r->hop_limit);
+	xp_u8(e, r->traffic_class);
+	xp_u32(e, r->flow_label);
+	xp_u8(e, r->sl);
+	xp_u8(e, r->port_num);
+	xp_u8(e, r->is_global ? 1 : 0);
+}
+
+static inline void xp_get_ah_attr(struct xp_dec *d, struct xp_ah_attr *r)
+{
+	xp_get_into(d, r->dgid, 16);
+	r->sgid_index = xp_get_u8(d);
+	r->hop_limit = xp_get_u8(d);
+	r->traffic_class = xp_get_u8(d);
+	r->flow_label = xp_get_u32(d);
+	r->sl = xp_get_u8(d);
+	r->port_num = xp_get_u8(d);
+	r->is_global = xp_get_bool(d);
+}
+
+/* uverbs.SRQAttr */
+struct xp_srq_attr {
+	uint32_t max_wr;
+	uint32_t max_sge;
+	uint32_t srq_limit;
+};
+
+static inline void xp_put_srq_attr(struct xp_enc *e, const struct xp_srq_attr *r)
+{
+	xp_u32(e, r->max_wr);
+	xp_u32(e, r->max_sge);
+	xp_u32(e, r->srq_limit);
+}
+
+static inline void xp_get_srq_attr(struct xp_dec *d, struct xp_srq_attr *r)
+{
+	r->max_wr = xp_get_u32(d);
+	r->max_sge = xp_get_u32(d);
+	r->srq_limit = xp_get_u32(d);
+}
+
+/* uverbs.Event */
+struct xp_async_event {
+	/* enum ibv_event_type */
+	uint8_t event_type;
+	/* EventQP, EventCQ, EventSRQ */
+	uint8_t kind;
+	uint32_t handle;
+};
+
+static inline void xp_put_async_event(struct xp_enc *e, const struct xp_async_event *r)
+{
+	xp_u8(e, r->event_type);
+	xp_u8(e, r->kind);
+	xp_u32(e, r->handle);
+}
+
+static inline void xp_get_async_event(struct xp_dec *d, struct xp_async_event *r)
+{
+	r->event_type = xp_get_u8(d);
+	r->kind = xp_get_u8(d);
+	r->handle = xp_get_u32(d);
+}
+
+/* uverbs.CMAddr */
+struct xp_cm_addr {
+	uint8_t ip[16];
+	/* 4, 6, or 0 for none */
+	uint8_t family;
+	uint16_t port;
+};
+
+static inline void xp_put_cm_addr(struct xp_enc *e, const struct xp_cm_addr *r)
+{
+	xp_raw(e, r->ip, 16);
+	xp_u8(e, r->family);
+	xp_u16(e, r->port);
+}
+
+static inline void xp_get_cm_addr(struct xp_dec *d, struct xp_cm_addr *r)
+{
+	xp_get_into(d, r->ip, 16);
+	r->family = xp_get_u8(d);
+	r->port = xp_get_u16(d);
+}
+
+/* uverbs.CMConnParam */
+struct xp_cm_conn_param {
+	const uint8_t *private_data;
+	uint16_t private_data_len;
+	uint8_t responder_resources;
+	uint8_t initiator_depth;
+	bool flow_control;
+	uint8_t retry_count;
+	uint8_t rnr_retry_count;
+	bool srq;
+	uint32_t qp_num;
+};
+
+static inline void xp_put_cm_conn_param(struct xp_enc *e, const struct xp_cm_conn_param *r)
+{
+	xp_bytes(e, r->private_data, r->private_data_len);
+	xp_u8(e, r->responder_resources);
+	xp_u8(e, r->initiator_depth);
+	xp_u8(e, r->flow_control ? 1 : 0);
+	xp_u8(e, r->retry_count);
+	xp_u8(e, r->rnr_retry_count);
+	xp_u8(e, r->srq ? 1 : 0);
+	xp_u32(e, r->qp_num);
+}
+
+static inline void xp_get_cm_conn_param(struct xp_dec *d, struct xp_cm_conn_param *r)
+{
+	r->private_data = xp_get_bytes(d, &r->private_data_len);
+	if (!r->private_data)
+		r->private_data_len = 0;
+	r->responder_resources = xp_get_u8(d);
+	r->initiator_depth = xp_get_u8(d);
+	r->flow_control = xp_get_bool(d);
+	r->retry_count = xp_get_u8(d);
+	r->rnr_retry_count = xp_get_u8(d);
+	r->srq = xp_get_bool(d);
+	r->qp_num = xp_get_u32(d);
+}
+
+/* uverbs.CMIDInfo */
+struct xp_cm_id_info {
+	struct xp_cm_addr src;
+	struct xp_cm_addr dst;
+	uint8_t gid_index;
+	/* enum ibv_mtu; 0 before the route is resolved */
+	uint8_t path_mtu;
+	uint8_t dmac[6];
+	uint32_t flow_label;
+	uint8_t traffic_class;
+	uint8_t hop_limit;
+};
+
+static inline void xp_put_cm_id_info(struct xp_enc *e, const struct xp_cm_id_info *r)
+{
+	xp_put_cm_addr(e, &r->src);
+	xp_put_cm_addr(e, &r->dst);
+	xp_u8(e, r->gid_index);
+	xp_u8(e, r->path_mtu);
+	xp_raw(e, r->dmac, 6);
+	xp_u32(e, r->flow_label);
+	xp_u8(e, r->traffic_class);
+	xp_u8(e, r->hop_limit);
+}
+
+static inline void xp_get_cm_id_info(struct xp_dec *d, struct xp_cm_id_info *r)
+{
+	xp_get_cm_addr(d, &r->src);
+	xp_get_cm_addr(d, &r->dst);
+	r->gid_index = xp_get_u8(d);
+	r->path_mtu = xp_get_u8(d);
+	xp_get_into(d, r->dmac, 6);
+	r->flow_label = xp_get_u32(d);
+	r->traffic_class = xp_get_u8(d);
+	r->hop_limit = xp_get_u8(d);
+}
+
+/* uverbs.CMEvent */
+struct xp_cm_event {
+	/* enum rdma_cm_event_type */
+	uint8_t event;
+	uint32_t id;
+	uint32_t listen_id;
+	int32_t status;
+	struct xp_cm_conn_param param;
+	struct xp_ah_attr ud_ah;
+	uint32_t ud_qp_num;
+	uint32_t ud_qkey;
+	/* the ID's, after the event */
+	struct xp_cm_id_info info;
+	/* the ID's (for a new one) */
+	uint16_t port_space;
+};
+
+static inline void xp_put_cm_event(struct xp_enc *e, const struct xp_cm_event *r)
+{
+	xp_u8(e, r->event);
+	xp_u32(e, r->id);
+	xp_u32(e, r->listen_id);
+	xp_u32(e, (uint32_t)r->status);
+	xp_put_cm_conn_param(e, &r->param);
+	xp_put_ah_attr(e, &r->ud_ah);
+	xp_u32(e, r->ud_qp_num);
+	xp_u32(e, r->ud_qkey);
+	xp_put_cm_id_info(e, &r->info);
+	xp_u16(e, r->port_space);
+}
+
+static inline void xp_get_cm_event(struct xp_dec *d, struct xp_cm_event *r)
+{
+	r->event = xp_get_u8(d);
+	r->id = xp_get_u32(d);
+	r->listen_id = xp_get_u32(d);
+	r->status = (int32_t)xp_get_u32(d);
+	xp_get_cm_conn_param(d, &r->param);
+	xp_get_ah_attr(d, &r->ud_ah);
+	r->ud_qp_num = xp_get_u32(d);
+	r->ud_qkey = xp_get_u32(d);
+	xp_get_cm_id_info(d, &r->info);
+	r->port_space = xp_get_u16(d);
+}
+
+/* XP_HELLO's request: Hello */
+struct xp_hello_req {
+	uint16_t version;
+};
+
+static inline void xp_put_hello_req(struct xp_enc *e, const struct xp_hello_req *r)
+{
+	xp_u16(e, r->version);
+}
+
+/* XP_HELLO's reply: DeviceInfo */
+struct xp_hello_rep {
+	const uint8_t *name;
+	uint16_t name_len;
+	uint64_t node_guid;
+	uint8_t mac[6];
+	uint32_t max_qp;
+	uint32_t max_qp_wr;
+	uint32_t max_sge;
+	uint32_t max_cqe;
+	uint32_t max_inline_data;
+	uint64_t max_mr_size;
+	uint64_t max_msg_sz;
+	uint32_t max_qp_rd_atom;
+	uint32_t max_qp_init_rd_atom;
+	/* enum ibv_mtu */
+	uint8_t max_mtu;
+	/* enum ibv_mtu */
+	uint8_t active_mtu;
+	const uint8_t *data_path;
+	uint16_t data_path_len;
+	const uint8_t (*gids)[16];
+	uint16_t gids_count;
+	uint32_t engines;
+};
+
+static inline void xp_get_hello_rep(struct xp_dec *d, struct xp_hello_rep *r)
+{
+	r->name = xp_get_bytes(d, &r->name_len);
+	if (!r->name)
+		r->name_len = 0;
+	r->node_guid = xp_get_u64(d);
+	xp_get_into(d, r->mac, 6);
+	r->max_qp = xp_get_u32(d);
+	r->max_qp_wr = xp_get_u32(d);
+	r->max_sge = xp_get_u32(d);
+	r->max_cqe = xp_get_u32(d);
+	r->max_inline_data = xp_get_u32(d);
+	r->max_mr_size = xp_get_u64(d);
+	r->max_msg_sz = xp_get_u64(d);
+	r->max_qp_rd_atom = xp_get_u32(d);
+	r->max_qp_init_rd_atom = xp_get_u32(d);
+	r->max_mtu = xp_get_u8(d);
+	r->active_mtu = xp_get_u8(d);
+	r->data_path = xp_get_bytes(d, &r->data_path_len);
+	if (!r->data_path)
+		r->data_path_len = 0;
+	r->gids_count = xp_get_u16(d);
+	r->gids = (const uint8_t (*)[16])xp_get_raw(d, (size_t)r->gids_count * 16);
+	if (!r->gids)
+		r->gids_count = 0;
+	r->engines = xp_get_u32(d);
+}
+
+/* XP_ALLOC_PD's reply: Ref */
+struct xp_alloc_pd_rep {
+	uint32_t pd;
+};
+
+static inline void xp_get_alloc_pd_rep(struct xp_dec *d, struct xp_alloc_pd_rep *r)
+{
+	r->pd = xp_get_u32(d);
+}
+
+/* XP_DEALLOC_PD's request: Ref */
+struct xp_dealloc_pd_req {
+	uint32_t pd;
+};
+
+static inline void xp_put_dealloc_pd_req(struct xp_enc *e, const struct xp_dealloc_pd_req *r)
+{
+	xp_u32(e, r->pd);
+}
+
+/* XP_REG_MR's request: Ref, RegMR */
+struct xp_reg_mr_req {
+	uint32_t pd;
+	uint64_t addr;
+	uint64_t length;
+	/* enum ibv_access_flags */
+	uint32_t access;
+	uint64_t iova;
+};
+
+static inline void xp_put_reg_mr_req(struct xp_enc *e, const struct xp_reg_mr_req *r)
+{
+	xp_u32(e, r->pd);
+	xp_u64(e, r->addr);
+	xp_u64(e, r->length);
+	xp_u32(e, r->access);
+	xp_u64(e, r->iova);
+}
+
+/* XP_REG_MR's reply: MRCreated */
+struct xp_reg_mr_rep {
+	uint32_t mr;
+	uint32_t lkey;
+	uint32_t rkey;
+};
+
+static inline void xp_get_reg_mr_rep(struct xp_dec *d, struct xp_reg_mr_rep *r)
+{
+	r->mr = xp_get_u32(d);
+	r->lkey = xp_get_u32(d);
+	r->rkey = xp_get_u32(d);
+}
+
+/* XP_DEREG_MR's request: Ref */
+struct xp_dereg_mr_req {
+	uint32_t mr;
+};
+
+static inline void xp_put_dereg_mr_req(struct xp_enc *e, const struct xp_dereg_mr_req *r)
+{
+	xp_u32(e, r->mr);
+}
+
+/* XP_CREATE_CQ's request: CreateCQ */
+struct xp_create_cq_req {
+	uint32_t cqe;
+};
+
+static inline void xp_put_create_cq_req(struct xp_enc *e, const struct xp_create_cq_req *r)
+{
+	xp_u32(e, r->cqe);
+}
+
+/* XP_CREATE_CQ's reply: CQCreated */
+struct xp_create_cq_rep {
+	uint32_t cq;
+	uint32_t slots;
+};
+
+static inline void xp_get_create_cq_rep(struct xp_dec *d, struct xp_create_cq_rep *r)
+{
+	r->cq = xp_get_u32(d);
+	r->slots = xp_get_u32(d);
+}
+
+/* XP_DESTROY_CQ's request: Ref */
+struct xp_destroy_cq_req {
+	uint32_t cq;
+};
+
+static inline void xp_put_destroy_cq_req(struct xp_enc *e, const struct xp_destroy_cq_req *r)
+{
+	xp_u32(e, r->cq);
+}
+
+/* XP_CREATE_QP's request: CreateQP */
+struct xp_create_qp_req {
+	uint32_t pd;
+	uint32_t send_cq;
+	uint32_t recv_cq;
+	/* 0 for none */
+	uint32_t srq;
+	/* enum ibv_qp_type */
+	uint8_t qp_type;
+	bool sq_sig_all;
+	struct xp_qp_cap cap;
+};
+
+static inline void xp_put_create_qp_req(struct xp_enc *e, const struct xp_create_qp_req *r)
+{
+	xp_u32(e, r->pd);
+	xp_u32(e, r->send_cq);
+	xp_u32(e, r->recv_cq);
+	xp_u32(e, r->srq);
+	xp_u8(e, r->qp_type);
+	xp_u8(e, r->sq_sig_all ? 1 : 0);
+	xp_put_qp_cap(e, &r->cap);
+}
+
+/* XP_CREATE_QP's reply: QPCreated */
+struct xp_create_qp_rep {
+	uint32_t qp;
+	uint32_t qp_num;
+	struct xp_qp_cap cap;
+	uint32_t send_slots;
+	uint32_t send_slot_size;
+	uint32_t recv_slots;
+	uint32_t recv_slot_size;
+};
+
+static inline void xp_get_create_qp_rep(struct xp_dec *d, struct xp_create_qp_rep *r)
+{
+	r->qp = xp_get_u32(d);
+	r->qp_num = xp_get_u32(d);
+	xp_get_qp_cap(d, &r->cap);
+	r->send_slots = xp_get_u32(d);
+	r->send_slot_size = xp_get_u32(d);
+	r->recv_slots = xp_get_u32(d);
+	r->recv_slot_size = xp_get_u32(d);
+}
+
+/* XP_MODIFY_QP's request: Ref, ModifyQP */
+struct xp_modify_qp_req {
+	uint32_t qp;
+	/* enum ibv_qp_attr_mask */
+	uint32_t attr_mask;
+	struct xp_qp_attr attr;
+};
+
+static inline void xp_put_modify_qp_req(struct xp_enc *e, const struct xp_modify_qp_req *r)
+{
+	xp_u32(e, r->qp);
+	xp_u32(e, r->attr_mask);
+	xp_put_qp_attr(e, &r->attr);
+}
+
+/* XP_QUERY_QP's request: Ref */
+struct xp_query_qp_req {
+	uint32_t qp;
+};
+
+static inline void xp_put_query_qp_req(struct xp_enc *e, const struct xp_query_qp_req *r)
+{
+	xp_u32(e, r->qp);
+}
+
+/* XP_QUERY_QP's reply: QPAttr */
+struct xp_query_qp_rep {
+	struct xp_qp_attr attr;
+};
+
+static inline void xp_get_query_qp_rep(struct xp_dec *d, struct xp_query_qp_rep *r)
+{
+	xp_get_qp_attr(d, &r->attr);
+}
+
+/* XP_DESTROY_QP's request: Ref */
+struct xp_destroy_qp_req {
+	uint32_t qp;
+};
+
+static inline void xp_put_destroy_qp_req(struct xp_enc *e, const struct xp_destroy_qp_req *r)
+{
+	xp_u32(e, r->qp);
+}
+
+/* XP_GET_EVENT's reply: Event */
+struct xp_get_event_rep {
+	struct xp_async_event event;
+};
+
+static inline void xp_get_get_event_rep(struct xp_dec *d, struct xp_get_event_rep *r)
+{
+	xp_get_async_event(d, &r->event);
+}
+
+/* XP_CREATE_SRQ's request: Ref, SRQAttr */
+struct xp_create_srq_req {
+	uint32_t pd;
+	struct xp_srq_attr attr;
+};
+
+static inline void xp_put_create_srq_req(struct xp_enc *e, const struct xp_create_srq_req *r)
+{
+	xp_u32(e, r->pd);
+	xp_put_srq_attr(e, &r->attr);
+}
+
+/* XP_CREATE_SRQ's reply: SRQCreated */
+struct xp_create_srq_rep {
+	uint32_t srq;
+	struct xp_srq_attr attr;
+	uint32_t slots;
+	uint32_t slot_size;
+};
+
+static inline void xp_get_create_srq_rep(struct xp_dec *d, struct xp_create_srq_rep *r)
+{
+	r->srq = xp_get_u32(d);
+	xp_get_srq_attr(d, &r->attr);
+	r->slots = xp_get_u32(d);
+	r->slot_size = xp_get_u32(d);
+}
+
+/* XP_MODIFY_SRQ's request: Ref, ModifySRQ */
+struct xp_modify_srq_req {
+	uint32_t srq;
+	/* enum ibv_srq_attr_mask */
+	uint32_t attr_mask;
+	struct xp_srq_attr attr;
+};
+
+static inline void xp_put_modify_srq_req(struct xp_enc *e, const struct xp_modify_srq_req *r)
+{
+	xp_u32(e, r->srq);
+	xp_u32(e, r->attr_mask);
+	xp_put_srq_attr(e, &r->attr);
+}
+
+/* XP_QUERY_SRQ's request: Ref */
+struct xp_query_srq_req {
+	uint32_t srq;
+};
+
+static inline void xp_put_query_srq_req(struct xp_enc *e, const struct xp_query_srq_req *r)
+{
+	xp_u32(e, r->srq);
+}
+
+/* XP_QUERY_SRQ's reply: SRQAttr */
+struct xp_query_srq_rep {
+	struct xp_srq_attr attr;
+};
+
+static inline void xp_get_query_srq_rep(struct xp_dec *d, struct xp_query_srq_rep *r)
+{
+	xp_get_srq_attr(d, &r->attr);
+}
+
+/* XP_DESTROY_SRQ's request: Ref */
+struct xp_destroy_srq_req {
+	uint32_t srq;
+};
+
+static inline void xp_put_destroy_srq_req(struct xp_enc *e, const struct xp_destroy_srq_req *r)
+{
+	xp_u32(e, r->srq);
+}
+
+/* XP_ALLOC_MW's request: Ref, AllocMW */
+struct xp_alloc_mw_req {
+	uint32_t pd;
+	/* enum ibv_mw_type */
+	uint8_t type;
+};
+
+static inline void xp_put_alloc_mw_req(struct xp_enc *e, const struct xp_alloc_mw_req *r)
+{
+	xp_u32(e, r->pd);
+	xp_u8(e, r->type);
+}
+
+/* XP_ALLOC_MW's reply: MWCreated */
+struct xp_alloc_mw_rep {
+	uint32_t mw;
+	uint32_t rkey;
+};
+
+static inline void xp_get_alloc_mw_rep(struct xp_dec *d, struct xp_alloc_mw_rep *r)
+{
+	r->mw = xp_get_u32(d);
+	r->rkey = xp_get_u32(d);
+}
+
+/* XP_DEALLOC_MW's request: Ref */
+struct xp_dealloc_mw_req {
+	uint32_t mw;
+};
+
+static inline void xp_put_dealloc_mw_req(struct xp_enc *e, const struct xp_dealloc_mw_req *r)
+{
+	xp_u32(e, r->mw);
+}
+
+/* XP_CREATE_AH's request: Ref, AHAttr */
+struct xp_create_ah_req {
+	uint32_t pd;
+	struct xp_ah_attr attr;
+};
+
+static inline void xp_put_create_ah_req(struct xp_enc *e, const struct xp_create_ah_req *r)
+{
+	xp_u32(e, r->pd);
+	xp_put_ah_attr(e, &r->attr);
+}
+
+/* XP_CREATE_AH's reply: AHCreated */
+struct xp_create_ah_rep {
+	uint32_t ah;
+	const uint8_t *dmac;
+	uint16_t dmac_len;
+};
+
+static inline void xp_get_create_ah_rep(struct xp_dec *d, struct xp_create_ah_rep *r)
+{
+	r->ah = xp_get_u32(d);
+	r->dmac = xp_get_bytes(d, &r->dmac_len);
+	if (!r->dmac)
+		r->dmac_len = 0;
+}
+
+/* XP_DESTROY_AH's request: Ref */
+struct xp_destroy_ah_req {
+	uint32_t ah;
+};
+
+static inline void xp_put_destroy_ah_req(struct xp_enc *e, const struct xp_destroy_ah_req *r)
+{
+	xp_u32(e, r->ah);
+}
+
+/* XP_CM_CREATE_CHANNEL's reply: Ref */
+struct xp_cm_create_channel_rep {
+	uint32_t channel;
+};
+
+static inline void xp_get_cm_create_channel_rep(struct xp_dec *d, struct xp_cm_create_channel_rep *r)
+{
+	r->channel = xp_get_u32(d);
+}
+
+/* XP_CM_DESTROY_CHANNEL's request: Ref */
+struct xp_cm_destroy_channel_req {
+	uint32_t channel;
+};
+
+static inline void xp_put_cm_destroy_channel_req(struct xp_enc *e, const struct xp_cm_destroy_channel_req *r)
+{
+	xp_u32(e, r->channel);
+}
+
+/* XP_CM_CREATE_ID's request: CMCreateID */
+struct xp_cm_create_id_req {
+	uint32_t channel;
+	/* enum rdma_port_space */
+	uint16_t port_space;
+};
+
+static inline void xp_put_cm_create_id_req(struct xp_enc *e, const struct xp_cm_create_id_req *r)
+{
+	xp_u32(e, r->channel);
+	xp_u16(e, r->port_space);
+}
+
+/* XP_CM_CREATE_ID's reply: Ref */
+struct xp_cm_create_id_rep {
+	uint32_t id;
+};
+
+static inline void xp_get_cm_create_id_rep(struct xp_dec *d, struct xp_cm_create_id_rep *r)
+{
+	r->id = xp_get_u32(d);
+}
+
+/* XP_CM_DESTROY_ID's request: Ref */
+struct xp_cm_destroy_id_req {
+	uint32_t id;
+};
+
+static inline void xp_put_cm_destroy_id_req(struct xp_enc *e, const struct xp_cm_destroy_id_req *r)
+{
+	xp_u32(e, r->id);
+}
+
+/* XP_CM_MIGRATE_ID's request: Ref, Ref */
+struct xp_cm_migrate_id_req {
+	uint32_t id;
+	uint32_t channel;
+};
+
+static inline void xp_put_cm_migrate_id_req(struct xp_enc *e, const struct xp_cm_migrate_id_req *r)
+{
+	xp_u32(e, r->id);
+	xp_u32(e, r->channel);
+}
+
+/* XP_CM_BIND's request: Ref, CMAddr */
+struct xp_cm_bind_req {
+	uint32_t id;
+	struct xp_cm_addr addr;
+};
+
+static inline void xp_put_cm_bind_req(struct xp_enc *e, const struct xp_cm_bind_req *r)
+{
+	xp_u32(e, r->id);
+	xp_put_cm_addr(e, &r->addr);
+}
+
+/* XP_CM_RESOLVE_ADDR's request: Ref, CMResolveAddr */
+struct xp_cm_resolve_addr_req {
+	uint32_t id;
+	struct xp_cm_addr src;
+	struct xp_cm_addr dst;
+	uint32_t timeout_ms;
+};
+
+static inline void xp_put_cm_resolve_addr_req(struct xp_enc *e, const struct xp_cm_resolve_addr_req *r)
+{
+	xp_u32(e, r->id);
+	xp_put_cm_addr(e, &r->src);
+	xp_put_cm_addr(e, &r->dst);
+	xp_u32(e, r->timeout_ms);
+}
+
+/* XP_CM_RESOLVE_ROUTE's request: Ref, CMTimeout */
+struct xp_cm_resolve_route_req {
+	uint32_t id;
+	uint32_t timeout_ms;
+};
+
+static inline void xp_put_cm_resolve_route_req(struct xp_enc *e, const struct xp_cm_resolve_route_req *r)
+{
+	xp_u32(e, r->id);
+	xp_u32(e, r->timeout_ms);
+}
+
+/* XP_CM_LISTEN's request: Ref, CMListen */
+struct xp_cm_listen_req {
+	uint32_t id;
+	uint32_t backlog;
+};
+
+static inline void xp_put_cm_listen_req(struct xp_enc *e, const struct xp_cm_listen_req *r)
+{
+	xp_u32(e, r->id);
+	xp_u32(e, r->backlog);
+}
+
+/* XP_CM_ATTACH_QP's request: Ref, Ref */
+struct xp_cm_attach_qp_req {
+	uint32_t id;
+	uint32_t qp;
+};
+
+static inline void xp_put_cm_attach_qp_req(struct xp_enc *e, const struct xp_cm_attach_qp_req *r)
+{
+	xp_u32(e, r->id);
+	xp_u32(e, r->qp);
+}
+
+/* XP_CM_CONNECT's request: Ref, CMConnParam */
+struct xp_cm_connect_req {
+	uint32_t id;
+	struct xp_cm_conn_param param;
+};
+
+static inline void xp_put_cm_connect_req(struct xp_enc *e, const struct xp_cm_connect_req *r)
+{
+	xp_u32(e, r->id);
+	xp_put_cm_conn_param(e, &r->param);
+}
+
+/* XP_CM_ACCEPT's request: Ref, CMConnParam */
+struct xp_cm_accept_req {
+	uint32_t id;
+	struct xp_cm_conn_param param;
+};
+
+static inline void xp_put_cm_accept_req(struct xp_enc *e, const struct xp_cm_accept_req *r)
+{
+	xp_u32(e, r->id);
+	xp_put_cm_conn_param(e, &r->param);
+}
+
+/* XP_CM_REJECT's request: Ref, CMReject */
+struct xp_cm_reject_req {
+	uint32_t id;
+	const uint8_t *private_data;
+	uint16_t private_data_len;
+};
+
+static inline void xp_put_cm_reject_req(struct xp_enc *e, const struct xp_cm_reject_req *r)
+{
+	xp_u32(e, r->id);
+	xp_bytes(e, r->private_data, r->private_data_len);
+}
+
+/* XP_CM_DISCONNECT's request: Ref */
+struct xp_cm_disconnect_req {
+	uint32_t id;
+};
+
+static inline void xp_put_cm_disconnect_req(struct xp_enc *e, const struct xp_cm_disconnect_req *r)
+{
+	xp_u32(e, r->id);
+}
+
+/* XP_CM_ESTABLISH's request: Ref */
+struct xp_cm_establish_req {
+	uint32_t id;
+};
+
+static inline void xp_put_cm_establish_req(struct xp_enc *e, const struct xp_cm_establish_req *r)
+{
+	xp_u32(e, r->id);
+}
+
+/* XP_CM_QUERY's request: Ref */
+struct xp_cm_query_req {
+	uint32_t id;
+};
+
+static inline void xp_put_cm_query_req(struct xp_enc *e, const struct xp_cm_query_req *r)
+{
+	xp_u32(e, r->id);
+}
+
+/* XP_CM_QUERY's reply: CMIDInfo */
+struct xp_cm_query_rep {
+	struct xp_cm_id_info info;
+};
+
+static inline void xp_get_cm_query_rep(struct xp_dec *d, struct xp_cm_query_rep *r)
+{
+	xp_get_cm_id_info(d, &r->info);
+}
+
+/* XP_CM_INIT_QP_ATTR's request: Ref, CMInitQPAttr */
+struct xp_cm_init_qp_attr_req {
+	uint32_t id;
+	/* enum ibv_qp_state */
+	uint8_t qp_state;
+};
+
+static inline void xp_put_cm_init_qp_attr_req(struct xp_enc *e, const struct xp_cm_init_qp_attr_req *r)
+{
+	xp_u32(e, r->id);
+	xp_u8(e, r->qp_state);
+}
+
+/* XP_CM_INIT_QP_ATTR's reply: CMQPAttr */
+struct xp_cm_init_qp_attr_rep {
+	struct xp_qp_attr attr;
+	/* enum ibv_qp_attr_mask */
+	uint32_t attr_mask;
+};
+
+static inline void xp_get_cm_init_qp_attr_rep(struct xp_dec *d, struct xp_cm_init_qp_attr_rep *r)
+{
+	xp_get_qp_attr(d, &r->attr);
+	r->attr_mask = xp_get_u32(d);
+}
+
+/* XP_CM_GET_EVENT's request: Ref */
+struct xp_cm_get_event_req {
+	uint32_t channel;
+};
+
+static inline void xp_put_cm_get_event_req(struct xp_enc *e, const struct xp_cm_get_event_req *r)
+{
+	xp_u32(e, r->channel);
+}
+
+/* XP_CM_GET_EVENT's reply: CMEvent */
+struct xp_cm_get_event_rep {
+	struct xp_cm_event event;
+};
+
+static inline void xp_get_cm_get_event_rep(struct xp_dec *d, struct xp_cm_get_event_rep *r)
+{
+	xp_get_cm_event(d, &r->event);
+}
+
+/* XP_CM_SET_OPTION's request: Ref, CMSetOption */
+struct xp_cm_set_option_req {
+	uint32_t id;
+	uint32_t level;
+	uint32_t optname;
+	const uint8_t *optval;
+	uint16_t optval_len;
+};
+
+static inline void xp_put_cm_set_option_req(struct xp_enc *e, const struct xp_cm_set_option_req *r)
+{
+	xp_u32(e, r->id);
+	xp_u32(e, r->level);
+	xp_u32(e, r->optname);
+	xp_bytes(e, r->optval, r->optval_len);
+}
 
 #endif

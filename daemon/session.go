@@ -277,7 +277,9 @@ func (ss *session) handle32() uint32 {
 }
 
 func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
-	v := d.U16()
+	var r uverbs.Hello
+	d.Get(&r)
+	v := r.Version
 	if err := d.End(); err != nil {
 		return nil, err
 	}
@@ -355,12 +357,12 @@ func (ss *session) allocPD(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	h := ss.handle32()
 	ss.pds[h] = pd
 	ss.acct.took(objPD)
-	e.U32(h)
+	e.Put(&uverbs.Ref{Handle: h})
 	return nil
 }
 
 func (ss *session) deallocPD(d *uverbs.Decoder) error {
-	h := d.U32()
+	h := d.Ref()
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -403,8 +405,11 @@ func (ss *session) deallocPD(d *uverbs.Decoder) error {
 // regMR registers memory the client shares through a sealed memfd, at the
 // address the client mapped it.
 func (ss *session) regMR(d *uverbs.Decoder, fd int, e *uverbs.Encoder) error {
-	pdh, addr, length, access, iova := d.U32(), d.U64(), d.U64(), verbs.Access(d.U32()), d.U64()
-	_ = addr // where the client mapped the memfd: this side maps its own
+	pdh := d.Ref()
+	var r uverbs.RegMR
+	d.Get(&r)
+	// r.Addr is where the client mapped the memfd: this side maps its own.
+	addr, length, access, iova := r.Addr, r.Length, verbs.Access(r.Access), r.IOVA
 	if err := d.End(); err != nil {
 		ipc.CloseAll([]int{fd})
 		return err
@@ -430,16 +435,17 @@ func (ss *session) regMR(d *uverbs.Decoder, fd int, e *uverbs.Encoder) error {
 	h := ss.handle32()
 	ss.mrs[h] = &sharedMR{mr: mr, pd: pdh, m: m}
 	ss.acct.pin(h, addr, length, true)
-	e.U32(h)
-	e.U32(mr.LKey())
-	e.U32(mr.RKey())
+	e.Put(&uverbs.MRCreated{MR: h, LKey: mr.LKey(), RKey: mr.RKey()})
 	return nil
 }
 
 // regOwnMR registers memory of the client's own (no memfd): the engines
 // reach it through the address space the client had at attach (procMem).
 func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
-	pdh, addr, length, access, iova := d.U32(), d.U64(), d.U64(), verbs.Access(d.U32()), d.U64()
+	pdh := d.Ref()
+	var r uverbs.RegMR
+	d.Get(&r)
+	addr, length, access, iova := r.Addr, r.Length, verbs.Access(r.Access), r.IOVA
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -462,14 +468,12 @@ func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	h := ss.handle32()
 	ss.mrs[h] = &sharedMR{mr: mr, pd: pdh}
 	ss.acct.pin(h, addr, length, false)
-	e.U32(h)
-	e.U32(mr.LKey())
-	e.U32(mr.RKey())
+	e.Put(&uverbs.MRCreated{MR: h, LKey: mr.LKey(), RKey: mr.RKey()})
 	return nil
 }
 
 func (ss *session) deregMR(d *uverbs.Decoder) error {
-	h := d.U32()
+	h := d.Ref()
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -489,7 +493,9 @@ func (ss *session) deregMR(d *uverbs.Decoder) error {
 }
 
 func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
-	depth := d.U32()
+	var r uverbs.CreateCQ
+	d.Get(&r)
+	depth := r.CQE
 	if err := d.End(); err != nil {
 		return nil, err
 	}
@@ -524,13 +530,12 @@ func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	ss.cqs[h] = &sharedCQ{cq: cq, m: m, notify: notify}
 	ss.acct.took(objCQ)
 	ss.srv.own(cq, owner{ss, uverbs.EventCQ, h})
-	e.U32(h)
-	e.U32(slots)
+	e.Put(&uverbs.CQCreated{CQ: h, Slots: slots})
 	return out, nil
 }
 
 func (ss *session) destroyCQ(d *uverbs.Decoder) error {
-	h := d.U32()
+	h := d.Ref()
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -624,15 +629,15 @@ func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 }
 
 func (ss *session) qpOf(d *uverbs.Decoder) (uint32, *sharedQP) {
-	h := d.U32()
+	h := d.Ref()
 	return h, ss.qps[h]
 }
 
 func (ss *session) modifyQP(d *uverbs.Decoder) error {
 	_, q := ss.qpOf(d)
-	mask := verbs.AttrMask(d.U32())
-	var w uverbs.QPAttr
-	w.Get(d)
+	var m uverbs.ModifyQP
+	d.Get(&m)
+	mask, w := verbs.AttrMask(m.Mask), m.Attr
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -692,8 +697,7 @@ func (ss *session) counters(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if err != nil {
 		return err
 	}
-	uverbs.PutCounters(e, transport)
-	uverbs.PutCounters(e, port)
+	e.Put(&uverbs.CountersReply{Transport: transport, Port: port})
 	return nil
 }
 
@@ -851,7 +855,7 @@ func dupAll(fds ...int) ([]int, error) {
 }
 
 func (ss *session) createSRQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
-	pdh := d.U32()
+	pdh := d.Ref()
 	var a uverbs.SRQAttr
 	a.Get(d)
 	if err := d.End(); err != nil {
@@ -883,23 +887,20 @@ func (ss *session) createSRQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error
 	ss.srqs[h] = &sharedSRQ{srq: srq, pd: pdh, m: m}
 	ss.acct.took(objSRQ)
 	ss.srv.own(srq, owner{ss, uverbs.EventSRQ, h})
-	e.U32(h)
 	got := srq.Query()
-	(&uverbs.SRQAttr{MaxWR: uint32(got.MaxWR), MaxSGE: uint32(got.MaxSGE), Limit: uint32(got.Limit)}).Put(e)
-	e.U32(slots)
-	e.U32(uint32(size))
+	e.Put(&uverbs.SRQCreated{SRQ: h, Attr: uverbs.SRQAttr{MaxWR: uint32(got.MaxWR), MaxSGE: uint32(got.MaxSGE), Limit: uint32(got.Limit)},
+		Slots: slots, SlotSize: uint32(size)})
 	return out, nil
 }
 
 // srqOp is MODIFY_SRQ, QUERY_SRQ and DESTROY_SRQ.
 func (ss *session) srqOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) error {
-	h := d.U32()
-	var mask uint32
-	var a uverbs.SRQAttr
+	h := d.Ref()
+	var m uverbs.ModifySRQ
 	if op == uverbs.OpModifySRQ {
-		mask = d.U32()
-		a.Get(d)
+		d.Get(&m)
 	}
+	mask, a := m.Mask, m.Attr
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -926,11 +927,12 @@ func (ss *session) srqOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) err
 
 // mwOp is ALLOC_MW and DEALLOC_MW.
 func (ss *session) mwOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) error {
-	h := d.U32() // the PD for ALLOC_MW, the window for DEALLOC_MW
-	var typ uint8
+	h := d.Ref() // the PD for ALLOC_MW, the window for DEALLOC_MW
+	var r uverbs.AllocMW
 	if op == uverbs.OpAllocMW {
-		typ = d.U8()
+		d.Get(&r)
 	}
+	typ := r.Type
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -960,15 +962,14 @@ func (ss *session) mwOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) erro
 	mh := ss.handle32()
 	ss.mws[mh] = sharedMW{mw: mw, pd: h}
 	ss.acct.took(objMW)
-	e.U32(mh)
-	e.U32(mw.RKey())
+	e.Put(&uverbs.MWCreated{MW: mh, RKey: mw.RKey()})
 	return nil
 }
 
 // createAH makes an address handle; the reply carries the next hop's MAC
 // address, resolved now as the kernel does for RoCE.
 func (ss *session) createAH(d *uverbs.Decoder, e *uverbs.Encoder) error {
-	pdh := d.U32()
+	pdh := d.Ref()
 	var w uverbs.AHAttr
 	w.Get(d)
 	if err := d.End(); err != nil {
@@ -992,13 +993,12 @@ func (ss *session) createAH(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	h := ss.handle32()
 	ss.ahs.Store(h, sharedAH{ah: ah, pd: pdh})
 	ss.acct.took(objAH)
-	e.U32(h)
-	e.Raw(ah.Attr().DMAC)
+	e.Put(&uverbs.AHCreated{AH: h, DMAC: ah.Attr().DMAC})
 	return nil
 }
 
 func (ss *session) destroyAH(d *uverbs.Decoder) error {
-	h := d.U32()
+	h := d.Ref()
 	if err := d.End(); err != nil {
 		return err
 	}

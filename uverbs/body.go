@@ -344,3 +344,10 @@ var msgRecords = []part{
 	{"cm_id_info", CMIDInfo{}},
 	{"cm_event", CMEvent{}},
 }
+
+// Ref reads a Ref part: the handle an op names.
+func (d *Decoder) Ref() uint32 {
+	var r Ref
+	d.Get(&r)
+	return r.Handle
+}

@@ -334,6 +334,7 @@ func (d *Decoder) get(v reflect.Value) {
 // msgRecords are the structs that C declares as structs of their own (struct xp_NAME, with
 // xp_put_NAME and xp_get_NAME), where a body names them.
 var msgRecords = []part{
+	{"ref", Ref{}},
 	{"qp_cap", QPCap{}},
 	{"qp_attr", QPAttr{}},
 	{"ah_attr", AHAttr{}},

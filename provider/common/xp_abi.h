@@ -279,6 +279,21 @@ static inline void xp_get_msg_hdr(struct xp_dec *d, struct xp_msg_hdr *r)
 	r->err = (int32_t)xp_get_u32(d);
 }
 
+/* uverbs.Ref */
+struct xp_ref {
+	uint32_t handle;
+};
+
+static inline void xp_put_ref(struct xp_enc *e, const struct xp_ref *r)
+{
+	xp_u32(e, r->handle);
+}
+
+static inline void xp_get_ref(struct xp_dec *d, struct xp_ref *r)
+{
+	r->handle = xp_get_u32(d);
+}
+
 /* uverbs.QPCap */
 struct xp_qp_cap {
 	uint32_t max_send_wr;

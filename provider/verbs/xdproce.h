@@ -13,6 +13,7 @@
 
 #include "../common/codec.h"
 #include "../common/notify.h"
+#include "../common/qpattr.h"
 #include "../common/xp_abi.h"
 
 #define XP_EXPORT __attribute__((visibility("default")))
@@ -23,7 +24,6 @@
  * layouts of the shared rings are ../common/xp_abi.h, generated from package uverbs. */
 void xp_start(struct xp_enc *e, enum xp_op op); /* the header; the body follows (../common/codec.h) */
 int xp_end(struct xp_dec *d); /* 0, or EPROTO if the reply did not parse */
-void xp_ibv_qp_attr(struct ibv_qp_attr *a, const struct xp_qp_attr *w); /* QUERY_QP's answer as ibverbs' */
 
 /* A ring in shared memory: a struct xp_ring_hdr, then slots. */
 struct xp_ring {

@@ -101,3 +101,17 @@ type attachedCQ struct {
 	// lock does.
 	pollMu sync.Mutex
 }
+
+// Resize makes the CQ hold depth completions, keeping those not yet polled
+// in order (ibv_resize_cq, as rxe): EINVAL for a depth below them, below 1
+// or above MaxCQE. Through a daemon, not yet: the Go client does not remap
+// its ring (the C library does).
+func (cq *CQ) Resize(depth int) error {
+	if depth < 1 || depth > MaxCQE {
+		return fmt.Errorf("verbs: CQ depth %d: %w", depth, ErrInvalid)
+	}
+	if cq.att != nil {
+		return fmt.Errorf("verbs: resizing a CQ through the Go client: %w", ErrNotSup)
+	}
+	return cq.c.Resize(depth)
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/sharedring"
+	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
@@ -94,4 +95,24 @@ func (pd *PD) CreateSharedSRQ(attr SRQInitAttr, ring *uverbs.Ring) (*SRQ, error)
 // daemon's own (in-process) device does: its engines serve the rings.
 func errDaemonSide(what string) error {
 	return fmt.Errorf("verbs: %s on a device attached to a daemon: %w", what, ErrNotSup)
+}
+
+// ResizeShared makes a shared CQ hold depth completions in ring, a new ring
+// shared with its client, its unpolled completions moved there in order
+// (sharedring.CQ.MoveTo): EINVAL for a depth below them. The engines write
+// only ring once it returns; the old ring is the caller's to unmap.
+func (cq *CQ) ResizeShared(depth int, ring *uverbs.Ring) error {
+	if cq.c == nil {
+		return errDaemonSide("a shared CQ")
+	}
+	if depth < 1 || depth > MaxCQE || int(ring.Slots()) < depth || ring.SlotSize() < uverbs.CQESize {
+		return fmt.Errorf("verbs: shared CQ of depth %d on %d slots: %w", depth, ring.Slots(), ErrInvalid)
+	}
+	return cq.c.ResizeSink(depth, func(sink transport.CQSink, tail uint32) (transport.CQSink, error) {
+		old, ok := sink.(*sharedring.CQ)
+		if !ok {
+			return nil, fmt.Errorf("verbs: CQ is not shared: %w", ErrInvalid)
+		}
+		return old.MoveTo(ring, depth, tail)
+	})
 }

@@ -1,6 +1,9 @@
 package sharedring
 
 import (
+	"fmt"
+	"syscall"
+
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/uverbs"
 )
@@ -43,4 +46,29 @@ func (c *CQ) Notify(solicited bool) {
 		r.Aux().CompareAndSwap(a, uverbs.NotifyOff) && c.notify != nil {
 		c.notify()
 	}
+}
+
+// MoveTo is the sink of ring (checked by the caller to hold depth CQEs),
+// with this one's unpolled completions moved to it in order, as
+// rxe_queue_resize copies a user queue: what the client consumed is read
+// once from the old ring, and the completions before tail that it has not
+// are copied to the same indices of the new one; its notification request
+// and overflow flag go too. The client may write the old ring meanwhile:
+// every index is taken modulo a ring's own size, so nothing it writes moves
+// a copy outside either ring; a consumer index that claims more unpolled
+// completions than the old ring holds, or more than depth, is EINVAL.
+func (c *CQ) MoveTo(ring *uverbs.Ring, depth int, tail uint32) (*CQ, error) {
+	old := c.ring
+	cons := old.Consumer()
+	if n := tail - cons; n > old.Slots() || n > uint32(depth) {
+		return nil, fmt.Errorf("sharedring: CQ of %d completions, %d unpolled: %w", depth, n, syscall.EINVAL)
+	}
+	for i := cons; i != tail; i++ {
+		copy(ring.Slot(i), old.Slot(i))
+	}
+	ring.SetConsumer(cons)
+	ring.Aux().Store(old.Aux().Load())
+	ring.Aux2().Store(old.Aux2().Load())
+	ring.SetProducer(tail)
+	return &CQ{ring: ring, notify: c.notify}, nil
 }

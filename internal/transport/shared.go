@@ -143,13 +143,35 @@ func (qp *QP) PostFromRing(wr *WR, inline []byte) error {
 // CreateCQSink creates a CQ of depth completions whose completions go to
 // sink instead of a ring of its own.
 func (d *NIC) CreateCQSink(depth int, sink CQSink) *CQ {
-	return &CQ{dev: d, depth: depth, sink: sink, event: make(chan struct{}, 1)}
+	cq := &CQ{dev: d, sink: sink, event: make(chan struct{}, 1)}
+	cq.depth.Store(int64(depth))
+	return cq
+}
+
+// ResizeSink makes a CQ with a sink hold depth completions: move, called
+// with the engines held off (under the push lock), the current sink and the
+// index of the next completion, returns the sink that takes the CQ's completions from then on,
+// with the unpolled ones moved to it, or an error (EINVAL: more than depth
+// are unpolled). No engine uses the old sink once ResizeSink returns.
+func (cq *CQ) ResizeSink(depth int, move func(old CQSink, tail uint32) (CQSink, error)) error {
+	cq.pushMu.Lock()
+	defer cq.pushMu.Unlock()
+	if cq.sink == nil {
+		return fmt.Errorf("transport: a CQ without a sink resizes with Resize: %w", ibv.ErrInvalid)
+	}
+	sink, err := move(cq.sink, uint32(cq.tail.Load()))
+	if err != nil {
+		return err
+	}
+	cq.sink = sink
+	cq.depth.Store(int64(depth))
+	return nil
 }
 
 // pushSink is push for a CQ with a sink.
 func (cq *CQ) pushSink(wc ibv.WorkCompletion, solicited bool) bool {
 	t := uint32(cq.tail.Load())
-	if cq.err.Load() || cq.sink.Full(t, cq.depth) {
+	if cq.err.Load() || cq.sink.Full(t, int(cq.depth.Load())) {
 		if !cq.err.Swap(true) {
 			cq.sink.Overflowed()
 			cq.dev.objs.events.post(Event{Type: ibv.EventCQErr, CQ: cq})

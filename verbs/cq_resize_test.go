@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,5 +229,64 @@ func TestHostileResizeSharedCQ(t *testing.T) {
 	}
 	if moved == 0 || refused == 0 {
 		t.Fatalf("%d resizes moved the CQ, %d refused: the hostile client should have caused both", moved, refused)
+	}
+}
+
+// Resizes between polls while the engines complete lose no completion and
+// repeat none: the client, holding off its own polls as ibv_resize_cq holds
+// the CQ's lock, finds every WRITE's completion once, in order, in whichever
+// ring is current.
+func TestResizeSharedCQWhileCompleting(t *testing.T) {
+	a, b := sharedPair(t)
+	const total, window = 1500, 32
+	var polled atomic.Uint64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// No more WRITEs outstanding than the smallest CQ holds, as an
+		// application sizes its CQ for its queue.
+		for i := uint64(0); i < total; {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i-polled.Load() >= window || a.sq.Producer()-a.sq.Consumer() >= a.sq.Slots() {
+				time.Sleep(20 * time.Microsecond)
+				continue
+			}
+			a.post(uverbs.SendWQE{WRID: i, Opcode: uint8(WRRDMAWrite), SendFlags: uint8(SendSignaled),
+				RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}, []uverbs.SGE{{Addr: a.mr.Addr(), Length: 64, LKey: a.mr.LKey()}}, nil)
+			i++
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	next, resizes := uint64(0), 0
+	deadline := time.Now().Add(60 * time.Second)
+	for next < total {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d completions of %d after %d resizes", next, total, resizes)
+		}
+		r := a.cqr
+		if r.Producer() == r.Consumer() {
+			time.Sleep(20 * time.Microsecond)
+			continue
+		}
+		var c uverbs.CQE
+		uverbs.CQEOf(r.Slot(r.Consumer()), &c)
+		if c.WRID != next || WCStatus(c.Status) != WCSuccess {
+			t.Fatalf("completion %+v, want WR %d", c, next)
+		}
+		r.SetConsumer(r.Consumer() + 1)
+		next++
+		polled.Store(next)
+		if next%25 == 0 {
+			slots := uint32(64) << (resizes % 3)
+			ring := newRing(t, slots, uverbs.CQESize)
+			must(t, a.scq.ResizeShared(int(slots), ring))
+			a.cqr = ring
+			resizes++
+		}
 	}
 }

@@ -215,6 +215,8 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 		return ss.createCQ(d, e)
 	case uverbs.OpDestroyCQ:
 		return nil, ss.destroyCQ(d)
+	case uverbs.OpResizeCQ:
+		return ss.resizeCQ(d, e)
 	case uverbs.OpCreateQP:
 		return ss.createQP(d, e)
 	case uverbs.OpModifyQP:
@@ -531,6 +533,45 @@ func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	ss.acct.took(objCQ)
 	ss.srv.own(cq, owner{ss, uverbs.EventCQ, h})
 	e.Put(&uverbs.CQCreated{CQ: h, Slots: slots})
+	return out, nil
+}
+
+// resizeCQ moves a CQ to a new ring of the depth asked, as ibv_resize_cq:
+// the completions the client has not consumed go with it, in order (EINVAL
+// if there are more than the new depth). Once the engines write only the
+// new ring the old one is unmapped; the reply carries the new ring's memfd.
+func (ss *session) resizeCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
+	h := d.Ref()
+	var r uverbs.ResizeCQ
+	d.Get(&r)
+	if err := d.End(); err != nil {
+		return nil, err
+	}
+	c := ss.cqs[h]
+	if c == nil || r.CQE < 1 || r.CQE > verbs.MaxCQE {
+		return nil, syscall.EINVAL
+	}
+	slots := uverbs.SlotsFor(int(r.CQE))
+	m, ring, err := ipc.NewRing("cq", slots, uverbs.CQESize)
+	if err != nil {
+		return nil, err
+	}
+	out, err := dupAll(m.FD)
+	m.CloseFD()
+	if err != nil {
+		return nil, errors.Join(err, m.Unmap())
+	}
+	if err := c.cq.ResizeShared(int(r.CQE), ring); err != nil {
+		ipc.CloseAll(out)
+		return nil, errors.Join(err, m.Unmap())
+	}
+	old := c.m
+	c.m = m
+	if err := old.Unmap(); err != nil {
+		ipc.CloseAll(out)
+		return nil, err
+	}
+	e.Put(&uverbs.CQResized{Slots: slots})
 	return out, nil
 }
 

@@ -62,6 +62,16 @@ type CQCreated struct {
 	Slots uint32 `abi:"slots"`
 }
 
+// ResizeCQ is the RESIZE_CQ request (after the CQ's Ref).
+type ResizeCQ struct {
+	CQE uint32 `abi:"cqe"`
+}
+
+// CQResized is the RESIZE_CQ reply; the new ring's memfd comes with it.
+type CQResized struct {
+	Slots uint32 `abi:"slots"`
+}
+
 // ModifyQP is the MODIFY_QP request (after the QP's Ref).
 type ModifyQP struct {
 	Mask uint32 `abi:"attr_mask" doc:"enum ibv_qp_attr_mask"`
@@ -220,6 +230,7 @@ var opBodies = map[Op]opBody{
 	OpCMInitQPAttr:     {req: []part{ref("id"), {"", CMInitQPAttr{}}}, rep: parts(CMQPAttr{})},
 	OpCMGetEvent:       {req: []part{ref("channel")}, rep: []part{{"event", CMEvent{}}}},
 	OpCMSetOption:      {req: []part{ref("id"), {"", CMSetOption{}}}},
+	OpResizeCQ:         {req: []part{ref("cq"), {"", ResizeCQ{}}}, rep: parts(CQResized{})},
 }
 
 // Put appends body v, a pointer to one of the body structs (or a struct value), field by

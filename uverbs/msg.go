@@ -57,6 +57,7 @@ const (
 	OpCMInitQPAttr
 	OpCMGetEvent
 	OpCMSetOption
+	OpResizeCQ
 	opEnd
 )
 
@@ -71,6 +72,7 @@ var opNames = [...]string{
 	OpCMResolveRoute: "CM_RESOLVE_ROUTE", OpCMListen: "CM_LISTEN", OpCMAttachQP: "CM_ATTACH_QP", OpCMConnect: "CM_CONNECT",
 	OpCMAccept: "CM_ACCEPT", OpCMReject: "CM_REJECT", OpCMDisconnect: "CM_DISCONNECT", OpCMEstablish: "CM_ESTABLISH",
 	OpCMQuery: "CM_QUERY", OpCMInitQPAttr: "CM_INIT_QP_ATTR", OpCMGetEvent: "CM_GET_EVENT", OpCMSetOption: "CM_SET_OPTION",
+	OpResizeCQ: "RESIZE_CQ",
 }
 
 func (o Op) String() string {

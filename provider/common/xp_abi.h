@@ -77,6 +77,7 @@ enum xp_op {
 	XP_CM_INIT_QP_ATTR = 40,
 	XP_CM_GET_EVENT = 41,
 	XP_CM_SET_OPTION = 42,
+	XP_RESIZE_CQ = 43,
 };
 
 /* A ring's header: each index on its own cache line. Slots follow it. */
@@ -1307,6 +1308,28 @@ static inline void xp_put_cm_set_option_req(struct xp_enc *e, const struct xp_cm
 	xp_u32(e, r->level);
 	xp_u32(e, r->optname);
 	xp_bytes(e, r->optval, r->optval_len);
+}
+
+/* XP_RESIZE_CQ's request: Ref, ResizeCQ */
+struct xp_resize_cq_req {
+	uint32_t cq;
+	uint32_t cqe;
+};
+
+static inline void xp_put_resize_cq_req(struct xp_enc *e, const struct xp_resize_cq_req *r)
+{
+	xp_u32(e, r->cq);
+	xp_u32(e, r->cqe);
+}
+
+/* XP_RESIZE_CQ's reply: CQResized */
+struct xp_resize_cq_rep {
+	uint32_t slots;
+};
+
+static inline void xp_get_resize_cq_rep(struct xp_dec *d, struct xp_resize_cq_rep *r)
+{
+	r->slots = xp_get_u32(d);
 }
 
 #endif

@@ -374,6 +374,71 @@ static void data_old_api(struct side *a, struct side *b, struct ibv_qp *qa, stru
 	      "ibv_query_qp: RTS, the peer's QPN, path MTU, capabilities, CQs");
 }
 
+/* resize_cq: ibv_resize_cq keeps the completions not yet polled, in order, whether it grows the CQ
+ * past what the old ring held or shrinks it; fewer entries than are unpolled, 0, or past max_cqe:
+ * EINVAL, and the CQ goes on as it was (rxe_cq_chk_attr, rxe_queue_resize). */
+/* write_id posts a signaled 1-byte WRITE of a's byte off to b's byte 900000 + off, as WR id. */
+static int write_id(struct ibv_qp *qp, struct side *a, struct side *b, size_t off, uint64_t id)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)a->buf + off, .length = 1, .lkey = a->mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				 .send_flags = IBV_SEND_SIGNALED},
+			   *bad;
+	wr.wr.rdma.remote_addr = (uintptr_t)b->buf + 900000 + off;
+	wr.wr.rdma.rkey = b->mr->rkey;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+static void resize_cq(struct side *a, struct side *b)
+{
+	struct ibv_cq *cq = ibv_create_cq(a->ctx, 8, NULL, NULL, 0);
+	struct ibv_qp *qa = cq ? make_qp(a, IBV_QPT_RC, NULL, cq) : NULL, *qb = make_qp(b, IBV_QPT_RC, NULL, NULL);
+	check(cq && qa && qb, "a CQ of 8 and a QP on it");
+	if (!cq || !qa || !qb)
+		return;
+	connect_pair(a, qa, b, qb);
+	struct ibv_wc wc[32];
+	/* Eight WRITEs, then their 8 completions: ibv_poll_cq would take them, so this waits for the
+	 * last WRITE's byte at the peer and then for its ACK (a second, plenty on a loaded machine). */
+	int posted = 0;
+	for (int i = 0; i < 8; i++) {
+		a->buf[i] = (uint8_t)(0x40 + i);
+		posted += write_id(qa, a, b, (size_t)i, (uint64_t)i) == 0;
+	}
+	double end = now() + 10;
+	while (now() < end && b->buf[900007] != 0x47)
+		;
+	sleep(1);
+	check(posted == 8, "8 WRITEs posted");
+	int got = ibv_poll_cq(cq, 2, wc);
+	check(got == 2 && wc[0].status == IBV_WC_SUCCESS && wc[0].wr_id == 0 && wc[1].wr_id == 1, "2 of them polled, in order");
+	check(ibv_resize_cq(cq, 5) == EINVAL && cq->cqe == 8, "ibv_resize_cq to 5 with 6 unpolled: EINVAL, cqe still 8");
+	check(ibv_resize_cq(cq, 0) == EINVAL, "ibv_resize_cq to 0: EINVAL");
+	check(ibv_resize_cq(cq, 1 << 30) == EINVAL, "ibv_resize_cq past max_cqe: EINVAL");
+	check(ibv_resize_cq(cq, 20) == 0 && cq->cqe == 20, "ibv_resize_cq to 20 with 6 unpolled");
+	for (int i = 8; i < 18; i++)
+		write_id(qa, a, b, 100, (uint64_t)i);
+	got = 0;
+	for (end = now() + 10; got < 16 && now() < end;) {
+		int n = ibv_poll_cq(cq, 32 - got, wc + got);
+		if (n < 0)
+			break;
+		got += n;
+	}
+	int ok = got == 16;
+	for (int i = 0; i < got; i++)
+		ok = ok && wc[i].status == IBV_WC_SUCCESS && wc[i].opcode == IBV_WC_RDMA_WRITE && wc[i].wr_id == (uint64_t)i + 2;
+	check(ok, "the 6 unpolled and 10 more, 16 completions in order in a CQ whose old ring held 8 (%d)", got);
+	check(ibv_resize_cq(cq, 2) == 0 && cq->cqe == 2, "ibv_resize_cq down to 2, empty");
+	for (int i = 18; i < 20; i++)
+		write_id(qa, a, b, 100, (uint64_t)i);
+	got = 0;
+	for (end = now() + 10; got < 2 && now() < end;)
+		got += ibv_poll_cq(cq, 1, wc) == 1 && wc[0].status == IBV_WC_SUCCESS && wc[0].wr_id == (uint64_t)got + 18;
+	check(got == 2, "then 2 completions in it");
+	check(ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0 && ibv_destroy_cq(cq) == 0, "its QPs and the CQ go");
+}
+
 static void data_new_api(struct side *a, struct side *b)
 {
 	struct ibv_qp_init_attr_ex x = {
@@ -889,6 +954,7 @@ int main(int argc, char **argv)
 	data_old_api(&a, &b, qa, qb);
 	ibv_destroy_qp(qa);
 	ibv_destroy_qp(qb);
+	resize_cq(&a, &b);
 	data_new_api(&a, &b);
 	cq_ex_and_events(&a, &b);
 	srq_and_async(&a, &b);

@@ -285,15 +285,58 @@ XP_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	}
 	close(cq->evfd);
 	xp_unmap_ring(&cq->ring);
+	for (size_t i = 0; i < cq->nretired; i++)
+		xp_unmap_ring(&cq->retired[i]);
+	free(cq->retired);
 	pthread_spin_destroy(&cq->lock);
 	free(cq);
 	return 0;
 }
 
-XP_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+/* ibv_resize_cq has the daemon move the CQ to a new ring of cqe entries, with the completions not
+ * yet polled, in order (EINVAL for more than cqe of them, as rxe), and maps it. Pollers wait
+ * meanwhile, as rxe's provider holds the CQ's lock across its resize command. */
+XP_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 {
-	(void)cq, (void)cqe;
-	return EOPNOTSUPP;
+	struct xcq *cq = to_xcq(ibcq);
+	struct xctx *c = to_xctx(ibcq->context);
+	if (cqe < 1 || (uint32_t)cqe > c->info.max_cqe)
+		return EINVAL;
+	struct xp_ring *retired = realloc(cq->retired, sizeof(*retired) * (cq->nretired + 1));
+	if (!retired)
+		return ENOMEM;
+	cq->retired = retired;
+	struct xp_enc e;
+	struct xp_dec d;
+	uint8_t buf[256];
+	int fds[XP_MAX_FDS], nfds = 0;
+	xp_start(&e, XP_RESIZE_CQ);
+	xp_put_resize_cq_req(&e, &(struct xp_resize_cq_req){.cq = ibcq->handle, .cqe = (uint32_t)cqe});
+	pthread_spin_lock(&cq->lock);
+	/* The daemon reads what was consumed from the ring: every poll published it already. */
+	int err = xp_call(c, &e, NULL, 0, buf, sizeof(buf), &d, fds, &nfds);
+	struct xp_resize_cq_rep r = {0};
+	if (!err) {
+		xp_get_resize_cq_rep(&d, &r);
+		err = xp_end(&d);
+	}
+	if (!err && (nfds != 1 || r.slots < (uint32_t)cqe))
+		err = EPROTO;
+	struct xp_ring ring = {0};
+	if (!err)
+		err = xp_map_ring(&ring, fds[0], r.slots, XP_CQE);
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	if (!err) {
+		cq->retired[cq->nretired++] = cq->ring;
+		cq->ring.len = ring.len;
+		cq->ring.slots = ring.slots;
+		cq->ring.slot_size = ring.slot_size;
+		__atomic_store_n(&cq->ring.mem, ring.mem, __ATOMIC_RELEASE);
+		ibcq->cqe = cqe;
+	}
+	pthread_spin_unlock(&cq->lock);
+	return err;
 }
 
 /* ibv_get_cq_event waits for one of the channel's CQs to fire, unless the channel's fd is

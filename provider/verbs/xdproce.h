@@ -148,7 +148,9 @@ struct xchan {
 
 struct xcq {
 	struct ibv_cq_ex cqx;
-	struct xp_ring ring;
+	struct xp_ring ring; /* ring.mem changes under lock (ibv_resize_cq); unlocked readers load it atomically */
+	struct xp_ring *retired; /* rings resizes replaced, unmapped with the CQ: an unlocked poll may still look */
+	size_t nretired;
 	int evfd;	   /* a pipe the daemon signals when a notification request is met */
 	uint32_t cons;	   /* consumer index, under lock */
 	pthread_spinlock_t lock;

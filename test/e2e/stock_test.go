@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -302,16 +303,37 @@ func TestStockToolsOverLibrary(t *testing.T) {
 // startOnLibrary starts a stock program in h on the library of lib, itself
 // (no `xdproce run` between: a signal reaches the program), its output
 // going to the buffer returned.
-func startOnLibrary(t *testing.T, ctx context.Context, lib string, h *netns.Host, argv ...string) (*exec.Cmd, *bytes.Buffer) {
+func startOnLibrary(t *testing.T, ctx context.Context, lib string, h *netns.Host, argv ...string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
-	var out bytes.Buffer
+	out := new(lockedBuffer)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = out, out
+	// A stuck tool fails its test instead of hanging it on the pipe a child kept.
+	cmd.WaitDelay = 5 * time.Second
 	if err := h.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
-	return cmd, &out
+	return cmd, out
+}
+
+// lockedBuffer is a program's output that a test may read while the program
+// still writes it (exec copies a pipe into it from a goroutine of its own).
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // daemonFDs counts a daemon's open file descriptors.

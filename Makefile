@@ -86,8 +86,8 @@ check-generate: generate
 	@git diff --exit-code --stat -- bpf impair || \
 		(echo "generated BPF objects differ from the committed ones: run 'make generate' and commit"; exit 1)
 
-# The shared-ring ABI header the C provider includes, written from package uverbs's layouts
-# (Go only: no clang).
+# The ABI header the C provider includes, written from package uverbs's layouts and control-message
+# bodies (Go only: no clang).
 ABI_HEADER := provider/common/xp_abi.h
 generate-abi:
 	$(GO) generate ./uverbs

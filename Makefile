@@ -142,6 +142,7 @@ fuzz: deps
 	$(GO) test -run '^$$' -fuzz '^FuzzTransport$$' -fuzztime 30000x ./verbs
 	$(GO) test -run '^$$' -fuzz '^FuzzSharedRings$$' -fuzztime 50000x ./verbs
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 40000x ./uverbs
+	$(GO) test -run '^$$' -fuzz '^FuzzMsgBodies$$' -fuzztime 2000000x ./uverbs
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzControl$$' -fuzztime 600000x ./daemon
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzHostile$$' -fuzztime 3000x ./daemon
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 4000000x ./cm

@@ -201,7 +201,7 @@ var opBodies = map[Op]opBody{
 	OpDestroyQP:        {req: []part{ref("qp")}},
 	OpCounters:         {rep: parts(CountersReply{}), goOnly: true},
 	OpShutdown:         {goOnly: true},
-	OpList:             {req: parts(ListCursor{}), goOnly: true}, // the reply: PutListPage, fitted to a message
+	OpList:             {req: parts(ListCursor{}), rep: parts(ListPage{}), goOnly: true}, // PutListPage fits the reply to a message
 	OpGetEvent:         {rep: []part{{"event", Event{}}}},
 	OpCreateSRQ:        {req: []part{ref("pd"), {"attr", SRQAttr{}}}, rep: parts(SRQCreated{})},
 	OpModifySRQ:        {req: []part{ref("srq"), {"", ModifySRQ{}}}},

@@ -122,12 +122,3 @@ type CMIDStatus struct {
 	Dst       CMAddr `abi:"dst"`
 	QPN       uint32 `abi:"qp_num" doc:"the attached QP's, 0 for none"`
 }
-
-func putCMIDStatus(e *Encoder, s *CMIDStatus) {
-	e.U32(s.OwnerPID)
-	e.U16(s.PortSpace)
-	e.Raw([]byte(s.State))
-	s.Src.Put(e)
-	s.Dst.Put(e)
-	e.U32(s.QPN)
-}

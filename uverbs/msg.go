@@ -349,25 +349,15 @@ type Counter struct {
 	Value uint64 `abi:"value"`
 }
 
-// PutCounters encodes a COUNTERS reply.
-func PutCounters(e *Encoder, cs []Counter) {
-	e.U16(uint16(len(cs)))
-	for _, c := range cs {
-		e.Raw([]byte(c.Name))
-		e.U64(c.Value)
-	}
-}
+// PutCounters encodes a list of counters: one of COUNTERS' (CountersReply).
+func PutCounters(e *Encoder, cs []Counter) { e.Put(cs) }
 
-// GetCounters decodes a COUNTERS reply.
+// GetCounters decodes a list of counters; nil if it does not parse.
 func GetCounters(d *Decoder) []Counter {
-	n := int(d.U16())
 	var cs []Counter
-	for range n {
-		c := Counter{Name: string(d.Raw()), Value: d.U64()}
-		if d.err != nil {
-			return nil
-		}
-		cs = append(cs, c)
+	d.Get(&cs)
+	if d.err != nil {
+		return nil
 	}
 	return cs
 }
@@ -422,22 +412,22 @@ const listTrailer = 2 + 2 + 4 + 1
 // PutListPage encodes the entries of cs, qs and ids from cur on, in that
 // order, as many as fit in one message.
 func PutListPage(e *Encoder, cur ListCursor, cs []Client, qs []QPInfo, ids []CMIDStatus, conns uint32) {
-	full := putSection(e, cs, cur.Clients, putClient, false)
-	full = putSection(e, qs, cur.QPs, putQPInfo, full)
-	full = putSection(e, ids, cur.CMIDs, putCMIDStatus, full)
+	full := putSection(e, cs, cur.Clients, false)
+	full = putSection(e, qs, cur.QPs, full)
+	full = putSection(e, ids, cur.CMIDs, full)
 	e.U32(conns)
 	e.Bool(full)
 }
 
 // putSection appends items[from:] with their count, while the message has
 // room (and none if an earlier section ran out of it): whether it ran out.
-func putSection[T any](e *Encoder, items []T, from uint32, put func(*Encoder, *T), full bool) bool {
+func putSection[T any](e *Encoder, items []T, from uint32, full bool) bool {
 	at := len(e.b)
 	e.U16(0)
 	n := 0
 	for i := int(min(uint64(from), uint64(len(items)))); !full && i < len(items); i++ {
 		mark := len(e.b)
-		put(e, &items[i])
+		e.Put(&items[i])
 		if len(e.b) > MaxMessage-listTrailer || n == 0xffff {
 			e.b, full = e.b[:mark], true
 			break
@@ -448,67 +438,14 @@ func putSection[T any](e *Encoder, items []T, from uint32, put func(*Encoder, *T
 	return full
 }
 
-func putClient(e *Encoder, c *Client) {
-	e.U32(c.PID)
-	e.U32(c.UID)
-	e.Raw([]byte(c.Comm))
-	for _, v := range []uint32{c.PDs, c.MRs, c.CQs, c.QPs} {
-		e.U32(v)
-	}
-}
-
-func putQPInfo(e *Encoder, q *QPInfo) {
-	for _, v := range []uint32{q.OwnerPID, q.QPN, q.DestQPN} {
-		e.U32(v)
-	}
-	e.U8(q.Type)
-	e.U8(q.State)
-	for _, v := range []uint32{q.Queue, q.SQPSN, q.CompPSN, q.EPSN, q.SendQueued, q.RecvQueued, q.Timeouts} {
-		e.U32(v)
-	}
-	e.b = append(e.b, q.Peer[:]...)
-}
-
-// GetListPage decodes a LIST reply.
+// GetListPage decodes a LIST reply (a ListPage, as PutListPage fills
+// it); an empty page if it does not parse.
 func GetListPage(d *Decoder) ListPage {
 	var p ListPage
-	for range int(d.U16()) {
-		c := Client{PID: d.U32(), UID: d.U32(), Comm: string(d.Raw())}
-		for _, v := range []*uint32{&c.PDs, &c.MRs, &c.CQs, &c.QPs} {
-			*v = d.U32()
-		}
-		if d.err != nil {
-			return ListPage{}
-		}
-		p.Clients = append(p.Clients, c)
+	d.Get(&p)
+	if d.err != nil {
+		return ListPage{}
 	}
-	for range int(d.U16()) {
-		var q QPInfo
-		for _, v := range []*uint32{&q.OwnerPID, &q.QPN, &q.DestQPN} {
-			*v = d.U32()
-		}
-		q.Type, q.State = d.U8(), d.U8()
-		for _, v := range []*uint32{&q.Queue, &q.SQPSN, &q.CompPSN, &q.EPSN, &q.SendQueued, &q.RecvQueued, &q.Timeouts} {
-			*v = d.U32()
-		}
-		copy(q.Peer[:], d.take(16))
-		if d.err != nil {
-			return ListPage{}
-		}
-		p.QPs = append(p.QPs, q)
-	}
-	for range int(d.U16()) {
-		s := CMIDStatus{OwnerPID: d.U32(), PortSpace: d.U16(), State: string(d.Raw())}
-		s.Src.Get(d)
-		s.Dst.Get(d)
-		s.QPN = d.U32()
-		if d.err != nil {
-			return ListPage{}
-		}
-		p.CMIDs = append(p.CMIDs, s)
-	}
-	p.CMConnections = d.U32()
-	p.More = d.Bool()
 	return p
 }
 

@@ -232,20 +232,20 @@ func TestHostileResizeSharedCQ(t *testing.T) {
 	}
 }
 
-// Resizes between polls while the engines complete lose no completion and
-// repeat none: the client, holding off its own polls as ibv_resize_cq holds
-// the CQ's lock, finds every WRITE's completion once, in order, in whichever
-// ring is current.
+// Resizes while the engines complete lose no completion and repeat none:
+// the client, holding off its own polls as ibv_resize_cq holds the CQ's
+// lock, resizes with many completions unread while more arrive, and finds
+// every WRITE's completion once, in order, in whichever ring is current.
 func TestResizeSharedCQWhileCompleting(t *testing.T) {
 	a, b := sharedPair(t)
-	const total, window = 1500, 32
+	const total, window = 3000, 200
 	var polled atomic.Uint64
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		// No more WRITEs outstanding than the smallest CQ holds, as an
-		// application sizes its CQ for its queue.
+		// No more WRITEs outstanding than the CQ holds, as an application
+		// sizes its CQ for its queues.
 		for i := uint64(0); i < total; {
 			select {
 			case <-stop:
@@ -253,7 +253,7 @@ func TestResizeSharedCQWhileCompleting(t *testing.T) {
 			default:
 			}
 			if i-polled.Load() >= window || a.sq.Producer()-a.sq.Consumer() >= a.sq.Slots() {
-				time.Sleep(20 * time.Microsecond)
+				time.Sleep(5 * time.Microsecond)
 				continue
 			}
 			a.post(uverbs.SendWQE{WRID: i, Opcode: uint8(WRRDMAWrite), SendFlags: uint8(SendSignaled),
@@ -262,6 +262,10 @@ func TestResizeSharedCQWhileCompleting(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); <-done }()
+	// Start from a ring that holds the window.
+	first := newRing(t, 256, uverbs.CQESize)
+	must(t, a.scq.ResizeShared(256, first))
+	a.cqr = first
 	next, resizes := uint64(0), 0
 	deadline := time.Now().Add(60 * time.Second)
 	for next < total {
@@ -269,24 +273,32 @@ func TestResizeSharedCQWhileCompleting(t *testing.T) {
 			t.Fatalf("%d completions of %d after %d resizes", next, total, resizes)
 		}
 		r := a.cqr
-		if r.Producer() == r.Consumer() {
-			time.Sleep(20 * time.Microsecond)
-			continue
-		}
-		var c uverbs.CQE
-		uverbs.CQEOf(r.Slot(r.Consumer()), &c)
-		if c.WRID != next || WCStatus(c.Status) != WCSuccess {
-			t.Fatalf("completion %+v, want WR %d", c, next)
-		}
-		r.SetConsumer(r.Consumer() + 1)
-		next++
-		polled.Store(next)
-		if next%25 == 0 {
-			slots := uint32(64) << (resizes % 3)
+		// Let completions gather, then resize with them unread while
+		// more arrive.
+		if unread := r.Producer() - r.Consumer(); unread >= window/2 && uint64(resizes) < next/100+1 {
+			slots := uint32(256) << (resizes % 2)
 			ring := newRing(t, slots, uverbs.CQESize)
 			must(t, a.scq.ResizeShared(int(slots), ring))
 			a.cqr = ring
 			resizes++
+			continue
 		}
+		if r.Producer() == r.Consumer() || (r.Producer()-r.Consumer() < window/2 && time.Now().UnixNano()%4 != 0) {
+			time.Sleep(5 * time.Microsecond)
+			if r.Producer() == r.Consumer() {
+				continue
+			}
+		}
+		var c uverbs.CQE
+		uverbs.CQEOf(r.Slot(r.Consumer()), &c)
+		if c.WRID != next || WCStatus(c.Status) != WCSuccess {
+			t.Fatalf("completion %+v after %d resizes, want WR %d", c, resizes, next)
+		}
+		r.SetConsumer(r.Consumer() + 1)
+		next++
+		polled.Store(next)
+	}
+	if resizes < 10 {
+		t.Fatalf("%d resizes with completions unread: too few to mean anything", resizes)
 	}
 }

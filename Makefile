@@ -47,9 +47,10 @@ deps-stock:
 # libraries: rdma-core's own (libraries, providers, pyverbs), UCX, libfabric and Open MPI.
 deps-abi: deps-stock deps-provider
 	@command -v ucx_info >/dev/null && command -v fi_info >/dev/null && command -v mpirun >/dev/null && \
+		test -f /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h && \
 		test -d /usr/lib/python3/dist-packages/pyverbs && test -f /usr/lib/x86_64-linux-gnu/libmlx5.so.1 || \
 		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq ibverbs-providers python3-pyverbs \
-			ucx-utils libucx0 libfabric1 libfabric-bin openmpi-bin)
+			ucx-utils libucx0 libfabric1 libfabric-bin openmpi-bin libopenmpi-dev)
 
 deps-provider:
 	@command -v $(CC) >/dev/null && test -f /usr/include/infiniband/verbs.h && test -f /usr/include/rdma/rdma_cma.h || \

@@ -90,17 +90,18 @@ type abiRecvWQE struct {
 
 // abiCQE is a CQ slot: struct ibv_wc's fields.
 type abiCQE struct {
-	WRID           uint64   `abi:"wr_id"`
-	Status         uint8    `abi:"status" doc:"enum ibv_wc_status"`
-	Opcode         uint8    `abi:"opcode" doc:"enum ibv_wc_opcode"`
-	Reserved       [2]uint8 `abi:"reserved" doc:"0"`
-	VendorErr      uint32   `abi:"vendor_err"`
-	ByteLen        uint32   `abi:"byte_len"`
-	Imm            uint32   `abi:"imm_data" doc:"with IBV_WC_WITH_IMM: the value as on the wire (htobe32 for ibv's)"`
-	InvalidatedKey uint32   `abi:"invalidated_rkey" doc:"with IBV_WC_WITH_INV"`
-	QPNum          uint32   `abi:"qp_num"`
-	SrcQP          uint32   `abi:"src_qp"`
-	WCFlags        uint32   `abi:"wc_flags" doc:"enum ibv_wc_flags"`
+	WRID           uint64 `abi:"wr_id"`
+	Status         uint8  `abi:"status" doc:"enum ibv_wc_status"`
+	Opcode         uint8  `abi:"opcode" doc:"enum ibv_wc_opcode"`
+	NetHdr         uint8  `abi:"net_hdr" doc:"a UD receive's: the datagram's IP version (4 or 6), else 0"`
+	Reserved       uint8  `abi:"reserved" doc:"0"`
+	VendorErr      uint32 `abi:"vendor_err"`
+	ByteLen        uint32 `abi:"byte_len"`
+	Imm            uint32 `abi:"imm_data" doc:"with IBV_WC_WITH_IMM: the value as on the wire (htobe32 for ibv's)"`
+	InvalidatedKey uint32 `abi:"invalidated_rkey" doc:"with IBV_WC_WITH_INV"`
+	QPNum          uint32 `abi:"qp_num"`
+	SrcQP          uint32 `abi:"src_qp"`
+	WCFlags        uint32 `abi:"wc_flags" doc:"enum ibv_wc_flags"`
 	_              [24]byte
 }
 
@@ -223,6 +224,7 @@ const (
 	offCQEWRID           = unsafe.Offsetof(abiCQE{}.WRID)
 	offCQEStatus         = unsafe.Offsetof(abiCQE{}.Status)
 	offCQEOpcode         = unsafe.Offsetof(abiCQE{}.Opcode)
+	offCQENetHdr         = unsafe.Offsetof(abiCQE{}.NetHdr)
 	offCQEReserved       = unsafe.Offsetof(abiCQE{}.Reserved)
 	offCQEVendorErr      = unsafe.Offsetof(abiCQE{}.VendorErr)
 	offCQEByteLen        = unsafe.Offsetof(abiCQE{}.ByteLen)

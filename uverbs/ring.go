@@ -250,6 +250,7 @@ type CQE struct {
 	WRID           uint64
 	Status         uint8
 	Opcode         uint8
+	NetHdr         uint8 // a UD receive's IP version (4, 6), else 0
 	VendorErr      uint32
 	ByteLen        uint32
 	Imm            uint32
@@ -263,7 +264,7 @@ type CQE struct {
 func PutCQE(slot []byte, c *CQE) {
 	le.PutUint64(slot[offCQEWRID:], c.WRID)
 	slot[offCQEStatus], slot[offCQEOpcode] = c.Status, c.Opcode
-	le.PutUint16(slot[offCQEReserved:], 0)
+	slot[offCQENetHdr], slot[offCQEReserved] = c.NetHdr, 0
 	le.PutUint32(slot[offCQEVendorErr:], c.VendorErr)
 	le.PutUint32(slot[offCQEByteLen:], c.ByteLen)
 	le.PutUint32(slot[offCQEImm:], c.Imm)
@@ -276,7 +277,7 @@ func PutCQE(slot []byte, c *CQE) {
 // CQEOf decodes a CQ slot.
 func CQEOf(slot []byte, c *CQE) {
 	c.WRID = le.Uint64(slot[offCQEWRID:])
-	c.Status, c.Opcode = slot[offCQEStatus], slot[offCQEOpcode]
+	c.Status, c.Opcode, c.NetHdr = slot[offCQEStatus], slot[offCQEOpcode], slot[offCQENetHdr]
 	c.VendorErr = le.Uint32(slot[offCQEVendorErr:])
 	c.ByteLen = le.Uint32(slot[offCQEByteLen:])
 	c.Imm = le.Uint32(slot[offCQEImm:])

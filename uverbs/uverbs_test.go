@@ -39,7 +39,7 @@ func TestSlotsRoundTrip(t *testing.T) {
 	if id, gs, err := RecvWQEOf(rs, nil); id != 77 || !reflect.DeepEqual(gs, sgl) || err != nil {
 		t.Fatalf("receive slot %d %v %v", id, gs, err)
 	}
-	c := CQE{WRID: 3, Status: 5, Opcode: 128, VendorErr: 7, ByteLen: 8, Imm: 9, InvalidatedKey: 10, QPNum: 11, SrcQP: 12, WCFlags: 2}
+	c := CQE{WRID: 3, Status: 5, Opcode: 128, NetHdr: 6, VendorErr: 7, ByteLen: 8, Imm: 9, InvalidatedKey: 10, QPNum: 11, SrcQP: 12, WCFlags: 2}
 	cs := make([]byte, CQESize)
 	PutCQE(cs, &c)
 	var gc CQE

@@ -80,7 +80,7 @@ func TestUDSendReceive(t *testing.T) {
 	}{{7, n, WCWithGRH, 0}, {8, 64, WCWithGRH | WCWithImm, 4096}} {
 		wc := got[i]
 		if wc.Status != WCSuccess || wc.WRID != want.id || wc.ByteLen != wire.GRHLen+want.n || wc.SrcQP != a.qp.QPN() ||
-			wc.QPNum != b.qp.QPN() || wc.Flags != want.flags || wc.Opcode != WCRecv {
+			wc.QPNum != b.qp.QPN() || wc.Flags != want.flags || wc.Opcode != WCRecv || wc.IPVersion != 4 {
 			t.Fatalf("receive %d: %+v", i, wc)
 		}
 		buf := b.mr.Bytes()[want.at:]

@@ -75,6 +75,11 @@ func commands(rn runner) []command {
 var errUsage = errors.New("usage")
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == discoveryHelper { // xdproce run's, in CMD's mount namespace
+		err := enterDiscovery(os.Args[2:])
+		fmt.Fprintf(os.Stderr, "xdproce run: %v\n", err)
+		os.Exit(127)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(profiled(func() int { return run(ctx, os.Args[1:], os.Stdout, os.Stderr) }))

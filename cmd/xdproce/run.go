@@ -30,10 +30,38 @@ type runner struct {
 	running                   func() ([]string, error)
 	executable                func() (string, error)
 	startTimeout, stopTimeout time.Duration
+	// discovery, if set, is the executable that gives CMD the discovery
+	// tree (discoveryHelper): xdproce itself.
+	discovery func() (string, error)
 }
 
 func newRunner() runner {
-	return runner{running: daemon.Running, executable: os.Executable, startTimeout: 10 * time.Second, stopTimeout: 10 * time.Second}
+	return runner{running: daemon.Running, executable: os.Executable, discovery: os.Executable,
+		startTimeout: 10 * time.Second, stopTimeout: 10 * time.Second}
+}
+
+// plainCommand runs argv as it is.
+func plainCommand(ctx context.Context, argv []string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = os.Environ()
+	return cmd
+}
+
+// command is how argv runs: with the discovery tree of the daemons running
+// now when the caller may make mount namespaces (root), else as it is.
+func (rn runner) command(ctx context.Context, argv []string, stderr io.Writer) (*exec.Cmd, error) {
+	if rn.discovery == nil || os.Geteuid() != 0 {
+		return plainCommand(ctx, argv), nil
+	}
+	exe, err := rn.discovery()
+	if err != nil {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	names, err := rn.running()
+	if err != nil {
+		return nil, err
+	}
+	return discoveryCommand(ctx, exe, discoverDevices(ctx, names, stderr), argv)
 }
 
 // exitError carries the exit status of the program `xdproce run` ran, for
@@ -86,21 +114,9 @@ func (rn runner) run(ctx context.Context, dev string, argv []string, stdin io.Re
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	if cmd.Err != nil { // not found: say so before starting a daemon for nothing
-		return cmd.Err
+	if _, err := exec.LookPath(argv[0]); err != nil { // not found: say so before starting a daemon for nothing
+		return err
 	}
-	path := lib
-	if prev := os.Getenv("LD_LIBRARY_PATH"); prev != "" {
-		path += ":" + prev
-	}
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+path) // the last value wins
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	// Interrupted, CMD gets the chance to clean up (its QPs, its daemon
-	// connection) that a SIGKILL would deny it; SIGKILL only if it lingers.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 5 * time.Second
-
 	running, err := rn.running()
 	if err != nil {
 		return err
@@ -121,7 +137,32 @@ func (rn runner) run(ctx context.Context, dev string, argv []string, stdin io.Re
 		}
 	}
 
+	cmd, err := rn.command(ctx, argv, stderr)
+	if err != nil {
+		return errors.Join(err, started.stopIfStarted())
+	}
+	path := lib
+	if prev := os.Getenv("LD_LIBRARY_PATH"); prev != "" {
+		path += ":" + prev
+	}
+	prepare := func(cmd *exec.Cmd) {
+		cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+path) // the last value wins
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+		// Interrupted, CMD gets the chance to clean up (its QPs, its daemon
+		// connection) that a SIGKILL would deny it; SIGKILL only if it lingers.
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+		cmd.WaitDelay = 5 * time.Second
+	}
+	prepare(cmd)
 	err = cmd.Run()
+	if cmd.ProcessState == nil && errors.Is(err, syscall.EPERM) && slices.Contains(cmd.Args, discoveryHelper) {
+		// No mount namespace for this root (a container without
+		// CAP_SYS_ADMIN): CMD runs as it would outside xdproce run.
+		fmt.Fprintf(stderr, "xdproce run: %s runs without /sys/class/infiniband: %v\n", argv[0], err)
+		cmd = plainCommand(ctx, argv)
+		prepare(cmd)
+		err = cmd.Run()
+	}
 	if st := cmd.ProcessState; st != nil && !st.Success() {
 		err = &exitError{code: exitCode(st)}
 	} else if err != nil {
@@ -234,6 +275,14 @@ func (rn runner) startDaemon(ctx context.Context, ifname string, stderr io.Write
 		case <-tick.C:
 		}
 	}
+}
+
+// stopIfStarted stops d, if there is one.
+func (d *daemonProc) stopIfStarted() error {
+	if d == nil {
+		return nil
+	}
+	return d.stop()
 }
 
 // exit describes how the daemon exited; it has.

@@ -36,6 +36,7 @@ func fakeDaemons(running func() ([]string, error), exe string) runner {
 	rn := newRunner()
 	rn.running = running
 	rn.executable = func() (string, error) { return exe, nil }
+	rn.discovery = nil // the fake daemons have no devices to show
 	return rn
 }
 

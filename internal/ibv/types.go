@@ -309,6 +309,9 @@ type WorkCompletion struct {
 	QPNum          uint32
 	SrcQP          uint32
 	Flags          WCFlags
+	// IPVersion is a UD receive's datagram's IP version, 4 or 6 (the
+	// kernel's ib_wc.network_hdr_type), else 0.
+	IPVersion uint8
 }
 
 // SliceAt returns the bytes [addr, addr+n) of a region whose memory buf

@@ -33,7 +33,7 @@ func (c *CQ) Put(t uint32, wc ibv.WorkCompletion) {
 	uverbs.PutCQE(r.Slot(t), &uverbs.CQE{
 		WRID: wc.WRID, Status: uint8(wc.Status), Opcode: uint8(wc.Opcode), VendorErr: wc.VendorErr,
 		ByteLen: wc.ByteLen, Imm: wc.ImmData, InvalidatedKey: wc.InvalidatedKey, QPNum: wc.QPNum,
-		SrcQP: wc.SrcQP, WCFlags: uint32(wc.Flags),
+		SrcQP: wc.SrcQP, WCFlags: uint32(wc.Flags), NetHdr: wc.IPVersion,
 	})
 	r.SetProducer(t + 1)
 }

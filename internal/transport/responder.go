@@ -296,6 +296,12 @@ func (e *engine) completeRecv(qp *QP, status ibv.WCStatus, op ibv.WCOpcode, flag
 	if status == ibv.WCSuccess {
 		wc.ByteLen = t.recv.written
 		wc.Flags = flags | ibv.WCWithGRH
+		if qp.typ == ibv.QPTypeUD {
+			wc.IPVersion = 4
+			if e.rx.IP.V6 {
+				wc.IPVersion = 6
+			}
+		}
 		wc.ImmData = e.rx.ImmDt
 		if flags&ibv.WCWithInvalidate != 0 {
 			wc.InvalidatedKey = e.rx.IETH

@@ -191,8 +191,10 @@ struct xp_cqe {
 	uint8_t status;
 	/* enum ibv_wc_opcode */
 	uint8_t opcode;
+	/* a UD receive's: the datagram's IP version (4 or 6), else 0 */
+	uint8_t net_hdr;
 	/* 0 */
-	uint8_t reserved[2];
+	uint8_t reserved;
 	uint32_t vendor_err;
 	uint32_t byte_len;
 	/* with IBV_WC_WITH_IMM: the value as on the wire (htobe32 for ibv's) */
@@ -209,7 +211,8 @@ _Static_assert(sizeof(struct xp_cqe) == 64, "struct xp_cqe as Go lays it out");
 _Static_assert(offsetof(struct xp_cqe, wr_id) == 0, "xp_cqe.wr_id");
 _Static_assert(offsetof(struct xp_cqe, status) == 8, "xp_cqe.status");
 _Static_assert(offsetof(struct xp_cqe, opcode) == 9, "xp_cqe.opcode");
-_Static_assert(offsetof(struct xp_cqe, reserved) == 10, "xp_cqe.reserved");
+_Static_assert(offsetof(struct xp_cqe, net_hdr) == 10, "xp_cqe.net_hdr");
+_Static_assert(offsetof(struct xp_cqe, reserved) == 11, "xp_cqe.reserved");
 _Static_assert(offsetof(struct xp_cqe, vendor_err) == 12, "xp_cqe.vendor_err");
 _Static_assert(offsetof(struct xp_cqe, byte_len) == 16, "xp_cqe.byte_len");
 _Static_assert(offsetof(struct xp_cqe, imm_data) == 20, "xp_cqe.imm_data");

@@ -215,6 +215,15 @@ static bool wildcard(const struct xp_cm_addr *a)
 	return memcmp(a->ip, zero, 16) == 0 || (a->family == 4 && memcmp(a->ip, v4any, 16) == 0);
 }
 
+/* 127/8 and ::1: rdma_cm binds them as it binds the wildcard (the kernel's cma_any_addr), on no
+ * device and listening on every one, while the ID keeps the address it was given (libfabric's
+ * verbs provider binds a passive endpoint to localhost, then offers the devices' addresses). */
+static bool loopback_addr(const struct xp_cm_addr *a)
+{
+	static const uint8_t v6lo[16] = {[15] = 1};
+	return a->family == 4 ? a->ip[12] == 127 : memcmp(a->ip, v6lo, 16) == 0;
+}
+
 static int bind_one(struct cmsub *s, const struct xp_cm_addr *a)
 {
 	struct xp_enc e = {0};
@@ -231,6 +240,12 @@ static int bind_addr(struct cmid *c, const struct sockaddr *addr)
 	int err = to_cmaddr(addr, &a);
 	if (err)
 		return err;
+	struct xp_cm_addr given = a;
+	if (loopback_addr(&a)) {
+		memset(a.ip, 0, sizeof(a.ip));
+		if (a.family == 4)
+			a.ip[10] = a.ip[11] = 0xff;
+	}
 	struct cmsub *s;
 	if (!wildcard(&a)) {
 		struct cmdev *d;
@@ -265,7 +280,8 @@ static int bind_addr(struct cmid *c, const struct sockaddr *addr)
 		id_destroy_subs(c, NULL);
 		return err;
 	}
-	return set_src(c, &a);
+	given.port = a.port;
+	return set_src(c, &given);
 }
 
 XP_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)

@@ -49,6 +49,7 @@ static uint32_t read_byte_len(struct ibv_cq_ex *c) { return cx(c)->cur.byte_len;
 static uint32_t read_qp_num(struct ibv_cq_ex *c) { return cx(c)->cur.qp_num; }
 static uint32_t read_src_qp(struct ibv_cq_ex *c) { return cx(c)->cur.src_qp; }
 static unsigned int read_wc_flags(struct ibv_cq_ex *c) { return cx(c)->cur.wc_flags; }
+static uint8_t read_sl(struct ibv_cq_ex *c) { return xp_wc_sl(cx(c)->cur.net_hdr); }
 
 /* The immediate, or with IBV_WC_WITH_INV the invalidated rkey (ibv_wc_read_invalidated_rkey). */
 static __be32 read_imm_data(struct ibv_cq_ex *c)
@@ -87,6 +88,6 @@ void xp_init_cq_ex(struct xcq *cq, uint64_t wc_flags)
 	c->read_src_qp = read_src_qp;
 	c->read_wc_flags = read_wc_flags;
 	c->read_slid = read_slid;
-	c->read_sl = read_zero8;
+	c->read_sl = read_sl;
 	c->read_dlid_path_bits = read_zero8;
 }

@@ -2,6 +2,7 @@
  * helpers of libibverbs. */
 #define _GNU_SOURCE
 #include <endian.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
@@ -40,6 +41,47 @@ enum {
 static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct xdev *devices;
 
+/* Inside `xdproce run` the device has a uverbs node as the kernel's have (docs/discovery.md):
+ * /sys/class/infiniband_verbs/uverbsN/ibdev names it. Found, it is the device's dev_name and
+ * dev_path, as rdma-core sets them, so /dev/infiniband/<dev_name> exists (UCX stats it). */
+static void find_uverbs(struct ibv_device *dev)
+{
+	const char *sysfs = getenv("SYSFS_PATH"); /* as ibv_get_sysfs_path */
+	char dir[IBV_SYSFS_PATH_MAX];
+	int n = snprintf(dir, sizeof(dir), "%s/class/infiniband_verbs", sysfs ? sysfs : "/sys");
+	if (n < 0 || (size_t)n >= sizeof(dir))
+		return;
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (strncmp(e->d_name, "uverbs", 6) != 0 || strlen(e->d_name) >= sizeof(dev->dev_name))
+			continue;
+		char sub[sizeof(dev->dev_path)], file[sizeof(dev->dev_path) + 8], ibdev[IBV_SYSFS_NAME_MAX + 2];
+		n = snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+		if (n < 0 || (size_t)n >= sizeof(sub))
+			continue;
+		snprintf(file, sizeof(file), "%s/ibdev", sub);
+		/* Not ibv_read_sysfs_file: the caller holds devices_lock, which it takes. */
+		int fd = open(file, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t got = read(fd, ibdev, sizeof(ibdev) - 1);
+		close(fd);
+		if (got <= 0)
+			continue;
+		ibdev[got] = '\0';
+		ibdev[strcspn(ibdev, "\n")] = '\0';
+		if (strcmp(ibdev, dev->name) != 0)
+			continue;
+		memcpy(dev->dev_name, e->d_name, strlen(e->d_name) + 1);
+		memcpy(dev->dev_path, sub, (size_t)n + 1);
+		break;
+	}
+	closedir(d);
+}
+
 static struct xdev *device_for(const char *ifname)
 {
 	for (struct xdev *d = devices; d; d = d->next)
@@ -57,6 +99,7 @@ static struct xdev *device_for(const char *ifname)
 	snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "xdproce_%.15s", ifname);
 	snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "/sys/class/infiniband_verbs/xdproce_%.15s", ifname);
 	snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "/sys/class/infiniband/xdp_%.15s", ifname);
+	find_uverbs(&d->dev);
 	d->next = devices;
 	devices = d;
 	return d;
@@ -415,8 +458,9 @@ XP_EXPORT int ibv_get_pkey_index(struct ibv_context *ctx, uint8_t port, __be16 p
 	return -1;
 }
 
-/* Applications read a few files of the device's sysfs directory (ibv_devinfo its board_id):
- * xdproce's device has none, so they are made up here; other paths are read as files. */
+/* Applications read a few files of the device's sysfs directory (ibv_devinfo its board_id): outside
+ * `xdproce run` the device has none, so those are made up here (with the tree's values); other paths
+ * are read as files. */
 XP_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
 {
 	pthread_mutex_lock(&devices_lock);
@@ -440,12 +484,11 @@ XP_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, 
 			snprintf(tmp, sizeof(tmp), "xdproce %s", mine->ifname);
 			v = tmp;
 		}
-		if (!v) {
-			errno = ENOENT;
-			return -1;
+		if (v) {
+			int n = snprintf(buf, size, "%s", v);
+			return n < (int)size ? n : (int)size - 1;
 		}
-		int n = snprintf(buf, size, "%s", v);
-		return n < (int)size ? n : (int)size - 1;
+		/* Anything else is the file's, where `xdproce run` made the tree (docs/discovery.md). */
 	}
 	char path[512];
 	snprintf(path, sizeof(path), "%s/%s", dir, file);

@@ -262,6 +262,7 @@ void xp_cqe_to_wc(const struct xp_cqe *cqe, struct ibv_wc *wc)
 	wc->qp_num = cqe->qp_num;
 	wc->src_qp = cqe->src_qp;
 	wc->wc_flags = cqe->wc_flags;
+	wc->sl = xp_wc_sl(cqe->net_hdr);
 	if (wc->wc_flags & IBV_WC_WITH_INV)
 		wc->invalidated_rkey = cqe->invalidated_rkey;
 	else

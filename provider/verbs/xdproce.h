@@ -18,6 +18,17 @@
 
 #define XP_EXPORT __attribute__((visibility("default")))
 
+/* A GRH's flow label is 20 bits. The kernel passes an address vector's on unchecked and its drivers
+ * use the low 20 (to make RoCE v2's UDP source port, as rdma_flow_label_to_udp_sport does), so
+ * callers set the rest: UCX gives ~0 for its first path. The daemon takes only a 20-bit label. */
+#define XP_FLOW_LABEL_MASK 0xfffffu
+
+/* A UD receive's wc.sl is its datagram's L3 header type as mlx5 reports it (2 IPv4, 1 IPv6; its
+ * CQE's), not rxe's 0: RoCE packets carry no SL, and UCX 1.11 to 1.18 read the type there to check
+ * the GRH area's destination (on 0 it compares 16 bytes of an IPv4 header with the GID and drops
+ * every datagram, which is why UCX's UD fails on rxe). */
+static inline uint8_t xp_wc_sl(uint8_t net_hdr) { return net_hdr == 4 ? 2 : net_hdr == 6 ? 1 : 0; }
+
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* The control protocol (docs/daemon.md, package uverbs): its constants, operations and the

@@ -38,10 +38,12 @@ VERBS_HDRS  := $(wildcard provider/verbs/*.h) $(COMMON_HDRS)
 RDMACM_SRCS := $(wildcard provider/rdmacm/*.c) $(COMMON_SRCS)
 RDMACM_HDRS := $(wildcard provider/rdmacm/*.h) $(COMMON_HDRS)
 
-# Debian's stock RDMA programs, which test/e2e and the interop cells run on xdproce's libibverbs.
+# Debian's stock RDMA programs, which test/e2e and the interop cells run on xdproce's libibverbs
+# (socat and iperf: ordinary TCP programs, run over rsockets under librspreload).
 deps-stock:
-	@command -v ib_write_bw >/dev/null && command -v ibv_rc_pingpong >/dev/null && command -v rping >/dev/null || \
-		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq perftest ibverbs-utils rdmacm-utils qperf)
+	@command -v ib_write_bw >/dev/null && command -v ibv_rc_pingpong >/dev/null && command -v rping >/dev/null && \
+		command -v socat >/dev/null && command -v iperf >/dev/null || \
+		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq perftest ibverbs-utils rdmacm-utils qperf socat iperf)
 
 # The Debian packages that link rdma-core's libraries, whose every ELF test/abi loads on xdproce's
 # libraries: rdma-core's own (libraries, providers, pyverbs), UCX, libfabric and Open MPI.

@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -101,6 +103,74 @@ func Plot(name string, results []Result) error {
 		// A log axis needs a range: pad a lone size by a factor of two.
 		p.X.Min, p.X.Max = float64(sizes[0])/2, float64(sizes[0])*2
 	}
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, name); err != nil {
+		return fmt.Errorf("bench: saving plot: %w", err)
+	}
+	return nil
+}
+
+// PlotLoss draws goodput against loss rate, as a ratio to the same path
+// at 0%, one line per operation and size of the loss sweep's bandwidth
+// figures, into name (SVG or PNG by its extension).
+func PlotLoss(name string, results []LossResult) error {
+	if err := CheckPlotFile(name); err != nil {
+		return err
+	}
+	p := plot.New()
+	p.Title.Text = "xdproce <-> xdproce under random loss, one RC QP"
+	p.X.Label.Text = "packets dropped, each way (%)"
+	p.Y.Label.Text = "goodput / goodput at 0%"
+	p.Y.Min, p.Y.Max = 0, 1.2
+	p.Add(plotter.NewGrid())
+	colors := map[string]color.RGBA{
+		OpWrite: {R: 0xd6, G: 0x27, B: 0x28, A: 255},
+		OpSend:  {R: 0xff, G: 0x7f, B: 0x0e, A: 255},
+		OpRead:  {R: 0x94, G: 0x67, B: 0xbd, A: 255},
+	}
+	n := 0
+	for _, op := range []string{OpWrite, OpSend, OpRead} {
+		var sizes []int
+		for _, r := range results {
+			if r.Op == op && !slices.Contains(sizes, r.Size) {
+				sizes = append(sizes, r.Size)
+			}
+		}
+		slices.Sort(sizes)
+		for i, size := range sizes {
+			var base float64
+			var pts plotter.XYs
+			for _, r := range results {
+				if r.Op == op && r.Size == size && r.Loss == 0 {
+					base = r.GbitS
+				}
+			}
+			if base <= 0 {
+				continue
+			}
+			for _, r := range results {
+				if r.Op == op && r.Size == size {
+					pts = append(pts, plotter.XY{X: r.Loss * 100, Y: r.GbitS / base})
+				}
+			}
+			slices.SortFunc(pts, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
+			line, points, err := plotter.NewLinePoints(pts)
+			if err != nil {
+				return fmt.Errorf("bench: plotting %s %s: %w", op, FormatSize(size), err)
+			}
+			line.Color, line.Width = colors[op], vg.Points(1.5)
+			if i < len(sizes)-1 {
+				line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)} // the smaller sizes dashed
+			}
+			points.Color, points.Shape = colors[op], draw.CircleGlyph{}
+			p.Add(line, points)
+			p.Legend.Add(fmt.Sprintf("%s %s", opName(op), FormatSize(size)), line, points)
+			n++
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("bench: no loss-free bandwidth figures to plot against")
+	}
+	p.Legend.Top = false
 	if err := p.Save(8*vg.Inch, 5*vg.Inch, name); err != nil {
 		return fmt.Errorf("bench: saving plot: %w", err)
 	}

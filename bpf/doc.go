@@ -5,7 +5,9 @@
 // The program redirects RoCEv2 packets (UDP destination port 4791) whose
 // destination IP is one of the device's addresses (map LocalAddrs, keyed by
 // the 16-byte address, IPv4 as ::ffff:a.b.c.d) into the AF_XDP socket of the
-// receiving queue (map Xsks, keyed by rx_queue_index). RoCE packets to a
+// receiving queue; the multicast groups the device joined are in LocalAddrs
+// too (nic.Port.JoinGroup), so the program matches no MAC and needs no
+// multicast case (map Xsks, keyed by rx_queue_index). RoCE packets to a
 // local address that are truncated or have a bad UDP length are dropped and
 // counted as malformed; those arriving on a queue with no socket are dropped
 // and counted as no_socket. Everything else is passed to the kernel. See

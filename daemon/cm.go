@@ -85,6 +85,10 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		return nil, ss.cmInitQPAttr(id, d, e)
 	case uverbs.OpCMSetOption:
 		return nil, ss.cmSetOption(id, d)
+	case uverbs.OpCMJoinMcast:
+		return nil, ss.cmJoinMcast(id, d)
+	case uverbs.OpCMLeaveMcast:
+		return nil, ss.cmLeaveMcast(id, d)
 	}
 	return nil, fmt.Errorf("%w: unknown op %v", errProtocol, op)
 }

@@ -235,6 +235,8 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 		return nil, ss.createAH(d, e)
 	case uverbs.OpDestroyAH:
 		return nil, ss.destroyAH(d)
+	case uverbs.OpAttachMcast, uverbs.OpDetachMcast:
+		return nil, ss.mcastOp(op, d)
 	case uverbs.OpCreateSRQ:
 		return ss.createSRQ(d, e)
 	case uverbs.OpModifySRQ, uverbs.OpQuerySRQ, uverbs.OpDestroySRQ:
@@ -252,7 +254,8 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 	case uverbs.OpCMCreateChannel, uverbs.OpCMDestroyChannel, uverbs.OpCMCreateID, uverbs.OpCMDestroyID, uverbs.OpCMMigrateID,
 		uverbs.OpCMBind, uverbs.OpCMResolveAddr, uverbs.OpCMResolveRoute, uverbs.OpCMListen, uverbs.OpCMAttachQP,
 		uverbs.OpCMConnect, uverbs.OpCMAccept, uverbs.OpCMReject, uverbs.OpCMDisconnect, uverbs.OpCMEstablish,
-		uverbs.OpCMQuery, uverbs.OpCMInitQPAttr, uverbs.OpCMGetEvent, uverbs.OpCMSetOption:
+		uverbs.OpCMQuery, uverbs.OpCMInitQPAttr, uverbs.OpCMGetEvent, uverbs.OpCMSetOption, uverbs.OpCMJoinMcast,
+		uverbs.OpCMLeaveMcast:
 		return ss.cmOp(op, d, e)
 	case uverbs.OpShutdown:
 		if err := d.End(); err != nil {

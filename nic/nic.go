@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
+	"sync"
 
 	"github.com/xdproce/xdproce/loader"
 	"github.com/xdproce/xdproce/ring"
@@ -59,6 +61,11 @@ type Port struct {
 	guard   io.Closer
 	sockets []*ring.Socket
 	feat    Features
+
+	// groups are the multicast groups the port joined, each with the
+	// socket holding its membership (mcast.go).
+	groupsMu sync.Mutex
+	groups   map[netip.Addr]int
 }
 
 // ethOverhead is the Ethernet header plus one VLAN tag a frame may carry on top of the MTU.
@@ -221,7 +228,9 @@ func (p *Port) Counters() (loader.Counters, error) { return p.xdp.Counters() }
 // Close detaches the program and closes the sockets and guard. It must not run
 // while an engine still uses a socket. It is idempotent.
 func (p *Port) Close() error {
-	var errs []error
+	errs := []error{p.leaveAll()}
+	p.groupsMu.Lock() // JoinGroup sees the program gone
+	defer p.groupsMu.Unlock()
 	if p.xdp != nil {
 		for _, s := range p.sockets {
 			if err := p.xdp.UnregisterSocket(s.Queue()); err != nil && !errors.Is(err, loader.ErrClosed) {

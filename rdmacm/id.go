@@ -76,8 +76,9 @@ type ID struct {
 	timeout  time.Duration
 	// stopResolve ends the address resolution in progress (Destroy).
 	stopResolve context.CancelFunc
-	rem         *remoteID // the daemon's ID, on a device attached to it
-	quiet       bool      // the owner established: its ESTABLISHED is not reported
+	rem         *remoteID    // the daemon's ID, on a device attached to it
+	quiet       bool         // the owner established: its ESTABLISHED is not reported
+	groups      []netip.Addr // the multicast groups joined, by GID (mcast.go)
 }
 
 // CreateID makes an ID in port space ps whose events go to ch.

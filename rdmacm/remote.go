@@ -146,7 +146,7 @@ func (r *remote) event(ch *EventChannel, ev *uverbs.CMEvent) (Event, bool) {
 	id.mu.Unlock()
 	if id.ud() {
 		out.UD = UDParam{PrivateData: ev.Param.PrivateData, QPNum: ev.UDQPN, QKey: ev.UDQKey}
-		if out.Type == EventEstablished {
+		if out.Type == EventEstablished || out.Type == EventMulticastJoin {
 			out.UD.AH = verbs.AH{DGID: netip.AddrFrom16(ev.UDAH.DGID).Unmap(), SGIDIndex: int(ev.UDAH.SGIDIndex),
 				HopLimit: ev.UDAH.HopLimit, TrafficClass: ev.UDAH.TrafficClass, FlowLabel: ev.UDAH.FlowLabel}
 		}

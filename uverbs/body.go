@@ -155,6 +155,13 @@ type CMSetOption struct {
 	Value []byte `abi:"optval"`
 }
 
+// CMJoinMcast is the CM_JOIN_MCAST request (after the ID's Ref):
+// rdma_join_multicast's group and whether the join is send-only.
+type CMJoinMcast struct {
+	Group    CMAddr `abi:"group"`
+	SendOnly bool   `abi:"send_only" doc:"RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER"`
+}
+
 // CountersReply is the COUNTERS reply: the transport's counters, then the port's.
 type CountersReply struct {
 	Transport []Counter `abi:"transport"`
@@ -230,6 +237,10 @@ var opBodies = map[Op]opBody{
 	OpCMInitQPAttr:     {req: []part{ref("id"), {"", CMInitQPAttr{}}}, rep: parts(CMQPAttr{})},
 	OpCMGetEvent:       {req: []part{ref("channel")}, rep: []part{{"event", CMEvent{}}}},
 	OpCMSetOption:      {req: []part{ref("id"), {"", CMSetOption{}}}},
+	OpAttachMcast:      {req: parts(McastReq{})},
+	OpDetachMcast:      {req: parts(McastReq{})},
+	OpCMJoinMcast:      {req: []part{ref("id"), {"", CMJoinMcast{}}}},
+	OpCMLeaveMcast:     {req: []part{ref("id"), {"group", CMAddr{}}}},
 	OpResizeCQ:         {req: []part{ref("cq"), {"", ResizeCQ{}}}, rep: parts(CQResized{})},
 }
 
@@ -355,6 +366,7 @@ var msgRecords = []part{
 	{"cm_conn_param", CMConnParam{}},
 	{"cm_id_info", CMIDInfo{}},
 	{"cm_event", CMEvent{}},
+	{"mcast", McastReq{}},
 }
 
 // Ref reads a Ref part: the handle an op names.

@@ -57,6 +57,10 @@ const (
 	OpCMInitQPAttr
 	OpCMGetEvent
 	OpCMSetOption
+	OpAttachMcast
+	OpDetachMcast
+	OpCMJoinMcast
+	OpCMLeaveMcast
 	OpResizeCQ
 	opEnd
 )
@@ -72,6 +76,7 @@ var opNames = [...]string{
 	OpCMResolveRoute: "CM_RESOLVE_ROUTE", OpCMListen: "CM_LISTEN", OpCMAttachQP: "CM_ATTACH_QP", OpCMConnect: "CM_CONNECT",
 	OpCMAccept: "CM_ACCEPT", OpCMReject: "CM_REJECT", OpCMDisconnect: "CM_DISCONNECT", OpCMEstablish: "CM_ESTABLISH",
 	OpCMQuery: "CM_QUERY", OpCMInitQPAttr: "CM_INIT_QP_ATTR", OpCMGetEvent: "CM_GET_EVENT", OpCMSetOption: "CM_SET_OPTION",
+	OpAttachMcast: "ATTACH_MCAST", OpDetachMcast: "DETACH_MCAST", OpCMJoinMcast: "CM_JOIN_MCAST", OpCMLeaveMcast: "CM_LEAVE_MCAST",
 	OpResizeCQ: "RESIZE_CQ",
 }
 
@@ -483,3 +488,18 @@ func (a *SRQAttr) Put(e *Encoder) { e.Put(a) }
 
 // Get decodes a.
 func (a *SRQAttr) Get(d *Decoder) { d.Get(a) }
+
+// McastReq is an ATTACH_MCAST or DETACH_MCAST request (ibv_attach_mcast):
+// the QP's handle, the group's GID and its LID (ignored on RoCE, as the
+// kernel ignores it on an Ethernet port).
+type McastReq struct {
+	QP  uint32   `abi:"qp"`
+	GID [16]byte `abi:"gid"`
+	LID uint16   `abi:"lid"`
+}
+
+// Put encodes m.
+func (m *McastReq) Put(e *Encoder) { e.Put(m) }
+
+// Get decodes m.
+func (m *McastReq) Get(d *Decoder) { d.Get(m) }

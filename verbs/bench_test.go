@@ -9,10 +9,15 @@ import (
 
 // benchPair connects two devices over an in-memory link with busy-polling engines.
 func benchPair(b *testing.B, size int) (*node, *node) {
+	return benchPairWith(b, size, DeviceConfig{ActiveMTU: 4096})
+}
+
+// benchPairWith is benchPair with both devices configured as cfg.
+func benchPairWith(b *testing.B, size int, cfg DeviceConfig) (*node, *node) {
 	b.Helper()
 	la, lb := memlink.NewPair(4096 + 200)
-	a := newNode(b, newDevice(b, la, macA, ipA, 4096), size)
-	p := newNode(b, newDevice(b, lb, macB, ipB, 4096), size)
+	a := newNode(b, newDeviceWith(b, la, macA, ipA, cfg), size)
+	p := newNode(b, newDeviceWith(b, lb, macB, ipB, cfg), size)
 	connect(b, a, p, ipA, ipB, macA, macB, connOpts{mtu: MTU4096, retry: 7, rnr: 7, timeout: 14})
 	return a, p
 }
@@ -113,23 +118,34 @@ func BenchmarkSend64(b *testing.B) {
 }
 
 // BenchmarkLoss streams each operation with 32 in flight over an in-memory
-// link that drops 1% of the packets both ways (perftest's timeout 14 and
-// retry_cnt 7), reporting Gbit/s and, per op, the retries that needed the
-// timer; compare with rate 0 in the same run.
+// link that drops 1% or 5% of the packets both ways (perftest's timeout 14
+// and retry_cnt 7), reporting Gbit/s, the packets resent per packet lost
+// and the retries that needed the timer; compare with rate 0 in the same
+// run. The recovery variants turn pieces of selective recovery off
+// (docs/recovery.md): gobackn is rxe's recovery, all three off.
 func BenchmarkLoss(b *testing.B) {
-	for _, rate := range []float64{0, 0.01} {
+	variants := []struct {
+		name string
+		r    Recovery
+	}{{"selective", 0}, {"noholes", NoReadHoles}, {"nohold", NoHold}, {"noprobe", NoProbe}, {"gobackn", NoReadHoles | NoHold | NoProbe}}
+	for _, rate := range []float64{0, 0.01, 0.05} {
 		for _, op := range []WROpcode{WRRDMAWrite, WRSend, WRRDMARead, WRAtomicFetchAdd} {
 			size := 64 << 10
 			if op == WRAtomicFetchAdd {
 				size = 8
 			}
-			b.Run(fmt.Sprintf("%v/%gpct", op, rate*100), func(b *testing.B) { benchLoss(b, op, size, rate) })
+			for _, v := range variants {
+				if rate == 0 && v.r != 0 {
+					continue // the same without loss
+				}
+				b.Run(fmt.Sprintf("%v/%gpct/%s", op, rate*100, v.name), func(b *testing.B) { benchLoss(b, op, size, rate, v.r) })
+			}
 		}
 	}
 }
 
-func benchLoss(b *testing.B, op WROpcode, size int, rate float64) {
-	a, peer := benchPair(b, 2*size)
+func benchLoss(b *testing.B, op WROpcode, size int, rate float64, r Recovery) {
+	a, peer := benchPairWith(b, 2*size, DeviceConfig{ActiveMTU: 4096, Recovery: r})
 	a.dev.nic.Link(0).(*memlink.Link).SetImpairment(memlink.Impairment{Drop: rate, Seed: 1})
 	peer.dev.nic.Link(0).(*memlink.Link).SetImpairment(memlink.Impairment{Drop: rate, Seed: 2})
 	var each func()
@@ -146,10 +162,15 @@ func benchLoss(b *testing.B, op WROpcode, size int, rate float64) {
 	}
 	wr := SendWR{Opcode: op, Flags: SendSignaled, SGList: sge(a.mr, 0, size), RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey(), CompareAdd: 1}
 	benchStream(b, a, wr, size, 32, each)
-	c := counters(a.dev)
+	c, cp := counters(a.dev), counters(peer.dev)
 	b.ReportMetric(float64(c.TransportTimeouts), "timeouts")
 	b.ReportMetric(float64(c.CompleterRetryErr), "retries")
 	b.ReportMetric(float64(c.LostResponseRetry), "rerequests")
+	la, lp := a.dev.nic.Link(0).(*memlink.Link).Stats(), peer.dev.nic.Link(0).(*memlink.Link).Stats()
+	if lost := la.Dropped + lp.Dropped; lost > 0 {
+		b.ReportMetric(float64(c.RetransmittedPkts+cp.RetransmittedPkts)/float64(lost), "resent/lost")
+	}
+	b.ReportMetric(float64(b.N)*float64(size)*8/b.Elapsed().Seconds()/1e9, "Gbit/s")
 }
 
 func postRecvB(b *testing.B, n *node, size int) {

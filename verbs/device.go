@@ -49,7 +49,25 @@ type DeviceConfig struct {
 	// kick (on veth a kick costs a few µs). Zero means DefaultAckHold; a
 	// negative value sends ACKs at the end of their receive batch.
 	AckHold time.Duration
+	// Groups, if set, makes the port a member of the multicast group addr
+	// (join true) or no longer one: called when the device's first QP
+	// attaches to the group and after its last one detaches
+	// (verbs/mcast.go). Open sets it to the port's (nic.Port.JoinGroup).
+	Groups func(addr netip.Addr, join bool) error
+	// Recovery turns pieces of selective recovery off, to measure what
+	// each is worth (docs/recovery.md); the zero value runs them all.
+	Recovery Recovery
 }
+
+// Recovery is DeviceConfig.Recovery: pieces of selective recovery turned off.
+type Recovery = transport.Recovery
+
+// The pieces of selective recovery (docs/recovery.md).
+const (
+	NoReadHoles = transport.NoReadHoles // READ responses past a gap dropped, the READ asked again to its end
+	NoHold      = transport.NoHold      // request packets past a hole dropped by the responder
+	NoProbe     = transport.NoProbe     // a sequence NAK goes back over everything after it at once
+)
 
 // DefaultSpinMax is the SpinMax of a device that does not set one: a
 // little more than a round trip on veth, so a ping-pong's engines do not
@@ -130,7 +148,7 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 		cfg.SpinMax = 0
 	}
 	nic, err := transport.New(links, transport.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
-		BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold})
+		BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold, Groups: cfg.Groups, Recovery: cfg.Recovery})
 	if err != nil {
 		return nil, err
 	}

@@ -11,12 +11,13 @@ import (
 )
 
 // TestSecondSequenceNAK: a sequence NAK for the oldest unacknowledged PSN
-// sends the requester back to it once per retry episode. With retry_cnt
-// 7 a second NAK for the same PSN (the responder saw the resent packets
-// after it, not it: lost again) goes back once more; with a finite
-// retry_cnt, as rxe, it is ignored until the timer or progress ends the
-// episode. Here every frame a sends is lost and the NAKs are injected, on
-// fake time (no timer expires).
+// sends the requester back to it once per retry episode, resending the
+// NAKed packet alone first (its ACK says how far the responder has
+// everything: docs/recovery.md). With retry_cnt 7 a second NAK for the
+// same PSN (the resent packet was lost again) resends it once more; with
+// a finite retry_cnt, as rxe, it is ignored until the timer or progress
+// ends the episode. Here every frame a sends is lost and the NAKs are
+// injected, on fake time (no timer expires).
 func TestSecondSequenceNAK(t *testing.T) {
 	for _, retry := range []uint8{7, 3} {
 		t.Run(map[uint8]string{7: "retry_cnt 7", 3: "retry_cnt 3"}[retry], func(t *testing.T) {
@@ -35,14 +36,14 @@ func TestSecondSequenceNAK(t *testing.T) {
 				return counters(a.dev)
 			}
 			c1 := nak(c)
-			if c1.SentPkts != c.SentPkts+5 || c1.RcvdSeqErr != 1 {
-				t.Fatalf("first NAK for PSN 3: %d packets resent (want 5, PSNs 3-7), rcvd_seq_err %d", c1.SentPkts-c.SentPkts, c1.RcvdSeqErr)
+			if c1.SentPkts != c.SentPkts+1 || c1.RcvdSeqErr != 1 {
+				t.Fatalf("first NAK for PSN 3: %d packets resent (want 1, PSN 3), rcvd_seq_err %d", c1.SentPkts-c.SentPkts, c1.RcvdSeqErr)
 			}
 			c2 := nak(c1)
 			resent := c2.SentPkts - c1.SentPkts
 			switch {
-			case retry == 7 && resent != 5:
-				t.Fatalf("second NAK for PSN 3 with retry_cnt 7: %d packets resent, want 5 (go back again)", resent)
+			case retry == 7 && resent != 1:
+				t.Fatalf("second NAK for PSN 3 with retry_cnt 7: %d packets resent, want 1 (PSN 3 again)", resent)
 			case retry != 7 && (resent != 0 || c2.CompleterRetryErr != c1.CompleterRetryErr):
 				t.Fatalf("second NAK for PSN 3 with retry_cnt %d: %d packets resent, %d retries counted; want it ignored",
 					retry, resent, c2.CompleterRetryErr-c1.CompleterRetryErr)

@@ -112,6 +112,14 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 			}
 			return out, err
 		},
+		// The memberships are the namespace's: the sockets holding them
+		// are made there.
+		Groups: func(addr netip.Addr, join bool) error {
+			if !join {
+				return port.LeaveGroup(addr)
+			}
+			return nsenter.Do(ns, func() error { return port.JoinGroup(addr) })
+		},
 		Resolve: func(ctx context.Context, ip netip.Addr) (mac net.HardwareAddr, err error) {
 			err = nsenter.Do(ns, func() error {
 				mac, err = nic.ResolveNeighbor(ctx, ifname, ip)

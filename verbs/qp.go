@@ -306,6 +306,10 @@ func (d *Device) resolveMAC(ah AH) (net.HardwareAddr, error) {
 // device's resolver; the device's own MAC for one of its GIDs): syscall.ETIMEDOUT when none answers before ctx ends,
 // the errno of the kernel's address resolution.
 func (d *Device) ResolveMAC(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+	// A group's address maps to its MAC, as ib_resolve_eth_dmac maps it.
+	if mac, ok := mcastMAC(ip); ok {
+		return mac, nil
+	}
 	// The device's own address is no neighbour (ARP for it would go
 	// unanswered): its frames loop back inside the device, as on rxe.
 	for _, g := range d.cfg.GIDs {

@@ -35,7 +35,8 @@ func benchFlags(fs *flag.FlagSet) action {
 	ifaces := fs.String("ifaces", "", "measure between two existing interfaces NETNS/IFNAME,NETNS/IFNAME instead of a fresh veth pair")
 	jsonOut := fs.String("json", "", "write the figures as JSON to this file")
 	plotOut := fs.String("plot", "", "draw bandwidth against message size into this file (.svg or .png)")
-	loss := fs.String("loss", "", "instead: the loss sweep, RoCEv2 packets dropped at these rates both ways on a bridge between the hosts (e.g. 0.1%,1%,5%); --sizes defaults to 4K,64K there")
+	loss := fs.String("loss", "", "instead: the loss sweep, RoCEv2 packets dropped at these rates both ways on a bridge between the hosts (e.g. 0.1%,1%,5%), each against the same path at 0%; --sizes defaults to 4K,64K there, --plot draws goodput against loss rate")
+	lossOps := fs.String("loss-ops", "", "the loss sweep's operations (default all: "+strings.Join(bench.LossOps, ",")+"); send_rtt and write_rtt are 4 KiB round trips")
 	viaDaemon := fs.Bool("daemon", true, "also measure WRITE 64 KiB and the 8 B WRITE round trip through each host's daemon (xdproce up)")
 	stockRounds := fs.Int("stock-rounds", 0, "rounds of the stock perftest comparison, each contender once per round, alternating which goes first (default 3, 2 with --quick); the figures are the medians")
 	stock := fs.Bool("stock", true, "also compare stock perftest over xdproce's libibverbs (xdproce run) with xdproce perf, ib_write_lat 8 B and ib_write_bw 64 KiB, both through an xdproce up started on each host (issue 15); skipped, with a note, when perftest or the library is missing")
@@ -49,7 +50,7 @@ func benchFlags(fs *flag.FlagSet) action {
 		if *loss != "" {
 			explicit := map[string]bool{}
 			fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
-			return runLossSweep(ctx, *loss, lossFlags{sizes: *sizes, sizesSet: explicit["sizes"], dur: *dur, warmup: *warmup, depth: *depth, mtu: *mtu, json: *jsonOut}, stdout, stderr)
+			return runLossSweep(ctx, *loss, lossFlags{sizes: *sizes, sizesSet: explicit["sizes"], ops: *lossOps, dur: *dur, warmup: *warmup, depth: *depth, mtu: *mtu, json: *jsonOut, plot: *plotOut}, stdout, stderr)
 		}
 		cfg := bench.Default()
 		if *quick {
@@ -202,10 +203,11 @@ func (b *busyFlag) Set(s string) error {
 type lossFlags struct {
 	sizes      string
 	sizesSet   bool
+	ops        string
 	dur        time.Duration
 	warmup     time.Duration
 	depth, mtu int
-	json       string
+	json, plot string
 }
 
 // runLossSweep is `xdproce bench --loss RATES`.
@@ -223,6 +225,14 @@ func runLossSweep(ctx context.Context, rates string, f lossFlags, stdout, stderr
 		var err error
 		if cfg.Sizes, err = bench.ParseSizes(f.sizes); err != nil {
 			return fmt.Errorf("%w: --sizes: %v", errUsage, err)
+		}
+	}
+	if f.ops != "" {
+		cfg.Ops = strings.Split(f.ops, ",")
+	}
+	if f.plot != "" {
+		if err := bench.CheckPlotFile(f.plot); err != nil {
+			return fmt.Errorf("%w: --plot: %v", errUsage, err)
 		}
 	}
 	if f.dur != 0 {
@@ -246,6 +256,11 @@ func runLossSweep(ctx context.Context, rates string, f lossFlags, stdout, stderr
 	}
 	if runErr != nil {
 		return runErr
+	}
+	if f.plot != "" {
+		if err := bench.PlotLoss(f.plot, results); err != nil {
+			return err
+		}
 	}
 	if f.json != "" {
 		return writeFile(f.json, func(w io.Writer) error {

@@ -57,6 +57,21 @@ type Counters struct {
 	// too, without a counter of its own). They count in SentPkts as well,
 	// and in RcvdPkts when their QP takes them.
 	LoopbackPkts uint64
+	// DroppedNoGroup counts datagrams to the multicast QPN whose
+	// destination is a group no QP of the device is attached to (rxe drops
+	// them too: "mcast but no mcg"); McastPkts those delivered to one or
+	// more attached QPs (each delivery counts in RcvdPkts once per frame).
+	DroppedNoGroup, McastPkts uint64
+	// RetransmittedPkts counts packets sent again: request packets at a
+	// PSN already sent, READ and atomic requests asked again, and READ
+	// response packets replayed for a duplicate READ. Against the packets
+	// a path lost it shows how selective recovery is (docs/recovery.md).
+	RetransmittedPkts uint64
+	// OOOHeld counts packets kept past a hole instead of being dropped:
+	// request packets a responder holds until the hole fills, READ
+	// responses a requester places at their offset. OOODropped counts
+	// those dropped because the bound was reached (docs/recovery.md).
+	OOOHeld, OOODropped uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -87,6 +102,8 @@ func (c *Counters) fields() []counterField {
 		{"send_err", &c.SendErr}, {"dropped_replies", &c.DroppedReplies}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},
 		{"handed_off", &c.HandedOff}, {"handoff_drops", &c.HandOffDrops}, {"bad_shared_wqe", &c.BadSharedWQE},
 		{"read_retry_paced", &c.ReadRetryPaced}, {"loopback_pkts", &c.LoopbackPkts},
+		{"dropped_no_mcast_group", &c.DroppedNoGroup}, {"mcast_pkts", &c.McastPkts},
+		{"retransmitted_pkts", &c.RetransmittedPkts}, {"ooo_held", &c.OOOHeld}, {"ooo_dropped", &c.OOODropped},
 	}
 }
 

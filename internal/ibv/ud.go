@@ -16,3 +16,12 @@ const (
 // MaxAH is how many address handles a device holds at once (rxe_param.h's
 // RXE_MAX_AH).
 const MaxAH = 1<<15 - 1
+
+// Multicast limits, rxe_param.h's: groups on the device (RXE_MAX_MCAST_GRP),
+// QPs attached to one group (RXE_MAX_MCAST_QP_ATTACH) and attachments in
+// all (RXE_MAX_TOT_MCAST_QP_ATTACH). Past one, an attach fails ENOMEM.
+const (
+	MaxMcastGroups      = 8192
+	MaxMcastQPAttach    = 56
+	MaxTotalMcastAttach = 0x70000
+)

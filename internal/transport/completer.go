@@ -57,6 +57,7 @@ type completion struct {
 	info   wire.OpInfo
 	w      *sendWQE     // the READ or atomic a response belongs to
 	status ibv.WCStatus // of the head WQE, for compError
+	probe  bool         // compErrorRetry after a sequence NAK: resend the NAKed packet first
 }
 
 // completer handles a response (ACK, NAK, READ response, atomic ACK) for an
@@ -88,7 +89,7 @@ func (c *completion) step(s compState) compState {
 	case compSeqNAK:
 		return c.seqNAK()
 	case compErrorRetry:
-		c.e.retry(c.qp, false)
+		c.e.retry(c.qp, false, c.probe)
 		return compDone
 	case compNAKError:
 		return c.nakError()
@@ -276,6 +277,7 @@ func (c *completion) seqNAK() compState {
 	if !t.startedRetry {
 		t.nakEpisode = true
 	}
+	c.probe = c.e.dev.cfg.Recovery&NoProbe == 0
 	return compErrorRetry
 }
 
@@ -316,13 +318,17 @@ func (c *completion) checkHead() compState {
 		return compDrop
 	}
 	c.e.acknowledge(c.qp, (w.firstPSN-1)&0xffffff)
-	c.e.rerequestBefore(c.qp, psn)
-	if w.respDone || psnCmp(psn, w.nextRespPSN(t.mtu)) < 0 {
+	c.e.rerequestBefore(c.qp, psn, true)
+	base := w.nextRespPSN(t.mtu)
+	if w.respDone || psnCmp(psn, base) < 0 || (psn != base && w.got.has(psn)) {
 		c.e.counters.DuplicateResponse++
 		return compDrop
 	}
-	if psn != w.nextRespPSN(t.mtu) {
-		c.e.rerequest(c.qp, w)
+	if psn != base && (isAtomicAck || (psn-base)&0xffffff >= readMapBits || c.e.dev.cfg.Recovery&NoReadHoles != 0) {
+		// Too far past the hole to keep: asked again with it.
+		c.e.counters.OOODropped++
+		w.tailLost = true
+		c.e.askHoles(c.qp, w)
 		return compDrop
 	}
 	c.w = w
@@ -332,22 +338,26 @@ func (c *completion) checkHead() compState {
 	return compRead
 }
 
-// read places a READ response at the PSN its READ waits for, after
-// checking that it is the packet that belongs there: LAST or ONLY exactly
-// at the READ's last PSN, FIRST or ONLY only where a request for it
-// started (the READ's first PSN, or where it was asked again: a responder
-// may answer a re-request as a new READ, as IBTA has it, or as a replay,
-// as rxe does), MIDDLE elsewhere; FIRST and MIDDLE carry exactly one path
-// MTU and LAST and ONLY the rest. Anything else is dropped and counted:
-// the READ stays as it was.
+// read places a READ response at the offset its PSN gives (at the PSN its
+// READ waits for, or past a hole: recovery.go), after checking that it is
+// the packet that belongs there: LAST or ONLY at the READ's last PSN, or
+// at the last PSN of a request that asked for a hole only (a responder
+// ends that answer with LAST, as rxe's replay does); FIRST or ONLY only
+// where a request for it started (the READ's first PSN, or where it was
+// asked again: a responder may answer a re-request as a new READ, as IBTA
+// has it, or as a replay, as rxe does), MIDDLE elsewhere; FIRST and
+// MIDDLE, and a hole's LAST, carry exactly one path MTU, and the READ's
+// LAST or ONLY the rest. Anything else is dropped and counted: the READ
+// stays as it was.
 func (c *completion) read() compState {
 	t, p, psn, w := c.t, c.p, c.p.BTH.PSN, c.w
 	mtu := uint32(t.mtu)
 	start, end := c.info.Flags&wire.FlagStart != 0, c.info.Flags&wire.FlagEnd != 0
 	n := payloadLen(p)
-	ok := end == (psn == w.lastPSN) && (!start || psn == w.firstPSN || psn == w.readFrom) && (start || psn != w.firstPSN)
-	if end {
-		ok = ok && n == w.length-w.readDone
+	holeEnd := end && psn != w.lastPSN && psn == (w.readTo-1)&0xffffff
+	ok := (end == (psn == w.lastPSN) || holeEnd) && (!start || psn == w.firstPSN || psn == w.readFrom) && (start || psn != w.firstPSN)
+	if end && !holeEnd {
+		ok = ok && n == w.length-((psn-w.firstPSN)&0xffffff)*mtu
 	} else {
 		ok = ok && n == mtu
 	}
@@ -356,12 +366,18 @@ func (c *completion) read() compState {
 		return compDrop
 	}
 	var one [1]span
-	if !scatterPayload(w.local(&one), w.readDone, p, &c.e.pending) {
+	if !c.e.placeRead(c.qp, w, p, w.local(&one)) {
 		c.status = ibv.WCLocProtErr
 		return compError
 	}
-	w.readDone += n
-	w.respDone = end
+	if holeEnd {
+		// The answer to a hole's request is complete, and it came after
+		// everything the responder sent before it: what is still missing
+		// is lost. (The READ's own LAST proves nothing: a response just
+		// before it may be late, not lost.)
+		w.tailLost = true
+	}
+	c.e.askHoles(c.qp, w)
 	c.e.resetRetry(c.qp) // a response it waited for: progress (rxe's check_ack)
 	c.e.completeInOrder(c.qp)
 	c.e.progress(c.qp)
@@ -385,13 +401,26 @@ func (c *completion) atomic() compState {
 // waiting for responses does not pass it (only its own responses
 // acknowledge it), and one past it means its responses were lost: it is
 // asked again at once.
+//
+// An ACK that answers a probe (the packet resent first after a sequence
+// NAK or a timeout) and acknowledges past it shows a responder that kept
+// what arrived past the hole (ooo.go): the oldest PSN it still lacks was
+// lost as well, and is probed in turn, instead of going back over the
+// packets it holds. One that acknowledges the probe only goes back N.
 func (e *engine) ackThrough(qp *QP, psn uint32) {
 	t := &qp.t
 	before := t.ackedReq
-	e.rerequestBefore(qp, (psn+1)&0xffffff)
+	probe := t.probing
+	probed := t.compPSN
+	e.rerequestBefore(qp, (psn+1)&0xffffff, false)
 	e.acknowledge(qp, psn)
 	if t.psnAfter(t.ackedReq, before) {
 		e.resetRetry(qp)
+		if probe && t.psnAfter(t.ackedReq, probed) && t.compPSN != t.sentEnd && len(t.sq) > 0 && !isReadOrAtomic(t.sq[0].wr.Opcode) {
+			e.counters.CompleterRetryErr++
+			t.probing, t.startedRetry = true, true
+			e.goBackN(qp, true)
+		}
 	}
 	e.progress(qp)
 }

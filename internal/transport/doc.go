@@ -18,6 +18,8 @@
 //   - completer.go: ACKs, NAKs and READ/atomic responses against the send
 //     queue, and all completion of send work (rxe_comp.c).
 //   - timer.go: the retransmission timer, RTO and retry, go-back-N.
+//   - recovery.go: READ responses placed past a hole, holes asked again;
+//     ooo.go: request packets held past a hole (docs/recovery.md).
 //   - responder.go: requests from the peer (rxe_resp.c); replies.go the
 //     responses it queues, in order; pacing.go the pace of READ responses.
 //   - dma.go: data between messages and memory; mr.go and mw.go the

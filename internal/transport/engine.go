@@ -90,6 +90,14 @@ type engine struct {
 	loop     [][]byte
 	loopBufs [][]byte
 	txLocal  bool
+	// mcLoop are the batch's frames to groups the device is a member of,
+	// which flush also hands to the engines' inboxes (mcast.go). While
+	// handingOff the engine handles frames other engines handed it, and a
+	// multicast frame goes to its own QPs only; mcHanded marks, per
+	// engine, those a multicast frame was handed to.
+	mcLoop     [][]byte
+	handingOff bool
+	mcHanded   []bool
 }
 
 // rxBatch and txBatch bound the frames handled per step.
@@ -367,8 +375,10 @@ func (e *engine) queueFrame(buf []byte, n int, sealed bool) {
 	case e.txLocal:
 		e.loop = append(e.loop, buf[:n])
 	case e.lender != nil:
+		e.noteMcast(buf[:n])
 		e.lender.CommitTX(n)
 	default:
+		e.noteMcast(buf[:n])
 		e.out = append(e.out, buf[:n])
 	}
 	e.nout++
@@ -381,6 +391,7 @@ func (e *engine) flush() {
 		e.holdCredit = holdCreditMax // a reply joined the ACKs
 	}
 	e.nacks, e.holding = 0, false
+	e.loopMcast() // sealed now, and not yet the link's
 	e.nout -= e.loopBack()
 	if e.nout == 0 {
 		return
@@ -545,6 +556,14 @@ func (e *engine) handleSplit(head, tail []byte) {
 func (e *engine) dispatch() {
 	p := &e.rx
 	qpn := p.BTH.DestQP
+	if qpn == wire.MulticastQPN {
+		if p.BTH.PKey&0x7fff != 0x7fff {
+			e.counters.DroppedBadPKey++
+			return
+		}
+		e.dispatchMcast(p)
+		return
+	}
 	if int(qpn) >= len(e.qps) || e.qps[qpn] == nil {
 		e.counters.DroppedNoQP++
 		return

@@ -83,9 +83,11 @@ func (e *engine) receiveHandedOff() int {
 		e.inFrames = frames // the inbox may have kept the other array
 		return 0
 	}
+	e.handingOff = true
 	for _, f := range frames {
 		e.handleFrame(f)
 	}
+	e.handingOff = false
 	e.pending.flush() // the frames are recycled next
 	e.inbox.recycle(frames)
 	clear(frames)

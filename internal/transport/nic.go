@@ -25,6 +25,11 @@ type Config struct {
 	BusyPoll  bool
 	SpinMax   time.Duration // 0: never spin
 	AckHold   time.Duration // negative: ACKs leave at the end of their batch
+	// Groups, if set, joins (join true) or leaves the multicast group
+	// addr on the port: called in a control operation when the first QP
+	// attaches to a group and after the last one detaches.
+	Groups   func(addr netip.Addr, join bool) error
+	Recovery Recovery // pieces of selective recovery turned off (recovery.go)
 }
 
 // CaptureFunc sees a frame the NIC sent (outbound) or received, on the
@@ -103,6 +108,9 @@ func New(links []link.Link, cfg Config) (*NIC, error) {
 		e := &engine{}
 		e.init(d, l, i)
 		d.shards = append(d.shards, e)
+	}
+	for _, e := range d.shards {
+		e.mcHanded = make([]bool, len(d.shards))
 	}
 	for _, e := range d.shards {
 		d.stopped.Add(1)

@@ -5,6 +5,7 @@ package transport
 
 import (
 	"fmt"
+	"net/netip"
 	"sync"
 
 	"github.com/xdproce/xdproce/internal/ibv"
@@ -41,6 +42,11 @@ type objects struct {
 	// sharedSRQs are the SRQs a daemon's clients post to shared rings.
 	sharedSRQs []*SRQ
 	events     eventQueue // asynchronous events, read by Device.GetAsyncEvent
+	// groups are the multicast groups QPs are attached to, by their
+	// address as frames carry it; mcAttached counts the attachments
+	// (mcast.go).
+	groups     map[netip.Addr]*mcGroup
+	mcAttached int
 }
 
 // pickQPN chooses a free QPN at random (rxe numbers them from 0x11 up, so
@@ -101,6 +107,7 @@ func (d *NIC) removeQP(qp *QP) error {
 	if int(qp.qpn) >= len(o.qps) || o.qps[qp.qpn] != qp {
 		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.qpn, ibv.ErrInvalid)
 	}
+	d.detachAll(qp)
 	o.qps[qp.qpn] = nil
 	qp.pd.users.Add(-1)
 	if qp.src != nil {

@@ -86,6 +86,11 @@ const (
 	// application that thinks between READs makes low samples too: the
 	// floor and the burst bound what they cost).
 	paceSampleMin = 8
+	// paceLossMin is the fewest packets a request must ask for again to
+	// count as a lost tail: a path that overflowed loses runs of a
+	// burst, a lossy one single packets (a requester asks for holes
+	// alone: recovery.go), which pacing would only slow down.
+	paceLossMin = 4
 )
 
 // requested notes a new READ arriving at now; idle says no response was
@@ -163,7 +168,7 @@ func (e *engine) readStarting(qp *QP, res *respResource, from uint32, kind readK
 	if kind == readNew {
 		p.requested(now, alone)
 	}
-	if kind == readResume && alone && from != res.firstPSN {
+	if (kind == readResume || kind == readHole) && alone && from != res.firstPSN && (last-from)&0xffffff+1 >= paceLossMin {
 		// Every response had left, and one is asked for again from
 		// past its start: its head arrived, its tail did not (a request
 		// duplicated on the way, or a requester whose timer found nothing

@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -45,6 +46,10 @@ type QP struct {
 	t qpTransport // engine-owned
 
 	src QueueSource // a daemon's client's rings (shared.go)
+
+	// groups are the multicast groups the QP is attached to (mcast.go);
+	// changed in control operations only.
+	groups []netip.Addr
 
 	// Owner is the API's object for this QP, which events name.
 	Owner any

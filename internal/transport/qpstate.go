@@ -99,10 +99,13 @@ type qpTransport struct {
 	// earlier requests; the QP enters the error state once they have all
 	// left (respError), and takes no request meanwhile.
 	failAfterReplies bool
+	// held: request packets that arrived past a hole (ooo.go).
+	held oooHold
 }
 
 func (t *qpTransport) reset(qp *QP) {
-	*t = qpTransport{attr: ibv.QPAttr{PathMTU: ibv.MTU256}, mtu: 256, res: make([]respResource, 1)}
+	t.dropHeld()
+	*t = qpTransport{attr: ibv.QPAttr{PathMTU: ibv.MTU256}, mtu: 256, res: make([]respResource, 1), held: t.held}
 	qp.state.Store(uint32(ibv.StateReset))
 }
 
@@ -219,6 +222,7 @@ func (e *engine) modify(qp *QP, a ibv.QPAttr, mask ibv.AttrMask, next ibv.QPStat
 		// responses would keep reading application memory after Modify
 		// returned.
 		t.dropReplies()
+		t.dropHeld()
 		qp.state.Store(uint32(ibv.StateErr))
 		e.takePosts(qp)
 		e.flushQueues(qp)
@@ -252,6 +256,7 @@ func (e *engine) toError(qp *QP) {
 	qp.t.state = ibv.StateErr
 	qp.t.draining, qp.t.failAfterReplies = false, false
 	qp.t.dropReplies()
+	qp.t.dropHeld()
 	qp.state.Store(uint32(ibv.StateErr))
 	e.flushQueues(qp)
 }

@@ -36,6 +36,8 @@ type pendingReply struct {
 	read bool
 	res  respResource // READ: a copy, as resources are reused meanwhile
 	next uint32       // READ: the next PSN to send
+	// replay: the READ's response is sent again (counted as retransmitted).
+	replay bool
 	// Acknowledgements.
 	op       wire.Opcode // RCAck or RCAtomicAck
 	psn      uint32
@@ -87,8 +89,8 @@ func (e *engine) respond(qp *QP, r pendingReply) {
 
 // startRead sends the READ reply of res from PSN from, as much as the
 // step's budget allows, and queues the rest.
-func (e *engine) startRead(qp *QP, res *respResource, from uint32) {
-	r := pendingReply{read: true, res: *res, next: from, msn: qp.t.msn}
+func (e *engine) startRead(qp *QP, res *respResource, from uint32, replay bool) {
+	r := pendingReply{read: true, res: *res, next: from, msn: qp.t.msn, replay: replay}
 	if !qp.t.replying() {
 		for e.readRoom(qp) {
 			if e.readPacket(qp, &r) {
@@ -179,6 +181,9 @@ func (e *engine) readPacket(qp *QP, r *pendingReply) bool {
 		src[0], _ = mr.span(res.va+uint64(off), n)
 	}
 	e.send(int(n), func(dst []byte) { gather(dst, src[:], 0, &e.reads) })
+	if r.replay {
+		e.counters.RetransmittedPkts++
+	}
 	r.next = (psn + 1) & 0xffffff
 	return last
 }

@@ -26,9 +26,17 @@ type sendWQE struct {
 	// completes once the WQEs before it have.
 	respDone bool
 	// readFrom is the PSN the latest request of this READ or atomic asked
-	// from; retried says it was asked again (see rerequest).
-	readFrom uint32
-	retried  bool
+	// from, readTo one past the last it asked for; retried says it was
+	// asked again (see rerequest).
+	readFrom, readTo uint32
+	retried          bool
+	// A READ's responses past a hole (recovery.go): got marks those
+	// placed past the one it waits for, seenEnd is one past the highest
+	// placed, and tailLost says the responses not yet placed are not on
+	// their way any more (a later response, an ACK or the timer showed it).
+	got      readMap
+	seenEnd  uint32
+	tailLost bool
 	inline   []byte // INLINE data, copied when posted
 }
 
@@ -93,6 +101,7 @@ func (e *engine) requester(qp *QP) bool {
 			w.started = true
 			w.firstPSN = t.nextPSN
 			w.lastPSN = (w.firstPSN + n - 1) & 0xffffff
+			w.seenEnd = w.firstPSN
 			t.nextPSN = (w.lastPSN + 1) & 0xffffff
 			if rdAtomic {
 				t.rdAtomicOut++
@@ -201,6 +210,9 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 		}
 	}
 	psn := (w.firstPSN + off/mtu) & 0xffffff
+	if psnCmp(psn, t.sentEnd) < 0 {
+		e.counters.RetransmittedPkts++
+	}
 	t.noackPkts++
 	// The packet that fills the window asks for an ACK: nothing else
 	// would open it before the timer.
@@ -242,18 +254,27 @@ func (e *engine) sendNext(qp *QP, w *sendWQE) {
 }
 
 // sendReadAtomic sends the request of a READ or atomic WQE. A READ asks
-// for what has not arrived yet: after a loss it resumes at the first
-// missing byte, with RETH adjusted (a responder treats it as a duplicate
-// and replays from there).
+// for what has not arrived yet: after a loss it asks for its lowest hole,
+// from the first missing byte to the next response placed (or its end),
+// with RETH adjusted (a responder treats it as a duplicate and replays
+// that range: recovery.go).
 func (e *engine) sendReadAtomic(qp *QP, w *sendWQE) {
 	t := &qp.t
 	wr := &w.wr
 	e.rttStart(t, w.firstPSN)
+	if w.retried {
+		e.counters.RetransmittedPkts++
+	}
 	if wr.Opcode == ibv.WRRDMARead {
 		psn := w.nextRespPSN(t.mtu)
+		to := w.holeEnd(psn)
+		n := w.length
+		if to != (w.lastPSN+1)&0xffffff {
+			n = ((to - w.firstPSN) & 0xffffff) * uint32(t.mtu)
+		}
 		p := e.header(qp, wire.RCReadRequest, psn, true)
-		p.RETH = wire.RETH{VA: wr.RemoteAddr + uint64(w.readDone), RKey: wr.RKey, Len: w.length - w.readDone}
-		w.readFrom = psn
+		p.RETH = wire.RETH{VA: wr.RemoteAddr + uint64(w.readDone), RKey: wr.RKey, Len: n - w.readDone}
+		w.readFrom, w.readTo, w.tailLost = psn, to, false
 	} else {
 		p := e.header(qp, wire.RCFetchAdd, w.firstPSN, true)
 		p.AtomicETH = wire.AtomicETH{VA: wr.RemoteAddr, RKey: wr.RKey, SwapAdd: wr.CompareAdd}

@@ -94,6 +94,15 @@ func (e *engine) responder(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	if qp.t.failAfterReplies {
 		return // as good as in the error state (respError)
 	}
+	before := qp.t.ePSN
+	e.respond1(qp, p, info)
+	if qp.t.held.n > 0 && qp.t.ePSN != before {
+		e.drainHeld(qp) // it filled a hole (ooo.go)
+	}
+}
+
+// respond1 runs one request through the responder's states.
+func (e *engine) respond1(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	r := reception{e: e, qp: qp, t: &qp.t, p: p, info: info}
 	for s := respstCheckPSN; s != respstDone; {
 		s = r.step(s)
@@ -162,7 +171,7 @@ func (r *reception) resync() respState {
 // outOfSeq: one NAK per gap, and one more each time the requester is seen
 // to go back to or before the packets already seen: its resent packet at
 // ePSN was lost as well, and without a NAK only its transport timer would
-// tell it.
+// tell it. The packet is held until the hole fills (ooo.go).
 func (r *reception) outOfSeq() respState {
 	t, psn := r.t, r.p.BTH.PSN
 	r.e.counters.OutOfSeqRequest++
@@ -171,6 +180,7 @@ func (r *reception) outOfSeq() respState {
 		r.e.sendAck(r.qp, t.ePSN, wire.NAKSyndrome(wire.NAKPSNSequenceError))
 	}
 	t.nakMax = psn
+	r.e.hold(r.qp, r.p) // executed once the hole fills (ooo.go)
 	return respstDone
 }
 
@@ -488,6 +498,7 @@ const (
 	readNew readKind = iota
 	readDuplicate
 	readResume
+	readHole // a duplicate that asks exactly for a hole inside the READ (recovery.go)
 )
 
 // readReply sends the READ responses of res from PSN from on, after the
@@ -496,7 +507,7 @@ const (
 func (e *engine) readReply(qp *QP, res *respResource, from uint32, kind readKind) {
 	e.readStarting(qp, res, from, kind)
 	e.sendDueAck(qp)
-	e.startRead(qp, res, from)
+	e.startRead(qp, res, from, kind != readNew)
 }
 
 func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
@@ -580,10 +591,23 @@ func (e *engine) duplicate(qp *QP, p *wire.Packet, info wire.OpInfo) {
 				r.mr = mr
 			}
 			kind := readDuplicate
-			if off := uint64((psn-r.firstPSN)&0xffffff) * uint64(qp.t.mtu); p.RETH.VA == r.va+off && uint64(p.RETH.Len)+off == uint64(r.length) {
+			off := uint64((psn-r.firstPSN)&0xffffff) * uint64(qp.t.mtu)
+			if p.RETH.VA == r.va+off && uint64(p.RETH.Len)+off == uint64(r.length) {
 				kind = readResume
+			} else if p.RETH.VA == r.va+off && p.RETH.Len > 0 && uint64(p.RETH.Len)+off < uint64(r.length) {
+				kind = readHole
 			}
-			e.readReply(qp, r, psn, kind)
+			// Answer the range asked for, as rxe's duplicate_request
+			// does: a requester that asks for one hole (recovery.go)
+			// gets that hole, ended by a LAST, not the rest of the READ.
+			// The data still comes from the resource, at the offset the
+			// PSN gives; a length past it is cut to it.
+			res := *r
+			if p.RETH.Len > 0 && off+uint64(p.RETH.Len) < uint64(r.length) {
+				res.length = uint32(off) + p.RETH.Len
+				res.lastPSN = (r.firstPSN + qp.t.npkts(res.length) - 1) & 0xffffff
+			}
+			e.readReply(qp, &res, psn, kind)
 		}
 		return
 	}

@@ -46,7 +46,7 @@ func (e *engine) checkTimers(qp *QP, now time.Time) {
 		return
 	}
 	e.counters.TransportTimeouts++
-	e.retry(qp, true)
+	e.retry(qp, true, false)
 }
 
 // retry counts a transport retry (timeout, sequence NAK, lost response) and
@@ -55,7 +55,10 @@ func (e *engine) checkTimers(qp *QP, now time.Time) {
 // COMPST_ERROR_RETRY, one retry episode counts once: until the responder
 // shows progress (resetRetry), further NAKs and lost responses neither
 // count nor rewind again; only the timer (timeout) starts another retry.
-func (e *engine) retry(qp *QP, timeout bool) {
+// With nak (a sequence NAK) only the NAKed packet is resent at first: the
+// ACK it asks for says how far the responder has everything (ackThrough)
+// before the requester goes back over the rest.
+func (e *engine) retry(qp *QP, timeout, nak bool) {
 	t := &qp.t
 	if t.startedRetry && !timeout {
 		return
@@ -82,12 +85,15 @@ func (e *engine) retry(qp *QP, timeout bool) {
 		// the window. A finite retry_cnt keeps rxe's whole-window resend:
 		// a probe costs a round trip, and on a peer slower than a short
 		// timer those round trips would each count against the retries.
-		t.probing = timeout && t.attr.RetryCnt == 7
+		t.probing = timeout && t.attr.RetryCnt == 7 || nak
 		// After a timeout only the oldest READ or atomic is asked again:
 		// the responses of the others may well be on their way (a slow
 		// peer), and a lost one shows itself by a later response or ACK
-		// (rerequest) or by the next expiry.
-		e.goBackN(qp, timeout)
+		// (rerequest) or by the next expiry. After a sequence NAK too: a
+		// responder that holds what arrived past the hole (ooo.go) answers
+		// the READs behind it once the hole fills; one that dropped them
+		// NAKs the next request that follows them.
+		e.goBackN(qp, timeout || nak)
 		return
 	}
 	// Nothing sent is unacknowledged: no point in resending (rxe).
@@ -136,14 +142,18 @@ func (e *engine) goBackN(qp *QP, headReadsOnly bool) {
 
 // rerequestBefore asks again at once for the READs and atomics that end
 // before psn and still wait for responses: a response or ACK for psn came
-// after theirs, so theirs were lost (the link keeps order; a reordered one
-// costs at most one spare request).
-func (e *engine) rerequestBefore(qp *QP, psn uint32) {
+// after theirs, so theirs were lost. A READ response (slack) shows that
+// only from dupThresh PSNs past a READ's end: one overtaken by a response
+// or two of the next READ is late, not lost (recovery.go).
+func (e *engine) rerequestBefore(qp *QP, psn uint32, slack bool) {
 	t := &qp.t
 	for i := range t.sq {
 		w := &t.sq[i]
 		if !w.started || psnCmp(w.lastPSN, psn) >= 0 {
 			return
+		}
+		if slack && w.wr.Opcode == ibv.WRRDMARead && (psn-w.lastPSN)&0xffffff < dupThresh {
+			continue
 		}
 		if isReadOrAtomic(w.wr.Opcode) && !w.respDone {
 			e.rerequest(qp, w)
@@ -151,20 +161,16 @@ func (e *engine) rerequestBefore(qp *QP, psn uint32) {
 	}
 }
 
-// rerequest sends w's request again, for what has not arrived, unless such
-// a request is already out and its first response has not come back: at
-// most one per READ per round trip, so the rest of a lost stream, arriving
-// behind the request, asks nothing more. The responder answers a READ from
-// its responder resources (rxe replays it) and an atomic from the saved
-// result; nothing is executed twice.
+// rerequest asks again for what w still lacks, now that a later response
+// or ACK showed its responses were lost: its lowest hole (recovery.go),
+// unless such a request is already out and its first response has not
+// come back: at most one per READ per round trip, so the rest of a lost
+// stream, arriving behind the request, asks nothing more. The responder
+// answers a READ from its responder resources (rxe replays it) and an
+// atomic from the saved result; nothing is executed twice.
 func (e *engine) rerequest(qp *QP, w *sendWQE) {
-	if w.retried && w.readFrom == w.nextRespPSN(qp.t.mtu) {
-		return
-	}
-	w.retried = true
-	e.counters.LostResponseRetry++
-	qp.t.rttAt = time.Time{} // Karn: no round-trip sample across a retransmission
-	e.sendReadAtomic(qp, w)
+	w.tailLost = true
+	e.askHoles(qp, w)
 }
 
 // ackTimeout is the local ACK timeout: 4.096 µs × 2^timeout.
@@ -190,6 +196,14 @@ const minRTO = time.Millisecond
 // progress doubles it, up to maxBackoff doublings. Without the doubling a
 // receiver slower than the timer (a deep queue, a loaded CPU) is fed
 // retransmissions faster than it can drop them, and goodput collapses.
+//
+// A tail (at most tlpPkts outstanding: a ping-pong's message, the end of a
+// burst) gets a shorter first period, a tail-loss probe as TCP's (RFC
+// 8985): nothing sent behind it would draw a NAK for its loss, and the
+// round trip is all a lost ACK or request should cost, not minRTO, ten
+// round trips on veth. So does a probe resent after a NAK (recovery.go),
+// alone in flight too. A probe that fires early costs one packet resent
+// (the probe, retry_cnt 7) and no more.
 func (t *qpTransport) rto() time.Duration {
 	d := ackTimeout(t.attr.Timeout)
 	if t.attr.RetryCnt != 7 {
@@ -197,9 +211,21 @@ func (t *qpTransport) rto() time.Duration {
 	}
 	if t.srtt > 0 {
 		d = min(d, max(t.srtt+4*t.rttvar, minRTO))
+		if t.timeouts == 0 && (t.probing || (t.sentEnd-t.compPSN)&0xffffff <= tlpPkts) {
+			d = min(d, max(2*t.srtt, tlpMin))
+		}
 	}
 	return d << min(t.timeouts, uint32(maxBackoff))
 }
+
+// tlpPkts is the most packets outstanding that make a tail, tlpMin the
+// shortest tail-loss probe period: half of minRTO, above most scheduling
+// delays of a loaded host (at 200 µs, a host running eight test sessions
+// on two cores fired it spuriously in tests that count frames).
+const (
+	tlpPkts = 2
+	tlpMin  = minRTO / 2
+)
 
 // rttStart times the packet psn, sent now for the first time, unless a
 // sample is already being taken.

@@ -77,7 +77,11 @@ enum xp_op {
 	XP_CM_INIT_QP_ATTR = 40,
 	XP_CM_GET_EVENT = 41,
 	XP_CM_SET_OPTION = 42,
-	XP_RESIZE_CQ = 43,
+	XP_ATTACH_MCAST = 43,
+	XP_DETACH_MCAST = 44,
+	XP_CM_JOIN_MCAST = 45,
+	XP_CM_LEAVE_MCAST = 46,
+	XP_RESIZE_CQ = 47,
 };
 
 /* A ring's header: each index on its own cache line. Slots follow it. */
@@ -637,6 +641,27 @@ static inline void xp_get_cm_event(struct xp_dec *d, struct xp_cm_event *r)
 	r->ud_qkey = xp_get_u32(d);
 	xp_get_cm_id_info(d, &r->info);
 	r->port_space = xp_get_u16(d);
+}
+
+/* uverbs.McastReq */
+struct xp_mcast {
+	uint32_t qp;
+	uint8_t gid[16];
+	uint16_t lid;
+};
+
+static inline void xp_put_mcast(struct xp_enc *e, const struct xp_mcast *r)
+{
+	xp_u32(e, r->qp);
+	xp_raw(e, r->gid, 16);
+	xp_u16(e, r->lid);
+}
+
+static inline void xp_get_mcast(struct xp_dec *d, struct xp_mcast *r)
+{
+	r->qp = xp_get_u32(d);
+	xp_get_into(d, r->gid, 16);
+	r->lid = xp_get_u16(d);
 }
 
 /* XP_HELLO's request: Hello */
@@ -1311,6 +1336,61 @@ static inline void xp_put_cm_set_option_req(struct xp_enc *e, const struct xp_cm
 	xp_u32(e, r->level);
 	xp_u32(e, r->optname);
 	xp_bytes(e, r->optval, r->optval_len);
+}
+
+/* XP_ATTACH_MCAST's request: McastReq */
+struct xp_attach_mcast_req {
+	uint32_t qp;
+	uint8_t gid[16];
+	uint16_t lid;
+};
+
+static inline void xp_put_attach_mcast_req(struct xp_enc *e, const struct xp_attach_mcast_req *r)
+{
+	xp_u32(e, r->qp);
+	xp_raw(e, r->gid, 16);
+	xp_u16(e, r->lid);
+}
+
+/* XP_DETACH_MCAST's request: McastReq */
+struct xp_detach_mcast_req {
+	uint32_t qp;
+	uint8_t gid[16];
+	uint16_t lid;
+};
+
+static inline void xp_put_detach_mcast_req(struct xp_enc *e, const struct xp_detach_mcast_req *r)
+{
+	xp_u32(e, r->qp);
+	xp_raw(e, r->gid, 16);
+	xp_u16(e, r->lid);
+}
+
+/* XP_CM_JOIN_MCAST's request: Ref, CMJoinMcast */
+struct xp_cm_join_mcast_req {
+	uint32_t id;
+	struct xp_cm_addr group;
+	/* RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER */
+	bool send_only;
+};
+
+static inline void xp_put_cm_join_mcast_req(struct xp_enc *e, const struct xp_cm_join_mcast_req *r)
+{
+	xp_u32(e, r->id);
+	xp_put_cm_addr(e, &r->group);
+	xp_u8(e, r->send_only ? 1 : 0);
+}
+
+/* XP_CM_LEAVE_MCAST's request: Ref, CMAddr */
+struct xp_cm_leave_mcast_req {
+	uint32_t id;
+	struct xp_cm_addr group;
+};
+
+static inline void xp_put_cm_leave_mcast_req(struct xp_enc *e, const struct xp_cm_leave_mcast_req *r)
+{
+	xp_u32(e, r->id);
+	xp_put_cm_addr(e, &r->group);
 }
 
 /* XP_RESIZE_CQ's request: Ref, ResizeCQ */

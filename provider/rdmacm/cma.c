@@ -1038,25 +1038,6 @@ XP_EXPORT struct ibv_context **rdma_get_devices(int *num_devices)
 
 XP_EXPORT void rdma_free_devices(struct ibv_context **list) { free(list); }
 
-/* Multicast: xdproce has no multicast groups (ibv_attach_mcast is EOPNOTSUPP). */
-XP_EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
-{
-	(void)id, (void)addr, (void)context;
-	return set_errno(ENOSYS);
-}
-
-XP_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
-{
-	(void)id, (void)attr, (void)context;
-	return set_errno(ENOSYS);
-}
-
-XP_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
-{
-	(void)id, (void)addr;
-	return set_errno(ENOSYS);
-}
-
 /* Enhanced connection establishment: kept as librdmacm keeps it; the daemon's CM carries no ECE,
  * so the peer's is always none. */
 XP_EXPORT int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece)

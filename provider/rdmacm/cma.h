@@ -119,7 +119,24 @@ struct cmid {
 	int nopts;
 	struct ibv_ece local_ece;
 	struct ibv_sa_path_rec path;
+	struct cmmc *mc; /* the multicast groups joined (under mut): mcast.c */
 };
+
+/* A multicast group an ID joined (librdmacm's struct cma_multicast): its address, the GID the
+ * join reported, the application's context and join flags. */
+struct cmmc {
+	struct cmmc *next;
+	struct sockaddr_storage addr;
+	union ibv_gid mgid;
+	void *context;
+	uint16_t join_flags;
+	bool joined; /* MULTICAST_JOIN reported */
+};
+
+/* mcast.c: mc_joined does librdmacm's part of a MULTICAST_JOIN before the application sees it
+ * (ucma_process_join): the event's context, and the ID's QP attached to the group. */
+void mc_joined(struct cmevt *e);
+void mc_free_all(struct cmid *c);
 
 static inline struct cmid *to_cmid(struct rdma_cm_id *id) { return container_of(id, struct cmid, id); }
 static inline struct cmchan *to_chan(struct rdma_event_channel *ch) { return container_of(ch, struct cmchan, ch); }

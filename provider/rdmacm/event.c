@@ -160,6 +160,7 @@ void free_id(struct cmid *c)
 		c->subs = s->next;
 		free(s);
 	}
+	mc_free_all(c);
 	free(c->qp_init_attr);
 	free(c->connect);
 	if (c->sync)
@@ -298,7 +299,7 @@ static struct cmevt *decode(struct cmdev *d, struct xp_dec *r)
 		struct rdma_ud_param *u = &e->ev.param.ud;
 		u->private_data = plen ? e->priv : NULL;
 		u->private_data_len = (uint8_t)(plen > 255 ? 255 : plen);
-		if (type == RDMA_CM_EVENT_ESTABLISHED) {
+		if (type == RDMA_CM_EVENT_ESTABLISHED || type == RDMA_CM_EVENT_MULTICAST_JOIN) {
 			struct ibv_ah_attr *ah = &u->ah_attr;
 			memcpy(ah->grh.dgid.raw, e->ah_dgid, 16);
 			ah->grh.sgid_index = e->ah_sgid_index;
@@ -471,6 +472,9 @@ static bool finish(struct cmevt *e)
 			return false;
 		}
 		return true;
+	case RDMA_CM_EVENT_MULTICAST_JOIN:
+		mc_joined(e);
+		break;
 	case RDMA_CM_EVENT_REJECTED:
 		/* librdmacm moves the QP to ERR: its receives flush. */
 		if (id->id.qp) {

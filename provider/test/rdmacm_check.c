@@ -271,6 +271,14 @@ static void misuse(void)
 	if (rdma_create_id(ch, &ud, NULL, RDMA_PS_UDP))
 		die("rdma_create_id UDP");
 	check(ud->qp_type == IBV_QPT_UD, "a UDP ID is UD");
+	struct sockaddr_in mc = sin_of("239.1.2.3", 0);
+	check(errno_of(rdma_join_multicast(ud, (struct sockaddr *)&mc, NULL)) == EINVAL,
+	      "rdma_join_multicast of an unbound ID: EINVAL (no device)");
+	struct rdma_cm_join_mc_attr_ex mcx = {.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
+					      .join_flags = 7, .addr = (struct sockaddr *)&mc};
+	check(errno_of(rdma_join_multicast_ex(ud, &mcx, NULL)) == EINVAL, "rdma_join_multicast_ex, unknown join flags: EINVAL");
+	check(errno_of(rdma_leave_multicast(ud, (struct sockaddr *)&mc)) == EADDRNOTAVAIL,
+	      "rdma_leave_multicast of a group not joined: EADDRNOTAVAIL");
 	check(errno_of(rdma_set_option(ud, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &tos, 1)) == EINVAL,
 	      "RDMA_OPTION_ID_ACK_TIMEOUT of a UD ID: EINVAL");
 	rdma_destroy_id(ud);
@@ -278,9 +286,8 @@ static void misuse(void)
 	check(errno_of(rdma_ack_cm_event(NULL)) == EINVAL, "rdma_ack_cm_event(NULL): EINVAL");
 	struct rdma_addrinfo *res;
 	check(errno_of(rdma_getaddrinfo(NULL, NULL, NULL, &res)) == EINVAL, "rdma_getaddrinfo of nothing: EINVAL");
-	struct sockaddr_in mc = sin_of("239.1.2.3", 0);
-	check(errno_of(rdma_join_multicast(id, (struct sockaddr *)&mc, NULL)) == ENOSYS,
-	      "rdma_join_multicast: ENOSYS (no multicast)");
+	check(errno_of(rdma_join_multicast(id, (struct sockaddr *)&mc, NULL)) == EINVAL,
+	      "rdma_join_multicast of a TCP ID: EINVAL (UD only)");
 	set_nonblock(ch);
 	struct rdma_cm_event *ev;
 	check(errno_of(rdma_get_cm_event(ch, &ev)) == EAGAIN && !readable(ch, 0),

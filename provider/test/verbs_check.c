@@ -817,6 +817,32 @@ static void datagrams(struct side *a, struct side *b)
 	check(back && ibv_wr_complete(q) == 0 && poll_one(b->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && poll_one(a->cq, &wc) == 1 &&
 		      wc.wr_id == 702 && wc.byte_len == 104 && wc.src_qp == qb->qp_num && memcmp(a->buf + 2040, a->buf + 1000, 64) == 0,
 	      "the reply with ibv_wr_send + ibv_wr_set_ud_addr (the QP's own Q_Key) arrives");
+	/* Multicast: b's QP attached to 239.1.2.3 (its GID as rdma_cm makes it) gets a datagram to the
+	 * group's QPN; the kernel's errnos for what ib_attach_mcast refuses. */
+	union ibv_gid mgid = {.raw = {[10] = 0xff, [11] = 0xff, [12] = 239, [13] = 1, [14] = 2, [15] = 3}};
+	struct ibv_device_attr da;
+	check(ibv_query_device(b->ctx, &da) == 0 && da.max_mcast_grp == 8192 && da.max_mcast_qp_attach == 56 &&
+		      da.max_total_mcast_qp_attach == 0x70000,
+	      "ibv_query_device: rxe's multicast limits (8192 groups, 56 QPs each, 0x70000 attachments)");
+	check(ibv_attach_mcast(qb, &b->gid, 0) == EINVAL, "ibv_attach_mcast to a unicast GID: EINVAL");
+	check(ibv_detach_mcast(qb, &mgid, 0) == EINVAL, "ibv_detach_mcast of a QP not attached: EINVAL");
+	check(ibv_attach_mcast(qb, &mgid, 0) == 0 && ibv_attach_mcast(qb, &mgid, 0) == 0, "ibv_attach_mcast, twice");
+	struct ibv_ah_attr ma = {.is_global = 1, .port_num = 1, .grh = {.dgid = mgid, .sgid_index = a->gid_index, .hop_limit = 1}};
+	struct ibv_ah *mah = ibv_create_ah(a->pd, &ma);
+	recv1(qb, b, 0, 40 + 100, 705);
+	wr.wr.ud.ah = mah;
+	wr.wr.ud.remote_qpn = 0xffffff;
+	wr.wr_id = 706;
+	check(mah && ibv_post_send(qa, &wr, &bad) == 0 && poll_one(a->cq, &wc) == 1 && wc.wr_id == 706 && poll_one(b->cq, &wc) == 1 &&
+		      wc.status == IBV_WC_SUCCESS && wc.wr_id == 705 && wc.src_qp == qa->qp_num && b->buf[36] == 239,
+	      "a datagram to the group's QPN reaches the attached QP, to the group's address");
+	check(ibv_detach_mcast(qb, &mgid, 0) == 0 && ibv_detach_mcast(qb, &mgid, 0) == EINVAL,
+	      "ibv_detach_mcast, then again: EINVAL");
+	if (mah)
+		ibv_destroy_ah(mah);
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = qb->qp_num;
+	wr.wr_id = 701;
 	recv1(qb, b, 0, 40 + 100, 704);
 	wr.wr.ud.remote_qkey = 0x22222222;
 	check(ibv_post_send(qa, &wr, &bad) == 0 && poll_one(a->cq, &wc) == 1 && none(b->cq, &wc),

@@ -34,6 +34,9 @@ enum {
 	XP_MAX_PKEYS = 1,
 	XP_LOCAL_CA_ACK_DELAY = 15,
 	XP_MAX_SGE_RD = 32,
+	XP_MAX_MCAST_GRP = 8192, /* the daemon's limits, rxe's (ibv.MaxMcastGroups, ...) */
+	XP_MAX_MCAST_QP_ATTACH = 56,
+	XP_MAX_TOTAL_MCAST_QP_ATTACH = 0x70000,
 };
 
 /* Devices live as long as the process: contexts and applications keep pointers to them after
@@ -323,6 +326,9 @@ static void fill_device_attr(struct xctx *c, struct ibv_device_attr *a)
 	a->max_srq_wr = (int)i->max_qp_wr;
 	a->max_srq_sge = (int)i->max_sge;
 	a->max_pkeys = XP_MAX_PKEYS;
+	a->max_mcast_grp = XP_MAX_MCAST_GRP;
+	a->max_mcast_qp_attach = XP_MAX_MCAST_QP_ATTACH;
+	a->max_total_mcast_qp_attach = XP_MAX_TOTAL_MCAST_QP_ATTACH;
 	a->local_ca_ack_delay = XP_LOCAL_CA_ACK_DELAY;
 	a->phys_port_cnt = 1;
 }

@@ -888,17 +888,33 @@ XP_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc 
 	return ibv_create_ah(pd, &a);
 }
 
-/* Multicast needs UD QPs. */
+/* mcast asks the daemon to attach the UD QP to the group gid or detach it (ATTACH_MCAST,
+ * DETACH_MCAST); the daemon answers with the kernel's errnos (EINVAL for a QP that is not UD, a GID
+ * that is not multicast, a detach of a QP not attached). */
+static int mcast(struct ibv_qp *qp, enum xp_op op, const union ibv_gid *gid, uint16_t lid)
+{
+	struct xp_enc e;
+	struct xp_dec d;
+	uint8_t buf[256];
+	if (!qp || !gid)
+		return EINVAL;
+	xp_start(&e, op);
+	/* Both ops' request is McastReq. */
+	struct xp_mcast m = {.qp = qp->handle, .lid = lid};
+	memcpy(m.gid, gid->raw, sizeof(m.gid));
+	xp_put_mcast(&e, &m);
+	int err = call(to_xctx(qp->context), &e, buf, &d);
+	return err ? err : xp_end(&d);
+}
+
 XP_EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp, (void)gid, (void)lid;
-	return EOPNOTSUPP;
+	return mcast(qp, XP_ATTACH_MCAST, gid, lid);
 }
 
 XP_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp, (void)gid, (void)lid;
-	return EOPNOTSUPP;
+	return mcast(qp, XP_DETACH_MCAST, gid, lid);
 }
 
 XP_EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context *ctx, struct ibv_ah_attr *attr, uint8_t eth_mac[6],

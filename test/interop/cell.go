@@ -102,6 +102,9 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 		h.logf("$ ip netns exec %s %s &", netns, srv.Cmd)
 		xdpSrv, err = startBg(ctx, timeout+30*time.Second, "ip", append([]string{"netns", "exec", netns}, srvArgv...)...)
 		switch {
+		case err == nil && c.Tool == mckeyTool:
+			// The server is ready once its group is joined.
+			err = h.waitLibJoined(ctx, xdpSrv, c.mckeyGroup(), 60*time.Second)
 		case err == nil && c.Server == lib && c.cmListener():
 			// Its rdma_cm listener, as the daemon lists it.
 			err = h.waitLibCMListen(ctx, xdpSrv, c.listenPort(), 60*time.Second)
@@ -113,6 +116,8 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 	} else {
 		vmSrv, err = startVMServer(ctx, h.peer, c.Server.vm(), n, c.listenPort(), srvArgv, timeout)
 		switch {
+		case err == nil && c.Tool == mckeyTool:
+			err = vmSrv.waitJoined(ctx, c.mckeyGroup(), 90*time.Second)
 		case err == nil && c.cmListener():
 			// A stock client takes a refusal for an answer: wait for the
 			// listener itself, as rdma_rxe lists it.
@@ -204,6 +209,9 @@ func (h *harness) argv(c cell, e endpoint, addr string) []string {
 	if c.cmTool() {
 		// rdma_cm finds the device from the address: no -d.
 		a := c.toolArgs(addr)
+		if c.Tool == mckeyTool {
+			a = c.mckeyArgs(serverAddr(e), addr == "")
+		}
 		if a[0] != "sh" {
 			a = append([]string{"stdbuf", "-oL"}, a...)
 		}

@@ -25,6 +25,7 @@ const (
 	ucmatoseTool = "ucmatose"
 	udaddyTool   = "udaddy"
 	qperfTool    = "qperf"
+	mckeyTool    = "mckey"
 )
 
 const (
@@ -61,10 +62,10 @@ const qperfUDXFail = `qperf 0.4.11 ignores -cm1 for UD ("-cm1 set but not used i
 // isCMTool: one of the rdma_cm tool cells' programs.
 func isCMTool(tool string) bool {
 	switch tool {
-	case rpingTool, ucmatoseTool, udaddyTool, qperfTool:
+	case rpingTool, ucmatoseTool, udaddyTool, qperfTool, mckeyTool:
 		return true
 	}
-	return false
+	return isRsocketTool(tool)
 }
 
 func (c cell) cmTool() bool { return isCMTool(c.Tool) }
@@ -72,7 +73,7 @@ func (c cell) cmTool() bool { return isCMTool(c.Tool) }
 // cmListener: the cell's server listens with rdma_cm, on no TCP port
 // (perftest -R and the rdmacm-utils; qperf has its own TCP control port).
 func (c cell) cmListener() bool {
-	return c.rdmaCM() || c.cmTool() && c.Tool != qperfTool
+	return c.rdmaCM() || c.cmTool() && c.Tool != qperfTool && c.Tool != mckeyTool
 }
 
 // needsRDMACM: a lib cell of this kind loads librdmacm.so.1.
@@ -118,6 +119,9 @@ func cmToolCells() []cell {
 		{Tool: ucmatoseTool, QPs: cmConnections, Tag: fmt.Sprintf("c%d", cmConnections)},
 		{Tool: udaddyTool, QPs: cmConnections, Tag: fmt.Sprintf("c%d", cmConnections)},
 	}
+	// mckey: the server joins the group and receives mckey's ten
+	// datagrams, the client joins and sends them (mckeyArgs).
+	kinds = append(kinds, cell{Tool: mckeyTool, Iters: mckeyMessages, Tag: "join"})
 	for _, t := range []string{"rc_bw", "rc_lat", "ud_bw", "ud_lat"} {
 		k := cell{Tool: qperfTool, Tag: t}
 		if strings.HasPrefix(t, "ud_") {
@@ -125,6 +129,7 @@ func cmToolCells() []cell {
 		}
 		kinds = append(kinds, k)
 	}
+	kinds = append(kinds, rsocketKinds()...)
 	var cells []cell
 	for _, k := range kinds {
 		for _, d := range [][2]endpoint{{vm2, vm1}, {lib, vm1}, {vm1, lib}} { // {server, client}
@@ -141,6 +146,9 @@ func cmToolCells() []cell {
 // toolArgs is the command line of one side of a tool cell (addr is empty
 // for the server), without the endpoint's wrapping (stdbuf, xdproce run).
 func (c cell) toolArgs(addr string) []string {
+	if isRsocketTool(c.Tool) {
+		return c.rsocketArgs(addr)
+	}
 	port := strconv.Itoa(c.Port)
 	server := addr == ""
 	switch c.Tool {
@@ -163,6 +171,9 @@ func (c cell) toolArgs(addr string) []string {
 			a = append(a, "-p", port)
 		}
 		return append(a, "-c", strconv.Itoa(c.QPs))
+	case mckeyTool:
+		// The cell's own address is the endpoint's (argv): listed as SELF.
+		return c.mckeyArgs("SELF", server)
 	case qperfTool:
 		if server {
 			return []string{"qperf", "-lp", port}
@@ -211,6 +222,8 @@ func (c cell) toolListArgs() string {
 // toolTimeout bounds each side of a tool cell.
 func (c cell) toolTimeout() time.Duration {
 	switch {
+	case isRsocketTool(c.Tool):
+		return c.rsocketTimeout()
 	case c.Tag == "cycles":
 		// About 0.2 s a cycle rxe<->rxe under emulation; allow 1 s.
 		return 60*time.Second + time.Duration(c.Iters)*time.Second
@@ -347,6 +360,10 @@ func (v qperfValue) micros() (float64, bool) {
 
 // judgeTool sets the status, reason and figure of a tool cell.
 func judgeTool(c cell, r *result) {
+	if isRsocketTool(c.Tool) {
+		judgeRsocket(c, r)
+		return
+	}
 	srv, cli := r.Server, r.Client
 	var notes []string
 	// excused: a side whose exit status is not the verdict. A persistent
@@ -421,6 +438,24 @@ func judgeTool(c cell, r *result) {
 		}
 		if len(problems) == before && ran(srv) && ran(cli) {
 			r.Figure = fmt.Sprintf("%d connections", c.QPs)
+		}
+	case c.Tool == mckeyTool:
+		before := len(problems)
+		for _, s := range []struct {
+			name string
+			sd   *side
+		}{{"server", srv}, {"client", cli}} {
+			if !ran(s.sd) {
+				continue
+			}
+			for _, want := range []string{"joined dgid: ::ffff:" + c.mckeyGroup(), "data transfers complete", "return status 0"} {
+				if !strings.Contains(s.sd.Output, want) {
+					fail("%s: no %q", s.name, want)
+				}
+			}
+		}
+		if len(problems) == before && ran(srv) && ran(cli) {
+			r.Figure = fmt.Sprintf("%d datagrams to %s", c.Iters, c.mckeyGroup())
 		}
 	case c.Tool == qperfTool:
 		if !ran(cli) {
@@ -508,6 +543,50 @@ func (h *harness) waitLibCMListen(ctx context.Context, p *bgProc, port int, time
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no rdma_cm listener on port %d after %v (xdproce list: %s)", port, timeout, lastLines(out, 3))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// mckeyMessages is mckey's default message count (-C), which the receiver
+// waits for.
+const mckeyMessages = 10
+
+// mckeyGroup is the cell's multicast group, one per cell (from its port),
+// so that no cell receives another's datagrams.
+func (c cell) mckeyGroup() string { return fmt.Sprintf("239.77.%d.%d", c.Port>>8&0xff, c.Port&0xff) }
+
+// mckeyArgs is mckey's command line on an endpoint whose address is own:
+// the server receives (it joins, then waits for the messages), the client
+// sends. Both bind their own address (-b), as rdma_cm needs to find the
+// device of a multicast destination.
+func (c cell) mckeyArgs(own string, server bool) []string {
+	a := []string{"mckey", "-m", c.mckeyGroup(), "-b", own, "-C", strconv.Itoa(c.Iters)}
+	if !server {
+		a = append(a, "-s")
+	}
+	return a
+}
+
+// waitLibJoined polls until the host's interface is a member of group (the
+// daemon xdproce run started joined it for the server's attached QP); it
+// fails early when the server exits.
+func (h *harness) waitLibJoined(ctx context.Context, p *bgProc, group string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if p.exited() {
+			return errors.New("server exited before joining")
+		}
+		out, err := runCmd(ctx, 10*time.Second, "ip", "netns", "exec", netns, "ip", "maddr", "show", "dev", hostIface)
+		if err == nil && strings.Contains(out, "inet  "+group+"\n") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not join %s after %v (ip maddr: %s)", hostIface, group, timeout, lastLines(out, 3))
 		}
 		select {
 		case <-ctx.Done():

@@ -92,6 +92,12 @@ func (s *vmServer) waitCMListen(ctx context.Context, timeout time.Duration) erro
 	return s.poll(ctx, timeout, fmt.Sprintf("rdma resource show cm_id | grep -Eq 'state LISTEN .*src-addr [^ ]*:%d( |$)'", s.port))
 }
 
+// waitJoined waits until the VM's data interface is a member of group
+// (rdma_cm's join on rxe makes the kernel join it: cma_igmp_send).
+func (s *vmServer) waitJoined(ctx context.Context, group string, timeout time.Duration) error {
+	return s.poll(ctx, timeout, fmt.Sprintf("ip maddr show dev %s | grep -Eq 'inet +%s( |$)'", guestIface, group))
+}
+
 // poll runs the shell test ready in the VM until it succeeds; it fails
 // early when the server already exited.
 func (s *vmServer) poll(ctx context.Context, timeout time.Duration, ready string) error {

@@ -1,0 +1,42 @@
+package transport
+
+import (
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/ibv"
+)
+
+// TestTailLossProbePeriod: with retry_cnt 7 and a round-trip estimate, a
+// tail (at most tlpPkts outstanding) and a probe resent after a NAK are
+// timed out after two round trips, not after minRTO; a longer flight keeps
+// the adaptive RTO, and so does a tail once the timer has expired (the
+// doubling resumes from the RTO).
+func TestTailLossProbePeriod(t *testing.T) {
+	tr := qpTransport{attr: ibv.QPAttr{RetryCnt: 7, Timeout: 14}, srtt: 400 * time.Microsecond, rttvar: 20 * time.Microsecond}
+	tr.compPSN, tr.sentEnd = 100, 101
+	if got := tr.rto(); got != 800*time.Microsecond {
+		t.Fatalf("one packet outstanding: period %v, want 2 × srtt = 800µs", got)
+	}
+	tr.srtt = 20 * time.Microsecond
+	if got := tr.rto(); got != tlpMin {
+		t.Fatalf("one packet outstanding, srtt 20µs: period %v, want tlpMin %v", got, tlpMin)
+	}
+	tr.srtt, tr.sentEnd = 400*time.Microsecond, 100+tlpPkts+1
+	if got := tr.rto(); got != minRTO {
+		t.Fatalf("%d packets outstanding: period %v, want minRTO %v", tlpPkts+1, got, minRTO)
+	}
+	tr.probing = true
+	if got := tr.rto(); got != 800*time.Microsecond {
+		t.Fatalf("a probe alone in flight after a NAK: period %v, want 2 × srtt", got)
+	}
+	tr.probing = false
+	tr.sentEnd, tr.timeouts = 101, 1
+	if got := tr.rto(); got != 2*minRTO {
+		t.Fatalf("a tail after one expiry: period %v, want 2 × minRTO", got)
+	}
+	tr.timeouts, tr.attr.RetryCnt = 0, 6
+	if got := tr.rto(); got != ackTimeout(14) {
+		t.Fatalf("retry_cnt 6: period %v, want the local ACK timeout %v", got, ackTimeout(14))
+	}
+}

@@ -25,7 +25,14 @@ const (
 	// ib_write_lat figures doubled (perftest prints half round trips).
 	PerftestLibibverbs = "perftest_libibverbs"
 	XdprocePerf        = "xdproce_perf"
-	TCP                = "tcp"
+	// PerftestDefaultDaemons and PerftestBusyDaemons are stock
+	// ib_write_lat over the library through daemons started with their
+	// defaults (spinning while traffic flows, sleeping when idle) and
+	// with --busy-poll, the two alternating in one run (issue 34). The
+	// idle CPU of a default daemon is XdproceDaemon's IdleCPU figure.
+	PerftestDefaultDaemons = "perftest_default_daemons"
+	PerftestBusyDaemons    = "perftest_busy_daemons"
+	TCP                    = "tcp"
 	// AFXDP is the floor: raw AF_XDP frames on the same link, no transport.
 	AFXDP = "afxdp"
 
@@ -33,6 +40,9 @@ const (
 	RTT       = "rtt"
 	MsgRate   = "msgrate"
 	CPUPerGB  = "cpu_per_gb"
+	// IdleCPU is the CPU an idle daemon (xdproce up, defaults) takes, in
+	// percent of one CPU: its user+system time over a quiet window.
+	IdleCPU = "idle_cpu"
 
 	OpWrite    = "write"
 	OpSend     = "send"
@@ -41,6 +51,7 @@ const (
 	OpStream   = "stream"
 	OpPingPong = "pingpong"
 	OpFrame    = "frame" // AFXDP: frames carrying Size payload bytes
+	OpIdle     = "idle"  // IdleCPU: no operation
 )
 
 // Result is one figure of a run.
@@ -60,6 +71,7 @@ type Result struct {
 	P999us    float64
 	MmsgS     float64 // msgrate
 	CPUSPerGB float64 // cpu_per_gb
+	CPUPct    float64 // idle_cpu: percent of one CPU
 }
 
 // jsonResult is the wire form: a field is present exactly when it applies to
@@ -77,6 +89,7 @@ type jsonResult struct {
 	P999us      *float64 `json:"p999_us,omitempty"`
 	MmsgS       *float64 `json:"mmsg_s,omitempty"`
 	CPUSPerGB   *float64 `json:"cpu_s_per_gb,omitempty"`
+	CPUPct      *float64 `json:"cpu_percent,omitempty"`
 }
 
 // MarshalJSON writes the fields that apply to r.Measure.
@@ -94,6 +107,8 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		j.QPs, j.MmsgS = &r.QPs, &r.MmsgS
 	case CPUPerGB:
 		j.CPUSPerGB = &r.CPUSPerGB
+	case IdleCPU:
+		j.CPUPct = &r.CPUPct
 	}
 	return json.Marshal(j)
 }
@@ -118,6 +133,8 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		want["qps"], want["mmsg_s"] = true, true
 	case CPUPerGB:
 		want["cpu_s_per_gb"] = true
+	case IdleCPU:
+		want["cpu_percent"] = true
 	}
 	for _, f := range []struct {
 		name string
@@ -132,6 +149,7 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		{"p999_us", j.P999us != nil, func() { r.P999us = *j.P999us }},
 		{"mmsg_s", j.MmsgS != nil, func() { r.MmsgS = *j.MmsgS }},
 		{"cpu_s_per_gb", j.CPUSPerGB != nil, func() { r.CPUSPerGB = *j.CPUSPerGB }},
+		{"cpu_percent", j.CPUPct != nil, func() { r.CPUPct = *j.CPUPct }},
 	} {
 		if f.set != want[f.name] {
 			if f.set {
@@ -151,7 +169,9 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 func (r Result) Validate() error {
 	ops := map[string]map[string][]string{
 		Xdproce:                {Bandwidth: {OpWrite, OpSend, OpRead}, RTT: {OpWrite, OpSend}, MsgRate: {OpWrite}, CPUPerGB: {OpWrite, OpSend, OpRead}},
-		XdproceDaemon:          {Bandwidth: {OpWrite}, RTT: {OpWrite}},
+		XdproceDaemon:          {Bandwidth: {OpWrite}, RTT: {OpWrite}, IdleCPU: {OpIdle}},
+		PerftestDefaultDaemons: {RTT: {OpWrite}},
+		PerftestBusyDaemons:    {RTT: {OpWrite}},
 		XdproceDaemonOwnMemory: {Bandwidth: {OpWrite}},
 		PerftestLibibverbs:     {Bandwidth: {OpWrite}, RTT: {OpWrite}},
 		XdprocePerf:            {Bandwidth: {OpWrite}, RTT: {OpWrite}},

@@ -151,6 +151,9 @@ type group struct {
 	// daemons (xdproce up) it starts in the hosts' namespaces for the
 	// group, and each figure of the group is the median of its rounds.
 	stock *stockRunner
+	// ownDaemons says the stock group's steps start and stop their own
+	// daemons (issue 34's comparison of daemon modes).
+	ownDaemons bool
 	// est is how long each of the group's points takes, if not
 	// Config.Warmup+Duration.
 	est time.Duration
@@ -219,6 +222,21 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return errors.Join(runSteps(steps, p), p.Close())
 	}
 	runStock := func(g group) error {
+		if g.ownDaemons {
+			n := len(results)
+			err := runSteps(g.plain, nil)
+			var trips []Result
+			for _, r := range results[n:] {
+				if r.Measure == RTT {
+					trips = append(trips, r)
+				}
+			}
+			for _, l := range roundsSummary(trips) {
+				fmt.Fprintf(progress, "bench: %s\n", l)
+			}
+			results = append(results[:n], medianOfRounds(results[n:])...)
+			return err
+		}
 		// The daemons busy-poll only if every point does (--busy-poll=on):
 		// a spinning engine in each daemon beside a spinning program in
 		// each host is four spinning processes on a 2-core machine, and a

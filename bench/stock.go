@@ -45,6 +45,16 @@ type Stock struct {
 	// Port is the out-of-band TCP port of the first run; each run takes
 	// the next, so that no run meets its predecessor's sockets (default 19515).
 	Port int
+	// DaemonModes adds issue 34's comparison: stock ib_write_lat through
+	// daemons with their defaults against busy-polling daemons, Rounds
+	// rounds alternating, a fresh pair of daemons each; and the CPU an
+	// idle default daemon takes. It is not part of the default run, whose
+	// length it would take past its budget (about 30 s more).
+	DaemonModes bool
+	// IdleWindow is how long the first round of that comparison leaves its
+	// freshly started default daemons alone to measure the CPU they take
+	// idle (default 3 s; negative: not measured).
+	IdleWindow time.Duration
 }
 
 // The stock tools the comparison runs, and the one point of each.
@@ -73,6 +83,9 @@ func (s Stock) withDefaults(cfg Config) Stock {
 	if s.Port <= 0 {
 		s.Port = 19515
 	}
+	if s.IdleWindow == 0 {
+		s.IdleWindow = 3 * time.Second
+	}
 	return s
 }
 
@@ -81,9 +94,11 @@ func (s Stock) withDefaults(cfg Config) Stock {
 // #iterations, BW peak, BW average (MB/s, 2^20 bytes) and MsgRate;
 // latency rows #bytes, #iterations, t_min, t_max, t_typical, t_avg,
 // t_stdev, 99% and 99.9% percentiles (µs, half round trips for WRITE).
+// Stock perftest prints t_stdev as -nan when its variance, summed in
+// floating point, comes out negative (one huge sample among small ones).
 var (
 	perftestBWRow  = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
-	perftestLatRow = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
+	perftestLatRow = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+|-?nan)\s+([\d.]+)\s+([\d.]+)\s*$`)
 )
 
 // perftestLat is a latency row: microseconds as printed, which for
@@ -133,6 +148,9 @@ func perftestRow(out string, pattern *regexp.Regexp, size int) ([]float64, error
 	for i := len(rows) - 1; i >= 0; i-- {
 		vals := make([]float64, len(rows[i])-1)
 		for j, s := range rows[i][1:] {
+			if s == "-nan" {
+				s = "nan" // printf's NaN with its sign bit set
+			}
 			v, err := strconv.ParseFloat(s, 64)
 			if err != nil {
 				return nil, fmt.Errorf("bench: perftest row %q: %w", strings.TrimSpace(rows[i][0]), err)
@@ -581,16 +599,160 @@ func stockGroups(cfg Config, hosts [2]*Host) []group {
 	if slices.Contains(cfg.LatSizes, stockLatSize) {
 		groups = append(groups, group{stock: r, rtt: true, plain: alternate(lat), est: overhead + time.Duration(s.LatIters)*meanRTT})
 	}
+	if s.DaemonModes && slices.Contains(cfg.LatSizes, stockLatSize) {
+		// Issue 34: the same tool through daemons with their defaults and
+		// through busy-polling daemons, alternating; each step starts its
+		// own pair, the first default pair measured idle first.
+		var steps []step
+		for i := range s.Rounds {
+			modes := []bool{false, true}
+			if i%2 == 1 {
+				modes[0], modes[1] = true, false
+			}
+			for _, busy := range modes {
+				idle := time.Duration(0)
+				if i == 0 && !busy && s.IdleWindow > 0 {
+					idle = s.IdleWindow
+				}
+				steps = append(steps, r.daemonLatStep(busy, i+1, latArgs, idle))
+			}
+		}
+		// Each point also starts two daemons, and one waits IdleWindow.
+		groups = append(groups, group{stock: r, rtt: true, ownDaemons: true, plain: steps,
+			est: overhead + 2*time.Second + time.Duration(s.LatIters)*meanRTT + max(s.IdleWindow, 0)/time.Duration(len(steps))})
+	}
 	if slices.Contains(cfg.Sizes, stockBWSize) {
 		groups = append(groups, group{stock: r, plain: alternate(bw), est: overhead + time.Duration(s.BWSeconds)*time.Second})
 	}
 	return groups
 }
 
+// daemonLatStep is one round of issue 34's comparison: stock ib_write_lat
+// through a pair of daemons it starts, busy-polling (--busy-poll) or with
+// their defaults, and stops. With idle, it first leaves the fresh daemons
+// alone that long and reports the CPU they took (XdproceDaemon's IdleCPU).
+func (r *stockRunner) daemonLatStep(busy bool, round int, latArgs []string, idle time.Duration) step {
+	contender, how := PerftestDefaultDaemons, "default"
+	if busy {
+		contender, how = PerftestBusyDaemons, "busy-polling"
+	}
+	return step{what: fmt.Sprintf("stock perftest over libibverbs: %s %s through %s daemons, round %d of %d", stockLatTool, FormatSize(stockLatSize), how, round, r.s.Rounds),
+		run: func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
+			stop, err := r.daemons(ctx, busy)
+			if err != nil {
+				return nil, "", err
+			}
+			var res []Result
+			note := ""
+			if idle > 0 {
+				pct, err := r.idleCPU(ctx, idle)
+				if err != nil {
+					return nil, "", errors.Join(err, stop())
+				}
+				res = append(res, Result{Contender: XdproceDaemon, Measure: IdleCPU, Op: OpIdle, CPUPct: pct})
+				note = fmt.Sprintf("; before it, each idle daemon took %.2f%% of a CPU over %v", pct, idle)
+			}
+			out, err := r.exchange(ctx, PerftestLibibverbs, stockLatTool, latArgs)
+			if err = errors.Join(err, stop()); err != nil {
+				return nil, "", err
+			}
+			l, err := parsePerftestLat(out, stockLatSize)
+			if err != nil {
+				return nil, "", err
+			}
+			rt := l.roundTrip(contender, stockLatSize)
+			return append(res, rt), fmt.Sprintf("t_typical %.2f µs, round trip %.2f µs (%d iterations)%s", l.typical, rt.P50us, l.iters, note), nil
+		}}
+}
+
+// idleCPU leaves the running daemons alone for window and returns the CPU
+// each took meanwhile, on average, in percent of one CPU: user+system time
+// from /proc/PID/stat, every thread's.
+func (r *stockRunner) idleCPU(ctx context.Context, window time.Duration) (float64, error) {
+	if len(r.ups) == 0 {
+		return 0, errors.New("bench: no daemons to measure idle")
+	}
+	sample := func() (time.Duration, error) {
+		var sum time.Duration
+		for _, p := range r.ups {
+			t, err := procCPU(p.cmd.Process.Pid)
+			if err != nil {
+				return 0, err
+			}
+			sum += t
+		}
+		return sum, nil
+	}
+	before, err := sample()
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(window):
+	}
+	after, err := sample()
+	if err != nil {
+		return 0, err
+	}
+	if err := r.daemonsAlive(); err != nil {
+		return 0, err
+	}
+	return 100 * float64(after-before) / float64(time.Since(start)) / float64(len(r.ups)), nil
+}
+
+// procCPU is the CPU time process pid's threads have taken, from each
+// one's /proc/PID/task/TID/schedstat (ns, where /proc/PID/stat counts
+// 10 ms ticks: a daemon at 1% of a CPU takes 30 of them in 3 s).
+func procCPU(pid int) (time.Duration, error) {
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "task")
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the thread has exited
+		}
+		if err != nil {
+			return 0, fmt.Errorf("bench: %w", err)
+		}
+		d, err := parseSchedstat(b)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
+// parseSchedstat reads the time on CPU, the first of a schedstat line's
+// three numbers (ns on CPU, ns waiting on a run queue, time slices).
+func parseSchedstat(b []byte) (time.Duration, error) {
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		return 0, fmt.Errorf("bench: schedstat %q: want 3 numbers", strings.TrimSpace(string(b)))
+	}
+	ns, err := strconv.ParseUint(f[0], 10, 63)
+	if err != nil {
+		return 0, fmt.Errorf("bench: schedstat: %w", err)
+	}
+	return time.Duration(ns), nil
+}
+
 // stockName is a contender as the progress lines name it.
 func stockName(contender string) string {
-	if contender == PerftestLibibverbs {
+	switch contender {
+	case PerftestLibibverbs:
 		return "stock perftest over libibverbs:"
+	case PerftestDefaultDaemons:
+		return "stock perftest through default daemons:"
+	case PerftestBusyDaemons:
+		return "stock perftest through busy-polling daemons:"
 	}
 	return "xdproce perf:"
 }
@@ -624,6 +786,7 @@ func medianOfRounds(rs []Result) []Result {
 		m.P999us = med(func(r Result) float64 { return r.P999us })
 		m.MmsgS = med(func(r Result) float64 { return r.MmsgS })
 		m.CPUSPerGB = med(func(r Result) float64 { return r.CPUSPerGB })
+		m.CPUPct = med(func(r Result) float64 { return r.CPUPct })
 		out = append(out, m)
 	}
 	return out

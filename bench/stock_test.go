@@ -54,6 +54,12 @@ func TestParsePerftestLat(t *testing.T) {
 	if l, err := parsePerftestLat(goLatRow, 8); err != nil || l.typical != 5.27 || l.p999 != 2381.91 {
 		t.Errorf("xdproce perf's row read as %+v, %v", l, err)
 	}
+	// Stock perftest's t_stdev of a run with one huge sample (its variance
+	// summed in floating point comes out negative).
+	nanRow := " 8       1000          28.30          182218.94      601.62   \t       1456.05     \t-nan   \t\t10377.23 \t\t182218.94\n"
+	if l, err := parsePerftestLat(nanRow, 8); err != nil || l != (perftestLat{iters: 1000, typical: 601.62, p99: 10377.23, p999: 182218.94}) {
+		t.Errorf("a row with t_stdev -nan read as %+v, %v", l, err)
+	}
 	for name, out := range map[string]string{
 		"no row":                   strings.Split(stockLatOut, " 8       20000")[0],
 		"another size":             strings.Replace(goLatRow, " 8 ", " 64 ", 1),

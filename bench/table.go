@@ -186,7 +186,43 @@ func WriteTables(w io.Writer, results []Result) error {
 	perSize(CPUPerGB, func(r Result) float64 { return r.CPUSPerGB },
 		"CPU seconds per GB moved (process user+system plus all softirq time; ratio: lower is better)")
 	tw.Flush()
-	return writeStockTable(w, f)
+	if err := writeStockTable(w, f); err != nil {
+		return err
+	}
+	return writeDaemonLatTable(w, f)
+}
+
+// writeDaemonLatTable prints issue 34's comparison, if results have it:
+// stock ib_write_lat through daemons with their defaults against
+// busy-polling daemons, beside the in-process busy-polled WRITE ping-pong
+// of the same run, and what an idle default daemon costs.
+func writeDaemonLatTable(w io.Writer, f figures) error {
+	def, okD := f[key{PerftestDefaultDaemons, false, RTT, OpWrite, stockLatSize, 0}]
+	busy, okB := f[key{PerftestBusyDaemons, false, RTT, OpWrite, stockLatSize, 0}]
+	if !okD || !okB {
+		return nil
+	}
+	fmt.Fprintln(w, "\nStock ib_write_lat 8 B over libibverbs through daemons (xdproce up) with their defaults vs busy-polling (--busy-poll),")
+	fmt.Fprintln(w, "a fresh pair of daemons per round, medians of alternating rounds (round trips in µs: t_typical, 99%, 99.9% doubled)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	trip := func(r Result) string {
+		return fmt.Sprintf("%s / %s / %s", formatValue(r.P50us, true), formatValue(r.P99us, true), formatValue(r.P999us, true))
+	}
+	fmt.Fprintln(tw, "path\tround trip, median / p99 / p99.9\tdefault − this")
+	fmt.Fprintf(tw, "default daemons\t%s\t-\n", trip(def))
+	fmt.Fprintf(tw, "busy-polling daemons\t%s\t%+.2f µs\n", trip(busy), def.P50us-busy.P50us)
+	if x, ok := f[key{Xdproce, false, RTT, OpWrite, stockLatSize, 0}]; ok {
+		fmt.Fprintf(tw, "in-process WRITE ping-pong (xdproce, above)\t%s\t%+.2f µs\n", trip(x), def.P50us-x.P50us)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if idle, ok := f[key{XdproceDaemon, false, IdleCPU, OpIdle, 0, 0}]; ok {
+		if _, err := fmt.Fprintf(w, "An idle default daemon: %.2f%% of a CPU (user+system over its first seconds with no client).\n", idle.CPUPct); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeStockTable prints issue 15's comparison, if results have it: stock
@@ -226,6 +262,13 @@ func writeStockTable(w io.Writer, f figures) error {
 	_, err := fmt.Fprintln(w, note+".")
 	return err
 }
+
+// Issue 34's bounds on a default daemon: its stock ib_write_lat round trip
+// against busy-polling daemons', and its CPU when idle (percent of a CPU).
+const (
+	daemonMaxExtraRTTus = 2.0
+	daemonMaxIdlePct    = 1.0
+)
 
 // stockPair finds the figures of issue 15's comparison for one measure:
 // xdproce perf's, then stock perftest's over the library; ok if both are
@@ -357,6 +400,16 @@ func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 		bw, _ := stockPair(f, Bandwidth, stockBWSize)
 		fmt.Fprintf(tw, "stock ib_write_bw 64 KiB over libibverbs ≥ 0.9× xdproce perf (issue 15)\t%.2f× (%.2f against %.2f Gbit/s)\t%s\t-\n",
 			bwRatio, bw[1].GbitS, bw[0].GbitS, held(bwHeld))
+	}
+	def, okD := f[key{PerftestDefaultDaemons, false, RTT, OpWrite, stockLatSize, 0}]
+	busy, okB := f[key{PerftestBusyDaemons, false, RTT, OpWrite, stockLatSize, 0}]
+	if okD && okB {
+		diff := def.P50us - busy.P50us
+		fmt.Fprintf(tw, "stock ib_write_lat 8 B through default daemons ≤ busy-polling daemons + 2 µs, medians (issue 34)\t%+.2f µs (%.2f against %.2f µs)\t%s\t-\n",
+			diff, def.P50us, busy.P50us, held(diff <= daemonMaxExtraRTTus))
+	}
+	if idle, ok := f[key{XdproceDaemon, false, IdleCPU, OpIdle, 0, 0}]; ok {
+		fmt.Fprintf(tw, "an idle daemon < 1%% of a CPU (issue 34)\t%.2f%%\t%s\t-\n", idle.CPUPct, held(idle.CPUPct < daemonMaxIdlePct))
 	}
 	if x, ok := f[key{Xdproce, false, CPUPerGB, OpWrite, big, 0}]; ok {
 		if t, ok := f[key{TCP, false, CPUPerGB, OpStream, big, 0}]; ok && t.CPUSPerGB > 0 {

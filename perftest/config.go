@@ -178,6 +178,11 @@ type Config struct {
 	// shares with the device (AllocMR): through a daemon that is the
 	// process_vm_readv/writev path the C library's applications take.
 	OwnMemory bool
+	// DeviceMemory puts the buffer, the peer's target and the source of
+	// what this side sends, in device memory (Device.AllocDM, a region
+	// over it with PD.RegDMMR): memory the device's XDP program can
+	// write. In-process devices only; at most verbs.MaxDMSize bytes.
+	DeviceMemory bool
 	// Timeout bounds each out-of-band exchange and each wait for the peer.
 	Timeout time.Duration
 
@@ -210,6 +215,9 @@ func (c *Config) Normalize() error {
 	}
 	if c.Conn == UD && !c.RDMACM {
 		return errors.New("perftest: UD runs over rdma_cm (RDMACM) only")
+	}
+	if c.DeviceMemory && c.OwnMemory {
+		return errors.New("perftest: the buffer is either device memory or the program's own")
 	}
 	if c.Size == 0 {
 		c.Size = defSizeLat

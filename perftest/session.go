@@ -40,6 +40,7 @@ type session struct {
 	sendCQ *verbs.CQ
 	recvCQ *verbs.CQ
 	mr     *verbs.MR
+	dm     *verbs.DM // the device memory mr lies in, with Config.DeviceMemory
 	qps    []*verbs.QP
 	my     []Dest
 	rem    []Dest
@@ -244,9 +245,15 @@ func (s *session) setup(ctx context.Context) error {
 	}
 	s.slot = s.slotBytes()
 	bufSize := stride(s.slot, s.line) * 2 * c.QPs
-	if c.OwnMemory {
+	switch {
+	case c.DeviceMemory:
+		if s.dm, err = s.dev.AllocDM(bufSize); err != nil {
+			return fmt.Errorf("perftest: %d bytes of device memory: %w", bufSize, err)
+		}
+		s.mr, err = s.pd.RegDMMR(s.dm, 0, bufSize, s.access()|verbs.AccessZeroBased)
+	case c.OwnMemory:
 		s.mr, err = s.pd.RegMR(make([]byte, bufSize), s.access())
-	} else {
+	default:
 		s.mr, err = s.pd.AllocMR(bufSize, s.access())
 	}
 	if err != nil {
@@ -405,6 +412,9 @@ func (s *session) close() {
 	}
 	if s.mr != nil {
 		s.mr.Dereg()
+	}
+	if s.dm != nil {
+		s.dm.Free()
 	}
 	if s.oob != nil {
 		s.oob.ch.close()

@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -444,5 +446,43 @@ func TestPassive(t *testing.T) {
 		if got := c.Passive(); got != tc.want {
 			t.Errorf("%v server %v: passive %v, want %v", tc.tool, tc.server, got, tc.want)
 		}
+	}
+}
+
+// TestDeviceMemory: with Config.DeviceMemory both sides' buffers are
+// device memory (regions over it are zero-based), and every tool moves
+// its bytes there intact.
+func TestDeviceMemory(t *testing.T) {
+	for _, name := range []string{"ib_write_bw", "ib_write_lat", "ib_read_bw", "ib_send_lat"} {
+		t.Run(name, func(t *testing.T) {
+			tool, err := ParseTool(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := newMemPair(t)
+			cfg := Config{Tool: tool, Iters: 100, Size: 3000, Verify: true, MTU: 1024, GIDIndex: -1, DeviceMemory: true}
+			client, _, cout, sout, _, _ := runPair(t, p, cfg)
+			if len(client) != 1 || client[0].Iters != 100 {
+				t.Fatalf("client results %+v\n%s\nserver:\n%s", client, cout, sout)
+			}
+			if tool.Verb == Send {
+				return // no VAddr printed
+			}
+			// The peer's target is a zero-based region: its address is
+			// an offset into the device memory.
+			for _, out := range []string{cout, sout} {
+				m := regexp.MustCompile(`local address:.* VAddr 0x([0-9a-f]+)`).FindStringSubmatch(out)
+				if m == nil {
+					t.Fatalf("no local VAddr in\n%s", out)
+				}
+				if v, err := strconv.ParseUint(m[1], 16, 64); err != nil || v >= verbs.MaxDMSize {
+					t.Errorf("local VAddr %s: not an offset into device memory", m[1])
+				}
+			}
+		})
+	}
+	bad := Config{Tool: Tools()[0], DeviceMemory: true, OwnMemory: true}
+	if err := bad.Normalize(); err == nil {
+		t.Error("device memory and own memory at once accepted")
 	}
 }

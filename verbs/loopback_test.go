@@ -151,9 +151,10 @@ func TestLoopbackUC(t *testing.T) {
 	connect(t, a, b, ipA, ipA, nil, nil, connOpts{mtu: MTU1024})
 	const n = 3000
 	fill(a.mr.Bytes()[:n], 5)
+	// UC drops a WRITE_WITH_IMM that finds no receive: post it first.
+	postRecv(t, b, RecvWR{ID: 2})
 	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMAWriteWithImm, Flags: SendSignaled, SGList: sge(a.mr, 0, n),
 		RemoteAddr: b.mr.Addr() + 100, RKey: b.mr.RKey(), ImmData: 0x01020304})
-	postRecv(t, b, RecvWR{ID: 2})
 	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
 		t.Fatalf("send completion %+v", wc)
 	}

@@ -58,6 +58,7 @@ type MR struct {
 	rkey   uint32
 	c      *transport.MR // the engines' region, in-process
 	att    *attachedMR   // the daemon's object, on a client's device
+	dm     *DM           // the device memory it lies in, if any (dm.go)
 }
 
 // Addr is the address of the region's first byte, the base of SGE and
@@ -165,7 +166,11 @@ func (m *MR) Dereg() error {
 	if m.att != nil {
 		return m.deregAttached()
 	}
-	return m.c.Dereg()
+	if err := m.c.Dereg(); err != nil {
+		return err
+	}
+	m.derefDM()
+	return nil
 }
 
 // RegProcMR registers length bytes of another process's memory, reached

@@ -26,9 +26,14 @@ type lockstep struct {
 	steps    int
 }
 
+// lockstepNap is the longest simulated sleep of an idle engine: the
+// engine's own limit while a timer is armed (internal/transport's idleWait).
+const lockstepNap = 2 * time.Millisecond
+
 // stepCost runs one engine step of d and returns the CPU time it took. An
 // engine with nothing to do sleeps until its next timer, as it would for
-// real (at most idleWait, so a frame from outside is seen soon enough).
+// real; a frame from the other engine would wake it at once, which the
+// model approximates by letting it sleep at most lockstepNap.
 func (l *lockstep) stepCost(d *Device) time.Duration {
 	before, active := d.nic.EngineCounters(0), d.nic.EngineActive(0)
 	busy := d.nic.StepEngine(0)
@@ -37,7 +42,7 @@ func (l *lockstep) stepCost(d *Device) time.Duration {
 		(after.DroppedMalformed - before.DroppedMalformed)
 	cost := 10*time.Microsecond + time.Duration(frames)*l.perFrame + time.Duration(active)*l.perQP
 	if !busy {
-		cost = max(cost, d.nic.EngineNextTimer(0))
+		cost = max(cost, min(d.nic.EngineNextTimer(0), lockstepNap))
 	}
 	return cost
 }

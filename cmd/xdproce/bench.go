@@ -40,6 +40,7 @@ func benchFlags(fs *flag.FlagSet) action {
 	viaDaemon := fs.Bool("daemon", true, "also measure WRITE 64 KiB and the 8 B WRITE round trip through each host's daemon (xdproce up)")
 	stockRounds := fs.Int("stock-rounds", 0, "rounds of the stock perftest comparison, each contender once per round, alternating which goes first (default 3, 2 with --quick); the figures are the medians")
 	stock := fs.Bool("stock", true, "also compare stock perftest over xdproce's libibverbs (xdproce run) with xdproce perf, ib_write_lat 8 B and ib_write_bw 64 KiB, both through an xdproce up started on each host (issue 15); skipped, with a note, when perftest or the library is missing")
+	daemonModes := fs.Bool("daemon-modes", false, "also compare stock ib_write_lat 8 B through daemons with their defaults against busy-polling daemons (--stock-rounds rounds, alternating), and measure an idle default daemon's CPU (issue 34; about 30 s more; needs what --stock needs)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (both engines and applications) to this file, for go tool pprof")
 	return func(ctx context.Context, std stdio, args []string) error {
 		stdout := std.out
@@ -95,6 +96,9 @@ func benchFlags(fs *flag.FlagSet) action {
 		if *stockRounds < 0 {
 			return fmt.Errorf("%w: --stock-rounds %d: at least 1", errUsage, *stockRounds)
 		}
+		if *daemonModes && !*stock {
+			return fmt.Errorf("%w: --daemon-modes runs stock perftest: not with --stock=false", errUsage)
+		}
 		if *stock {
 			s, why := findStock(os.Executable, exec.LookPath, os.Getenv("XDPROCE_LIBDIR"))
 			if s == nil {
@@ -103,6 +107,9 @@ func benchFlags(fs *flag.FlagSet) action {
 				s.Rounds = *stockRounds
 			} else if *quick {
 				s.Rounds = 2 // each contender first once
+			}
+			if s != nil {
+				s.DaemonModes = *daemonModes
 			}
 			cfg.Stock = s
 		}

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"syscall"
@@ -90,7 +91,7 @@ func main() {
 func profiled(fn func() int) int {
 	path := os.Getenv("XDPROCE_CPUPROFILE")
 	if path == "" {
-		return fn()
+		return traced(fn)
 	}
 	f, err := os.Create(path)
 	if err == nil {
@@ -100,10 +101,34 @@ func profiled(fn func() int) int {
 		fmt.Fprintf(os.Stderr, "xdproce: XDPROCE_CPUPROFILE: %v\n", err)
 		return 1
 	}
-	code := fn()
+	code := traced(fn)
 	pprof.StopCPUProfile()
 	if err := f.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "xdproce: XDPROCE_CPUPROFILE: %v\n", err)
+	}
+	return code
+}
+
+// traced runs fn under an execution trace written to $XDPROCE_TRACE, if
+// set: where a daemon's goroutines wait (go tool trace -pprof=sched) is what
+// a CPU profile of a round trip cannot show.
+func traced(fn func() int) int {
+	path := os.Getenv("XDPROCE_TRACE")
+	if path == "" {
+		return fn()
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = trace.Start(f)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "xdproce: XDPROCE_TRACE: %v\n", err)
+		return 1
+	}
+	code := fn()
+	trace.Stop()
+	if err := f.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "xdproce: XDPROCE_TRACE: %v\n", err)
 	}
 	return code
 }

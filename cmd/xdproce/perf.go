@@ -124,7 +124,7 @@ type perfArgs struct {
 	port, size, iters, qps, tx, rx, cq  int
 	outReads, gid, inline, ibPort, secs int
 	all, gbits, verify, rdmaCM, version bool
-	ownMemory                           bool
+	ownMemory, deviceMemory             bool
 	counters                            bool
 	connType                            string
 	timeout                             time.Duration
@@ -151,6 +151,7 @@ func perfFlags(a *perfArgs) *flag.FlagSet {
 	fs.StringVar(&a.atomic, "A", "FETCH_AND_ADD", "atomic operation: FETCH_AND_ADD or CMP_AND_SWAP")
 	fs.BoolVar(&a.gbits, "report_gbits", false, "report bandwidth in Gb/s instead of MB/s")
 	fs.BoolVar(&a.verify, "verify", false, "fill with a pattern and check every byte that arrives (both sides xdproce)")
+	fs.BoolVar(&a.deviceMemory, "dm", false, "put the buffer (the peer's target, and what this side sends) in device memory the XDP program can write (ibv_alloc_dm, ibv_reg_dm_mr); in-process only, at most 256 KiB")
 	fs.BoolVar(&a.ownMemory, "own-memory", false, "register memory this program allocated (as stock perftest does) instead of memory shared with the device; through a daemon, it is reached with process_vm_readv/writev")
 	fs.BoolVar(&a.counters, "counters", false, "print the device's transport counters (rxe's names) at the end")
 	fs.DurationVar(&a.timeout, "timeout", 2*time.Minute, "bound on each out-of-band exchange and each wait for the peer")
@@ -167,6 +168,8 @@ func perfFlags(a *perfArgs) *flag.FlagSet {
 
 // rxCoalesceUsage is the help of perf's and up's --rx-coalesce.
 var rxCoalesceUsage = fmt.Sprintf("longest a sleeping engine lets received frames gather (verbs.Options.RxCoalesce; 0: the default, %v on one CPU and off elsewhere; negative: never; busy-polling devices never coalesce)", verbs.DefaultRxCoalesce)
+
+var spinMaxUsage = fmt.Sprintf("longest an idle engine that is not busy-polling keeps looking for work while the idle gaps it sees are that short (verbs.Options.SpinMax; 0: the default, %v; negative: never)", verbs.DefaultSpinMax)
 
 // perfLocal is what the command line says of this side's device, beside
 // the test's configuration.
@@ -220,7 +223,7 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (cfg per
 	}
 	cfg = perftest.Config{Tool: tool, Conn: conn, RDMACM: a.rdmaCM, Port: a.port, Size: a.size, Iters: a.iters, AllSizes: a.all, QPs: a.qps,
 		TxDepth: a.tx, RxDepth: a.rx, CQMod: a.cq, OutReads: a.outReads, GIDIndex: a.gid, Inline: a.inline,
-		ReportGbits: a.gbits, Verify: a.verify, OwnMemory: a.ownMemory, Timeout: a.timeout, Duration: time.Duration(a.secs) * time.Second}
+		ReportGbits: a.gbits, Verify: a.verify, OwnMemory: a.ownMemory, DeviceMemory: a.deviceMemory, Timeout: a.timeout, Duration: time.Duration(a.secs) * time.Second}
 	if len(pos) == 1 {
 		cfg.Server = pos[0]
 	}

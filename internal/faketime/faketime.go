@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// Clock moves only when Advance is called. The engine looks at the clock
-// at least every idleWait of real time, so an Advance takes effect within
-// that.
+// Clock moves only when Advance is called. While a timer is armed the
+// engine looks at the clock at least every idleWait of real time, so an
+// Advance takes effect within that.
 type Clock struct {
 	mu  sync.Mutex
 	now time.Time

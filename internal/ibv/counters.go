@@ -57,6 +57,11 @@ type Counters struct {
 	// too, without a counter of its own). They count in SentPkts as well,
 	// and in RcvdPkts when their QP takes them.
 	LoopbackPkts uint64
+	// SpinStalls counts idle spinning rounds of an engine held up far
+	// longer than a round takes (its thread preempted: the processors were
+	// wanted elsewhere), after each of which the engine slept rather than
+	// spun for a while (internal/transport/loop.go, spinner).
+	SpinStalls uint64
 	// DroppedNoGroup counts datagrams to the multicast QPN whose
 	// destination is a group no QP of the device is attached to (rxe drops
 	// them too: "mcast but no mcg"); McastPkts those delivered to one or
@@ -102,6 +107,7 @@ func (c *Counters) fields() []counterField {
 		{"send_err", &c.SendErr}, {"dropped_replies", &c.DroppedReplies}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},
 		{"handed_off", &c.HandedOff}, {"handoff_drops", &c.HandOffDrops}, {"bad_shared_wqe", &c.BadSharedWQE},
 		{"read_retry_paced", &c.ReadRetryPaced}, {"loopback_pkts", &c.LoopbackPkts},
+		{"spin_stalls", &c.SpinStalls},
 		{"dropped_no_mcast_group", &c.DroppedNoGroup}, {"mcast_pkts", &c.McastPkts},
 		{"retransmitted_pkts", &c.RetransmittedPkts}, {"ooo_held", &c.OOOHeld}, {"ooo_dropped", &c.OOODropped},
 	}

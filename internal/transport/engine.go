@@ -273,8 +273,12 @@ func (e *engine) pruneActive() {
 
 // nextTimer is how long the engine may sleep.
 func (e *engine) nextTimer() time.Duration {
+	due := e.nextDeadline()
+	if due.IsZero() && e.paceDue.IsZero() {
+		return quietWait
+	}
 	wait := idleWait
-	if due := e.nextDeadline(); !due.IsZero() {
+	if !due.IsZero() {
 		wait = min(wait, max(due.Sub(e.dev.clock.Now()), 0))
 	}
 	if !e.paceDue.IsZero() { // the real clock's (pacing.go)

@@ -12,16 +12,7 @@ func TestSpinnerFollowsIdleGaps(t *testing.T) {
 	var s spinner
 	now := time.Unix(0, 0)
 	clock := func() time.Time { return now }
-	// gap runs an idle gap of d ending in work and says whether the engine
-	// was still spinning at its end.
-	gap := func(d time.Duration) bool {
-		s.next(false, clock, max)
-		now = now.Add(d)
-		spinning := s.next(false, clock, max)
-		now = now.Add(time.Nanosecond)
-		s.next(true, clock, max)
-		return spinning
-	}
+	gap := func(d time.Duration) bool { return idleGap(&s, &now, d, max) }
 	if s.next(false, clock, max) {
 		t.Fatal("a new engine spins before it has seen a gap")
 	}
@@ -53,5 +44,106 @@ func TestSpinnerFollowsIdleGaps(t *testing.T) {
 	}
 	if s.window != max {
 		t.Fatalf("a short gap did not reopen the window: %v", s.window)
+	}
+}
+
+// spinRound is how long an idle spinning round takes in these tests.
+const spinRound = 500 * time.Nanosecond
+
+// idleGap runs an idle gap of d ending in work on s, whose clock is *now:
+// a round every spinRound while the engine spins, one jump to the end once
+// it sleeps. It says whether the engine was still spinning at the gap's end.
+func idleGap(s *spinner, now *time.Time, d time.Duration, max time.Duration) bool {
+	clock := func() time.Time { return *now }
+	end := now.Add(d)
+	spinning := s.next(false, clock, max)
+	for spinning && now.Add(spinRound).Before(end) {
+		*now = now.Add(spinRound)
+		spinning = s.next(false, clock, max)
+	}
+	*now = end
+	spinning = s.next(false, clock, max)
+	*now = now.Add(time.Nanosecond)
+	s.next(true, clock, max)
+	return spinning
+}
+
+// TestSpinnerStopsWhenPreempted: an engine whose spinning rounds are held
+// up (its thread preempted: the processors are wanted by others, as by
+// clients spinning on memory beside a daemon) sleeps through the gaps it
+// would have spun through, for a quiet period that doubles with each
+// stall that soon follows the last, and spins again after it.
+func TestSpinnerStopsWhenPreempted(t *testing.T) {
+	const max = 50 * time.Microsecond
+	var s spinner
+	now := time.Unix(0, 0)
+	clock := func() time.Time { return now }
+	for range 3 {
+		idleGap(&s, &now, 10*time.Microsecond, max)
+	}
+	if !idleGap(&s, &now, 10*time.Microsecond, max) {
+		t.Fatal("not spinning through short gaps on an idle host")
+	}
+	// A spinning round preempted for a time slice.
+	if !s.next(false, clock, max) {
+		t.Fatal("not spinning after work")
+	}
+	now = now.Add(700 * time.Microsecond)
+	if s.next(false, clock, max) {
+		t.Fatal("still spinning after a round held up for 700 µs")
+	}
+	if s.stalls != 1 {
+		t.Fatalf("%d stalls counted, want 1", s.stalls)
+	}
+	now = now.Add(time.Microsecond)
+	s.next(true, clock, max)
+	// Short gaps within the quiet period: sleep, do not spin.
+	quietEnd := s.quietUntil
+	if got := quietEnd.Sub(now); got <= 0 || got > quietMin {
+		t.Fatalf("quiet for %v after one stall, want up to %v", got, quietMin)
+	}
+	for now.Add(20 * time.Microsecond).Before(quietEnd) {
+		if idleGap(&s, &now, 10*time.Microsecond, max) {
+			t.Fatal("spinning in the quiet period after a stall")
+		}
+	}
+	// After it: short gaps open the window again, and spinning resumes.
+	idleGap(&s, &now, 10*time.Microsecond, max)
+	if !idleGap(&s, &now, 10*time.Microsecond, max) {
+		t.Fatal("not spinning again after the quiet period")
+	}
+	// Stalls that keep coming lengthen the quiet period, up to quietMax.
+	var last time.Duration
+	for i := range 16 {
+		for now.Before(s.quietUntil) {
+			idleGap(&s, &now, 10*time.Microsecond, max)
+		}
+		idleGap(&s, &now, 10*time.Microsecond, max) // reopens the window
+		if !s.next(false, clock, max) {
+			t.Fatalf("stall %d: not spinning after the quiet period", i)
+		}
+		now = now.Add(time.Millisecond)
+		s.next(false, clock, max)
+		if s.quiet < last || s.quiet > quietMax {
+			t.Fatalf("stall %d: quiet period %v after %v (at most %v)", i, s.quiet, last, quietMax)
+		}
+		last = s.quiet
+		now = now.Add(time.Microsecond)
+		s.next(true, clock, max)
+	}
+	if last != quietMax {
+		t.Fatalf("quiet period %v after 16 stalls in a row, want %v", last, quietMax)
+	}
+	// A stall long after the last quiet period starts over from the
+	// shortest.
+	now = s.quietUntil.Add(time.Minute)
+	for range 3 {
+		idleGap(&s, &now, 10*time.Microsecond, max)
+	}
+	s.next(false, clock, max)
+	now = now.Add(time.Millisecond)
+	s.next(false, clock, max)
+	if s.quiet != quietMin {
+		t.Fatalf("quiet period %v after a stall a minute after the last, want %v", s.quiet, quietMin)
 	}
 }

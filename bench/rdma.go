@@ -45,6 +45,7 @@ type rnicPair struct {
 	busy bool // devices busy-poll; applications spin on their CQs
 	// stopDaemons, for a pair attached through daemons, stops them.
 	stopDaemons func() error
+	shared      bool // both ends are one device (openLoopbackPair)
 }
 
 const regionAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
@@ -90,11 +91,46 @@ func openPairWith(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.O
 	return p, nil
 }
 
-// Close closes both devices, which detaches the XDP program.
+// openLoopbackPair opens one device on hosts[0] and makes both ends of
+// the pair on it, each with its own PD and region of 2·maxSize bytes: the
+// QPs reach each other through the device's own GID, and their frames loop
+// back inside the device (an initiator and a target on one host).
+func openLoopbackPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options) (*rnicPair, error) {
+	opts.Logger = slog.New(slog.DiscardHandler)
+	h := hosts[0]
+	var dev *verbs.Device
+	if err := h.Do(func() error {
+		var err error
+		dev, err = verbs.Open(ctx, h.Link, opts)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("bench: opening xdproce on %s: %w", h.Link, err)
+	}
+	p := &rnicPair{busy: opts.BusyPoll, shared: true}
+	for i := range 2 {
+		r := &rnic{host: h, half: maxSize, dev: dev}
+		var err error
+		if r.pd, err = dev.AllocPD(); err == nil {
+			r.mr, err = r.pd.AllocMR(2*maxSize, regionAccess)
+		}
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("bench: %s: %w", h.Link, err), dev.Close())
+		}
+		if i == 0 {
+			p.a = r
+		} else {
+			p.b = r
+		}
+	}
+	return p, nil
+}
+
+// Close closes both devices (the one, for a loopback pair), which detaches
+// the XDP program.
 func (p *rnicPair) Close() error {
 	var errs []error
 	for _, r := range []*rnic{p.a, p.b} {
-		if r != nil {
+		if r != nil && !(p.shared && r == p.b) {
 			errs = append(errs, r.dev.Close())
 		}
 	}

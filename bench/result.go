@@ -18,6 +18,9 @@ const (
 	// application's own memory (RegMR), which the daemon reaches with
 	// process_vm_readv/writev, instead of memfds both map (AllocMR).
 	XdproceDaemonOwnMemory = "xdproce_daemon_own_memory"
+	// XdproceLoopback is xdproce with both ends on one device (in-process):
+	// its frames loop back inside the device, never on the link (issue 32).
+	XdproceLoopback = "xdproce_loopback"
 	// PerftestLibibverbs is Debian's stock perftest binary on xdproce's
 	// libibverbs.so.1 through a daemon (xdproce run), and XdprocePerf the
 	// same tool as xdproce perf (Go, the verbs API) through the same
@@ -173,6 +176,7 @@ func (r Result) Validate() error {
 		PerftestDefaultDaemons: {RTT: {OpWrite}},
 		PerftestBusyDaemons:    {RTT: {OpWrite}},
 		XdproceDaemonOwnMemory: {Bandwidth: {OpWrite}},
+		XdproceLoopback:        {Bandwidth: {OpWrite}, RTT: {OpWrite}},
 		PerftestLibibverbs:     {Bandwidth: {OpWrite}, RTT: {OpWrite}},
 		XdprocePerf:            {Bandwidth: {OpWrite}, RTT: {OpWrite}},
 		TCP:                    {Bandwidth: {OpStream}, RTT: {OpPingPong}, MsgRate: {OpStream}, CPUPerGB: {OpStream}},

@@ -38,6 +38,10 @@ type Config struct {
 	// Daemon adds the WRITE bandwidth at 64 KiB and the 8 B WRITE round
 	// trip through each host's daemon (xdproce up), beside in-process.
 	Daemon bool
+	// Loopback adds the WRITE bandwidth at 64 KiB and the 8 B WRITE round
+	// trip with both ends on one device (frames looped back inside it),
+	// beside the same over the link.
+	Loopback bool
 	// Stock, if set, adds issue 15's comparison of stock perftest over
 	// xdproce's libibverbs with xdproce perf (stock.go): ib_write_lat at
 	// 8 B if LatSizes has 8, ib_write_bw at 64 KiB if Sizes has 64 KiB.
@@ -97,6 +101,7 @@ func Default() Config {
 		MTU:         4200,
 		Queues:      1,
 		Daemon:      true,
+		Loopback:    true,
 	}
 }
 
@@ -147,6 +152,7 @@ type group struct {
 	rtt             bool // round-trip points
 	daemon          bool // attached steps run through each host's daemon
 	ownMemory       bool // daemon: regions of the application's own memory (process_vm_readv/writev)
+	loopback        bool // attached steps run with both ends on one device (openLoopbackPair)
 	// stock, if set, runs the plain steps as processes through real
 	// daemons (xdproce up) it starts in the hosts' namespaces for the
 	// group, and each figure of the group is the median of its rounds.
@@ -210,6 +216,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			return nil
 		}
 		open := openPair
+		if g.loopback {
+			open = openLoopbackPair
+		}
 		if g.daemon {
 			open = func(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options) (*rnicPair, error) {
 				return openDaemonPair(ctx, hosts, maxSize, opts, g.ownMemory)
@@ -289,6 +298,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 func plan(cfg Config, hosts [2]*Host) []group {
 	var groups []group
 	daemonBW, daemonRTT := daemonGroups(cfg)
+	loopBW, loopRTT := loopbackGroups(cfg)
 	w, d := cfg.Warmup, cfg.Duration
 	tcpBW := func(size int, attached bool) step {
 		name := "TCP"
@@ -327,6 +337,9 @@ func plan(cfg Config, hosts [2]*Host) []group {
 		if cfg.Daemon && size == 64<<10 {
 			groups = append(groups, daemonBW...)
 		}
+		if cfg.Loopback && size == 64<<10 {
+			groups = append(groups, loopBW)
+		}
 	}
 	tcpRTT := func(size int, attached bool) step {
 		name := "TCP"
@@ -362,6 +375,9 @@ func plan(cfg Config, hosts [2]*Host) []group {
 		groups = append(groups, g)
 		if cfg.Daemon && size == 8 {
 			groups = append(groups, daemonRTT...)
+		}
+		if cfg.Loopback && size == 8 {
+			groups = append(groups, loopRTT)
 		}
 	}
 	groups = append(groups, floorGroup(cfg, hosts))
@@ -419,6 +435,30 @@ func daemonGroups(cfg Config) (bandwidth, roundTrip []group) {
 	return []group{{daemon: true, attached: []step{bw(XdproceDaemon)}},
 			{daemon: true, ownMemory: true, attached: []step{bw(XdproceDaemonOwnMemory)}}},
 		[]group{{daemon: true, rtt: true, attached: []step{rtt(XdproceDaemon)}}}
+}
+
+// loopbackGroups measure xdproce with both ends on one device: WRITE
+// 64 KiB streaming and the 8 B WRITE round trip, each right after the same
+// point over the link (plan), so that the ratio between them is of one
+// moment of the machine.
+func loopbackGroups(cfg Config) (bandwidth, roundTrip group) {
+	w, d := cfg.Warmup, cfg.Duration
+	const big = 64 << 10
+	bw := step{fmt.Sprintf("xdproce loopback WRITE %s", FormatSize(big)), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
+		win, err := p.stream(ctx, w, d, OpWrite, big, 1, cfg.Depth)
+		if err != nil {
+			return nil, "", err
+		}
+		return []Result{{Contender: XdproceLoopback, Measure: Bandwidth, Op: OpWrite, Size: big, GbitS: win.gbitPerSec()}}, bwSummary(win), nil
+	}}
+	rtt := step{"xdproce loopback WRITE ping-pong 8 B", func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
+		lat, err := p.writeLatency(ctx, w, d, 8)
+		if err != nil {
+			return nil, "", err
+		}
+		return []Result{rttResult(XdproceLoopback, false, OpWrite, 8, lat)}, latSummary(lat), nil
+	}}
+	return group{loopback: true, attached: []step{bw}}, group{loopback: true, rtt: true, attached: []step{rtt}}
 }
 
 // floorGroup measures the floor (floor.go) with no xdproce device open: a

@@ -390,6 +390,18 @@ func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 			fmt.Fprintf(tw, "8 B WRITE round trip through the daemon ≤ in-process + 2 µs, medians (issue 14)\t%+.2f µs (%.2f µs)\t%s\t-\n", diff, d.P50us, held(diff <= 2))
 		}
 	}
+	if l, ok := f[key{XdproceLoopback, false, Bandwidth, OpWrite, big, 0}]; ok {
+		if x, ok := f[key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok && x.GbitS > 0 {
+			r := l.GbitS / x.GbitS
+			fmt.Fprintf(tw, "WRITE 64 KiB over loopback (one device) > over the link (issue 32)\t%.2f× (%.2f Gbit/s)\t%s\t-\n", r, l.GbitS, held(r > 1))
+		}
+	}
+	if l, ok := f[key{XdproceLoopback, false, RTT, OpWrite, 8, 0}]; ok {
+		if x, ok := f[key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok && x.P50us > 0 {
+			r := l.P50us / x.P50us
+			fmt.Fprintf(tw, "8 B WRITE round trip over loopback < over the link, medians (issue 32)\t%.2f× (%.2f µs)\t%s\t-\n", r, l.P50us, held(r < 1))
+		}
+	}
 	extra, latHeld, latOK, bwRatio, bwHeld, bwOK := stockTargets(f)
 	if latOK {
 		lat, _ := stockPair(f, RTT, stockLatSize)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -98,6 +99,18 @@ func TestWriteTargets(t *testing.T) {
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("targets:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	out.Reset()
+	loop := append(results[:4:4], Result{Contender: XdproceLoopback, Measure: Bandwidth, Op: OpWrite, Size: 65536, GbitS: 18},
+		Result{Contender: XdproceLoopback, Measure: RTT, Op: OpWrite, Size: 8, P50us: 4, P99us: 5, P999us: 6})
+	if err := WriteTargets(&out, loop, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"WRITE 64 KiB over loopback (one device) > over the link (issue 32) 1.50× (18.00 Gbit/s) yes -",
+		"8 B WRITE round trip over loopback < over the link, medians (issue 32) 0.80× (4.00 µs) yes -"} {
+		if !slices.Contains(squeezed(out.String()), w) {
+			t.Errorf("no loopback target %q in:\n%s", w, out.String())
+		}
 	}
 	out.Reset()
 	if err := WriteTargets(&out, results[2:4], false); err != nil || !strings.Contains(out.String(), "(target busy-polls, this run did not)") {

@@ -50,6 +50,12 @@ func FuzzControl(f *testing.F) {
 	f.Add(script(hello, pd, cq, qp, msg(uverbs.OpDestroyQP, func(e *uverbs.Encoder) { e.U32(3) }), msg(uverbs.OpDestroyCQ, func(e *uverbs.Encoder) { e.U32(2) })))
 	f.Add(script(hello, msg(uverbs.OpCounters, nil), msg(uverbs.OpDeallocPD, func(e *uverbs.Encoder) { e.U32(9) })))
 	f.Add(script(pd))
+	// A CQ resized up, below its size, to 0 and past the limit, then one
+	// that is not the client's.
+	resize := func(h, depth uint32) []byte {
+		return msg(uverbs.OpResizeCQ, func(e *uverbs.Encoder) { e.U32(h); e.U32(depth) })
+	}
+	f.Add(script(hello, pd, cq, qp, resize(2, 64), resize(2, 1), resize(2, 0), resize(2, 1<<30), resize(7, 8)))
 	// The connection manager: a channel, an ID bound and listening, one
 	// resolving an address, its events, and what a client may get wrong.
 	channel := msg(uverbs.OpCMCreateChannel, nil)

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/xdproce/xdproce/cm"
@@ -79,6 +81,9 @@ type ID struct {
 	rem         *remoteID    // the daemon's ID, on a device attached to it
 	quiet       bool         // the owner established: its ESTABLISHED is not reported
 	groups      []netip.Addr // the multicast groups joined, by GID (mcast.go)
+	// loopback: the destination was a loopback or wildcard address, which
+	// resolves (cma_resolve_loopback) but has no RoCE route.
+	loopback bool
 }
 
 // CreateID makes an ID in port space ps whose events go to ch.
@@ -229,7 +234,7 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if !dst.Addr().IsValid() || dst.Addr().IsUnspecified() || id.s.ctx.Err() != nil {
+	if !dst.Addr().IsValid() || id.s.ctx.Err() != nil {
 		return fmt.Errorf("rdmacm: destination %v: %w", dst, ErrInvalid)
 	}
 	if id.state == stateIdle {
@@ -241,6 +246,9 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 		return fmt.Errorf("rdmacm: resolve_addr in %v: %w", id.state, ErrInvalid)
 	}
 	dstIP := dst.Addr().Unmap()
+	if dstIP.IsLoopback() || dstIP.IsUnspecified() {
+		return id.resolveLoopbackLocked(dstIP, dst.Port())
+	}
 	if !id.src.Addr().IsValid() || id.src.Addr().IsUnspecified() {
 		i, ok := id.s.gidFor(dstIP)
 		if !ok {
@@ -266,6 +274,36 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 		defer id.s.wg.Done()
 		defer cancel()
 		id.resolveNeighbour(ctx, dstIP)
+	}()
+	return nil
+}
+
+// resolveLoopbackLocked resolves a loopback or wildcard destination as
+// Linux's rdma_cm does on a RoCE device (cma_bind_loopback,
+// cma_resolve_loopback, and rdma_resolve_ip through lo): the address
+// resolves, to the device's first GID with the loopback address as the
+// source, and nothing is asked on the wire; the route then fails with
+// ENODEV (ResolveRoute), as on rxe: `rping -c -a 127.0.0.1` (or 0.0.0.0,
+// ::1) reports "rdma_resolve_route: No such device" there.
+func (id *ID) resolveLoopbackLocked(dst netip.Addr, port uint16) error {
+	lo := netip.IPv6Loopback()
+	if dst.Is4() {
+		lo = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	if !id.src.Addr().IsValid() || id.src.Addr().IsUnspecified() {
+		id.sgid = 0
+		id.src = netip.AddrPortFrom(lo, id.src.Port())
+	}
+	if dst.IsUnspecified() {
+		dst = lo
+	}
+	id.dst = netip.AddrPortFrom(dst, port)
+	id.dmac, id.state, id.loopback = slices.Clone(id.s.dev.MAC()), stateAddrResolved, true
+	// The event goes out after the caller unlocks, as a neighbour's does.
+	id.s.wg.Add(1)
+	go func() {
+		defer id.s.wg.Done()
+		id.post(Event{Type: EventAddrResolved})
 	}()
 	return nil
 }
@@ -305,6 +343,10 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 	if id.state != stateAddrResolved {
 		defer id.mu.Unlock()
 		return fmt.Errorf("rdmacm: resolve_route in %v: %w", id.state, ErrInvalid)
+	}
+	if id.loopback {
+		defer id.mu.Unlock()
+		return fmt.Errorf("rdmacm: no RoCE route to %v: %w", id.dst.Addr(), syscall.ENODEV)
 	}
 	id.flow = flowLabel(id.src.Port(), id.dst.Port())
 	id.state = stateRouteResolved

@@ -52,6 +52,8 @@ type pairSpec struct {
 	capture verbs.CaptureFunc
 	// anyNeighbour: every address resolves (to the other node's MAC).
 	anyNeighbour bool
+	// asked, if set, hears every address the nodes' resolver is asked.
+	asked func(netip.Addr)
 }
 
 // nodePair makes the two nodes; each resolves the other's address, and an
@@ -60,6 +62,9 @@ func nodePair(t *testing.T, spec pairSpec) (*node, *node) {
 	t.Helper()
 	la, lb := memlink.NewPair(4096 + 200)
 	resolve := func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+		if spec.asked != nil {
+			spec.asked(ip)
+		}
 		for i, a := range spec.ips {
 			if a == ip {
 				return spec.macs[i], nil
@@ -146,6 +151,12 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 // connection (SEND, WRITE, READ) and disconnects from A.
 func exchange(t *testing.T, a, b *node, l *Listener, round int) {
 	t.Helper()
+	exchangeTo(t, a, b, l, ipB, round)
+}
+
+// exchangeTo is exchange with A dialing dst (B's address).
+func exchangeTo(t *testing.T, a, b *node, l *Listener, dst netip.Addr, round int) {
+	t.Helper()
 	ctx := ctxFor(t, 20*time.Second)
 	qa, qb := a.qp(t, verbs.QPTypeRC), b.qp(t, verbs.QPTypeRC)
 	type accepted struct {
@@ -173,7 +184,7 @@ func exchange(t *testing.T, a, b *node, l *Listener, round int) {
 			RetryCount: 7, RNRRetryCount: 7})
 		done <- accepted{c, req, err}
 	}()
-	ca, err := a.svc.Dial(ctx, qa, netip.AddrPortFrom(ipB, l.Addr().Port()), ConnParam{PrivateData: []byte("hello"),
+	ca, err := a.svc.Dial(ctx, qa, netip.AddrPortFrom(dst, l.Addr().Port()), ConnParam{PrivateData: []byte("hello"),
 		ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7})
 	if err != nil {
 		t.Fatalf("round %d: dial: %v", round, err)

@@ -486,3 +486,32 @@ func TestDuplicateReadRechecksKey(t *testing.T) {
 		})
 	}
 }
+
+// TestMWBindLocalRightsAccepted: a bind whose access also names local
+// rights (pyverbs' MWTest binds with LOCAL_WRITE|REMOTE_WRITE) succeeds, as
+// on rxe, whose rxe_check_bind_mw looks only at the remote rights it grants;
+// the window then grants the remote write it names, for both types.
+func TestMWBindLocalRightsAccepted(t *testing.T) {
+	const access = AccessLocalWrite | AccessRemoteWrite
+	a, b := mwPair(t)
+	mw2, wc := bind(t, b, 0, 4096, access)
+	if wc.Status != WCSuccess {
+		t.Fatalf("type-2 bind with local rights: %+v", wc)
+	}
+	mw1, err := b.pd.AllocMW(MWType1)
+	must(t, err)
+	if wc := bindType1(t, b, mw1, 8192, 4096, access); wc.Status != WCSuccess {
+		t.Fatalf("type-1 bind with local rights: %+v", wc)
+	}
+	for i, w := range []struct {
+		key uint32
+		off int
+	}{{mw2.RKey(), 0}, {mw1.RKey(), 8192}} {
+		fill(a.mr.Bytes()[:512], i+3)
+		postSend(t, a, SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 512), RemoteAddr: b.mr.Addr() + uint64(w.off), RKey: w.key})
+		if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+			t.Fatalf("WRITE through window %d: %+v", i, wc)
+		}
+		equalBytes(t, "written through the window", b.mr.Bytes()[w.off:w.off+512], a.mr.Bytes()[:512])
+	}
+}

@@ -24,8 +24,8 @@ func TestBenchRunsEndToEnd(t *testing.T) {
 			t.Errorf("stdout lacks the table %q:\n%s", title, out)
 		}
 	}
-	if !strings.Contains(errOut, "[17/17]") {
-		t.Errorf("stderr lacks the progress of the last of 17 points:\n%s", errOut)
+	if !strings.Contains(errOut, "[18/18]") {
+		t.Errorf("stderr lacks the progress of the last of 18 points:\n%s", errOut)
 	}
 	entries, _ := os.ReadDir("/run/netns")
 	for _, e := range entries {
@@ -111,6 +111,9 @@ func runTinyBench(t *testing.T, qps []int, extra ...string) (stdout, stderr stri
 	// Through each host's daemon (xdproce up, in the bench's process): the
 	// 8 B WRITE round trip; the WRITE 64 KiB point needs --sizes 64K.
 	want = append(want, fig{"xdproce_daemon", false, "rtt", "write", 8, 0})
+	// Both ends on one device (looped back inside it): the 8 B WRITE round
+	// trip; the WRITE 64 KiB point needs --sizes 64K.
+	want = append(want, fig{"xdproce_loopback", false, "rtt", "write", 8, 0})
 	for _, n := range qps {
 		want = append(want, fig{"xdproce", false, "msgrate", "write", 64, n}, fig{"tcp", false, "msgrate", "stream", 64, n})
 	}

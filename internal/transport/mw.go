@@ -125,7 +125,6 @@ func (e *engine) bindMW(qp *QP, b *Bind) bool {
 	e.mwMu.Lock()
 	defer e.mwMu.Unlock()
 	mw, mr := b.MW, b.MR
-	const remote = ibv.AccessRemoteRead | ibv.AccessRemoteWrite | ibv.AccessRemoteAtomic
 	if !mw.alive {
 		return false
 	}
@@ -143,8 +142,11 @@ func (e *engine) bindMW(qp *QP, b *Bind) bool {
 	switch {
 	case mr == nil || !mr.valid || mr.pd != mw.pd || b.Length == 0:
 		return false // o10-37.2.40
-	case mr.access&ibv.AccessMWBind == 0 || b.Access&^remote != 0:
-		return false // C10-73
+	case mr.access&ibv.AccessMWBind == 0:
+		// C10-73. Local rights in the bind's access are not refused: rxe
+		// looks only at the remote rights a window grants (pyverbs binds
+		// with LOCAL_WRITE|REMOTE_WRITE).
+		return false
 	case b.Access&(ibv.AccessRemoteWrite|ibv.AccessRemoteAtomic) != 0 && mr.access&ibv.AccessLocalWrite == 0:
 		return false // C10-74
 	case b.Addr < mr.addr || b.Length > mr.length || b.Addr-mr.addr > mr.length-b.Length:

@@ -152,8 +152,11 @@ func (d *NIC) CreateCQSink(depth int, sink CQSink) *CQ {
 // with the engines held off (under the push lock), the current sink and the
 // index of the next completion, returns the sink that takes the CQ's completions from then on,
 // with the unpolled ones moved to it, or an error (EINVAL: more than depth
-// are unpolled). No engine uses the old sink once ResizeSink returns.
+// are unpolled). No engine uses the old sink once ResizeSink returns. The
+// engines first take the work posted before it (settle), so that the
+// completions it counts are those rxe's would.
 func (cq *CQ) ResizeSink(depth int, move func(old CQSink, tail uint32) (CQSink, error)) error {
+	cq.dev.settle()
 	cq.pushMu.Lock()
 	defer cq.pushMu.Unlock()
 	if cq.sink == nil {
@@ -166,6 +169,21 @@ func (cq *CQ) ResizeSink(depth int, move func(old CQSink, tail uint32) (CQSink, 
 	cq.sink = sink
 	cq.depth.Store(int64(depth))
 	return nil
+}
+
+// settle runs each engine until a step finds nothing to do (a few steps
+// at most): work clients posted before the call has been taken, and what
+// completes without a peer's answer (UD sends, RC and UC packets handed to
+// the link or looped back) has completed. rxe's post_send runs its
+// requester inside the system call; ibv_resize_cq counts, as there, the
+// completions of the work posted before it.
+func (d *NIC) settle() {
+	for _, e := range d.shards {
+		e.mu.Lock()
+		for i := 0; i < 8 && !d.gone && e.step(); i++ {
+		}
+		e.mu.Unlock()
+	}
 }
 
 // pushSink is push for a CQ with a sink.

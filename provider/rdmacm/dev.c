@@ -117,8 +117,10 @@ static struct cmdev *dev_open_locked(struct ibv_device *dev)
 	d->gids = calloc(pa.gid_tbl_len ? pa.gid_tbl_len : 1, sizeof(*d->gids));
 	if (!d->gids)
 		goto fail;
+	static const union ibv_gid empty;
 	for (int i = 0; i < pa.gid_tbl_len; i++)
-		if (ibv_query_gid(verbs, 1, i, &d->gids[d->ngids]) == 0)
+		if (ibv_query_gid(verbs, 1, i, &d->gids[d->ngids]) == 0 &&
+		    memcmp(&d->gids[d->ngids], &empty, sizeof(empty)) != 0)
 			d->ngids++;
 	d->dev = dev;
 	d->verbs = verbs;
@@ -225,12 +227,38 @@ int dev_for_ip(const struct xp_cm_addr *a, struct cmdev **out)
 	return is_local(a) ? ENODEV : EADDRNOTAVAIL;
 }
 
+/* is_loopback_or_any: 127.0.0.0/8, ::1, 0.0.0.0 or ::. */
+static bool is_loopback_or_any(const struct xp_cm_addr *a)
+{
+	static const uint8_t zero[16], one6[16] = {[15] = 1};
+	if (a->family == 4)
+		return a->ip[12] == 127 || memcmp(a->ip + 12, zero, 4) == 0;
+	return memcmp(a->ip, zero, 16) == 0 || memcmp(a->ip, one6, 16) == 0;
+}
+
 int dev_for_dst(const struct sockaddr *dst, struct cmdev **out, struct xp_cm_addr *src)
 {
 	struct xp_cm_addr d;
 	int err = to_cmaddr(dst, &d);
 	if (err)
 		return err;
+	if (is_loopback_or_any(&d)) {
+		/* As Linux's rdma_cm (cma_bind_loopback): the first device, no source address; the
+		 * daemon's CM resolves it without the wire (and has no route for it, as on rxe). */
+		struct cmdev **v;
+		int n;
+		if (dev_all(&v, &n))
+			return ENODEV;
+		*out = n > 0 ? v[0] : NULL;
+		free(v);
+		if (!*out)
+			return ENODEV;
+		memset(src, 0, sizeof(*src));
+		src->family = d.family;
+		if (d.family == 4)
+			src->ip[10] = src->ip[11] = 0xff;
+		return 0;
+	}
 	/* The kernel's route lookup: the source address a datagram to dst would leave from. */
 	union {
 		struct sockaddr_storage ss;

@@ -37,6 +37,9 @@ enum {
 	XP_MAX_MCAST_GRP = 8192, /* the daemon's limits, rxe's (ibv.MaxMcastGroups, ...) */
 	XP_MAX_MCAST_QP_ATTACH = 56,
 	XP_MAX_TOTAL_MCAST_QP_ATTACH = 0x70000,
+	/* The port's GID table has rxe's size (RXE_PORT_GID_TBL_LEN); the entries past the
+	 * interface's addresses are empty, as on rxe. */
+	XP_GID_TBL_LEN = 1024,
 };
 
 /* Devices live as long as the process: contexts and applications keep pointers to them after
@@ -353,13 +356,18 @@ int xp_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex
 	return 0;
 }
 
+static int gid_tbl_len(const struct xctx *c)
+{
+	return c->info.ngids > XP_GID_TBL_LEN ? c->info.ngids : XP_GID_TBL_LEN;
+}
+
 static void fill_port_attr(struct xctx *c, struct ibv_port_attr *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->state = IBV_PORT_ACTIVE;
 	a->max_mtu = (enum ibv_mtu)c->info.max_mtu;
 	a->active_mtu = (enum ibv_mtu)c->info.active_mtu;
-	a->gid_tbl_len = c->info.ngids;
+	a->gid_tbl_len = gid_tbl_len(c);
 	a->port_cap_flags = IBV_PORT_CM_SUP;
 	a->max_msg_sz = (uint32_t)c->info.max_msg_sz;
 	a->pkey_tbl_len = XP_MAX_PKEYS;
@@ -387,14 +395,19 @@ XP_EXPORT int ibv_query_port(struct ibv_context *ctx, uint8_t port, struct _comp
 	return xp_query_port(ctx, port, (struct ibv_port_attr *)attr, offsetof(struct ibv_port_attr, flags));
 }
 
+/* An empty entry reads as the zero GID, as rdma-core's ibv_query_gid returns it (ENODATA from
+ * the kernel becomes zeros); past the table is EINVAL. */
 XP_EXPORT int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
 {
 	struct xctx *c = to_xctx(ctx);
-	if (port != 1 || index < 0 || index >= c->info.ngids) {
+	if (port != 1 || index < 0 || index >= gid_tbl_len(c)) {
 		errno = EINVAL;
 		return -1;
 	}
-	*gid = c->info.gids[index];
+	if (index >= c->info.ngids)
+		memset(gid, 0, sizeof(*gid));
+	else
+		*gid = c->info.gids[index];
 	return 0;
 }
 
@@ -417,8 +430,10 @@ XP_EXPORT int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t
 	struct xctx *c = to_xctx(ctx);
 	if (flags || size < sizeof(*entry))
 		return EINVAL;
-	if (port != 1 || index >= c->info.ngids)
-		return ENODATA;
+	if (port != 1 || index >= (uint32_t)gid_tbl_len(c))
+		return EINVAL;
+	if (index >= c->info.ngids)
+		return ENODATA; /* an empty entry, as the kernel's rdma_get_gid_attr */
 	memset(entry, 0, sizeof(*entry));
 	entry->gid = c->info.gids[index];
 	entry->gid_index = index;

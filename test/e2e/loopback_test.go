@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +81,116 @@ func TestStockLoopback(t *testing.T) {
 			}
 			if m := pingRow.FindStringSubmatch(cout.String()); m == nil || m[1] != "300" {
 				t.Fatalf("no report of 300 iterations:\n%s", &cout)
+			}
+			if n := loopbackPkts(t, a) - before; n < 600 {
+				t.Errorf("loopback_pkts grew by %d, want at least 600", n)
+			}
+		})
+	}
+}
+
+// TestStockLoopbackRDMACM runs rdmacm-utils with server and client on one
+// device, the client given the device's own address: rping, ucmatose and
+// udaddy connect through the CM's MADs looped from QP1 to QP1 and move
+// their data inside the daemon. rping to 127.0.0.1 or 0.0.0.0 fails as
+// on rxe (Debian 12's 6.1 kernel): the address resolves, the route does
+// not ("rdma_resolve_route: No such device").
+func TestStockLoopbackRDMACM(t *testing.T) {
+	netns.RequireRoot(t)
+	requireStock(t, "rping", "ucmatose", "udaddy")
+	lib := providerLibs(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
+	a := topo.Hosts[0]
+	bin := buildCLI(t)
+	daemonUp(t, bin, a)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	own := a.Addr.String()
+	complete := func(t *testing.T, srv, cl string) {
+		t.Helper()
+		for _, out := range []string{srv, cl} {
+			if !strings.Contains(out, "test complete") || !strings.Contains(out, "return status 0") {
+				t.Fatalf("incomplete:\nclient:\n%s\nserver:\n%s", cl, srv)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name     string
+		srv, cli []string
+		check    func(t *testing.T, srv, cl string)
+	}{
+		{"rping", []string{"rping", "-s", "-a", own, "-v", "-C", "200"}, []string{"rping", "-c", "-a", own, "-v", "-V", "-C", "200"},
+			func(t *testing.T, srv, cl string) {
+				if !strings.Contains(cl, "ping data: rdma-ping-199: ") || !strings.Contains(srv, "server ping data: rdma-ping-199: ") {
+					t.Fatalf("not 200 pings:\nclient:\n%s\nserver:\n%s", cl, srv)
+				}
+			}},
+		{"rping to a wildcard listener", []string{"rping", "-s", "-v", "-C", "20"}, []string{"rping", "-c", "-a", own, "-v", "-V", "-C", "20"},
+			func(t *testing.T, srv, cl string) {
+				if !strings.Contains(cl, "ping data: rdma-ping-19: ") {
+					t.Fatalf("not 20 pings:\nclient:\n%s\nserver:\n%s", cl, srv)
+				}
+			}},
+		{"ucmatose", []string{"ucmatose"}, []string{"ucmatose", "-s", own}, complete},
+		{"udaddy", []string{"udaddy"}, []string{"udaddy", "-s", own}, complete},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := loopbackPkts(t, a)
+			srv, cl := stockPair(t, ctx, lib, a, c.srv, a, c.cli, false)
+			c.check(t, srv, cl)
+			if n := loopbackPkts(t, a) - before; n < 20 {
+				t.Errorf("loopback_pkts grew by %d", n)
+			}
+		})
+	}
+	// (::1 as well in rdmacm.TestResolveLoopbackAddress: these namespaces
+	// have no IPv6, and rping's getaddrinfo refuses it.)
+	for _, dst := range []string{"127.0.0.1", "0.0.0.0"} {
+		t.Run("rping to "+dst, func(t *testing.T) {
+			c, out := startOnLibrary(t, ctx, lib, a, "rping", "-c", "-a", dst, "-C", "1", "-v")
+			err := c.Wait()
+			if err == nil || !strings.Contains(out.String(), "rdma_resolve_route: No such device") {
+				t.Fatalf("rping -c -a %s: %v, want rxe's route failure:\n%s", dst, err, out)
+			}
+		})
+	}
+}
+
+// latRowNaN is latRow that also takes the "-nan" perftest 4.5 prints for
+// t_stdev when one sample is far out (a loaded machine's scheduling gap).
+var latRowNaN = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(-?nan|[\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
+
+// TestStockLoopbackPerftest runs stock perftest with server and client on
+// one device, with and without rdma_cm (-R): every side reports its row
+// and the frames looped back inside the daemon.
+func TestStockLoopbackPerftest(t *testing.T) {
+	netns.RequireRoot(t)
+	requireStock(t, "ib_write_bw", "ib_send_lat")
+	lib := providerLibs(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
+	a := topo.Hosts[0]
+	bin := buildCLI(t)
+	daemonUp(t, bin, a)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		tool string
+		args []string
+		row  *regexp.Regexp
+	}{
+		{"ib_write_bw", nil, bwRow},
+		{"ib_write_bw", []string{"-R"}, bwRow},
+		{"ib_send_lat", nil, latRowNaN},
+		{"ib_send_lat", []string{"-R"}, latRowNaN},
+	} {
+		t.Run(strings.Join(append([]string{c.tool}, c.args...), " "), func(t *testing.T) {
+			before := loopbackPkts(t, a)
+			argv := append([]string{c.tool, "-d", "xdp_" + a.Link, "-x", "1", "-n", "300"}, c.args...)
+			out := retryListenRace(t, func() (string, string, error) {
+				return runPair(t, ctx, lib, a, argv, a, append(argv, a.Addr.String()), false)
+			})
+			if m := c.row.FindStringSubmatch(out); m == nil || m[2] != "300" {
+				t.Fatalf("no row of 300 iterations:\n%s", out)
 			}
 			if n := loopbackPkts(t, a) - before; n < 600 {
 				t.Errorf("loopback_pkts grew by %d, want at least 600", n)

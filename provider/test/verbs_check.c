@@ -380,6 +380,18 @@ static void data_old_api(struct side *a, struct side *b, struct ibv_qp *qa, stru
 	      "ibv_query_qp: RTS, the peer's QPN, path MTU, capabilities, CQs");
 }
 
+/* write_id posts a signaled 1-byte WRITE of a's byte off to b's byte 900000 + off, as WR id. */
+static int write_id(struct ibv_qp *qp, struct side *a, struct side *b, size_t off, uint64_t id)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)a->buf + off, .length = 1, .lkey = a->mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				 .send_flags = IBV_SEND_SIGNALED},
+			   *bad;
+	wr.wr.rdma.remote_addr = (uintptr_t)b->buf + 900000 + off;
+	wr.wr.rdma.rkey = b->mr->rkey;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
 /* resize_cq_rc: on an RC QP, ibv_resize_cq keeps the completions not yet polled, in order, as the
  * CQ grows past what its old ring held and shrinks again; 0 or past max_cqe: EINVAL. (Below the
  * unread ones is resize_cq's, on UD, whose count does not wait for ACKs.) */

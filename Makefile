@@ -89,8 +89,8 @@ check-generate: generate
 	@git diff --exit-code --stat -- bpf impair || \
 		(echo "generated BPF objects differ from the committed ones: run 'make generate' and commit"; exit 1)
 
-# The shared-ring ABI header the C provider includes, written from package uverbs's layouts
-# (Go only: no clang).
+# The ABI header the C provider includes, written from package uverbs's layouts and control-message
+# bodies (Go only: no clang).
 ABI_HEADER := provider/common/xp_abi.h
 generate-abi:
 	$(GO) generate ./uverbs
@@ -145,6 +145,7 @@ fuzz: deps
 	$(GO) test -run '^$$' -fuzz '^FuzzTransport$$' -fuzztime 30000x ./verbs
 	$(GO) test -run '^$$' -fuzz '^FuzzSharedRings$$' -fuzztime 50000x ./verbs
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 40000x ./uverbs
+	$(GO) test -run '^$$' -fuzz '^FuzzMsgBodies$$' -fuzztime 2000000x ./uverbs
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzControl$$' -fuzztime 600000x ./daemon
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzHostile$$' -fuzztime 3000x ./daemon
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 4000000x ./cm

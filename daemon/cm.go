@@ -49,7 +49,7 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 		return nil, ss.cmGetEvent(d, e)
 	}
 	// The rest name an ID first.
-	h := d.U32()
+	h := d.Ref()
 	id := ss.cm.ids[h]
 	if id == nil {
 		return nil, syscall.EINVAL
@@ -96,7 +96,7 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 // cmDestroyChannel closes a channel no ID of the client's uses (EBUSY
 // while one does, as ucma).
 func (ss *session) cmDestroyChannel(d *uverbs.Decoder) error {
-	h := d.U32()
+	h := d.Ref()
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -117,7 +117,9 @@ func (ss *session) cmDestroyChannel(d *uverbs.Decoder) error {
 
 // cmCreateID creates an ID reporting to one of the client's channels.
 func (ss *session) cmCreateID(d *uverbs.Decoder, e *uverbs.Encoder) error {
-	ch, ps := d.U32(), d.U16()
+	var r uverbs.CMCreateID
+	d.Get(&r)
+	ch, ps := r.Channel, r.PortSpace
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -132,7 +134,7 @@ func (ss *session) cmCreateID(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if err != nil {
 		return err
 	}
-	e.U32(ss.cmAdopt(id))
+	e.Put(&uverbs.Ref{Handle: ss.cmAdopt(id)})
 	return nil
 }
 
@@ -150,7 +152,7 @@ func (ss *session) cmDestroyID(h uint32, id *rdmacm.ID, d *uverbs.Decoder) error
 
 // cmMigrateID moves id's events to another of the client's channels.
 func (ss *session) cmMigrateID(id *rdmacm.ID, d *uverbs.Decoder) error {
-	ch := d.U32()
+	ch := d.Ref()
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -181,10 +183,9 @@ func (ss *session) cmBind(id *rdmacm.ID, d *uverbs.Decoder) error {
 // cmResolveAddr starts resolving id's destination, within the client's
 // share of resolutions in flight.
 func (ss *session) cmResolveAddr(id *rdmacm.ID, d *uverbs.Decoder) error {
-	var src, dst uverbs.CMAddr
-	src.Get(d)
-	dst.Get(d)
-	ms := d.U32()
+	var r uverbs.CMResolveAddr
+	d.Get(&r)
+	src, dst, ms := r.Src, r.Dst, r.TimeoutMS
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -210,7 +211,9 @@ func (ss *session) cmResolveAddr(id *rdmacm.ID, d *uverbs.Decoder) error {
 }
 
 func (ss *session) cmResolveRoute(id *rdmacm.ID, d *uverbs.Decoder) error {
-	ms := d.U32()
+	var r uverbs.CMTimeout
+	d.Get(&r)
+	ms := r.TimeoutMS
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -218,7 +221,9 @@ func (ss *session) cmResolveRoute(id *rdmacm.ID, d *uverbs.Decoder) error {
 }
 
 func (ss *session) cmListen(id *rdmacm.ID, d *uverbs.Decoder) error {
-	backlog := d.U32()
+	var r uverbs.CMListen
+	d.Get(&r)
+	backlog := r.Backlog
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -227,7 +232,7 @@ func (ss *session) cmListen(id *rdmacm.ID, d *uverbs.Decoder) error {
 
 // cmAttachQP gives id one of the client's QPs to connect.
 func (ss *session) cmAttachQP(id *rdmacm.ID, d *uverbs.Decoder) error {
-	qh := d.U32()
+	qh := d.Ref()
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -266,7 +271,9 @@ func cmConnParam(d *uverbs.Decoder) (rdmacm.ConnParam, error) {
 }
 
 func (ss *session) cmReject(id *rdmacm.ID, d *uverbs.Decoder) error {
-	private := d.Raw()
+	var r uverbs.CMReject
+	d.Get(&r)
+	private := r.PrivateData
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -299,7 +306,9 @@ func (ss *session) cmQuery(id *rdmacm.ID, d *uverbs.Decoder, e *uverbs.Encoder) 
 // cmInitQPAttr answers the QP attributes and mask that move id's QP to a
 // state, as rdma_init_qp_attr.
 func (ss *session) cmInitQPAttr(id *rdmacm.ID, d *uverbs.Decoder, e *uverbs.Encoder) error {
-	state := d.U8()
+	var r uverbs.CMInitQPAttr
+	d.Get(&r)
+	state := r.State
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -307,14 +316,14 @@ func (ss *session) cmInitQPAttr(id *rdmacm.ID, d *uverbs.Decoder, e *uverbs.Enco
 	if err != nil {
 		return err
 	}
-	w := a.Wire()
-	w.Put(e)
-	e.U32(uint32(mask))
+	e.Put(&uverbs.CMQPAttr{Attr: a.Wire(), Mask: uint32(mask)})
 	return nil
 }
 
 func (ss *session) cmSetOption(id *rdmacm.ID, d *uverbs.Decoder) error {
-	level, name, val := d.U32(), d.U32(), d.Raw()
+	var r uverbs.CMSetOption
+	d.Get(&r)
+	level, name, val := r.Level, r.Name, r.Value
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -346,7 +355,7 @@ func (ss *session) cmCreateChannel(d *uverbs.Decoder, e *uverbs.Encoder) ([]int,
 	h := ss.handle32()
 	ss.cm.channels[h] = c
 	ss.acct.took(objCMChannel)
-	e.U32(h)
+	e.Put(&uverbs.Ref{Handle: h})
 	return []int{peer}, nil
 }
 
@@ -354,7 +363,7 @@ func (ss *session) cmCreateChannel(d *uverbs.Decoder, e *uverbs.Encoder) ([]int,
 // An ID the event brings (CONNECT_REQUEST's) becomes the client's; events
 // of IDs the client destroyed meanwhile are skipped.
 func (ss *session) cmGetEvent(d *uverbs.Decoder, e *uverbs.Encoder) error {
-	h := d.U32()
+	h := d.Ref()
 	if err := d.End(); err != nil {
 		return err
 	}

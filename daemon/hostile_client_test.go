@@ -85,9 +85,10 @@ type ring struct {
 
 // attacker is one hostile connection and what it learned.
 type attacker struct {
-	name string
-	c    chooser
-	log  io.Writer
+	resized int // CQs resized and mapped (the first one logged)
+	name    string
+	c       chooser
+	log     io.Writer
 	// privileged: the attacker runs as the daemon's user (FuzzHostile,
 	// in-process), whose SHUTDOWN the daemon obeys; it sends none.
 	privileged bool
@@ -472,6 +473,8 @@ func (a *attacker) step(ctx context.Context, mix []int) error {
 		a.trigger()
 	case 7:
 		err = a.cm()
+	case 8:
+		err = a.resizeCQ()
 	}
 	if err != nil {
 		a.close() // disconnected: come back next step
@@ -481,9 +484,9 @@ func (a *attacker) step(ctx context.Context, mix []int) error {
 
 // Mixes of step's kinds.
 var (
-	mixControl = []int{4, 4, 2, 2, 0, 0, 0, 2}
-	mixRings   = []int{0, 1, 0, 2, 8, 0, 3, 0}
-	mixAll     = []int{3, 3, 2, 2, 3, 2, 2, 2}
+	mixControl = []int{4, 4, 2, 2, 0, 0, 0, 2, 1}
+	mixRings   = []int{0, 1, 0, 2, 8, 0, 3, 0, 2}
+	mixAll     = []int{3, 3, 2, 2, 3, 2, 2, 2, 2}
 )
 
 // randomMessage is any op, or none, with a random body and random fds.
@@ -682,6 +685,39 @@ func (a *attacker) ringGarbage() {
 	}
 	a.ringBell()
 }
+
+// resizeCQ resizes one of its CQs to any size, the absurd ones included,
+// while its rings hold what ringGarbage wrote (consumer indices that lie
+// among it), and maps the new ring to write garbage into it too; the old
+// one stays mapped, written on as a racing poller would.
+func (a *attacker) resizeCQ() error {
+	if len(a.cqs) == 0 {
+		return nil
+	}
+	cqe := []uint32{0, 1, 2, 64, 1000, 1 << 30, a.c.Uint32()}[n(a.c, 7)]
+	errno, d, fds, err := a.call(uverbs.OpResizeCQ, func(e *uverbs.Encoder) {
+		e.Put(&uverbs.Ref{Handle: a.cqs[n(a.c, len(a.cqs))]})
+		e.Put(&uverbs.ResizeCQ{CQE: cqe})
+	})
+	if err != nil || errno != 0 {
+		return err
+	}
+	var r uverbs.CQResized
+	d.Get(&r)
+	if len(fds) == 1 && d.End() == nil && len(a.rings) < 64 {
+		if m, ring, err := ipc.MapRing(fds[0], r.Slots, uverbs.CQESize); err == nil {
+			a.rings = append(a.rings, ringOf(m, ring))
+			if a.resized++; a.resized == 1 {
+				a.logf("resized a CQ to %d slots", r.Slots)
+			}
+		}
+		return nil
+	}
+	ipc.CloseAll(fds)
+	return nil
+}
+
+func ringOf(m *ipc.Mapping, r *uverbs.Ring) ring { return ring{m: m, r: r, kind: 'c'} }
 
 // ringBell wakes the engines as a client does.
 func (a *attacker) ringBell() {

@@ -31,13 +31,13 @@ func (ss *session) mcastOp(op uverbs.Op, d *uverbs.Decoder) error {
 // cmJoinMcast is CM_JOIN_MCAST: the kernel's half of rdma_join_multicast
 // (the client's library attaches its QP when MULTICAST_JOIN is reported).
 func (ss *session) cmJoinMcast(id *rdmacm.ID, d *uverbs.Decoder) error {
-	var a uverbs.CMAddr
-	a.Get(d)
-	sendOnly := d.Bool()
+	var r uverbs.CMJoinMcast
+	d.Get(&r)
 	if err := d.End(); err != nil {
 		return err
 	}
-	ap, err := a.AddrPort()
+	sendOnly := r.SendOnly
+	ap, err := r.Group.AddrPort()
 	if err != nil {
 		return err
 	}

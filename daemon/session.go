@@ -282,7 +282,9 @@ func (ss *session) handle32() uint32 {
 }
 
 func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
-	v := d.U16()
+	var r uverbs.Hello
+	d.Get(&r)
+	v := r.Version
 	if err := d.End(); err != nil {
 		return nil, err
 	}
@@ -360,12 +362,12 @@ func (ss *session) allocPD(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	h := ss.handle32()
 	ss.pds[h] = pd
 	ss.acct.took(objPD)
-	e.U32(h)
+	e.Put(&uverbs.Ref{Handle: h})
 	return nil
 }
 
 func (ss *session) deallocPD(d *uverbs.Decoder) error {
-	h := d.U32()
+	h := d.Ref()
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -408,8 +410,11 @@ func (ss *session) deallocPD(d *uverbs.Decoder) error {
 // regMR registers memory the client shares through a sealed memfd, at the
 // address the client mapped it.
 func (ss *session) regMR(d *uverbs.Decoder, fd int, e *uverbs.Encoder) error {
-	pdh, addr, length, access, iova := d.U32(), d.U64(), d.U64(), verbs.Access(d.U32()), d.U64()
-	_ = addr // where the client mapped the memfd: this side maps its own
+	pdh := d.Ref()
+	var r uverbs.RegMR
+	d.Get(&r)
+	// r.Addr is where the client mapped the memfd: this side maps its own.
+	addr, length, access, iova := r.Addr, r.Length, verbs.Access(r.Access), r.IOVA
 	if err := d.End(); err != nil {
 		ipc.CloseAll([]int{fd})
 		return err
@@ -435,16 +440,17 @@ func (ss *session) regMR(d *uverbs.Decoder, fd int, e *uverbs.Encoder) error {
 	h := ss.handle32()
 	ss.mrs[h] = &sharedMR{mr: mr, pd: pdh, m: m}
 	ss.acct.pin(h, addr, length, true)
-	e.U32(h)
-	e.U32(mr.LKey())
-	e.U32(mr.RKey())
+	e.Put(&uverbs.MRCreated{MR: h, LKey: mr.LKey(), RKey: mr.RKey()})
 	return nil
 }
 
 // regOwnMR registers memory of the client's own (no memfd): the engines
 // reach it through the address space the client had at attach (procMem).
 func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
-	pdh, addr, length, access, iova := d.U32(), d.U64(), d.U64(), verbs.Access(d.U32()), d.U64()
+	pdh := d.Ref()
+	var r uverbs.RegMR
+	d.Get(&r)
+	addr, length, access, iova := r.Addr, r.Length, verbs.Access(r.Access), r.IOVA
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -467,14 +473,12 @@ func (ss *session) regOwnMR(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	h := ss.handle32()
 	ss.mrs[h] = &sharedMR{mr: mr, pd: pdh}
 	ss.acct.pin(h, addr, length, false)
-	e.U32(h)
-	e.U32(mr.LKey())
-	e.U32(mr.RKey())
+	e.Put(&uverbs.MRCreated{MR: h, LKey: mr.LKey(), RKey: mr.RKey()})
 	return nil
 }
 
 func (ss *session) deregMR(d *uverbs.Decoder) error {
-	h := d.U32()
+	h := d.Ref()
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -494,7 +498,9 @@ func (ss *session) deregMR(d *uverbs.Decoder) error {
 }
 
 func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
-	depth := d.U32()
+	var r uverbs.CreateCQ
+	d.Get(&r)
+	depth := r.CQE
 	if err := d.End(); err != nil {
 		return nil, err
 	}
@@ -529,13 +535,51 @@ func (ss *session) createCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	ss.cqs[h] = &sharedCQ{cq: cq, m: m, notify: notify}
 	ss.acct.took(objCQ)
 	ss.srv.own(cq, owner{ss, uverbs.EventCQ, h})
-	e.U32(h)
-	e.U32(slots)
+	e.Put(&uverbs.CQCreated{CQ: h, Slots: slots})
+	return out, nil
+}
+
+// resizeCQ moves a CQ to a new ring of the depth asked, as ibv_resize_cq:
+// the completions the client has not consumed go with it, in order (EINVAL
+// if there are more than the new depth). Once the engines write only the
+// new ring the old one is unmapped; the reply carries the new ring's memfd.
+func (ss *session) resizeCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
+	h := d.Ref()
+	var r uverbs.ResizeCQ
+	d.Get(&r)
+	if err := d.End(); err != nil {
+		return nil, err
+	}
+	c := ss.cqs[h]
+	if c == nil || r.CQE < 1 || r.CQE > verbs.MaxCQE {
+		return nil, syscall.EINVAL
+	}
+	slots := uverbs.SlotsFor(int(r.CQE))
+	m, ring, err := ipc.NewRing("cq", slots, uverbs.CQESize)
+	if err != nil {
+		return nil, err
+	}
+	out, err := dupAll(m.FD)
+	m.CloseFD()
+	if err != nil {
+		return nil, errors.Join(err, m.Unmap())
+	}
+	if err := c.cq.ResizeShared(int(r.CQE), ring); err != nil {
+		ipc.CloseAll(out)
+		return nil, errors.Join(err, m.Unmap())
+	}
+	old := c.m
+	c.m = m
+	if err := old.Unmap(); err != nil {
+		ipc.CloseAll(out)
+		return nil, err
+	}
+	e.Put(&uverbs.CQResized{Slots: slots})
 	return out, nil
 }
 
 func (ss *session) destroyCQ(d *uverbs.Decoder) error {
-	h := d.U32()
+	h := d.Ref()
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -553,42 +597,6 @@ func (ss *session) destroyCQ(d *uverbs.Decoder) error {
 	ss.srv.disown(c.cq)
 	c.release()
 	return nil
-}
-
-// resizeCQ gives a CQ a new ring of the depth asked, with the completions
-// the client has not read, and the client the new ring's memfd: the client
-// holds its CQ's lock meanwhile (ibv_resize_cq), so its consumer index does
-// not move. More unread completions than the new depth is EINVAL, as rxe.
-func (ss *session) resizeCQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
-	h, depth := d.U32(), d.U32()
-	if err := d.End(); err != nil {
-		return nil, err
-	}
-	c := ss.cqs[h]
-	if c == nil || depth < 1 || depth > verbs.MaxCQE {
-		return nil, syscall.EINVAL
-	}
-	slots := uverbs.SlotsFor(int(depth))
-	m, ring, err := ipc.NewRing("cq", slots, uverbs.CQESize)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.cq.ResizeShared(int(depth), ring, c.notify.Signal); err != nil {
-		return nil, errors.Join(err, m.Unmap())
-	}
-	// No engine writes the old ring any more.
-	old := c.m
-	c.m = m
-	out, err := dupAll(m.FD)
-	m.CloseFD()
-	if err := old.Unmap(); err != nil {
-		ss.srv.log.Warn("daemon: unmapping a resized CQ's old ring", "err", err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	e.U32(slots)
-	return out, nil
 }
 
 // release frees a CQ no QP uses: no engine completes into it any more.
@@ -665,15 +673,15 @@ func (ss *session) createQP(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 }
 
 func (ss *session) qpOf(d *uverbs.Decoder) (uint32, *sharedQP) {
-	h := d.U32()
+	h := d.Ref()
 	return h, ss.qps[h]
 }
 
 func (ss *session) modifyQP(d *uverbs.Decoder) error {
 	_, q := ss.qpOf(d)
-	mask := verbs.AttrMask(d.U32())
-	var w uverbs.QPAttr
-	w.Get(d)
+	var m uverbs.ModifyQP
+	d.Get(&m)
+	mask, w := verbs.AttrMask(m.Mask), m.Attr
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -733,8 +741,7 @@ func (ss *session) counters(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	if err != nil {
 		return err
 	}
-	uverbs.PutCounters(e, transport)
-	uverbs.PutCounters(e, port)
+	e.Put(&uverbs.CountersReply{Transport: transport, Port: port})
 	return nil
 }
 
@@ -892,7 +899,7 @@ func dupAll(fds ...int) ([]int, error) {
 }
 
 func (ss *session) createSRQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
-	pdh := d.U32()
+	pdh := d.Ref()
 	var a uverbs.SRQAttr
 	a.Get(d)
 	if err := d.End(); err != nil {
@@ -924,23 +931,20 @@ func (ss *session) createSRQ(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error
 	ss.srqs[h] = &sharedSRQ{srq: srq, pd: pdh, m: m}
 	ss.acct.took(objSRQ)
 	ss.srv.own(srq, owner{ss, uverbs.EventSRQ, h})
-	e.U32(h)
 	got := srq.Query()
-	(&uverbs.SRQAttr{MaxWR: uint32(got.MaxWR), MaxSGE: uint32(got.MaxSGE), Limit: uint32(got.Limit)}).Put(e)
-	e.U32(slots)
-	e.U32(uint32(size))
+	e.Put(&uverbs.SRQCreated{SRQ: h, Attr: uverbs.SRQAttr{MaxWR: uint32(got.MaxWR), MaxSGE: uint32(got.MaxSGE), Limit: uint32(got.Limit)},
+		Slots: slots, SlotSize: uint32(size)})
 	return out, nil
 }
 
 // srqOp is MODIFY_SRQ, QUERY_SRQ and DESTROY_SRQ.
 func (ss *session) srqOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) error {
-	h := d.U32()
-	var mask uint32
-	var a uverbs.SRQAttr
+	h := d.Ref()
+	var m uverbs.ModifySRQ
 	if op == uverbs.OpModifySRQ {
-		mask = d.U32()
-		a.Get(d)
+		d.Get(&m)
 	}
+	mask, a := m.Mask, m.Attr
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -967,11 +971,12 @@ func (ss *session) srqOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) err
 
 // mwOp is ALLOC_MW and DEALLOC_MW.
 func (ss *session) mwOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) error {
-	h := d.U32() // the PD for ALLOC_MW, the window for DEALLOC_MW
-	var typ uint8
+	h := d.Ref() // the PD for ALLOC_MW, the window for DEALLOC_MW
+	var r uverbs.AllocMW
 	if op == uverbs.OpAllocMW {
-		typ = d.U8()
+		d.Get(&r)
 	}
+	typ := r.Type
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -1001,15 +1006,14 @@ func (ss *session) mwOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) erro
 	mh := ss.handle32()
 	ss.mws[mh] = sharedMW{mw: mw, pd: h}
 	ss.acct.took(objMW)
-	e.U32(mh)
-	e.U32(mw.RKey())
+	e.Put(&uverbs.MWCreated{MW: mh, RKey: mw.RKey()})
 	return nil
 }
 
 // createAH makes an address handle; the reply carries the next hop's MAC
 // address, resolved now as the kernel does for RoCE.
 func (ss *session) createAH(d *uverbs.Decoder, e *uverbs.Encoder) error {
-	pdh := d.U32()
+	pdh := d.Ref()
 	var w uverbs.AHAttr
 	w.Get(d)
 	if err := d.End(); err != nil {
@@ -1033,13 +1037,12 @@ func (ss *session) createAH(d *uverbs.Decoder, e *uverbs.Encoder) error {
 	h := ss.handle32()
 	ss.ahs.Store(h, sharedAH{ah: ah, pd: pdh})
 	ss.acct.took(objAH)
-	e.U32(h)
-	e.Raw(ah.Attr().DMAC)
+	e.Put(&uverbs.AHCreated{AH: h, DMAC: ah.Attr().DMAC})
 	return nil
 }
 
 func (ss *session) destroyAH(d *uverbs.Decoder) error {
-	h := d.U32()
+	h := d.Ref()
 	if err := d.End(); err != nil {
 		return err
 	}

@@ -110,11 +110,7 @@ const (
 // accepted (one device, no port sharing to relax); path records are IB's.
 func (id *ID) SetOption(level, name uint32, val []byte) error {
 	if id.rem != nil {
-		return id.remoteOp(uverbs.OpCMSetOption, func(e *uverbs.Encoder) {
-			e.U32(level)
-			e.U32(name)
-			e.Raw(val)
-		})
+		return id.remoteOp(uverbs.OpCMSetOption, &uverbs.CMSetOption{Level: level, Name: name, Value: val})
 	}
 	bad := fmt.Errorf("rdmacm: option %d/%d of %d bytes: %w", level, name, len(val), ErrInvalid)
 	switch {

@@ -771,7 +771,7 @@ func (id *ID) Accept(p *ConnParam) error {
 // "consumer defined"; for a UD lookup a SIDR reply "rejected").
 func (id *ID) Reject(private []byte) error {
 	if id.rem != nil {
-		return id.remoteOp(uverbs.OpCMReject, func(e *uverbs.Encoder) { e.Raw(private) })
+		return id.remoteOp(uverbs.OpCMReject, &uverbs.CMReject{PrivateData: private})
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()

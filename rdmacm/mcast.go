@@ -29,10 +29,7 @@ const ErrNotSupp = syscall.Errno(524)
 // address handle attributes of the group, QPN 0xFFFFFF and the ID's Q_Key.
 func (id *ID) JoinMulticast(addr netip.Addr, sendOnly bool) error {
 	if id.rem != nil {
-		return id.remoteOp(uverbs.OpCMJoinMcast, func(e *uverbs.Encoder) {
-			putAddr(e, netip.AddrPortFrom(addr, 0))
-			e.Bool(sendOnly)
-		})
+		return id.remoteOp(uverbs.OpCMJoinMcast, &uverbs.CMJoinMcast{Group: uverbs.CMAddrFrom(netip.AddrPortFrom(addr, 0)), SendOnly: sendOnly})
 	}
 	ev, err := id.join(addr)
 	if err != nil {
@@ -70,7 +67,8 @@ func (id *ID) join(addr netip.Addr) (Event, error) {
 // half): EADDRNOTAVAIL if it did not.
 func (id *ID) LeaveMulticast(addr netip.Addr) error {
 	if id.rem != nil {
-		return id.remoteOp(uverbs.OpCMLeaveMcast, func(e *uverbs.Encoder) { putAddr(e, netip.AddrPortFrom(addr, 0)) })
+		a := uverbs.CMAddrFrom(netip.AddrPortFrom(addr, 0))
+		return id.remoteOp(uverbs.OpCMLeaveMcast, &a)
 	}
 	mgid := netip.AddrFrom16(addr.Unmap().As16())
 	id.mu.Lock()

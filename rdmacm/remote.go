@@ -72,7 +72,7 @@ func (r *remote) channel(ch *EventChannel) (*remoteChannel, error) {
 		ipc.CloseAll(fds)
 		return nil, fmt.Errorf("rdmacm: CM_CREATE_CHANNEL brought %d fds", len(fds))
 	}
-	c := &remoteChannel{h: d.U32(), fd: ipc.WaiterOf(fds[0])}
+	c := &remoteChannel{h: d.Ref(), fd: ipc.WaiterOf(fds[0])}
 	if err := d.End(); err != nil {
 		c.fd.Close()
 		return nil, err
@@ -93,7 +93,7 @@ func (r *remote) channel(ch *EventChannel) (*remoteChannel, error) {
 func (r *remote) pump(ctx context.Context, c *remoteChannel, ch *EventChannel) {
 	for {
 		for {
-			d, err := r.call(uverbs.OpCMGetEvent, func(e *uverbs.Encoder) { e.U32(c.h) })
+			d, err := r.call(uverbs.OpCMGetEvent, func(e *uverbs.Encoder) { e.Put(&uverbs.Ref{Handle: c.h}) })
 			if err != nil {
 				break // EAGAIN: none left; or the daemon is gone
 			}
@@ -166,7 +166,7 @@ func (r *remote) close() {
 	}
 	r.wg.Wait()
 	for _, c := range chans {
-		r.call(uverbs.OpCMDestroyChannel, func(e *uverbs.Encoder) { e.U32(c.h) })
+		r.call(uverbs.OpCMDestroyChannel, func(e *uverbs.Encoder) { e.Put(&uverbs.Ref{Handle: c.h}) })
 		c.fd.Close()
 	}
 }
@@ -178,13 +178,12 @@ func (r *remote) createID(id *ID) error {
 		return err
 	}
 	d, err := r.call(uverbs.OpCMCreateID, func(e *uverbs.Encoder) {
-		e.U32(c.h)
-		e.U16(uint16(id.ps))
+		e.Put(&uverbs.CMCreateID{Channel: c.h, PortSpace: uint16(id.ps)})
 	})
 	if err != nil {
 		return err
 	}
-	h := d.U32()
+	h := d.Ref()
 	if err := d.End(); err != nil {
 		return err
 	}
@@ -195,13 +194,14 @@ func (r *remote) createID(id *ID) error {
 	return nil
 }
 
-// op runs a request naming id, then refreshes what the client knows of it.
-func (id *ID) remoteOp(op uverbs.Op, body func(*uverbs.Encoder)) error {
+// op runs a request naming id (its Ref, then body unless nil: the op's
+// part of uverbs' definition), then refreshes what the client knows of it.
+func (id *ID) remoteOp(op uverbs.Op, body any) error {
 	r := id.s.rem
 	d, err := r.call(op, func(e *uverbs.Encoder) {
-		e.U32(id.rem.h)
+		e.Put(&uverbs.Ref{Handle: id.rem.h})
 		if body != nil {
-			body(e)
+			e.Put(body)
 		}
 	})
 	if err != nil {
@@ -215,7 +215,7 @@ func (id *ID) remoteOp(op uverbs.Op, body func(*uverbs.Encoder)) error {
 
 // refresh reads the ID's addresses and route from the daemon.
 func (id *ID) refresh() error {
-	d, err := id.s.rem.call(uverbs.OpCMQuery, func(e *uverbs.Encoder) { e.U32(id.rem.h) })
+	d, err := id.s.rem.call(uverbs.OpCMQuery, func(e *uverbs.Encoder) { e.Put(&uverbs.Ref{Handle: id.rem.h}) })
 	if err != nil {
 		return err
 	}
@@ -230,11 +230,6 @@ func (id *ID) refresh() error {
 	return nil
 }
 
-func putAddr(e *uverbs.Encoder, ap netip.AddrPort) {
-	a := uverbs.CMAddrFrom(ap)
-	a.Put(e)
-}
-
 // addrOf is what the daemon said of an address (nothing for a family it
 // would not send).
 func addrOf(a uverbs.CMAddr) netip.AddrPort {
@@ -245,30 +240,28 @@ func addrOf(a uverbs.CMAddr) netip.AddrPort {
 // The ID's operations through the daemon.
 
 func (id *ID) remoteBind(addr netip.AddrPort) error {
-	return id.remoteOp(uverbs.OpCMBind, func(e *uverbs.Encoder) { putAddr(e, addr) })
+	a := uverbs.CMAddrFrom(addr)
+	return id.remoteOp(uverbs.OpCMBind, &a)
 }
 
 func (id *ID) remoteResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error {
-	return id.remoteOp(uverbs.OpCMResolveAddr, func(e *uverbs.Encoder) {
-		putAddr(e, src)
-		putAddr(e, dst)
-		e.U32(uint32(timeout.Milliseconds()))
-	})
+	return id.remoteOp(uverbs.OpCMResolveAddr, &uverbs.CMResolveAddr{Src: uverbs.CMAddrFrom(src), Dst: uverbs.CMAddrFrom(dst),
+		TimeoutMS: uint32(timeout.Milliseconds())})
 }
 
 func (id *ID) remoteResolveRoute(timeout time.Duration) error {
-	return id.remoteOp(uverbs.OpCMResolveRoute, func(e *uverbs.Encoder) { e.U32(uint32(timeout.Milliseconds())) })
+	return id.remoteOp(uverbs.OpCMResolveRoute, &uverbs.CMTimeout{TimeoutMS: uint32(timeout.Milliseconds())})
 }
 
 func (id *ID) remoteListen(backlog int) error {
-	return id.remoteOp(uverbs.OpCMListen, func(e *uverbs.Encoder) { e.U32(uint32(max(backlog, 0))) })
+	return id.remoteOp(uverbs.OpCMListen, &uverbs.CMListen{Backlog: uint32(max(backlog, 0))})
 }
 
 func (id *ID) remoteAttachQP(qp *verbs.QP) error {
 	if qp.Handle() == 0 {
 		return fmt.Errorf("rdmacm: the QP is not the daemon's: %w", ErrInvalid)
 	}
-	if err := id.remoteOp(uverbs.OpCMAttachQP, func(e *uverbs.Encoder) { e.U32(qp.Handle()) }); err != nil {
+	if err := id.remoteOp(uverbs.OpCMAttachQP, &uverbs.Ref{Handle: qp.Handle()}); err != nil {
 		return err
 	}
 	id.mu.Lock()
@@ -278,27 +271,24 @@ func (id *ID) remoteAttachQP(qp *verbs.QP) error {
 }
 
 func (id *ID) remoteConnParamOp(op uverbs.Op, p *ConnParam) error {
-	return id.remoteOp(op, func(e *uverbs.Encoder) {
-		w := uverbs.CMConnParam(*p)
-		w.Put(e)
-	})
+	w := uverbs.CMConnParam(*p)
+	return id.remoteOp(op, &w)
 }
 
 func (id *ID) remoteInitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error) {
 	d, err := id.s.rem.call(uverbs.OpCMInitQPAttr, func(e *uverbs.Encoder) {
-		e.U32(id.rem.h)
-		e.U8(uint8(state))
+		e.Put(&uverbs.Ref{Handle: id.rem.h})
+		e.Put(&uverbs.CMInitQPAttr{State: uint8(state)})
 	})
 	if err != nil {
 		return verbs.QPAttr{}, 0, err
 	}
-	var w uverbs.QPAttr
-	w.Get(d)
-	mask := verbs.AttrMask(d.U32())
+	var w uverbs.CMQPAttr
+	d.Get(&w)
 	if err := d.End(); err != nil {
 		return verbs.QPAttr{}, 0, err
 	}
-	return verbs.QPAttrFromWire(&w), mask, nil
+	return verbs.QPAttrFromWire(&w.Attr), verbs.AttrMask(w.Mask), nil
 }
 
 func (id *ID) remoteMigrate(ch *EventChannel) error {
@@ -306,12 +296,12 @@ func (id *ID) remoteMigrate(ch *EventChannel) error {
 	if err != nil {
 		return err
 	}
-	return id.remoteOp(uverbs.OpCMMigrateID, func(e *uverbs.Encoder) { e.U32(c.h) })
+	return id.remoteOp(uverbs.OpCMMigrateID, &uverbs.Ref{Handle: c.h})
 }
 
 func (id *ID) remoteDestroy() error {
 	r := id.s.rem
-	_, err := r.call(uverbs.OpCMDestroyID, func(e *uverbs.Encoder) { e.U32(id.rem.h) })
+	_, err := r.call(uverbs.OpCMDestroyID, func(e *uverbs.Encoder) { e.Put(&uverbs.Ref{Handle: id.rem.h}) })
 	r.mu.Lock()
 	delete(r.ids, id.rem.h)
 	r.mu.Unlock()

@@ -120,7 +120,7 @@ type abiDoorbellPage struct {
 const doorbellLines = DoorbellPageSize / 64
 
 // abiMsgHeader starts every control message; the body follows, its fields encoded one after
-// another (docs/daemon.md).
+// another as body.go defines them.
 type abiMsgHeader struct {
 	Version uint16 `abi:"version" doc:"Version"`
 	Op      uint16 `abi:"op" doc:"enum xp_op"`

@@ -51,7 +51,12 @@ func cProgram(t *testing.T, src, stdin string) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "abi")
-	if out, err := exec.Command(cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-o", bin, filepath.Join(dir, "abi.c")).CombinedOutput(); err != nil {
+	// codec.c: the encoder and decoder the header's message codecs call.
+	codec, err := filepath.Abs(filepath.Join("..", "provider", "common", "codec.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-o", bin, filepath.Join(dir, "abi.c"), codec).CombinedOutput(); err != nil {
 		t.Fatalf("compiling the header: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin)

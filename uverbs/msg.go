@@ -225,265 +225,144 @@ func (d *Decoder) End() error {
 // DeviceInfo is the Hello reply: what ibv_query_device and ibv_query_port
 // report, and how the rings are sized.
 type DeviceInfo struct {
-	Name                                          string
-	NodeGUID                                      uint64
-	MAC                                           [6]byte
-	MaxQP, MaxQPWR, MaxSGE, MaxCQE, MaxInlineData uint32
-	MaxMRSize, MaxMsgSize                         uint64
-	MaxQPRdAtom, MaxQPInitRdAtom                  uint32
-	MaxMTU, ActiveMTU                             uint8 // ibv_mtu values
-	DataPath                                      string
-	GIDs                                          [][16]byte
-	Engines                                       uint32
+	Name            string     `abi:"name"`
+	NodeGUID        uint64     `abi:"node_guid"`
+	MAC             [6]byte    `abi:"mac"`
+	MaxQP           uint32     `abi:"max_qp"`
+	MaxQPWR         uint32     `abi:"max_qp_wr"`
+	MaxSGE          uint32     `abi:"max_sge"`
+	MaxCQE          uint32     `abi:"max_cqe"`
+	MaxInlineData   uint32     `abi:"max_inline_data"`
+	MaxMRSize       uint64     `abi:"max_mr_size"`
+	MaxMsgSize      uint64     `abi:"max_msg_sz"`
+	MaxQPRdAtom     uint32     `abi:"max_qp_rd_atom"`
+	MaxQPInitRdAtom uint32     `abi:"max_qp_init_rd_atom"`
+	MaxMTU          uint8      `abi:"max_mtu" doc:"enum ibv_mtu"`
+	ActiveMTU       uint8      `abi:"active_mtu" doc:"enum ibv_mtu"`
+	DataPath        string     `abi:"data_path"`
+	GIDs            [][16]byte `abi:"gids"`
+	Engines         uint32     `abi:"engines"`
 }
 
 // Put encodes i.
-func (i *DeviceInfo) Put(e *Encoder) {
-	e.Raw([]byte(i.Name))
-	e.U64(i.NodeGUID)
-	e.b = append(e.b, i.MAC[:]...)
-	for _, v := range []uint32{i.MaxQP, i.MaxQPWR, i.MaxSGE, i.MaxCQE, i.MaxInlineData} {
-		e.U32(v)
-	}
-	e.U64(i.MaxMRSize)
-	e.U64(i.MaxMsgSize)
-	e.U32(i.MaxQPRdAtom)
-	e.U32(i.MaxQPInitRdAtom)
-	e.U8(i.MaxMTU)
-	e.U8(i.ActiveMTU)
-	e.Raw([]byte(i.DataPath))
-	e.U16(uint16(len(i.GIDs)))
-	for _, g := range i.GIDs {
-		e.b = append(e.b, g[:]...)
-	}
-	e.U32(i.Engines)
-}
+func (i *DeviceInfo) Put(e *Encoder) { e.Put(i) }
 
 // Get decodes i.
-func (i *DeviceInfo) Get(d *Decoder) {
-	i.Name = string(d.Raw())
-	i.NodeGUID = d.U64()
-	copy(i.MAC[:], d.take(6))
-	for _, v := range []*uint32{&i.MaxQP, &i.MaxQPWR, &i.MaxSGE, &i.MaxCQE, &i.MaxInlineData} {
-		*v = d.U32()
-	}
-	i.MaxMRSize = d.U64()
-	i.MaxMsgSize = d.U64()
-	i.MaxQPRdAtom = d.U32()
-	i.MaxQPInitRdAtom = d.U32()
-	i.MaxMTU = d.U8()
-	i.ActiveMTU = d.U8()
-	i.DataPath = string(d.Raw())
-	n := int(d.U16())
-	i.GIDs = nil
-	for range n {
-		var g [16]byte
-		b := d.take(16)
-		if b == nil {
-			return
-		}
-		copy(g[:], b)
-		i.GIDs = append(i.GIDs, g)
-	}
-	i.Engines = d.U32()
-}
+func (i *DeviceInfo) Get(d *Decoder) { d.Get(i) }
 
 // QPCap sizes a QP's queues (struct ibv_qp_cap).
 type QPCap struct {
-	MaxSendWR, MaxRecvWR, MaxSendSGE, MaxRecvSGE, MaxInlineData uint32
-}
-
-func (c *QPCap) put(e *Encoder) {
-	for _, v := range []uint32{c.MaxSendWR, c.MaxRecvWR, c.MaxSendSGE, c.MaxRecvSGE, c.MaxInlineData} {
-		e.U32(v)
-	}
-}
-
-func (c *QPCap) get(d *Decoder) {
-	for _, v := range []*uint32{&c.MaxSendWR, &c.MaxRecvWR, &c.MaxSendSGE, &c.MaxRecvSGE, &c.MaxInlineData} {
-		*v = d.U32()
-	}
+	MaxSendWR     uint32 `abi:"max_send_wr"`
+	MaxRecvWR     uint32 `abi:"max_recv_wr"`
+	MaxSendSGE    uint32 `abi:"max_send_sge"`
+	MaxRecvSGE    uint32 `abi:"max_recv_sge"`
+	MaxInlineData uint32 `abi:"max_inline_data"`
 }
 
 // CreateQP is the CREATE_QP request.
 type CreateQP struct {
-	PD, SendCQ, RecvCQ, SRQ uint32 // handles; SRQ 0 for none
-	Type                    uint8  // ibv_qp_type
-	SigAll                  bool
-	Cap                     QPCap
+	PD     uint32 `abi:"pd"`
+	SendCQ uint32 `abi:"send_cq"`
+	RecvCQ uint32 `abi:"recv_cq"`
+	SRQ    uint32 `abi:"srq" doc:"0 for none"`
+	Type   uint8  `abi:"qp_type" doc:"enum ibv_qp_type"`
+	SigAll bool   `abi:"sq_sig_all"`
+	Cap    QPCap  `abi:"cap"`
 }
 
 // Put encodes q.
-func (q *CreateQP) Put(e *Encoder) {
-	e.U32(q.PD)
-	e.U32(q.SendCQ)
-	e.U32(q.RecvCQ)
-	e.U32(q.SRQ)
-	e.U8(q.Type)
-	e.Bool(q.SigAll)
-	q.Cap.put(e)
-}
+func (q *CreateQP) Put(e *Encoder) { e.Put(q) }
 
 // Get decodes q.
-func (q *CreateQP) Get(d *Decoder) {
-	q.PD, q.SendCQ, q.RecvCQ, q.SRQ = d.U32(), d.U32(), d.U32(), d.U32()
-	q.Type = d.U8()
-	q.SigAll = d.Bool()
-	q.Cap.get(d)
-}
+func (q *CreateQP) Get(d *Decoder) { d.Get(q) }
 
 // QPCreated is the CREATE_QP reply; the send and receive rings' memfds
 // come with it, in that order.
 type QPCreated struct {
-	QP, QPN                 uint32
-	Cap                     QPCap
-	SendSlots, SendSlotSize uint32
-	RecvSlots, RecvSlotSize uint32
+	QP           uint32 `abi:"qp"`
+	QPN          uint32 `abi:"qp_num"`
+	Cap          QPCap  `abi:"cap"`
+	SendSlots    uint32 `abi:"send_slots"`
+	SendSlotSize uint32 `abi:"send_slot_size"`
+	RecvSlots    uint32 `abi:"recv_slots"`
+	RecvSlotSize uint32 `abi:"recv_slot_size"`
 }
 
 // Put encodes q.
-func (q *QPCreated) Put(e *Encoder) {
-	e.U32(q.QP)
-	e.U32(q.QPN)
-	q.Cap.put(e)
-	e.U32(q.SendSlots)
-	e.U32(q.SendSlotSize)
-	e.U32(q.RecvSlots)
-	e.U32(q.RecvSlotSize)
-}
+func (q *QPCreated) Put(e *Encoder) { e.Put(q) }
 
 // Get decodes q.
-func (q *QPCreated) Get(d *Decoder) {
-	q.QP, q.QPN = d.U32(), d.U32()
-	q.Cap.get(d)
-	q.SendSlots, q.SendSlotSize, q.RecvSlots, q.RecvSlotSize = d.U32(), d.U32(), d.U32(), d.U32()
-}
+func (q *QPCreated) Get(d *Decoder) { d.Get(q) }
 
 // QPAttr is struct ibv_qp_attr as MODIFY_QP and QUERY_QP carry it.
 type QPAttr struct {
-	State, CurState                      uint8
-	AccessFlags                          uint32
-	PKeyIndex                            uint16
-	Port                                 uint8
-	QKey                                 uint32
-	DGID                                 [16]byte
-	SGIDIndex, HopLimit, TrafficClass    uint8
-	FlowLabel                            uint32
-	DMAC                                 []byte // empty: resolve
-	PathMTU, Timeout, RetryCnt, RNRRetry uint8
-	RQPSN, SQPSN                         uint32
-	MaxRdAtomic, MaxDestRdAtomic, MinRNR uint8
-	DestQPN                              uint32
-	EnSQDAsyncNotify, SQDraining         bool
-	Cap                                  QPCap
+	State            uint8    `abi:"qp_state"`
+	CurState         uint8    `abi:"cur_qp_state"`
+	AccessFlags      uint32   `abi:"qp_access_flags"`
+	PKeyIndex        uint16   `abi:"pkey_index"`
+	Port             uint8    `abi:"port_num"`
+	QKey             uint32   `abi:"qkey"`
+	DGID             [16]byte `abi:"dgid"`
+	SGIDIndex        uint8    `abi:"sgid_index"`
+	HopLimit         uint8    `abi:"hop_limit"`
+	TrafficClass     uint8    `abi:"traffic_class"`
+	FlowLabel        uint32   `abi:"flow_label"`
+	DMAC             []byte   `abi:"dmac" doc:"empty: resolve"`
+	PathMTU          uint8    `abi:"path_mtu"`
+	Timeout          uint8    `abi:"timeout"`
+	RetryCnt         uint8    `abi:"retry_cnt"`
+	RNRRetry         uint8    `abi:"rnr_retry"`
+	RQPSN            uint32   `abi:"rq_psn"`
+	SQPSN            uint32   `abi:"sq_psn"`
+	MaxRdAtomic      uint8    `abi:"max_rd_atomic"`
+	MaxDestRdAtomic  uint8    `abi:"max_dest_rd_atomic"`
+	MinRNR           uint8    `abi:"min_rnr_timer"`
+	DestQPN          uint32   `abi:"dest_qp_num"`
+	EnSQDAsyncNotify bool     `abi:"en_sqd_async_notify"`
+	SQDraining       bool     `abi:"sq_draining"`
+	Cap              QPCap    `abi:"cap"`
 }
 
 // Put encodes a.
-func (a *QPAttr) Put(e *Encoder) {
-	e.U8(a.State)
-	e.U8(a.CurState)
-	e.U32(a.AccessFlags)
-	e.U16(a.PKeyIndex)
-	e.U8(a.Port)
-	e.U32(a.QKey)
-	e.b = append(e.b, a.DGID[:]...)
-	e.U8(a.SGIDIndex)
-	e.U8(a.HopLimit)
-	e.U8(a.TrafficClass)
-	e.U32(a.FlowLabel)
-	e.Raw(a.DMAC)
-	for _, v := range []uint8{a.PathMTU, a.Timeout, a.RetryCnt, a.RNRRetry} {
-		e.U8(v)
-	}
-	e.U32(a.RQPSN)
-	e.U32(a.SQPSN)
-	e.U8(a.MaxRdAtomic)
-	e.U8(a.MaxDestRdAtomic)
-	e.U8(a.MinRNR)
-	e.U32(a.DestQPN)
-	e.Bool(a.EnSQDAsyncNotify)
-	e.Bool(a.SQDraining)
-	a.Cap.put(e)
-}
+func (a *QPAttr) Put(e *Encoder) { e.Put(a) }
 
 // Get decodes a.
-func (a *QPAttr) Get(d *Decoder) {
-	a.State, a.CurState = d.U8(), d.U8()
-	a.AccessFlags = d.U32()
-	a.PKeyIndex = d.U16()
-	a.Port = d.U8()
-	a.QKey = d.U32()
-	copy(a.DGID[:], d.take(16))
-	a.SGIDIndex, a.HopLimit, a.TrafficClass = d.U8(), d.U8(), d.U8()
-	a.FlowLabel = d.U32()
-	a.DMAC = append([]byte(nil), d.Raw()...)
-	for _, v := range []*uint8{&a.PathMTU, &a.Timeout, &a.RetryCnt, &a.RNRRetry} {
-		*v = d.U8()
-	}
-	a.RQPSN, a.SQPSN = d.U32(), d.U32()
-	a.MaxRdAtomic, a.MaxDestRdAtomic, a.MinRNR = d.U8(), d.U8(), d.U8()
-	a.DestQPN = d.U32()
-	a.EnSQDAsyncNotify = d.Bool()
-	a.SQDraining = d.Bool()
-	a.Cap.get(d)
-}
+func (a *QPAttr) Get(d *Decoder) { d.Get(a) }
 
 // AHAttr is an address handle's attributes (struct ibv_ah_attr with its
 // GRH): RoCE needs IsGlobal and port 1.
 type AHAttr struct {
-	DGID                              [16]byte
-	SGIDIndex, HopLimit, TrafficClass uint8
-	FlowLabel                         uint32
-	SL, Port                          uint8
-	IsGlobal                          bool
+	DGID         [16]byte `abi:"dgid"`
+	SGIDIndex    uint8    `abi:"sgid_index"`
+	HopLimit     uint8    `abi:"hop_limit"`
+	TrafficClass uint8    `abi:"traffic_class"`
+	FlowLabel    uint32   `abi:"flow_label"`
+	SL           uint8    `abi:"sl"`
+	Port         uint8    `abi:"port_num"`
+	IsGlobal     bool     `abi:"is_global"`
 }
 
 // Put encodes a.
-func (a *AHAttr) Put(e *Encoder) {
-	e.b = append(e.b, a.DGID[:]...)
-	e.U8(a.SGIDIndex)
-	e.U8(a.HopLimit)
-	e.U8(a.TrafficClass)
-	e.U32(a.FlowLabel)
-	e.U8(a.SL)
-	e.U8(a.Port)
-	e.Bool(a.IsGlobal)
-}
+func (a *AHAttr) Put(e *Encoder) { e.Put(a) }
 
 // Get decodes a.
-func (a *AHAttr) Get(d *Decoder) {
-	copy(a.DGID[:], d.take(16))
-	a.SGIDIndex, a.HopLimit, a.TrafficClass = d.U8(), d.U8(), d.U8()
-	a.FlowLabel = d.U32()
-	a.SL, a.Port = d.U8(), d.U8()
-	a.IsGlobal = d.Bool()
-}
+func (a *AHAttr) Get(d *Decoder) { d.Get(a) }
 
 // Counter is one named counter of a COUNTERS reply.
 type Counter struct {
-	Name  string
-	Value uint64
+	Name  string `abi:"name"`
+	Value uint64 `abi:"value"`
 }
 
-// PutCounters encodes a COUNTERS reply.
-func PutCounters(e *Encoder, cs []Counter) {
-	e.U16(uint16(len(cs)))
-	for _, c := range cs {
-		e.Raw([]byte(c.Name))
-		e.U64(c.Value)
-	}
-}
+// PutCounters encodes a list of counters: one of COUNTERS' (CountersReply).
+func PutCounters(e *Encoder, cs []Counter) { e.Put(cs) }
 
-// GetCounters decodes a COUNTERS reply.
+// GetCounters decodes a list of counters; nil if it does not parse.
 func GetCounters(d *Decoder) []Counter {
-	n := int(d.U16())
 	var cs []Counter
-	for range n {
-		c := Counter{Name: string(d.Raw()), Value: d.U64()}
-		if d.err != nil {
-			return nil
-		}
-		cs = append(cs, c)
+	d.Get(&cs)
+	if d.err != nil {
+		return nil
 	}
 	return cs
 }
@@ -509,17 +388,17 @@ type QPInfo struct {
 // rdma_cm IDs the asker already has. A reply holds what fits in one
 // message (a device has thousands of QPs); the asker asks again from
 // where it ended, as netlink dumps of `rdma resource show` go.
-type ListCursor struct{ Clients, QPs, CMIDs uint32 }
-
-// Put encodes c: LIST's request body.
-func (c *ListCursor) Put(e *Encoder) {
-	e.U32(c.Clients)
-	e.U32(c.QPs)
-	e.U32(c.CMIDs)
+type ListCursor struct {
+	Clients uint32 `abi:"clients"`
+	QPs     uint32 `abi:"qps"`
+	CMIDs   uint32 `abi:"cm_ids"`
 }
 
+// Put encodes c: LIST's request body.
+func (c *ListCursor) Put(e *Encoder) { e.Put(c) }
+
 // Get decodes c.
-func (c *ListCursor) Get(d *Decoder) { c.Clients, c.QPs, c.CMIDs = d.U32(), d.U32(), d.U32() }
+func (c *ListCursor) Get(d *Decoder) { d.Get(c) }
 
 // ListPage is one LIST reply: the entries from the cursor on that fit,
 // the CM's connections (timewait included), and whether any were left out.
@@ -538,22 +417,22 @@ const listTrailer = 2 + 2 + 4 + 1
 // PutListPage encodes the entries of cs, qs and ids from cur on, in that
 // order, as many as fit in one message.
 func PutListPage(e *Encoder, cur ListCursor, cs []Client, qs []QPInfo, ids []CMIDStatus, conns uint32) {
-	full := putSection(e, cs, cur.Clients, putClient, false)
-	full = putSection(e, qs, cur.QPs, putQPInfo, full)
-	full = putSection(e, ids, cur.CMIDs, putCMIDStatus, full)
+	full := putSection(e, cs, cur.Clients, false)
+	full = putSection(e, qs, cur.QPs, full)
+	full = putSection(e, ids, cur.CMIDs, full)
 	e.U32(conns)
 	e.Bool(full)
 }
 
 // putSection appends items[from:] with their count, while the message has
 // room (and none if an earlier section ran out of it): whether it ran out.
-func putSection[T any](e *Encoder, items []T, from uint32, put func(*Encoder, *T), full bool) bool {
+func putSection[T any](e *Encoder, items []T, from uint32, full bool) bool {
 	at := len(e.b)
 	e.U16(0)
 	n := 0
 	for i := int(min(uint64(from), uint64(len(items)))); !full && i < len(items); i++ {
 		mark := len(e.b)
-		put(e, &items[i])
+		e.Put(&items[i])
 		if len(e.b) > MaxMessage-listTrailer || n == 0xffff {
 			e.b, full = e.b[:mark], true
 			break
@@ -564,75 +443,23 @@ func putSection[T any](e *Encoder, items []T, from uint32, put func(*Encoder, *T
 	return full
 }
 
-func putClient(e *Encoder, c *Client) {
-	e.U32(c.PID)
-	e.U32(c.UID)
-	e.Raw([]byte(c.Comm))
-	for _, v := range []uint32{c.PDs, c.MRs, c.CQs, c.QPs} {
-		e.U32(v)
-	}
-}
-
-func putQPInfo(e *Encoder, q *QPInfo) {
-	for _, v := range []uint32{q.OwnerPID, q.QPN, q.DestQPN} {
-		e.U32(v)
-	}
-	e.U8(q.Type)
-	e.U8(q.State)
-	for _, v := range []uint32{q.Queue, q.SQPSN, q.CompPSN, q.EPSN, q.SendQueued, q.RecvQueued, q.Timeouts} {
-		e.U32(v)
-	}
-	e.b = append(e.b, q.Peer[:]...)
-}
-
-// GetListPage decodes a LIST reply.
+// GetListPage decodes a LIST reply (a ListPage, as PutListPage fills
+// it); an empty page if it does not parse.
 func GetListPage(d *Decoder) ListPage {
 	var p ListPage
-	for range int(d.U16()) {
-		c := Client{PID: d.U32(), UID: d.U32(), Comm: string(d.Raw())}
-		for _, v := range []*uint32{&c.PDs, &c.MRs, &c.CQs, &c.QPs} {
-			*v = d.U32()
-		}
-		if d.err != nil {
-			return ListPage{}
-		}
-		p.Clients = append(p.Clients, c)
+	d.Get(&p)
+	if d.err != nil {
+		return ListPage{}
 	}
-	for range int(d.U16()) {
-		var q QPInfo
-		for _, v := range []*uint32{&q.OwnerPID, &q.QPN, &q.DestQPN} {
-			*v = d.U32()
-		}
-		q.Type, q.State = d.U8(), d.U8()
-		for _, v := range []*uint32{&q.Queue, &q.SQPSN, &q.CompPSN, &q.EPSN, &q.SendQueued, &q.RecvQueued, &q.Timeouts} {
-			*v = d.U32()
-		}
-		copy(q.Peer[:], d.take(16))
-		if d.err != nil {
-			return ListPage{}
-		}
-		p.QPs = append(p.QPs, q)
-	}
-	for range int(d.U16()) {
-		s := CMIDStatus{OwnerPID: d.U32(), PortSpace: d.U16(), State: string(d.Raw())}
-		s.Src.Get(d)
-		s.Dst.Get(d)
-		s.QPN = d.U32()
-		if d.err != nil {
-			return ListPage{}
-		}
-		p.CMIDs = append(p.CMIDs, s)
-	}
-	p.CMConnections = d.U32()
-	p.More = d.Bool()
 	return p
 }
 
 // Event is an asynchronous event as GET_EVENT carries it: its type
 // (ibv_event_type), the kind of object it names and the client's handle.
 type Event struct {
-	Type, Kind uint8
-	Handle     uint32
+	Type   uint8  `abi:"event_type" doc:"enum ibv_event_type"`
+	Kind   uint8  `abi:"kind" doc:"EventQP, EventCQ, EventSRQ"`
+	Handle uint32 `abi:"handle"`
 }
 
 // The kinds of object an Event names.
@@ -643,54 +470,36 @@ const (
 )
 
 // Put encodes ev.
-func (ev *Event) Put(e *Encoder) {
-	e.U8(ev.Type)
-	e.U8(ev.Kind)
-	e.U32(ev.Handle)
-}
+func (ev *Event) Put(e *Encoder) { e.Put(ev) }
 
 // Get decodes ev.
-func (ev *Event) Get(d *Decoder) {
-	ev.Type, ev.Kind, ev.Handle = d.U8(), d.U8(), d.U32()
-}
+func (ev *Event) Get(d *Decoder) { d.Get(ev) }
 
 // SRQAttr is struct ibv_srq_attr as CREATE_SRQ, MODIFY_SRQ and QUERY_SRQ
 // carry it.
 type SRQAttr struct {
-	MaxWR, MaxSGE, Limit uint32
+	MaxWR  uint32 `abi:"max_wr"`
+	MaxSGE uint32 `abi:"max_sge"`
+	Limit  uint32 `abi:"srq_limit"`
 }
 
 // Put encodes a.
-func (a *SRQAttr) Put(e *Encoder) {
-	e.U32(a.MaxWR)
-	e.U32(a.MaxSGE)
-	e.U32(a.Limit)
-}
+func (a *SRQAttr) Put(e *Encoder) { e.Put(a) }
 
 // Get decodes a.
-func (a *SRQAttr) Get(d *Decoder) {
-	a.MaxWR, a.MaxSGE, a.Limit = d.U32(), d.U32(), d.U32()
-}
+func (a *SRQAttr) Get(d *Decoder) { d.Get(a) }
 
 // McastReq is an ATTACH_MCAST or DETACH_MCAST request (ibv_attach_mcast):
 // the QP's handle, the group's GID and its LID (ignored on RoCE, as the
 // kernel ignores it on an Ethernet port).
 type McastReq struct {
-	QP  uint32
-	GID [16]byte
-	LID uint16
+	QP  uint32   `abi:"qp"`
+	GID [16]byte `abi:"gid"`
+	LID uint16   `abi:"lid"`
 }
 
 // Put encodes m.
-func (m *McastReq) Put(e *Encoder) {
-	e.U32(m.QP)
-	e.b = append(e.b, m.GID[:]...)
-	e.U16(m.LID)
-}
+func (m *McastReq) Put(e *Encoder) { e.Put(m) }
 
 // Get decodes m.
-func (m *McastReq) Get(d *Decoder) {
-	m.QP = d.U32()
-	copy(m.GID[:], d.take(16))
-	m.LID = d.U16()
-}
+func (m *McastReq) Get(d *Decoder) { d.Get(m) }

@@ -50,3 +50,18 @@ func (cq *CQ) Wait(ctx context.Context) error { return cq.ops.Wait(ctx) }
 
 // Overflowed reports whether completions were lost because the CQ was full.
 func (cq *CQ) Overflowed() bool { return cq.ops.Overflowed() }
+
+// Resize makes the CQ hold depth completions, keeping those not yet polled
+// in order (ibv_resize_cq, as rxe): EINVAL for a depth below them, below 1
+// or above MaxCQE. Through a daemon, not yet: the Go client does not remap
+// its ring (the C library does): ErrNotSup.
+func (cq *CQ) Resize(depth int) error {
+	if depth < 1 || depth > MaxCQE {
+		return fmt.Errorf("verbs: CQ depth %d: %w", depth, ErrInvalid)
+	}
+	if err := cq.ops.Resize(depth); err != nil {
+		return err
+	}
+	cq.depth = depth
+	return nil
+}

@@ -30,20 +30,6 @@ func (d *Device) CreateSharedCQ(depth int, ring *uverbs.Ring, notify func()) (*C
 	return cq, nil
 }
 
-// ResizeShared moves a shared CQ to ring, of depth completions, with the
-// completions its client has not read (ibv_resize_cq through the daemon);
-// the old ring is no longer written once it returns.
-func (cq *CQ) ResizeShared(depth int, ring *uverbs.Ring, notify func()) error {
-	if depth < 1 || depth > MaxCQE {
-		return fmt.Errorf("verbs: resizing a shared CQ to %d: %w", depth, ErrInvalid)
-	}
-	err := cq.ops.ResizeShared(depth, ring, notify)
-	if err == nil {
-		cq.depth = depth
-	}
-	return err
-}
-
 // CreateSharedQP creates a QP whose work requests a client posts to sq and
 // rq, memory it shares: slots of the sizes uverbs.SendSlotSize and
 // RecvSlotSize give for the QP's capabilities. For a UD QP, ahs finds the
@@ -93,4 +79,19 @@ func (pd *PD) CreateSharedSRQ(attr SRQInitAttr, ring *uverbs.Ring) (*SRQ, error)
 	}
 	s.ops = ops
 	return s, nil
+}
+
+// ResizeShared makes a shared CQ hold depth completions in ring, a new ring
+// shared with its client, its unpolled completions moved there in order
+// (sharedring.CQ.MoveTo): EINVAL for a depth below them. The engines write
+// only ring once it returns; the old ring is the caller's to unmap.
+func (cq *CQ) ResizeShared(depth int, ring *uverbs.Ring) error {
+	if depth < 1 || depth > MaxCQE {
+		return fmt.Errorf("verbs: shared CQ of depth %d: %w", depth, ErrInvalid)
+	}
+	if err := cq.ops.ResizeShared(depth, ring); err != nil {
+		return err
+	}
+	cq.depth = depth
+	return nil
 }

@@ -597,10 +597,14 @@ func (cq *CQ) Wait(ctx context.Context) error {
 	return err
 }
 
-// ResizeShared is the daemon's: ErrNotSup.
-func (cq *CQ) ResizeShared(int, *uverbs.Ring, func()) error {
-	return errDaemonSide("resizing a shared CQ")
+// Resize is not there yet: the Go client does not remap its ring (the C
+// library does).
+func (cq *CQ) Resize(int) error {
+	return fmt.Errorf("verbs: resizing a CQ through the Go client: %w", ibv.ErrNotSup)
 }
+
+// ResizeShared is the daemon's: ErrNotSup.
+func (cq *CQ) ResizeShared(int, *uverbs.Ring) error { return errDaemonSide("a shared CQ") }
 
 // Overflowed reports whether the daemon lost completions of the CQ.
 func (cq *CQ) Overflowed() bool { return cq.ring.Aux2().Load() != 0 }

@@ -110,10 +110,13 @@ type CQOps interface {
 	ReqNotify(solicitedOnly bool)
 	Wait(ctx context.Context) error
 	Overflowed() bool
+	// Resize makes the CQ hold depth completions (checked), keeping the
+	// unpolled ones in order.
+	Resize(depth int) error
 	// ResizeShared moves a shared CQ to ring, of depth completions (checked),
 	// with the completions its client has not read (the daemon's device
 	// only).
-	ResizeShared(depth int, ring *uverbs.Ring, notify func()) error
+	ResizeShared(depth int, ring *uverbs.Ring) error
 }
 
 // SRQOps is a shared receive queue's provider.

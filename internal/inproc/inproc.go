@@ -84,19 +84,18 @@ type CQ struct {
 }
 
 // ResizeShared moves a shared CQ to ring, of depth completions, with the
-// completions its client has not read; the old ring is no longer written
-// once it returns.
-func (cq *CQ) ResizeShared(depth int, ring *uverbs.Ring, notify func()) error {
+// completions its client has not read; the engines write only ring once
+// it returns.
+func (cq *CQ) ResizeShared(depth int, ring *uverbs.Ring) error {
 	if ring == nil || int(ring.Slots()) < depth || ring.SlotSize() < uverbs.CQESize {
 		return fmt.Errorf("verbs: resizing a shared CQ to %d on a ring too small: %w", depth, ibv.ErrInvalid)
 	}
-	dst := sharedring.NewCQ(ring, notify)
-	return cq.ResizeSink(depth, dst, func(old transport.CQSink, tail uint32) (uint32, error) {
-		src, ok := old.(*sharedring.CQ)
+	return cq.ResizeSink(depth, func(sink transport.CQSink, tail uint32) (transport.CQSink, error) {
+		old, ok := sink.(*sharedring.CQ)
 		if !ok {
-			return 0, fmt.Errorf("verbs: not a shared CQ: %w", ibv.ErrInvalid)
+			return nil, fmt.Errorf("verbs: CQ is not shared: %w", ibv.ErrInvalid)
 		}
-		return src.MoveTo(dst, tail, depth)
+		return old.MoveTo(ring, depth, tail)
 	})
 }
 

@@ -2,6 +2,7 @@ package sharedring
 
 import (
 	"fmt"
+	"syscall"
 
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/uverbs"
@@ -47,21 +48,27 @@ func (c *CQ) Notify(solicited bool) {
 	}
 }
 
-// MoveTo copies the completions the client has not read, from its
-// consumer index to tail, to the start of dst (a fresh ring), with the
-// client's notification request, and returns how many. More unread
-// completions than dst's depth is EINVAL (rxe's rxe_cq_chk_attr), as is a
-// consumer index the ring cannot hold (a client's word).
-func (c *CQ) MoveTo(dst *CQ, tail uint32, depth int) (uint32, error) {
-	n := tail - c.ring.Consumer()
-	if n > c.ring.Slots() || int(n) > depth || depth > int(dst.ring.Slots()) {
-		return 0, fmt.Errorf("sharedring: %d unread completions, new depth %d: %w", n, depth, ibv.ErrInvalid)
+// MoveTo is the sink of ring (checked by the caller to hold depth CQEs),
+// with this one's unpolled completions moved to it in order, as
+// rxe_queue_resize copies a user queue: what the client consumed is read
+// once from the old ring, and the completions before tail that it has not
+// are copied to the same indices of the new one; its notification request
+// and overflow flag go too. The client may write the old ring meanwhile:
+// every index is taken modulo a ring's own size, so nothing it writes moves
+// a copy outside either ring; a consumer index that claims more unpolled
+// completions than the old ring holds, or more than depth, is EINVAL.
+func (c *CQ) MoveTo(ring *uverbs.Ring, depth int, tail uint32) (*CQ, error) {
+	old := c.ring
+	cons := old.Consumer()
+	if n := tail - cons; n > old.Slots() || n > uint32(depth) {
+		return nil, fmt.Errorf("sharedring: CQ of %d completions, %d unpolled: %w", depth, n, syscall.EINVAL)
 	}
-	for i := range n {
-		copy(dst.ring.Slot(i), c.ring.Slot(tail-n+i))
+	for i := cons; i != tail; i++ {
+		copy(ring.Slot(i), old.Slot(i))
 	}
-	dst.ring.Aux().Store(c.ring.Aux().Load())
-	dst.ring.Aux2().Store(c.ring.Aux2().Load())
-	dst.ring.SetProducer(n)
-	return n, nil
+	ring.SetConsumer(cons)
+	ring.Aux().Store(old.Aux().Load())
+	ring.Aux2().Store(old.Aux2().Load())
+	ring.SetProducer(tail)
+	return &CQ{ring: ring, notify: c.notify}, nil
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -12,8 +13,10 @@ import (
 // drain, from any goroutine. Pollers and engines never wait for each other;
 // an empty poll costs two atomic loads.
 type CQ struct {
-	dev   *NIC
-	depth int
+	dev *NIC
+	// depth is how many completions the CQ holds (changed by Resize under
+	// both locks).
+	depth atomic.Int64
 	ring  []ibv.WorkCompletion
 	// sink, if set, takes the completions instead of ring: a daemon's
 	// client's ring (shared.go).
@@ -36,7 +39,34 @@ type CQ struct {
 
 // CreateCQ creates a completion queue holding up to depth completions.
 func (d *NIC) CreateCQ(depth int) *CQ {
-	return &CQ{dev: d, depth: depth, ring: make([]ibv.WorkCompletion, depth), event: make(chan struct{}, 1)}
+	cq := &CQ{dev: d, ring: make([]ibv.WorkCompletion, depth), event: make(chan struct{}, 1)}
+	cq.depth.Store(int64(depth))
+	return cq
+}
+
+// Resize makes the CQ hold depth completions, keeping the unpolled ones in
+// order, as rxe_cq_resize_queue: EINVAL if more than depth are unpolled.
+// Engines and pollers wait while it copies (it holds both their locks).
+func (cq *CQ) Resize(depth int) error {
+	cq.pushMu.Lock()
+	defer cq.pushMu.Unlock()
+	if cq.sink != nil {
+		return fmt.Errorf("transport: a CQ with a sink resizes with ResizeSink: %w", ibv.ErrInvalid)
+	}
+	cq.pollMu.Lock()
+	defer cq.pollMu.Unlock()
+	h, t := cq.head.Load(), cq.tail.Load()
+	if depth < 1 || uint64(depth) < t-h {
+		return fmt.Errorf("transport: CQ of %d completions with %d unpolled: %w", depth, t-h, ibv.ErrInvalid)
+	}
+	// Each completion keeps its index: head and tail stay as they are.
+	ring := make([]ibv.WorkCompletion, depth)
+	for i := h; i != t; i++ {
+		ring[i%uint64(depth)] = cq.ring[i%uint64(len(cq.ring))]
+	}
+	cq.ring = ring
+	cq.depth.Store(int64(depth))
+	return nil
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many. On a
@@ -125,4 +155,7 @@ func (cq *CQ) push(wc ibv.WorkCompletion, solicited bool) bool {
 func (cq *CQ) pending() int { return int(cq.tail.Load() - cq.head.Load()) }
 
 // Depth is how many completions the CQ holds.
-func (cq *CQ) Depth() int { return cq.depth }
+func (cq *CQ) Depth() int { return int(cq.depth.Load()) }
+
+// Unpolled is how many completions the CQ holds that no poller took yet.
+func (cq *CQ) Unpolled() int { return cq.pending() }

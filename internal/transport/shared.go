@@ -144,27 +144,31 @@ func (qp *QP) PostFromRing(wr *WR, inline []byte) error {
 // CreateCQSink creates a CQ of depth completions whose completions go to
 // sink instead of a ring of its own.
 func (d *NIC) CreateCQSink(depth int, sink CQSink) *CQ {
-	return &CQ{dev: d, depth: depth, sink: sink, event: make(chan struct{}, 1)}
+	cq := &CQ{dev: d, sink: sink, event: make(chan struct{}, 1)}
+	cq.depth.Store(int64(depth))
+	return cq
 }
 
-// ResizeSink moves a sink CQ to sink, of depth completions
-// (ibv_resize_cq through the daemon). Under pushMu, so no engine completes
-// meanwhile, move copies the completions the client has not read from the
-// old sink, whose next slot is tail, and returns how many it copied: the
-// next completion goes to that slot of the new sink.
-func (cq *CQ) ResizeSink(depth int, sink CQSink, move func(old CQSink, tail uint32) (uint32, error)) error {
+// ResizeSink makes a CQ with a sink hold depth completions: move, called
+// with the engines held off (under the push lock), the current sink and the
+// index of the next completion, returns the sink that takes the CQ's completions from then on,
+// with the unpolled ones moved to it, or an error (EINVAL: more than depth
+// are unpolled). No engine uses the old sink once ResizeSink returns. The
+// engines first take the work posted before it (settle), so that the
+// completions it counts are those rxe's would.
+func (cq *CQ) ResizeSink(depth int, move func(old CQSink, tail uint32) (CQSink, error)) error {
 	cq.dev.settle()
 	cq.pushMu.Lock()
 	defer cq.pushMu.Unlock()
-	if cq.sink == nil || sink == nil || depth < 1 {
-		return fmt.Errorf("transport: resizing a CQ without a sink: %w", ibv.ErrInvalid)
+	if cq.sink == nil {
+		return fmt.Errorf("transport: a CQ without a sink resizes with Resize: %w", ibv.ErrInvalid)
 	}
-	n, err := move(cq.sink, uint32(cq.tail.Load()))
+	sink, err := move(cq.sink, uint32(cq.tail.Load()))
 	if err != nil {
 		return err
 	}
-	cq.sink, cq.depth = sink, depth
-	cq.tail.Store(uint64(n))
+	cq.sink = sink
+	cq.depth.Store(int64(depth))
 	return nil
 }
 
@@ -186,7 +190,7 @@ func (d *NIC) settle() {
 // pushSink is push for a CQ with a sink.
 func (cq *CQ) pushSink(wc ibv.WorkCompletion, solicited bool) bool {
 	t := uint32(cq.tail.Load())
-	if cq.err.Load() || cq.sink.Full(t, cq.depth) {
+	if cq.err.Load() || cq.sink.Full(t, int(cq.depth.Load())) {
 		if !cq.err.Swap(true) {
 			cq.sink.Overflowed()
 			cq.dev.objs.events.post(Event{Type: ibv.EventCQErr, CQ: cq})

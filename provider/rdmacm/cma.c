@@ -9,16 +9,16 @@
 
 #include "cma.h"
 
-/* call runs one request on the device of sub s: the ID's handle, then the rest of e. */
-static int call(struct cmsub *s, uint16_t op, const struct xp_enc *rest, struct xp_dec *r, uint8_t *buf, size_t size)
+/* call runs one request on the device of sub s: e, the op's request (which names s's ID), or
+ * with e NULL the ID's Ref alone. */
+static int call(struct cmsub *s, uint16_t op, const struct xp_enc *e, struct xp_dec *r, uint8_t *buf, size_t size)
 {
-	struct xp_enc e = {0};
-	xp_u32(&e, s->handle);
-	if (rest)
-		xp_raw(&e, rest->b, rest->n);
-	if (rest && rest->overflow)
-		e.overflow = true;
-	return cm_call(s->dev, op, &e, r, buf, size, NULL, 0, NULL);
+	struct xp_enc ref = {0};
+	if (!e) {
+		xp_put_ref(&ref, &(struct xp_ref){.handle = s->handle});
+		e = &ref;
+	}
+	return cm_call(s->dev, op, e, r, buf, size, NULL, 0, NULL);
 }
 
 static int fail(int err) { return err ? set_errno(err) : 0; }
@@ -30,9 +30,11 @@ static void replay_options(struct cmid *c, struct cmsub *s)
 	uint8_t buf[64];
 	for (int i = 0; i < c->nopts; i++) {
 		struct xp_enc e = {0};
-		xp_u32(&e, c->opts[i].level);
-		xp_u32(&e, c->opts[i].name);
-		xp_bytes(&e, c->opts[i].val, c->opts[i].len);
+		xp_put_cm_set_option_req(&e, &(struct xp_cm_set_option_req){.id = s->handle,
+									    .level = c->opts[i].level,
+									    .optname = c->opts[i].name,
+									    .optval = c->opts[i].val,
+									    .optval_len = c->opts[i].len});
 		call(s, XP_CM_SET_OPTION, &e, NULL, buf, sizeof(buf));
 	}
 }
@@ -47,17 +49,18 @@ int id_new_sub(struct cmid *c, struct cmdev *d, struct cmsub **out)
 	struct xp_enc e = {0};
 	struct xp_dec r;
 	uint8_t buf[64];
-	xp_u32(&e, ch);
-	xp_u16(&e, (uint16_t)c->id.ps);
+	xp_put_cm_create_id_req(&e, &(struct xp_cm_create_id_req){.channel = ch, .port_space = (uint16_t)c->id.ps});
 	if ((err = cm_call(d, XP_CM_CREATE_ID, &e, &r, buf, sizeof(buf), NULL, 0, NULL)))
 		return err;
-	uint32_t h = xp_get_u32(&r);
+	struct xp_cm_create_id_rep rep;
+	xp_get_cm_create_id_rep(&r, &rep);
+	uint32_t h = rep.id;
 	if (r.err || r.n)
 		return EPROTO;
 	struct cmsub *s = calloc(1, sizeof(*s));
 	if (!s) {
 		struct xp_enc x = {0};
-		xp_u32(&x, h);
+		xp_put_cm_destroy_id_req(&x, &(struct xp_cm_destroy_id_req){.id = h});
 		cm_call(d, XP_CM_DESTROY_ID, &x, NULL, buf, sizeof(buf), NULL, 0, NULL);
 		return ENOMEM;
 	}
@@ -117,8 +120,10 @@ static int query(struct cmid *c)
 	int err = call(s, XP_CM_QUERY, NULL, &r, buf, sizeof(buf));
 	if (err)
 		return err;
+	struct xp_cm_query_rep q;
+	xp_get_cm_query_rep(&r, &q);
 	struct cminfo i;
-	get_info(&r, &i);
+	info_of(&i, &q.info);
 	if (r.err || r.n)
 		return EPROTO;
 	apply_info(c, &i);
@@ -126,7 +131,7 @@ static int query(struct cmid *c)
 }
 
 /* set_src records the address the ID is bound to, as the daemon has it, without asking. */
-static int set_src(struct cmid *c, const struct cmaddr *a)
+static int set_src(struct cmid *c, const struct xp_cm_addr *a)
 {
 	struct cminfo i = {.src = *a};
 	apply_info(c, &i);
@@ -204,7 +209,7 @@ XP_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	return 0;
 }
 
-static bool wildcard(const struct cmaddr *a)
+static bool wildcard(const struct xp_cm_addr *a)
 {
 	static const uint8_t zero[16], v4any[16] = {[10] = 0xff, [11] = 0xff};
 	return memcmp(a->ip, zero, 16) == 0 || (a->family == 4 && memcmp(a->ip, v4any, 16) == 0);
@@ -213,17 +218,17 @@ static bool wildcard(const struct cmaddr *a)
 /* 127/8 and ::1: rdma_cm binds them as it binds the wildcard (the kernel's cma_any_addr), on no
  * device and listening on every one, while the ID keeps the address it was given (libfabric's
  * verbs provider binds a passive endpoint to localhost, then offers the devices' addresses). */
-static bool loopback_addr(const struct cmaddr *a)
+static bool loopback_addr(const struct xp_cm_addr *a)
 {
 	static const uint8_t v6lo[16] = {[15] = 1};
 	return a->family == 4 ? a->ip[12] == 127 : memcmp(a->ip, v6lo, 16) == 0;
 }
 
-static int bind_one(struct cmsub *s, const struct cmaddr *a)
+static int bind_one(struct cmsub *s, const struct xp_cm_addr *a)
 {
 	struct xp_enc e = {0};
 	uint8_t buf[64];
-	put_addr(&e, a);
+	xp_put_cm_bind_req(&e, &(struct xp_cm_bind_req){.id = s->handle, .addr = *a});
 	return call(s, XP_CM_BIND, &e, NULL, buf, sizeof(buf));
 }
 
@@ -231,11 +236,11 @@ static int bind_addr(struct cmid *c, const struct sockaddr *addr)
 {
 	if (c->subs)
 		return EINVAL;
-	struct cmaddr a;
+	struct xp_cm_addr a;
 	int err = to_cmaddr(addr, &a);
 	if (err)
 		return err;
-	struct cmaddr given = a;
+	struct xp_cm_addr given = a;
 	if (loopback_addr(&a)) {
 		memset(a.ip, 0, sizeof(a.ip));
 		if (a.family == 4)
@@ -265,7 +270,7 @@ static int bind_addr(struct cmid *c, const struct sockaddr *addr)
 		if ((err = id_new_sub(c, v[i], &s)) || (err = bind_one(s, &a)))
 			break;
 		if (i == 0 && a.port == 0 && !(err = query(c))) {
-			struct cmaddr got;
+			struct xp_cm_addr got;
 			to_cmaddr(&c->id.route.addr.src_addr, &got);
 			a.port = got.port;
 		}
@@ -297,7 +302,7 @@ XP_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr
 	if (!id || !dst_addr)
 		return set_errno(EINVAL);
 	struct cmid *c = to_cmid(id);
-	struct cmaddr dst, src = {0};
+	struct xp_cm_addr dst, src = {0};
 	int err = to_cmaddr(dst_addr, &dst);
 	if (err)
 		return set_errno(err);
@@ -315,7 +320,7 @@ XP_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr
 		fresh = true;
 	} else if (!d) {
 		/* Bound to a wildcard address: the device of the route keeps its ID. */
-		struct cmaddr ignored;
+		struct xp_cm_addr ignored;
 		if ((err = dev_for_dst(dst_addr, &d, &ignored)))
 			return set_errno(err);
 		for (struct cmsub *x = c->subs; x; x = x->next)
@@ -340,9 +345,12 @@ XP_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr
 	memcpy(&id->route.addr.dst_addr, dst_addr, addr_len(dst_addr));
 	struct xp_enc e = {0};
 	uint8_t buf[64];
-	put_addr(&e, &src);
-	put_addr(&e, &dst);
-	xp_u32(&e, timeout_ms > 0 ? (uint32_t)timeout_ms : 0);
+	xp_put_cm_resolve_addr_req(&e, &(struct xp_cm_resolve_addr_req){
+						.id = s->handle,
+						.src = src,
+						.dst = dst,
+						.timeout_ms = timeout_ms > 0 ? (uint32_t)timeout_ms : 0,
+					});
 	err = call(s, XP_CM_RESOLVE_ADDR, &e, NULL, buf, sizeof(buf));
 	if (err) {
 		if (fresh) {
@@ -370,7 +378,8 @@ XP_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 		return set_errno(EINVAL);
 	struct xp_enc e = {0};
 	uint8_t buf[64];
-	xp_u32(&e, timeout_ms > 0 ? (uint32_t)timeout_ms : 0);
+	xp_put_cm_resolve_route_req(&e, &(struct xp_cm_resolve_route_req){
+						 .id = s->handle, .timeout_ms = timeout_ms > 0 ? (uint32_t)timeout_ms : 0});
 	int err = call(s, XP_CM_RESOLVE_ROUTE, &e, NULL, buf, sizeof(buf));
 	if (err)
 		return set_errno(err);
@@ -392,7 +401,8 @@ XP_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	uint8_t buf[64];
 	for (struct cmsub *s = c->subs; s; s = s->next) {
 		struct xp_enc e = {0};
-		xp_u32(&e, backlog > 0 ? (uint32_t)backlog : 0);
+		xp_put_cm_listen_req(&e, &(struct xp_cm_listen_req){.id = s->handle,
+								     .backlog = backlog > 0 ? (uint32_t)backlog : 0});
 		if ((err = call(s, XP_CM_LISTEN, &e, NULL, buf, sizeof(buf))))
 			return set_errno(err);
 	}
@@ -416,29 +426,31 @@ static int valid_param(struct cmid *c, const struct rdma_conn_param *p)
 	return 0;
 }
 
-/* put_param encodes CMConnParam: the ID's private data prefix (rdma_create_ep's), then p's. */
-static int put_param(struct xp_enc *e, struct cmid *c, const struct rdma_conn_param *p, uint32_t qpn, bool srq)
+/* param_of is CMConnParam: the ID's private data prefix (rdma_create_ep's), then p's, in priv (512
+ * bytes, which w->private_data points to). */
+static int param_of(struct xp_cm_conn_param *w, uint8_t *priv, struct cmid *c, const struct rdma_conn_param *p,
+		    uint32_t qpn, bool srq)
 {
-	uint8_t priv[512];
 	size_t n = 0;
 	if (c->connect_len) {
 		memcpy(priv, c->connect, c->connect_len);
 		n = c->connect_len;
 	}
 	if (p && p->private_data && p->private_data_len) {
-		if (n + p->private_data_len > sizeof(priv))
+		if (n + p->private_data_len > 512)
 			return EINVAL;
 		memcpy(priv + n, p->private_data, p->private_data_len);
 		n += p->private_data_len;
 	}
-	xp_bytes(e, priv, n);
-	xp_u8(e, c->responder_resources);
-	xp_u8(e, c->initiator_depth);
-	xp_u8(e, p && p->flow_control ? 1 : 0);
-	xp_u8(e, p ? p->retry_count : 7);
-	xp_u8(e, p ? p->rnr_retry_count : 7);
-	xp_u8(e, srq ? 1 : 0);
-	xp_u32(e, qpn);
+	*w = (struct xp_cm_conn_param){.private_data = priv,
+				       .private_data_len = (uint16_t)n,
+				       .responder_resources = c->responder_resources,
+				       .initiator_depth = c->initiator_depth,
+				       .flow_control = p && p->flow_control,
+				       .retry_count = p ? p->retry_count : 7,
+				       .rnr_retry_count = p ? p->rnr_retry_count : 7,
+				       .srq = srq,
+				       .qp_num = qpn};
 	return 0;
 }
 
@@ -463,9 +475,11 @@ XP_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 		srq = id->qp->srq != NULL;
 	}
 	struct xp_enc e = {0};
-	uint8_t buf[64];
-	if ((err = put_param(&e, c, p, qpn, srq)))
+	uint8_t buf[64], priv[512];
+	struct xp_cm_connect_req q = {.id = s->handle};
+	if ((err = param_of(&q.param, priv, c, p, qpn, srq)))
 		return set_errno(err);
+	xp_put_cm_connect_req(&e, &q);
 	if ((err = call(s, XP_CM_CONNECT, &e, NULL, buf, sizeof(buf))))
 		return set_errno(err);
 	free(c->connect);
@@ -497,9 +511,11 @@ XP_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 	uint32_t qpn = id->qp ? id->qp->qp_num : p->qp_num;
 	bool srq = id->qp ? id->qp->srq != NULL : p->srq != 0;
 	struct xp_enc e = {0};
-	uint8_t buf[64];
-	if ((err = put_param(&e, c, p, qpn, srq)))
+	uint8_t buf[64], priv[512];
+	struct xp_cm_accept_req q = {.id = s->handle};
+	if ((err = param_of(&q.param, priv, c, p, qpn, srq)))
 		return set_errno(err);
+	xp_put_cm_accept_req(&e, &q);
 	if ((err = call(s, XP_CM_ACCEPT, &e, NULL, buf, sizeof(buf)))) {
 		if (id->qp) {
 			struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
@@ -521,7 +537,9 @@ static int reject(struct rdma_cm_id *id, const void *private_data, uint8_t len)
 		return set_errno(EINVAL);
 	struct xp_enc e = {0};
 	uint8_t buf[64];
-	xp_bytes(&e, private_data, private_data ? len : 0);
+	xp_put_cm_reject_req(&e, &(struct xp_cm_reject_req){.id = s->handle,
+							     .private_data = private_data,
+							     .private_data_len = private_data ? len : 0});
 	return fail(call(s, XP_CM_REJECT, &e, NULL, buf, sizeof(buf)));
 }
 
@@ -588,51 +606,19 @@ XP_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr,
 	struct xp_enc e = {0};
 	struct xp_dec r;
 	uint8_t buf[256];
-	xp_u8(&e, (uint8_t)attr->qp_state);
+	xp_put_cm_init_qp_attr_req(&e, &(struct xp_cm_init_qp_attr_req){.id = s->handle,
+									   .qp_state = (uint8_t)attr->qp_state});
 	int err = call(s, XP_CM_INIT_QP_ATTR, &e, &r, buf, sizeof(buf));
 	if (err)
 		return set_errno(err);
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = (enum ibv_qp_state)xp_get_u8(&r);
-	a.cur_qp_state = (enum ibv_qp_state)xp_get_u8(&r);
-	a.qp_access_flags = (int)xp_get_u32(&r);
-	a.pkey_index = xp_get_u16(&r);
-	a.port_num = xp_get_u8(&r);
-	a.qkey = xp_get_u32(&r);
-	const uint8_t *g = xp_get_raw(&r, 16);
-	if (g)
-		memcpy(a.ah_attr.grh.dgid.raw, g, 16);
-	a.ah_attr.grh.sgid_index = xp_get_u8(&r);
-	a.ah_attr.grh.hop_limit = xp_get_u8(&r);
-	a.ah_attr.grh.traffic_class = xp_get_u8(&r);
-	a.ah_attr.grh.flow_label = xp_get_u32(&r);
-	uint16_t n;
-	xp_get_bytes(&r, &n); /* the next hop's MAC address: libibverbs' daemon resolves it again */
-	a.path_mtu = (enum ibv_mtu)xp_get_u8(&r);
-	a.timeout = xp_get_u8(&r);
-	a.retry_cnt = xp_get_u8(&r);
-	a.rnr_retry = xp_get_u8(&r);
-	a.rq_psn = xp_get_u32(&r);
-	a.sq_psn = xp_get_u32(&r);
-	a.max_rd_atomic = xp_get_u8(&r);
-	a.max_dest_rd_atomic = xp_get_u8(&r);
-	a.min_rnr_timer = xp_get_u8(&r);
-	a.dest_qp_num = xp_get_u32(&r);
-	a.en_sqd_async_notify = xp_get_u8(&r);
-	a.sq_draining = xp_get_u8(&r);
-	a.cap.max_send_wr = xp_get_u32(&r);
-	a.cap.max_recv_wr = xp_get_u32(&r);
-	a.cap.max_send_sge = xp_get_u32(&r);
-	a.cap.max_recv_sge = xp_get_u32(&r);
-	a.cap.max_inline_data = xp_get_u32(&r);
-	uint32_t m = xp_get_u32(&r);
+	struct xp_cm_init_qp_attr_rep q;
+	xp_get_cm_init_qp_attr_rep(&r, &q);
 	if (r.err || r.n)
 		return set_errno(EPROTO);
-	a.ah_attr.is_global = 1;
-	a.ah_attr.port_num = 1;
-	if (a.port_num == 0)
-		a.port_num = 1;
+	/* q.attr.dmac, the next hop's MAC address: libibverbs' daemon resolves it again. */
+	struct ibv_qp_attr a;
+	xp_ibv_qp_attr(&a, &q.attr);
+	uint32_t m = q.attr_mask;
 	*attr = a;
 	*mask = (int)m;
 	return 0;
@@ -718,7 +704,7 @@ XP_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 	/* The daemon moves it to INIT (UD: to RTS with rdma_cm's Q_Key), as rdma_create_qp does. */
 	struct xp_enc e = {0};
 	uint8_t buf[64];
-	xp_u32(&e, qp->handle);
+	xp_put_cm_attach_qp_req(&e, &(struct xp_cm_attach_qp_req){.id = s->handle, .qp = qp->handle});
 	int err = call(s, XP_CM_ATTACH_QP, &e, NULL, buf, sizeof(buf));
 	if (err) {
 		ibv_destroy_qp(qp);
@@ -841,9 +827,11 @@ XP_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, voi
 	uint8_t buf[64];
 	for (struct cmsub *s = c->subs; s; s = s->next) {
 		struct xp_enc e = {0};
-		xp_u32(&e, (uint32_t)level);
-		xp_u32(&e, (uint32_t)optname);
-		xp_bytes(&e, optval, optlen);
+		xp_put_cm_set_option_req(&e, &(struct xp_cm_set_option_req){.id = s->handle,
+									    .level = (uint32_t)level,
+									    .optname = (uint32_t)optname,
+									    .optval = optval,
+									    .optval_len = (uint16_t)optlen});
 		int err = call(s, XP_CM_SET_OPTION, &e, NULL, buf, sizeof(buf));
 		if (err)
 			return set_errno(err);
@@ -867,7 +855,7 @@ XP_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 		uint32_t h;
 		int err = chan_sub(to, s->dev, &h);
 		struct xp_enc e = {0};
-		xp_u32(&e, h);
+		xp_put_cm_migrate_id_req(&e, &(struct xp_cm_migrate_id_req){.id = s->handle, .channel = h});
 		if (!err)
 			err = call(s, XP_CM_MIGRATE_ID, &e, NULL, buf, sizeof(buf));
 		if (err) {

@@ -16,6 +16,7 @@
 
 #include "../common/codec.h"
 #include "../common/notify.h"
+#include "../common/qpattr.h"
 #include "../common/xp_abi.h"
 
 #define XP_EXPORT __attribute__((visibility("default")))
@@ -28,30 +29,24 @@ int xdproce_ctl(struct ibv_context *ctx, uint16_t op, const void *body, size_t l
 
 /* The daemon's connection-management requests are enum xp_op's XP_CM_* (../common/xp_abi.h). */
 
-/* CMAddr: the address as 16 bytes (IPv4 as ::ffff:a.b.c.d), family 4, 6 or 0, port in host order. */
-struct cmaddr {
-	uint8_t ip[16];
-	uint8_t family;
-	uint16_t port;
-};
+/* An address is CMAddr, struct xp_cm_addr: 16 bytes (IPv4 as ::ffff:a.b.c.d), family 4, 6 or 0,
+ * port in host order. */
 
 /* CMIDInfo: what the daemon tells of an ID's addresses and path. */
 struct cminfo {
-	struct cmaddr src, dst;
+	struct xp_cm_addr src, dst;
 	uint8_t sgid_index, mtu;
 	uint8_t dmac[6];
 	uint32_t flow_label;
 	uint8_t traffic_class, hop_limit;
 };
 
-void put_addr(struct xp_enc *e, const struct cmaddr *a);
-void get_addr(struct xp_dec *d, struct cmaddr *a);
-void get_info(struct xp_dec *d, struct cminfo *i);
+void info_of(struct cminfo *i, const struct xp_cm_id_info *w); /* CMIDInfo as the library keeps it */
 /* to_cmaddr converts a sockaddr (AF_INET, AF_INET6); EAFNOSUPPORT for another family. */
-int to_cmaddr(const struct sockaddr *sa, struct cmaddr *a);
+int to_cmaddr(const struct sockaddr *sa, struct xp_cm_addr *a);
 /* from_cmaddr writes a as a sockaddr_in or sockaddr_in6 at out and returns its length; nothing
  * (0) for family 0. */
-socklen_t from_cmaddr(const struct cmaddr *a, void *out);
+socklen_t from_cmaddr(const struct xp_cm_addr *a, void *out);
 
 /* A device: a daemon of the namespace, opened once per process as rdma-core's librdmacm opens
  * each device, with the PD shared by the IDs on it. */
@@ -171,9 +166,9 @@ int dev_all(struct cmdev ***out, int *n); /* every device of the namespace, open
 int dev_list(struct cmdev ***out, int *n, bool open);
 /* dev_for_ip finds the device whose GID table holds the address (ENODEV: none, EADDRNOTAVAIL:
  * the address is no local one at all). */
-int dev_for_ip(const struct cmaddr *a, struct cmdev **out);
+int dev_for_ip(const struct xp_cm_addr *a, struct cmdev **out);
 /* dev_for_dst is the device the route to dst leaves from, and the source address it takes. */
-int dev_for_dst(const struct sockaddr *dst, struct cmdev **out, struct cmaddr *src);
+int dev_for_dst(const struct sockaddr *dst, struct cmdev **out, struct xp_cm_addr *src);
 int dev_get(struct cmdev *d); /* a reference for an ID; allocates the PD with the first */
 void dev_put(struct cmdev *d);
 int cm_call(struct cmdev *d, uint16_t op, const struct xp_enc *e, struct xp_dec *d_out, uint8_t *buf, size_t size,

@@ -12,38 +12,19 @@
 
 #include "cma.h"
 
-void put_addr(struct xp_enc *e, const struct cmaddr *a)
+void info_of(struct cminfo *i, const struct xp_cm_id_info *w)
 {
-	xp_raw(e, a->ip, 16);
-	xp_u8(e, a->family);
-	xp_u16(e, a->port);
+	*i = (struct cminfo){.src = w->src,
+			     .dst = w->dst,
+			     .sgid_index = w->gid_index,
+			     .mtu = w->path_mtu,
+			     .flow_label = w->flow_label,
+			     .traffic_class = w->traffic_class,
+			     .hop_limit = w->hop_limit};
+	memcpy(i->dmac, w->dmac, sizeof(i->dmac));
 }
 
-void get_addr(struct xp_dec *d, struct cmaddr *a)
-{
-	const uint8_t *p = xp_get_raw(d, 16);
-	memset(a, 0, sizeof(*a));
-	if (p)
-		memcpy(a->ip, p, 16);
-	a->family = xp_get_u8(d);
-	a->port = xp_get_u16(d);
-}
-
-void get_info(struct xp_dec *d, struct cminfo *i)
-{
-	get_addr(d, &i->src);
-	get_addr(d, &i->dst);
-	i->sgid_index = xp_get_u8(d);
-	i->mtu = xp_get_u8(d);
-	const uint8_t *p = xp_get_raw(d, 6);
-	if (p)
-		memcpy(i->dmac, p, 6);
-	i->flow_label = xp_get_u32(d);
-	i->traffic_class = xp_get_u8(d);
-	i->hop_limit = xp_get_u8(d);
-}
-
-int to_cmaddr(const struct sockaddr *sa, struct cmaddr *a)
+int to_cmaddr(const struct sockaddr *sa, struct xp_cm_addr *a)
 {
 	/* Copies, not casts: applications pass any of the sockaddr types (no aliasing assumed). */
 	memset(a, 0, sizeof(*a));
@@ -71,7 +52,7 @@ int to_cmaddr(const struct sockaddr *sa, struct cmaddr *a)
 	return EAFNOSUPPORT;
 }
 
-socklen_t from_cmaddr(const struct cmaddr *a, void *out)
+socklen_t from_cmaddr(const struct xp_cm_addr *a, void *out)
 {
 	if (a->family == 4) {
 		struct sockaddr_in in = {.sin_family = AF_INET, .sin_port = htons(a->port)};
@@ -215,10 +196,10 @@ static bool has_gid(const struct cmdev *d, const uint8_t ip[16])
 }
 
 /* is_local reports whether the address is one of the host's (a socket binds to it). */
-static bool is_local(const struct cmaddr *a)
+static bool is_local(const struct xp_cm_addr *a)
 {
 	struct sockaddr_storage ss;
-	struct cmaddr probe = *a;
+	struct xp_cm_addr probe = *a;
 	probe.port = 0;
 	socklen_t len = from_cmaddr(&probe, &ss);
 	int s = socket(a->family == 4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -229,7 +210,7 @@ static bool is_local(const struct cmaddr *a)
 	return ok;
 }
 
-int dev_for_ip(const struct cmaddr *a, struct cmdev **out)
+int dev_for_ip(const struct xp_cm_addr *a, struct cmdev **out)
 {
 	struct cmdev **v;
 	int n;
@@ -247,7 +228,7 @@ int dev_for_ip(const struct cmaddr *a, struct cmdev **out)
 }
 
 /* is_loopback_or_any: 127.0.0.0/8, ::1, 0.0.0.0 or ::. */
-static bool is_loopback_or_any(const struct cmaddr *a)
+static bool is_loopback_or_any(const struct xp_cm_addr *a)
 {
 	static const uint8_t zero[16], one6[16] = {[15] = 1};
 	if (a->family == 4)
@@ -255,9 +236,9 @@ static bool is_loopback_or_any(const struct cmaddr *a)
 	return memcmp(a->ip, zero, 16) == 0 || memcmp(a->ip, one6, 16) == 0;
 }
 
-int dev_for_dst(const struct sockaddr *dst, struct cmdev **out, struct cmaddr *src)
+int dev_for_dst(const struct sockaddr *dst, struct cmdev **out, struct xp_cm_addr *src)
 {
-	struct cmaddr d;
+	struct xp_cm_addr d;
 	int err = to_cmaddr(dst, &d);
 	if (err)
 		return err;

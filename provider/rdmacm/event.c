@@ -84,7 +84,10 @@ int chan_sub(struct cmchan *c, struct cmdev *d, uint32_t *handle)
 	uint8_t buf[64];
 	int fds[2], nfds = 0;
 	int err = cm_call(d, XP_CM_CREATE_CHANNEL, &e, &r, buf, sizeof(buf), fds, 2, &nfds);
-	uint32_t h = xp_get_u32(&r);
+	struct xp_cm_create_channel_rep rep = {0};
+	if (!err)
+		xp_get_cm_create_channel_rep(&r, &rep);
+	uint32_t h = rep.channel;
 	if (!err && (r.err || r.n || nfds != 1))
 		err = EPROTO;
 	struct chsub *s = err ? NULL : calloc(1, sizeof(*s));
@@ -109,7 +112,7 @@ int chan_sub(struct cmchan *c, struct cmdev *d, uint32_t *handle)
 		free(s);
 		if (nfds) {
 			struct xp_enc x = {0};
-			xp_u32(&x, h);
+			xp_put_cm_destroy_channel_req(&x, &(struct xp_cm_destroy_channel_req){.channel = h});
 			cm_call(d, XP_CM_DESTROY_CHANNEL, &x, NULL, buf, sizeof(buf), NULL, 0, NULL);
 		}
 		pthread_mutex_unlock(&c->lock);
@@ -210,7 +213,7 @@ static void destroy_child(struct cmid *child)
 	uint8_t buf[64];
 	for (struct cmsub *s = child->subs; s; s = s->next) {
 		struct xp_enc e = {0};
-		xp_u32(&e, s->handle);
+		xp_put_cm_destroy_id_req(&e, &(struct xp_cm_destroy_id_req){.id = s->handle});
 		cm_call(s->dev, XP_CM_DESTROY_ID, &e, NULL, buf, sizeof(buf), NULL, 0, NULL);
 		sub_remove(s);
 	}
@@ -223,33 +226,32 @@ static void destroy_child(struct cmid *child)
  * ours (destroyed meanwhile). */
 static struct cmevt *decode(struct cmdev *d, struct xp_dec *r)
 {
-	uint8_t type = xp_get_u8(r);
-	uint32_t idh = xp_get_u32(r), lh = xp_get_u32(r);
-	int32_t status = (int32_t)xp_get_u32(r);
-	uint16_t plen;
-	const uint8_t *priv = xp_get_bytes(r, &plen);
-	uint8_t rr = xp_get_u8(r), idepth = xp_get_u8(r), fc = xp_get_u8(r), retry = xp_get_u8(r), rnr = xp_get_u8(r), srq = xp_get_u8(r);
-	uint32_t qpn = xp_get_u32(r);
+	struct xp_cm_get_event_rep rep;
+	xp_get_cm_get_event_rep(r, &rep);
+	if (r->err)
+		return NULL;
+	const struct xp_cm_event *w = &rep.event; /* its port_space: the ID's own */
+	uint8_t type = w->event;
+	uint32_t idh = w->id, lh = w->listen_id;
+	int32_t status = w->status;
+	uint16_t plen = w->param.private_data_len;
+	const uint8_t *priv = w->param.private_data;
+	uint8_t rr = w->param.responder_resources, idepth = w->param.initiator_depth, fc = w->param.flow_control,
+		retry = w->param.retry_count, rnr = w->param.rnr_retry_count, srq = w->param.srq;
+	uint32_t qpn = w->param.qp_num;
 	struct cmevt *e = calloc(1, sizeof(*e));
 	if (!e)
 		return NULL;
-	const uint8_t *g = xp_get_raw(r, 16);
-	if (g)
-		memcpy(e->ah_dgid, g, 16);
-	e->ah_sgid_index = xp_get_u8(r);
-	e->ah_hop_limit = xp_get_u8(r);
-	e->ah_tclass = xp_get_u8(r);
-	e->ah_flow = xp_get_u32(r);
-	e->ah_sl = xp_get_u8(r);
-	e->ah_port = xp_get_u8(r);
-	e->ah_global = xp_get_u8(r) != 0;
-	uint32_t udqpn = xp_get_u32(r), udqkey = xp_get_u32(r);
-	get_info(r, &e->info);
-	xp_get_u16(r); /* the port space: the ID's own */
-	if (r->err) {
-		free(e);
-		return NULL;
-	}
+	memcpy(e->ah_dgid, w->ud_ah.dgid, sizeof(e->ah_dgid));
+	e->ah_sgid_index = w->ud_ah.sgid_index;
+	e->ah_hop_limit = w->ud_ah.hop_limit;
+	e->ah_tclass = w->ud_ah.traffic_class;
+	e->ah_flow = w->ud_ah.flow_label;
+	e->ah_sl = w->ud_ah.sl;
+	e->ah_port = w->ud_ah.port_num;
+	e->ah_global = w->ud_ah.is_global;
+	uint32_t udqpn = w->ud_qp_num, udqkey = w->ud_qkey;
+	info_of(&e->info, &w->info);
 	e->dev = d;
 	e->ev.event = (enum rdma_cm_event_type)type;
 	e->ev.status = status;
@@ -261,7 +263,7 @@ static struct cmevt *decode(struct cmdev *d, struct xp_dec *r)
 			/* A request for a listener destroyed meanwhile: the daemon rejects it. */
 			uint8_t buf[64];
 			struct xp_enc x = {0};
-			xp_u32(&x, idh);
+			xp_put_cm_destroy_id_req(&x, &(struct xp_cm_destroy_id_req){.id = idh});
 			cm_call(d, XP_CM_DESTROY_ID, &x, NULL, buf, sizeof(buf), NULL, 0, NULL);
 			if (child)
 				free_id(child);
@@ -371,7 +373,7 @@ static void fetch(struct cmchan *c)
 		while (!s->dead && s->pending) {
 			struct xp_enc q = {0};
 			struct xp_dec r;
-			xp_u32(&q, s->handle);
+			xp_put_cm_get_event_req(&q, &(struct xp_cm_get_event_req){.channel = s->handle});
 			int err = cm_call(s->dev, XP_CM_GET_EVENT, &q, &r, buf, sizeof(buf), NULL, 0, NULL);
 			if (err == EIO) {
 				/* The daemon is gone, as a removed RNIC: DEVICE_REMOVAL for each ID of it. */
@@ -599,7 +601,7 @@ XP_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		struct chsub *s = subs;
 		subs = s->next;
 		struct xp_enc e = {0};
-		xp_u32(&e, s->handle);
+		xp_put_cm_destroy_channel_req(&e, &(struct xp_cm_destroy_channel_req){.channel = s->handle});
 		cm_call(s->dev, XP_CM_DESTROY_CHANNEL, &e, NULL, buf, sizeof(buf), NULL, 0, NULL);
 		close(s->efd);
 		free(s);

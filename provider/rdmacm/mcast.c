@@ -23,14 +23,15 @@ static socklen_t sa_len(const struct sockaddr *a)
 
 /* mc_call runs CM request op on the ID's one daemon-side ID: its handle, the group's address, and
  * for a join whether it is send-only. */
-static int mc_call(struct cmsub *s, uint16_t op, const struct cmaddr *a, int send_only)
+static int mc_call(struct cmsub *s, uint16_t op, const struct xp_cm_addr *a, int send_only)
 {
 	struct xp_enc e = {0};
 	uint8_t buf[64];
-	xp_u32(&e, s->handle);
-	put_addr(&e, a);
 	if (send_only >= 0)
-		xp_u8(&e, (uint8_t)send_only);
+		xp_put_cm_join_mcast_req(&e, &(struct xp_cm_join_mcast_req){.id = s->handle, .group = *a,
+									     .send_only = send_only});
+	else
+		xp_put_cm_leave_mcast_req(&e, &(struct xp_cm_leave_mcast_req){.id = s->handle, .group = *a});
 	return cm_call(s->dev, op, &e, NULL, buf, sizeof(buf), NULL, 0, NULL);
 }
 
@@ -38,7 +39,7 @@ static int join(struct cmid *c, const struct sockaddr *addr, uint16_t flags, voi
 {
 	struct cmsub *s = id_sub(c);
 	socklen_t len = addr ? sa_len(addr) : 0;
-	struct cmaddr a;
+	struct xp_cm_addr a;
 	/* The kernel's checks: an ID bound to the device (rdma_join_multicast's id->device). */
 	if (!len || !s || !c->dev)
 		return set_errno(EINVAL);
@@ -108,7 +109,7 @@ XP_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 	if (id->qp && mc->joined && mc->join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
 		ibv_detach_mcast(id->qp, &mc->mgid, 0);
 	struct cmsub *s = id_sub(c);
-	struct cmaddr a;
+	struct xp_cm_addr a;
 	int err = s ? to_cmaddr(addr, &a) : ENODEV;
 	if (!err)
 		err = mc_call(s, XP_CM_LEAVE_MCAST, &a, -1);

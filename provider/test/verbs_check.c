@@ -380,6 +380,67 @@ static void data_old_api(struct side *a, struct side *b, struct ibv_qp *qa, stru
 	      "ibv_query_qp: RTS, the peer's QPN, path MTU, capabilities, CQs");
 }
 
+/* write_id posts a signaled 1-byte WRITE of a's byte off to b's byte 900000 + off, as WR id. */
+static int write_id(struct ibv_qp *qp, struct side *a, struct side *b, size_t off, uint64_t id)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)a->buf + off, .length = 1, .lkey = a->mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				 .send_flags = IBV_SEND_SIGNALED},
+			   *bad;
+	wr.wr.rdma.remote_addr = (uintptr_t)b->buf + 900000 + off;
+	wr.wr.rdma.rkey = b->mr->rkey;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+/* resize_cq_rc: on an RC QP, ibv_resize_cq keeps the completions not yet polled, in order, as the
+ * CQ grows past what its old ring held and shrinks again; 0 or past max_cqe: EINVAL. (Below the
+ * unread ones is resize_cq's, on UD, whose count does not wait for ACKs.) */
+static void resize_cq_rc(struct side *a, struct side *b)
+{
+	struct ibv_cq *cq = ibv_create_cq(a->ctx, 8, NULL, NULL, 0);
+	struct ibv_qp *qa = cq ? make_qp(a, IBV_QPT_RC, NULL, cq) : NULL, *qb = make_qp(b, IBV_QPT_RC, NULL, NULL);
+	check(cq && qa && qb, "a CQ of 8 and a QP on it");
+	if (!cq || !qa || !qb)
+		return;
+	connect_pair(a, qa, b, qb);
+	struct ibv_wc wc[32];
+	/* Eight WRITEs; two of their completions polled, the others left in the CQ (or still coming). */
+	int posted = 0;
+	for (int i = 0; i < 8; i++) {
+		a->buf[i] = (uint8_t)(0x40 + i);
+		posted += write_id(qa, a, b, (size_t)i, (uint64_t)i) == 0;
+	}
+	check(posted == 8, "8 WRITEs posted");
+	int got = 0;
+	for (double end = now() + 10; got < 2 && now() < end;)
+		got += ibv_poll_cq(cq, 1, wc + got) == 1;
+	check(got == 2 && wc[0].status == IBV_WC_SUCCESS && wc[0].wr_id == 0 && wc[1].wr_id == 1, "2 of them polled, in order");
+	check(ibv_resize_cq(cq, 0) == EINVAL, "ibv_resize_cq to 0: EINVAL");
+	check(ibv_resize_cq(cq, 1 << 30) == EINVAL, "ibv_resize_cq past max_cqe: EINVAL");
+	check(ibv_resize_cq(cq, 20) == 0 && cq->cqe == 20, "ibv_resize_cq to 20 with the other 6 unpolled or coming");
+	for (int i = 8; i < 18; i++)
+		write_id(qa, a, b, 100, (uint64_t)i);
+	got = 0;
+	for (double end = now() + 10; got < 16 && now() < end;) {
+		int n = ibv_poll_cq(cq, 32 - got, wc + got);
+		if (n < 0)
+			break;
+		got += n;
+	}
+	int ok = got == 16;
+	for (int i = 0; i < got; i++)
+		ok = ok && wc[i].status == IBV_WC_SUCCESS && wc[i].opcode == IBV_WC_RDMA_WRITE && wc[i].wr_id == (uint64_t)i + 2;
+	check(ok, "the 6 unpolled and 10 more, 16 completions in order in a CQ whose old ring held 8 (%d)", got);
+	check(ibv_resize_cq(cq, 2) == 0 && cq->cqe == 2, "ibv_resize_cq down to 2, empty");
+	for (int i = 18; i < 20; i++)
+		write_id(qa, a, b, 100, (uint64_t)i);
+	got = 0;
+	for (double end = now() + 10; got < 2 && now() < end;)
+		got += ibv_poll_cq(cq, 1, wc) == 1 && wc[0].status == IBV_WC_SUCCESS && wc[0].wr_id == (uint64_t)got + 18;
+	check(got == 2, "then 2 completions in it");
+	check(ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0 && ibv_destroy_cq(cq) == 0, "its QPs and the CQ go");
+}
+
 static void data_new_api(struct side *a, struct side *b)
 {
 	struct ibv_qp_init_attr_ex x = {
@@ -969,6 +1030,7 @@ int main(int argc, char **argv)
 	data_old_api(&a, &b, qa, qb);
 	ibv_destroy_qp(qa);
 	ibv_destroy_qp(qb);
+	resize_cq_rc(&a, &b);
 	resize_cq(&a, &b);
 	data_new_api(&a, &b);
 	cq_ex_and_events(&a, &b);

@@ -21,10 +21,8 @@ void xp_start(struct xp_enc *e, enum xp_op op)
 {
 	e->n = 0;
 	e->overflow = false;
-	xp_u16(e, XP_VERSION);
-	xp_u16(e, (uint16_t)op);
-	xp_u32(e, 0); /* sequence: xp_call sets it */
-	xp_u32(e, 0); /* errno */
+	/* The sequence number: xp_call sets it. */
+	xp_put_msg_hdr(e, &(struct xp_msg_hdr){.version = XP_VERSION, .op = (uint16_t)op});
 }
 
 
@@ -188,12 +186,12 @@ static int exchange(int sock, uint32_t seq, struct xp_enc *e, const int *fds, in
 	if (n <= 0)
 		return n == 0 || errno == ECONNRESET ? EIO : errno;
 	struct xp_dec h = {.p = buf, .n = (size_t)n};
-	uint16_t version = xp_get_u16(&h), op = xp_get_u16(&h);
-	uint32_t rseq = xp_get_u32(&h);
-	int32_t err = (int32_t)xp_get_u32(&h);
+	struct xp_msg_hdr rh;
+	xp_get_msg_hdr(&h, &rh);
+	int32_t err = rh.err;
 	uint16_t req_op;
 	memcpy(&req_op, e->b + offsetof(struct xp_msg_hdr, op), sizeof(req_op));
-	if (h.err || version != XP_VERSION || op != le16toh(req_op) || rseq != seq)
+	if (h.err || rh.version != XP_VERSION || rh.op != le16toh(req_op) || rh.seq != seq)
 		err = EPROTO;
 	if (err != 0 || !rfds) {
 		for (int i = 0; i < ngot; i++)
@@ -236,7 +234,7 @@ int xp_hello(int sock, struct xp_info *info, int fds[3])
 	if (!e || !buf)
 		goto out;
 	xp_start(e, XP_HELLO);
-	xp_u16(e, XP_VERSION);
+	xp_put_hello_req(e, &(struct xp_hello_req){.version = XP_VERSION});
 	struct xp_dec d;
 	err = exchange(sock, 1, e, NULL, 0, buf, XP_MAX_MSG, &d, fds, &nfds);
 	if (err == EAGAIN || err == EWOULDBLOCK)
@@ -245,37 +243,31 @@ int xp_hello(int sock, struct xp_info *info, int fds[3])
 		goto out;
 	set_timeouts(sock, 0); /* the daemon is the verbs' to wait for from now on */
 	memset(info, 0, sizeof(*info));
-	uint16_t n;
-	const uint8_t *p = xp_get_bytes(&d, &n);
-	if (p)
-		memcpy(info->name, p, n < sizeof(info->name) - 1 ? n : sizeof(info->name) - 1);
-	info->node_guid = xp_get_u64(&d);
-	p = xp_get_raw(&d, 6);
-	if (p)
-		memcpy(info->mac, p, 6);
-	info->max_qp = xp_get_u32(&d);
-	info->max_qp_wr = xp_get_u32(&d);
-	info->max_sge = xp_get_u32(&d);
-	info->max_cqe = xp_get_u32(&d);
-	info->max_inline = xp_get_u32(&d);
-	info->max_mr_size = xp_get_u64(&d);
-	info->max_msg_sz = xp_get_u64(&d);
-	info->max_qp_rd_atom = xp_get_u32(&d);
-	info->max_qp_init_rd_atom = xp_get_u32(&d);
-	info->max_mtu = xp_get_u8(&d);
-	info->active_mtu = xp_get_u8(&d);
-	p = xp_get_bytes(&d, &n);
-	if (p)
-		memcpy(info->datapath, p, n < sizeof(info->datapath) - 1 ? n : sizeof(info->datapath) - 1);
-	uint16_t ngids = xp_get_u16(&d);
-	for (uint16_t i = 0; i < ngids; i++) {
-		p = xp_get_raw(&d, 16);
-		if (p && i < sizeof(info->gids) / sizeof(info->gids[0])) {
-			memcpy(info->gids[i].raw, p, 16);
-			info->ngids = i + 1;
-		}
-	}
-	info->engines = xp_get_u32(&d);
+	struct xp_hello_rep r;
+	xp_get_hello_rep(&d, &r);
+	if (r.name)
+		memcpy(info->name, r.name, r.name_len < sizeof(info->name) - 1 ? r.name_len : sizeof(info->name) - 1);
+	info->node_guid = r.node_guid;
+	memcpy(info->mac, r.mac, sizeof(info->mac));
+	info->max_qp = r.max_qp;
+	info->max_qp_wr = r.max_qp_wr;
+	info->max_sge = r.max_sge;
+	info->max_cqe = r.max_cqe;
+	info->max_inline = r.max_inline_data;
+	info->max_mr_size = r.max_mr_size;
+	info->max_msg_sz = r.max_msg_sz;
+	info->max_qp_rd_atom = r.max_qp_rd_atom;
+	info->max_qp_init_rd_atom = r.max_qp_init_rd_atom;
+	info->max_mtu = r.max_mtu;
+	info->active_mtu = r.active_mtu;
+	if (r.data_path)
+		memcpy(info->datapath, r.data_path,
+		       r.data_path_len < sizeof(info->datapath) - 1 ? r.data_path_len : sizeof(info->datapath) - 1);
+	info->ngids = r.gids_count < sizeof(info->gids) / sizeof(info->gids[0]) ? r.gids_count
+										 : sizeof(info->gids) / sizeof(info->gids[0]);
+	for (uint16_t i = 0; i < info->ngids; i++)
+		memcpy(info->gids[i].raw, r.gids[i], 16);
+	info->engines = r.engines;
 	err = xp_end(&d);
 	if (!err && nfds != 3)
 		err = EPROTO;

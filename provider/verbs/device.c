@@ -565,8 +565,10 @@ static bool fetch_events(struct xctx *c)
 			return true;
 		if (err)
 			return err != EIO;
-		uint8_t type = xp_get_u8(&d), kind = xp_get_u8(&d);
-		uint32_t h = xp_get_u32(&d);
+		struct xp_get_event_rep r;
+		xp_get_get_event_rep(&d, &r);
+		uint8_t type = r.event.event_type, kind = r.event.kind;
+		uint32_t h = r.event.handle;
 		if (xp_end(&d))
 			return true;
 		struct ibv_async_event ev = {.event_type = (enum ibv_event_type)type};

@@ -24,7 +24,8 @@ static int destroy_handle(struct ibv_context *ctx, enum xp_op op, uint32_t h)
 	struct xp_dec d;
 	uint8_t buf[256];
 	xp_start(&e, op);
-	xp_u32(&e, h);
+	/* Every destroy's request is the object's Ref. */
+	xp_put_ref(&e, &(struct xp_ref){.handle = h});
 	/* A reply to a destroy has no body: a short buffer is enough. */
 	int err = xp_call(to_xctx(ctx), &e, NULL, 0, buf, sizeof(buf), &d, NULL, NULL);
 	/* Once the daemon is gone, so is the object: the application may free its side, as rdma-core
@@ -49,7 +50,9 @@ XP_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
 	int err = call(to_xctx(ctx), &e, buf, &d);
 	if (err)
 		return fail(err);
-	uint32_t h = xp_get_u32(&d);
+	struct xp_alloc_pd_rep r;
+	xp_get_alloc_pd_rep(&d, &r);
+	uint32_t h = r.pd;
 	if ((err = xp_end(&d)))
 		return fail(err);
 	struct xpd *pd = calloc(1, sizeof(*pd));
@@ -84,15 +87,14 @@ XP_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 	struct xp_dec d;
 	uint8_t buf[256];
 	xp_start(&e, XP_REG_MR);
-	xp_u32(&e, pd->handle);
-	xp_u64(&e, (uintptr_t)addr);
-	xp_u64(&e, length);
-	xp_u32(&e, access);
-	xp_u64(&e, iova);
+	xp_put_reg_mr_req(&e, &(struct xp_reg_mr_req){
+				      .pd = pd->handle, .addr = (uintptr_t)addr, .length = length, .access = access, .iova = iova});
 	int err = call(to_xctx(pd->context), &e, buf, &d);
 	if (err)
 		return fail(err);
-	uint32_t h = xp_get_u32(&d), lkey = xp_get_u32(&d), rkey = xp_get_u32(&d);
+	struct xp_reg_mr_rep r;
+	xp_get_reg_mr_rep(&d, &r);
+	uint32_t h = r.mr, lkey = r.lkey, rkey = r.rkey;
 	if ((err = xp_end(&d)))
 		return fail(err);
 	struct xmr *mr = calloc(1, sizeof(*mr));
@@ -185,11 +187,13 @@ static struct xcq *create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 	uint8_t buf[256];
 	int fds[XP_MAX_FDS], nfds;
 	xp_start(&e, XP_CREATE_CQ);
-	xp_u32(&e, (uint32_t)cqe);
+	xp_put_create_cq_req(&e, &(struct xp_create_cq_req){.cqe = (uint32_t)cqe});
 	int err = xp_call(c, &e, NULL, 0, buf, sizeof(buf), &d, fds, &nfds);
 	if (err)
 		return fail(err);
-	uint32_t h = xp_get_u32(&d), slots = xp_get_u32(&d);
+	struct xp_create_cq_rep r;
+	xp_get_create_cq_rep(&d, &r);
+	uint32_t h = r.cq, slots = r.slots;
 	err = xp_end(&d);
 	if (!err && nfds != 2)
 		err = EPROTO;
@@ -289,52 +293,46 @@ XP_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	return 0;
 }
 
-/* ibv_resize_cq gives the CQ a new ring from the daemon, which moves the unread completions into
- * it, as rxe resizes its queue: more unread completions than cqe is EINVAL. Pollers wait on the
- * CQ's lock meanwhile, so the consumer index the daemon reads does not move. */
+/* ibv_resize_cq has the daemon move the CQ to a new ring of cqe entries, with the completions not
+ * yet polled, in order (EINVAL for more than cqe of them, as rxe), and maps it. Pollers wait
+ * meanwhile, as rxe's provider holds the CQ's lock across its resize command. */
 XP_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 {
 	struct xcq *cq = to_xcq(ibcq);
 	struct xctx *c = to_xctx(ibcq->context);
 	if (cqe < 1 || (uint32_t)cqe > c->info.max_cqe)
 		return EINVAL;
-	struct xp_ring *keep = realloc(cq->retired, (cq->nretired + 1) * sizeof(*keep));
-	if (!keep)
+	struct xp_ring *retired = realloc(cq->retired, sizeof(*retired) * (cq->nretired + 1));
+	if (!retired)
 		return ENOMEM;
-	cq->retired = keep;
-	pthread_spin_lock(&cq->lock);
-	uint32_t unread = atomic_load_explicit(XP_PRODUCER(&cq->ring), memory_order_acquire) - cq->cons;
-	if (unread > (uint32_t)cqe) {
-		pthread_spin_unlock(&cq->lock);
-		return EINVAL;
-	}
+	cq->retired = retired;
 	struct xp_enc e;
 	struct xp_dec d;
-	uint8_t buf[64];
+	uint8_t buf[256];
 	int fds[XP_MAX_FDS], nfds = 0;
 	xp_start(&e, XP_RESIZE_CQ);
-	xp_u32(&e, ibcq->handle);
-	xp_u32(&e, (uint32_t)cqe);
+	xp_put_resize_cq_req(&e, &(struct xp_resize_cq_req){.cq = ibcq->handle, .cqe = (uint32_t)cqe});
+	pthread_spin_lock(&cq->lock);
+	/* The daemon reads what was consumed from the ring: every poll published it already. */
 	int err = xp_call(c, &e, NULL, 0, buf, sizeof(buf), &d, fds, &nfds);
-	uint32_t slots = err ? 0 : xp_get_u32(&d);
-	if (!err)
+	struct xp_resize_cq_rep r = {0};
+	if (!err) {
+		xp_get_resize_cq_rep(&d, &r);
 		err = xp_end(&d);
-	if (!err && nfds != 1)
+	}
+	if (!err && (nfds != 1 || r.slots < (uint32_t)cqe))
 		err = EPROTO;
 	struct xp_ring ring = {0};
 	if (!err)
-		err = xp_map_ring(&ring, fds[0], slots, XP_CQE);
+		err = xp_map_ring(&ring, fds[0], r.slots, XP_CQE);
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
-	if (!err && (uint32_t)cqe > slots) {
-		xp_unmap_ring(&ring);
-		err = EPROTO;
-	}
 	if (!err) {
 		cq->retired[cq->nretired++] = cq->ring;
-		cq->ring = ring;
-		/* The daemon put the unread completions at the new ring's start. */
-		__atomic_store_n(&cq->cons, 0, __ATOMIC_RELAXED);
+		cq->ring.len = ring.len;
+		cq->ring.slots = ring.slots;
+		cq->ring.slot_size = ring.slot_size;
+		__atomic_store_n(&cq->ring.mem, ring.mem, __ATOMIC_RELEASE);
 		ibcq->cqe = cqe;
 	}
 	pthread_spin_unlock(&cq->lock);
@@ -382,78 +380,41 @@ XP_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 
 /* QPs. */
 
-static void put_qp_attr(struct xp_enc *e, const struct ibv_qp_attr *a, const struct ibv_qp_cap *cap)
+/* qp_attr_of is a's attributes as MODIFY_QP carries them; the daemon resolves the next hop's MAC
+ * address (dmac left empty). */
+static struct xp_qp_attr qp_attr_of(const struct ibv_qp_attr *a)
 {
-	xp_u8(e, (uint8_t)a->qp_state);
-	xp_u8(e, (uint8_t)a->cur_qp_state);
-	xp_u32(e, (uint32_t)a->qp_access_flags);
-	xp_u16(e, a->pkey_index);
-	xp_u8(e, a->port_num);
-	xp_u32(e, a->qkey);
-	xp_raw(e, a->ah_attr.grh.dgid.raw, 16);
-	xp_u8(e, a->ah_attr.grh.sgid_index);
-	xp_u8(e, a->ah_attr.grh.hop_limit);
-	xp_u8(e, a->ah_attr.grh.traffic_class);
-	xp_u32(e, a->ah_attr.grh.flow_label & XP_FLOW_LABEL_MASK);
-	xp_bytes(e, NULL, 0); /* the daemon resolves the next hop's MAC address */
-	xp_u8(e, (uint8_t)a->path_mtu);
-	xp_u8(e, a->timeout);
-	xp_u8(e, a->retry_cnt);
-	xp_u8(e, a->rnr_retry);
-	xp_u32(e, a->rq_psn);
-	xp_u32(e, a->sq_psn);
-	xp_u8(e, a->max_rd_atomic);
-	xp_u8(e, a->max_dest_rd_atomic);
-	xp_u8(e, a->min_rnr_timer);
-	xp_u32(e, a->dest_qp_num);
-	xp_u8(e, a->en_sqd_async_notify ? 1 : 0);
-	xp_u8(e, a->sq_draining ? 1 : 0);
-	xp_u32(e, cap->max_send_wr);
-	xp_u32(e, cap->max_recv_wr);
-	xp_u32(e, cap->max_send_sge);
-	xp_u32(e, cap->max_recv_sge);
-	xp_u32(e, cap->max_inline_data);
-}
-
-static void get_qp_attr(struct xp_dec *d, struct ibv_qp_attr *a)
-{
-	memset(a, 0, sizeof(*a));
-	a->qp_state = (enum ibv_qp_state)xp_get_u8(d);
-	a->cur_qp_state = (enum ibv_qp_state)xp_get_u8(d);
-	a->qp_access_flags = (int)xp_get_u32(d);
-	a->pkey_index = xp_get_u16(d);
-	a->port_num = xp_get_u8(d);
-	a->qkey = xp_get_u32(d);
-	const uint8_t *g = xp_get_raw(d, 16);
-	if (g)
-		memcpy(a->ah_attr.grh.dgid.raw, g, 16);
-	a->ah_attr.grh.sgid_index = xp_get_u8(d);
-	a->ah_attr.grh.hop_limit = xp_get_u8(d);
-	a->ah_attr.grh.traffic_class = xp_get_u8(d);
-	a->ah_attr.grh.flow_label = xp_get_u32(d);
-	uint16_t n;
-	xp_get_bytes(d, &n);
-	a->path_mtu = (enum ibv_mtu)xp_get_u8(d);
-	a->timeout = xp_get_u8(d);
-	a->retry_cnt = xp_get_u8(d);
-	a->rnr_retry = xp_get_u8(d);
-	a->rq_psn = xp_get_u32(d);
-	a->sq_psn = xp_get_u32(d);
-	a->max_rd_atomic = xp_get_u8(d);
-	a->max_dest_rd_atomic = xp_get_u8(d);
-	a->min_rnr_timer = xp_get_u8(d);
-	a->dest_qp_num = xp_get_u32(d);
-	a->en_sqd_async_notify = xp_get_bool(d);
-	a->sq_draining = xp_get_bool(d);
-	a->cap.max_send_wr = xp_get_u32(d);
-	a->cap.max_recv_wr = xp_get_u32(d);
-	a->cap.max_send_sge = xp_get_u32(d);
-	a->cap.max_recv_sge = xp_get_u32(d);
-	a->cap.max_inline_data = xp_get_u32(d);
-	a->ah_attr.is_global = 1;
-	a->ah_attr.port_num = 1;
-	if (a->port_num == 0)
-		a->port_num = 1;
+	struct xp_qp_attr w = {
+		.qp_state = (uint8_t)a->qp_state,
+		.cur_qp_state = (uint8_t)a->cur_qp_state,
+		.qp_access_flags = (uint32_t)a->qp_access_flags,
+		.pkey_index = a->pkey_index,
+		.port_num = a->port_num,
+		.qkey = a->qkey,
+		.sgid_index = a->ah_attr.grh.sgid_index,
+		.hop_limit = a->ah_attr.grh.hop_limit,
+		.traffic_class = a->ah_attr.grh.traffic_class,
+		.flow_label = a->ah_attr.grh.flow_label & XP_FLOW_LABEL_MASK,
+		.path_mtu = (uint8_t)a->path_mtu,
+		.timeout = a->timeout,
+		.retry_cnt = a->retry_cnt,
+		.rnr_retry = a->rnr_retry,
+		.rq_psn = a->rq_psn,
+		.sq_psn = a->sq_psn,
+		.max_rd_atomic = a->max_rd_atomic,
+		.max_dest_rd_atomic = a->max_dest_rd_atomic,
+		.min_rnr_timer = a->min_rnr_timer,
+		.dest_qp_num = a->dest_qp_num,
+		.en_sqd_async_notify = a->en_sqd_async_notify,
+		.sq_draining = a->sq_draining,
+		.cap = {.max_send_wr = a->cap.max_send_wr,
+			.max_recv_wr = a->cap.max_recv_wr,
+			.max_send_sge = a->cap.max_send_sge,
+			.max_recv_sge = a->cap.max_recv_sge,
+			.max_inline_data = a->cap.max_inline_data},
+	};
+	memcpy(w.dgid, a->ah_attr.grh.dgid.raw, sizeof(w.dgid));
+	return w;
 }
 
 static bool ours_cq(struct ibv_context *ctx, struct ibv_cq *cq) { return cq && cq->context == ctx; }
@@ -483,28 +444,31 @@ struct ibv_qp *xp_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_
 	uint8_t buf[256];
 	int fds[XP_MAX_FDS], nfds;
 	xp_start(&e, XP_CREATE_QP);
-	xp_u32(&e, attr->pd->handle);
-	xp_u32(&e, attr->send_cq->handle);
-	xp_u32(&e, attr->recv_cq->handle);
-	xp_u32(&e, attr->srq ? attr->srq->handle : 0);
-	xp_u8(&e, (uint8_t)attr->qp_type);
-	xp_u8(&e, attr->sq_sig_all ? 1 : 0);
-	xp_u32(&e, attr->cap.max_send_wr);
-	xp_u32(&e, attr->cap.max_recv_wr);
-	xp_u32(&e, attr->cap.max_send_sge);
-	xp_u32(&e, attr->cap.max_recv_sge);
-	xp_u32(&e, attr->cap.max_inline_data);
+	xp_put_create_qp_req(&e, &(struct xp_create_qp_req){
+					 .pd = attr->pd->handle,
+					 .send_cq = attr->send_cq->handle,
+					 .recv_cq = attr->recv_cq->handle,
+					 .srq = attr->srq ? attr->srq->handle : 0,
+					 .qp_type = (uint8_t)attr->qp_type,
+					 .sq_sig_all = attr->sq_sig_all,
+					 .cap = {.max_send_wr = attr->cap.max_send_wr,
+						 .max_recv_wr = attr->cap.max_recv_wr,
+						 .max_send_sge = attr->cap.max_send_sge,
+						 .max_recv_sge = attr->cap.max_recv_sge,
+						 .max_inline_data = attr->cap.max_inline_data},
+				 });
 	int err = xp_call(c, &e, NULL, 0, buf, sizeof(buf), &d, fds, &nfds);
 	if (err)
 		return fail(err);
-	uint32_t h = xp_get_u32(&d), qpn = xp_get_u32(&d);
-	struct ibv_qp_cap cap;
-	cap.max_send_wr = xp_get_u32(&d);
-	cap.max_recv_wr = xp_get_u32(&d);
-	cap.max_send_sge = xp_get_u32(&d);
-	cap.max_recv_sge = xp_get_u32(&d);
-	cap.max_inline_data = xp_get_u32(&d);
-	uint32_t ss = xp_get_u32(&d), ssz = xp_get_u32(&d), rs = xp_get_u32(&d), rsz = xp_get_u32(&d);
+	struct xp_create_qp_rep r;
+	xp_get_create_qp_rep(&d, &r);
+	uint32_t h = r.qp, qpn = r.qp_num;
+	struct ibv_qp_cap cap = {.max_send_wr = r.cap.max_send_wr,
+				 .max_recv_wr = r.cap.max_recv_wr,
+				 .max_send_sge = r.cap.max_send_sge,
+				 .max_recv_sge = r.cap.max_recv_sge,
+				 .max_inline_data = r.cap.max_inline_data};
+	uint32_t ss = r.send_slots, ssz = r.send_slot_size, rs = r.recv_slots, rsz = r.recv_slot_size;
 	err = xp_end(&d);
 	if (!err && nfds != 2)
 		err = EPROTO;
@@ -589,9 +553,8 @@ XP_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mas
 	struct xp_dec d;
 	uint8_t buf[256];
 	xp_start(&e, XP_MODIFY_QP);
-	xp_u32(&e, qp->handle);
-	xp_u32(&e, (uint32_t)mask);
-	put_qp_attr(&e, attr, &attr->cap);
+	xp_put_modify_qp_req(&e, &(struct xp_modify_qp_req){
+					 .qp = qp->handle, .attr_mask = (uint32_t)mask, .attr = qp_attr_of(attr)});
 	int err = call(to_xctx(qp->context), &e, buf, &d);
 	if (err)
 		return err;
@@ -609,11 +572,13 @@ XP_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask
 	struct xp_dec d;
 	uint8_t buf[512];
 	xp_start(&e, XP_QUERY_QP);
-	xp_u32(&e, qp->handle);
+	xp_put_query_qp_req(&e, &(struct xp_query_qp_req){.qp = qp->handle});
 	int err = call(to_xctx(qp->context), &e, buf, &d);
 	if (err)
 		return err;
-	get_qp_attr(&d, attr);
+	struct xp_query_qp_rep r;
+	xp_get_query_qp_rep(&d, &r);
+	xp_ibv_qp_attr(attr, &r.attr);
 	if ((err = xp_end(&d)))
 		return err;
 	struct xqp *x = to_xqp(qp);
@@ -666,16 +631,20 @@ XP_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 	uint8_t buf[256];
 	int fds[XP_MAX_FDS], nfds;
 	xp_start(&e, XP_CREATE_SRQ);
-	xp_u32(&e, pd->handle);
-	xp_u32(&e, attr->attr.max_wr);
-	xp_u32(&e, attr->attr.max_sge);
-	xp_u32(&e, attr->attr.srq_limit);
+	xp_put_create_srq_req(&e, &(struct xp_create_srq_req){
+					  .pd = pd->handle,
+					  .attr = {.max_wr = attr->attr.max_wr,
+						   .max_sge = attr->attr.max_sge,
+						   .srq_limit = attr->attr.srq_limit},
+				  });
 	int err = xp_call(c, &e, NULL, 0, buf, sizeof(buf), &d, fds, &nfds);
 	if (err)
 		return fail(err);
-	uint32_t h = xp_get_u32(&d);
-	struct ibv_srq_attr got = {.max_wr = xp_get_u32(&d), .max_sge = xp_get_u32(&d), .srq_limit = xp_get_u32(&d)};
-	uint32_t slots = xp_get_u32(&d), size = xp_get_u32(&d);
+	struct xp_create_srq_rep r;
+	xp_get_create_srq_rep(&d, &r);
+	uint32_t h = r.srq;
+	struct ibv_srq_attr got = {.max_wr = r.attr.max_wr, .max_sge = r.attr.max_sge, .srq_limit = r.attr.srq_limit};
+	uint32_t slots = r.slots, size = r.slot_size;
 	err = xp_end(&d);
 	if (!err && nfds != 1)
 		err = EPROTO;
@@ -716,11 +685,11 @@ XP_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int
 	struct xp_dec d;
 	uint8_t buf[256];
 	xp_start(&e, XP_MODIFY_SRQ);
-	xp_u32(&e, srq->handle);
-	xp_u32(&e, (uint32_t)mask);
-	xp_u32(&e, attr->max_wr);
-	xp_u32(&e, attr->max_sge);
-	xp_u32(&e, attr->srq_limit);
+	xp_put_modify_srq_req(&e, &(struct xp_modify_srq_req){
+					  .srq = srq->handle,
+					  .attr_mask = (uint32_t)mask,
+					  .attr = {.max_wr = attr->max_wr, .max_sge = attr->max_sge, .srq_limit = attr->srq_limit},
+				  });
 	int err = call(to_xctx(srq->context), &e, buf, &d);
 	if (!err)
 		err = xp_end(&d);
@@ -739,13 +708,15 @@ XP_EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
 	struct xp_dec d;
 	uint8_t buf[256];
 	xp_start(&e, XP_QUERY_SRQ);
-	xp_u32(&e, srq->handle);
+	xp_put_query_srq_req(&e, &(struct xp_query_srq_req){.srq = srq->handle});
 	int err = call(to_xctx(srq->context), &e, buf, &d);
 	if (err)
 		return err;
-	attr->max_wr = xp_get_u32(&d);
-	attr->max_sge = xp_get_u32(&d);
-	attr->srq_limit = xp_get_u32(&d);
+	struct xp_query_srq_rep r;
+	xp_get_query_srq_rep(&d, &r);
+	attr->max_wr = r.attr.max_wr;
+	attr->max_sge = r.attr.max_sge;
+	attr->srq_limit = r.attr.srq_limit;
 	return xp_end(&d);
 }
 
@@ -773,12 +744,13 @@ struct ibv_mw *xp_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 	struct xp_dec d;
 	uint8_t buf[256];
 	xp_start(&e, XP_ALLOC_MW);
-	xp_u32(&e, pd->handle);
-	xp_u8(&e, (uint8_t)type);
+	xp_put_alloc_mw_req(&e, &(struct xp_alloc_mw_req){.pd = pd->handle, .type = (uint8_t)type});
 	int err = call(to_xctx(pd->context), &e, buf, &d);
 	if (err)
 		return fail(err);
-	uint32_t h = xp_get_u32(&d), rkey = xp_get_u32(&d);
+	struct xp_alloc_mw_rep r;
+	xp_get_alloc_mw_rep(&d, &r);
+	uint32_t h = r.mw, rkey = r.rkey;
 	if ((err = xp_end(&d)))
 		return fail(err);
 	struct xmw *mw = calloc(1, sizeof(*mw));
@@ -828,21 +800,24 @@ XP_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *at
 	struct xp_dec d;
 	uint8_t buf[256];
 	xp_start(&e, XP_CREATE_AH);
-	xp_u32(&e, pd->handle);
-	xp_raw(&e, attr->grh.dgid.raw, 16);
-	xp_u8(&e, attr->grh.sgid_index);
-	xp_u8(&e, attr->grh.hop_limit);
-	xp_u8(&e, attr->grh.traffic_class);
-	xp_u32(&e, attr->grh.flow_label & XP_FLOW_LABEL_MASK);
-	xp_u8(&e, attr->sl);
-	xp_u8(&e, attr->port_num);
-	xp_u8(&e, attr->is_global ? 1 : 0);
+	struct xp_create_ah_req q = {
+		.pd = pd->handle,
+		.attr = {.sgid_index = attr->grh.sgid_index,
+			 .hop_limit = attr->grh.hop_limit,
+			 .traffic_class = attr->grh.traffic_class,
+			 .flow_label = attr->grh.flow_label & XP_FLOW_LABEL_MASK,
+			 .sl = attr->sl,
+			 .port_num = attr->port_num,
+			 .is_global = attr->is_global},
+	};
+	memcpy(q.attr.dgid, attr->grh.dgid.raw, sizeof(q.attr.dgid));
+	xp_put_create_ah_req(&e, &q);
 	int err = call(to_xctx(pd->context), &e, buf, &d);
 	if (err)
 		return fail(err);
-	uint32_t h = xp_get_u32(&d);
-	uint16_t n;
-	xp_get_bytes(&d, &n);
+	struct xp_create_ah_rep r;
+	xp_get_create_ah_rep(&d, &r);
+	uint32_t h = r.ah;
 	if ((err = xp_end(&d)))
 		return fail(err);
 	struct xah *ah = calloc(1, sizeof(*ah));
@@ -924,9 +899,10 @@ static int mcast(struct ibv_qp *qp, enum xp_op op, const union ibv_gid *gid, uin
 	if (!qp || !gid)
 		return EINVAL;
 	xp_start(&e, op);
-	xp_u32(&e, qp->handle);
-	xp_raw(&e, gid->raw, 16);
-	xp_u16(&e, lid);
+	/* Both ops' request is McastReq. */
+	struct xp_mcast m = {.qp = qp->handle, .lid = lid};
+	memcpy(m.gid, gid->raw, sizeof(m.gid));
+	xp_put_mcast(&e, &m);
 	int err = call(to_xctx(qp->context), &e, buf, &d);
 	return err ? err : xp_end(&d);
 }

@@ -274,7 +274,8 @@ int xp_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
 	struct xcq *cq = to_xcq(ibcq);
 	/* An empty CQ costs a load and a compare: no lock, no store. That look is only a hint: another
 	 * poller may consume past it before this one holds the lock. */
-	if (atomic_load_explicit(XP_PRODUCER(&cq->ring), memory_order_relaxed) == __atomic_load_n(&cq->cons, __ATOMIC_RELAXED))
+	struct xp_ring_hdr *h = (struct xp_ring_hdr *)__atomic_load_n(&cq->ring.mem, __ATOMIC_ACQUIRE);
+	if (atomic_load_explicit(&h->producer, memory_order_relaxed) == __atomic_load_n(&cq->cons, __ATOMIC_RELAXED))
 		return 0;
 	pthread_spin_lock(&cq->lock);
 	uint32_t cons = cq->cons;

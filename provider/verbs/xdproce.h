@@ -13,6 +13,7 @@
 
 #include "../common/codec.h"
 #include "../common/notify.h"
+#include "../common/qpattr.h"
 #include "../common/xp_abi.h"
 
 #define XP_EXPORT __attribute__((visibility("default")))
@@ -158,16 +159,14 @@ struct xchan {
 
 struct xcq {
 	struct ibv_cq_ex cqx;
-	struct xp_ring ring;
+	struct xp_ring ring; /* ring.mem changes under lock (ibv_resize_cq); unlocked readers load it atomically */
+	struct xp_ring *retired; /* rings resizes replaced, unmapped with the CQ: an unlocked poll may still look */
+	size_t nretired;
 	int evfd;	   /* a pipe the daemon signals when a notification request is met */
 	uint32_t cons;	   /* consumer index, under lock */
 	pthread_spinlock_t lock;
 	struct xp_cqe cur; /* the completion the extended poll API is on */
 	bool polling;
-	/* Rings a resize replaced, mapped until the CQ is destroyed: a poller's lockless look at the
-	 * producer index may still read one. */
-	struct xp_ring *retired;
-	size_t nretired;
 };
 
 static inline struct xcq *to_xcq(struct ibv_cq *cq)

@@ -1,5 +1,6 @@
-// Command abigen writes the C header of the shared-memory ABI (uverbs.ABIHeader), which the C
-// provider includes: `go generate ./uverbs` runs it.
+// Command abigen writes the C header of the daemon's ABI (uverbs.ABIHeader): the shared-memory
+// layouts and the control messages' structs and codecs, which the C provider includes. `go
+// generate ./uverbs` runs it.
 package main
 
 import (

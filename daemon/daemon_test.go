@@ -933,3 +933,45 @@ func TestUDThroughDaemon(t *testing.T) {
 		}
 	}
 }
+
+// TestAHDestroyedRightAfterPosting: a client that posts unsignaled UD
+// sends and destroys their address handle at once (as mckey does) still
+// sends every datagram, as on rxe, whose provider copies the address
+// vector into the WQE at post: the daemon takes what was posted before it
+// lets a handle go. Before, the engine often took the slots after the
+// handle was gone: LOC_QP_OP_ERR, nothing sent.
+func TestAHDestroyedRightAfterPosting(t *testing.T) {
+	tb := newTestbed(t)
+	c := tb.dial(t)
+	x, y := udEnd(t, c), udEnd(t, tb.b)
+	const rounds, per = 20, 8
+	for r := range rounds {
+		for i := range per {
+			if _, err := y.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGList: []verbs.SGE{{Addr: y.mr.Addr() + uint64(i)*2048, Length: 2048, LKey: y.mr.LKey()}}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ah, err := x.pd.CreateAH(verbs.AH{DGID: ipB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range per {
+			if _, err := x.qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.WRSend,
+				SGList: []verbs.SGE{{Addr: x.mr.Addr(), Length: 64, LKey: x.mr.LKey()}}, AH: ah,
+				RemoteQPN: y.qp.QPN(), RemoteQKey: 0x11111111}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ah.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range per {
+			if wc := pollOne(t, y.cq); wc.Status != verbs.WCSuccess {
+				t.Fatalf("round %d, datagram %d: %+v", r, i, wc)
+			}
+		}
+	}
+	if cs, _ := tb.a.Counters(); cs.BadSharedWQE != 0 {
+		t.Fatalf("%d of the client's work requests refused", cs.BadSharedWQE)
+	}
+}

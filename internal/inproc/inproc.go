@@ -258,8 +258,10 @@ type AH struct {
 // Attr is the handle's vector.
 func (a *AH) Attr() *ibv.AH { return &a.attr }
 
-// Destroy frees the handle (the API lets it be called once).
+// Destroy frees the handle (the API lets it be called once), once the
+// engines took what clients posted through it (TakePosted).
 func (a *AH) Destroy() error {
+	a.pd.dev.TakePosted()
 	a.pd.dev.ahs.Add(-1)
 	a.pd.pd.AddUsers(-1)
 	return nil

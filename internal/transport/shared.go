@@ -187,6 +187,14 @@ func (d *NIC) settle() {
 	}
 }
 
+// TakePosted makes the engines take the work requests daemon clients
+// posted to their rings before the call (settle). A client's UD slot names
+// its address handle, looked up when the slot is taken; rxe's provider
+// copies the address vector into the WQE at post instead, so a program may
+// destroy the handle right after posting (mckey does, sending unsignaled):
+// the daemon takes what was posted before it lets a handle go.
+func (d *NIC) TakePosted() { d.settle() }
+
 // pushSink is push for a CQ with a sink.
 func (cq *CQ) pushSink(wc ibv.WorkCompletion, solicited bool) bool {
 	t := uint32(cq.tail.Load())

@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +29,17 @@ import (
 // counterOf is the named transport counter of the daemon serving h's link.
 func counterOf(t *testing.T, h *netns.Host, name string) uint64 {
 	t.Helper()
-	var n uint64
-	found := false
+	n, found := countersOf(t, h)[name]
+	if !found {
+		t.Fatalf("no counter %s", name)
+	}
+	return n
+}
+
+// countersOf is every named transport counter of the daemon serving h's link.
+func countersOf(t *testing.T, h *netns.Host) map[string]uint64 {
+	t.Helper()
+	out := make(map[string]uint64)
 	if err := h.Do(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -38,18 +50,24 @@ func counterOf(t *testing.T, h *netns.Host, name string) uint64 {
 		defer d.Close()
 		c, err := d.Counters()
 		for _, f := range c.Named() {
-			if f.Name == name {
-				n, found = f.Value, true
-			}
+			out[f.Name] = f.Value
 		}
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if !found {
-		t.Fatalf("no counter %s", name)
+	return out
+}
+
+// nonZero lists a device's counters that are not zero, for a failure's log.
+func nonZero(c map[string]uint64) string {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(c)) {
+		if c[name] != 0 {
+			fmt.Fprintf(&b, " %s=%d", name, c[name])
+		}
 	}
-	return n
+	return b.String()
 }
 
 // joined waits until h's interface is a member of group (the kernel
@@ -104,7 +122,8 @@ func TestStockMckey(t *testing.T) {
 			rerr := r.Wait()
 			srv, cli := rout.String(), sout.String()
 			if serr != nil || rerr != nil {
-				t.Fatalf("sender %v, receiver %v\nsender:\n%s\nreceiver:\n%s", serr, rerr, cli, srv)
+				t.Fatalf("sender %v, receiver %v\nsender:\n%s\nreceiver:\n%s\nsender's device:%s\nreceiver's device:%s",
+					serr, rerr, cli, srv, nonZero(countersOf(t, c.send)), nonZero(countersOf(t, c.recv)))
 			}
 			if !strings.Contains(srv, "joined dgid: ::ffff:"+c.group) || !strings.Contains(srv, "data transfers complete") {
 				t.Fatalf("receiver:\n%s\nsender:\n%s", srv, cli)

@@ -224,8 +224,12 @@ func TestSelectiveTwoHoles(t *testing.T) {
 	if got := wa.resent(isData); !slices.Equal(got, []uint32{3, 20}) {
 		t.Fatalf("resent PSNs %v, want [3 20]", got)
 	}
-	if n := wb.count(isSeqNAK); n != 1 {
-		t.Fatalf("%d sequence NAKs, want 1", n)
+	// The first hole draws one NAK. The second draws another only if
+	// packets behind it arrive after the first was filled (the responder
+	// then finds a new sequence error, as IBTA has it); held before, they
+	// draw none. Which comes first is the engines' timing.
+	if n := wb.count(isSeqNAK); n < 1 || n > 2 {
+		t.Fatalf("%d sequence NAKs, want one per hole at most", n)
 	}
 	if c := counters(a.dev); c.TransportTimeouts != 0 {
 		t.Fatalf("counters %+v: a timer fired", c)

@@ -255,4 +255,4 @@ func tqp(qp *QP) *transport.QP       { return qp.ops.(*inproc.QP).QP }
 func tcq(cq *CQ) *transport.CQ       { return cq.ops.(*inproc.CQ).CQ }
 func tmr(mr *MR) *transport.MR       { return mr.ops.(*inproc.MR).MR }
 func tmw(mw *MW) *transport.MW       { return mw.ops.(*inproc.MW).MW }
-func tsrq(s *SRQ) *transport.SRQ     { return s.ops.(*transport.SRQ) }
+func tsrq(s *SRQ) *transport.SRQ     { return s.ops.(*inproc.SRQ).SRQ }

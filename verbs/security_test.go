@@ -114,7 +114,7 @@ func TestRemoteReadAtomicFaults(t *testing.T) {
 					must(t, a.qp.Modify(QPAttr{State: StateSQD}, AttrState))
 					postSend(t, a, op.wr(a, b.mr.Addr()+64, b.mr.RKey()))
 					must(t, a.dev.do(func() error {
-						tqp(a.qp).ShiftHeadRemoteAddr(4)
+						nicOf(a.dev).ShiftHeadRemoteAddr(tqp(a.qp), 4)
 						return nil
 					}))
 					must(t, a.qp.Modify(QPAttr{State: StateRTS}, AttrState))

@@ -74,13 +74,14 @@ func (d *Device) AllocPD() (ibv.PDOps, error) {
 func (d *Device) CreateCQ(depth int, owner any) (ibv.CQOps, error) {
 	cq := d.NIC.CreateCQ(depth)
 	cq.Owner = owner
-	return &CQ{CQ: cq}, nil
+	return &CQ{CQ: cq, dev: d}, nil
 }
 
 // CQ is a completion queue: transport's (embedded), which the engines
 // fill.
 type CQ struct {
 	*transport.CQ
+	dev *Device
 }
 
 // ResizeShared moves a shared CQ to ring, of depth completions, with the
@@ -90,7 +91,7 @@ func (cq *CQ) ResizeShared(depth int, ring *uverbs.Ring) error {
 	if ring == nil || int(ring.Slots()) < depth || ring.SlotSize() < uverbs.CQESize {
 		return fmt.Errorf("verbs: resizing a shared CQ to %d on a ring too small: %w", depth, ibv.ErrInvalid)
 	}
-	return cq.ResizeSink(depth, func(sink transport.CQSink, tail uint32) (transport.CQSink, error) {
+	return cq.dev.ResizeCQSink(cq.CQ, depth, func(sink transport.CQSink, tail uint32) (transport.CQSink, error) {
 		old, ok := sink.(*sharedring.CQ)
 		if !ok {
 			return nil, fmt.Errorf("verbs: CQ is not shared: %w", ibv.ErrInvalid)
@@ -108,7 +109,7 @@ func (d *Device) CreateSharedCQ(depth int, ring *uverbs.Ring, notify func(), own
 	}
 	cq := d.NIC.CreateCQSink(depth, sharedring.NewCQ(ring, notify))
 	cq.Owner = owner
-	return &CQ{CQ: cq}, nil
+	return &CQ{CQ: cq, dev: d}, nil
 }
 
 // GetAsyncEvent returns the oldest asynchronous event, naming the owners
@@ -298,11 +299,11 @@ func (pd *PD) createQP(init ibv.QPInit, owner any) (*QP, error) {
 	}
 	t := transport.QPInit{Type: init.Type, SendCQ: scq.CQ, RecvCQ: rcq.CQ, Cap: init.Cap, SigAll: init.SigAll, GSI: init.GSI}
 	if init.SRQ != nil {
-		srq, ok := init.SRQ.(*transport.SRQ)
+		srq, ok := init.SRQ.(*SRQ)
 		if !ok {
 			return nil, fmt.Errorf("verbs: the SRQ belongs to another device: %w", ibv.ErrInvalid)
 		}
-		t.SRQ, t.Cap.MaxRecvWR = srq, 0
+		t.SRQ, t.Cap.MaxRecvWR = srq.SRQ, 0
 	}
 	qp, err := pd.dev.NIC.CreateQP(pd.pd, t)
 	if err != nil {
@@ -325,7 +326,7 @@ func (pd *PD) CreateSharedQP(init ibv.QPInit, sq, rq *uverbs.Ring, av func(h uin
 	if err != nil {
 		return nil, err
 	}
-	if err := qp.SetSource(sharedring.NewQP(sq, rq, av)); err != nil {
+	if err := pd.dev.ShareQP(qp.QP, sharedring.NewQP(sq, rq, av)); err != nil {
 		return nil, errors.Join(err, qp.Destroy())
 	}
 	return qp, nil
@@ -333,9 +334,13 @@ func (pd *PD) CreateSharedQP(init ibv.QPInit, sq, rq *uverbs.Ring, av func(h uin
 
 // CreateSRQ creates a shared receive queue.
 func (pd *PD) CreateSRQ(attr ibv.SRQInitAttr, owner any) (ibv.SRQOps, error) {
+	return pd.createSRQ(attr, owner), nil
+}
+
+func (pd *PD) createSRQ(attr ibv.SRQInitAttr, owner any) *SRQ {
 	s := pd.dev.NIC.CreateSRQ(pd.pd, attr)
 	s.Owner = owner
-	return s, nil
+	return &SRQ{SRQ: s, dev: pd.dev}
 }
 
 // CreateSharedSRQ creates an SRQ whose receive work requests a client
@@ -345,9 +350,8 @@ func (pd *PD) CreateSharedSRQ(attr ibv.SRQInitAttr, ring *uverbs.Ring, owner any
 	if ring == nil || int(ring.Slots()) < attr.MaxWR || ring.SlotSize() < uverbs.RecvSlotSize(max(attr.MaxSGE, 1)) {
 		return nil, fmt.Errorf("verbs: shared ring too small for SRQ %+v: %w", attr, ibv.ErrInvalid)
 	}
-	s := pd.dev.NIC.CreateSRQ(pd.pd, attr)
-	s.Owner = owner
-	if err := s.SetSource(sharedring.NewSRQ(ring)); err != nil {
+	s := pd.createSRQ(attr, owner)
+	if err := pd.dev.ShareSRQ(s.SRQ, sharedring.NewSRQ(ring)); err != nil {
 		return nil, errors.Join(err, s.Destroy())
 	}
 	return s, nil
@@ -363,11 +367,17 @@ type QP struct {
 // Handle is 0: an in-process QP has no daemon's handle.
 func (qp *QP) Handle() uint32 { return 0 }
 
+// Destroy removes the QP from the engines.
+func (qp *QP) Destroy() error { return qp.dev.DestroyQP(qp.QP) }
+
+// Query returns the QP's attributes.
+func (qp *QP) Query() (ibv.QPAttr, error) { return qp.dev.QueryQP(qp.QP) }
+
 // AttachMcast attaches the QP to the group gid on the engines.
-func (qp *QP) AttachMcast(gid netip.Addr, _ uint16) error { return qp.QP.AttachMcast(gid) }
+func (qp *QP) AttachMcast(gid netip.Addr, _ uint16) error { return qp.dev.AttachMcast(qp.QP, gid) }
 
 // DetachMcast detaches the QP from the group gid.
-func (qp *QP) DetachMcast(gid netip.Addr, _ uint16) error { return qp.QP.DetachMcast(gid) }
+func (qp *QP) DetachMcast(gid netip.Addr, _ uint16) error { return qp.dev.DetachMcast(qp.QP, gid) }
 
 // Modify resolves the next hop's MAC address when the path changes, then
 // applies the change on the engines.
@@ -379,7 +389,7 @@ func (qp *QP) Modify(attr ibv.QPAttr, mask ibv.AttrMask, check func(cur ibv.QPSt
 			return err
 		}
 	}
-	return qp.QP.Modify(attr, mask, dmac, check)
+	return qp.dev.ModifyQP(qp.QP, attr, mask, dmac, check)
 }
 
 // PostSend queues send work requests (transport's PostSend checks them).
@@ -427,11 +437,21 @@ func wrOf(wr *ibv.SendWR) transport.WR {
 	return w
 }
 
-// The provider's objects; transport's SRQ is its own ops.
+// SRQ is a shared receive queue: transport's (embedded); the NIC destroys
+// it.
+type SRQ struct {
+	*transport.SRQ
+	dev *Device
+}
+
+// Destroy releases the SRQ; EBUSY while QPs use it.
+func (s *SRQ) Destroy() error { return s.dev.DestroySRQ(s.SRQ) }
+
+// The provider's objects.
 var (
 	_ ibv.QPOps  = (*QP)(nil)
 	_ ibv.CQOps  = (*CQ)(nil)
-	_ ibv.SRQOps = (*transport.SRQ)(nil)
+	_ ibv.SRQOps = (*SRQ)(nil)
 	_ ibv.MROps  = (*MR)(nil)
 	_ ibv.MWOps  = (*MW)(nil)
 	_ ibv.AHOps  = (*AH)(nil)

@@ -13,7 +13,11 @@ import (
 // drain, from any goroutine. Pollers and engines never wait for each other;
 // an empty poll costs two atomic loads.
 type CQ struct {
-	dev *NIC
+	// progress runs a round of the engines: set on a BusyPoll device,
+	// where an empty poll drives them.
+	progress func()
+	// events is the device's queue of asynchronous events (CQ overflow).
+	events *eventQueue
 	// depth is how many completions the CQ holds (changed by Resize under
 	// both locks).
 	depth atomic.Int64
@@ -39,8 +43,18 @@ type CQ struct {
 
 // CreateCQ creates a completion queue holding up to depth completions.
 func (d *NIC) CreateCQ(depth int) *CQ {
-	cq := &CQ{dev: d, ring: make([]ibv.WorkCompletion, depth), event: make(chan struct{}, 1)}
+	cq := d.newCQ()
+	cq.ring = make([]ibv.WorkCompletion, depth)
 	cq.depth.Store(int64(depth))
+	return cq
+}
+
+// newCQ is a CQ of the device, without its ring or sink.
+func (d *NIC) newCQ() *CQ {
+	cq := &CQ{events: &d.objs.events, event: make(chan struct{}, 1)}
+	if d.cfg.BusyPoll {
+		cq.progress = func() { d.Progress() }
+	}
 	return cq
 }
 
@@ -74,10 +88,10 @@ func (cq *CQ) Resize(depth int) error {
 func (cq *CQ) Poll(wcs []ibv.WorkCompletion) int {
 	if cq.tail.Load() == cq.head.Load() {
 		// A busy-polling application runs the engine as it spins.
-		if !cq.dev.cfg.BusyPoll {
+		if cq.progress == nil {
 			return 0
 		}
-		cq.dev.Progress()
+		cq.progress()
 		if cq.tail.Load() == cq.head.Load() {
 			return 0
 		}
@@ -135,7 +149,7 @@ func (cq *CQ) push(wc ibv.WorkCompletion, solicited bool) bool {
 	t := cq.tail.Load()
 	if cq.err.Load() || t-cq.head.Load() >= uint64(len(cq.ring)) {
 		if !cq.err.Swap(true) {
-			cq.dev.objs.events.post(Event{Type: ibv.EventCQErr, CQ: cq})
+			cq.events.post(Event{Type: ibv.EventCQErr, CQ: cq})
 		}
 		return false
 	}

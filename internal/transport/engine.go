@@ -157,7 +157,7 @@ func (e *engine) step() bool {
 	posted := e.takePosted()
 	for _, qp := range posted {
 		qp.queued.Store(false)
-		if owner := qp.eng.Load(); owner != e {
+		if owner := e.dev.engineOf(qp); owner != e {
 			owner.notePosted(qp) // moved to another engine since it was posted to
 			continue
 		}
@@ -601,7 +601,7 @@ func (e *engine) dispatch() {
 	// picks the queue, not the QP's flow) goes to that engine, and only
 	// once it passed the checks above: a forged frame costs no copy and no
 	// room in the other engine's inbox.
-	if owner := qp.eng.Load(); owner != e {
+	if owner := e.dev.engineOf(qp); owner != e {
 		e.handOff(owner)
 		return
 	}

@@ -71,7 +71,7 @@ func (d *NIC) PlaceMR(m *MR, addr uint64, key uint32) error { return d.objs.mem.
 func (d *NIC) PlaceMW(mw *MW, key uint32) { d.objs.mem.PlaceMW(mw, key) }
 
 // Queue is the index of the engine serving the QP.
-func (qp *QP) Queue() int { return qp.eng.Load().index }
+func (qp *QP) Queue() int { return int(qp.engine.Load()) }
 
 // SourcePort is the UDP source port of the QP's flow.
 func (qp *QP) SourcePort() uint16 { return qp.t.sport }
@@ -82,11 +82,10 @@ func (qp *QP) ForceState(s ibv.QPState) {
 	qp.state.Store(uint32(s))
 }
 
-// ShiftHeadRemoteAddr takes the QP's posts into its send queue and moves
-// the remote address of its first WQE by delta, past the post's checks;
-// in Do.
-func (qp *QP) ShiftHeadRemoteAddr(delta uint64) {
-	qp.eng.Load().takePosts(qp)
+// ShiftHeadRemoteAddr takes qp's posts into its send queue and moves the
+// remote address of its first WQE by delta, past the post's checks; in Do.
+func (d *NIC) ShiftHeadRemoteAddr(qp *QP, delta uint64) {
+	d.engineOf(qp).takePosts(qp)
 	qp.t.sq[0].wr.RemoteAddr += delta
 }
 

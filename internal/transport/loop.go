@@ -42,7 +42,7 @@ func (e *engine) notePosted(qp *QP) {
 }
 
 // notePosted hands qp's engine the QP, which gained posted work requests.
-func (qp *QP) notePosted() { qp.eng.Load().notePosted(qp) }
+func (qp *QP) notePosted() { qp.dev.Posted(qp) }
 
 // takePosted swaps the list of QPs with new posts for the engine's spare one.
 func (e *engine) takePosted() []*QP {

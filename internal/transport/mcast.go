@@ -22,24 +22,22 @@ type mcGroup struct{ qps []*QP }
 // MaxMcastGroups groups, MaxMcastQPAttach QPs in a group or
 // MaxTotalMcastAttach attachments. The device's first member of a group
 // joins it on the port (Config.Groups).
-func (qp *QP) AttachMcast(gid netip.Addr) error {
+func (d *NIC) AttachMcast(qp *QP, gid netip.Addr) error {
 	if qp.typ != ibv.QPTypeUD || qp.gsi {
 		return fmt.Errorf("verbs: attaching a %v QP to a multicast group (UD only): %w", qp.typ, ibv.ErrInvalid)
 	}
 	if !wire.IsMulticastGID(gid) {
 		return fmt.Errorf("verbs: %v is not a multicast GID: %w", gid, ibv.ErrInvalid)
 	}
-	d := qp.dev
 	return d.do(func() error { return d.attachMcast(qp, gidAddr(gid)) })
 }
 
 // DetachMcast detaches the QP from the group gid (ibv_detach_mcast): EINVAL
 // if it is not attached. The device's last member of a group leaves it.
-func (qp *QP) DetachMcast(gid netip.Addr) error {
+func (d *NIC) DetachMcast(qp *QP, gid netip.Addr) error {
 	if qp.typ != ibv.QPTypeUD || qp.gsi || !wire.IsMulticastGID(gid) {
 		return fmt.Errorf("verbs: detaching a %v QP from %v: %w", qp.typ, gid, ibv.ErrInvalid)
 	}
-	d := qp.dev
 	return d.do(func() error {
 		if err := d.liveQP(qp); err != nil {
 			return err
@@ -158,7 +156,7 @@ func (e *engine) dispatchMcast(p *wire.Packet) {
 		clear(e.mcHanded)
 	}
 	for _, qp := range g.qps {
-		if owner := qp.eng.Load(); owner != e {
+		if owner := e.dev.engineOf(qp); owner != e {
 			if !e.handingOff && !e.mcHanded[owner.index] {
 				e.mcHanded[owner.index] = true
 				e.handOff(owner)

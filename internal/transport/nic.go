@@ -217,7 +217,7 @@ func (d *NIC) QPStatus() ([]ibv.QPStatus, error) {
 	err := d.do(func() error {
 		now := d.clock.Now()
 		for _, qp := range d.objs.live {
-			out = append(out, qp.eng.Load().status(qp, now))
+			out = append(out, d.engineOf(qp).status(qp, now))
 		}
 		return nil
 	})

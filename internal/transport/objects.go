@@ -91,7 +91,7 @@ func (d *NIC) addQP(qp *QP) error {
 	o.qpSeq++
 	qp.owner = memory.Owner(o.qpSeq)
 	qp.t.reset(qp)
-	qp.eng.Store(d.shards[0])
+	qp.engine.Store(0)
 	o.qps[qpn] = qp
 	o.live = append(o.live, qp)
 	qp.pd.AddUsers(1)
@@ -118,7 +118,7 @@ func (d *NIC) removeQP(qp *QP) error {
 			break
 		}
 	}
-	qp.eng.Load().deactivate(qp)
+	d.engineOf(qp).deactivate(qp)
 	qp.t.state = ibv.StateReset
 	qp.state.Store(uint32(ibv.StateReset))
 	return nil
@@ -129,15 +129,26 @@ func (d *NIC) removeQP(qp *QP) error {
 // RSS on the same port, the one its frames arrive on. A control operation,
 // so neither engine is in a step.
 func (d *NIC) placeQP(qp *QP) {
-	from, to := qp.eng.Load(), d.shards[int(qp.t.sport)%len(d.shards)]
+	from, to := d.engineOf(qp), d.shards[int(qp.t.sport)%len(d.shards)]
 	if from == to {
 		return
 	}
 	wasActive := qp.active
 	from.deactivate(qp)
-	qp.eng.Store(to)
+	qp.engine.Store(int32(to.index))
 	if wasActive {
 		to.activate(qp)
 	}
 	// Posts waiting in from's list are passed on by from's next step.
 }
+
+// engineOf is the engine serving qp.
+func (d *NIC) engineOf(qp *QP) *engine { return d.shards[qp.engine.Load()] }
+
+// Posted rings the doorbell of the engine serving qp, which gained posted
+// work requests (Device).
+func (d *NIC) Posted(qp *QP) { d.engineOf(qp).notePosted(qp) }
+
+// PostedSRQ rings every engine's doorbell: any may take from an SRQ
+// (Device).
+func (d *NIC) PostedSRQ() { d.ringAll() }

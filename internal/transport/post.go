@@ -60,9 +60,8 @@ func (qp *QP) inlineSlot() []byte {
 // allocation.
 func (qp *QP) copyInline(w *sendWQE) error {
 	dst := qp.inlineSlot()
-	e := &qp.dev.objs
-	e.mem.RLock()
-	defer e.mem.RUnlock()
+	qp.mem.RLock()
+	defer qp.mem.RUnlock()
 	var one [1]ibv.SGE
 	sgl := w.wr.SGList
 	if w.single {
@@ -70,7 +69,7 @@ func (qp *QP) copyInline(w *sendWQE) error {
 		sgl = one[:]
 	}
 	for _, s := range sgl {
-		mr := e.lookupMR(s.LKey)
+		mr := qp.mem.LookupMR(s.LKey)
 		if mr == nil || mr.PD() != qp.pd {
 			return fmt.Errorf("verbs: inline send WR %d: bad lkey %#x: %w", w.wr.ID, s.LKey, ibv.ErrInvalid)
 		}
@@ -87,7 +86,7 @@ func (qp *QP) copyInline(w *sendWQE) error {
 // checkSendWR checks wr (checkWR) and makes it a send WQE.
 func (qp *QP) checkSendWR(wr *WR) (sendWQE, error) {
 	w := sendWQE{wr: *wr}
-	n, err := checkWR(wr, qp.typ, &qp.cap, qp.dev.cfg.ActiveMTU)
+	n, err := checkWR(wr, qp.typ, &qp.cap, qp.portMTU)
 	if err != nil {
 		return w, err
 	}

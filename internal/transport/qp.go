@@ -14,7 +14,7 @@ import (
 // QP is a queue pair as the engine keeps it. Its transport state (t)
 // belongs to the engine serving it.
 type QP struct {
-	dev    *NIC
+	dev    Device
 	pd     *PD
 	qpn    uint32
 	typ    ibv.QPType
@@ -39,10 +39,18 @@ type QP struct {
 	state      atomic.Uint32 // QPState, mirrored for the posting checks
 	queued     atomic.Bool   // in the device's list of QPs with new posts
 
-	// eng is the engine that serves the QP: the one of its flow's queue
-	// (NIC.placeQP). It changes only in control operations.
-	eng    atomic.Pointer[engine]
+	// engine is the index of the engine that serves the QP: the one of
+	// its flow's queue (NIC.placeQP). It changes only in control
+	// operations.
+	engine atomic.Int32
 	active bool // in the engine's active list (engine-owned)
+
+	// closing is the device's: set as it closes, posts then fail.
+	closing *atomic.Bool
+	// mem is the device's memory table, which INLINE posts read.
+	mem *memory.Table
+	// portMTU is the port's active MTU, which bounds a UD message.
+	portMTU int
 
 	t qpTransport // engine-owned
 
@@ -59,6 +67,18 @@ type QP struct {
 	Owner any
 }
 
+// Device is the NIC a queue belongs to, as the queue's own methods need
+// it: the doorbells a post rings. The engines use the queues' fields
+// directly, so nothing here runs per packet; control operations (create,
+// modify, destroy) are the NIC's methods.
+type Device interface {
+	// Posted rings the doorbell of the engine serving qp, which gained
+	// posted work requests.
+	Posted(qp *QP)
+	// PostedSRQ rings every engine's doorbell: any may take from an SRQ.
+	PostedSRQ()
+}
+
 // QPInit creates a QP: verbs.QPInitAttr with the capabilities granted.
 type QPInit struct {
 	Type   ibv.QPType
@@ -73,7 +93,8 @@ type QPInit struct {
 // CreateQP creates a QP in pd with the checked attributes a.
 func (d *NIC) CreateQP(pd *PD, a QPInit) (*QP, error) {
 	c := a.Cap
-	qp := &QP{dev: d, pd: pd, typ: a.Type, scq: a.SendCQ, rcq: a.RecvCQ, cap: c, sigAll: a.SigAll, srq: a.SRQ, gsi: a.GSI}
+	qp := &QP{dev: d, pd: pd, typ: a.Type, scq: a.SendCQ, rcq: a.RecvCQ, cap: c, sigAll: a.SigAll, srq: a.SRQ, gsi: a.GSI,
+		closing: &d.closing, mem: &d.objs.mem, portMTU: d.cfg.ActiveMTU}
 	if c.MaxInlineData > 0 {
 		qp.inlineBuf = make([]byte, c.MaxSendWR*c.MaxInlineData)
 	}
@@ -95,19 +116,19 @@ func (qp *QP) Cap() ibv.QPCap { return qp.cap }
 // State is the QP's current state.
 func (qp *QP) State() ibv.QPState { return ibv.QPState(qp.state.Load()) }
 
-// Destroy removes the QP. Outstanding work is dropped without completions.
-func (qp *QP) Destroy() error {
-	err := qp.dev.do(func() error { return qp.dev.removeQP(qp) })
+// DestroyQP removes the QP. Outstanding work is dropped without completions.
+func (d *NIC) DestroyQP(qp *QP) error {
+	err := d.do(func() error { return d.removeQP(qp) })
 	if err == nil && qp.srq != nil {
 		qp.srq.attached.Add(-1)
 	}
 	return err
 }
 
-// Query returns the QP's attributes.
-func (qp *QP) Query() (ibv.QPAttr, error) {
+// QueryQP returns the QP's attributes.
+func (d *NIC) QueryQP(qp *QP) (ibv.QPAttr, error) {
 	var a ibv.QPAttr
-	err := qp.dev.do(func() error {
+	err := d.do(func() error {
 		a = qp.t.attr
 		a.State = qp.t.state
 		a.CurState = qp.t.state
@@ -118,14 +139,14 @@ func (qp *QP) Query() (ibv.QPAttr, error) {
 	return a, err
 }
 
-// Modify applies a Modify the API validated: check, run as a control
+// ModifyQP applies a Modify the API validated: check, run as a control
 // operation, vets the transition against the QP's current state (and
 // whether its send queue is draining); dmac is the resolved next hop when
 // mask has AttrAV.
-func (qp *QP) Modify(attr ibv.QPAttr, mask ibv.AttrMask, dmac net.HardwareAddr, check func(cur ibv.QPState, draining bool) error) error {
+func (d *NIC) ModifyQP(qp *QP, attr ibv.QPAttr, mask ibv.AttrMask, dmac net.HardwareAddr, check func(cur ibv.QPState, draining bool) error) error {
 	// A client of the daemon reads a shared QP's state from its ring.
 	defer qp.PublishState()
-	return qp.dev.do(func() error {
+	return d.do(func() error {
 		if err := check(qp.t.state, qp.t.draining); err != nil {
 			return err
 		}
@@ -133,9 +154,9 @@ func (qp *QP) Modify(attr ibv.QPAttr, mask ibv.AttrMask, dmac net.HardwareAddr, 
 		if mask&ibv.AttrState != 0 {
 			next = attr.State
 		}
-		qp.eng.Load().modify(qp, attr, mask, next, dmac)
+		d.engineOf(qp).modify(qp, attr, mask, next, dmac)
 		if mask&(ibv.AttrAV|ibv.AttrDestQPN) != 0 {
-			qp.dev.placeQP(qp)
+			d.placeQP(qp)
 		}
 		return nil
 	})
@@ -145,7 +166,7 @@ func (qp *QP) Modify(attr ibv.QPAttr, mask ibv.AttrMask, dmac net.HardwareAddr, 
 // first request not queued (ibv_post_send's bad_wr); the ones before it
 // are queued.
 func (qp *QP) PostSend(wrs []WR) (int, error) {
-	if qp.dev.closing.Load() {
+	if qp.closing.Load() {
 		return 0, ibv.ErrClosed
 	}
 	st := qp.State()
@@ -181,7 +202,7 @@ func (qp *QP) PostSend(wrs []WR) (int, error) {
 
 // PostRecv queues receive work requests; see PostSend for the return values.
 func (qp *QP) PostRecv(wrs []ibv.RecvWR) (int, error) {
-	if qp.dev.closing.Load() {
+	if qp.closing.Load() {
 		return 0, ibv.ErrClosed
 	}
 	if st := qp.State(); st == ibv.StateReset {

@@ -61,10 +61,24 @@ type CQSink interface {
 
 // Port is the engine a source's Pump runs on: what a source does to the
 // QP beyond posting.
-type Port struct{ e *engine }
+type Port interface {
+	// Index is the engine's queue.
+	Index() int
+	// Malformed moves a QP whose client posted what its API would have
+	// refused to the error state (enginePort.Malformed).
+	Malformed(qp *QP, wc *ibv.WorkCompletion, send bool)
+	// MalformedSRQ tells an SRQ's client it wrote a malformed WQE.
+	MalformedSRQ(s *SRQ)
+	// Bind completes b, a BIND_MW a client posted, with the window of
+	// mwKey's index and the region of lkey.
+	Bind(qp *QP, mwKey, lkey uint32, b *Bind) *Bind
+}
+
+// enginePort is an engine as a Port.
+type enginePort struct{ e *engine }
 
 // Index is the engine's queue.
-func (p Port) Index() int { return p.e.index }
+func (p enginePort) Index() int { return p.e.index }
 
 // Malformed moves a QP whose client posted what its API would have
 // refused to the error state, as an RNIC treats a malformed WQE: the WQE
@@ -73,7 +87,7 @@ func (p Port) Index() int { return p.e.index }
 // ones after it are flushed. Without a WQE to blame (wc nil: a producer
 // index out of range) the QP's client hears of it through a QP_FATAL
 // event.
-func (p Port) Malformed(qp *QP, wc *ibv.WorkCompletion, send bool) {
+func (p enginePort) Malformed(qp *QP, wc *ibv.WorkCompletion, send bool) {
 	e := p.e
 	e.counters.BadSharedWQE++
 	if wc == nil {
@@ -97,7 +111,7 @@ func (p Port) Malformed(qp *QP, wc *ibv.WorkCompletion, send bool) {
 
 // MalformedSRQ tells an SRQ's client it wrote a malformed WQE
 // (IBV_EVENT_SRQ_ERR); its source takes no more.
-func (p Port) MalformedSRQ(s *SRQ) {
+func (p enginePort) MalformedSRQ(s *SRQ) {
 	p.e.counters.BadSharedWQE++
 	p.e.events.post(Event{Type: ibv.EventSRQErr, SRQ: s})
 }
@@ -106,7 +120,7 @@ func (p Port) MalformedSRQ(s *SRQ) {
 // has mwKey's index and the region of lkey. A window or region that is
 // not the QP's fails the bind (MW_BIND_ERR), as a stale pointer would
 // in-process.
-func (p Port) Bind(qp *QP, mwKey, lkey uint32, b *Bind) *Bind {
+func (p enginePort) Bind(qp *QP, mwKey, lkey uint32, b *Bind) *Bind {
 	b.MW = p.e.lookupMWIndex(mwKey)
 	if b.MW == nil || b.MW.PD() != qp.pd {
 		b.MW = memory.NewMW(qp.pd, false) // dead: the bind fails
@@ -144,20 +158,21 @@ func (qp *QP) PostFromRing(wr *WR, inline []byte) error {
 // CreateCQSink creates a CQ of depth completions whose completions go to
 // sink instead of a ring of its own.
 func (d *NIC) CreateCQSink(depth int, sink CQSink) *CQ {
-	cq := &CQ{dev: d, sink: sink, event: make(chan struct{}, 1)}
+	cq := d.newCQ()
+	cq.sink = sink
 	cq.depth.Store(int64(depth))
 	return cq
 }
 
-// ResizeSink makes a CQ with a sink hold depth completions: move, called
+// ResizeCQSink makes a CQ with a sink hold depth completions: move, called
 // with the engines held off (under the push lock), the current sink and the
 // index of the next completion, returns the sink that takes the CQ's completions from then on,
 // with the unpolled ones moved to it, or an error (EINVAL: more than depth
 // are unpolled). No engine uses the old sink once ResizeSink returns. The
 // engines first take the work posted before it (settle), so that the
 // completions it counts are those rxe's would.
-func (cq *CQ) ResizeSink(depth int, move func(old CQSink, tail uint32) (CQSink, error)) error {
-	cq.dev.settle()
+func (d *NIC) ResizeCQSink(cq *CQ, depth int, move func(old CQSink, tail uint32) (CQSink, error)) error {
+	d.settle()
 	cq.pushMu.Lock()
 	defer cq.pushMu.Unlock()
 	if cq.sink == nil {
@@ -201,7 +216,7 @@ func (cq *CQ) pushSink(wc ibv.WorkCompletion, solicited bool) bool {
 	if cq.err.Load() || cq.sink.Full(t, int(cq.depth.Load())) {
 		if !cq.err.Swap(true) {
 			cq.sink.Overflowed()
-			cq.dev.objs.events.post(Event{Type: ibv.EventCQErr, CQ: cq})
+			cq.events.post(Event{Type: ibv.EventCQErr, CQ: cq})
 		}
 		return false
 	}
@@ -211,12 +226,11 @@ func (cq *CQ) pushSink(wc ibv.WorkCompletion, solicited bool) bool {
 	return true
 }
 
-// SetSource makes the QP take its work requests from src too (a daemon's
+// ShareQP makes qp take its work requests from src too (a daemon's
 // client's rings).
-func (qp *QP) SetSource(src QueueSource) error {
+func (d *NIC) ShareQP(qp *QP, src QueueSource) error {
 	qp.src = src
 	src.PublishState(qp.State())
-	d := qp.dev
 	return d.do(func() error {
 		d.objs.sharedQPs = append(d.objs.sharedQPs, qp)
 		return nil
@@ -253,7 +267,7 @@ func (qp *QP) freeSharedSlots() {
 func (e *engine) pumpShared() bool {
 	busy := false
 	for _, qp := range e.sharedQPs {
-		if qp.eng.Load() == e && qp.src.Pump(Port{e}, qp) {
+		if e.dev.engineOf(qp) == e && qp.src.Pump(enginePort{e}, qp) {
 			busy = true
 		}
 	}
@@ -264,7 +278,7 @@ func (e *engine) pumpShared() bool {
 // of a step, which slots the step's completions freed and the QPs' states.
 func (e *engine) publishShared() {
 	for _, qp := range e.sharedQPs {
-		if qp.eng.Load() == e {
+		if e.dev.engineOf(qp) == e {
 			qp.src.Publish(qp)
 		}
 	}
@@ -274,7 +288,7 @@ func (e *engine) publishShared() {
 // engine since it last looked (the engine holds its mutex).
 func (e *engine) sharedPending() bool {
 	for _, qp := range e.sharedQPs {
-		if qp.eng.Load() == e && qp.src.Pending() {
+		if e.dev.engineOf(qp) == e && qp.src.Pending() {
 			return true
 		}
 	}
@@ -289,11 +303,10 @@ func (e *engine) sharedPending() bool {
 	return false
 }
 
-// SetSource makes the SRQ take its receive work requests from src too (a
+// ShareSRQ makes the SRQ take its receive work requests from src too (a
 // daemon's client's ring). It cannot grow past src's slots.
-func (s *SRQ) SetSource(src SRQSource) error {
+func (d *NIC) ShareSRQ(s *SRQ, src SRQSource) error {
 	s.src = src
-	d := s.dev
 	return d.do(func() error {
 		d.objs.sharedSRQs = append(d.objs.sharedSRQs, s)
 		return nil
@@ -314,7 +327,7 @@ func (o *objects) forgetSharedSRQ(s *SRQ) {
 func (e *engine) pumpSharedSRQs() bool {
 	busy := false
 	for _, s := range e.sharedSRQs {
-		if s.src.Pump(Port{e}, s) {
+		if s.src.Pump(enginePort{e}, s) {
 			busy = true
 		}
 	}

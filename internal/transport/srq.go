@@ -13,9 +13,10 @@ import (
 // raises EventSRQLimitReached once and disarms the limit, as rxe's responder
 // does when it takes a WQE.
 type SRQ struct {
-	dev    *NIC
-	pd     *PD
-	maxSGE int
+	dev     Device
+	closing *atomic.Bool // the device's
+	pd      *PD
+	maxSGE  int
 
 	mu    sync.Mutex // guards post, maxWR and limit against the engine
 	post  []recvWQE  // posted by the application, not yet taken by the engine
@@ -37,14 +38,14 @@ type SRQ struct {
 // CreateSRQ creates a shared receive queue in pd with checked attributes.
 func (d *NIC) CreateSRQ(pd *PD, attr ibv.SRQInitAttr) *SRQ {
 	pd.AddUsers(1)
-	return &SRQ{dev: d, pd: pd, maxSGE: max(attr.MaxSGE, 1), maxWR: attr.MaxWR, limit: attr.Limit}
+	return &SRQ{dev: d, closing: &d.closing, pd: pd, maxSGE: max(attr.MaxSGE, 1), maxWR: attr.MaxWR, limit: attr.Limit}
 }
 
 // PostRecv queues receive work requests on the SRQ; like QP.PostRecv it
 // returns how many were queued and, on failure, the index of the bad one is
 // that count.
 func (s *SRQ) PostRecv(wrs []ibv.RecvWR) (int, error) {
-	if s.dev.closing.Load() {
+	if s.closing.Load() {
 		return 0, ibv.ErrClosed
 	}
 	s.mu.Lock()
@@ -59,7 +60,7 @@ func (s *SRQ) PostRecv(wrs []ibv.RecvWR) (int, error) {
 		s.used.Add(1)
 		s.post = append(s.post, newRecvWQE(&wrs[i]))
 	}
-	s.dev.ringAll()
+	s.dev.PostedSRQ()
 	return len(wrs), nil
 }
 
@@ -95,8 +96,9 @@ func (s *SRQ) Query() ibv.SRQAttr {
 	return ibv.SRQAttr{MaxWR: s.maxWR, MaxSGE: s.maxSGE, Limit: s.limit}
 }
 
-// Destroy releases the SRQ; EBUSY while QPs still use it, as ibv_destroy_srq.
-func (s *SRQ) Destroy() error {
+// DestroySRQ releases the SRQ; EBUSY while QPs still use it, as
+// ibv_destroy_srq.
+func (d *NIC) DestroySRQ(s *SRQ) error {
 	if n := s.attached.Load(); n > 0 {
 		return fmt.Errorf("verbs: SRQ used by %d QPs: %w", n, ibv.ErrBusy)
 	}
@@ -106,8 +108,8 @@ func (s *SRQ) Destroy() error {
 	s.pd.AddUsers(-1)
 	if s.src != nil {
 		// No engine reads the client's ring once this returns.
-		return s.dev.do(func() error {
-			s.dev.objs.forgetSharedSRQ(s)
+		return d.do(func() error {
+			d.objs.forgetSharedSRQ(s)
 			return nil
 		})
 	}

@@ -42,7 +42,7 @@ func (e *engine) dispatchUD(qp *QP, p *wire.Packet) {
 		e.counters.DroppedBadQKey++
 		return
 	}
-	if owner := qp.eng.Load(); owner != e {
+	if owner := e.dev.engineOf(qp); owner != e {
 		e.handOff(owner)
 		return
 	}

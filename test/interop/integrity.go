@@ -877,13 +877,14 @@ type peerProc struct {
 	err    error // valid once done is closed
 }
 
-func startPeerProc(ctx context.Context, p *rxePeer, vm int, shell string, timeout time.Duration, logf func(string, ...any)) (*peerProc, error) {
+// startPeerProc runs shell in VM vm with script, rxe-peer's command.
+func startPeerProc(ctx context.Context, script string, vm int, shell string, timeout time.Duration, logf func(string, ...any)) (*peerProc, error) {
 	pp := &peerProc{done: make(chan struct{})}
 	var cctx context.Context
 	cctx, pp.cancel = context.WithTimeout(ctx, timeout+30*time.Second)
 	args := []string{"exec", "-T", strconv.Itoa(int(timeout.Seconds())), strconv.Itoa(vm), shell}
-	logf("$ %s %s", p.script, shellJoin(args))
-	pp.cmd = command(cctx, &pp.stderr, p.script, args...)
+	logf("$ %s %s", script, shellJoin(args))
+	pp.cmd = command(cctx, &pp.stderr, script, args...)
 	stdin, err := pp.cmd.StdinPipe()
 	if err != nil {
 		pp.cancel()
@@ -949,7 +950,7 @@ func (h *harness) runIntegrity(ctx context.Context, c cell) (r result) {
 			r.Status, r.Reason = statusFail, "close the xdproce device: "+err.Error()
 		}
 	}()
-	pp, err := startPeerProc(ctx, h.peer, integrityVM, shell, c.timeout(), h.logf)
+	pp, err := startPeerProc(ctx, h.peer.script, integrityVM, shell, c.timeout(), h.logf)
 	if err != nil {
 		theirs.Exit, theirs.Error = -1, err.Error()
 		return fail(err)

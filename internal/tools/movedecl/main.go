@@ -53,6 +53,8 @@ type spec struct {
 	names     map[string]string
 	files     map[string]string
 	exports   map[string]bool
+	keep      map[string]bool
+	moveFiles map[string]bool
 }
 
 func main() {
@@ -76,7 +78,7 @@ func readSpec(path string) (*spec, error) {
 		return nil, fmt.Errorf("reading spec: %w", err)
 	}
 	defer f.Close()
-	s := &spec{moves: map[string]bool{}, testFiles: map[string]bool{}, names: map[string]string{}, files: map[string]string{}, exports: map[string]bool{}}
+	s := &spec{moves: map[string]bool{}, testFiles: map[string]bool{}, names: map[string]string{}, files: map[string]string{}, exports: map[string]bool{}, keep: map[string]bool{}, moveFiles: map[string]bool{}}
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line, _, _ := strings.Cut(sc.Text(), "#")
@@ -101,6 +103,14 @@ func readSpec(path string) (*spec, error) {
 			}
 		case w[0] == "name" && len(w) == 3:
 			s.names[w[1]] = w[2]
+		case w[0] == "movefile":
+			for _, m := range w[1:] {
+				s.moveFiles[m] = true
+			}
+		case w[0] == "keep":
+			for _, m := range w[1:] {
+				s.keep[m] = true
+			}
 		case w[0] == "export":
 			for _, m := range w[1:] {
 				s.exports[m] = true
@@ -168,7 +178,7 @@ func (m *mover) destOf(fn string) string {
 
 func run(s *spec) error {
 	cfg := &packages.Config{Mode: packages.NeedName | packages.NeedFiles | packages.NeedCompiledGoFiles |
-		packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo | packages.NeedImports, Tests: true}
+		packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo | packages.NeedImports | packages.NeedModule, Tests: true}
 	pkgs, err := packages.Load(cfg, s.patterns...)
 	if err != nil {
 		return fmt.Errorf("loading: %w", err)
@@ -191,16 +201,33 @@ func run(s *spec) error {
 	if len(from) == 0 {
 		return fmt.Errorf("%s is not among the loaded packages", s.from)
 	}
-	m.toDir = filepath.Join(filepath.Dir(from[0].GoFiles[0]), "..", m.toName)
-	if rel := strings.TrimPrefix(s.to, s.from[:strings.LastIndex(s.from, "/")+1]); rel != m.toName {
-		return fmt.Errorf("to must be a sibling of from")
+	mod := from[0].Module
+	if mod == nil || !strings.HasPrefix(s.to, mod.Path+"/") {
+		return fmt.Errorf("%s is not in the module of %s", s.to, s.from)
 	}
-	if err := m.findMoved(from); err != nil {
-		return err
-	}
-	exported, err := m.exports(pkgs)
-	if err != nil {
-		return err
+	m.toDir = filepath.Join(mod.Dir, strings.TrimPrefix(s.to, mod.Path+"/"))
+	// What the moved code names of the old package moves too, but for
+	// the names the spec keeps (and whatever would drag them along): new
+	// helpers written beside moved code follow it.
+	var exported map[string]string
+	for {
+		if err := m.findMoved(from); err != nil {
+			return err
+		}
+		var pull []string
+		var err error
+		exported, pull, err = m.exports(pkgs)
+		if err == nil {
+			break
+		}
+		if len(pull) == 0 {
+			return err
+		}
+		for _, n := range pull {
+			fmt.Println("movedecl: moving too", n)
+			m.s.moves[n] = true
+		}
+		m.moved, m.whole = map[string][]span{}, map[string]bool{}
 	}
 	if err := m.rewrite(pkgs, exported); err != nil {
 		return err
@@ -255,7 +282,11 @@ func (m *mover) findMoved(from []*packages.Package) error {
 						}
 					}
 				}
-				hit := false
+				// A whole file's methods of a type that stays stay too.
+				hit := m.s.moveFiles[base] && len(names) > 0 && !m.keptMethod(d)
+				if hit {
+					found[base] = true
+				}
 				for _, n := range names {
 					if m.s.moves[n] {
 						hit, found[n] = true, true
@@ -269,6 +300,11 @@ func (m *mover) findMoved(from []*packages.Package) error {
 	}
 	var missing []string
 	for n := range m.s.moves {
+		if !found[n] {
+			missing = append(missing, n)
+		}
+	}
+	for n := range m.s.moveFiles {
 		if !found[n] {
 			missing = append(missing, n)
 		}
@@ -404,12 +440,24 @@ func fieldOwner(v *types.Var) string {
 
 // exports decides the new name of every moved name used outside the moved
 // code, and checks that the moved code names nothing that stays.
-func (m *mover) exports(pkgs []*packages.Package) (map[string]string, error) {
+func (m *mover) exports(pkgs []*packages.Package) (map[string]string, []string, error) {
 	out := map[string]string{}
-	var bad []string
+	var bad, pull []string
+	pulled := map[string]bool{}
 	badSeen := map[string]bool{}
 	owners := map[string]map[string]string{} // type (or "") -> new name -> old key
 	forEach(pkgs, func(p *packages.Package) {
+		for id, obj := range p.TypesInfo.Defs {
+			if f, ok := obj.(*types.Func); ok && m.movedObj(f) && f.Signature().Recv() != nil {
+				if tn := recvTypeName(f); tn != nil && tn.Pkg() == f.Pkg() && !m.movedObj(tn) {
+					msg := fmt.Sprintf("method %s.%s moves without its type", tn.Name(), id.Name)
+					if !badSeen[msg] {
+						badSeen[msg] = true
+						bad = append(bad, msg)
+					}
+				}
+			}
+		}
 		// Names the spec exports though only moved code uses them (the
 		// types of exported fields).
 		for id, obj := range p.TypesInfo.Defs {
@@ -466,12 +514,19 @@ func (m *mover) exports(pkgs []*packages.Package) (map[string]string, error) {
 					badSeen[msg] = true
 					bad = append(bad, msg)
 				}
+				if n := obj.Name(); isPkgLevel(obj) && !m.s.keep[n] && !pulled[n] && !isTestFile(m.fset, obj.Pos()) {
+					if _, ok := obj.(*types.PkgName); !ok {
+						pulled[n] = true
+						pull = append(pull, n)
+					}
+				}
 			}
 		}
 	})
 	if len(bad) > 0 && os.Getenv("MOVEDECL_FORCE") == "" {
 		sort.Strings(bad)
-		return nil, fmt.Errorf("the moved code names what stays (an import cycle):\n\t%s", strings.Join(bad, "\n\t"))
+		sort.Strings(pull)
+		return nil, pull, fmt.Errorf("the moved code names what stays (an import cycle):\n\t%s", strings.Join(bad, "\n\t"))
 	}
 	// A new name must not collide with a name its type or package has.
 	var clash []string
@@ -487,9 +542,9 @@ func (m *mover) exports(pkgs []*packages.Package) (map[string]string, error) {
 	}
 	if len(clash) > 0 {
 		sort.Strings(clash)
-		return nil, fmt.Errorf("name collisions (add name lines):\n\t%s", strings.Join(clash, "\n\t"))
+		return nil, nil, fmt.Errorf("name collisions (add name lines):\n\t%s", strings.Join(clash, "\n\t"))
 	}
-	return out, nil
+	return out, nil, nil
 }
 
 func (m *mover) lookupFrom(pkgs []*packages.Package, name string) types.Object {
@@ -844,4 +899,25 @@ func forEach(pkgs []*packages.Package, f func(*packages.Package)) {
 			f(p)
 		}
 	}
+}
+
+func isTestFile(fset *token.FileSet, pos token.Pos) bool {
+	return strings.HasSuffix(fset.Position(pos).Filename, "_test.go")
+}
+
+// keptMethod reports whether d is a method of a type the spec keeps.
+func (m *mover) keptMethod(d ast.Decl) bool {
+	fd, ok := d.(*ast.FuncDecl)
+	return ok && fd.Recv != nil && m.s.keep[recvName(fd.Recv.List[0].Type)]
+}
+
+func recvTypeName(f *types.Func) *types.TypeName {
+	t := f.Signature().Recv().Type()
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	if n, ok := types.Unalias(t).(*types.Named); ok {
+		return n.Obj()
+	}
+	return nil
 }

@@ -57,6 +57,32 @@ cp "$here/proc_doc.go.txt" test/interop/proc/doc.go
 "$tmp/movedecl" "$here/interop-integrity.spec"
 cp "$here/integrity_doc.go.txt" test/interop/integrity/doc.go
 
+# File comments that described what moved.
+python3 - <<'PY'
+fix = {
+    "internal/transport/qpstate.go": (
+        "// A QP's transport state (qpTransport), PSN arithmetic, and the state\n"
+        "// changes the engine makes: Modify's effects, the error state and the\n"
+        "// flush of the queues.\n",
+        "// The state changes the engine makes to a QP, whose transport state is\n"
+        "// queue.Transport: Modify's effects, the error state and the flush of\n"
+        "// the queues.\n"),
+    "internal/transport/dma.go": (
+        "// Data movement between messages and memory, as rxe_mr.c's copy_data: a\n"
+        "// region's spans, the gather into a frame being built and the scatter of a\n"
+        "// received payload, and the batched copies to and from daemon clients'\n"
+        "// memory.\n",
+        "// Memory of another process as the provider interface names it; the\n"
+        "// data movement between messages and memory is internal/queue's dma.go.\n"),
+}
+for path, (old, new) in fix.items():
+    s = open(path).read()
+    if old in s:
+        open(path, "w").write(s.replace(old, new))
+    else:
+        print("split: left the file comment of", path, "as it is")
+PY
+
 unformatted=$(gofmt -l internal verbs test bench cmd)
 if [ -n "$unformatted" ]; then
 	echo "split: not gofmt'd: $unformatted" >&2

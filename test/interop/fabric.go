@@ -29,11 +29,11 @@ const (
 	// fabricIters is fi_pingpong's -I: transfers of each size, each way.
 	fabricIters = 20
 	// rxmUniverse is the FI_UNIVERSE_SIZE the rdm cells run with, on both
-	// sides. RXM sizes its verbs CQ as (rx + tx queue size) x the universe
-	// size, the peers it expects (default 256): 128 x 256 x 2 = 65536
-	// entries, beyond rxe's max_cqe (32767), so on rxe fi_enable fails with
-	// EINVAL ("Unable to create verbs CQ"), rxe<->rxe too. Two peers need
-	// far fewer.
+	// sides. libfabric 1.17's RXM sizes its verbs CQ by the universe size,
+	// the peers it expects (default 256): 128 send and 128 receive entries
+	// each, 65536 in all, beyond rxe's max_cqe (32767), so on rxe fi_enable
+	// fails with EINVAL ("Unable to create verbs CQ"), rxe<->rxe too. Two
+	// peers need far fewer.
 	rxmUniverse = 16
 )
 

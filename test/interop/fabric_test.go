@@ -1,6 +1,9 @@
 package main
 
 import (
+	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -111,5 +114,37 @@ func TestJudgeFabric(t *testing.T) {
 				t.Errorf("figures %v Gb/s, %v µs, %q", r.BWGbps, r.TypicalUs, r.Figure)
 			}
 		})
+	}
+}
+
+// installFabric asks rxe-peer to install libfabric-bin into each VM, in
+// order, and stops at the first that fails, saying which.
+func TestInstallFabric(t *testing.T) {
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	script := filepath.Join(dir, "rxe-peer")
+	// A stand-in for rxe-peer: records its arguments; VM 2 fails as a
+	// failed dpkg -i would.
+	body := "#!/bin/sh\necho \"$*\" >> " + calls + "\n[ \"$2\" = 2 ] && { echo 'rxe-peer: error: VM 2: dpkg -i libfabric-bin failed' >&2; exit 1; }\nexit 0\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{out: io.Discard, peer: &rxePeer{script: script, logf: func(string, ...any) {}}}
+	if err := h.installFabric(t.Context(), []int{1}); err != nil {
+		t.Fatalf("VM 1: %v", err)
+	}
+	err := h.installFabric(t.Context(), []int{1, 2, 3})
+	if err == nil || !strings.Contains(err.Error(), "VM 2: rxe-peer install 2 libfabric-bin") || !strings.Contains(err.Error(), "dpkg -i libfabric-bin failed") {
+		t.Fatalf("error %v, want VM 2's install and rxe-peer's reason", err)
+	}
+	got, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "install 1 libfabric-bin\ninstall 1 libfabric-bin\ninstall 2 libfabric-bin\n"; string(got) != want {
+		t.Errorf("rxe-peer called with\n%s, want\n%s", got, want)
+	}
+	if err := h.installFabric(t.Context(), nil); err != nil {
+		t.Errorf("no VM: %v", err)
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"go/types"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -151,6 +152,10 @@ type mover struct {
 	// imports are the packages moved code names through the old
 	// package's aliases, by destination file.
 	imports map[string][]string
+	// words are the camel-case names exported, old to new ("" where two
+	// names of the same spelling became different ones), which comments
+	// of the rewritten files follow.
+	words map[string]string
 }
 
 // aliasTarget is the named type of another package that obj, a type alias
@@ -188,7 +193,7 @@ func run(s *spec) error {
 	}
 	m := &mover{s: s, fset: pkgs[0].Fset, toName: filepath.Base(s.to), moved: map[string][]span{},
 		whole: map[string]bool{}, src: map[string][]byte{}, edits: map[string]map[int]edit{}, qualified: map[string]bool{},
-		imports: map[string][]string{}}
+		imports: map[string][]string{}, words: map[string]string{}}
 	var from []*packages.Package
 	for _, p := range pkgs {
 		if p.PkgPath == s.from {
@@ -467,6 +472,7 @@ func (m *mover) exports(pkgs []*packages.Package) (map[string]string, []string, 
 					nn = exportName(id.Name)
 				}
 				out[m.key(obj)] = nn
+				m.word(id.Name, nn)
 			}
 		}
 		for id, obj := range p.TypesInfo.Uses {
@@ -491,6 +497,7 @@ func (m *mover) exports(pkgs []*packages.Package) (map[string]string, []string, 
 					nn = exportName(obj.Name())
 				}
 				out[k] = nn
+				m.word(obj.Name(), nn)
 				owner, _, _ := strings.Cut(nk, ".")
 				if !strings.Contains(nk, ".") {
 					owner = ""
@@ -685,6 +692,9 @@ func (m *mover) rewrite(pkgs []*packages.Package, exported map[string]string) er
 		}
 		for _, f := range p.Syntax {
 			fn := m.fset.File(f.Pos()).Name()
+			if m.edits[fn] != nil || m.moved[fn] != nil {
+				m.renameInComments(fn, f)
+			}
 			if m.src[fn] == nil {
 				src, err := os.ReadFile(fn)
 				if err == nil {
@@ -920,4 +930,33 @@ func recvTypeName(f *types.Func) *types.TypeName {
 		return n.Obj()
 	}
 	return nil
+}
+
+// word records that old, if camel-case, became new.
+func (m *mover) word(old, new string) {
+	if !camel.MatchString(old) {
+		return
+	}
+	if prev, ok := m.words[old]; ok && prev != new {
+		new = ""
+	}
+	m.words[old] = new
+}
+
+// camel matches a camel-case identifier that starts lower-case: a name
+// distinctive enough that a comment naming it means it.
+var camel = regexp.MustCompile(`\b[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*\b`)
+
+// renameInComments makes f's comments name the exported names.
+func (m *mover) renameInComments(fn string, f *ast.File) {
+	for _, cg := range f.Comments {
+		for _, c := range cg.List {
+			base := m.fset.Position(c.Slash).Offset
+			for _, loc := range camel.FindAllStringIndex(c.Text, -1) {
+				if nn := m.words[c.Text[loc[0]:loc[1]]]; nn != "" {
+					m.add(fn, edit{base + loc[0], base + loc[1], nn})
+				}
+			}
+		}
+	}
 }

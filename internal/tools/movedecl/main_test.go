@@ -50,14 +50,14 @@ move counter
 		t.Fatalf("run: %v", err)
 	}
 	b := read(t, filepath.Join(dir, "b", "a.go"))
-	for _, want := range []string{"package b", "type Counter struct", "N    int", "Seen map[string]bool",
+	for _, want := range []string{"package b", "type Counter struct", "N        int", "Seen     map[string]bool",
 		"// Add counts w once.", "func (c *Counter) Add(w string)", `import "strings"`, "const minLen = 1"} {
 		if !strings.Contains(b, want) {
 			t.Errorf("b/a.go lacks %q:\n%s", want, b)
 		}
 	}
 	a := read(t, filepath.Join(dir, "a", "a.go"))
-	for _, want := range []string{`"example.com/m/b"`, "&b.Counter{Seen: map[string]bool{}}", "c.Add(w)", "c.N + bonus"} {
+	for _, want := range []string{`"example.com/m/b"`, "&b.Counter{Seen: map[string]bool{}}", "c.Add(w)", "c.N + bonus", "// the comment names LastWord too"} {
 		if !strings.Contains(a, want) {
 			t.Errorf("a/a.go lacks %q:\n%s", want, a)
 		}

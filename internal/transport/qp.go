@@ -11,7 +11,7 @@ import (
 	"github.com/xdproce/xdproce/internal/memory"
 )
 
-// QP is a queue pair as the engine keeps it. Its transport state (t)
+// QP is a queue pair as the engine keeps it. Its transport state
 // belongs to the engine serving it.
 type QP struct {
 	dev    Device

@@ -735,7 +735,15 @@ func (m *mover) write() error {
 			names = append(names, fn)
 		}
 	}
-	sort.Strings(names)
+	// A destination file begins with what came from the file of its own
+	// name, then what other files send it.
+	sort.SliceStable(names, func(i, j int) bool {
+		own := func(fn string) bool { return m.s.files[filepath.Base(fn)] == "" }
+		if own(names[i]) != own(names[j]) {
+			return own(names[i])
+		}
+		return names[i] < names[j]
+	})
 	for _, fn := range names {
 		src := m.src[fn]
 		var edits []edit
@@ -866,7 +874,7 @@ func (m *mover) fix(fn string, src []byte, imports []*ast.ImportSpec, qualified 
 	if err := format.Node(&b, fset, f); err != nil {
 		return fmt.Errorf("printing %s: %w", fn, err)
 	}
-	out, err := format.Source(b.Bytes())
+	out, err := format.Source(groupImports(b.Bytes()))
 	if err != nil {
 		return fmt.Errorf("formatting %s: %w", fn, err)
 	}
@@ -959,4 +967,55 @@ func (m *mover) renameInComments(fn string, f *ast.File) {
 			}
 		}
 	}
+}
+
+// groupImports puts a file's standard-library imports in a group of their
+// own before the others, as goimports does; src is gofmt'd Go.
+func groupImports(src []byte) []byte {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "", src, parser.ImportsOnly|parser.ParseComments)
+	if err != nil || len(f.Imports) < 2 {
+		return src
+	}
+	var decl *ast.GenDecl
+	for _, d := range f.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.IMPORT {
+			if decl != nil || !g.Lparen.IsValid() {
+				return src // several import declarations: leave them
+			}
+			decl = g
+		}
+	}
+	start, end := fset.Position(decl.Pos()).Offset, fset.Position(decl.End()).Offset
+	if strings.Contains(string(src[start:end]), "\n\n") {
+		return src // grouped already
+	}
+	var std, other []string
+	for _, is := range f.Imports {
+		if is.Doc != nil || is.Comment != nil {
+			return src
+		}
+		line := is.Path.Value
+		if is.Name != nil {
+			line = is.Name.Name + " " + line
+		}
+		path := strings.Trim(is.Path.Value, `"`)
+		if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") {
+			other = append(other, line)
+		} else {
+			std = append(std, line)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("import (\n")
+	for i, group := range [][]string{std, other} {
+		if i == 1 && len(std) > 0 && len(other) > 0 {
+			b.WriteString("\n")
+		}
+		for _, l := range group {
+			b.WriteString("\t" + l + "\n")
+		}
+	}
+	b.WriteString(")")
+	return append(append(append([]byte{}, src[:start]...), b.String()...), src[end:]...)
 }

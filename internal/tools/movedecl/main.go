@@ -266,6 +266,7 @@ func (m *mover) findMoved(from []*packages.Package) error {
 			if strings.HasSuffix(base, "_test.go") {
 				continue
 			}
+			prevEnd := f.Name.End() // what came before the declaration
 			for _, d := range f.Decls {
 				var names []string
 				switch d := d.(type) {
@@ -298,8 +299,22 @@ func (m *mover) findMoved(from []*packages.Package) error {
 					}
 				}
 				if hit {
-					m.moved[fn] = append(m.moved[fn], m.declSpan(src, d))
+					sp := m.declSpan(src, d)
+					// A comment standing alone right above the declaration
+					// (a section's explanation) goes with it.
+					for _, cg := range f.Comments {
+						if cg.Pos() > prevEnd && m.fset.Position(cg.End()).Offset < sp.start && !isDoc(f, cg) {
+							s := m.fset.Position(cg.Pos()).Offset
+							for s > 0 && src[s-1] != '\n' {
+								s--
+							}
+							sp.start = s
+							break
+						}
+					}
+					m.moved[fn] = append(m.moved[fn], sp)
 				}
+				prevEnd = d.End()
 			}
 		}
 	}
@@ -1018,4 +1033,22 @@ func groupImports(src []byte) []byte {
 	}
 	b.WriteString(")")
 	return append(append(append([]byte{}, src[:start]...), b.String()...), src[end:]...)
+}
+
+// isDoc reports whether cg is the doc comment of one of f's declarations,
+// or lies inside one.
+func isDoc(f *ast.File, cg *ast.CommentGroup) bool {
+	for _, d := range f.Decls {
+		var doc *ast.CommentGroup
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			doc = d.Doc
+		case *ast.GenDecl:
+			doc = d.Doc
+		}
+		if doc == cg || (cg.Pos() >= d.Pos() && cg.End() <= d.End()) {
+			return true
+		}
+	}
+	return false
 }

@@ -77,6 +77,8 @@ fix = {
 }
 for path, (old, new) in fix.items():
     s = open(path).read()
+    # movedecl has renamed qpTransport in comments already.
+    old = old.replace("(qpTransport)", "(Transport)")
     if old in s:
         open(path, "w").write(s.replace(old, new))
     else:

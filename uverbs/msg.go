@@ -62,6 +62,9 @@ const (
 	OpCMJoinMcast
 	OpCMLeaveMcast
 	OpResizeCQ
+	OpAllocDM
+	OpFreeDM
+	OpRegDMMR
 	opEnd
 )
 
@@ -77,7 +80,7 @@ var opNames = [...]string{
 	OpCMAccept: "CM_ACCEPT", OpCMReject: "CM_REJECT", OpCMDisconnect: "CM_DISCONNECT", OpCMEstablish: "CM_ESTABLISH",
 	OpCMQuery: "CM_QUERY", OpCMInitQPAttr: "CM_INIT_QP_ATTR", OpCMGetEvent: "CM_GET_EVENT", OpCMSetOption: "CM_SET_OPTION",
 	OpAttachMcast: "ATTACH_MCAST", OpDetachMcast: "DETACH_MCAST", OpCMJoinMcast: "CM_JOIN_MCAST", OpCMLeaveMcast: "CM_LEAVE_MCAST",
-	OpResizeCQ: "RESIZE_CQ",
+	OpResizeCQ: "RESIZE_CQ", OpAllocDM: "ALLOC_DM", OpFreeDM: "FREE_DM", OpRegDMMR: "REG_DM_MR",
 }
 
 func (o Op) String() string {

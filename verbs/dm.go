@@ -5,6 +5,9 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/xdproce/xdproce/internal/ibv"
 )
 
@@ -12,7 +15,9 @@ import (
 // device allocates and its XDP program can write, a BPF_F_MMAPABLE array
 // map mapped into the process (loader.DeviceMemory). The checks and errnos
 // are the kernel's and mlx5's: rxe has no device memory at all, and
-// rdma-core's pyverbs DM tests skip there. In-process devices only so far.
+// rdma-core's pyverbs DM tests skip there. Attached to a daemon, the
+// daemon allocates the map and passes its fd; the client maps the same
+// pages, and a region over them is the daemon's over its own mapping.
 
 // MaxDMSize is the most one AllocDM gives (ibv_device_attr_ex's
 // max_dm_size): 256 KiB, as the MEMIC of mlx5's ConnectX-6.
@@ -20,7 +25,7 @@ const MaxDMSize = 256 << 10
 
 // AccessZeroBased (IBV_ACCESS_ZERO_BASED) makes a region's addresses
 // offsets from its start; a region over device memory must have it.
-const AccessZeroBased Access = 1 << 5
+const AccessZeroBased = ibv.AccessZeroBased
 
 // DM is a block of device memory (struct ibv_dm).
 type DM struct {
@@ -33,7 +38,7 @@ type DM struct {
 
 // AllocDM allocates length bytes of device memory, zeroed
 // (ibv_alloc_dm): EINVAL beyond MaxDMSize as mlx5, EOPNOTSUPP where the
-// kernel cannot give memory XDP can write, or through a daemon.
+// kernel cannot give memory XDP can write; ENOMEM past a daemon's share.
 func (d *Device) AllocDM(length int) (*DM, error) {
 	if length <= 0 || length > MaxDMSize {
 		return nil, fmt.Errorf("verbs: device memory of %d bytes (at most %d): %w", length, MaxDMSize, ErrInvalid)
@@ -124,10 +129,12 @@ func (pd *PD) RegDMMR(dm *DM, offset, length int, access Access) (*MR, error) {
 	if offset < 0 || offset > dm.length || length > dm.length-offset {
 		return nil, fmt.Errorf("verbs: %d bytes at %d of %d of device memory: %w", length, offset, dm.length, ErrInvalid)
 	}
-	mr, err := pd.register(dm.mem.Bytes()[offset:offset+length], 0, access)
+	ops, err := pd.ops.RegDMMR(dm.mem, offset, length, access)
 	if err != nil {
 		return nil, err
 	}
+	mr := &MR{pd: pd, buf: dm.mem.Bytes()[offset : offset+length], length: uint64(length), access: access,
+		lkey: ops.LKey(), rkey: ops.RKey(), ops: ops}
 	mr.dm = dm
 	dm.mrs++
 	return mr, nil
@@ -141,4 +148,26 @@ func (m *MR) derefDM() {
 		m.dm.mu.Unlock()
 		m.dm = nil
 	}
+}
+
+// DupFD is a new fd (close-on-exec, the caller's to close) of the BPF map
+// holding the memory, for a daemon to pass to the client that allocated
+// it: mapping it gives the same pages, and nothing else (the fd names this
+// map alone; reading or writing it through bpf(2) is its own memory too).
+// EOPNOTSUPP where the memory is no such map (a daemon client's mapping).
+func (dm *DM) DupFD() (int, error) {
+	dm.mu.Lock()
+	defer dm.mu.Unlock()
+	if dm.mem == nil {
+		return -1, fmt.Errorf("verbs: device memory freed: %w", ErrInvalid)
+	}
+	m, ok := dm.mem.(interface{ Map() *ebpf.Map })
+	if !ok {
+		return -1, fmt.Errorf("verbs: device memory without a map of its own: %w", syscall.EOPNOTSUPP)
+	}
+	fd, err := unix.FcntlInt(uintptr(m.Map().FD()), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("verbs: dup device memory's map: %w", err)
+	}
+	return fd, nil
 }

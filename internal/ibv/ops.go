@@ -66,6 +66,9 @@ type PDOps interface {
 	AllocMR(n int, access Access) (MROps, error)
 	// RegProcMR registers another process's memory (the daemon's device only).
 	RegProcMR(mem ProcMemory, iova, length uint64, access Access) (MROps, error)
+	// RegDMMR registers length bytes of dm from offset (checked), its
+	// addresses running from 0: on the device's own mapping of the memory.
+	RegDMMR(dm DMOps, offset, length int, access Access) (MROps, error)
 	AllocMW(typ MWType) (MWOps, error)
 	// CreateAH creates an address handle (checked); the provider resolves
 	// its MAC address.

@@ -207,6 +207,12 @@ func (pd *PD) AllocMR(n int, access ibv.Access) (ibv.MROps, error) {
 	return pd.RegMR(buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access)
 }
 
+// RegDMMR registers part of device memory this device allocated: the
+// engines write the same pages the XDP program and the application see.
+func (pd *PD) RegDMMR(dm ibv.DMOps, offset, length int, access ibv.Access) (ibv.MROps, error) {
+	return pd.RegMR(dm.Bytes()[offset:offset+length], 0, access)
+}
+
 // RegProcMR registers another process's memory, reached through mem.
 func (pd *PD) RegProcMR(mem ibv.ProcMemory, iova, length uint64, access ibv.Access) (ibv.MROps, error) {
 	return pd.mr(pd.dev.NIC.RegProcMR(pd.pd, mem, iova, length, access))

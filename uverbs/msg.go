@@ -245,6 +245,9 @@ type DeviceInfo struct {
 	DataPath        string     `abi:"data_path"`
 	GIDs            [][16]byte `abi:"gids"`
 	Engines         uint32     `abi:"engines"`
+	// MaxDMSize is the most device memory one ALLOC_DM gives, 0 where the
+	// kernel gives none (ibv_device_attr_ex's max_dm_size).
+	MaxDMSize uint64 `abi:"max_dm_size"`
 }
 
 // Put encodes i.

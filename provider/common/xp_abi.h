@@ -701,6 +701,7 @@ struct xp_hello_rep {
 	const uint8_t (*gids)[16];
 	uint16_t gids_count;
 	uint32_t engines;
+	uint64_t max_dm_size;
 };
 
 static inline void xp_get_hello_rep(struct xp_dec *d, struct xp_hello_rep *r)
@@ -729,6 +730,7 @@ static inline void xp_get_hello_rep(struct xp_dec *d, struct xp_hello_rep *r)
 	if (!r->gids)
 		r->gids_count = 0;
 	r->engines = xp_get_u32(d);
+	r->max_dm_size = xp_get_u64(d);
 }
 
 /* XP_ALLOC_PD's reply: Ref */

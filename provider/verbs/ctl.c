@@ -268,6 +268,7 @@ int xp_hello(int sock, struct xp_info *info, int fds[3])
 	for (uint16_t i = 0; i < info->ngids; i++)
 		memcpy(info->gids[i].raw, r.gids[i], 16);
 	info->engines = r.engines;
+	info->max_dm_size = r.max_dm_size;
 	err = xp_end(&d);
 	if (!err && nfds != 3)
 		err = EPROTO;

@@ -212,6 +212,11 @@ static void xp_set_ops(struct xctx *c)
 	c->vctx.query_device_ex = xp_query_device_ex;
 	c->vctx.create_qp_ex = xp_create_qp_ex;
 	c->vctx.create_cq_ex = xp_create_cq_ex;
+	if (c->info.max_dm_size) {
+		c->vctx.alloc_dm = xp_alloc_dm;
+		c->vctx.free_dm = xp_free_dm;
+		c->vctx.reg_dm_mr = xp_reg_dm_mr;
+	}
 	c->vctx.sz = sizeof(struct verbs_context);
 }
 
@@ -352,6 +357,7 @@ int xp_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex
 	fill_device_attr(to_xctx(ctx), &a.orig_attr);
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
 	a.phys_port_cnt_ex = 1;
+	a.max_dm_size = to_xctx(ctx)->info.max_dm_size;
 	memcpy(attr, &a, size < sizeof(a) ? size : sizeof(a));
 	return 0;
 }

@@ -102,6 +102,7 @@ struct xp_info {
 	uint16_t ngids;
 	union ibv_gid gids[64];
 	uint32_t engines;
+	uint64_t max_dm_size; /* 0: the daemon's kernel gives no device memory */
 };
 
 /* Handles the daemon gave, to the objects they name (for async events). */
@@ -242,6 +243,11 @@ struct ibv_cq_ex *xp_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_at
 struct ibv_mw *xp_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int xp_dealloc_mw(struct ibv_mw *mw);
 int xp_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
+
+/* dm.c: device memory (ibv_alloc_dm), the daemon's BPF map mapped here. */
+struct ibv_dm *xp_alloc_dm(struct ibv_context *ctx, struct ibv_alloc_dm_attr *attr);
+int xp_free_dm(struct ibv_dm *dm);
+struct ibv_mr *xp_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t offset, size_t length, unsigned int access);
 
 /* device.c */
 int xp_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,

@@ -132,6 +132,11 @@ func TestDMThroughDaemon(t *testing.T) {
 	if _, err := x.pd.RegDMMR(dm, 8192, 8192, rw|verbs.AccessZeroBased); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("a region past the device memory's end: %v, want EINVAL", err)
 	}
+	if empty, err := x.pd.RegDMMR(dm, 3*4096, 0, verbs.AccessLocalWrite|verbs.AccessZeroBased); err != nil {
+		t.Errorf("a zero-length region at the device memory's end: %v", err)
+	} else if err := empty.Dereg(); err != nil {
+		t.Fatal(err)
+	}
 	if err := dm.Free(); !errors.Is(err, syscall.EBUSY) {
 		t.Errorf("freeing device memory regions lie in: %v, want EBUSY", err)
 	}

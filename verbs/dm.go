@@ -111,22 +111,28 @@ func (dm *DM) Free() error {
 }
 
 // RegDMMR registers length bytes of dm from offset as a region
-// (ibv_reg_dm_mr). As the kernel: EINVAL without AccessZeroBased (the
-// region's addresses run from 0) or past the memory's end.
+// (ibv_reg_dm_mr). As the kernel and mlx5: EINVAL without AccessZeroBased
+// (the region's addresses run from 0), with AccessMWBind, or past the
+// memory's end; a zero-length region is one.
 func (pd *PD) RegDMMR(dm *DM, offset, length int, access Access) (*MR, error) {
 	if access&AccessZeroBased == 0 {
 		return nil, fmt.Errorf("verbs: a region over device memory must be zero-based: %w", ErrInvalid)
 	}
 	access &^= AccessZeroBased
-	if err := checkAccess(length, access); err != nil {
+	// Any length inside the block, none included: mlx5 registers a
+	// zero-length region over MEMIC (the kernel checks only the bounds).
+	if err := checkAccessFlags(access); err != nil {
 		return nil, err
+	}
+	if access&AccessMWBind != 0 {
+		return nil, fmt.Errorf("verbs: no memory windows over device memory (mlx5's MEMIC access): %w", ErrInvalid)
 	}
 	dm.mu.Lock()
 	defer dm.mu.Unlock()
 	if dm.mem == nil || dm.dev != pd.dev {
 		return nil, fmt.Errorf("verbs: device memory freed or of another device: %w", ErrInvalid)
 	}
-	if offset < 0 || offset > dm.length || length > dm.length-offset {
+	if offset < 0 || length < 0 || offset > dm.length || length > dm.length-offset {
 		return nil, fmt.Errorf("verbs: %d bytes at %d of %d of device memory: %w", length, offset, dm.length, ErrInvalid)
 	}
 	ops, err := pd.ops.RegDMMR(dm.mem, offset, length, access)

@@ -91,6 +91,11 @@ func checkAccess(n int, access Access) error {
 	if n <= 0 || uint64(n) > MaxMRSize {
 		return fmt.Errorf("verbs: register %d bytes: %w", n, ErrInvalid)
 	}
+	return checkAccessFlags(access)
+}
+
+// checkAccessFlags checks a registration's access flags.
+func checkAccessFlags(access Access) error {
 	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessMWBind) != 0 {
 		return fmt.Errorf("verbs: unknown access flags %#x: %w", uint32(access), ErrInvalid)
 	}

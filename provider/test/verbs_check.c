@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int failures, checks;
@@ -786,6 +787,30 @@ static void device_memory(struct side *a, struct side *b)
 	ibv_destroy_qp(qa);
 	ibv_destroy_qp(qb);
 	check(ibv_dereg_mr(mr) == 0 && ibv_free_dm(dm) == 0, "ibv_dereg_mr of it, then ibv_free_dm");
+	/* Forked children allocate and free device memory on the parent's context at once (pyverbs'
+	 * test_multi_process_alloc_dm): each request's reply reaches the child that asked. */
+	enum { KIDS = 5, ROUNDS = 20 };
+	pid_t kids[KIDS];
+	for (int k = 0; k < KIDS; k++) {
+		kids[k] = fork();
+		if (kids[k] == 0) {
+			for (int r = 0; r < ROUNDS; r++) {
+				struct ibv_dm *m = ibv_alloc_dm(b->ctx, &(struct ibv_alloc_dm_attr){.length = 4096 * (1 + k)});
+				uint32_t v = (uint32_t)(k * 1000 + r), back = 0;
+				if (!m || ibv_memcpy_to_dm(m, 4096 * k, &v, 4) || ibv_memcpy_from_dm(&back, m, 4096 * k, 4) ||
+				    back != v || ibv_free_dm(m))
+					_exit(1);
+			}
+			_exit(0);
+		}
+	}
+	int all = 1;
+	for (int k = 0; k < KIDS; k++) {
+		int st = 0;
+		all &= kids[k] > 0 && waitpid(kids[k], &st, 0) == kids[k] && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	}
+	check(all, "%d forked children each allocate, use and free device memory %d times on the parent's context", KIDS,
+	      ROUNDS);
 }
 
 /* fatal: with a QP open, wait (bounded) for the test to kill the daemon: DEVICE_FATAL through

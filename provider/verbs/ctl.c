@@ -216,12 +216,42 @@ int xp_call(struct xctx *c, struct xp_enc *e, const int *fds, int nfds, uint8_t 
 	pthread_mutex_lock(&c->ctl);
 	int err = EIO;
 	if (!c->dead) {
+		/* A process that died holding xlock left at most one request unanswered: its reply, if
+		 * read here, fails the sequence check (EPROTO) and the one after is ours again. */
+		if (pthread_mutex_lock(c->xlock) == EOWNERDEAD)
+			pthread_mutex_consistent(c->xlock);
 		err = exchange(c->sock, ++c->seq, e, fds, nfds, buf, size, d, rfds, nrfds);
+		pthread_mutex_unlock(c->xlock);
 		if (err == EIO)
 			__atomic_store_n(&c->dead, true, __ATOMIC_RELAXED); /* the data path reads it without the lock */
 	}
 	pthread_mutex_unlock(&c->ctl);
 	return err;
+}
+
+pthread_mutex_t *xp_xlock_new(void)
+{
+	pthread_mutex_t *m = mmap(NULL, sizeof(*m), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	int err = pthread_mutex_init(m, &a);
+	pthread_mutexattr_destroy(&a);
+	if (err) {
+		munmap(m, sizeof(*m));
+		errno = err;
+		return NULL;
+	}
+	return m;
+}
+
+void xp_xlock_free(pthread_mutex_t *m)
+{
+	if (m)
+		munmap(m, sizeof(*m));
 }
 
 /* xp_hello greets the daemon on a fresh connection: the device's description, and its doorbell

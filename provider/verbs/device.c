@@ -241,6 +241,10 @@ XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->xd = xd;
 	c->ifindex = (int)if_nametoindex(xd->ifname);
 	pthread_mutex_init(&c->ctl, NULL);
+	if (!(c->xlock = xp_xlock_new())) {
+		err = errno;
+		goto fail;
+	}
 	/* The doorbell page is sealed against writes: the engines' words are read-only here. */
 	void *page = xp_map_memfd(fds[0], sizeof(struct xp_doorbell_page), PROT_READ);
 	if (page == MAP_FAILED) {
@@ -279,6 +283,8 @@ fail:
 		if (fds[i] >= 0)
 			close(fds[i]);
 	close(sock);
+	if (c)
+		xp_xlock_free(c->xlock);
 	free(c);
 	errno = err;
 	return NULL;
@@ -294,6 +300,7 @@ XP_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	close(c->bell_fd);
 	close(c->sock);
 	munmap((void *)c->bell_page, sizeof(*c->bell_page));
+	xp_xlock_free(c->xlock);
 	free(c->qps.v);
 	free(c->cqs.v);
 	free(c->srqs.v);

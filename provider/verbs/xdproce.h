@@ -120,6 +120,10 @@ struct xctx {
 	int sock;
 	uint32_t seq;
 	pthread_mutex_t ctl; /* one request at a time on the socket; guards the tables too */
+	/* xlock: one request at a time on the socket across fork too. Forked children share the
+	 * connection (as they share a uverbs fd), and a reply must reach the process that asked: the
+	 * mutex is process-shared and robust, in an anonymous shared page the children inherit. */
+	pthread_mutex_t *xlock;
 	const struct xp_doorbell_page *bell_page;
 	int bell_fd;   /* this context's own doorbell (xp_ring) */
 	int events_fd; /* a pipe the daemon signals when it queued an async event (xp_drain) */
@@ -205,6 +209,10 @@ static inline struct xqp *to_xqp(struct ibv_qp *qp)
 
 /* ctl.c */
 int xp_connect(const char *ifname);
+/* xp_xlock_new maps and initialises a context's xlock (NULL and errno on failure); xp_xlock_free
+ * unmaps it. */
+pthread_mutex_t *xp_xlock_new(void);
+void xp_xlock_free(pthread_mutex_t *m);
 /* xp_probe reports whether a trusted daemon listens on @xdproce/IFNAME, without waiting. */
 bool xp_probe(const char *ifname);
 int xp_trust(int sock);

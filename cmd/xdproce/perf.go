@@ -151,7 +151,7 @@ func perfFlags(a *perfArgs) *flag.FlagSet {
 	fs.StringVar(&a.atomic, "A", "FETCH_AND_ADD", "atomic operation: FETCH_AND_ADD or CMP_AND_SWAP")
 	fs.BoolVar(&a.gbits, "report_gbits", false, "report bandwidth in Gb/s instead of MB/s")
 	fs.BoolVar(&a.verify, "verify", false, "fill with a pattern and check every byte that arrives (both sides xdproce)")
-	fs.BoolVar(&a.deviceMemory, "dm", false, "put the buffer (the peer's target, and what this side sends) in device memory the XDP program can write (ibv_alloc_dm, ibv_reg_dm_mr); in-process only, at most 256 KiB")
+	fs.BoolVar(&a.deviceMemory, "dm", false, "put the buffer (the peer's target, and what this side sends) in device memory the XDP program can write (ibv_alloc_dm, ibv_reg_dm_mr); through a daemon too (it allocates the memory, both map it); at most 256 KiB")
 	fs.BoolVar(&a.ownMemory, "own-memory", false, "register memory this program allocated (as stock perftest does) instead of memory shared with the device; through a daemon, it is reached with process_vm_readv/writev")
 	fs.BoolVar(&a.counters, "counters", false, "print the device's transport counters (rxe's names) at the end")
 	fs.DurationVar(&a.timeout, "timeout", 2*time.Minute, "bound on each out-of-band exchange and each wait for the peer")

@@ -26,6 +26,7 @@ type rnic struct {
 	pd   *verbs.PD
 	mr   *verbs.MR
 	half int
+	dm   *verbs.DM // the device memory mr lies in (openDMPair), freed before the device closes
 }
 
 // dst and src are the two halves of the region, size bytes of each.
@@ -131,7 +132,7 @@ func (p *rnicPair) Close() error {
 	var errs []error
 	for _, r := range []*rnic{p.a, p.b} {
 		if r != nil && !(p.shared && r == p.b) {
-			errs = append(errs, r.dev.Close())
+			errs = append(errs, r.freeDM(), r.dev.Close())
 		}
 	}
 	if p.stopDaemons != nil {

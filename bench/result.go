@@ -21,6 +21,9 @@ const (
 	// XdproceLoopback is xdproce with both ends on one device (in-process):
 	// its frames loop back inside the device, never on the link (issue 32).
 	XdproceLoopback = "xdproce_loopback"
+	// XdproceDM is xdproce (in-process) with both sides' regions in device
+	// memory (Device.AllocDM, PD.RegDMMR; issue 34).
+	XdproceDM = "xdproce_dm"
 	// PerftestLibibverbs is Debian's stock perftest binary on xdproce's
 	// libibverbs.so.1 through a daemon (xdproce run), and XdprocePerf the
 	// same tool as xdproce perf (Go, the verbs API) through the same
@@ -177,6 +180,7 @@ func (r Result) Validate() error {
 		PerftestBusyDaemons:    {RTT: {OpWrite}},
 		XdproceDaemonOwnMemory: {Bandwidth: {OpWrite}},
 		XdproceLoopback:        {Bandwidth: {OpWrite}, RTT: {OpWrite}},
+		XdproceDM:              {RTT: {OpWrite}, MsgRate: {OpWrite}},
 		PerftestLibibverbs:     {Bandwidth: {OpWrite}, RTT: {OpWrite}},
 		XdprocePerf:            {Bandwidth: {OpWrite}, RTT: {OpWrite}},
 		TCP:                    {Bandwidth: {OpStream}, RTT: {OpPingPong}, MsgRate: {OpStream}, CPUPerGB: {OpStream}},

@@ -42,6 +42,10 @@ type Config struct {
 	// trip with both ends on one device (frames looped back inside it),
 	// beside the same over the link.
 	Loopback bool
+	// DevMemory adds the 8 B WRITE round trip and the WRITE message rate
+	// (one QP) on device memory (issue 34), each after the same on host
+	// memory.
+	DevMemory bool
 	// Stock, if set, adds issue 15's comparison of stock perftest over
 	// xdproce's libibverbs with xdproce perf (stock.go): ib_write_lat at
 	// 8 B if LatSizes has 8, ib_write_bw at 64 KiB if Sizes has 64 KiB.
@@ -102,6 +106,7 @@ func Default() Config {
 		Queues:      1,
 		Daemon:      true,
 		Loopback:    true,
+		DevMemory:   true,
 	}
 }
 
@@ -153,6 +158,7 @@ type group struct {
 	daemon          bool // attached steps run through each host's daemon
 	ownMemory       bool // daemon: regions of the application's own memory (process_vm_readv/writev)
 	loopback        bool // attached steps run with both ends on one device (openLoopbackPair)
+	deviceMemory    bool // attached steps run on regions in device memory (openDMPair)
 	// stock, if set, runs the plain steps as processes through real
 	// daemons (xdproce up) it starts in the hosts' namespaces for the
 	// group, and each figure of the group is the median of its rounds.
@@ -218,6 +224,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		open := openPair
 		if g.loopback {
 			open = openLoopbackPair
+		}
+		if g.deviceMemory {
+			open = openDMPair
 		}
 		if g.daemon {
 			open = func(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options) (*rnicPair, error) {
@@ -299,6 +308,7 @@ func plan(cfg Config, hosts [2]*Host) []group {
 	var groups []group
 	daemonBW, daemonRTT := daemonGroups(cfg)
 	loopBW, loopRTT := loopbackGroups(cfg)
+	dmRTT, dmRate := dmGroups(cfg)
 	w, d := cfg.Warmup, cfg.Duration
 	tcpBW := func(size int, attached bool) step {
 		name := "TCP"
@@ -379,6 +389,9 @@ func plan(cfg Config, hosts [2]*Host) []group {
 		if cfg.Loopback && size == 8 {
 			groups = append(groups, loopRTT)
 		}
+		if cfg.DevMemory && size == 8 {
+			groups = append(groups, dmRTT)
+		}
 	}
 	groups = append(groups, floorGroup(cfg, hosts))
 	if len(cfg.QPs) > 0 {
@@ -401,6 +414,9 @@ func plan(cfg Config, hosts [2]*Host) []group {
 			}})
 		}
 		groups = append(groups, g)
+		if cfg.DevMemory {
+			groups = append(groups, dmRate)
+		}
 	}
 	// Last, so that a stock program that fails costs none of the figures above.
 	return append(groups, stockGroups(cfg, hosts)...)

@@ -18,19 +18,20 @@ func countSteps(groups []group) (plain, attached int) {
 // xdproce WRITE, SEND, READ with TCP+XDP; per round-trip size TCP alone and
 // xdproce WRITE, SEND with TCP+XDP; per QP count one point of each
 // contender; the AF_XDP floor (a round trip per size, the frame rate,
-// 4 KiB frames streaming), with no device open; and through the daemons
-// WRITE 64 KiB and the 8 B WRITE round trip.
+// 4 KiB frames streaming), with no device open; through the daemons
+// WRITE 64 KiB and the 8 B WRITE round trip; and on device memory the 8 B
+// WRITE round trip and the message rate on one QP, each its own group.
 func TestPlan(t *testing.T) {
 	cfg := Default()
 	groups := plan(cfg, [2]*Host{})
-	if want := len(cfg.Sizes) + len(cfg.LatSizes) + 2 + 3 + 2; len(groups) != want {
+	if want := len(cfg.Sizes) + len(cfg.LatSizes) + 2 + 3 + 2 + 2; len(groups) != want {
 		t.Fatalf("%d groups, want %d", len(groups), want)
 	}
 	plain, attached := countSteps(groups)
 	if want := len(cfg.Sizes) + 2*len(cfg.LatSizes) + len(cfg.QPs) + 2; plain != want {
 		t.Errorf("%d points without XDP, want %d", plain, want)
 	}
-	if want := 4*len(cfg.Sizes) + 3*len(cfg.LatSizes) + len(cfg.QPs) + 3 + 2; attached != want {
+	if want := 4*len(cfg.Sizes) + 3*len(cfg.LatSizes) + len(cfg.QPs) + 3 + 2 + 2; attached != want {
 		t.Errorf("%d points with xdproce open, want %d", attached, want)
 	}
 	for _, g := range groups {
@@ -70,7 +71,7 @@ func TestRunLengths(t *testing.T) {
 		name string
 		cfg  Config
 		max  time.Duration
-	}{{"default", Default(), 170 * time.Second}, {"quick", Quick(), 50 * time.Second},
+	}{{"default", Default(), 170 * time.Second}, {"quick", Quick(), 55 * time.Second},
 		{"default with stock perftest", stock(Default(), 3), 200 * time.Second}, {"quick with stock perftest", stock(Quick(), 2), 65 * time.Second}} {
 		est, points := estimate(c.cfg)
 		t.Logf("%s run: %d points ≈ %v", c.name, points, est)

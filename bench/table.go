@@ -157,12 +157,24 @@ func WriteTables(w io.Writer, results []Result) error {
 				row(cells...)
 			}
 		}
+		// Device memory's round trip under host memory's (issue 34).
+		for _, s := range sizes {
+			if x, xm, okX := lat(key{XdproceDM, false, RTT, OpWrite, s, 0}); okX {
+				_, tm, okT := lat(key{TCP, false, RTT, OpPingPong, s, 0})
+				cells := []string{"WRITE, device memory", FormatSize(s), x, "-", "-", FormatRatio(xm, tm, okX, okT)}
+				if floorRTT {
+					fl, _, _ := lat(key{AFXDP, false, RTT, OpFrame, s, 0})
+					cells = append(cells, fl)
+				}
+				row(cells...)
+			}
+		}
 	}
 
 	var qps []int
 	msgSize := 0
 	for _, r := range results {
-		if r.Measure == MsgRate && !slices.Contains(qps, r.QPs) {
+		if r.Measure == MsgRate && r.Contender != XdproceDM && !slices.Contains(qps, r.QPs) {
 			qps = append(qps, r.QPs)
 			msgSize = r.Size
 		}
@@ -180,6 +192,10 @@ func WriteTables(w io.Writer, results []Result) error {
 		if r, ok := f[key{AFXDP, false, MsgRate, OpFrame, msgSize, 1}]; ok {
 			tw.Flush()
 			fmt.Fprintf(w, "AF_XDP floor (raw %s frames one way, no transport): %s million/s\n", FormatSize(msgSize), formatValue(r.MmsgS, true))
+		}
+		if r, ok := f[key{XdproceDM, false, MsgRate, OpWrite, msgSize, 1}]; ok {
+			tw.Flush()
+			fmt.Fprintf(w, "xdproce on device memory (WRITE, 1 QP): %s million/s\n", formatValue(r.MmsgS, true))
 		}
 	}
 
@@ -400,6 +416,29 @@ func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 		if x, ok := f[key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok && x.P50us > 0 {
 			r := l.P50us / x.P50us
 			fmt.Fprintf(tw, "8 B WRITE round trip over loopback < over the link, medians (issue 32)\t%.2f× (%.2f µs)\t%s\t-\n", r, l.P50us, held(r < 1))
+		}
+	}
+	// Device memory (issue 34): against the floor, host memory beside.
+	if m, ok := f[key{XdproceDM, false, RTT, OpWrite, 8, 0}]; ok {
+		if fl, okF := floor(RTT, 8); okF && fl.P50us > 0 {
+			r := m.P50us / fl.P50us
+			host := "-"
+			if x, ok := f[key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok {
+				host = fmt.Sprintf("%.2f×", x.P50us/fl.P50us)
+			}
+			fmt.Fprintf(tw, "8 B WRITE round trip on device memory ≤ 1.0× the AF_XDP floor, medians (issue 34; host memory %s)\t%.2f× (%.2f µs)\t%s\t%.2f µs\n",
+				host, r, m.P50us, held(r <= 1), fl.P50us)
+		}
+	}
+	if m, ok := f[key{XdproceDM, false, MsgRate, OpWrite, 64, 1}]; ok {
+		if fl, okF := floor(MsgRate, 64); okF && fl.MmsgS > 0 {
+			r := m.MmsgS / fl.MmsgS
+			host := "-"
+			if x, ok := f[key{Xdproce, false, MsgRate, OpWrite, 64, 1}]; ok {
+				host = fmt.Sprintf("%.2f×", x.MmsgS/fl.MmsgS)
+			}
+			fmt.Fprintf(tw, "64 B WRITE message rate on device memory ≥ 1.0× the AF_XDP floor's frame rate, 1 QP (issue 34; host memory %s)\t%.2f× (%.3f M/s)\t%s\t%.3f M/s\n",
+				host, r, m.MmsgS, held(r >= 1), fl.MmsgS)
 		}
 	}
 	extra, latHeld, latOK, bwRatio, bwHeld, bwOK := stockTargets(f)

@@ -61,7 +61,6 @@ type Server struct {
 	wg       sync.WaitGroup
 	stop     chan struct{} // closed by a SHUTDOWN request
 	stopOnce sync.Once
-	dm       dmProbe // whether the kernel gives device memory (dm.go)
 }
 
 // New opens the control socket for cfg.Ifname in the calling thread's

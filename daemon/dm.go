@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"errors"
-	"sync"
 	"syscall"
 
 	"github.com/xdproce/xdproce/loader"
@@ -138,27 +136,4 @@ func (ss *session) releaseDM() {
 		}
 		delete(ss.dms, h)
 	}
-}
-
-// dmProbe finds, once, whether this kernel gives device memory (an
-// mmapable array map): HELLO tells clients max_dm_size, 0 without, as a
-// device without MEMIC reports it.
-type dmProbe struct {
-	once sync.Once
-	max  uint64
-}
-
-func (s *Server) maxDMSize() uint64 {
-	s.dm.once.Do(func() {
-		m, err := loader.NewDeviceMemory(loader.DMPage)
-		if err != nil {
-			if !errors.Is(err, loader.ErrNoDeviceMemory) {
-				s.log.Warn("daemon: no device memory", "err", err)
-			}
-			return
-		}
-		m.Close()
-		s.dm.max = verbs.MaxDMSize
-	})
-	return s.dm.max
 }

@@ -50,6 +50,9 @@ func TestDMThroughDaemon(t *testing.T) {
 	needDM(t)
 	tb := newTestbed(t)
 	c := tb.dial(t)
+	if got := c.QueryDevice().MaxDMSize; got != verbs.MaxDMSize {
+		t.Fatalf("max_dm_size through the daemon %d, want %d", got, verbs.MaxDMSize)
+	}
 	x, y := newEnd(t, c, 1<<14), newEnd(t, tb.b, 1<<14)
 	connect(t, x, y, ipA, ipB, macA, macB)
 	dm := allocDM(t, c, 3*4096)

@@ -304,7 +304,7 @@ func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		MaxInlineData: uint32(a.MaxInlineData), MaxMRSize: a.MaxMRSize, MaxMsgSize: a.MaxMsgSize,
 		MaxQPRdAtom: uint32(a.MaxQPRdAtom), MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom),
 		MaxMTU: uint8(p.MaxMTU), ActiveMTU: uint8(p.ActiveMTU), DataPath: p.DataPath, Engines: uint32(dev.Engines()),
-		MaxDMSize: ss.srv.maxDMSize(),
+		MaxDMSize: uint64(a.MaxDMSize),
 	}
 	copy(info.MAC[:], dev.MAC())
 	for i := range p.GIDTblLen {

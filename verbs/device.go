@@ -87,6 +87,9 @@ type DeviceAttr struct {
 	MaxMRSize, MaxMsgSize                         uint64
 	MaxQPRdAtom, MaxQPInitRdAtom                  int
 	NodeGUID                                      uint64
+	// MaxDMSize is the most device memory one AllocDM gives, 0 where the
+	// device has none (ibv_device_attr_ex's max_dm_size).
+	MaxDMSize int
 }
 
 // PortAttr describes the device's port (a subset of ibv_port_attr).
@@ -194,7 +197,7 @@ func (d *Device) QueryDevice() DeviceAttr {
 	return DeviceAttr{
 		MaxQP: MaxQP, MaxQPWR: MaxQPWR, MaxSGE: MaxSGE, MaxCQE: MaxCQE, MaxInlineData: MaxInlineData,
 		MaxMRSize: MaxMRSize, MaxMsgSize: MaxMsgSize, MaxQPRdAtom: MaxRdAtomic, MaxQPInitRdAtom: MaxRdAtomic,
-		NodeGUID: guid,
+		NodeGUID: guid, MaxDMSize: d.ops.MaxDMSize(),
 	}
 }
 

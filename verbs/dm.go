@@ -20,8 +20,9 @@ import (
 // pages, and a region over them is the daemon's over its own mapping.
 
 // MaxDMSize is the most one AllocDM gives (ibv_device_attr_ex's
-// max_dm_size): 256 KiB, as the MEMIC of mlx5's ConnectX-6.
-const MaxDMSize = 256 << 10
+// max_dm_size, DeviceAttr.MaxDMSize where the device has device memory):
+// 256 KiB, as the MEMIC of mlx5's ConnectX-6.
+const MaxDMSize = ibv.MaxDMSize
 
 // AccessZeroBased (IBV_ACCESS_ZERO_BASED) makes a region's addresses
 // offsets from its start; a region over device memory must have it.

@@ -32,6 +32,9 @@ func dmPair(t *testing.T, n int) (a, b *node, dm *DM) {
 // it.
 func TestDMErrnos(t *testing.T) {
 	_, b, dm := dmPair(t, 8192)
+	if got := b.dev.QueryDevice().MaxDMSize; got != MaxDMSize {
+		t.Errorf("max_dm_size %d, want %d", got, MaxDMSize)
+	}
 	for _, n := range []int{0, -4, MaxDMSize + 1} {
 		if _, err := b.dev.AllocDM(n); !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("AllocDM(%d): %v, want EINVAL", n, err)

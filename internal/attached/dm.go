@@ -22,6 +22,9 @@ type DM struct {
 	mem []byte // whole pages, as mapped
 }
 
+// MaxDMSize is what the daemon's HELLO told.
+func (r *Device) MaxDMSize() int { return int(r.info.MaxDMSize) }
+
 // AllocDM asks the daemon for length bytes of device memory and maps them.
 func (r *Device) AllocDM(length int) (ibv.DMOps, error) {
 	d, fds, err := r.call(uverbs.OpAllocDM, func(e *uverbs.Encoder) { e.Put(&uverbs.AllocDM{Length: uint64(length)}) })

@@ -53,6 +53,10 @@ type DeviceOps interface {
 	Attached() bool
 	// AllocDM allocates length bytes (checked) of device memory.
 	AllocDM(length int) (DMOps, error)
+	// MaxDMSize is the most device memory one AllocDM gives
+	// (ibv_device_attr_ex's max_dm_size): MaxDMSize, or 0 where the
+	// device has none.
+	MaxDMSize() int
 	// Close stops the device; the API calls it once.
 	Close() error
 }
@@ -144,6 +148,10 @@ type MWOps interface {
 	RKey() uint32
 	Dealloc() error
 }
+
+// MaxDMSize is the most device memory one allocation gives: 256 KiB, as
+// the MEMIC of mlx5's ConnectX-6.
+const MaxDMSize = 256 << 10
 
 // DMOps is a block of device memory's provider: memory the device can
 // reach, mapped into the process.

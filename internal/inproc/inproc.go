@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -41,6 +42,8 @@ type Device struct {
 	*transport.NIC
 	cfg Config
 	ahs atomic.Int32 // address handles alive
+	// maxDM finds once whether the kernel gives device memory.
+	maxDM func() int
 }
 
 var _ ibv.DeviceOps = (*Device)(nil)
@@ -52,7 +55,7 @@ func New(links []link.Link, cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Device{NIC: nic, cfg: cfg}, nil
+	return &Device{NIC: nic, cfg: cfg, maxDM: sync.OnceValue(probeDM)}, nil
 }
 
 // Close stops the engines.
@@ -171,6 +174,19 @@ func (d *Device) StopDaemon(context.Context, func() error) error {
 
 // Attached is false: the device runs here.
 func (d *Device) Attached() bool { return false }
+
+// MaxDMSize is ibv.MaxDMSize where the kernel gives device memory (an
+// mmapable array map; probed once), else 0.
+func (d *Device) MaxDMSize() int { return d.maxDM() }
+
+func probeDM() int {
+	m, err := loader.NewDeviceMemory(loader.DMPage)
+	if err != nil {
+		return 0
+	}
+	m.Close()
+	return ibv.MaxDMSize
+}
 
 // AllocDM allocates device memory the XDP program can write, mapped into
 // the process (loader.DeviceMemory): EOPNOTSUPP where the kernel has none.

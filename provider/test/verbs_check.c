@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -811,6 +812,26 @@ static void device_memory(struct side *a, struct side *b)
 	}
 	check(all, "%d forked children each allocate, use and free device memory %d times on the parent's context", KIDS,
 	      ROUNDS);
+	/* A child killed in the middle of a request (SIGKILL while it waits for its reply) leaves the
+	 * shared connection usable: the next caller takes the lock over and skips the orphaned reply. */
+	int usable = 1;
+	for (int k = 0; k < 20 && usable; k++) {
+		pid_t kid = fork();
+		if (kid == 0) {
+			for (;;) {
+				struct ibv_pd *p = ibv_alloc_pd(b->ctx);
+				if (!p || ibv_dealloc_pd(p))
+					_exit(1);
+			}
+		}
+		struct timespec pause = {0, 2000000 + 250000 * k};
+		nanosleep(&pause, NULL);
+		kill(kid, SIGKILL);
+		waitpid(kid, NULL, 0);
+		struct ibv_pd *p = ibv_alloc_pd(b->ctx);
+		usable = p != NULL && ibv_dealloc_pd(p) == 0;
+	}
+	check(usable, "the parent's context still works after forked children were killed mid-request, 20 times");
 }
 
 /* fatal: with a QP open, wait (bounded) for the test to kill the daemon: DEVICE_FATAL through

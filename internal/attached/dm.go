@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -40,6 +42,9 @@ func (r *Device) AllocDM(length int) (ibv.DMOps, error) {
 	page := uint64(os.Getpagesize())
 	if err == nil && (rep.MapLength < uint64(length) || rep.MapLength%page != 0 || rep.MapLength-uint64(length) >= page) {
 		err = fmt.Errorf("verbs: daemon: %d bytes of device memory to map for %d: %w", rep.MapLength, length, syscall.EPROTO)
+	}
+	if err == nil {
+		err = checkDMFD(fds[0], rep.MapLength)
 	}
 	var mem []byte
 	if err == nil {
@@ -93,4 +98,30 @@ func (pd *PD) RegDMMR(dmOps ibv.DMOps, offset, length int, access ibv.Access) (i
 	mr := &MR{dev: r, h: rep.MR, buf: dm.mem[offset : offset+length], lkey: rep.LKey, rkey: rep.RKey}
 	r.addMR(mr)
 	return mr, nil
+}
+
+// checkDMFD checks that fd is what ALLOC_DM passes before it is mapped: an
+// mmapable BPF array map of 4 KiB elements holding at least n bytes (its
+// /proc/self/fdinfo, which needs no privilege). Mapping anything else, a
+// memfd shorter than n, could fault (SIGBUS) at an access inside the block.
+func checkDMFD(fd int, n uint64) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
+	if err != nil {
+		return fmt.Errorf("verbs: daemon: device memory's fd: %w", err)
+	}
+	f := map[string]uint64{}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		if x, err := strconv.ParseUint(strings.TrimSpace(v), 0, 64); err == nil {
+			f[k] = x
+		}
+	}
+	const array, mmapable, page = 2, 1 << 10, 4096
+	if f["map_type"] != array || f["value_size"] != page || f["map_flags"]&mmapable == 0 || f["max_entries"]*page < n {
+		return fmt.Errorf("verbs: daemon: device memory's fd is not an mmapable array map of %d bytes: %w", n, syscall.EPROTO)
+	}
+	return nil
 }

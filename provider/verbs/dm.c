@@ -4,6 +4,8 @@
  * mlx5's (MEMIC) and libibverbs': rxe has no device memory. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -58,6 +60,34 @@ static int memcpy_from_dm(void *host, struct ibv_dm *dm, uint64_t offset, size_t
 	return access_dm(dm, offset, host, length, true);
 }
 
+/* check_dm_fd checks the fd ALLOC_DM passed before it is mapped: an mmapable BPF array map of 4 KiB
+ * elements holding at least len bytes, as its /proc/self/fdinfo says (no privilege needed). Mapping
+ * anything else, a memfd shorter than len, could fault (SIGBUS) at an access inside the block. */
+static int check_dm_fd(int fd, uint64_t len)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	int f = open(path, O_RDONLY | O_CLOEXEC);
+	if (f < 0)
+		return errno;
+	ssize_t n = read(f, buf, sizeof(buf) - 1);
+	close(f);
+	if (n <= 0)
+		return EPROTO;
+	buf[n] = 0;
+	unsigned long long type = 0, value = 0, entries = 0, flags = 0;
+	for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		sscanf(l, "map_type: %llu", &type);
+		sscanf(l, "value_size: %llu", &value);
+		sscanf(l, "max_entries: %llu", &entries);
+		sscanf(l, "map_flags: %llx", &flags);
+	}
+	enum { ARRAY = 2, MMAPABLE = 1 << 10, PAGE = 4096 };
+	if (type != ARRAY || value != PAGE || !(flags & MMAPABLE) || entries * PAGE < len)
+		return EPROTO;
+	return 0;
+}
+
 static void free_handle(struct ibv_context *ctx, uint32_t h)
 {
 	struct xp_enc e;
@@ -95,6 +125,8 @@ struct ibv_dm *xp_alloc_dm(struct ibv_context *ctx, struct ibv_alloc_dm_attr *at
 		err = EPROTO;
 	struct xdm *dm = NULL;
 	void *mem = MAP_FAILED;
+	if (!err)
+		err = check_dm_fd(fds[0], r.map_length);
 	if (!err) {
 		mem = mmap(NULL, r.map_length, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
 		if (mem == MAP_FAILED)

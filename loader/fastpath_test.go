@@ -1,0 +1,333 @@
+package loader
+
+import (
+	"bytes"
+	"net/netip"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xdproce/xdproce/bpf"
+	"github.com/xdproce/xdproce/internal/netns"
+	"github.com/xdproce/xdproce/wire"
+)
+
+// XDP verdicts (enum xdp_action).
+const (
+	xdpDrop = 1
+	xdpTX   = 3
+)
+
+var (
+	fpLocal  = netip.MustParseAddr("198.18.0.1")
+	fpRemote = netip.MustParseAddr("198.18.0.2")
+	fpMACA   = [6]byte{0x02, 0, 0, 0, 0, 0xa}
+	fpMACB   = [6]byte{0x02, 0, 0, 0, 0, 0xb}
+)
+
+const (
+	fpQPN     = 0x123 // the responder's QP
+	fpPeerQPN = 0x456 // the requester's
+	fpPD      = 7
+	fpRKey    = 0x00abcd01
+	fpROKey   = 0x00abcd02 // a region without remote write
+	fpBase    = 100        // the region's first byte in the DM block
+	fpLen     = 3000
+	fpEPSN    = 0x10
+	fpMSN     = 5
+	fpSport   = 0xc123
+)
+
+// fpRig is the program loaded (not attached) with one fast-path QP
+// handed to it, over a DM block holding two regions.
+type fpRig struct {
+	objs *bpf.SteerObjects
+	fast *FastPath
+	dm   *DeviceMemory
+}
+
+// fpAck is the ACK the Go responder sends for fpQPN (its engine.header:
+// TTL 64, DF, ID 0, UDP checksum 0, P_Key 0xffff, AETH unlimited credits).
+func fpAck(psn, msn uint32) [FastAckLen]byte {
+	p := wire.Packet{
+		Eth:  wire.Ethernet{Dst: fpMACB, Src: fpMACA},
+		IP:   wire.IP{Src: fpLocal, Dst: fpRemote, TTL: 64, DF: true},
+		UDP:  wire.UDP{SrcPort: fpSport, DstPort: wire.UDPPort},
+		BTH:  wire.BTH{Opcode: wire.RCAck, PKey: 0xffff, DestQP: fpPeerQPN, PSN: psn},
+		AETH: wire.AETH{Syndrome: wire.ACKSyndrome(0x1f), MSN: msn},
+	}
+	var b [FastAckLen]byte
+	if n, err := wire.Encode(b[:], &p); err != nil || n != FastAckLen {
+		panic(err)
+	}
+	return b
+}
+
+func newFPRig(t *testing.T) *fpRig {
+	t.Helper()
+	netns.RequireRoot(t)
+	objs := new(bpf.SteerObjects)
+	if err := bpf.LoadSteerObjects(objs, nil); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	t.Cleanup(func() { closeObjects(objs) })
+	if err := objs.LocalAddrs.Put(fpLocal.As16(), uint8(1)); err != nil {
+		t.Fatal(err)
+	}
+	fast, err := newFastPath(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fast.close() })
+	dm, err := NewDeviceMemory(2 * DMPage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dm.Close() })
+	idx, err := fast.AddDM(dm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []struct {
+		key    uint32
+		access uint32
+	}{{fpRKey, FastMRRemoteWrite}, {fpROKey, 0}} {
+		if err := fast.AddMR(m.key, FastMR{PD: fpPD, DM: idx, Base: fpBase, Len: fpLen, Access: m.access}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := FastQP{Src: fpLocal.As4(), Dst: fpRemote.As4(), PD: fpPD, MTU: 1024, Flags: FastQPRemoteWrite, Ack: fpAck(0, 0)}
+	q.AckCRC = FastAckCRC(&q.Ack)
+	if err := fast.SetQP(fpQPN, &q); err != nil {
+		t.Fatal(err)
+	}
+	if err := fast.HandBack(fpQPN, fpEPSN, fpMSN); err != nil {
+		t.Fatal(err)
+	}
+	return &fpRig{objs: objs, fast: fast, dm: dm}
+}
+
+// fpWrite is a WRITE ONLY of payload at va with rkey, from the peer, as
+// its Go requester encodes it.
+func fpWrite(psn uint32, rkey uint32, va uint64, payload []byte) *wire.Packet {
+	return &wire.Packet{
+		Eth:     wire.Ethernet{Dst: fpMACA, Src: fpMACB},
+		IP:      wire.IP{Src: fpRemote, Dst: fpLocal, TTL: 64, DF: true},
+		UDP:     wire.UDP{SrcPort: 0xd000, DstPort: wire.UDPPort},
+		BTH:     wire.BTH{Opcode: wire.RCWriteOnly, PKey: 0xffff, DestQP: fpQPN, AckReq: true, PSN: psn},
+		RETH:    wire.RETH{VA: va, RKey: rkey, Len: uint32(len(payload))},
+		Payload: payload,
+	}
+}
+
+func encode(t *testing.T, p *wire.Packet) []byte {
+	t.Helper()
+	b := make([]byte, 9000)
+	n, err := wire.Encode(b, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b[:n]
+}
+
+// run runs the program on frame and returns its verdict and output.
+func (r *fpRig) run(t *testing.T, frame []byte) (uint32, []byte) {
+	t.Helper()
+	out := make([]byte, len(frame)+256)
+	opts := ebpf.RunOptions{Data: frame, DataOut: out}
+	ret, err := r.objs.XdpRoceSteer.Run(&opts)
+	if err != nil {
+		t.Fatalf("BPF_PROG_RUN: %v", err)
+	}
+	return ret, opts.DataOut
+}
+
+func (r *fpRig) counters(t *testing.T) Counters {
+	t.Helper()
+	c, err := readCounters(r.objs.Stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func fpPayload(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + 1)
+	}
+	return b
+}
+
+// TestFastPathWrite: an in-order WRITE ONLY into a device-memory region is
+// written there by the program and answered with XDP_TX by the ACK the Go
+// responder would send, byte for byte; ePSN and MSN move on. Without
+// AckReq it is executed and dropped, with no ACK.
+func TestFastPathWrite(t *testing.T) {
+	r := newFPRig(t)
+	payload := fpPayload(37) // odd: the frame carries pad bytes
+	const va = 500
+	ret, out := r.run(t, encode(t, fpWrite(fpEPSN, fpRKey, va, payload)))
+	if ret != xdpTX {
+		t.Fatalf("verdict %d, want XDP_TX (%d); counters %+v", ret, xdpTX, r.counters(t))
+	}
+	want := fpAck(fpEPSN, fpMSN+1)
+	if !bytes.Equal(out, want[:]) {
+		t.Errorf("ACK\n got %x\nwant %x", out, want)
+	}
+	var dec wire.Packet
+	if err := wire.Decode(out, &dec); err != nil {
+		t.Errorf("the ACK does not decode: %v", err)
+	}
+	if got := r.dm.Bytes()[fpBase+va : fpBase+va+len(payload)]; !bytes.Equal(got, payload) {
+		t.Errorf("device memory holds %x, want %x", got, payload)
+	}
+	if s, _ := r.fast.State(fpQPN); s.Owner != FastOwnerXDP || s.EPSN != fpEPSN+1 || s.MSN != fpMSN+1 {
+		t.Errorf("state %+v, want the program's, ePSN %#x, MSN %d", s, fpEPSN+1, fpMSN+1)
+	}
+
+	// Unsignaled (no AckReq): executed, no ACK.
+	p := fpWrite(fpEPSN+1, fpRKey, 0, payload[:8])
+	p.BTH.AckReq = false
+	if ret, _ := r.run(t, encode(t, p)); ret != xdpDrop {
+		t.Errorf("WRITE without AckReq: verdict %d, want XDP_DROP (executed)", ret)
+	}
+	if got := r.dm.Bytes()[fpBase : fpBase+8]; !bytes.Equal(got, payload[:8]) {
+		t.Errorf("device memory holds %x, want %x", got, payload[:8])
+	}
+	c := r.counters(t)
+	if c.FastPlaced != 2 || c.FastAcked != 1 || c.NoSocket != 0 || c.Redirected != 0 {
+		t.Errorf("counters %+v: want 2 placed, 1 acked, none steered", c)
+	}
+	if s, _ := r.fast.State(fpQPN); s.EPSN != fpEPSN+2 || s.MSN != fpMSN+2 {
+		t.Errorf("state %+v after the second WRITE", s)
+	}
+}
+
+// TestFastPathRefuses: a frame failing any one check goes on to AF_XDP
+// (here: no socket, so steer drops and counts it), counted under the check
+// it failed; neither the QP's state nor device memory changes.
+func TestFastPathRefuses(t *testing.T) {
+	payload := fpPayload(64)
+	good := func() *wire.Packet { return fpWrite(fpEPSN, fpRKey, 8, payload) }
+	cases := []struct {
+		name    string
+		frame   func(t *testing.T, r *fpRig) []byte
+		counter func(c Counters) uint64
+		steered bool // reaches steer's redirect (else dropped as malformed)
+	}{
+		{"bad ICRC", func(t *testing.T, r *fpRig) []byte {
+			b := encode(t, good())
+			b[len(b)-1] ^= 0x40
+			return b
+		}, func(c Counters) uint64 { return c.FastICRC }, true},
+		{"payload corrupted", func(t *testing.T, r *fpRig) []byte {
+			b := encode(t, good())
+			b[14+20+8+12+16+3] ^= 1
+			return b
+		}, func(c Counters) uint64 { return c.FastICRC }, true},
+		{"PSN past ePSN", func(t *testing.T, r *fpRig) []byte {
+			return encode(t, fpWrite(fpEPSN+1, fpRKey, 8, payload))
+		}, func(c Counters) uint64 { return c.FastPSN }, true},
+		{"duplicate", func(t *testing.T, r *fpRig) []byte {
+			return encode(t, fpWrite(fpEPSN-1, fpRKey, 8, payload))
+		}, func(c Counters) uint64 { return c.FastPSN }, true},
+		{"bad rkey", func(t *testing.T, r *fpRig) []byte {
+			return encode(t, fpWrite(fpEPSN, fpRKey+0x100, 8, payload))
+		}, func(c Counters) uint64 { return c.FastRKey }, true},
+		{"region without remote write", func(t *testing.T, r *fpRig) []byte {
+			return encode(t, fpWrite(fpEPSN, fpROKey, 8, payload))
+		}, func(c Counters) uint64 { return c.FastAccess }, true},
+		{"QP without remote write", func(t *testing.T, r *fpRig) []byte {
+			r.setQPFlags(t, 0)
+			return encode(t, good())
+		}, func(c Counters) uint64 { return c.FastAccess }, true},
+		{"past the region", func(t *testing.T, r *fpRig) []byte {
+			return encode(t, fpWrite(fpEPSN, fpRKey, fpLen-10, payload))
+		}, func(c Counters) uint64 { return c.FastBounds }, true},
+		{"va wraps", func(t *testing.T, r *fpRig) []byte {
+			return encode(t, fpWrite(fpEPSN, fpRKey, ^uint64(0)-10, payload))
+		}, func(c Counters) uint64 { return c.FastBounds }, true},
+		{"across a page", func(t *testing.T, r *fpRig) []byte {
+			return encode(t, fpWrite(fpEPSN, fpRKey, DMPage-fpBase-10, payload))
+		}, func(c Counters) uint64 { return c.FastBounds }, true},
+		{"Go owns the QP", func(t *testing.T, r *fpRig) []byte {
+			if _, _, err := r.fast.TakeOver(fpQPN); err != nil {
+				t.Fatal(err)
+			}
+			return encode(t, good())
+		}, func(c Counters) uint64 { return c.FastGoOwned }, true},
+		{"SEND ONLY", func(t *testing.T, r *fpRig) []byte {
+			p := good()
+			p.BTH.Opcode, p.RETH = wire.RCSendOnly, wire.RETH{}
+			return encode(t, p)
+		}, func(c Counters) uint64 { return c.FastOtherOp }, true},
+		{"RETH length not the payload's", func(t *testing.T, r *fpRig) []byte {
+			p := good()
+			p.RETH.Len++
+			return encode(t, p)
+		}, func(c Counters) uint64 { return c.FastLength }, true},
+		{"larger than the fast path takes", func(t *testing.T, r *fpRig) []byte {
+			return encode(t, fpWrite(fpEPSN, fpRKey, 8, fpPayload(FastMaxPayload+4)))
+		}, func(c Counters) uint64 { return c.FastLength }, true},
+		{"from another address", func(t *testing.T, r *fpRig) []byte {
+			p := good()
+			p.IP.Src = netip.MustParseAddr("198.18.0.9")
+			return encode(t, p)
+		}, func(c Counters) uint64 { return c.FastHeader }, true},
+		{"no room for the RETH", func(t *testing.T, r *fpRig) []byte {
+			p := good()
+			p.BTH.Opcode, p.RETH, p.Payload = wire.RCSendOnly, wire.RETH{}, payload[:4]
+			b := encode(t, p)
+			b[14+20+8] = byte(wire.RCWriteOnly)
+			return b
+		}, func(c Counters) uint64 { return c.FastTruncated }, true},
+		{"cut short", func(t *testing.T, r *fpRig) []byte {
+			b := encode(t, good())
+			return b[:len(b)-20]
+		}, func(c Counters) uint64 { return c.Malformed }, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newFPRig(t)
+			frame := tc.frame(t, r)
+			before, _ := r.fast.State(fpQPN)
+			ret, out := r.run(t, frame)
+			c := r.counters(t)
+			if ret == xdpTX || c.FastPlaced != 0 || c.FastAcked != 0 {
+				t.Fatalf("verdict %d, counters %+v: the fast path took it", ret, c)
+			}
+			if ret != xdpDrop || !bytes.Equal(out, frame) {
+				t.Errorf("verdict %d (want steer's XDP_DROP for a queue without socket), frame changed %v", ret, !bytes.Equal(out, frame))
+			}
+			if tc.counter(c) != 1 {
+				t.Errorf("counters %+v: the failed check not counted once", c)
+			}
+			if steered := c.NoSocket == 1; steered != tc.steered {
+				t.Errorf("counters %+v: reached the socket redirect %v, want %v", c, steered, tc.steered)
+			}
+			if s, _ := r.fast.State(fpQPN); s != before {
+				t.Errorf("state %+v, was %+v", s, before)
+			}
+			if !bytes.Equal(r.dm.Bytes(), make([]byte, len(r.dm.Bytes()))) {
+				t.Error("device memory written")
+			}
+		})
+	}
+}
+
+func (r *fpRig) setQPFlags(t *testing.T, flags uint32) {
+	t.Helper()
+	s, _, err := r.fast.TakeOver(fpQPN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := FastQP{Src: fpLocal.As4(), Dst: fpRemote.As4(), PD: fpPD, MTU: 1024, Flags: flags, Ack: fpAck(0, 0)}
+	q.AckCRC = FastAckCRC(&q.Ack)
+	if err := r.fast.SetQP(fpQPN, &q); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.fast.HandBack(fpQPN, s.EPSN, s.MSN); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -40,6 +40,9 @@ type engine struct {
 	active   []*QP    // QPs with send work or timers: the only ones a step visits
 	acks     []*QP    // QPs with an ACK deferred to the end of the receive batch
 	counters ibv.Counters
+	// fastTaken: QPs whose responder a frame took back from the XDP fast
+	// path during this receive batch (fastpath.go).
+	fastTaken []*QP
 	spin     spinner // whether the engine's goroutine spins when idle
 
 	rx   wire.Packet  // the packet being handled
@@ -176,6 +179,7 @@ func (e *engine) step() bool {
 		n += k
 	}
 	e.sendDueAcks()
+	e.fastHandBacks()
 	busy := n > 0 || fed
 	var now time.Time
 	if len(e.active) > 0 {
@@ -608,6 +612,7 @@ func (e *engine) dispatch() {
 	e.counters.RcvdPkts++
 	if info.Flags&wire.FlagRequest != 0 {
 		if t.state == ibv.StateRTR || t.state == ibv.StateRTS || t.state == ibv.StateSQD {
+			e.fastTakeOver(qp) // the program passed it on: the responder is Go's again
 			e.responder(qp, p, info)
 		}
 		return

@@ -40,10 +40,11 @@ type engine struct {
 	active   []*QP    // QPs with send work or timers: the only ones a step visits
 	acks     []*QP    // QPs with an ACK deferred to the end of the receive batch
 	counters ibv.Counters
+	spin     spinner // whether the engine's goroutine spins when idle
+
 	// fastTaken: QPs whose responder a frame took back from the XDP fast
 	// path during this receive batch (fastpath.go).
 	fastTaken []*QP
-	spin     spinner // whether the engine's goroutine spins when idle
 
 	rx   wire.Packet  // the packet being handled
 	tx   wire.Packet  // the packet being built

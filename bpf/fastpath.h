@@ -205,7 +205,10 @@ static __always_inline int fast_write(struct xdp_md *ctx, __u64 l4_off,
 	q = bpf_map_lookup_elem(&fp_qps, &qpn);
 	if (!q)
 		return -1;
-	old = q->state;
+	// An atomic read: a full barrier before the reads of the QP's record
+	// (BPF has no load-acquire before 6.15), so that a record Go rewrote
+	// before handing the QP back is never read older than the word.
+	old = __sync_fetch_and_add(&q->state, 0);
 	if (old == 0)
 		return -1; // never had the fast path
 	if ((old & FP_OWNER_MASK) >> FP_OWNER_SHIFT != FP_OWNER_XDP)

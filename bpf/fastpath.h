@@ -223,8 +223,23 @@ static __always_inline int fast_write(struct xdp_md *ctx, __u64 l4_off,
 	if (udp_len != (__u64)bpf_ntohs(((struct iphdr *)(f + FP_L3))->tot_len) - 20 ||
 	    udp_len < 8 + BTH_LEN + RETH_LEN + ICRC_LEN)
 		return fall(STAT_FP_TRUNCATED);
-	// P_Key (low 15 bits 0x7fff, rxe's check_keys), TVer 0, and the
-	// connected peer to our address (check_addr).
+	// What the codec (wire.Decode) refuses besides: a bad IPv4 header
+	// checksum (the ICRC does not cover it), the reserved flag, TTL 0, a
+	// transport part not a multiple of 4 bytes. Then P_Key (low 15 bits
+	// 0x7fff, rxe's check_keys), TVer 0, and the connected peer to our
+	// address (check_addr).
+	{
+		__u32 sum = 0;
+
+#pragma unroll
+		for (i = 0; i < 20; i += 2)
+			sum += (__u32)f[FP_L3 + i] << 8 | f[FP_L3 + i + 1];
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		if (sum != 0xffff || (f[FP_L3 + 6] & 0x80) || f[FP_L3 + 8] == 0 ||
+		    (udp_len - 8) % 4 != 0)
+			return fall(STAT_FP_HEADER);
+	}
 	if ((f[FP_BTH + 2] & 0x7f) != 0x7f || f[FP_BTH + 3] != 0xff ||
 	    (f[FP_BTH + 1] & 0x0f) != 0 ||
 	    ((struct iphdr *)(f + FP_L3))->saddr != q->dip ||
@@ -292,6 +307,15 @@ static __always_inline int fast_write(struct xdp_md *ctx, __u64 l4_off,
 		return fall(STAT_FP_ICRC);
 	case -1:
 		return fall(STAT_FP_TRUNCATED);
+	}
+	// Pad bytes must be zero, as the codec has them.
+	{
+		__u8 *pp = f + FP_PAYLOAD + (n & 0x1ff);
+
+		if ((void *)(pp + 3) > data_end)
+			return fall(STAT_FP_TRUNCATED);
+		if ((pad > 0 && pp[0]) || (pad > 1 && pp[1]) || (pad > 2 && pp[2]))
+			return fall(STAT_FP_HEADER);
 	}
 
 	// Claim the responder: fails if Go took it over (or another CPU is

@@ -2,6 +2,7 @@ package loader
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -284,6 +285,31 @@ func TestFastPathRefuses(t *testing.T) {
 			b[14+20+8] = byte(wire.RCWriteOnly)
 			return b
 		}, func(c Counters) uint64 { return c.FastTruncated }, true},
+		{"bad IPv4 header checksum (TOS changed: the ICRC does not cover it)", func(t *testing.T, r *fpRig) []byte {
+			b := encode(t, good())
+			b[14+1] = 0x20
+			return b
+		}, func(c Counters) uint64 { return c.FastHeader }, true},
+		{"TTL 0", func(t *testing.T, r *fpRig) []byte {
+			p := good()
+			p.IP.TTL = 1
+			b := encode(t, p)
+			b[14+8] = 0 // TTL 1 -> 0: the checksum's word 4 drops by 0x100
+			sum := uint16(b[14+10])<<8 | uint16(b[14+11])
+			sum += 0x100
+			b[14+10], b[14+11] = byte(sum>>8), byte(sum)
+			return b
+		}, func(c Counters) uint64 { return c.FastHeader }, true},
+		{"pad byte not zero", func(t *testing.T, r *fpRig) []byte {
+			b := encode(t, fpWrite(fpEPSN, fpRKey, 8, payload[:61]))
+			b[len(b)-4-1] = 1
+			icrc, err := wire.ICRC(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			binary.LittleEndian.PutUint32(b[len(b)-4:], icrc)
+			return b
+		}, func(c Counters) uint64 { return c.FastHeader }, true},
 		{"cut short", func(t *testing.T, r *fpRig) []byte {
 			b := encode(t, good())
 			return b[:len(b)-20]
@@ -372,4 +398,79 @@ func BenchmarkFastPathProgram(b *testing.B) {
 			})
 		}
 	}
+}
+
+// FuzzFastPath runs the program on mutations of a WRITE the fast path
+// executes. Whatever the frame, the program either executes it exactly as
+// the codec reads it — a WRITE ONLY with a good ICRC at ePSN to the
+// region, its payload where RETH says, the ACK the Go responder's with the
+// next MSN, or no ACK without AckReq — or leaves the QP's state and device
+// memory untouched. With reseal the mutated frame's ICRC is computed anew
+// (where its IPv4 lengths allow), so that mutations reach the checks
+// behind the ICRC.
+func FuzzFastPath(f *testing.F) {
+	payload := fpPayload(40)
+	f.Add(encode(f, fpWrite(fpEPSN, fpRKey, 8, payload)), false)
+	f.Add(encode(f, fpWrite(fpEPSN, fpRKey, fpLen-40, payload)), true)
+	noAck := fpWrite(fpEPSN, fpRKey, 100, payload[:3])
+	noAck.BTH.AckReq = false
+	f.Add(encode(f, noAck), true)
+	r := newFPRig(f)
+	mem := r.dm.Bytes()
+	f.Fuzz(func(t *testing.T, frame []byte, reseal bool) {
+		if len(frame) < 14 || len(frame) > 4000 {
+			return // BPF_PROG_RUN refuses less than an Ethernet header; no link delivers it
+		}
+		if reseal && len(frame) >= 14+20 {
+			if end := 14 + (int(frame[16])<<8 | int(frame[17])); end >= 14+20+8+4 && end <= len(frame) {
+				if icrc, err := wire.ICRC(frame); err == nil {
+					binary.LittleEndian.PutUint32(frame[end-4:], icrc)
+				}
+			}
+		}
+		if _, _, err := r.fast.TakeOver(fpQPN); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.fast.HandBack(fpQPN, fpEPSN, fpMSN); err != nil {
+			t.Fatal(err)
+		}
+		clear(mem)
+		before := r.counters(t)
+		ret, out := r.run(t, frame)
+		c := r.counters(t)
+		s, _ := r.fast.State(fpQPN)
+		if c.FastPlaced == before.FastPlaced {
+			if ret == xdpTX || s.EPSN != fpEPSN || s.MSN != fpMSN || s.Owner != FastOwnerXDP {
+				t.Fatalf("not executed, yet verdict %d, state %+v", ret, s)
+			}
+			if !bytes.Equal(mem, make([]byte, len(mem))) {
+				t.Fatal("not executed, yet device memory written")
+			}
+			return
+		}
+		var p wire.Packet
+		if err := wire.Decode(frame, &p); err != nil {
+			t.Fatalf("executed a frame the codec refuses: %v", err)
+		}
+		n := uint64(len(p.Payload))
+		if p.BTH.Opcode != wire.RCWriteOnly || p.BTH.PSN != fpEPSN || p.BTH.DestQP != fpQPN || p.RETH.RKey != fpRKey ||
+			p.IP.Src != fpRemote || p.IP.Dst != fpLocal || n == 0 || uint64(p.RETH.Len) != n || p.RETH.VA+n > fpLen {
+			t.Fatalf("executed %+v", p)
+		}
+		if got := mem[fpBase+p.RETH.VA : fpBase+p.RETH.VA+n]; !bytes.Equal(got, p.Payload) {
+			t.Fatalf("device memory holds %x, the payload is %x", got, p.Payload)
+		}
+		if s.EPSN != fpEPSN+1 || s.MSN != fpMSN+1 || s.Owner != FastOwnerXDP {
+			t.Fatalf("state %+v after executing", s)
+		}
+		if !p.BTH.AckReq {
+			if ret != xdpDrop {
+				t.Fatalf("verdict %d without AckReq", ret)
+			}
+			return
+		}
+		if want := fpAck(fpEPSN, fpMSN+1); ret != xdpTX || !bytes.Equal(out, want[:]) {
+			t.Fatalf("verdict %d, ACK %x, want %x", ret, out, want)
+		}
+	})
 }

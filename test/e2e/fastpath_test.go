@@ -3,12 +3,14 @@ package e2e
 import (
 	"bytes"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/loader"
 	"github.com/xdproce/xdproce/verbs"
+	"github.com/xdproce/xdproce/wire"
 )
 
 // TestFastPathOverXDP: with the fast path on at B, small signaled WRITEs
@@ -17,7 +19,9 @@ import (
 // none of them), land byte for byte and complete at A. A SEND between
 // them goes to B's engine, which takes the responder over and hands it
 // back: the WRITEs after it are the program's again, PSNs and order
-// intact. A WRITE larger than the fast path takes goes to the engine too.
+// intact. A WRITE larger than the fast path takes goes to the engine too,
+// and the ACK the engine sends for it is the program's, PSN, MSN and ICRC
+// aside.
 func TestFastPathOverXDP(t *testing.T) {
 	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 1500, Queues: 1})
 	a := openRNICWith(t, topo.Hosts[0], 1<<16, verbs.Options{})
@@ -36,6 +40,27 @@ func TestFastPathOverXDP(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = dmr.Dereg() })
 	connectRC(t, a, b, verbs.MTU1024, 14)
+	// A sees every ACK it receives: the program's and the engine's.
+	var (
+		mu   sync.Mutex
+		acks [][]byte
+	)
+	a.dev.SetCapture(func(frame []byte, outbound bool) {
+		if !outbound && len(frame) > 14+20+8 && wire.Opcode(frame[14+20+8]) == wire.RCAck {
+			mu.Lock()
+			acks = append(acks, bytes.Clone(frame))
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() { a.dev.SetCapture(nil) })
+	lastAck := func() []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(acks) == 0 {
+			t.Fatal("A received no ACK")
+		}
+		return acks[len(acks)-1]
+	}
 
 	src := a.mr.Bytes()
 	for i := range 4096 {
@@ -75,6 +100,7 @@ func TestFastPathOverXDP(t *testing.T) {
 	if n := rcvd() - engine; n != 0 {
 		t.Errorf("B's engine received %d of the fast WRITEs", n)
 	}
+	fastAck := lastAck()
 
 	// A SEND: B's engine takes the responder over, then hands it back.
 	if _, err := b.qp.PostRecv([]verbs.RecvWR{{ID: 9, SGList: sgl(b.mr, 0, 256)}}); err != nil {
@@ -87,8 +113,27 @@ func TestFastPathOverXDP(t *testing.T) {
 	if wc := waitWC(t, b.rcq, 1, 10*time.Second)[0]; wc.ByteLen != 77 || !bytes.Equal(b.mr.Bytes()[:77], src[100:177]) {
 		t.Fatalf("SEND arrived as %+v", wc)
 	}
-	// Larger than the program takes: the engine's.
+	// Larger than the program takes: the engine's. Its ACK is the
+	// program's byte for byte but for PSN, MSN and ICRC.
 	write(4000, loader.FastMaxPayload+100)
+	goAck := lastAck()
+	mask := func(f []byte) []byte {
+		m := bytes.Clone(f)
+		const bth = 14 + 20 + 8
+		clear(m[bth+9 : bth+12])  // PSN
+		clear(m[bth+13 : bth+16]) // MSN
+		clear(m[len(m)-4:])       // ICRC
+		return m
+	}
+	if len(fastAck) != len(goAck) || !bytes.Equal(mask(fastAck), mask(goAck)) {
+		t.Errorf("the program's ACK and the engine's differ beyond PSN, MSN and ICRC:\nXDP %x\nGo  %x", fastAck, goAck)
+	}
+	for _, f := range [][]byte{fastAck, goAck} {
+		var p wire.Packet
+		if err := wire.Decode(f, &p); err != nil {
+			t.Errorf("ACK %x: %v", f, err)
+		}
+	}
 
 	placed = portCounter(t, b, "xdp_fast_placed")
 	for i := range fast {

@@ -33,9 +33,11 @@
 #define FP_OWNER_BUSY 2ULL // XDP is executing one WRITE; Go waits to take over
 
 #define FP_QP_REMOTE_WRITE 1 // the QP grants IBV_ACCESS_REMOTE_WRITE
+#define FP_QP_REQUESTER 2    // its requester takes ACKs from fp_qp.req_ack
 #define FP_MR_REMOTE_WRITE 1 // the region does
 
 #define RC_RDMA_WRITE_ONLY 0x0a
+#define RC_ACKNOWLEDGE 0x11
 #define RETH_LEN 16
 #define FP_ACK_LEN 62 // Ethernet 14, IPv4 20, UDP 8, BTH 12, AETH 4, ICRC 4
 #define FP_L3 14
@@ -56,9 +58,23 @@ struct fp_qp {
 	__u32 ack_crc;	// CRC register over the ACK's masked bytes before its PSN
 	__u32 flags;	// FP_QP_*
 	__u8 ack[64];	// the ACK the Go responder would send, PSN/MSN/ICRC zero
+	// The last ACK the program took for the requester: a count (16 bits,
+	// so the engine sees a new one), MSN (24), PSN (24).
+	__u64 req_ack;
 };
 
 // A device-memory region, keyed by rkey: where it lies in which DM block.
+// How many of the device's engines sleep: an ACK is then passed on as
+// well, to wake them (the engine counts itself before it looks at req_ack
+// a last time, the program publishes before it reads the count).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u32);
+} fp_sleepers SEC(".maps");
+
 struct fp_mr {
 	__u32 pd;
 	__u32 dm;	// index in dm_maps
@@ -376,4 +392,88 @@ static __always_inline int fast_write(struct xdp_md *ctx, __u64 l4_off,
 	__sync_lock_test_and_set(&q->state, new);
 	count(STAT_FP_ACKED, 0);
 	return XDP_TX;
+}
+
+// fast_ack takes an ACK for the requester of a fast-path QP: checked as the
+// engine's codec and dispatch check it, its PSN and MSN published in the
+// QP's record for the engine, and the frame dropped — or passed on as well
+// when an engine sleeps. Returns XDP_DROP, or -1 for steer to go on (not an
+// ACK, not such a QP's, or refused: counted).
+static __always_inline int fast_ack(struct xdp_md *ctx, __u64 udp_len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u8 *f = data;
+	struct fp_qp *q;
+	__u32 *sleepers;
+	__u64 old, new;
+	__u32 qpn, c, i, zero = 0;
+	__u8 hdr[40];
+
+	if (data + FP_ACK_LEN > data_end || f[FP_BTH] != RC_ACKNOWLEDGE)
+		return -1;
+	qpn = (__u32)f[FP_BTH + 5] << 16 | (__u32)f[FP_BTH + 6] << 8 |
+	      f[FP_BTH + 7];
+	if (qpn >= FP_MAX_QPS)
+		return -1;
+	q = bpf_map_lookup_elem(&fp_qps, &qpn);
+	if (!q || !(q->flags & FP_QP_REQUESTER))
+		return -1;
+	if (f[FP_BTH + 12] >> 5 != 0)
+		return fall(STAT_FP_ACK_OTHER); // NAK or RNR NAK: the engine's
+	if (udp_len != 8 + BTH_LEN + 4 + ICRC_LEN ||
+	    udp_len != (__u64)bpf_ntohs(((struct iphdr *)(f + FP_L3))->tot_len) - 20)
+		return fall(STAT_FP_TRUNCATED);
+	{
+		__u32 sum = 0;
+
+#pragma unroll
+		for (i = 0; i < 20; i += 2)
+			sum += (__u32)f[FP_L3 + i] << 8 | f[FP_L3 + i + 1];
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		if (sum != 0xffff || (f[FP_L3 + 6] & 0x80) || f[FP_L3 + 8] == 0)
+			return fall(STAT_FP_HEADER);
+	}
+	if ((f[FP_BTH + 2] & 0x7f) != 0x7f || f[FP_BTH + 3] != 0xff ||
+	    (f[FP_BTH + 1] & 0x3f) != 0 || // TVer 0, no pad
+	    ((struct iphdr *)(f + FP_L3))->saddr != q->dip ||
+	    ((struct iphdr *)(f + FP_L3))->daddr != q->sip)
+		return fall(STAT_FP_HEADER);
+
+	__builtin_memcpy(hdr, f + FP_L3, sizeof(hdr));
+	hdr[1] = 0xff;
+	hdr[8] = 0xff;
+	hdr[10] = hdr[11] = 0xff;
+	hdr[26] = hdr[27] = 0xff;
+	hdr[28 + 4] = 0xff;
+	c = ICRC_SEED;
+#pragma unroll
+	for (i = 0; i < sizeof(hdr); i++)
+		c = crc_step(c, hdr[i]);
+#pragma unroll
+	for (i = FP_BTH + BTH_LEN; i < FP_BTH + BTH_LEN + 4; i++)
+		c = crc_step(c, f[i]);
+	c = ~c;
+	if ((f[FP_ACK_LEN - 4] | (__u32)f[FP_ACK_LEN - 3] << 8 |
+	     (__u32)f[FP_ACK_LEN - 2] << 16 | (__u32)f[FP_ACK_LEN - 1] << 24) != c)
+		return fall(STAT_FP_ICRC);
+
+	// Publish: the count moves on, so the engine sees even an ACK of the
+	// PSN it saw last. Writers are only this program's runs.
+#pragma unroll
+	for (i = 0; i < 4; i++) {
+		old = __sync_fetch_and_add(&q->req_ack, 0);
+		new = ((old >> 48) + 1) << 48 |
+		      (__u64)((__u32)f[FP_BTH + 13] << 16 | (__u32)f[FP_BTH + 14] << 8 | f[FP_BTH + 15]) << 24 |
+		      ((__u32)f[FP_BTH + 9] << 16 | (__u32)f[FP_BTH + 10] << 8 | f[FP_BTH + 11]);
+		if (__sync_val_compare_and_swap(&q->req_ack, old, new) == old)
+			break;
+	}
+	if (i == 4)
+		return fall(STAT_FP_RACE);
+	sleepers = bpf_map_lookup_elem(&fp_sleepers, &zero);
+	if (!sleepers || *sleepers)
+		return fall(STAT_FP_ACK_WAKE);
+	return count(STAT_FP_ACK_CONSUMED, XDP_DROP);
 }

@@ -64,7 +64,14 @@ enum stat {
 	STAT_FP_BOUNDS = 16,
 	STAT_FP_ICRC = 17,
 	STAT_FP_RACE = 18,
-	STAT_MAX = 19,
+	// The requester side: ACKs of a fast-path QP published to the engine
+	// and dropped (consumed), or published and passed on as well because
+	// an engine sleeps (the frame wakes it); other acknowledgements (NAK,
+	// RNR NAK) of such a QP, passed on.
+	STAT_FP_ACK_CONSUMED = 19,
+	STAT_FP_ACK_WAKE = 20,
+	STAT_FP_ACK_OTHER = 21,
+	STAT_MAX = 22,
 };
 
 // A local address: IPv6, or IPv4 mapped as ::ffff:a.b.c.d (network order).
@@ -149,8 +156,10 @@ static __always_inline int steer(struct xdp_md *ctx, struct udphdr *udp,
 	// A small in-order WRITE to device memory of a QP whose responder the
 	// fast path owns is executed and acknowledged here (fastpath.h).
 	if (fast_v4) {
-		int act = fast_write(ctx, l4_off, udp_len);
+		int act = fast_ack(ctx, udp_len);
 
+		if (act < 0)
+			act = fast_write(ctx, l4_off, udp_len);
 		if (act >= 0)
 			return act;
 	}

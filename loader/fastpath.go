@@ -34,7 +34,10 @@ const (
 )
 
 // FastQP flags.
-const FastQPRemoteWrite = 1
+const (
+	FastQPRemoteWrite = 1 // the responder grants remote write
+	FastQPRequester   = 2 // the program takes the requester's ACKs (Acked)
+)
 
 // FastMR access flags.
 const FastMRRemoteWrite = 1
@@ -91,6 +94,7 @@ type FastMR struct {
 // changed with atomics by both sides.
 type FastPath struct {
 	qps  []byte // fp_qps, mmapped
+	slp  []byte // fp_sleepers, mmapped: how many engines sleep
 	mrs  *ebpf.Map
 	dms  *ebpf.Map
 	mu   sync.Mutex // dm slots
@@ -112,7 +116,11 @@ func newFastPath(objs *bpf.SteerObjects) (*FastPath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: mapping the QP table: %v", ErrNoFastPath, err)
 	}
-	return &FastPath{qps: b[:n:n], mrs: objs.FpMrs, dms: objs.DmMaps}, nil
+	slp, err := unix.Mmap(objs.FpSleepers.FD(), 0, DMPage, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("%w: mapping the sleepers' count: %v", ErrNoFastPath, err), unix.Munmap(b))
+	}
+	return &FastPath{qps: b[:n:n], slp: slp, mrs: objs.FpMrs, dms: objs.DmMaps}, nil
 }
 
 // FastPath gives the program's fast-path state; ErrNoFastPath where the
@@ -138,9 +146,34 @@ func (f *FastPath) close() error {
 	if f == nil || f.qps == nil {
 		return nil
 	}
-	err := unix.Munmap(f.qps[:cap(f.qps)])
-	f.qps = nil
+	err := errors.Join(unix.Munmap(f.qps[:cap(f.qps)]), unix.Munmap(f.slp))
+	f.qps, f.slp = nil, nil
 	return err
+}
+
+// Sleeping counts an engine going to sleep (asleep) or waking. While any
+// sleeps, the program passes the ACKs it publishes on as well, so that the
+// frame wakes it; an engine that counted itself asleep must look at its
+// QPs' Acked once more before it sleeps (the program publishes before it
+// reads the count).
+func (f *FastPath) Sleeping(asleep bool) {
+	n := (*atomic.Int32)(unsafe.Pointer(&f.slp[0]))
+	if asleep {
+		n.Add(1)
+	} else {
+		n.Add(-1)
+	}
+}
+
+// Acked is the last ACK the program took for QP qpn's requester: its count
+// (moving on with each), PSN and MSN.
+func (f *FastPath) Acked(qpn uint32) (count uint16, psn, msn uint32, err error) {
+	r, err := f.rec(qpn)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	w := (*atomic.Uint64)(unsafe.Pointer(&r.ReqAck)).Load()
+	return uint16(w >> 48), uint32(w) & fastPSNMask, uint32(w>>fastMSNShift) & fastPSNMask, nil
 }
 
 func (f *FastPath) rec(qpn uint32) (*bpf.SteerFpQp, error) {

@@ -474,3 +474,55 @@ func FuzzFastPath(f *testing.F) {
 		}
 	})
 }
+
+// fpPeerAck is an ACK the peer's responder sends to fpQPN's requester.
+func fpPeerAck(psn, msn uint32, syndrome uint8) *wire.Packet {
+	return &wire.Packet{
+		Eth:  wire.Ethernet{Dst: fpMACA, Src: fpMACB},
+		IP:   wire.IP{Src: fpRemote, Dst: fpLocal, TTL: 64, DF: true},
+		UDP:  wire.UDP{SrcPort: 0xd000, DstPort: wire.UDPPort},
+		BTH:  wire.BTH{Opcode: wire.RCAck, PKey: 0xffff, DestQP: fpQPN, PSN: psn},
+		AETH: wire.AETH{Syndrome: syndrome, MSN: msn},
+	}
+}
+
+// TestFastPathAck: for a QP whose requester takes ACKs from the program,
+// an ACK is published (its PSN and MSN, the count moving on) and dropped;
+// while an engine sleeps it is published and passed on as well, to wake
+// it. A NAK, a bad ICRC, or a QP without the flag: nothing published,
+// passed on.
+func TestFastPathAck(t *testing.T) {
+	r := newFPRig(t)
+	r.setQPFlags(t, FastQPRemoteWrite|FastQPRequester)
+	ack := fpPeerAck(0x300, 9, wire.ACKSyndrome(0x1f))
+	if ret, _ := r.run(t, encode(t, ack)); ret != xdpDrop {
+		t.Fatalf("verdict %d", ret)
+	}
+	c := r.counters(t)
+	if n, psn, msn, _ := r.fast.Acked(fpQPN); n != 1 || psn != 0x300 || msn != 9 || c.FastAckConsumed != 1 || c.NoSocket != 0 {
+		t.Fatalf("published #%d PSN %#x MSN %d; counters %+v", n, psn, msn, c)
+	}
+	r.fast.Sleeping(true)
+	ack.BTH.PSN, ack.AETH.MSN = 0x301, 10
+	r.run(t, encode(t, ack))
+	r.fast.Sleeping(false)
+	c = r.counters(t)
+	if n, psn, msn, _ := r.fast.Acked(fpQPN); n != 2 || psn != 0x301 || msn != 10 || c.FastAckWake != 1 || c.NoSocket != 1 {
+		t.Fatalf("with an engine asleep: published #%d PSN %#x MSN %d; counters %+v", n, psn, msn, c)
+	}
+	nak := encode(t, fpPeerAck(0x302, 10, wire.NAKSyndrome(wire.NAKPSNSequenceError)))
+	bad := encode(t, fpPeerAck(0x303, 11, wire.ACKSyndrome(0x1f)))
+	bad[len(bad)-2] ^= 1
+	for _, f := range [][]byte{nak, bad} {
+		r.run(t, f)
+	}
+	c = r.counters(t)
+	if n, _, _, _ := r.fast.Acked(fpQPN); n != 2 || c.FastAckOther != 1 || c.FastICRC != 1 || c.NoSocket != 3 {
+		t.Fatalf("a NAK and a bad ICRC: published #%d; counters %+v", n, c)
+	}
+	r.setQPFlags(t, FastQPRemoteWrite)
+	r.run(t, encode(t, fpPeerAck(0x304, 12, wire.ACKSyndrome(0x1f))))
+	if n, _, _, _ := r.fast.Acked(fpQPN); n != 2 || r.counters(t).NoSocket != 4 {
+		t.Fatal("an ACK of a QP whose requester is the engine's was published or not passed on")
+	}
+}

@@ -85,6 +85,10 @@ type Counters struct {
 	// or across a page, the ICRC, and a takeover racing the execution.
 	FastGoOwned, FastOtherOp, FastTruncated, FastHeader, FastPSN, FastLength, FastAccess,
 	FastRKey, FastBounds, FastICRC, FastRace uint64
+	// The requester side: ACKs published to the engine and consumed,
+	// published and passed on as well (an engine slept), and a fast-path
+	// requester's NAKs and RNR NAKs, passed on.
+	FastAckConsumed, FastAckWake, FastAckOther uint64
 }
 
 // Named lists the counters under their names (xdp_ and the field's), in a
@@ -98,7 +102,8 @@ func (c Counters) Named() []NamedCounter {
 		{"xdp_fast_truncated", c.FastTruncated}, {"xdp_fast_header", c.FastHeader},
 		{"xdp_fast_psn", c.FastPSN}, {"xdp_fast_length", c.FastLength}, {"xdp_fast_access", c.FastAccess},
 		{"xdp_fast_rkey", c.FastRKey}, {"xdp_fast_bounds", c.FastBounds}, {"xdp_fast_icrc", c.FastICRC},
-		{"xdp_fast_race", c.FastRace},
+		{"xdp_fast_race", c.FastRace}, {"xdp_fast_ack_consumed", c.FastAckConsumed},
+		{"xdp_fast_ack_wake", c.FastAckWake}, {"xdp_fast_ack_other", c.FastAckOther},
 	}
 }
 
@@ -253,7 +258,7 @@ func (x *XDP) Close() error {
 // nil *ebpf.Program or *ebpf.Map is a no-op).
 func closeObjects(o *bpf.SteerObjects) error {
 	return errors.Join(o.XdpRoceSteer.Close(), o.LocalAddrs.Close(), o.Stats.Close(), o.Xsks.Close(),
-		o.FpQps.Close(), o.FpMrs.Close(), o.DmMaps.Close())
+		o.FpQps.Close(), o.FpMrs.Close(), o.DmMaps.Close(), o.FpSleepers.Close())
 }
 
 // Mode reports the mode the program was attached in (ModeNative or
@@ -350,6 +355,9 @@ func readCounters(stats *ebpf.Map) (Counters, error) {
 		{bpf.SteerStatSTAT_FP_BOUNDS, &c.FastBounds},
 		{bpf.SteerStatSTAT_FP_ICRC, &c.FastICRC},
 		{bpf.SteerStatSTAT_FP_RACE, &c.FastRace},
+		{bpf.SteerStatSTAT_FP_ACK_CONSUMED, &c.FastAckConsumed},
+		{bpf.SteerStatSTAT_FP_ACK_WAKE, &c.FastAckWake},
+		{bpf.SteerStatSTAT_FP_ACK_OTHER, &c.FastAckOther},
 	}
 	var perCPU []uint64
 	for _, f := range fields {

@@ -82,6 +82,9 @@ type Counters struct {
 	// FastPathErr the failures to share a responder with it (each leaves
 	// the QP's responder to Go, or in error if its state was lost).
 	FastTakeOvers, FastPathErr uint64
+	// FastAcks counts the ACKs the XDP program took for a requester and
+	// the engine ran from the shared record instead of a frame.
+	FastAcks uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -115,7 +118,7 @@ func (c *Counters) fields() []counterField {
 		{"spin_stalls", &c.SpinStalls},
 		{"dropped_no_mcast_group", &c.DroppedNoGroup}, {"mcast_pkts", &c.McastPkts},
 		{"retransmitted_pkts", &c.RetransmittedPkts}, {"ooo_held", &c.OOOHeld}, {"ooo_dropped", &c.OOODropped},
-		{"fast_takeovers", &c.FastTakeOvers}, {"fast_path_err", &c.FastPathErr},
+		{"fast_takeovers", &c.FastTakeOvers}, {"fast_path_err", &c.FastPathErr}, {"fast_acks", &c.FastAcks},
 	}
 }
 

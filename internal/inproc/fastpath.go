@@ -20,6 +20,9 @@ func (a fastPath) Configure(qpn uint32, q transport.FastQP) error {
 	if q.RemoteWrite {
 		c.Flags |= loader.FastQPRemoteWrite
 	}
+	if q.Requester {
+		c.Flags |= loader.FastQPRequester
+	}
 	if len(q.Ack) != loader.FastAckLen {
 		return fmt.Errorf("verbs: fast path: a %d-byte ACK (the program sends %d): %w", len(q.Ack), loader.FastAckLen, ibv.ErrNotSup)
 	}
@@ -29,6 +32,10 @@ func (a fastPath) Configure(qpn uint32, q transport.FastQP) error {
 }
 
 func (a fastPath) HandBack(qpn, ePSN, msn uint32) error { return a.f.HandBack(qpn, ePSN, msn) }
+
+func (a fastPath) Acked(qpn uint32) (uint16, uint32, uint32, error) { return a.f.Acked(qpn) }
+
+func (a fastPath) Sleeping(asleep bool) { a.f.Sleeping(asleep) }
 
 func (a fastPath) TakeOver(qpn uint32) (uint32, uint32, bool, error) {
 	s, was, err := a.f.TakeOver(qpn)

@@ -45,6 +45,7 @@ type engine struct {
 	// fastTaken: QPs whose responder a frame took back from the XDP fast
 	// path during this receive batch (fastpath.go).
 	fastTaken []*QP
+	fastAck   wire.Packet // an ACK the program took, as the completer reads it
 
 	rx   wire.Packet  // the packet being handled
 	tx   wire.Packet  // the packet being built
@@ -171,6 +172,7 @@ func (e *engine) step() bool {
 	}
 	clear(posted)
 	e.spare = posted
+	acked := e.fastAcks() // ACKs the XDP program took (fastpath.go)
 	n := e.receiveHandedOff()
 	if e.splitter != nil {
 		k, _ := e.splitter.ReceiveSplit(rxBatch, e.rxSplitFn)
@@ -181,7 +183,7 @@ func (e *engine) step() bool {
 	}
 	e.sendDueAcks()
 	e.fastHandBacks()
-	busy := n > 0 || fed
+	busy := n > 0 || fed || acked
 	var now time.Time
 	if len(e.active) > 0 {
 		now = e.dev.clock.Now() // an idle round reads no clock

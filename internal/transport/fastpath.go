@@ -14,6 +14,12 @@ import (
 // engine as before, which then takes the responder back (its ePSN and MSN
 // from the shared state) before running it, and hands the QP back at the
 // end of the receive batch if it is idle again.
+//
+// The requester side: for a QP in RTS the program also takes plain ACKs
+// (not NAKs) addressed to it, publishes the last one's PSN and MSN in the
+// QP's record, and drops the frame; each step the engine runs the ACKs so
+// published through its completer, for the QPs it has work for. While any
+// engine sleeps the program passes the ACK on as well, to wake it.
 
 // FastPath is the responder state shared with the XDP program
 // (loader.FastPath, adapted by internal/inproc). Its methods are called on
@@ -28,6 +34,11 @@ type FastPath interface {
 	// TakeOver makes Go the owner and returns the program's ePSN and MSN;
 	// wasXDP is false when Go owned the QP already.
 	TakeOver(qpn uint32) (ePSN, msn uint32, wasXDP bool, err error)
+	// Acked is the last ACK the program took for qpn's requester: a count
+	// that moves on with each, its PSN and MSN.
+	Acked(qpn uint32) (count uint16, psn, msn uint32, err error)
+	// Sleeping counts an engine going to sleep (asleep) or waking.
+	Sleeping(asleep bool)
 }
 
 // FastQP is a QP's responder as the program needs it.
@@ -36,6 +47,7 @@ type FastQP struct {
 	PD          uint32
 	MTU         uint32
 	RemoteWrite bool
+	Requester   bool   // the program takes the requester's ACKs
 	Ack         []byte // the ACK this responder sends, PSN 0, MSN 0
 }
 
@@ -95,6 +107,11 @@ func (e *engine) fastHandBack(qp *QP, configure bool) {
 			return
 		}
 		t.fastConfigured = true
+		if t.fastReq = q.Requester; t.fastReq {
+			// What the program published before is not this QP's.
+			n, _, _, err := f.Acked(qp.qpn)
+			t.fastReq, t.fastAckCount = err == nil, n
+		}
 	}
 	if err := f.HandBack(qp.qpn, t.ePSN, t.msn); err != nil {
 		e.counters.FastPathErr++
@@ -125,5 +142,64 @@ func (e *engine) fastQP(qp *QP) (FastQP, error) {
 		return FastQP{}, fmt.Errorf("verbs: fast path ACK of QP %#x: %w", qp.qpn, err)
 	}
 	return FastQP{Src: t.sip.As4(), Dst: t.dip.As4(), PD: qp.pd.ID(), MTU: uint32(t.mtu),
-		RemoteWrite: t.attr.AccessFlags&ibv.AccessRemoteWrite != 0, Ack: ack}, nil
+		RemoteWrite: t.attr.AccessFlags&ibv.AccessRemoteWrite != 0,
+		Requester:   t.state == ibv.StateRTS || t.state == ibv.StateSQD, Ack: ack}, nil
+}
+
+// fastAcks runs the ACKs the program took for the requesters of the QPs
+// this engine has work for, as if they had arrived; true if any did.
+func (e *engine) fastAcks() bool {
+	f := e.dev.cfg.FastPath
+	if f == nil {
+		return false
+	}
+	ran := false
+	for _, qp := range e.active {
+		t := &qp.t
+		if !t.fastReq || (t.state != ibv.StateRTS && t.state != ibv.StateSQD) {
+			continue
+		}
+		n, psn, msn, err := f.Acked(qp.qpn)
+		if err != nil || n == t.fastAckCount {
+			continue
+		}
+		t.fastAckCount = n
+		p := &e.fastAck
+		*p = wire.Packet{BTH: wire.BTH{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.qpn, PSN: psn},
+			AETH: wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: msn}}
+		info, _ := wire.RCAck.Info()
+		e.counters.FastAcks++
+		e.completer(qp, p, info)
+		ran = true
+	}
+	return ran
+}
+
+// fastSleep says the engine goes to sleep; false (and awake again) if an
+// ACK the program took meanwhile is waiting (it passes ACKs on only once
+// it has seen the engine asleep).
+func (e *engine) fastSleep() bool {
+	f := e.dev.cfg.FastPath
+	if f == nil {
+		return true
+	}
+	f.Sleeping(true)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, qp := range e.active {
+		if t := &qp.t; t.fastReq {
+			if n, _, _, err := f.Acked(qp.qpn); err == nil && n != t.fastAckCount {
+				f.Sleeping(false)
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// fastWake says the engine is awake again (after fastSleep said it sleeps).
+func (e *engine) fastWake() {
+	if f := e.dev.cfg.FastPath; f != nil {
+		f.Sleeping(false)
+	}
 }

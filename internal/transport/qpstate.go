@@ -104,6 +104,10 @@ type qpTransport struct {
 	// fastXDP: the XDP fast path owns the responder (ePSN and MSN are the
 	// program's); fastConfigured: it has the QP's addresses and ACK.
 	fastXDP, fastConfigured bool
+	// fastReq: the program takes the requester's ACKs; fastAckCount is
+	// the count of the last one the engine ran.
+	fastReq      bool
+	fastAckCount uint16
 }
 
 func (t *qpTransport) reset(qp *QP) {

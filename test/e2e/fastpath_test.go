@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/impair"
 	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/loader"
 	"github.com/xdproce/xdproce/verbs"
@@ -149,5 +151,94 @@ func TestFastPathOverXDP(t *testing.T) {
 	if c.FastTakeOvers == 0 || c.FastPathErr != 0 || c.OutOfSeqRequest != 0 || c.DuplicateRequest != 0 {
 		t.Errorf("B's engine counters: %d takeovers, %d fast path errors, %d out of sequence, %d duplicates",
 			c.FastTakeOvers, c.FastPathErr, c.OutOfSeqRequest, c.DuplicateRequest)
+	}
+}
+
+// TestFastPathRequesterOverXDP: with the fast path on at A too, the ACKs
+// B's program sends for A's WRITEs are taken by A's program and run by
+// A's engine from the shared record: the WRITEs complete, in order, and no
+// transport timer had to fire for a taken ACK (busy-polling A: its program
+// takes them, its engine never sleeps). An A whose engine never spins, with
+// every frame held 3 ms on the way so that its engine sleeps before each
+// ACK comes, has them passed on as well to wake it.
+func TestFastPathRequesterOverXDP(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts verbs.Options
+		topo netns.Config
+		n    int
+	}{
+		{"busy-poll", verbs.Options{FastPath: true, BusyPoll: true}, netns.Config{Kind: netns.Direct, MTU: 1500, Queues: 1}, 200},
+		{"sleeping", verbs.Options{FastPath: true, SpinMax: -1}, netns.Config{Kind: netns.Bridge, MTU: 1500, Queues: 1,
+			Faults: &impair.Config{Reorder: 1, HoldTimeout: 3 * time.Millisecond}}, 40},
+	} {
+		busy, n := mode.opts.BusyPoll, mode.n
+		t.Run(mode.name, func(t *testing.T) {
+			topo := netns.New(t, mode.topo)
+			a := openRNICWith(t, topo.Hosts[0], 1<<16, mode.opts)
+			b := openRNICWith(t, topo.Hosts[1], 1<<16, verbs.Options{FastPath: true})
+			dm, err := b.dev.AllocDM(8192)
+			if errors.Is(err, loader.ErrNoDeviceMemory) {
+				t.Skipf("no device memory here: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = dm.Free() })
+			dmr, err := b.pd.RegDMMR(dm, 0, 8192, verbs.AccessZeroBased|verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = dmr.Dereg() })
+			connectRC(t, a, b, verbs.MTU1024, 14)
+			src := a.mr.Bytes()
+			for i := range n {
+				off := (i % 64) * 64
+				binary.LittleEndian.PutUint32(src[off:], uint32(i))
+				if _, err := a.qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+					SGList: sgl(a.mr, off, 32), RemoteAddr: uint64(off), RKey: dmr.RKey()}}); err != nil {
+					t.Fatal(err)
+				}
+				if !busy {
+					// Polling runs the engine (Progress): let it sleep
+					// instead, as it does when the application waits.
+					time.Sleep(8 * time.Millisecond)
+				}
+				if wc := waitWC(t, a.scq, 1, 10*time.Second)[0]; wc.WRID != uint64(i) {
+					t.Fatalf("completion %+v for WRITE %d", wc, i)
+				}
+				got := make([]byte, 32)
+				if err := dm.CopyFrom(got, off); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, src[off:off+32]) {
+					t.Fatalf("WRITE %d: device memory holds %x", i, got)
+				}
+			}
+			taken, woke := portCounter(t, a, "xdp_fast_ack_consumed"), portCounter(t, a, "xdp_fast_ack_wake")
+			c, err := a.dev.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("A's program took %d ACKs and passed %d on to wake its engine; the engine ran %d from the record, received %d frames",
+				taken, woke, c.FastAcks, c.RcvdPkts)
+			if placed := portCounter(t, b, "xdp_fast_placed"); placed != uint64(n) {
+				t.Errorf("B's program placed %d of %d WRITEs", placed, n)
+			}
+			if taken+woke != uint64(n) {
+				t.Errorf("A's program took %d and passed on %d of %d ACKs", taken, woke, n)
+			}
+			if busy && (taken == 0 || c.FastAcks == 0) {
+				t.Errorf("a busy-polling requester: its program took %d ACKs, its engine ran %d", taken, c.FastAcks)
+			}
+			if !busy && woke == 0 {
+				t.Errorf("a sleeping requester: its program passed on none of the ACKs to wake it")
+			}
+			// Held frames make a sleeping A's tail-loss probes fire with
+			// the fast path or without it: only the busy A's count.
+			if busy && (c.TransportTimeouts != 0 || c.RetransmittedPkts != 0) {
+				t.Errorf("A's transport timer fired %d times, %d packets sent again: an ACK was lost", c.TransportTimeouts, c.RetransmittedPkts)
+			}
+		})
 	}
 }

@@ -223,7 +223,7 @@ func (h *harness) argv(c cell, e endpoint, addr string) []string {
 	var a []string
 	switch {
 	case e == xdp:
-		a = []string{h.xdproce, "perf", c.Tool, "-d", hostIface}
+		a = append([]string{h.xdproce, "perf", c.Tool, "-d", hostIface}, c.XDPOpts...)
 	case e == lib:
 		// What a user types: xdproce run starts a daemon for the
 		// interface (none runs between cells) and stops it when the tool

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -240,5 +241,50 @@ func TestFastPathRequesterOverXDP(t *testing.T) {
 				t.Errorf("A's transport timer fired %d times, %d packets sent again: an ACK was lost", c.TransportTimeouts, c.RetransmittedPkts)
 			}
 		})
+	}
+}
+
+// TestFastPathPerf: xdproce perf with its buffers in device memory and the
+// fast path on both sides, as the interop cells run it against rxe:
+// ib_write_lat at 8 and 64 bytes and ib_write_bw at 64 bytes complete, the
+// WRITEs and their ACKs through both programs (--counters shows the
+// engine's fast_acks on every side that WRITEs). Then two daemons started with --fast-path serve
+// xdproce perf's byte-checked WRITEs (regions of host memory: the
+// responders' programs pass them on, the requesters' take the ACKs).
+func TestFastPathPerf(t *testing.T) {
+	netns.RequireRoot(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 1500, Queues: 1})
+	a, b := topo.Hosts[0], topo.Hosts[1]
+	bin := buildCLI(t)
+	for _, run := range []struct {
+		tool string
+		row  *regexp.Regexp
+		args []string
+	}{
+		{"ib_write_lat", latRow, []string{"-s", "8", "-n", "500"}},
+		{"ib_write_lat", latRow, []string{"-s", "64", "-n", "500"}},
+		{"ib_write_bw", bwRow, []string{"-s", "64", "-n", "2000"}},
+	} {
+		args := append([]string{"-p", "18650", "--dm", "--fast-path", "--counters"}, run.args...)
+		cout, sout := perfRun(t, bin, a, b, run.tool, args...)
+		if !run.row.MatchString(cout) {
+			t.Errorf("%s %q: no result row:\n%s", run.tool, run.args, cout)
+		}
+		outs := []string{cout, sout}
+		if run.tool == "ib_write_bw" {
+			outs = outs[:1] // the server only receives
+		}
+		for _, o := range outs {
+			if m := regexp.MustCompile(`fast_acks (\d+)`).FindStringSubmatch(o); m == nil || m[1] == "0" {
+				t.Errorf("%s %q: the engine ran no ACK its program took:\n%s", run.tool, run.args, o)
+			}
+		}
+	}
+
+	daemonUp(t, bin, a, "--fast-path")
+	daemonUp(t, bin, b, "--fast-path")
+	cout, _ := perfRun(t, bin, a, b, "ib_write_bw", "-p", "18651", "-s", "8192", "-n", "400", "--verify")
+	if m := bwRow.FindStringSubmatch(cout); m == nil || m[2] != "400" {
+		t.Errorf("through daemons with --fast-path: no bandwidth row of 400 iterations:\n%s", cout)
 	}
 }

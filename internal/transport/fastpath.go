@@ -94,6 +94,9 @@ func (e *engine) fastTakeOver(qp *QP) {
 func (e *engine) fastHandBack(qp *QP, configure bool) {
 	t := &qp.t
 	if t.fastXDP || !e.fastEligible(qp) || !t.fastIdle() {
+		if configure {
+			t.fastConfigured = false // the modify's changes go at the next hand-back
+		}
 		return
 	}
 	f := e.dev.cfg.FastPath

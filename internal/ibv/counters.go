@@ -85,6 +85,11 @@ type Counters struct {
 	// FastAcks counts the ACKs the XDP program took for a requester and
 	// the engine ran from the shared record instead of a frame.
 	FastAcks uint64
+	// FastAckLost counts WRITEs the program executed that their requester
+	// sent again (the ACK it sent did not arrive); FastResponderOff is 1
+	// once so many were that the engine stopped handing responders to the
+	// program (XDP_TX does not reach the peer: docs/fastpath.md).
+	FastAckLost, FastResponderOff uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -119,6 +124,7 @@ func (c *Counters) fields() []counterField {
 		{"dropped_no_mcast_group", &c.DroppedNoGroup}, {"mcast_pkts", &c.McastPkts},
 		{"retransmitted_pkts", &c.RetransmittedPkts}, {"ooo_held", &c.OOOHeld}, {"ooo_dropped", &c.OOODropped},
 		{"fast_takeovers", &c.FastTakeOvers}, {"fast_path_err", &c.FastPathErr}, {"fast_acks", &c.FastAcks},
+		{"fast_ack_lost", &c.FastAckLost}, {"fast_responder_off", &c.FastResponderOff},
 	}
 }
 

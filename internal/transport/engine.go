@@ -46,6 +46,12 @@ type engine struct {
 	// path during this receive batch (fastpath.go).
 	fastTaken []*QP
 	fastAck   wire.Packet // an ACK the program took, as the completer reads it
+	// fastExecuted and fastLost count the WRITEs the program executed for
+	// this engine's QPs and those of them the requester sent again (their
+	// ACK lost); fastOff: too many were, the program's ACKs do not reach
+	// the peer, and responders stay the engine's (fastpath.go).
+	fastExecuted, fastLost uint64
+	fastOff                bool
 
 	rx   wire.Packet  // the packet being handled
 	tx   wire.Packet  // the packet being built

@@ -55,7 +55,7 @@ type FastQP struct {
 // the fast path.
 func (e *engine) fastEligible(qp *QP) bool {
 	t := &qp.t
-	return e.dev.cfg.FastPath != nil && qp.typ == ibv.QPTypeRC && !t.v6 && t.sip.Is4() &&
+	return e.dev.cfg.FastPath != nil && !e.fastOff && qp.typ == ibv.QPTypeRC && !t.v6 && t.sip.Is4() &&
 		(t.state == ibv.StateRTR || t.state == ibv.StateRTS || t.state == ibv.StateSQD)
 }
 
@@ -82,6 +82,8 @@ func (e *engine) fastTakeOver(qp *QP) {
 		return
 	}
 	if was {
+		t.fastExecEnd = epsn
+		e.fastExecuted += uint64((epsn - t.fastHandPSN) & 0xffffff)
 		t.ePSN, t.msn = epsn, msn
 		e.counters.FastTakeOvers++
 	}
@@ -120,7 +122,31 @@ func (e *engine) fastHandBack(qp *QP, configure bool) {
 		e.counters.FastPathErr++
 		return
 	}
-	t.fastXDP = true
+	t.fastXDP, t.fastHandPSN, t.fastExecEnd = true, t.ePSN, t.ePSN
+}
+
+// fastLostMin and fastLostShare: the engine gives up on the responder fast
+// path once at least fastLostMin of the WRITEs the program executed, and
+// a quarter of them, were sent again by their requester.
+const fastLostMin = 4
+
+// fastDuplicate notes a duplicate request: one the program executed means
+// its ACK never reached the requester. On a veth whose peer runs no XDP
+// program (a bridge port) every ACK sent with XDP_TX is lost so; then the
+// engine stops handing responders to the program (counter
+// fast_responder_off), and the requester side, which sends nothing, goes on.
+func (e *engine) fastDuplicate(qp *QP, psn uint32) {
+	t := &qp.t
+	if e.fastOff || t.fastExecEnd == t.fastHandPSN ||
+		psnCmp(psn, t.fastHandPSN) < 0 || psnCmp(psn, t.fastExecEnd) >= 0 {
+		return
+	}
+	e.fastLost++
+	e.counters.FastAckLost++
+	if e.fastLost >= fastLostMin && 4*e.fastLost >= e.fastExecuted {
+		e.fastOff = true
+		e.counters.FastResponderOff = 1
+	}
 }
 
 // fastHandBacks ends a receive batch: the QPs taken over during it go back

@@ -108,6 +108,9 @@ type qpTransport struct {
 	// the count of the last one the engine ran.
 	fastReq      bool
 	fastAckCount uint16
+	// fastHandPSN is the ePSN the responder was handed to the program
+	// with; fastExec the PSNs [fastHandPSN, fastExecEnd) it then executed.
+	fastHandPSN, fastExecEnd uint32
 }
 
 func (t *qpTransport) reset(qp *QP) {

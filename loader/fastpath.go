@@ -97,8 +97,11 @@ type FastPath struct {
 	slp  []byte // fp_sleepers, mmapped: how many engines sleep
 	mrs  *ebpf.Map
 	dms  *ebpf.Map
-	mu   sync.Mutex // dm slots
+	mu   sync.Mutex // dm slots, gone
 	used [fastMaxDMs]bool
+	// gone: the program and its maps are closed (XDP.Close); removing a
+	// region or block is then a no-op, for nothing writes them any more.
+	gone bool
 }
 
 // ErrNoFastPath wraps why the fast path is not available: EOPNOTSUPP.
@@ -146,6 +149,9 @@ func (f *FastPath) close() error {
 	if f == nil || f.qps == nil {
 		return nil
 	}
+	f.mu.Lock()
+	f.gone = true
+	f.mu.Unlock()
 	err := errors.Join(unix.Munmap(f.qps[:cap(f.qps)]), unix.Munmap(f.slp))
 	f.qps, f.slp = nil, nil
 	return err
@@ -268,6 +274,9 @@ func (f *FastPath) TakeOver(qpn uint32) (FastState, bool, error) {
 func (f *FastPath) AddDM(dm *DeviceMemory) (uint32, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.gone {
+		return 0, ErrClosed
+	}
 	for i := range f.used {
 		if f.used[i] {
 			continue
@@ -285,6 +294,9 @@ func (f *FastPath) AddDM(dm *DeviceMemory) (uint32, error) {
 func (f *FastPath) RemoveDM(idx uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.gone {
+		return nil
+	}
 	if idx >= fastMaxDMs || !f.used[idx] {
 		return fmt.Errorf("loader: fast path: no device-memory block %d: %w", idx, unix.EINVAL)
 	}
@@ -297,6 +309,11 @@ func (f *FastPath) RemoveDM(idx uint32) error {
 
 // AddMR lets the program write the region rkey names.
 func (f *FastPath) AddMR(rkey uint32, m FastMR) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gone {
+		return ErrClosed
+	}
 	v := bpf.SteerFpMr{Pd: m.PD, Dm: m.DM, Base: m.Base, Len: m.Len, Access: m.Access}
 	if err := f.mrs.Put(rkey, &v); err != nil {
 		return fmt.Errorf("loader: fast path: add region %#x: %w", rkey, err)
@@ -307,6 +324,11 @@ func (f *FastPath) AddMR(rkey uint32, m FastMR) error {
 // RemoveMR stops the program writing the region rkey names. A WRITE the
 // program is executing on another CPU may still land (docs/fastpath.md).
 func (f *FastPath) RemoveMR(rkey uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gone {
+		return nil
+	}
 	if err := f.mrs.Delete(rkey); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("loader: fast path: remove region %#x: %w", rkey, err)
 	}

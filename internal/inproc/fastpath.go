@@ -1,6 +1,7 @@
 package inproc
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/xdproce/xdproce/internal/ibv"
@@ -52,13 +53,12 @@ type dm struct {
 
 // Close takes the block from the program, then frees it.
 func (m *dm) Close() error {
+	var err error
 	if m.fast != nil {
-		if err := m.fast.RemoveDM(m.idx); err != nil {
-			return err
-		}
+		err = m.fast.RemoveDM(m.idx)
 		m.fast = nil
 	}
-	return m.DeviceMemory.Close()
+	return errors.Join(err, m.DeviceMemory.Close())
 }
 
 // RegisterFast lets the program write region mr, which lies at offset in

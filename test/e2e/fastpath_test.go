@@ -336,3 +336,45 @@ func TestFastPathAcrossBridge(t *testing.T) {
 			c.FastAckLost, c.DuplicateRequest, n, c.FastResponderOff)
 	}
 }
+
+// TestFastPathCloseFirst: device memory freed after its device closed
+// (the program and its maps gone) frees without error, and a region over
+// device memory deregistered then fails only as any region does.
+func TestFastPathCloseFirst(t *testing.T) {
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 1500, Queues: 1})
+	var dev *verbs.Device
+	if err := topo.Hosts[0].Do(func() (err error) {
+		dev, err = verbs.Open(t.Context(), topo.Hosts[0].Link, verbs.Options{FastPath: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm, err := dev.AllocDM(4096)
+	if errors.Is(err, loader.ErrNoDeviceMemory) {
+		t.Skipf("no device memory here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	withRegion, err := dev.AllocDM(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.RegDMMR(withRegion, 0, 4096, verbs.AccessZeroBased|verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dm.Free(); err != nil {
+		t.Errorf("Free after Close: %v", err)
+	}
+	if err := mr.Dereg(); err != nil && !errors.Is(err, verbs.ErrClosed) {
+		t.Errorf("Dereg after Close: %v", err)
+	}
+}

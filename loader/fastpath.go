@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdproce/xdproce/bpf"
@@ -350,4 +352,25 @@ func FastAckCRC(ack *[FastAckLen]byte) uint32 {
 	// complement; the register the program goes on from is the complement
 	// of Update's result.
 	return ^crc32.Update(^uint32(0xdebb20e3), crc32.IEEETable, m[:])
+}
+
+// AttachPass attaches to the link with index ifindex, in the calling
+// thread's network namespace, an XDP program that passes every frame.
+// On a veth whose other end runs the fast path, it lets the ACKs that end
+// sends with XDP_TX arrive: veth hands XDP_TX frames only to a peer that
+// runs XDP (docs/fastpath.md). Closing the link detaches it.
+func AttachPass(ifindex int) (link.Link, error) {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "xdproce_pass", Type: ebpf.XDP, License: "Dual MIT/GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2 /* XDP_PASS */), asm.Return()},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loader: XDP pass program: %w", err)
+	}
+	defer prog.Close() // the link holds it
+	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: link.XDPDriverMode})
+	if err != nil {
+		return nil, fmt.Errorf("loader: attach the XDP pass program to link %d: %w", ifindex, err)
+	}
+	return l, nil
 }

@@ -361,7 +361,9 @@ func FastAckCRC(ack *[FastAckLen]byte) uint32 {
 // runs XDP (docs/fastpath.md). Closing the link detaches it.
 func AttachPass(ifindex int) (link.Link, error) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "xdproce_pass", Type: ebpf.XDP, License: "Dual MIT/GPL",
+		// Multi-buffer, as the steering program: native XDP on a veth over
+		// MTU 3506 takes no other (bpf/README.md).
+		Name: "xdproce_pass", Type: ebpf.XDP, License: "Dual MIT/GPL", Flags: unix.BPF_F_XDP_HAS_FRAGS,
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2 /* XDP_PASS */), asm.Return()},
 	})
 	if err != nil {

@@ -25,8 +25,8 @@ type rnic struct {
 	dev  *verbs.Device
 	pd   *verbs.PD
 	mr   *verbs.MR
+	dm   *verbs.DM // the device memory mr lies in (openDMPair), or nil
 	half int
-	dm   *verbs.DM // the device memory mr lies in (openDMPair), freed before the device closes
 }
 
 // dst and src are the two halves of the region, size bytes of each.

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,20 +20,19 @@ func countSteps(groups []group) (plain, attached int) {
 // xdproce WRITE, SEND, READ with TCP+XDP; per round-trip size TCP alone and
 // xdproce WRITE, SEND with TCP+XDP; per QP count one point of each
 // contender; the AF_XDP floor (a round trip per size, the frame rate,
-// 4 KiB frames streaming), with no device open; through the daemons
-// WRITE 64 KiB and the 8 B WRITE round trip; and on device memory the 8 B
-// WRITE round trip and the message rate on one QP, each its own group.
+// 4 KiB frames streaming), with no device open; and through the daemons
+// WRITE 64 KiB and the 8 B WRITE round trip.
 func TestPlan(t *testing.T) {
 	cfg := Default()
 	groups := plan(cfg, [2]*Host{})
-	if want := len(cfg.Sizes) + len(cfg.LatSizes) + 2 + 3 + 2 + 2; len(groups) != want {
+	if want := len(cfg.Sizes) + len(cfg.LatSizes) + 2 + 3 + 2; len(groups) != want {
 		t.Fatalf("%d groups, want %d", len(groups), want)
 	}
 	plain, attached := countSteps(groups)
 	if want := len(cfg.Sizes) + 2*len(cfg.LatSizes) + len(cfg.QPs) + 2; plain != want {
 		t.Errorf("%d points without XDP, want %d", plain, want)
 	}
-	if want := 4*len(cfg.Sizes) + 3*len(cfg.LatSizes) + len(cfg.QPs) + 3 + 2 + 2; attached != want {
+	if want := 4*len(cfg.Sizes) + 3*len(cfg.LatSizes) + len(cfg.QPs) + 3 + 2; attached != want {
 		t.Errorf("%d points with xdproce open, want %d", attached, want)
 	}
 	for _, g := range groups {
@@ -71,7 +72,7 @@ func TestRunLengths(t *testing.T) {
 		name string
 		cfg  Config
 		max  time.Duration
-	}{{"default", Default(), 170 * time.Second}, {"quick", Quick(), 55 * time.Second},
+	}{{"default", Default(), 170 * time.Second}, {"quick", Quick(), 50 * time.Second},
 		{"default with stock perftest", stock(Default(), 3), 200 * time.Second}, {"quick with stock perftest", stock(Quick(), 2), 65 * time.Second}} {
 		est, points := estimate(c.cfg)
 		t.Logf("%s run: %d points ≈ %v", c.name, points, est)
@@ -143,5 +144,42 @@ func TestBusyPoll(t *testing.T) {
 				t.Errorf("daemon group %q follows %+v", g.attached[0].what, prev.attached)
 			}
 		}
+	}
+}
+
+// TestPlanDeviceMemory: with DeviceMemory a run adds, right after the
+// AF_XDP floor, the 8 B WRITE round trip and the message rate over one QP
+// into device memory, with the fast path and without, each in a group of
+// its own that opens devices with regions of device memory.
+func TestPlanDeviceMemory(t *testing.T) {
+	cfg := Default()
+	without := plan(cfg, [2]*Host{})
+	cfg.DeviceMemory = true
+	groups := plan(cfg, [2]*Host{})
+	if len(groups) != len(without)+4 {
+		t.Fatalf("%d groups, want %d", len(groups), len(without)+4)
+	}
+	at := -1
+	for i, g := range groups {
+		if slices.ContainsFunc(g.plain, func(s step) bool { return strings.HasPrefix(s.what, "AF_XDP ") }) {
+			at = i
+		}
+	}
+	var got []string
+	for _, g := range groups[at+1 : at+5] {
+		if !g.dm || len(g.plain) != 0 || len(g.attached) != 1 {
+			t.Errorf("group %+v: want one point on device memory", g)
+			continue
+		}
+		got = append(got, fmt.Sprintf("%s (fast %v, rtt %v)", g.attached[0].what, g.fast, g.rtt))
+	}
+	want := []string{
+		"xdproce WRITE ping-pong 8 B into device memory, fast path (fast true, rtt true)",
+		"xdproce WRITE 64 B message rate, 1 QP, into device memory, fast path (fast true, rtt false)",
+		"xdproce WRITE ping-pong 8 B into device memory (fast false, rtt true)",
+		"xdproce WRITE 64 B message rate, 1 QP, into device memory (fast false, rtt false)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("device-memory points\n got %q\nwant %q", got, want)
 	}
 }

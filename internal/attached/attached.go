@@ -292,6 +292,12 @@ func (r *Device) SetDoorbellPage([]byte) {}
 // Wake does nothing: posts ring the daemon's engines themselves.
 func (r *Device) Wake() {}
 
+// WatchDoorbell is false: no engines here to watch it.
+func (r *Device) WatchDoorbell(int) (bool, error) { return false, nil }
+
+// UnwatchDoorbell does nothing: WatchDoorbell watched nothing.
+func (r *Device) UnwatchDoorbell(int) error { return nil }
+
 // Engines is 0: no engines here.
 func (r *Device) Engines() int { return 0 }
 

@@ -41,6 +41,7 @@ type engine struct {
 	acks     []*QP    // QPs with an ACK deferred to the end of the receive batch
 	counters ibv.Counters
 	spin     spinner // whether the engine's goroutine spins when idle
+	wakeups  uint64  // sleeps the engine's goroutine woke from (its own)
 
 	rx   wire.Packet  // the packet being handled
 	tx   wire.Packet  // the packet being built

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
@@ -74,6 +76,10 @@ func (d *NIC) run(e *engine) {
 		}
 		e.mu.Lock()
 		e.counters.SpinStalls = e.spin.stalls // e.spin is this goroutine's
+		e.counters.EngineWakeups = e.wakeups
+		if w, ok := e.link.(link.Watcher); ok {
+			e.counters.DoorbellWakes = w.WatchWakes()
+		}
 		e.work.Store(false)
 		busy := e.step()
 		holding := e.holding
@@ -101,11 +107,53 @@ func (d *NIC) run(e *engine) {
 			e.setSleeping(true)
 			if !e.work.Load() && !e.clientsPosted() {
 				e.link.Wait(wait)
+				e.wakeups++
 			}
 			e.setSleeping(false)
 			e.sleeping.Store(false)
 		}
 	}
+}
+
+// WatchDoorbell has the engine wait on fd, a daemon's client's doorbell,
+// itself: a ring then wakes a sleeping engine in one hop, where a goroutine
+// reading fd and then ringing the engine (Wake) takes two, each a thread
+// the kernel must find a processor for. It reports false, and does
+// nothing, when the engines cannot: a link that watches nothing, or
+// several engines, any of which a ring may be for (the caller then relays
+// rings with Wake). The caller keeps fd open until UnwatchDoorbell.
+func (d *NIC) WatchDoorbell(fd int) (bool, error) {
+	if len(d.shards) != 1 {
+		return false, nil
+	}
+	w, ok := d.shards[0].link.(link.Watcher)
+	if !ok {
+		return false, nil
+	}
+	d.wakeMu.RLock()
+	defer d.wakeMu.RUnlock()
+	if d.linkGone {
+		return false, ibv.ErrClosed
+	}
+	return true, w.Watch(fd)
+}
+
+// UnwatchDoorbell undoes WatchDoorbell: once it returns, the engine reads
+// fd no more.
+func (d *NIC) UnwatchDoorbell(fd int) error {
+	if len(d.shards) != 1 {
+		return nil
+	}
+	w, ok := d.shards[0].link.(link.Watcher)
+	if !ok {
+		return nil
+	}
+	d.wakeMu.RLock()
+	defer d.wakeMu.RUnlock()
+	if d.linkGone {
+		return nil // the link and its watches are gone
+	}
+	return w.Unwatch(fd)
 }
 
 // setSleeping says in the doorbell page, if the device has one, whether the

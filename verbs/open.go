@@ -48,7 +48,8 @@ type Options struct {
 	// the poller's and, through it, the engine's and another looking for
 	// work. For a process whose only data path is its engines (the
 	// daemon: xdproce up sets it); an application sharing the processors
-	// with them would wait for the processor a blocked thread holds.
+	// with them would wait for the processor a blocked thread holds. Only
+	// where Go has more processors (GOMAXPROCS) than the device engines.
 	ThreadWait bool
 	// Logger receives setup notes. Default slog.Default().
 	Logger *slog.Logger
@@ -101,7 +102,10 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 		return errors.Join(errs...)
 	}
 	dataPath := port.Features().String()
-	if opts.ThreadWait && !opts.BusyPoll {
+	// A blocked engine keeps its processor (P) until the runtime's monitor
+	// takes it back, up to 10 ms later: with no P left over, the rest of
+	// the process (a daemon's sessions) would wait that long.
+	if opts.ThreadWait && !opts.BusyPoll && runtime.GOMAXPROCS(0) > len(queues) {
 		for _, q := range queues {
 			q.SetThreadWait(true)
 		}

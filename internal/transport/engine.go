@@ -42,6 +42,9 @@ type engine struct {
 	counters ibv.Counters
 	spin     spinner // whether the engine's goroutine spins when idle
 	wakeups  uint64  // sleeps the engine's goroutine woke from (its own)
+	// watcher is the link when it can wait on a daemon's clients'
+	// doorbells too (NIC.WatchDoorbell).
+	watcher link.Watcher
 
 	rx   wire.Packet  // the packet being handled
 	tx   wire.Packet  // the packet being built
@@ -119,6 +122,9 @@ func (e *engine) init(d *NIC, l link.Link, index int) {
 	if s, ok := l.(link.SplitReceiver); ok {
 		e.splitter = s
 		e.gather = make([]byte, 0, 2*l.MaxFrame())
+	}
+	if w, ok := l.(link.Watcher); ok {
+		e.watcher = w
 	}
 	if l, ok := l.(link.FrameLender); ok {
 		e.lender = l

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/ibv"
-	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
@@ -77,8 +76,8 @@ func (d *NIC) run(e *engine) {
 		e.mu.Lock()
 		e.counters.SpinStalls = e.spin.stalls // e.spin is this goroutine's
 		e.counters.EngineWakeups = e.wakeups
-		if w, ok := e.link.(link.Watcher); ok {
-			e.counters.DoorbellWakes = w.WatchWakes()
+		if e.watcher != nil {
+			e.counters.DoorbellWakes = e.watcher.WatchWakes()
 		}
 		e.work.Store(false)
 		busy := e.step()
@@ -126,8 +125,8 @@ func (d *NIC) WatchDoorbell(fd int) (bool, error) {
 	if len(d.shards) != 1 {
 		return false, nil
 	}
-	w, ok := d.shards[0].link.(link.Watcher)
-	if !ok {
+	w := d.shards[0].watcher
+	if w == nil {
 		return false, nil
 	}
 	d.wakeMu.RLock()
@@ -144,8 +143,8 @@ func (d *NIC) UnwatchDoorbell(fd int) error {
 	if len(d.shards) != 1 {
 		return nil
 	}
-	w, ok := d.shards[0].link.(link.Watcher)
-	if !ok {
+	w := d.shards[0].watcher
+	if w == nil {
 		return nil
 	}
 	d.wakeMu.RLock()

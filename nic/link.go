@@ -651,10 +651,11 @@ func (l *FrameLink) drainWatched(fd int) bool {
 // SetThreadWait makes Wait block its goroutine's thread in the wait set
 // (epoll_pwait2) rather than park the goroutine in Go's network poller. A
 // wakeup then readies that one thread, where through the poller the
-// thread that polls readies the goroutine and, seeing a processor idle,
-// wakes yet another thread to look for work: on a host whose processors
-// are all busy (clients spinning on memory) each is a thread the kernel
-// must preempt someone for. The blocked thread keeps its processor (P)
+// thread that polls readies the goroutine and, taking a processor (P) out
+// of idle, wakes the runtime's monitor (sysmon), which then polls every
+// 20 µs for a while: on a host whose processors are all busy (clients
+// spinning on memory) each is a thread the kernel must preempt someone
+// for. The blocked thread keeps its processor (P)
 // until the runtime's monitor takes it back, so it suits a process whose
 // only data path is its engines (the daemon), not one whose application
 // shares the processors with them. The link's owner calls it before the

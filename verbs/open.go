@@ -45,8 +45,8 @@ type Options struct {
 	// ThreadWait has a sleeping engine block its own thread in its wait
 	// set rather than park in Go's network poller
 	// (nic.FrameLink.SetThreadWait): a wakeup then readies one thread, not
-	// the poller's and, through it, the engine's and another looking for
-	// work. For a process whose only data path is its engines (the
+	// the poller's and, through it, the engine's and the runtime's
+	// monitor. For a process whose only data path is its engines (the
 	// daemon: xdproce up sets it); an application sharing the processors
 	// with them would wait for the processor a blocked thread holds. Only
 	// where Go has more processors (GOMAXPROCS) than the device engines.

@@ -525,6 +525,7 @@ type CQ struct {
 	notify *ipc.Waiter // hangs up when the daemon is gone
 	ring   *uverbs.Ring
 	head   atomic.Uint64 // completions polled (advanced under pollMu)
+	empty  atomic.Uint32 // empty polls, for idle's yields
 	// pollMu orders concurrent pollers among themselves, as ibv_poll_cq's
 	// lock does.
 	pollMu sync.Mutex
@@ -564,6 +565,7 @@ func (cq *CQ) Depth() int { return cq.depth }
 func (cq *CQ) Poll(wcs []ibv.WorkCompletion) int {
 	r := cq.ring
 	if r.Producer() == uint32(cq.head.Load()) {
+		cq.idle()
 		return 0 // an empty poll: two loads, no lock, no store to the shared line
 	}
 	cq.pollMu.Lock()

@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"syscall"
@@ -128,9 +129,34 @@ func (pd *PD) RegDMMR(dm *DM, offset, length int, access Access) (*MR, error) {
 	if err != nil {
 		return nil, err
 	}
-	mr.dm = dm
+	if f, ok := dm.mem.(fastDM); ok {
+		if err := f.RegisterFast(mr.ops, offset); err != nil {
+			return nil, errors.Join(err, mr.ops.Dereg())
+		}
+	}
+	mr.dm, mr.dmOff = dm, offset
 	dm.mrs++
 	return mr, nil
+}
+
+// fastDM is device memory the XDP fast path writes (docs/fastpath.md):
+// its regions are registered with the program as well, and leave it before
+// they are deregistered.
+type fastDM interface {
+	RegisterFast(mr ibv.MROps, offset int) error
+	UnregisterFast(mr ibv.MROps) error
+}
+
+// unfastDM takes m, a region over device memory, from the fast path
+// before it is deregistered.
+func (m *MR) unfastDM() error {
+	if m.dm == nil {
+		return nil
+	}
+	if f, ok := m.dm.mem.(fastDM); ok {
+		return f.UnregisterFast(m.ops)
+	}
+	return nil
 }
 
 // derefDM notes that m, a region over device memory, is deregistered.

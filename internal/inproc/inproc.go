@@ -33,6 +33,9 @@ type Config struct {
 	Resolve func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
 	// PortCounters reads the counters of what moves the port's frames.
 	PortCounters func() ([]ibv.NamedCounter, error)
+	// FastPath, if set, is the XDP program's responder fast path
+	// (fastpath.go): idle RC responders and device memory are shared with it.
+	FastPath *loader.FastPath
 }
 
 // Device is an in-process RNIC: transport's NIC (embedded: its engines,
@@ -48,6 +51,9 @@ var _ ibv.DeviceOps = (*Device)(nil)
 // New starts a device with one engine per link, each link one queue of
 // the port. Close stops it.
 func New(links []link.Link, cfg Config) (*Device, error) {
+	if cfg.FastPath != nil {
+		cfg.Config.FastPath = fastPath{cfg.FastPath}
+	}
 	nic, err := transport.New(links, cfg.Config)
 	if err != nil {
 		return nil, err
@@ -179,7 +185,14 @@ func (d *Device) AllocDM(length int) (ibv.DMOps, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m, nil
+	if d.cfg.FastPath == nil {
+		return m, nil
+	}
+	idx, err := d.cfg.FastPath.AddDM(m)
+	if err != nil {
+		return m, nil // the program's table is full: this block is Go's alone
+	}
+	return &dm{DeviceMemory: m, fast: d.cfg.FastPath, idx: idx}, nil
 }
 
 // PD is a protection domain.

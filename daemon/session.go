@@ -35,9 +35,12 @@ type session struct {
 	events  eventQueue
 	// bell is the daemon's end of the client's own doorbell, which only
 	// the daemon holds; ringDoorbell reads it until release closes it and
-	// closes bellDone.
+	// closes bellDone. Where the device's engine waits on the doorbell
+	// itself (verbs.Device.WatchDoorbell), bellFD is that end instead, and
+	// bell nil.
 	bell     *ipc.Waiter
 	bellDone chan struct{}
+	bellFD   int // -1 when the engine does not watch it
 	// gone is set once the client's process has exited (its pidfd): its
 	// own memory is never touched after that. memFailures counts copies
 	// to or from its memory that failed.
@@ -51,6 +54,7 @@ type session struct {
 	qps         map[uint32]*sharedQP
 	srqs        map[uint32]*sharedSRQ
 	mws         map[uint32]sharedMW
+	dms         map[uint32]*verbs.DM // device memory (dm.go)
 	// ahs holds the client's address handles (uint32 → sharedAH). The
 	// engines look one up for every UD send slot (addressHandle), without
 	// a lock; only the session's goroutine stores and deletes.
@@ -97,8 +101,9 @@ type sharedQP struct {
 }
 
 func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
-	ss := &session{srv: s, conn: c, peer: p, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
-		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{}}
+	ss := &session{srv: s, conn: c, peer: p, bellFD: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
+		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{},
+		dms: map[uint32]*verbs.DM{}}
 	ss.cm.init()
 	ss.acct = s.join(p, ss.privileged())
 	return ss
@@ -257,6 +262,8 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 		uverbs.OpCMQuery, uverbs.OpCMInitQPAttr, uverbs.OpCMGetEvent, uverbs.OpCMSetOption, uverbs.OpCMJoinMcast,
 		uverbs.OpCMLeaveMcast:
 		return ss.cmOp(op, d, e)
+	case uverbs.OpAllocDM, uverbs.OpFreeDM, uverbs.OpRegDMMR:
+		return ss.dmRequest(op, d, e)
 	case uverbs.OpShutdown:
 		if err := d.End(); err != nil {
 			return nil, err
@@ -300,6 +307,7 @@ func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		MaxInlineData: uint32(a.MaxInlineData), MaxMRSize: a.MaxMRSize, MaxMsgSize: a.MaxMsgSize,
 		MaxQPRdAtom: uint32(a.MaxQPRdAtom), MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom),
 		MaxMTU: uint8(p.MaxMTU), ActiveMTU: uint8(p.ActiveMTU), DataPath: p.DataPath, Engines: uint32(dev.Engines()),
+		MaxDMSize: uint64(a.MaxDMSize),
 	}
 	copy(info.MAC[:], dev.MAC())
 	for i := range p.GIDTblLen {
@@ -317,19 +325,31 @@ func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	if err != nil {
 		return nil, err
 	}
-	bell, bellW, err := ipc.NewDoorbell()
+	bell, bellW, err := ipc.NewRawDoorbell()
 	if err != nil {
 		ipc.CloseAll(page)
 		return nil, err
 	}
 	evfd, evR, err := ipc.NewSignalPipe()
 	if err != nil {
-		ipc.CloseAll(append(page, bellW))
-		bell.Close()
+		ipc.CloseAll(append(page, bellW, bell))
 		return nil, err
 	}
-	ss.bell, ss.bellDone = bell, make(chan struct{})
-	go ringDoorbell(bell, ss.srv.cfg.Device, ss.bellDone)
+	// The engine waits on the doorbell itself where it can: a ring then
+	// wakes it in one hop, not a goroutine that wakes it in a second.
+	watched, err := dev.WatchDoorbell(bell)
+	if err != nil {
+		ipc.CloseAll(append(page, bellW, bell, evR))
+		evfd.Close()
+		return nil, err
+	}
+	if watched {
+		ss.bellFD = bell
+	} else {
+		w := ipc.WaiterOf(bell)
+		ss.bell, ss.bellDone = w, make(chan struct{})
+		go ringDoorbell(w, dev, ss.bellDone)
+	}
 	ss.events.mu.Lock()
 	ss.events.fd = evfd
 	ss.events.mu.Unlock()
@@ -831,6 +851,13 @@ func (ss *session) release() {
 		<-ss.bellDone
 		ss.bell = nil
 	}
+	if ss.bellFD >= 0 {
+		if err := ss.srv.cfg.Device.UnwatchDoorbell(ss.bellFD); err != nil {
+			ss.srv.log.Error("daemon: unwatching a departed client's doorbell", "err", err)
+		}
+		unix.Close(ss.bellFD)
+		ss.bellFD = -1
+	}
 	ss.events.close()
 	ss.releaseCM()
 	for h, q := range ss.qps {
@@ -876,6 +903,7 @@ func (ss *session) release() {
 		}
 		delete(ss.mrs, h)
 	}
+	ss.releaseDM()
 	for h, c := range ss.cqs {
 		ss.srv.disown(c.cq)
 		c.release()

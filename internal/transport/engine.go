@@ -41,6 +41,21 @@ type engine struct {
 	acks     []*QP    // QPs with an ACK deferred to the end of the receive batch
 	counters ibv.Counters
 	spin     spinner // whether the engine's goroutine spins when idle
+	wakeups  uint64  // sleeps the engine's goroutine woke from (its own)
+	// watcher is the link when it can wait on a daemon's clients'
+	// doorbells too (NIC.WatchDoorbell).
+	watcher link.Watcher
+
+	// fastTaken: QPs whose responder a frame took back from the XDP fast
+	// path during this receive batch (fastpath.go).
+	fastTaken []*QP
+	fastAck   wire.Packet // an ACK the program took, as the completer reads it
+	// fastExecuted and fastLost count the WRITEs the program executed for
+	// this engine's QPs and those of them the requester sent again (their
+	// ACK lost); fastOff: too many were, the program's ACKs do not reach
+	// the peer, and responders stay the engine's (fastpath.go).
+	fastExecuted, fastLost uint64
+	fastOff                bool
 
 	rx   wire.Packet  // the packet being handled
 	tx   wire.Packet  // the packet being built
@@ -119,6 +134,9 @@ func (e *engine) init(d *NIC, l link.Link, index int) {
 		e.splitter = s
 		e.gather = make([]byte, 0, 2*l.MaxFrame())
 	}
+	if w, ok := l.(link.Watcher); ok {
+		e.watcher = w
+	}
 	if l, ok := l.(link.FrameLender); ok {
 		e.lender = l
 		return
@@ -167,6 +185,7 @@ func (e *engine) step() bool {
 	}
 	clear(posted)
 	e.spare = posted
+	acked := e.fastAcks() // ACKs the XDP program took (fastpath.go)
 	n := e.receiveHandedOff()
 	if e.splitter != nil {
 		k, _ := e.splitter.ReceiveSplit(rxBatch, e.rxSplitFn)
@@ -176,7 +195,8 @@ func (e *engine) step() bool {
 		n += k
 	}
 	e.sendDueAcks()
-	busy := n > 0 || fed
+	e.fastHandBacks()
+	busy := n > 0 || fed || acked
 	var now time.Time
 	if len(e.active) > 0 {
 		now = e.dev.clock.Now() // an idle round reads no clock
@@ -608,6 +628,7 @@ func (e *engine) dispatch() {
 	e.counters.RcvdPkts++
 	if info.Flags&wire.FlagRequest != 0 {
 		if t.state == ibv.StateRTR || t.state == ibv.StateRTS || t.state == ibv.StateSQD {
+			e.fastTakeOver(qp) // the program passed it on: the responder is Go's again
 			e.responder(qp, p, info)
 		}
 		return

@@ -118,7 +118,10 @@ func (qp *QP) State() ibv.QPState { return ibv.QPState(qp.state.Load()) }
 
 // DestroyQP removes the QP. Outstanding work is dropped without completions.
 func (d *NIC) DestroyQP(qp *QP) error {
-	err := d.do(func() error { return d.removeQP(qp) })
+	err := d.do(func() error {
+		d.engineOf(qp).fastTakeOver(qp) // the program stops executing its WRITEs
+		return d.removeQP(qp)
+	})
 	if err == nil && qp.srq != nil {
 		qp.srq.attached.Add(-1)
 	}

@@ -14,7 +14,14 @@ import (
 // QP is a queue pair as the engine keeps it. Its transport state
 // belongs to the engine serving it.
 type QP struct {
-	dev    Device
+	dev Device
+	// What posting reads of the device, set at creation: closing is set
+	// as the device closes (posts then fail), mem is the memory table
+	// INLINE posts read, portMTU the active MTU that bounds a UD message.
+	closing *atomic.Bool
+	mem     *memory.Table
+	portMTU int
+
 	pd     *PD
 	qpn    uint32
 	typ    ibv.QPType
@@ -44,13 +51,6 @@ type QP struct {
 	// operations.
 	engine atomic.Int32
 	active bool // in the engine's active list (engine-owned)
-
-	// closing is the device's: set as it closes, posts then fail.
-	closing *atomic.Bool
-	// mem is the device's memory table, which INLINE posts read.
-	mem *memory.Table
-	// portMTU is the port's active MTU, which bounds a UD message.
-	portMTU int
 
 	t qpTransport // engine-owned
 

@@ -326,13 +326,6 @@ func TestSelectiveLostACKAfterFill(t *testing.T) {
 // a response overtaken by one other is not asked for again at all
 // (dupThresh). Every byte right, no timer.
 func TestReorderIsNotLoss(t *testing.T) {
-	if raceDetector {
-		// A held-back frame leaves with the next batch; engines the
-		// detector slows batch more, so a late response is overtaken by
-		// more than the three that mark a hole lost, and is rightly asked
-		// for again: the depth of reordering is what this test fixes.
-		t.Skip("reordering deeper than the loss threshold under the race detector")
-	}
 	a, b, _, _, _ := selectivePair(t, nil, nil)
 	la, lb := nicOf(a.dev).Link(0).(*memlink.Link), nicOf(b.dev).Link(0).(*memlink.Link)
 	la.SetImpairment(memlink.Impairment{Reorder: 0.05, Seed: 7})

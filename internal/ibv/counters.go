@@ -77,6 +77,10 @@ type Counters struct {
 	// responses a requester places at their offset. OOODropped counts
 	// those dropped because the bound was reached (docs/recovery.md).
 	OOOHeld, OOODropped uint64
+	// SpuriousRetry counts READ re-asks a second copy of an asked-for
+	// response proved needless (the original was late, not lost); each
+	// widens the QP's reorder window (docs/recovery.md).
+	SpuriousRetry uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -110,6 +114,7 @@ func (c *Counters) fields() []counterField {
 		{"spin_stalls", &c.SpinStalls},
 		{"dropped_no_mcast_group", &c.DroppedNoGroup}, {"mcast_pkts", &c.McastPkts},
 		{"retransmitted_pkts", &c.RetransmittedPkts}, {"ooo_held", &c.OOOHeld}, {"ooo_dropped", &c.OOODropped},
+		{"spurious_retry", &c.SpuriousRetry},
 	}
 }
 

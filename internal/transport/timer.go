@@ -143,7 +143,7 @@ func (e *engine) goBackN(qp *QP, headReadsOnly bool) {
 // rerequestBefore asks again at once for the READs and atomics that end
 // before psn and still wait for responses: a response or ACK for psn came
 // after theirs, so theirs were lost. A READ response (slack) shows that
-// only from dupThresh PSNs past a READ's end: one overtaken by a response
+// only from the QP's reorder window (dupThresh, or wider) past a READ's end: one overtaken by a response
 // or two of the next READ is late, not lost (recovery.go).
 func (e *engine) rerequestBefore(qp *QP, psn uint32, slack bool) {
 	t := &qp.t
@@ -152,7 +152,7 @@ func (e *engine) rerequestBefore(qp *QP, psn uint32, slack bool) {
 		if !w.started || psnCmp(w.lastPSN, psn) >= 0 {
 			return
 		}
-		if slack && w.wr.Opcode == ibv.WRRDMARead && (psn-w.lastPSN)&0xffffff < dupThresh {
+		if slack && w.wr.Opcode == ibv.WRRDMARead && (psn-w.lastPSN)&0xffffff < t.reo.threshold() {
 			continue
 		}
 		if isReadOrAtomic(w.wr.Opcode) && !w.respDone {

@@ -121,6 +121,9 @@ func (c *completion) checkPSN() compState {
 		// ahead, as far as serial arithmetic tells.
 		if psnCmp(psn, t.compPSN) < 0 {
 			c.e.counters.DuplicateResponse++
+			if op := c.p.BTH.Opcode; op >= wire.RCReadResponseFirst && op <= wire.RCReadResponseOnly {
+				c.e.answerSeen(c.qp, nil, psn, true) // perhaps a spurious re-ask's, its READ done
+			}
 		} else {
 			c.e.counters.ResponseOutOfWindow++
 		}

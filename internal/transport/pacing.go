@@ -40,7 +40,7 @@ import "time"
 // the length of its rest, counts as asked again: a forged duplicate with
 // a held READ's rkey and a PSN inside it is answered but never paces.
 //
-// In-memory tests: TestReadResponsesPacedAfterTailLoss,
+// In-memory tests: TestReadResponsesPacedAfterTailLoss, TestReadLossEpisode,
 // TestDuplicatedReadRequestsDoNotPace, TestForgedDuplicateReadDoesNotPace;
 // against rxe in a guest, docs/results/2026-11-26-read-pacing.md.
 type readPacer struct {
@@ -104,10 +104,11 @@ const (
 	// application that thinks between READs makes low samples too: the
 	// floor and the burst bound what they cost).
 	paceSampleMin = 8
-	// paceLossMin is the fewest packets a request must ask for again to
-	// count as a lost tail: a path that overflowed loses runs of a
-	// burst, a lossy one single packets (a requester asks for holes
-	// alone: recovery.go), which pacing would only slow down.
+	// paceLossMin is the fewest packets a request, or one READ's
+	// requests together (lossEpisode), must ask for again to count as an
+	// overflow: a path that overflowed loses runs of a burst, a lossy one
+	// single packets (a requester asks for holes alone: recovery.go),
+	// which pacing would only slow down.
 	paceLossMin = 4
 )
 
@@ -175,6 +176,35 @@ func (p *readPacer) due() time.Time {
 	return p.nextAt.Add(-tolerance)
 }
 
+// askedAgain notes a request, alone, for PSNs from through last of the READ
+// starting at first (whose answer ends at resLast), from past its start;
+// it reports whether that turned pacing on (or, already on, cut it).
+func (p *readPacer) askedAgain(first, resLast, from, last uint32) bool {
+	n := (last-from)&0xffffff + 1
+	if first != p.ep.first {
+		p.ep = lossEpisode{first: first} // an older READ's: its length unknown here
+	}
+	if p.ep.lost == 0 {
+		burstFrom := first
+		if psnCmp(from, p.first) > 0 && psnCmp(p.first, first) > 0 && psnCmp(p.first, resLast) <= 0 {
+			burstFrom = p.first // the newest response, itself a re-read's
+		}
+		p.ep.safe = (from - burstFrom) & 0xffffff
+	}
+	p.ep.lost += n
+	overflow := n >= paceLossMin || p.ep.lost >= paceLossMin && p.ep.lost*8 >= p.ep.pkts
+	if !overflow || p.ep.counted {
+		return false
+	}
+	// If the pace was on, it ran too fast: once per READ.
+	if p.paced {
+		p.rate *= paceBackoff
+	}
+	p.ep.counted = true
+	p.paced, p.safe = true, p.ep.safe
+	return true
+}
+
 // readStarting notes, with one clock read, the READ response about to be
 // sent for qp, of res's PSNs from on: a new READ ends the previous
 // response's sample.
@@ -198,26 +228,7 @@ func (e *engine) readStarting(qp *QP, res *respResource, from uint32, kind readK
 		// READ would otherwise turn the pace on, and cut it by a quarter
 		// with each further copy, for nothing but a forged packet; it
 		// must know the READ's address as well.
-		n := (last-from)&0xffffff + 1
-		if res.firstPSN != p.ep.first {
-			p.ep = lossEpisode{first: res.firstPSN} // an older READ's: its length unknown here
-		}
-		if p.ep.lost == 0 {
-			burstFrom := res.firstPSN
-			if psnCmp(from, p.first) > 0 && psnCmp(p.first, res.firstPSN) > 0 && psnCmp(p.first, res.lastPSN) <= 0 {
-				burstFrom = p.first // the newest response, itself a re-read's
-			}
-			p.ep.safe = (from - burstFrom) & 0xffffff
-		}
-		p.ep.lost += n
-		overflow := n >= paceLossMin || p.ep.lost >= paceLossMin && p.ep.lost*8 >= p.ep.pkts
-		if overflow && !p.ep.counted {
-			// If the pace was on, it ran too fast: once per READ.
-			if p.paced {
-				p.rate *= paceBackoff
-			}
-			p.ep.counted = true
-			p.paced, p.safe = true, p.ep.safe
+		if p.askedAgain(res.firstPSN, res.lastPSN, from, last) {
 			e.counters.ReadRetryPaced++
 		}
 	}

@@ -103,14 +103,16 @@ func TestReorderDeepIsNotLoss(t *testing.T) {
 	wa := logWire(la, nil)
 	logWire(lb, firstOf(isReadResp, lostRead*npk+lostOff))
 	for i := range reads {
-		fill(b.mr.Bytes()[:size], i+1)
-		clear(a.mr.Bytes()[:size])
-		postSend(t, a, SendWR{ID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, size),
-			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+		// Each READ its own memory: a spurious re-ask's replay may still
+		// be reading the previous one's.
+		off := i * size
+		fill(b.mr.Bytes()[off:off+size], i+1)
+		postSend(t, a, SendWR{ID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, off, size),
+			RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()})
 		if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
 			t.Fatalf("READ %d: completion %+v", i, wc)
 		}
-		equalBytes(t, "READ", a.mr.Bytes()[:size], b.mr.Bytes()[:size])
+		equalBytes(t, "READ", a.mr.Bytes()[off:off+size], b.mr.Bytes()[off:off+size])
 		// The spurious re-ask's replay arrives after the READ completed.
 		waitCounter(t, b.dev, "the READ's responses", func(cb Counters) bool { return cb.SentPkts >= uint64((i+1)*npk) })
 	}
@@ -124,12 +126,13 @@ func TestReorderDeepIsNotLoss(t *testing.T) {
 	}
 	var want []req
 	for i := range uint32(reads) {
-		want = append(want, req{i * npk, 0, size})
+		base := i * size
+		want = append(want, req{i * npk, base, size})
 		switch i {
 		case 0:
 			want = append(want, req{4, 4 * 4096, 4096}) // the one spurious re-ask
 		case lostRead:
-			want = append(want, req{i*npk + lostOff, lostOff * 4096, 4096})
+			want = append(want, req{i*npk + lostOff, base + lostOff*4096, 4096})
 		}
 	}
 	if !slices.Equal(got, want) {

@@ -62,17 +62,26 @@ const (
 	reoPersist = 16
 )
 
-// reorderWindow is a QP's adaptive dupThresh, and the latest re-ask it
-// watches for a second copy.
+// reorderWindow is a QP's adaptive dupThresh, and the latest re-asks it
+// watches for a second copy (several may be out before the first copy of
+// one comes back twice: all of them count).
 type reorderWindow struct {
 	thresh  uint32 // zero: dupThresh
 	persist uint8  // re-asks left before thresh returns to dupThresh
-	// askFrom and askTo bound the PSNs the latest re-ask asked for;
-	// open says no copy of them has arrived twice yet; depth is how many
-	// PSNs past the first of them had arrived when it filled.
-	askFrom, askTo uint32
-	open           bool
-	depth          uint32
+	asks    [reoWatch]reAsk
+	next    uint8 // the slot the next re-ask takes
+}
+
+// reoWatch is how many of the latest re-asks are watched.
+const reoWatch = 4
+
+// reAsk is one re-ask watched: the PSNs it asked for, from up to to; open
+// says no copy of them has arrived twice yet; depth is how many PSNs past
+// from had arrived when from filled.
+type reAsk struct {
+	from, to uint32
+	open     bool
+	depth    uint32
 }
 
 func (r *reorderWindow) threshold() uint32 {
@@ -90,31 +99,40 @@ func (r *reorderWindow) asked(from, to uint32) {
 			r.thresh = 0
 		}
 	}
-	r.askFrom, r.askTo, r.open, r.depth = from, to, true, 0
+	r.asks[r.next] = reAsk{from: from, to: to, open: true}
+	r.next = (r.next + 1) % reoWatch
 }
 
-func (r *reorderWindow) covers(psn uint32) bool {
-	return r.open && psnCmp(psn, r.askFrom) >= 0 && psnCmp(psn, r.askTo) < 0
+// find is the open re-ask that asked for psn, or nil.
+func (r *reorderWindow) find(psn uint32) *reAsk {
+	for i := range r.asks {
+		a := &r.asks[i]
+		if a.open && psnCmp(psn, a.from) >= 0 && psnCmp(psn, a.to) < 0 {
+			return a
+		}
+	}
+	return nil
 }
 
 // filled notes that the lowest hole, at psn, filled with depth PSNs past
-// it already placed: if the latest re-ask covers it and this was the
-// original, that is how late it was.
+// it already placed: if a re-ask asked for it and this was the original,
+// that is how late it was.
 func (r *reorderWindow) filled(psn, depth uint32) {
-	if r.covers(psn) && r.depth == 0 {
-		r.depth = depth
+	if a := r.find(psn); a != nil && a.depth == 0 {
+		a.depth = depth
 	}
 }
 
 // duplicate notes a READ response for psn that was already placed (or
-// whose READ is complete); it reports whether that proved the latest
-// re-ask spurious, and if so widens the window.
+// whose READ is complete); it reports whether that proved a re-ask
+// spurious, and if so widens the window.
 func (r *reorderWindow) duplicate(psn uint32) bool {
-	if !r.covers(psn) {
+	a := r.find(psn)
+	if a == nil {
 		return false
 	}
-	r.open = false
-	r.thresh = min(reoMax, max(2*r.threshold(), 2*r.depth))
+	a.open = false
+	r.thresh = min(reoMax, max(2*r.threshold(), 2*a.depth))
 	r.persist = reoPersist
 	return true
 }

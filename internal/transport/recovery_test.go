@@ -33,6 +33,12 @@ func TestReorderWindow(t *testing.T) {
 	if r.threshold() != dupThresh {
 		t.Fatalf("after %d genuine re-asks: threshold %d, want %d", reoPersist, r.threshold(), dupThresh)
 	}
+	// Two re-asks out before either's second copy: both count.
+	r.asked(500, 501)
+	r.asked(520, 522)
+	if !r.duplicate(521) || !r.duplicate(500) || r.threshold() != 4*dupThresh {
+		t.Fatalf("two spurious re-asks out at once: threshold %d, want %d", r.threshold(), 4*dupThresh)
+	}
 	for range 10 {
 		r.asked(400, 401)
 		r.filled(400, 1000)

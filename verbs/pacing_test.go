@@ -91,9 +91,13 @@ func TestReadResponsesPacedAfterTailLoss(t *testing.T) {
 	slow := &bottleneck{link: la, depth: 48, gap: 100 * time.Microsecond}
 	a := newNode(t, newDevice(t, slow, macA, ipA, 4096), 1<<20)
 	b := newNode(t, newDevice(t, lb, macB, ipB, 4096), 1<<20)
-	// retry_cnt 6: rxe's fixed timer (16.8 ms, room for a loaded machine
-	// under the race detector), not the adaptive one.
-	connect(t, a, b, ipA, ipB, macA, macB, connOpts{mtu: MTU4096, timeout: 12, retry: 6, rnr: 7})
+	// retry_cnt 6: rxe's fixed timer, not the adaptive one; 67 ms, room
+	// for a host so loaded (load average 10 and more on two cores) that
+	// the engines, slowed by the race detector, stall for tens of ms: at
+	// 16.8 ms a stalled requester's expiries asked for READs still on
+	// their way until the path held only duplicates, and retry_cnt ran
+	// out.
+	connect(t, a, b, ipA, ipB, macA, macB, connOpts{mtu: MTU4096, timeout: 14, retry: 6, rnr: 7})
 	fill(b.mr.Bytes(), 5)
 	const reads, size = 12, 512 << 10
 	var lossy []int // the READs that lost frames on the path

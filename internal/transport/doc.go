@@ -29,4 +29,6 @@
 //     posting of work requests; cq.go, srq.go, ud.go, events.go, status.go.
 //   - shared.go: work requests and completions in rings shared with a
 //     daemon's clients.
+//   - export.go: hooks for the tests of package verbs; test/layout
+//     checks that the xdproce command reaches none of them.
 package transport

@@ -103,6 +103,15 @@ func (r *reorderWindow) asked(from, to uint32) {
 	r.next = (r.next + 1) % reoWatch
 }
 
+// forget stops watching the re-asks out: the transport timer is about to
+// ask again for what they asked for, and a second copy will prove nothing
+// (Karn's ambiguity).
+func (r *reorderWindow) forget() {
+	for i := range r.asks {
+		r.asks[i].open = false
+	}
+}
+
 // find is the open re-ask that asked for psn, or nil.
 func (r *reorderWindow) find(psn uint32) *reAsk {
 	for i := range r.asks {

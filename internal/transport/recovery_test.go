@@ -33,6 +33,12 @@ func TestReorderWindow(t *testing.T) {
 	if r.threshold() != dupThresh {
 		t.Fatalf("after %d genuine re-asks: threshold %d, want %d", reoPersist, r.threshold(), dupThresh)
 	}
+	// A re-ask the timer asked for again: its second copy proves nothing.
+	r.asked(600, 601)
+	r.forget()
+	if r.duplicate(600) || r.threshold() != dupThresh {
+		t.Fatalf("a copy of a re-ask the timer repeated widened the window to %d", r.threshold())
+	}
 	// Two re-asks out before either's second copy: both count.
 	r.asked(500, 501)
 	r.asked(520, 522)

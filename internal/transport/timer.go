@@ -111,6 +111,7 @@ func (e *engine) goBackN(qp *QP, headReadsOnly bool) {
 	t.reqIdx = 0
 	t.reqPSN = t.compPSN
 	t.rttAt = time.Time{} // Karn: no round-trip sample across a retransmission
+	t.reo.forget()        // nor reordering evidence from a READ asked twice
 	mtu := uint32(t.mtu)
 	for i := range t.sq {
 		w := &t.sq[i]

@@ -42,21 +42,24 @@ func loopbackPkts(t *testing.T, h *netns.Host) uint64 {
 // the device's own address: their QPs and address handles reach the
 // device's GID without ARP (which nobody would answer), and every frame
 // loops back inside the daemon's engine (loopback_pkts grows by at least
-// the pingpong's 2×300 messages).
+// the pingpong's 2×300 messages; ibv_srq_pingpong's -n counts per QP).
 func TestStockLoopback(t *testing.T) {
 	netns.RequireRoot(t)
-	requireStock(t, "ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong")
+	requireStock(t, "ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong")
 	lib := providerLibs(t)
 	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
 	a := topo.Hosts[0]
 	bin := buildCLI(t)
 	daemonUp(t, bin, a)
-	for _, tool := range []string{"ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong"} {
+	for _, tool := range []string{"ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"} {
 		t.Run(tool, func(t *testing.T) {
 			before := loopbackPkts(t, a)
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			args := []string{tool, "-d", "xdp_" + a.Link, "-g", "1", "-n", "300", "-c"}
+			if tool == "ibv_srq_pingpong" {
+				args = append(args, "-q", "4") // four RC QPs sharing one SRQ
+			}
 			var sout, cout bytes.Buffer
 			srv := runStock(ctx, bin, lib, a, false, args...)
 			srv.Stdout, srv.Stderr = &sout, &sout

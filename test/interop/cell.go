@@ -69,9 +69,14 @@ func newResult(c cell) result {
 }
 
 // options are the options that set the cell apart from its tool's plain
-// run, for the table: Opts, then the lib side's LibOpts.
+// run, for the table: Opts (a tool cell's tag), then the lib side's LibOpts.
 func (c cell) options() string {
 	o := shellJoin(c.Opts)
+	if o == "" && c.cmTool() {
+		// The tool cells' kinds (rping verify/cycles, rstream
+		// blocking/async, fi_pingpong msg/rdm) differ in their tag.
+		o = c.Tag
+	}
 	if len(c.LibOpts) > 0 {
 		o = strings.TrimSpace(o + " lib:" + shellJoin(c.LibOpts))
 	}

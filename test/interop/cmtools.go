@@ -65,15 +65,16 @@ func isCMTool(tool string) bool {
 	case rpingTool, ucmatoseTool, udaddyTool, qperfTool, mckeyTool:
 		return true
 	}
-	return isRsocketTool(tool)
+	return isRsocketTool(tool) || isFabricTool(tool)
 }
 
 func (c cell) cmTool() bool { return isCMTool(c.Tool) }
 
 // cmListener: the cell's server listens with rdma_cm, on no TCP port
-// (perftest -R and the rdmacm-utils; qperf has its own TCP control port).
+// (perftest -R and the rdmacm-utils; qperf and fi_pingpong have their own
+// TCP control port, which they listen on first).
 func (c cell) cmListener() bool {
-	return c.rdmaCM() || c.cmTool() && c.Tool != qperfTool && c.Tool != mckeyTool
+	return c.rdmaCM() || c.cmTool() && c.Tool != qperfTool && c.Tool != mckeyTool && !isFabricTool(c.Tool)
 }
 
 // needsRDMACM: a lib cell of this kind loads librdmacm.so.1.
@@ -130,6 +131,7 @@ func cmToolCells() []cell {
 		kinds = append(kinds, k)
 	}
 	kinds = append(kinds, rsocketKinds()...)
+	kinds = append(kinds, fabricKinds()...)
 	var cells []cell
 	for _, k := range kinds {
 		for _, d := range [][2]endpoint{{vm2, vm1}, {lib, vm1}, {vm1, lib}} { // {server, client}
@@ -148,6 +150,9 @@ func cmToolCells() []cell {
 func (c cell) toolArgs(addr string) []string {
 	if isRsocketTool(c.Tool) {
 		return c.rsocketArgs(addr)
+	}
+	if isFabricTool(c.Tool) {
+		return c.fabricArgs(addr)
 	}
 	port := strconv.Itoa(c.Port)
 	server := addr == ""
@@ -224,6 +229,8 @@ func (c cell) toolTimeout() time.Duration {
 	switch {
 	case isRsocketTool(c.Tool):
 		return c.rsocketTimeout()
+	case isFabricTool(c.Tool):
+		return c.fabricTimeout()
 	case c.Tag == "cycles":
 		// About 0.2 s a cycle rxe<->rxe under emulation; allow 1 s.
 		return 60*time.Second + time.Duration(c.Iters)*time.Second
@@ -362,6 +369,10 @@ func (v qperfValue) micros() (float64, bool) {
 func judgeTool(c cell, r *result) {
 	if isRsocketTool(c.Tool) {
 		judgeRsocket(c, r)
+		return
+	}
+	if isFabricTool(c.Tool) {
+		judgeFabric(c, r)
 		return
 	}
 	srv, cli := r.Server, r.Client

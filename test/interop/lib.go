@@ -24,8 +24,9 @@ const (
 	// cmLib is the rdma_cm library the rdma_cm lib cells load beside it.
 	cmLib = "librdmacm.so.1"
 	// hostPackages hold the stock tools of the lib cells (Debian's):
-	// perftest, rdma-core's ping-pongs, rping/ucmatose/udaddy, qperf.
-	hostPackages = "perftest ibverbs-utils rdmacm-utils qperf"
+	// perftest, rdma-core's ping-pongs, rping/ucmatose/udaddy, qperf,
+	// fi_pingpong.
+	hostPackages = "perftest ibverbs-utils rdmacm-utils qperf libfabric-bin"
 )
 
 // checkLib makes sure the lib cells can run: xdproce has a run command, its

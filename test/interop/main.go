@@ -189,8 +189,10 @@ type harness struct {
 	xdpErr   error // why xdproce cannot run, if it cannot
 	libErr   error // why the lib cells cannot run (xdproce run, libibverbs.so.1, the stock tools)
 	cmLibErr error // why the rdma_cm lib cells cannot run (librdmacm.so.1)
-	perfCM   bool  // xdproce perf has an rdma_cm mode (-R)
-	pingpong bool  // xdproce perf has an rc_pingpong mode
+	// fabricErr: why the libfabric cells cannot run (libfabric in the VMs).
+	fabricErr error
+	perfCM    bool // xdproce perf has an rdma_cm mode (-R)
+	pingpong  bool // xdproce perf has an rc_pingpong mode
 	// guests: VMs switched from rxe to xdproce (true) or back (false);
 	// absent: rxe, as booted. datapath: what xdproce ran with in each.
 	guests   map[int]bool
@@ -242,6 +244,10 @@ func (h *harness) runAll(ctx context.Context, cells []cell) (results []result, e
 	if err := h.setup(ctx, vms, needXDP, libTools(cells), libCM(cells)); err != nil {
 		return nil, err
 	}
+	h.fabricErr = h.installFabric(ctx, fabricVMs(cells))
+	if h.fabricErr != nil {
+		h.progress("no libfabric in the VMs, the libfabric cells fail: %v", h.fabricErr)
+	}
 
 	netem := ""
 	defer func() {
@@ -291,6 +297,9 @@ func (h *harness) runAll(ctx context.Context, cells []cell) (results []result, e
 		case c.libCell() && c.needsRDMACM() && h.cmLibErr != nil:
 			r = newResult(c)
 			r.Status, r.Reason = statusFail, h.cmLibErr.Error()
+		case isFabricTool(c.Tool) && h.fabricErr != nil:
+			r = newResult(c)
+			r.Status, r.Reason = statusFail, h.fabricErr.Error()
 		case c.hostXDP() && c.rdmaCM() && !h.perfCM:
 			r = newResult(c)
 			r.Status, r.Reason = statusSkipped, "skipped: xdproce perf has no rdma_cm mode (-R)"

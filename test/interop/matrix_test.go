@@ -24,8 +24,10 @@ func TestMatrixFull(t *testing.T) {
 	//   mckey, qperf x 4 tests, each rxe-rxe and lib x 2 roles = 9 x 3 = 27
 	// + rsockets: rstream (blocking, async), riostream, each rxe-rxe and lib
 	//   x 2 roles = 3 x 3 = 9
-	if len(cells) != 211 {
-		t.Fatalf("%d cells, want 211", len(cells))
+	// + libfabric: fi_pingpong msg and rdm, each rxe-rxe and lib x 2 roles
+	//   = 2 x 3 = 6
+	if len(cells) != 217 {
+		t.Fatalf("%d cells, want 217", len(cells))
 	}
 	count := func(f func(cell) bool) int {
 		n := 0
@@ -41,7 +43,7 @@ func TestMatrixFull(t *testing.T) {
 		f    func(cell) bool
 		want int
 	}{
-		{"reference", func(c cell) bool { return !c.hasXDP() }, 13 + 5 + 8 + 9 + 3},
+		{"reference", func(c cell) bool { return !c.hasXDP() }, 13 + 5 + 8 + 9 + 3 + 2},
 		{"guest", func(c cell) bool { return c.guestCell() && c.MTU == 2048 && !c.hostXDP() }, 15},
 		{"guest xdproce-xdproce", func(c cell) bool { return c.Server.guest() && c.Client.guest() }, 5},
 		{"xdproce server", func(c cell) bool { return c.Server == xdp && c.Tool != integrityTool }, 31 + 8},
@@ -57,14 +59,14 @@ func TestMatrixFull(t *testing.T) {
 		{"rdma_cm UD", func(c cell) bool { return c.rdmaCM() && c.Tag == "rdma_cm-ud" }, 2 * 5},
 		{"rdma_cm lib", func(c cell) bool { return c.rdmaCM() && c.libCell() }, 16},
 		{"rdma_cm reference", func(c cell) bool { return c.rdmaCM() && !c.hasXDP() }, 8},
-		{"rdma_cm tools", func(c cell) bool { return c.cmTool() }, 27 + 9},
-		{"rdma_cm tools on the lib", func(c cell) bool { return c.cmTool() && c.libCell() }, 18 + 6},
+		{"rdma_cm tools", func(c cell) bool { return c.cmTool() }, 27 + 9 + 6},
+		{"rdma_cm tools on the lib", func(c cell) bool { return c.cmTool() && c.libCell() }, 18 + 6 + 4},
 		{"expected failures", func(c cell) bool { return c.XFail != "" }, 6},
 		{"atomic lat", func(c cell) bool { return c.Tool == "ib_atomic_lat" }, 5 + 2},
-		{"lib server", func(c cell) bool { return c.Server == lib && c.Client == vm1 && c.MTU == 4096 && c.Loss == "" }, 19 + 8 + 9 + 3},
-		{"lib client", func(c cell) bool { return c.Client == lib && c.Server == vm1 && c.MTU == 4096 && c.Loss == "" }, 19 + 8 + 9 + 3},
+		{"lib server", func(c cell) bool { return c.Server == lib && c.Client == vm1 && c.MTU == 4096 && c.Loss == "" }, 19 + 8 + 9 + 3 + 2},
+		{"lib client", func(c cell) bool { return c.Client == lib && c.Server == vm1 && c.MTU == 4096 && c.Loss == "" }, 19 + 8 + 9 + 3 + 2},
 		{"lib ping-pongs", func(c cell) bool { return c.libCell() && c.isPingpong() }, 10},
-		{"lib tagged", func(c cell) bool { return c.libCell() && c.Tag != "" }, 12 + 16 + 18 + 6},
+		{"lib tagged", func(c cell) bool { return c.libCell() && c.Tag != "" }, 12 + 16 + 18 + 6 + 4},
 	}
 	for _, ch := range checks {
 		if got := count(ch.f); got != ch.want {

@@ -93,6 +93,7 @@ func (e *engine) retry(qp *QP, timeout, nak bool) {
 		// responder that holds what arrived past the hole (ooo.go) answers
 		// the READs behind it once the hole fills; one that dropped them
 		// NAKs the next request that follows them.
+		t.reo.forget() // a READ hole asked for twice: its second copy proves no reordering
 		e.goBackN(qp, timeout || nak)
 		return
 	}
@@ -111,7 +112,6 @@ func (e *engine) goBackN(qp *QP, headReadsOnly bool) {
 	t.reqIdx = 0
 	t.reqPSN = t.compPSN
 	t.rttAt = time.Time{} // Karn: no round-trip sample across a retransmission
-	t.reo.forget()        // nor reordering evidence from a READ asked twice
 	mtu := uint32(t.mtu)
 	for i := range t.sq {
 		w := &t.sq[i]

@@ -150,6 +150,7 @@ fuzz: deps
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzHostile$$' -fuzztime 3000x ./daemon
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 4000000x ./cm
 	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime 2000000x ./cmagent
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzFastPath$$' -fuzztime 400000x ./loader
 
 # The main job: two network namespaces, xdproce in each, measured against kernel TCP
 # (tables on stdout; figures in bin/bench.json, bandwidth plot in bin/bench.svg).

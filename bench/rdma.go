@@ -25,6 +25,7 @@ type rnic struct {
 	dev  *verbs.Device
 	pd   *verbs.PD
 	mr   *verbs.MR
+	dm   *verbs.DM // the device memory mr lies in (openDMPair), or nil
 	half int
 }
 
@@ -131,7 +132,7 @@ func (p *rnicPair) Close() error {
 	var errs []error
 	for _, r := range []*rnic{p.a, p.b} {
 		if r != nil && !(p.shared && r == p.b) {
-			errs = append(errs, r.dev.Close())
+			errs = append(errs, r.freeDM(), r.dev.Close())
 		}
 	}
 	if p.stopDaemons != nil {

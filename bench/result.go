@@ -21,6 +21,10 @@ const (
 	// XdproceLoopback is xdproce with both ends on one device (in-process):
 	// its frames loop back inside the device, never on the link (issue 32).
 	XdproceLoopback = "xdproce_loopback"
+	// XdproceDM and XdproceDMFast are xdproce with regions of device
+	// memory (issue 34), without and with the XDP responder fast path.
+	XdproceDM     = "xdproce_dm"
+	XdproceDMFast = "xdproce_dm_fast"
 	// PerftestLibibverbs is Debian's stock perftest binary on xdproce's
 	// libibverbs.so.1 through a daemon (xdproce run), and XdprocePerf the
 	// same tool as xdproce perf (Go, the verbs API) through the same
@@ -177,6 +181,8 @@ func (r Result) Validate() error {
 		PerftestBusyDaemons:    {RTT: {OpWrite}},
 		XdproceDaemonOwnMemory: {Bandwidth: {OpWrite}},
 		XdproceLoopback:        {Bandwidth: {OpWrite}, RTT: {OpWrite}},
+		XdproceDM:              {RTT: {OpWrite}, MsgRate: {OpWrite}},
+		XdproceDMFast:          {RTT: {OpWrite}, MsgRate: {OpWrite}},
 		PerftestLibibverbs:     {Bandwidth: {OpWrite}, RTT: {OpWrite}},
 		XdprocePerf:            {Bandwidth: {OpWrite}, RTT: {OpWrite}},
 		TCP:                    {Bandwidth: {OpStream}, RTT: {OpPingPong}, MsgRate: {OpStream}, CPUPerGB: {OpStream}},

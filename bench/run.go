@@ -42,6 +42,11 @@ type Config struct {
 	// trip with both ends on one device (frames looped back inside it),
 	// beside the same over the link.
 	Loopback bool
+	// DeviceMemory adds the 8 B WRITE round trip and the WRITE message
+	// rate over one QP into device memory, with the XDP fast path and
+	// without (dm.go), after the AF_XDP floor. Off by default: the four
+	// points do not fit the default run's three minutes.
+	DeviceMemory bool
 	// Stock, if set, adds issue 15's comparison of stock perftest over
 	// xdproce's libibverbs with xdproce perf (stock.go): ib_write_lat at
 	// 8 B if LatSizes has 8, ib_write_bw at 64 KiB if Sizes has 64 KiB.
@@ -153,6 +158,7 @@ type group struct {
 	daemon          bool // attached steps run through each host's daemon
 	ownMemory       bool // daemon: regions of the application's own memory (process_vm_readv/writev)
 	loopback        bool // attached steps run with both ends on one device (openLoopbackPair)
+	dm, fast        bool // attached steps run on regions of device memory (openDMPair), with the XDP fast path
 	// stock, if set, runs the plain steps as processes through real
 	// daemons (xdproce up) it starts in the hosts' namespaces for the
 	// group, and each figure of the group is the median of its rounds.
@@ -224,7 +230,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 				return openDaemonPair(ctx, hosts, maxSize, opts, g.ownMemory)
 			}
 		}
-		p, err := open(ctx, hosts, maxSize, verbs.Options{BusyPoll: busy, AckHold: cfg.AckHold, SpinMax: cfg.SpinMax})
+		size := maxSize
+		if g.dm {
+			open, size = openDMPair, max(8, cfg.MsgRateSize) // device memory is small: the sizes its points use
+		}
+		p, err := open(ctx, hosts, size, verbs.Options{BusyPoll: busy, AckHold: cfg.AckHold, SpinMax: cfg.SpinMax, FastPath: g.fast})
 		if err != nil {
 			return err
 		}
@@ -381,6 +391,9 @@ func plan(cfg Config, hosts [2]*Host) []group {
 		}
 	}
 	groups = append(groups, floorGroup(cfg, hosts))
+	if cfg.DeviceMemory {
+		groups = append(groups, dmGroups(cfg)...)
+	}
 	if len(cfg.QPs) > 0 {
 		var g group
 		size := cfg.MsgRateSize

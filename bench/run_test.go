@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +144,42 @@ func TestBusyPoll(t *testing.T) {
 				t.Errorf("daemon group %q follows %+v", g.attached[0].what, prev.attached)
 			}
 		}
+	}
+}
+
+// TestPlanDeviceMemory: with DeviceMemory a run adds, right after the
+// AF_XDP floor, the 8 B WRITE round trip and the message rate over one QP
+// into device memory, with the fast path and without, each in a group of
+// its own that opens devices with regions of device memory.
+func TestPlanDeviceMemory(t *testing.T) {
+	cfg := Default()
+	without := plan(cfg, [2]*Host{})
+	cfg.DeviceMemory = true
+	groups := plan(cfg, [2]*Host{})
+	if len(groups) != len(without)+4 {
+		t.Fatalf("%d groups, want %d", len(groups), len(without)+4)
+	}
+	at := -1
+	for i, g := range groups {
+		if slices.ContainsFunc(g.plain, func(s step) bool { return strings.HasPrefix(s.what, "AF_XDP ") }) {
+			at = i
+		}
+	}
+	var got []string
+	for _, g := range groups[at+1 : at+5] {
+		if !g.dm || len(g.plain) != 0 || len(g.attached) != 1 {
+			t.Errorf("group %+v: want one point on device memory", g)
+			continue
+		}
+		got = append(got, fmt.Sprintf("%s (fast %v, rtt %v)", g.attached[0].what, g.fast, g.rtt))
+	}
+	want := []string{
+		"xdproce WRITE ping-pong 8 B into device memory, fast path (fast true, rtt true)",
+		"xdproce WRITE 64 B message rate, 1 QP, into device memory, fast path (fast true, rtt false)",
+		"xdproce WRITE ping-pong 8 B into device memory (fast false, rtt true)",
+		"xdproce WRITE 64 B message rate, 1 QP, into device memory (fast false, rtt false)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("device-memory points\n got %q\nwant %q", got, want)
 	}
 }

@@ -189,7 +189,50 @@ func WriteTables(w io.Writer, results []Result) error {
 	if err := writeStockTable(w, f); err != nil {
 		return err
 	}
+	if err := writeDMTable(w, f); err != nil {
+		return err
+	}
 	return writeDaemonLatTable(w, f)
+}
+
+// writeDMTable prints issue 34's device-memory points, if results have
+// them: host memory, device memory, and device memory with the XDP fast
+// path, each against the AF_XDP floor of the same run.
+func writeDMTable(w io.Writer, f figures) error {
+	var msgSize int
+	for k := range f {
+		if (k.contender == XdproceDM || k.contender == XdproceDMFast) && k.measure == MsgRate {
+			msgSize = k.size
+		}
+	}
+	_, rtt := f[key{XdproceDMFast, false, RTT, OpWrite, 8, 0}]
+	if !rtt && msgSize == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nDevice memory (issue 34): 8 B WRITE round trip (median / p99 / p99.9, µs) and WRITE message rate over one QP (million/s),")
+	fmt.Fprintln(w, "regions in host memory, in device memory, and in device memory with the XDP responder fast path (docs/fastpath.md)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	trip := func(r Result, ok bool) string {
+		if !ok {
+			return "-"
+		}
+		return fmt.Sprintf("%s / %s / %s", formatValue(r.P50us, true), formatValue(r.P99us, true), formatValue(r.P999us, true))
+	}
+	fmt.Fprintln(tw, "memory\t8 B WRITE round trip\t÷ floor\tWRITE message rate\t÷ floor")
+	fl, okFL := f[key{AFXDP, false, RTT, OpFrame, 8, 0}]
+	fr, okFR := f[key{AFXDP, false, MsgRate, OpFrame, msgSize, 1}]
+	for _, c := range []struct{ name, contender string }{
+		{"host", Xdproce}, {"device", XdproceDM}, {"device, fast path", XdproceDMFast},
+	} {
+		lat, okL := f[key{c.contender, false, RTT, OpWrite, 8, 0}]
+		rate, okR := f[key{c.contender, false, MsgRate, OpWrite, msgSize, 1}]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.name, trip(lat, okL), FormatRatio(lat.P50us, fl.P50us, okL, okFL),
+			formatValue(rate.MmsgS, okR), FormatRatio(rate.MmsgS, fr.MmsgS, okR, okFR))
+	}
+	if okFL || okFR {
+		fmt.Fprintf(tw, "AF_XDP floor (frames)\t%s\t-\t%s\t-\n", trip(fl, okFL), formatValue(fr.MmsgS, okFR))
+	}
+	return tw.Flush()
 }
 
 // writeDaemonLatTable prints issue 34's comparison, if results have it:
@@ -422,6 +465,20 @@ func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 	}
 	if idle, ok := f[key{XdproceDaemon, false, IdleCPU, OpIdle, 0, 0}]; ok {
 		fmt.Fprintf(tw, "an idle daemon < 1%% of a CPU (issue 34)\t%.2f%%\t%s\t-\n", idle.CPUPct, held(idle.CPUPct < daemonMaxIdlePct))
+	}
+	if x, ok := f[key{XdproceDMFast, false, RTT, OpWrite, 8, 0}]; ok {
+		if fl, okF := floor(RTT, 8); okF && fl.P50us > 0 {
+			r := x.P50us / fl.P50us
+			fmt.Fprintf(tw, "8 B WRITE round trip on device memory (fast path) ≤ 1.0× the AF_XDP floor, medians (issue 34)\t%.2f× (%.2f µs)\t%s\t-\n", r, x.P50us, held(r <= 1))
+		}
+	}
+	for _, r := range results {
+		if r.Contender == XdproceDMFast && r.Measure == MsgRate {
+			if fl, okF := floor(MsgRate, r.Size); okF && fl.MmsgS > 0 {
+				q := r.MmsgS / fl.MmsgS
+				fmt.Fprintf(tw, "%s WRITE message rate on device memory (fast path) ≥ 1.0× the AF_XDP floor's frame rate (issue 34)\t%.2f× (%.3f M/s)\t%s\t-\n", FormatSize(r.Size), q, r.MmsgS, held(q >= 1))
+			}
+		}
 	}
 	if x, ok := f[key{Xdproce, false, CPUPerGB, OpWrite, big, 0}]; ok {
 		if t, ok := f[key{TCP, false, CPUPerGB, OpStream, big, 0}]; ok && t.CPUSPerGB > 0 {

@@ -158,3 +158,47 @@ func squeezed(out string) []string {
 	}
 	return lines
 }
+
+// TestWriteDMTable: the device-memory points print as a table of host
+// memory, device memory and device memory with the fast path against the
+// AF_XDP floor, and as issue 34's two targets.
+func TestWriteDMTable(t *testing.T) {
+	results := []Result{
+		{Contender: Xdproce, Measure: RTT, Op: OpWrite, Size: 8, P50us: 24, P99us: 30, P999us: 40},
+		{Contender: XdproceDM, Measure: RTT, Op: OpWrite, Size: 8, P50us: 24.5, P99us: 31, P999us: 41},
+		{Contender: XdproceDMFast, Measure: RTT, Op: OpWrite, Size: 8, P50us: 10, P99us: 12, P999us: 20},
+		{Contender: AFXDP, Measure: RTT, Op: OpFrame, Size: 8, P50us: 12.5, P99us: 15, P999us: 22},
+		{Contender: XdproceDM, Measure: MsgRate, Op: OpWrite, Size: 64, QPs: 1, MmsgS: 0.3},
+		{Contender: XdproceDMFast, Measure: MsgRate, Op: OpWrite, Size: 64, QPs: 1, MmsgS: 0.45},
+		{Contender: AFXDP, Measure: MsgRate, Op: OpFrame, Size: 64, QPs: 1, MmsgS: 0.9},
+	}
+	for _, r := range results {
+		if err := r.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out strings.Builder
+	if err := WriteTables(&out, results); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"host                   24.0 / 30.0 / 40.0    1.92×    -                   -",
+		"device                 24.5 / 31.0 / 41.0    1.96×    0.300               0.33×",
+		"device, fast path      10.0 / 12.0 / 20.0    0.80×    0.450               0.50×",
+		"AF_XDP floor (frames)  12.5 / 15.0 / 22.0    -        0.900               -",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no line %q in\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := WriteTargets(&out, results, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"8 B WRITE round trip on device memory (fast path) ≤ 1.0× the AF_XDP floor", "0.80× (10.00 µs)",
+		"64 B WRITE message rate on device memory (fast path) ≥ 1.0× the AF_XDP floor's frame rate", "0.50× (0.450 M/s)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in the targets:\n%s", want, out.String())
+		}
+	}
+}

@@ -17,4 +17,4 @@
 // libbpf-dev and linux-libc-dev).
 package bpf
 
-//go:generate go tool bpf2go -tags linux -target bpfel -type stat -type local_addr -cflags "-O2 -g -Wall -I/usr/include/x86_64-linux-gnu" Steer xdp_roce.c
+//go:generate go tool bpf2go -tags linux -target bpfel -type stat -type local_addr -type fp_qp -type fp_mr -cflags "-O2 -g -Wall -mcpu=v3 -I/usr/include/x86_64-linux-gnu" Steer xdp_roce.c

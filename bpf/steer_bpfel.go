@@ -13,6 +13,29 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type SteerFpMr struct {
+	_      structs.HostLayout
+	Pd     uint32
+	Dm     uint32
+	Base   uint64
+	Len    uint64
+	Access uint32
+	Pad    uint32
+}
+
+type SteerFpQp struct {
+	_      structs.HostLayout
+	State  uint64
+	Sip    uint32
+	Dip    uint32
+	Pd     uint32
+	Mtu    uint32
+	AckCrc uint32
+	Flags  uint32
+	Ack    [64]uint8
+	ReqAck uint64
+}
+
 type SteerLocalAddr struct {
 	_ structs.HostLayout
 	W [4]uint32
@@ -21,19 +44,39 @@ type SteerLocalAddr struct {
 type SteerStat uint32
 
 const (
-	SteerStatSTAT_PASSED     SteerStat = 0
-	SteerStatSTAT_REDIRECTED SteerStat = 1
-	SteerStatSTAT_MALFORMED  SteerStat = 2
-	SteerStatSTAT_NO_SOCKET  SteerStat = 3
-	SteerStatSTAT_NOT_LOCAL  SteerStat = 4
-	SteerStatSTAT_FRAGMENT   SteerStat = 5
-	SteerStatSTAT_MAX        SteerStat = 6
+	SteerStatSTAT_PASSED          SteerStat = 0
+	SteerStatSTAT_REDIRECTED      SteerStat = 1
+	SteerStatSTAT_MALFORMED       SteerStat = 2
+	SteerStatSTAT_NO_SOCKET       SteerStat = 3
+	SteerStatSTAT_NOT_LOCAL       SteerStat = 4
+	SteerStatSTAT_FRAGMENT        SteerStat = 5
+	SteerStatSTAT_FP_PLACED       SteerStat = 6
+	SteerStatSTAT_FP_ACKED        SteerStat = 7
+	SteerStatSTAT_FP_GO_OWNED     SteerStat = 8
+	SteerStatSTAT_FP_OTHER_OP     SteerStat = 9
+	SteerStatSTAT_FP_TRUNCATED    SteerStat = 10
+	SteerStatSTAT_FP_HEADER       SteerStat = 11
+	SteerStatSTAT_FP_PSN          SteerStat = 12
+	SteerStatSTAT_FP_LENGTH       SteerStat = 13
+	SteerStatSTAT_FP_ACCESS       SteerStat = 14
+	SteerStatSTAT_FP_RKEY         SteerStat = 15
+	SteerStatSTAT_FP_BOUNDS       SteerStat = 16
+	SteerStatSTAT_FP_ICRC         SteerStat = 17
+	SteerStatSTAT_FP_RACE         SteerStat = 18
+	SteerStatSTAT_FP_ACK_CONSUMED SteerStat = 19
+	SteerStatSTAT_FP_ACK_WAKE     SteerStat = 20
+	SteerStatSTAT_FP_ACK_OTHER    SteerStat = 21
+	SteerStatSTAT_MAX             SteerStat = 22
 )
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	SteerMapDmMaps        = "dm_maps"
+	SteerMapFpMrs         = "fp_mrs"
+	SteerMapFpQps         = "fp_qps"
+	SteerMapFpSleepers    = "fp_sleepers"
 	SteerMapLocalAddrs    = "local_addrs"
 	SteerMapStats         = "stats"
 	SteerMapXsks          = "xsks"
@@ -89,6 +132,10 @@ type SteerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SteerMapSpecs struct {
+	DmMaps     *ebpf.MapSpec `ebpf:"dm_maps"`
+	FpMrs      *ebpf.MapSpec `ebpf:"fp_mrs"`
+	FpQps      *ebpf.MapSpec `ebpf:"fp_qps"`
+	FpSleepers *ebpf.MapSpec `ebpf:"fp_sleepers"`
 	LocalAddrs *ebpf.MapSpec `ebpf:"local_addrs"`
 	Stats      *ebpf.MapSpec `ebpf:"stats"`
 	Xsks       *ebpf.MapSpec `ebpf:"xsks"`
@@ -120,6 +167,10 @@ func (o *SteerObjects) Close() error {
 //
 // It can be passed to LoadSteerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SteerMaps struct {
+	DmMaps     *ebpf.Map `ebpf:"dm_maps"`
+	FpMrs      *ebpf.Map `ebpf:"fp_mrs"`
+	FpQps      *ebpf.Map `ebpf:"fp_qps"`
+	FpSleepers *ebpf.Map `ebpf:"fp_sleepers"`
 	LocalAddrs *ebpf.Map `ebpf:"local_addrs"`
 	Stats      *ebpf.Map `ebpf:"stats"`
 	Xsks       *ebpf.Map `ebpf:"xsks"`
@@ -127,6 +178,10 @@ type SteerMaps struct {
 
 func (m *SteerMaps) Close() error {
 	return _SteerClose(
+		m.DmMaps,
+		m.FpMrs,
+		m.FpQps,
+		m.FpSleepers,
 		m.LocalAddrs,
 		m.Stats,
 		m.Xsks,

@@ -47,7 +47,31 @@ enum stat {
 	STAT_NO_SOCKET = 3,
 	STAT_NOT_LOCAL = 4,
 	STAT_FRAGMENT = 5,
-	STAT_MAX = 6,
+	// The responder fast path (fastpath.h): a WRITE placed in device
+	// memory, the ACK sent for it, and why a frame of a QP that had the
+	// fast path went to AF_XDP instead (each also counted redirected or
+	// no_socket by steer).
+	STAT_FP_PLACED = 6,
+	STAT_FP_ACKED = 7,
+	STAT_FP_GO_OWNED = 8,
+	STAT_FP_OTHER_OP = 9,
+	STAT_FP_TRUNCATED = 10,
+	STAT_FP_HEADER = 11,
+	STAT_FP_PSN = 12,
+	STAT_FP_LENGTH = 13,
+	STAT_FP_ACCESS = 14,
+	STAT_FP_RKEY = 15,
+	STAT_FP_BOUNDS = 16,
+	STAT_FP_ICRC = 17,
+	STAT_FP_RACE = 18,
+	// The requester side: ACKs of a fast-path QP published to the engine
+	// and dropped (consumed), or published and passed on as well because
+	// an engine sleeps (the frame wakes it); other acknowledgements (NAK,
+	// RNR NAK) of such a QP, passed on.
+	STAT_FP_ACK_CONSUMED = 19,
+	STAT_FP_ACK_WAKE = 20,
+	STAT_FP_ACK_OTHER = 21,
+	STAT_MAX = 22,
 };
 
 // A local address: IPv6, or IPv4 mapped as ::ffff:a.b.c.d (network order).
@@ -93,6 +117,8 @@ static __noinline int count(enum stat idx, int action)
 	return action;
 }
 
+#include "fastpath.h"
+
 static __always_inline int pass(void)
 {
 	return count(STAT_PASSED, XDP_PASS);
@@ -109,8 +135,9 @@ static __always_inline int pass_because(enum stat reason)
 // and redirects it to the queue's socket.
 //   l4_off:  offset of the UDP header in the frame
 //   l4_room: bytes the IP header says follow it (IP payload length)
+//   fast_v4: an untagged IPv4 frame without options (all the fast path takes)
 static __always_inline int steer(struct xdp_md *ctx, struct udphdr *udp,
-				 __u64 l4_off, __u64 l4_room)
+				 __u64 l4_off, __u64 l4_room, int fast_v4)
 {
 	__u64 udp_len = bpf_ntohs(udp->len);
 	__u64 frame_len = bpf_xdp_get_buff_len(ctx);
@@ -125,6 +152,17 @@ static __always_inline int steer(struct xdp_md *ctx, struct udphdr *udp,
 	if (udp_len < sizeof(struct udphdr) + BTH_LEN + ICRC_LEN ||
 	    udp_len > l4_room)
 		return count(STAT_MALFORMED, XDP_DROP);
+
+	// A small in-order WRITE to device memory of a QP whose responder the
+	// fast path owns is executed and acknowledged here (fastpath.h).
+	if (fast_v4) {
+		int act = fast_ack(ctx, udp_len);
+
+		if (act < 0)
+			act = fast_write(ctx, l4_off, udp_len);
+		if (act >= 0)
+			return act;
+	}
 
 	// XDP_PASS as the fallback action tells us the queue has no socket
 	// (no XSKMAP entry); such packets would only reach the guard socket.
@@ -166,7 +204,8 @@ static __always_inline int handle_ipv4(struct xdp_md *ctx, void *data,
 	tot_len = bpf_ntohs(ip->tot_len);
 	if (tot_len < hdr_len)
 		return count(STAT_MALFORMED, XDP_DROP);
-	return steer(ctx, udp, off + hdr_len, tot_len - hdr_len);
+	return steer(ctx, udp, off + hdr_len, tot_len - hdr_len,
+		     off == sizeof(struct ethhdr) && hdr_len == sizeof(*ip));
 }
 
 static __always_inline int handle_ipv6(struct xdp_md *ctx, void *data,
@@ -201,7 +240,7 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, void *data,
 		return pass_because(STAT_NOT_LOCAL);
 
 	// payload_len 0 would mean a jumbogram, which RoCE never uses.
-	return steer(ctx, udp, off + sizeof(*ip6), bpf_ntohs(ip6->payload_len));
+	return steer(ctx, udp, off + sizeof(*ip6), bpf_ntohs(ip6->payload_len), 0);
 }
 
 SEC("xdp.frags")

@@ -13,7 +13,8 @@ func (ss *session) live(h uint32) bool {
 	_, qp := ss.qps[h]
 	_, srq := ss.srqs[h]
 	_, mw := ss.mws[h]
+	_, dm := ss.dms[h]
 	_, ch := ss.cm.channels[h]
 	_, id := ss.cm.ids[h]
-	return pd || mr || cq || qp || srq || mw || ch || id
+	return pd || mr || cq || qp || srq || mw || dm || ch || id
 }

@@ -1102,6 +1102,14 @@ var families = map[string]func(ctx context.Context, a *attacker) error{
 			return err
 		}
 		kinds := []func() (syscall.Errno, error){
+			func() (syscall.Errno, error) {
+				// Device memory first (the floods after it take the family's
+				// time): the largest blocks, each fd dropped at once, the
+				// daemon holding the maps up to the client's share.
+				errno, _, got, err := a.call(uverbs.OpAllocDM, func(e *uverbs.Encoder) { e.Put(&uverbs.AllocDM{Length: verbs.MaxDMSize}) })
+				ipc.CloseAll(got)
+				return errno, err
+			},
 			func() (syscall.Errno, error) { _, _, errno, err := a.createQP(pd, cq, false); return errno, err },
 			func() (syscall.Errno, error) {
 				fd := memfd(4096, true)

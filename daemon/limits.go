@@ -41,6 +41,11 @@ type Limits struct {
 	// Mappings bounds the shared-memory mappings the daemon holds for it
 	// (one per CQ, SRQ and shared region, two per QP): over it, ENOMEM.
 	FDs, Mappings int
+	// DMs bounds the client's blocks of device memory (each a BPF map
+	// the daemon holds, an fd and a mapping), DMBytes their bytes (kernel
+	// memory, charged to the daemon): over either, ENOMEM.
+	DMs     int
+	DMBytes uint64
 	// MappedBytes bounds the bytes of the client's shared regions the
 	// daemon maps, whatever the client's RLIMIT_MEMLOCK or capabilities: a
 	// sealed sparse memfd costs the client nothing, the daemon address space.
@@ -58,6 +63,8 @@ const (
 	maxResolveTimeout = 30 * time.Second
 	// defaultMappedBytes: a 32nd of a 47-bit address space.
 	defaultMappedBytes = 1 << 42
+	// defaultDMBytes: sixteen of the largest blocks (verbs.MaxDMSize).
+	defaultDMBytes = 16 * verbs.MaxDMSize
 )
 
 // withDefaults fills the zero fields: a quarter of each bounded pool, and
@@ -81,6 +88,10 @@ func (l Limits) withDefaults(nofile, maps uint64) Limits {
 	def(&l.Resolutions, 64)
 	def(&l.FDs, int(min(max(nofile/16, 64), 4096)))
 	def(&l.Mappings, int(min(max(maps/16, 256), 8192)))
+	def(&l.DMs, 64)
+	if l.DMBytes == 0 {
+		l.DMBytes = defaultDMBytes
+	}
 	if l.MappedBytes == 0 {
 		l.MappedBytes = defaultMappedBytes
 	}
@@ -153,6 +164,7 @@ type account struct {
 	n         [objKinds]int // objects by kind (objMR counts shared ones too)
 	pages     uint64        // a process's pages counted against memlock
 	mapped    uint64        // bytes of shared regions the daemon maps
+	dmBytes   uint64        // bytes of device memory (dm.go)
 	resolving map[*rdmacm.ID]struct{}
 }
 
@@ -172,8 +184,9 @@ type usage struct {
 	held             [objKinds]int
 	// pins is what each registered region counts, by handle: its pages
 	// against memlock, the bytes the daemon maps of it (shared regions).
-	pins map[uint32]pinnedMR
-	left bool
+	pins    map[uint32]pinnedMR
+	dmBytes uint64 // of device memory held (dm.go)
+	left    bool
 }
 
 type pinnedMR struct{ pages, mapped uint64 }
@@ -227,13 +240,14 @@ func (s *Server) leave(u *usage) {
 	for _, pin := range u.pins {
 		u.pool.mapped -= pin.mapped
 	}
+	u.pool.dmBytes -= u.dmBytes
 	u.pool.mu.Unlock()
 	u.proc.mu.Lock()
 	for _, pin := range u.pins {
 		u.proc.pages -= pin.pages
 	}
 	u.proc.mu.Unlock()
-	u.held, u.pins = [objKinds]int{}, map[uint32]pinnedMR{}
+	u.held, u.pins, u.dmBytes = [objKinds]int{}, map[uint32]pinnedMR{}, 0
 	for k, a := range map[acctKey]*account{u.procKey: u.proc, u.poolKey: u.pool} {
 		a.mu.Lock()
 		a.sessions--
@@ -455,6 +469,7 @@ const (
 	objAH
 	objCMID
 	objCMChannel
+	objDM      // device memory: a map's fd and a mapping (dm.go)
 	objSession // a connection (checked once it is counted)
 	objKinds
 )
@@ -473,16 +488,16 @@ func (ss *session) room(k objKind) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	n := &a.n
-	fds := sessionFDs*a.sessions + n[objCQ] + n[objCMChannel]
-	maps := n[objCQ] + 2*n[objQP] + n[objSRQ] + n[objSharedMR]
+	fds := sessionFDs*a.sessions + n[objCQ] + n[objCMChannel] + n[objDM]
+	maps := n[objCQ] + 2*n[objQP] + n[objSRQ] + n[objSharedMR] + n[objDM]
 	most := [objKinds]int{objPD: l.PDs, objMR: l.MRs, objSharedMR: l.MRs, objMW: l.MWs, objCQ: l.CQs, objQP: l.QPs,
-		objSRQ: l.SRQs, objAH: l.AHs, objCMID: l.CMIDs, objCMChannel: l.CMChannels}[k]
+		objSRQ: l.SRQs, objAH: l.AHs, objCMID: l.CMIDs, objCMChannel: l.CMChannels, objDM: l.DMs}[k]
 	have := n[k]
 	if k == objSharedMR {
 		have = n[objMR]
 	}
-	needFDs := [objKinds]int{objCQ: 1, objCMChannel: 1}[k]
-	needMaps := [objKinds]int{objSharedMR: 1, objCQ: 1, objQP: 2, objSRQ: 1}[k]
+	needFDs := [objKinds]int{objCQ: 1, objCMChannel: 1, objDM: 1}[k]
+	needMaps := [objKinds]int{objSharedMR: 1, objCQ: 1, objQP: 2, objSRQ: 1, objDM: 1}[k]
 	switch {
 	case fds+needFDs > l.FDs:
 		return syscall.EMFILE

@@ -51,6 +51,7 @@ type session struct {
 	qps         map[uint32]*sharedQP
 	srqs        map[uint32]*sharedSRQ
 	mws         map[uint32]sharedMW
+	dms         map[uint32]*verbs.DM // device memory (dm.go)
 	// ahs holds the client's address handles (uint32 → sharedAH). The
 	// engines look one up for every UD send slot (addressHandle), without
 	// a lock; only the session's goroutine stores and deletes.
@@ -98,7 +99,8 @@ type sharedQP struct {
 
 func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
 	ss := &session{srv: s, conn: c, peer: p, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
-		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{}}
+		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{},
+		dms: map[uint32]*verbs.DM{}}
 	ss.cm.init()
 	ss.acct = s.join(p, ss.privileged())
 	return ss
@@ -257,6 +259,8 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 		uverbs.OpCMQuery, uverbs.OpCMInitQPAttr, uverbs.OpCMGetEvent, uverbs.OpCMSetOption, uverbs.OpCMJoinMcast,
 		uverbs.OpCMLeaveMcast:
 		return ss.cmOp(op, d, e)
+	case uverbs.OpAllocDM, uverbs.OpFreeDM, uverbs.OpRegDMMR:
+		return ss.dmRequest(op, d, e)
 	case uverbs.OpShutdown:
 		if err := d.End(); err != nil {
 			return nil, err
@@ -300,6 +304,7 @@ func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		MaxInlineData: uint32(a.MaxInlineData), MaxMRSize: a.MaxMRSize, MaxMsgSize: a.MaxMsgSize,
 		MaxQPRdAtom: uint32(a.MaxQPRdAtom), MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom),
 		MaxMTU: uint8(p.MaxMTU), ActiveMTU: uint8(p.ActiveMTU), DataPath: p.DataPath, Engines: uint32(dev.Engines()),
+		MaxDMSize: uint64(a.MaxDMSize),
 	}
 	copy(info.MAC[:], dev.MAC())
 	for i := range p.GIDTblLen {
@@ -876,6 +881,7 @@ func (ss *session) release() {
 		}
 		delete(ss.mrs, h)
 	}
+	ss.releaseDM()
 	for h, c := range ss.cqs {
 		ss.srv.disown(c.cq)
 		c.release()

@@ -35,7 +35,7 @@ func NewDeviceMemory(size int) (*DeviceMemory, error) {
 	pages := (size + DMPage - 1) / DMPage
 	m, err := ebpf.NewMap(&ebpf.MapSpec{
 		Name: "xdproce_dm", Type: ebpf.Array, KeySize: 4, ValueSize: DMPage,
-		MaxEntries: uint32(pages), Flags: unix.BPF_F_MMAPABLE,
+		MaxEntries: uint32(pages), Flags: unix.BPF_F_MMAPABLE | unix.BPF_F_INNER_MAP, // inner: the fast path reaches it through dm_maps
 	})
 	if err != nil {
 		if errors.Is(err, unix.ENOMEM) {

@@ -74,6 +74,21 @@ type Counters struct {
 	// Fragments counts IPv4 UDP fragments and IPv6 packets with a Fragment
 	// header, all passed to the kernel.
 	Fragments uint64
+	// The responder fast path (docs/fastpath.md): WRITEs executed into
+	// device memory, and ACKs sent for them with XDP_TX.
+	FastPlaced, FastAcked uint64
+	// Frames of a QP that has had the fast path which went to AF_XDP, by
+	// the first check they failed: Go owns the responder, not a WRITE
+	// ONLY, lengths, BTH/addresses, PSN != ePSN (duplicates and gaps), a
+	// length past the path MTU or FastMaxPayload, access rights, an rkey
+	// that names no device-memory region of the QP's PD, past the region
+	// or across a page, the ICRC, and a takeover racing the execution.
+	FastGoOwned, FastOtherOp, FastTruncated, FastHeader, FastPSN, FastLength, FastAccess,
+	FastRKey, FastBounds, FastICRC, FastRace uint64
+	// The requester side: ACKs published to the engine and consumed,
+	// published and passed on as well (an engine slept), and a fast-path
+	// requester's NAKs and RNR NAKs, passed on.
+	FastAckConsumed, FastAckWake, FastAckOther uint64
 }
 
 // Named lists the counters under their names (xdp_ and the field's), in a
@@ -82,6 +97,13 @@ func (c Counters) Named() []NamedCounter {
 	return []NamedCounter{
 		{"xdp_passed", c.Passed}, {"xdp_redirected", c.Redirected}, {"xdp_malformed", c.Malformed},
 		{"xdp_no_socket", c.NoSocket}, {"xdp_not_local", c.NotLocal}, {"xdp_fragments", c.Fragments},
+		{"xdp_fast_placed", c.FastPlaced}, {"xdp_fast_acked", c.FastAcked},
+		{"xdp_fast_go_owned", c.FastGoOwned}, {"xdp_fast_other_op", c.FastOtherOp},
+		{"xdp_fast_truncated", c.FastTruncated}, {"xdp_fast_header", c.FastHeader},
+		{"xdp_fast_psn", c.FastPSN}, {"xdp_fast_length", c.FastLength}, {"xdp_fast_access", c.FastAccess},
+		{"xdp_fast_rkey", c.FastRKey}, {"xdp_fast_bounds", c.FastBounds}, {"xdp_fast_icrc", c.FastICRC},
+		{"xdp_fast_race", c.FastRace}, {"xdp_fast_ack_consumed", c.FastAckConsumed},
+		{"xdp_fast_ack_wake", c.FastAckWake}, {"xdp_fast_ack_other", c.FastAckOther},
 	}
 }
 
@@ -105,6 +127,7 @@ type XDP struct {
 	nativeErr error // why native attach failed, when it did
 	mu        sync.Mutex
 	objs      bpf.SteerObjects
+	fast      *FastPath // the fast path's mapping, once asked for
 	link      link.Link
 	nl        *netlink.Handle
 	mode      Mode
@@ -221,6 +244,9 @@ func (x *XDP) Close() error {
 			errs = append(errs, fmt.Errorf("loader: detach XDP from %s: %w", x.ifname, err))
 		}
 	}
+	if err := x.fast.close(); err != nil {
+		errs = append(errs, fmt.Errorf("loader: unmap the fast path's QP table: %w", err))
+	}
 	if err := closeObjects(&x.objs); err != nil {
 		errs = append(errs, err)
 	}
@@ -231,7 +257,8 @@ func (x *XDP) Close() error {
 // closeObjects closes whatever LoadAndAssign managed to create (Close of a
 // nil *ebpf.Program or *ebpf.Map is a no-op).
 func closeObjects(o *bpf.SteerObjects) error {
-	return errors.Join(o.XdpRoceSteer.Close(), o.LocalAddrs.Close(), o.Stats.Close(), o.Xsks.Close())
+	return errors.Join(o.XdpRoceSteer.Close(), o.LocalAddrs.Close(), o.Stats.Close(), o.Xsks.Close(),
+		o.FpQps.Close(), o.FpMrs.Close(), o.DmMaps.Close(), o.FpSleepers.Close())
 }
 
 // Mode reports the mode the program was attached in (ModeNative or
@@ -299,6 +326,11 @@ func (x *XDP) Counters() (Counters, error) {
 	if x.closed {
 		return Counters{}, ErrClosed
 	}
+	return readCounters(x.objs.Stats)
+}
+
+// readCounters sums the stats map's counters over the CPUs.
+func readCounters(stats *ebpf.Map) (Counters, error) {
 	var c Counters
 	fields := []struct {
 		idx bpf.SteerStat
@@ -310,10 +342,26 @@ func (x *XDP) Counters() (Counters, error) {
 		{bpf.SteerStatSTAT_NO_SOCKET, &c.NoSocket},
 		{bpf.SteerStatSTAT_NOT_LOCAL, &c.NotLocal},
 		{bpf.SteerStatSTAT_FRAGMENT, &c.Fragments},
+		{bpf.SteerStatSTAT_FP_PLACED, &c.FastPlaced},
+		{bpf.SteerStatSTAT_FP_ACKED, &c.FastAcked},
+		{bpf.SteerStatSTAT_FP_GO_OWNED, &c.FastGoOwned},
+		{bpf.SteerStatSTAT_FP_OTHER_OP, &c.FastOtherOp},
+		{bpf.SteerStatSTAT_FP_TRUNCATED, &c.FastTruncated},
+		{bpf.SteerStatSTAT_FP_HEADER, &c.FastHeader},
+		{bpf.SteerStatSTAT_FP_PSN, &c.FastPSN},
+		{bpf.SteerStatSTAT_FP_LENGTH, &c.FastLength},
+		{bpf.SteerStatSTAT_FP_ACCESS, &c.FastAccess},
+		{bpf.SteerStatSTAT_FP_RKEY, &c.FastRKey},
+		{bpf.SteerStatSTAT_FP_BOUNDS, &c.FastBounds},
+		{bpf.SteerStatSTAT_FP_ICRC, &c.FastICRC},
+		{bpf.SteerStatSTAT_FP_RACE, &c.FastRace},
+		{bpf.SteerStatSTAT_FP_ACK_CONSUMED, &c.FastAckConsumed},
+		{bpf.SteerStatSTAT_FP_ACK_WAKE, &c.FastAckWake},
+		{bpf.SteerStatSTAT_FP_ACK_OTHER, &c.FastAckOther},
 	}
 	var perCPU []uint64
 	for _, f := range fields {
-		if err := x.objs.Stats.Lookup(uint32(f.idx), &perCPU); err != nil {
+		if err := stats.Lookup(uint32(f.idx), &perCPU); err != nil {
 			return Counters{}, fmt.Errorf("loader: read counter %d: %w", f.idx, err)
 		}
 		for _, v := range perCPU {

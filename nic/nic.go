@@ -225,6 +225,9 @@ func (p *Port) XDPMode() loader.Mode { return p.xdp.Mode() }
 // Counters are the steering program's counters.
 func (p *Port) Counters() (loader.Counters, error) { return p.xdp.Counters() }
 
+// FastPath is the XDP program's responder fast path (docs/fastpath.md).
+func (p *Port) FastPath() (*loader.FastPath, error) { return p.xdp.FastPath() }
+
 // Close detaches the program and closes the sockets and guard. It must not run
 // while an engine still uses a socket. It is idempotent.
 func (p *Port) Close() error {

@@ -181,7 +181,8 @@ type Config struct {
 	// DeviceMemory puts the buffer, the peer's target and the source of
 	// what this side sends, in device memory (Device.AllocDM, a region
 	// over it with PD.RegDMMR): memory the device's XDP program can
-	// write. In-process devices only; at most verbs.MaxDMSize bytes.
+	// write; through a daemon, the daemon's, mapped here. At most
+	// verbs.MaxDMSize bytes.
 	DeviceMemory bool
 	// Timeout bounds each out-of-band exchange and each wait for the peer.
 	Timeout time.Duration

@@ -51,6 +51,26 @@ type MRCreated struct {
 	RKey uint32 `abi:"rkey"`
 }
 
+// AllocDM is the ALLOC_DM request: device memory of Length bytes (ibv_alloc_dm_attr's length).
+type AllocDM struct {
+	Length uint64 `abi:"length"`
+}
+
+// DMCreated is the ALLOC_DM reply; the fd of the memory (a BPF array map's, to map MapLength
+// bytes of, shared and writable) comes with it.
+type DMCreated struct {
+	DM        uint32 `abi:"dm"`
+	MapLength uint64 `abi:"map_length"`
+}
+
+// RegDMMR is the REG_DM_MR request (after the PD's and the DM's Refs): Length bytes of the
+// device memory from Offset, zero-based (ibv_reg_dm_mr).
+type RegDMMR struct {
+	Offset uint64 `abi:"offset"`
+	Length uint64 `abi:"length"`
+	Access uint32 `abi:"access" doc:"enum ibv_access_flags"`
+}
+
 // CreateCQ is the CREATE_CQ request.
 type CreateCQ struct {
 	CQE uint32 `abi:"cqe"`
@@ -242,6 +262,9 @@ var opBodies = map[Op]opBody{
 	OpCMJoinMcast:      {req: []part{ref("id"), {"", CMJoinMcast{}}}},
 	OpCMLeaveMcast:     {req: []part{ref("id"), {"group", CMAddr{}}}},
 	OpResizeCQ:         {req: []part{ref("cq"), {"", ResizeCQ{}}}, rep: parts(CQResized{})},
+	OpAllocDM:          {req: parts(AllocDM{}), rep: parts(DMCreated{})},
+	OpFreeDM:           {req: []part{ref("dm")}},
+	OpRegDMMR:          {req: []part{ref("pd"), ref("dm"), {"", RegDMMR{}}}, rep: parts(MRCreated{})},
 }
 
 // Put appends body v, a pointer to one of the body structs (or a struct value), field by

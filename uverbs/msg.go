@@ -62,6 +62,9 @@ const (
 	OpCMJoinMcast
 	OpCMLeaveMcast
 	OpResizeCQ
+	OpAllocDM
+	OpFreeDM
+	OpRegDMMR
 	opEnd
 )
 
@@ -77,7 +80,7 @@ var opNames = [...]string{
 	OpCMAccept: "CM_ACCEPT", OpCMReject: "CM_REJECT", OpCMDisconnect: "CM_DISCONNECT", OpCMEstablish: "CM_ESTABLISH",
 	OpCMQuery: "CM_QUERY", OpCMInitQPAttr: "CM_INIT_QP_ATTR", OpCMGetEvent: "CM_GET_EVENT", OpCMSetOption: "CM_SET_OPTION",
 	OpAttachMcast: "ATTACH_MCAST", OpDetachMcast: "DETACH_MCAST", OpCMJoinMcast: "CM_JOIN_MCAST", OpCMLeaveMcast: "CM_LEAVE_MCAST",
-	OpResizeCQ: "RESIZE_CQ",
+	OpResizeCQ: "RESIZE_CQ", OpAllocDM: "ALLOC_DM", OpFreeDM: "FREE_DM", OpRegDMMR: "REG_DM_MR",
 }
 
 func (o Op) String() string {
@@ -242,6 +245,9 @@ type DeviceInfo struct {
 	DataPath        string     `abi:"data_path"`
 	GIDs            [][16]byte `abi:"gids"`
 	Engines         uint32     `abi:"engines"`
+	// MaxDMSize is the most device memory one ALLOC_DM gives, 0 where the
+	// kernel gives none (ibv_device_attr_ex's max_dm_size).
+	MaxDMSize uint64 `abi:"max_dm_size"`
 }
 
 // Put encodes i.

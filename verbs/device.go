@@ -14,11 +14,14 @@ import (
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/inproc"
 	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/loader"
 )
 
 // DeviceConfig describes the port a device runs on.
 type DeviceConfig struct {
-	MAC net.HardwareAddr
+	// fast is the XDP responder fast path Open found (Options.FastPath).
+	fast *loader.FastPath
+	MAC  net.HardwareAddr
 	// GIDs is the port's GID table (index 0 the link-local GID, then IPv4
 	// addresses as IPv4 or ::ffff:a.b.c.d, then IPv6), as nic.GIDTable.
 	GIDs []netip.Addr
@@ -87,6 +90,9 @@ type DeviceAttr struct {
 	MaxMRSize, MaxMsgSize                         uint64
 	MaxQPRdAtom, MaxQPInitRdAtom                  int
 	NodeGUID                                      uint64
+	// MaxDMSize is the most device memory one AllocDM gives, 0 where the
+	// device has none (ibv_device_attr_ex's max_dm_size).
+	MaxDMSize int
 }
 
 // PortAttr describes the device's port (a subset of ibv_port_attr).
@@ -148,7 +154,7 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 	ops, err := inproc.New(links, inproc.Config{
 		Config: transport.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
 			BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold, Groups: cfg.Groups, Recovery: cfg.Recovery},
-		Resolve: cfg.Resolve, PortCounters: cfg.PortCounters})
+		Resolve: cfg.Resolve, PortCounters: cfg.PortCounters, FastPath: cfg.fast})
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +200,7 @@ func (d *Device) QueryDevice() DeviceAttr {
 	return DeviceAttr{
 		MaxQP: MaxQP, MaxQPWR: MaxQPWR, MaxSGE: MaxSGE, MaxCQE: MaxCQE, MaxInlineData: MaxInlineData,
 		MaxMRSize: MaxMRSize, MaxMsgSize: MaxMsgSize, MaxQPRdAtom: MaxRdAtomic, MaxQPInitRdAtom: MaxRdAtomic,
-		NodeGUID: guid,
+		NodeGUID: guid, MaxDMSize: d.ops.MaxDMSize(),
 	}
 }
 

@@ -32,6 +32,9 @@ func dmPair(t *testing.T, n int) (a, b *node, dm *DM) {
 // it.
 func TestDMErrnos(t *testing.T) {
 	_, b, dm := dmPair(t, 8192)
+	if got := b.dev.QueryDevice().MaxDMSize; got != MaxDMSize {
+		t.Errorf("max_dm_size %d, want %d", got, MaxDMSize)
+	}
 	for _, n := range []int{0, -4, MaxDMSize + 1} {
 		if _, err := b.dev.AllocDM(n); !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("AllocDM(%d): %v, want EINVAL", n, err)
@@ -63,6 +66,16 @@ func TestDMErrnos(t *testing.T) {
 			t.Errorf("a region of %d bytes at %d of 8192: %v, want EINVAL", c[1], c[0], err)
 		}
 	}
+	if _, err := b.pd.RegDMMR(dm, 0, 16, rw|AccessZeroBased|AccessMWBind); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("a region over device memory with MW_BIND: %v, want EINVAL", err)
+	}
+	// A zero-length region registers, as on mlx5 (pyverbs' test_create_dm_mr).
+	empty, err := b.pd.RegDMMR(dm, 8192, 0, AccessLocalWrite|AccessZeroBased)
+	must(t, err)
+	if empty.Len() != 0 {
+		t.Errorf("zero-length region of %d bytes", empty.Len())
+	}
+	must(t, empty.Dereg())
 	mr, err := b.pd.RegDMMR(dm, 4096, 4096, rw|AccessZeroBased)
 	must(t, err)
 	if mr.Addr() != 0 || mr.Len() != 4096 {

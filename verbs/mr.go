@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -37,6 +38,7 @@ type MR struct {
 	rkey   uint32
 	ops    ibv.MROps
 	dm     *DM // the device memory it lies in, if any (dm.go)
+	dmOff  int // and where in it
 }
 
 // Addr is the address of the region's first byte, the base of SGE and
@@ -91,6 +93,11 @@ func checkAccess(n int, access Access) error {
 	if n <= 0 || uint64(n) > MaxMRSize {
 		return fmt.Errorf("verbs: register %d bytes: %w", n, ErrInvalid)
 	}
+	return checkAccessFlags(access)
+}
+
+// checkAccessFlags checks a registration's access flags.
+func checkAccessFlags(access Access) error {
 	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessMWBind) != 0 {
 		return fmt.Errorf("verbs: unknown access flags %#x: %w", uint32(access), ErrInvalid)
 	}
@@ -140,7 +147,15 @@ func (pd *PD) AllocMR(n int, access Access) (*MR, error) {
 // holds a reference for these uses; ibverbs leaves deregistering a region
 // in use undefined.
 func (m *MR) Dereg() error {
+	if err := m.unfastDM(); err != nil {
+		return err
+	}
 	if err := m.ops.Dereg(); err != nil {
+		if m.dm != nil {
+			if f, ok := m.dm.mem.(fastDM); ok {
+				err = errors.Join(err, f.RegisterFast(m.ops, m.dmOff))
+			}
+		}
 		return err
 	}
 	m.derefDM()

@@ -47,6 +47,11 @@ type Options struct {
 	// Embedded runs the device in this process even when a daemon serves
 	// the interface (the daemon itself opens its device so).
 	Embedded bool
+	// FastPath lets the XDP program execute and acknowledge small
+	// in-order RDMA WRITEs into device memory itself (docs/fastpath.md).
+	// Off by default; where the kernel cannot share the state it needs,
+	// the device opens without it and says so in a log line.
+	FastPath bool
 }
 
 // Open starts a device on the network interface ifname of the calling OS
@@ -101,8 +106,21 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 		}
 		dataPath += DescribeRxCoalesce(co)
 	}
+	var fast *loader.FastPath
+	if opts.FastPath {
+		if fast, err = port.FastPath(); err != nil {
+			logger := opts.Logger
+			if logger == nil {
+				logger = slog.Default()
+			}
+			logger.Warn("verbs: XDP fast path off", "link", ifname, "err", err)
+		} else {
+			dataPath += ", XDP fast path for small WRITEs to device memory"
+		}
+	}
 	cfg := DeviceConfig{
-		MAC: port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), DataPath: dataPath,
+		fast: fast,
+		MAC:  port.Link().MAC, GIDs: gids, ActiveMTU: port.ActiveMTU(), DataPath: dataPath,
 		BusyPoll: opts.BusyPoll, AckHold: opts.AckHold, SpinMax: opts.SpinMax,
 		PortCounters: func() ([]NamedCounter, error) {
 			c, err := port.Counters()

@@ -39,6 +39,7 @@ func benchFlags(fs *flag.FlagSet) action {
 	lossOps := fs.String("loss-ops", "", "the loss sweep's operations (default all: "+strings.Join(bench.LossOps, ",")+"); send_rtt and write_rtt are 4 KiB round trips")
 	viaDaemon := fs.Bool("daemon", true, "also measure WRITE 64 KiB and the 8 B WRITE round trip through each host's daemon (xdproce up)")
 	loopback := fs.Bool("loopback", true, "also measure WRITE 64 KiB and the 8 B WRITE round trip with both ends on one device (looped back inside it)")
+	dm := fs.Bool("dm", false, "also measure the 8 B WRITE round trip and the WRITE message rate (one QP) into device memory, with the XDP fast path and without (issue 34)")
 	stockRounds := fs.Int("stock-rounds", 0, "rounds of the stock perftest comparison, each contender once per round, alternating which goes first (default 3, 2 with --quick); the figures are the medians")
 	stock := fs.Bool("stock", true, "also compare stock perftest over xdproce's libibverbs (xdproce run) with xdproce perf, ib_write_lat 8 B and ib_write_bw 64 KiB, both through an xdproce up started on each host (issue 15); skipped, with a note, when perftest or the library is missing")
 	daemonModes := fs.Bool("daemon-modes", false, "also compare stock ib_write_lat 8 B through daemons with their defaults against busy-polling daemons (--stock-rounds rounds, alternating), and measure an idle default daemon's CPU (issue 34; about 30 s more; needs what --stock needs)")
@@ -95,6 +96,7 @@ func benchFlags(fs *flag.FlagSet) action {
 		cfg.SpinMax = *spinMax
 		cfg.Daemon = *viaDaemon
 		cfg.Loopback = *loopback
+		cfg.DeviceMemory = *dm
 		if *stockRounds < 0 {
 			return fmt.Errorf("%w: --stock-rounds %d: at least 1", errUsage, *stockRounds)
 		}

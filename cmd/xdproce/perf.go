@@ -58,7 +58,7 @@ func runPerf(ctx context.Context, std stdio, args []string) error {
 	if err != nil {
 		return err
 	}
-	dev, err := openPerfDevice(ctx, local.iface, verbs.Options{BusyPoll: !cfg.Passive(), RxCoalesce: local.rxCoalesce})
+	dev, err := openPerfDevice(ctx, local.iface, verbs.Options{BusyPoll: !cfg.Passive(), RxCoalesce: local.rxCoalesce, FastPath: local.fastPath})
 	if err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ type perfArgs struct {
 	port, size, iters, qps, tx, rx, cq  int
 	outReads, gid, inline, ibPort, secs int
 	all, gbits, verify, rdmaCM, version bool
-	ownMemory, deviceMemory             bool
+	ownMemory, deviceMemory, fastPath   bool
 	counters                            bool
 	connType                            string
 	timeout                             time.Duration
@@ -151,7 +151,8 @@ func perfFlags(a *perfArgs) *flag.FlagSet {
 	fs.StringVar(&a.atomic, "A", "FETCH_AND_ADD", "atomic operation: FETCH_AND_ADD or CMP_AND_SWAP")
 	fs.BoolVar(&a.gbits, "report_gbits", false, "report bandwidth in Gb/s instead of MB/s")
 	fs.BoolVar(&a.verify, "verify", false, "fill with a pattern and check every byte that arrives (both sides xdproce)")
-	fs.BoolVar(&a.deviceMemory, "dm", false, "put the buffer (the peer's target, and what this side sends) in device memory the XDP program can write (ibv_alloc_dm, ibv_reg_dm_mr); in-process only, at most 256 KiB")
+	fs.BoolVar(&a.deviceMemory, "dm", false, "put the buffer (the peer's target, and what this side sends) in device memory the XDP program can write (ibv_alloc_dm, ibv_reg_dm_mr); through a daemon too (it allocates the memory, both map it); at most 256 KiB")
+	fs.BoolVar(&a.fastPath, "fast-path", false, "the XDP program executes small in-order WRITEs into device memory and takes their ACKs itself (verbs.Options.FastPath, docs/fastpath.md); in-process only")
 	fs.BoolVar(&a.ownMemory, "own-memory", false, "register memory this program allocated (as stock perftest does) instead of memory shared with the device; through a daemon, it is reached with process_vm_readv/writev")
 	fs.BoolVar(&a.counters, "counters", false, "print the device's transport counters (rxe's names) at the end")
 	fs.DurationVar(&a.timeout, "timeout", 2*time.Minute, "bound on each out-of-band exchange and each wait for the peer")
@@ -177,6 +178,7 @@ type perfLocal struct {
 	iface      string
 	counters   bool          // print the transport counters at the end
 	rxCoalesce time.Duration // verbs.Options.RxCoalesce
+	fastPath   bool          // verbs.Options.FastPath
 }
 
 // parsePerfArgs parses perftest's command line. Like getopt, it accepts the
@@ -238,7 +240,7 @@ func parsePerfArgs(tool perftest.Tool, args []string, stdout io.Writer) (cfg per
 	if err := cfg.Normalize(); err != nil {
 		return perftest.Config{}, perfLocal{}, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	return cfg, perfLocal{iface: a.iface, counters: a.counters, rxCoalesce: a.rxCoalesce}, nil
+	return cfg, perfLocal{iface: a.iface, counters: a.counters, rxCoalesce: a.rxCoalesce, fastPath: a.fastPath}, nil
 }
 
 // parseConnType reads -c as perftest does, with its refusals under -R.

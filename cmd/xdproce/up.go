@@ -28,6 +28,7 @@ func upFlags(fs *flag.FlagSet) action {
 	busyPoll := fs.Bool("busy-poll", false, "engines spin instead of sleeping when idle")
 	rxCoalesce := fs.Duration("rx-coalesce", 0, rxCoalesceUsage)
 	spinMax := fs.Duration("spin-max", 0, spinMaxUsage)
+	fastPath := fs.Bool("fast-path", false, "the XDP program executes and acknowledges small in-order WRITEs into device memory itself (docs/fastpath.md)")
 	group := fs.String("group", "", "let members of this group attach, besides root and the daemon's user")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	metrics := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464)")
@@ -50,7 +51,7 @@ func upFlags(fs *flag.FlagSet) action {
 			}
 			gid, _ = strconv.Atoi(g.Gid)
 		}
-		d, err := verbs.Open(ctx, *dev, verbs.Options{Queues: *queues, BusyPoll: *busyPoll, RxCoalesce: *rxCoalesce, SpinMax: *spinMax, Logger: log, Embedded: true})
+		d, err := verbs.Open(ctx, *dev, verbs.Options{Queues: *queues, BusyPoll: *busyPoll, RxCoalesce: *rxCoalesce, SpinMax: *spinMax, FastPath: *fastPath, Logger: log, Embedded: true})
 		if err != nil {
 			return err
 		}

@@ -295,11 +295,6 @@ func (r *Device) Wake() {}
 // Engines is 0: no engines here.
 func (r *Device) Engines() int { return 0 }
 
-// AllocDM: device memory through the daemon is not there yet.
-func (r *Device) AllocDM(int) (ibv.DMOps, error) {
-	return nil, fmt.Errorf("verbs: device memory through the daemon: %w", syscall.EOPNOTSUPP)
-}
-
 // errDaemonSide refuses what only the daemon's own (in-process) device
 // does: its engines serve the rings.
 func errDaemonSide(what string) error {

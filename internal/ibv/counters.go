@@ -77,6 +77,19 @@ type Counters struct {
 	// responses a requester places at their offset. OOODropped counts
 	// those dropped because the bound was reached (docs/recovery.md).
 	OOOHeld, OOODropped uint64
+	// FastTakeOvers counts the responders taken back from the XDP fast
+	// path (docs/fastpath.md) by a frame it passed on or a modify;
+	// FastPathErr the failures to share a responder with it (each leaves
+	// the QP's responder to Go, or in error if its state was lost).
+	FastTakeOvers, FastPathErr uint64
+	// FastAcks counts the ACKs the XDP program took for a requester and
+	// the engine ran from the shared record instead of a frame.
+	FastAcks uint64
+	// FastAckLost counts WRITEs the program executed that their requester
+	// sent again (the ACK it sent did not arrive); FastResponderOff is 1
+	// once so many were that the engine stopped handing responders to the
+	// program (XDP_TX does not reach the peer: docs/fastpath.md).
+	FastAckLost, FastResponderOff uint64
 	// SpuriousRetry counts READ re-asks a second copy of an asked-for
 	// response proved needless (the original was late, not lost); each
 	// widens the QP's reorder window (docs/recovery.md).
@@ -114,6 +127,8 @@ func (c *Counters) fields() []counterField {
 		{"spin_stalls", &c.SpinStalls},
 		{"dropped_no_mcast_group", &c.DroppedNoGroup}, {"mcast_pkts", &c.McastPkts},
 		{"retransmitted_pkts", &c.RetransmittedPkts}, {"ooo_held", &c.OOOHeld}, {"ooo_dropped", &c.OOODropped},
+		{"fast_takeovers", &c.FastTakeOvers}, {"fast_path_err", &c.FastPathErr}, {"fast_acks", &c.FastAcks},
+		{"fast_ack_lost", &c.FastAckLost}, {"fast_responder_off", &c.FastResponderOff},
 		{"spurious_retry", &c.SpuriousRetry},
 	}
 }

@@ -53,6 +53,10 @@ type DeviceOps interface {
 	Attached() bool
 	// AllocDM allocates length bytes (checked) of device memory.
 	AllocDM(length int) (DMOps, error)
+	// MaxDMSize is the most device memory one AllocDM gives
+	// (ibv_device_attr_ex's max_dm_size): MaxDMSize, or 0 where the
+	// device has none.
+	MaxDMSize() int
 	// Close stops the device; the API calls it once.
 	Close() error
 }
@@ -66,6 +70,9 @@ type PDOps interface {
 	AllocMR(n int, access Access) (MROps, error)
 	// RegProcMR registers another process's memory (the daemon's device only).
 	RegProcMR(mem ProcMemory, iova, length uint64, access Access) (MROps, error)
+	// RegDMMR registers length bytes of dm from offset (checked), its
+	// addresses running from 0: on the device's own mapping of the memory.
+	RegDMMR(dm DMOps, offset, length int, access Access) (MROps, error)
 	AllocMW(typ MWType) (MWOps, error)
 	// CreateAH creates an address handle (checked); the provider resolves
 	// its MAC address.
@@ -141,6 +148,10 @@ type MWOps interface {
 	RKey() uint32
 	Dealloc() error
 }
+
+// MaxDMSize is the most device memory one allocation gives: 256 KiB, as
+// the MEMIC of mlx5's ConnectX-6.
+const MaxDMSize = 256 << 10
 
 // DMOps is a block of device memory's provider: memory the device can
 // reach, mapped into the process.

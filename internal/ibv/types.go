@@ -24,6 +24,9 @@ const (
 	AccessRemoteAtomic Access = 1 << 3
 	// AccessMWBind lets memory windows be bound to a region (IBV_ACCESS_MW_BIND).
 	AccessMWBind Access = 1 << 4
+	// AccessZeroBased (IBV_ACCESS_ZERO_BASED) makes a region's addresses
+	// offsets from its start; a region over device memory must have it.
+	AccessZeroBased Access = 1 << 5
 )
 
 // QPType is the transport service of a QP.

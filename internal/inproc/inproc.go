@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -33,6 +34,9 @@ type Config struct {
 	Resolve func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
 	// PortCounters reads the counters of what moves the port's frames.
 	PortCounters func() ([]ibv.NamedCounter, error)
+	// FastPath, if set, is the XDP program's responder fast path
+	// (fastpath.go): idle RC responders and device memory are shared with it.
+	FastPath *loader.FastPath
 }
 
 // Device is an in-process RNIC: transport's NIC (embedded: its engines,
@@ -41,6 +45,8 @@ type Device struct {
 	*transport.NIC
 	cfg Config
 	ahs atomic.Int32 // address handles alive
+	// maxDM finds once whether the kernel gives device memory.
+	maxDM func() int
 }
 
 var _ ibv.DeviceOps = (*Device)(nil)
@@ -48,11 +54,14 @@ var _ ibv.DeviceOps = (*Device)(nil)
 // New starts a device with one engine per link, each link one queue of
 // the port. Close stops it.
 func New(links []link.Link, cfg Config) (*Device, error) {
+	if cfg.FastPath != nil {
+		cfg.Config.FastPath = fastPath{cfg.FastPath}
+	}
 	nic, err := transport.New(links, cfg.Config)
 	if err != nil {
 		return nil, err
 	}
-	return &Device{NIC: nic, cfg: cfg}, nil
+	return &Device{NIC: nic, cfg: cfg, maxDM: sync.OnceValue(probeDM)}, nil
 }
 
 // Close stops the engines.
@@ -172,6 +181,19 @@ func (d *Device) StopDaemon(context.Context, func() error) error {
 // Attached is false: the device runs here.
 func (d *Device) Attached() bool { return false }
 
+// MaxDMSize is ibv.MaxDMSize where the kernel gives device memory (an
+// mmapable array map; probed once), else 0.
+func (d *Device) MaxDMSize() int { return d.maxDM() }
+
+func probeDM() int {
+	m, err := loader.NewDeviceMemory(loader.DMPage)
+	if err != nil {
+		return 0
+	}
+	m.Close()
+	return ibv.MaxDMSize
+}
+
 // AllocDM allocates device memory the XDP program can write, mapped into
 // the process (loader.DeviceMemory): EOPNOTSUPP where the kernel has none.
 func (d *Device) AllocDM(length int) (ibv.DMOps, error) {
@@ -179,7 +201,14 @@ func (d *Device) AllocDM(length int) (ibv.DMOps, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m, nil
+	if d.cfg.FastPath == nil {
+		return m, nil
+	}
+	idx, err := d.cfg.FastPath.AddDM(m)
+	if err != nil {
+		return m, nil // the program's table is full: this block is Go's alone
+	}
+	return &dm{DeviceMemory: m, fast: d.cfg.FastPath, idx: idx}, nil
 }
 
 // PD is a protection domain.
@@ -205,6 +234,12 @@ func (pd *PD) RegMR(buf []byte, iova uint64, access ibv.Access) (ibv.MROps, erro
 func (pd *PD) AllocMR(n int, access ibv.Access) (ibv.MROps, error) {
 	buf := make([]byte, n)
 	return pd.RegMR(buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access)
+}
+
+// RegDMMR registers part of device memory this device allocated: the
+// engines write the same pages the XDP program and the application see.
+func (pd *PD) RegDMMR(dm ibv.DMOps, offset, length int, access ibv.Access) (ibv.MROps, error) {
+	return pd.RegMR(dm.Bytes()[offset:offset+length], 0, access)
 }
 
 // RegProcMR registers another process's memory, reached through mem.

@@ -42,6 +42,17 @@ type engine struct {
 	counters ibv.Counters
 	spin     spinner // whether the engine's goroutine spins when idle
 
+	// fastTaken: QPs whose responder a frame took back from the XDP fast
+	// path during this receive batch (fastpath.go).
+	fastTaken []*QP
+	fastAck   wire.Packet // an ACK the program took, as the completer reads it
+	// fastExecuted and fastLost count the WRITEs the program executed for
+	// this engine's QPs and those of them the requester sent again (their
+	// ACK lost); fastOff: too many were, the program's ACKs do not reach
+	// the peer, and responders stay the engine's (fastpath.go).
+	fastExecuted, fastLost uint64
+	fastOff                bool
+
 	rx   wire.Packet  // the packet being handled
 	tx   wire.Packet  // the packet being built
 	bufs [][]byte     // frame buffers, one per frame of a flush
@@ -167,6 +178,7 @@ func (e *engine) step() bool {
 	}
 	clear(posted)
 	e.spare = posted
+	acked := e.fastAcks() // ACKs the XDP program took (fastpath.go)
 	n := e.receiveHandedOff()
 	if e.splitter != nil {
 		k, _ := e.splitter.ReceiveSplit(rxBatch, e.rxSplitFn)
@@ -176,7 +188,8 @@ func (e *engine) step() bool {
 		n += k
 	}
 	e.sendDueAcks()
-	busy := n > 0 || fed
+	e.fastHandBacks()
+	busy := n > 0 || fed || acked
 	var now time.Time
 	if len(e.active) > 0 {
 		now = e.dev.clock.Now() // an idle round reads no clock
@@ -608,6 +621,7 @@ func (e *engine) dispatch() {
 	e.counters.RcvdPkts++
 	if info.Flags&wire.FlagRequest != 0 {
 		if t.state == ibv.StateRTR || t.state == ibv.StateRTS || t.state == ibv.StateSQD {
+			e.fastTakeOver(qp) // the program passed it on: the responder is Go's again
 			e.responder(qp, p, info)
 		}
 		return

@@ -99,8 +99,9 @@ func (d *NIC) run(e *engine) {
 		case wait > 0:
 			e.sleeping.Store(true)
 			e.setSleeping(true)
-			if !e.work.Load() && !e.clientsPosted() {
+			if !e.work.Load() && !e.clientsPosted() && e.fastSleep() {
 				e.link.Wait(wait)
+				e.fastWake()
 			}
 			e.setSleeping(false)
 			e.sleeping.Store(false)

@@ -30,6 +30,9 @@ type Config struct {
 	// attaches to a group and after the last one detaches.
 	Groups   func(addr netip.Addr, join bool) error
 	Recovery Recovery // pieces of selective recovery turned off (recovery.go)
+	// FastPath, if set, shares idle RC responders with the XDP program
+	// (fastpath.go).
+	FastPath FastPath
 }
 
 // CaptureFunc sees a frame the NIC sent (outbound) or received, on the

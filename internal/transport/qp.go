@@ -97,7 +97,10 @@ func (qp *QP) State() ibv.QPState { return ibv.QPState(qp.state.Load()) }
 
 // Destroy removes the QP. Outstanding work is dropped without completions.
 func (qp *QP) Destroy() error {
-	err := qp.dev.do(func() error { return qp.dev.removeQP(qp) })
+	err := qp.dev.do(func() error {
+		qp.eng.Load().fastTakeOver(qp) // the program stops executing its WRITEs
+		return qp.dev.removeQP(qp)
+	})
 	if err == nil && qp.srq != nil {
 		qp.srq.attached.Add(-1)
 	}

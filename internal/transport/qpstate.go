@@ -102,6 +102,16 @@ type qpTransport struct {
 	failAfterReplies bool
 	// held: request packets that arrived past a hole (ooo.go).
 	held oooHold
+	// fastXDP: the XDP fast path owns the responder (ePSN and MSN are the
+	// program's); fastConfigured: it has the QP's addresses and ACK.
+	fastXDP, fastConfigured bool
+	// fastReq: the program takes the requester's ACKs; fastAckCount is
+	// the count of the last one the engine ran.
+	fastReq      bool
+	fastAckCount uint16
+	// fastHandPSN is the ePSN the responder was handed to the program
+	// with; fastExec the PSNs [fastHandPSN, fastExecEnd) it then executed.
+	fastHandPSN, fastExecEnd uint32
 }
 
 func (t *qpTransport) reset(qp *QP) {
@@ -148,6 +158,8 @@ func (t *qpTransport) psnAfter(a, b uint32) bool { return t.psnAge(a) < t.psnAge
 // modify applies a validated Modify on the engine goroutine.
 func (e *engine) modify(qp *QP, a ibv.QPAttr, mask ibv.AttrMask, next ibv.QPState, dmac net.HardwareAddr) {
 	t := &qp.t
+	e.fastTakeOver(qp)
+	defer e.fastHandBack(qp, true)
 	prev := t.state
 	if qp.typ == ibv.QPTypeUD {
 		// Datagrams leave from one port per QP (rxe's) and are one packet
@@ -254,6 +266,7 @@ func (e *engine) toError(qp *QP) {
 	if qp.t.state == ibv.StateErr {
 		return
 	}
+	e.fastTakeOver(qp)
 	qp.t.state = ibv.StateErr
 	qp.t.draining, qp.t.failAfterReplies = false, false
 	qp.t.dropReplies()

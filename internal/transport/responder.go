@@ -118,6 +118,7 @@ func (r *reception) step(s respState) respState {
 		return r.outOfSeq()
 	case respstDuplicate:
 		r.e.counters.DuplicateRequest++
+		r.e.fastDuplicate(r.qp, r.p.BTH.PSN) // the program's ACK lost? (fastpath.go)
 		r.e.duplicate(r.qp, r.p, r.info)
 		return respstDone
 	case respstResync:

@@ -82,6 +82,9 @@ enum xp_op {
 	XP_CM_JOIN_MCAST = 45,
 	XP_CM_LEAVE_MCAST = 46,
 	XP_RESIZE_CQ = 47,
+	XP_ALLOC_DM = 48,
+	XP_FREE_DM = 49,
+	XP_REG_DM_MR = 50,
 };
 
 /* A ring's header: each index on its own cache line. Slots follow it. */
@@ -698,6 +701,7 @@ struct xp_hello_rep {
 	const uint8_t (*gids)[16];
 	uint16_t gids_count;
 	uint32_t engines;
+	uint64_t max_dm_size;
 };
 
 static inline void xp_get_hello_rep(struct xp_dec *d, struct xp_hello_rep *r)
@@ -726,6 +730,7 @@ static inline void xp_get_hello_rep(struct xp_dec *d, struct xp_hello_rep *r)
 	if (!r->gids)
 		r->gids_count = 0;
 	r->engines = xp_get_u32(d);
+	r->max_dm_size = xp_get_u64(d);
 }
 
 /* XP_ALLOC_PD's reply: Ref */
@@ -1413,6 +1418,71 @@ struct xp_resize_cq_rep {
 static inline void xp_get_resize_cq_rep(struct xp_dec *d, struct xp_resize_cq_rep *r)
 {
 	r->slots = xp_get_u32(d);
+}
+
+/* XP_ALLOC_DM's request: AllocDM */
+struct xp_alloc_dm_req {
+	uint64_t length;
+};
+
+static inline void xp_put_alloc_dm_req(struct xp_enc *e, const struct xp_alloc_dm_req *r)
+{
+	xp_u64(e, r->length);
+}
+
+/* XP_ALLOC_DM's reply: DMCreated */
+struct xp_alloc_dm_rep {
+	uint32_t dm;
+	uint64_t map_length;
+};
+
+static inline void xp_get_alloc_dm_rep(struct xp_dec *d, struct xp_alloc_dm_rep *r)
+{
+	r->dm = xp_get_u32(d);
+	r->map_length = xp_get_u64(d);
+}
+
+/* XP_FREE_DM's request: Ref */
+struct xp_free_dm_req {
+	uint32_t dm;
+};
+
+static inline void xp_put_free_dm_req(struct xp_enc *e, const struct xp_free_dm_req *r)
+{
+	xp_u32(e, r->dm);
+}
+
+/* XP_REG_DM_MR's request: Ref, Ref, RegDMMR */
+struct xp_reg_dm_mr_req {
+	uint32_t pd;
+	uint32_t dm;
+	uint64_t offset;
+	uint64_t length;
+	/* enum ibv_access_flags */
+	uint32_t access;
+};
+
+static inline void xp_put_reg_dm_mr_req(struct xp_enc *e, const struct xp_reg_dm_mr_req *r)
+{
+	xp_u32(e, r->pd);
+	xp_u32(e, r->dm);
+	xp_u64(e, r->offset);
+	xp_u64(e, r->length);
+	xp_u32(e, r->access);
+}
+
+/* XP_REG_DM_MR's reply: MRCreated */
+struct xp_reg_dm_mr_rep {
+	uint32_t mr;
+	uint32_t lkey;
+	uint32_t rkey;
+};
+
+static inline void xp_get_reg_dm_mr_rep(struct xp_dec *d, struct xp_reg_dm_mr_rep *r)
+{
+	r->mr = xp_get_u32(d);
+	r->lkey = xp_get_u32(d);
+	r->rkey = xp_get_u32(d);
 }
 
 #endif

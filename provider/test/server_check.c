@@ -114,6 +114,18 @@ static int bad_slot(void)
 	return !(!qp && errno == EPROTO);
 }
 
+/* bad_dm: ALLOC_DM passes an empty memfd for the block, not a map: mapping it and copying into it
+ * would be SIGBUS. */
+static int bad_dm(void)
+{
+	struct ibv_context *c = open_dev("xdp_xpdm");
+	if (!c)
+		return 2;
+	errno = 0;
+	struct ibv_dm *dm = ibv_alloc_dm(c, &(struct ibv_alloc_dm_attr){.length = 4096});
+	return !(!dm && errno == EPROTO);
+}
+
 static double now(void)
 {
 	struct timespec t;
@@ -193,6 +205,7 @@ int main(int argc, char **argv)
 	run(huge_ring, "CREATE_CQ's ring a sealed hugetlbfs memfd: ibv_create_cq fails with EPROTO");
 	run(bad_page, "HELLO's doorbell page an empty memfd: ibv_open_device fails with EPROTO");
 	run(bad_slot, "CREATE_QP's send slots smaller than their header: ibv_create_qp fails with EPROTO");
+	run(bad_dm, "ALLOC_DM's fd an empty memfd, not a map: ibv_alloc_dm fails with EPROTO, nothing mapped");
 	run(silent, "HELLO never answered: ibv_open_device fails with ETIMEDOUT, in bounded time");
 	/* xpswap was listed while root served it; the test now serves it as uid 65534. */
 	swapped = find("xdp_xpswap");

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int failures, checks;
@@ -714,6 +716,124 @@ static void windows_and_ah(struct side *a, struct side *b)
 	ibv_dereg_mr(mr);
 }
 
+/* device_memory: ibv_alloc_dm and friends as on mlx5 (MEMIC), the block the daemon's BPF map: its
+ * size reported, misuse with mlx5's and libibverbs' errnos, a peer's WRITE into a region over it
+ * read back with ibv_memcpy_from_dm, a READ of what ibv_memcpy_to_dm put there, a WRITE from it. */
+static void device_memory(struct side *a, struct side *b)
+{
+	struct ibv_device_attr_ex ax = {0};
+	int rc = ibv_query_device_ex(b->ctx, NULL, &ax);
+	check(rc == 0 && ax.max_dm_size == 256 << 10, "ibv_query_device_ex: max_dm_size 256 KiB (got %lu)",
+	      (unsigned long)ax.max_dm_size);
+	struct ibv_alloc_dm_attr big = {.length = ax.max_dm_size + 1}, mask = {.length = 4096, .comp_mask = 1},
+				 align = {.length = 4096, .log_align_req = 13};
+	errno = 0;
+	check(ibv_alloc_dm(b->ctx, &big) == NULL && errno == EINVAL, "ibv_alloc_dm past max_dm_size: EINVAL");
+	errno = 0;
+	check(ibv_alloc_dm(b->ctx, &mask) == NULL && errno == EINVAL, "ibv_alloc_dm with an unknown comp_mask: EINVAL");
+	errno = 0;
+	check(ibv_alloc_dm(b->ctx, &align) == NULL && errno == EINVAL, "ibv_alloc_dm aligned past a page: EINVAL");
+	struct ibv_dm *dm = ibv_alloc_dm(b->ctx, &(struct ibv_alloc_dm_attr){.length = 8192, .log_align_req = 6});
+	check(dm != NULL && dm->context == b->ctx, "ibv_alloc_dm of 8 KiB");
+	if (!dm)
+		return;
+	uint8_t word[8] = {0};
+	check(ibv_memcpy_to_dm(dm, 2, word, 4) == EINVAL && ibv_memcpy_from_dm(word, dm, 0, 3) == EINVAL,
+	      "ibv_memcpy_to_dm/from_dm not of whole words: EINVAL");
+	check(ibv_memcpy_to_dm(dm, 8192, word, 4) == EFAULT && ibv_memcpy_from_dm(word, dm, 8188, 8) == EFAULT,
+	      "ibv_memcpy_to_dm/from_dm past the end: EFAULT");
+	unsigned rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	errno = 0;
+	check(ibv_reg_dm_mr(b->pd, dm, 0, 4096, rw) == NULL && errno == EINVAL, "ibv_reg_dm_mr not zero-based: EINVAL");
+	errno = 0;
+	check(ibv_reg_dm_mr(b->pd, dm, 0, 4096, rw | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_MW_BIND) == NULL && errno == EINVAL,
+	      "ibv_reg_dm_mr with MW_BIND: EINVAL");
+	errno = 0;
+	check(ibv_reg_dm_mr(b->pd, dm, 4096, 4100, rw | IBV_ACCESS_ZERO_BASED) == NULL && errno == EINVAL,
+	      "ibv_reg_dm_mr past the block's end: EINVAL");
+	struct ibv_mr *mr = ibv_reg_dm_mr(b->pd, dm, 4096, 4096, rw | IBV_ACCESS_ZERO_BASED);
+	check(mr && mr->addr == NULL && mr->length == 4096, "ibv_reg_dm_mr of 4 KiB at 4 KiB, zero-based");
+	if (!mr) {
+		ibv_free_dm(dm);
+		return;
+	}
+	check(ibv_free_dm(dm) == EBUSY, "ibv_free_dm while a region lies in it: EBUSY");
+	struct ibv_qp *qa = make_qp(a, IBV_QPT_RC, NULL, NULL), *qb = make_qp(b, IBV_QPT_RC, NULL, NULL);
+	connect_pair(a, qa, b, qb);
+	struct ibv_wc wc;
+	fill(a->buf, 3000, 21);
+	uint8_t got[8192] = {0};
+	check(post1(qa, IBV_WR_RDMA_WRITE, a, 0, 3000, 100, mr->rkey, 0) == 0 && poll_one(a->cq, &wc) == 1 &&
+		      wc.status == IBV_WC_SUCCESS && ibv_memcpy_from_dm(got, dm, 0, 8192) == 0 &&
+		      memcmp(got + 4096 + 100, a->buf, 3000) == 0 && got[4096 + 99] == 0 && got[4096 + 3100] == 0,
+	      "an RDMA WRITE into device memory: ibv_memcpy_from_dm finds it, nothing beside it");
+	uint8_t src[1024];
+	fill(src, sizeof(src), 22);
+	check(ibv_memcpy_to_dm(dm, 4096 + 2048, src, sizeof(src)) == 0 &&
+		      post1(qa, IBV_WR_RDMA_READ, a, 8192, sizeof(src), 2048, mr->rkey, 0) == 0 && poll_one(a->cq, &wc) == 1 &&
+		      wc.status == IBV_WC_SUCCESS && memcmp(a->buf + 8192, src, sizeof(src)) == 0,
+	      "an RDMA READ of what ibv_memcpy_to_dm put in device memory");
+	struct ibv_sge sge = {.addr = 2048, .length = sizeof(src), .lkey = mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 700, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				 .send_flags = IBV_SEND_SIGNALED},
+			   *bad;
+	wr.wr.rdma.remote_addr = (uintptr_t)a->buf + 16384;
+	wr.wr.rdma.rkey = a->mr->rkey;
+	check(ibv_post_send(qb, &wr, &bad) == 0 && poll_one(b->cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+		      memcmp(a->buf + 16384, src, sizeof(src)) == 0,
+	      "an RDMA WRITE from device memory (an SGE of its zero-based region)");
+	check(post1(qa, IBV_WR_RDMA_WRITE, a, 0, 64, 4096 - 32, mr->rkey, 0) == 0 && poll_one(a->cq, &wc) == 1 &&
+		      wc.status == IBV_WC_REM_ACCESS_ERR,
+	      "an RDMA WRITE past the region's end: REM_ACCESS_ERR");
+	ibv_destroy_qp(qa);
+	ibv_destroy_qp(qb);
+	check(ibv_dereg_mr(mr) == 0 && ibv_free_dm(dm) == 0, "ibv_dereg_mr of it, then ibv_free_dm");
+	/* Forked children allocate and free device memory on the parent's context at once (pyverbs'
+	 * test_multi_process_alloc_dm): each request's reply reaches the child that asked. */
+	enum { KIDS = 5, ROUNDS = 20 };
+	pid_t kids[KIDS];
+	for (int k = 0; k < KIDS; k++) {
+		kids[k] = fork();
+		if (kids[k] == 0) {
+			for (int r = 0; r < ROUNDS; r++) {
+				struct ibv_dm *m = ibv_alloc_dm(b->ctx, &(struct ibv_alloc_dm_attr){.length = 4096 * (1 + k)});
+				uint32_t v = (uint32_t)(k * 1000 + r), back = 0;
+				if (!m || ibv_memcpy_to_dm(m, 4096 * k, &v, 4) || ibv_memcpy_from_dm(&back, m, 4096 * k, 4) ||
+				    back != v || ibv_free_dm(m))
+					_exit(1);
+			}
+			_exit(0);
+		}
+	}
+	int all = 1;
+	for (int k = 0; k < KIDS; k++) {
+		int st = 0;
+		all &= kids[k] > 0 && waitpid(kids[k], &st, 0) == kids[k] && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	}
+	check(all, "%d forked children each allocate, use and free device memory %d times on the parent's context", KIDS,
+	      ROUNDS);
+	/* A child killed in the middle of a request (SIGKILL while it waits for its reply) leaves the
+	 * shared connection usable: the next caller takes the lock over and skips the orphaned reply. */
+	int usable = 1;
+	for (int k = 0; k < 20 && usable; k++) {
+		pid_t kid = fork();
+		if (kid == 0) {
+			for (;;) {
+				struct ibv_pd *p = ibv_alloc_pd(b->ctx);
+				if (!p || ibv_dealloc_pd(p))
+					_exit(1);
+			}
+		}
+		struct timespec pause = {0, 2000000 + 250000 * k};
+		nanosleep(&pause, NULL);
+		kill(kid, SIGKILL);
+		waitpid(kid, NULL, 0);
+		struct ibv_pd *p = ibv_alloc_pd(b->ctx);
+		usable = p != NULL && ibv_dealloc_pd(p) == 0;
+	}
+	check(usable, "the parent's context still works after forked children were killed mid-request, 20 times");
+}
+
 /* fatal: with a QP open, wait (bounded) for the test to kill the daemon: DEVICE_FATAL through
  * async_fd, then every verb fails with EIO and destroying still frees. */
 static int fatal(const char *ns, const char *dev, const char *ip)
@@ -1036,6 +1156,7 @@ int main(int argc, char **argv)
 	cq_ex_and_events(&a, &b);
 	srq_and_async(&a, &b);
 	windows_and_ah(&a, &b);
+	device_memory(&a, &b);
 	datagrams(&a, &b);
 	struct ibv_qp *ua = make_qp(&a, IBV_QPT_UC, NULL, NULL), *ub = make_qp(&b, IBV_QPT_UC, NULL, NULL);
 	connect_pair(&a, ua, &b, ub);

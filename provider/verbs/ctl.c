@@ -171,9 +171,11 @@ static ssize_t recv_msg(int sock, uint8_t *buf, size_t size, int *fds, int *nfds
 	return r;
 }
 
-/* exchange sends e and reads its reply; the caller holds the socket. */
+/* exchange sends e and reads its reply; the caller holds the socket. stale replies of another
+ * sequence number are skipped first: a process that died between its request and its reply left
+ * at most one. */
 static int exchange(int sock, uint32_t seq, struct xp_enc *e, const int *fds, int nfds, uint8_t *buf, size_t size,
-		    struct xp_dec *d, int *rfds, int *nrfds)
+		    struct xp_dec *d, int *rfds, int *nrfds, int stale)
 {
 	int got[XP_MAX_FDS], ngot = 0;
 	if (e->overflow)
@@ -182,12 +184,20 @@ static int exchange(int sock, uint32_t seq, struct xp_enc *e, const int *fds, in
 	memcpy(e->b + offsetof(struct xp_msg_hdr, seq), &le_seq, sizeof(le_seq));
 	if (send_msg(sock, e, fds, nfds) < 0)
 		return errno == EPIPE || errno == ECONNRESET ? EIO : errno;
-	ssize_t n = recv_msg(sock, buf, size, got, &ngot);
-	if (n <= 0)
-		return n == 0 || errno == ECONNRESET ? EIO : errno;
-	struct xp_dec h = {.p = buf, .n = (size_t)n};
+	struct xp_dec h;
 	struct xp_msg_hdr rh;
-	xp_get_msg_hdr(&h, &rh);
+	for (;;) {
+		ssize_t n = recv_msg(sock, buf, size, got, &ngot);
+		if (n <= 0)
+			return n == 0 || errno == ECONNRESET ? EIO : errno;
+		h = (struct xp_dec){.p = buf, .n = (size_t)n};
+		xp_get_msg_hdr(&h, &rh);
+		if (h.err || rh.seq == seq || stale-- <= 0)
+			break;
+		for (int i = 0; i < ngot; i++)
+			close(got[i]);
+		ngot = 0;
+	}
 	int32_t err = rh.err;
 	uint16_t req_op;
 	memcpy(&req_op, e->b + offsetof(struct xp_msg_hdr, op), sizeof(req_op));
@@ -216,12 +226,46 @@ int xp_call(struct xctx *c, struct xp_enc *e, const int *fds, int nfds, uint8_t 
 	pthread_mutex_lock(&c->ctl);
 	int err = EIO;
 	if (!c->dead) {
-		err = exchange(c->sock, ++c->seq, e, fds, nfds, buf, size, d, rfds, nrfds);
+		/* A process that died holding xlock may have left its reply unread: skip it. Sequence
+		 * numbers carry the pid, so that a forked child's never equal its parent's. */
+		int stale = 0;
+		if (pthread_mutex_lock(c->xlock) == EOWNERDEAD) {
+			pthread_mutex_consistent(c->xlock);
+			stale = 1;
+		}
+		uint32_t seq = (++c->seq & 0xfffff) | (uint32_t)getpid() << 20;
+		err = exchange(c->sock, seq, e, fds, nfds, buf, size, d, rfds, nrfds, stale);
+		pthread_mutex_unlock(c->xlock);
 		if (err == EIO)
 			__atomic_store_n(&c->dead, true, __ATOMIC_RELAXED); /* the data path reads it without the lock */
 	}
 	pthread_mutex_unlock(&c->ctl);
 	return err;
+}
+
+pthread_mutex_t *xp_xlock_new(void)
+{
+	pthread_mutex_t *m = mmap(NULL, sizeof(*m), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	int err = pthread_mutex_init(m, &a);
+	pthread_mutexattr_destroy(&a);
+	if (err) {
+		munmap(m, sizeof(*m));
+		errno = err;
+		return NULL;
+	}
+	return m;
+}
+
+void xp_xlock_free(pthread_mutex_t *m)
+{
+	if (m)
+		munmap(m, sizeof(*m));
 }
 
 /* xp_hello greets the daemon on a fresh connection: the device's description, and its doorbell
@@ -236,7 +280,7 @@ int xp_hello(int sock, struct xp_info *info, int fds[3])
 	xp_start(e, XP_HELLO);
 	xp_put_hello_req(e, &(struct xp_hello_req){.version = XP_VERSION});
 	struct xp_dec d;
-	err = exchange(sock, 1, e, NULL, 0, buf, XP_MAX_MSG, &d, fds, &nfds);
+	err = exchange(sock, 1, e, NULL, 0, buf, XP_MAX_MSG, &d, fds, &nfds, 0);
 	if (err == EAGAIN || err == EWOULDBLOCK)
 		err = ETIMEDOUT;
 	if (err)
@@ -268,6 +312,7 @@ int xp_hello(int sock, struct xp_info *info, int fds[3])
 	for (uint16_t i = 0; i < info->ngids; i++)
 		memcpy(info->gids[i].raw, r.gids[i], 16);
 	info->engines = r.engines;
+	info->max_dm_size = r.max_dm_size;
 	err = xp_end(&d);
 	if (!err && nfds != 3)
 		err = EPROTO;

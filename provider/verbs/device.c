@@ -212,6 +212,11 @@ static void xp_set_ops(struct xctx *c)
 	c->vctx.query_device_ex = xp_query_device_ex;
 	c->vctx.create_qp_ex = xp_create_qp_ex;
 	c->vctx.create_cq_ex = xp_create_cq_ex;
+	if (c->info.max_dm_size) {
+		c->vctx.alloc_dm = xp_alloc_dm;
+		c->vctx.free_dm = xp_free_dm;
+		c->vctx.reg_dm_mr = xp_reg_dm_mr;
+	}
 	c->vctx.sz = sizeof(struct verbs_context);
 }
 
@@ -236,6 +241,10 @@ XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->xd = xd;
 	c->ifindex = (int)if_nametoindex(xd->ifname);
 	pthread_mutex_init(&c->ctl, NULL);
+	if (!(c->xlock = xp_xlock_new())) {
+		err = errno;
+		goto fail;
+	}
 	/* The doorbell page is sealed against writes: the engines' words are read-only here. */
 	void *page = xp_map_memfd(fds[0], sizeof(struct xp_doorbell_page), PROT_READ);
 	if (page == MAP_FAILED) {
@@ -274,6 +283,8 @@ fail:
 		if (fds[i] >= 0)
 			close(fds[i]);
 	close(sock);
+	if (c)
+		xp_xlock_free(c->xlock);
 	free(c);
 	errno = err;
 	return NULL;
@@ -289,6 +300,7 @@ XP_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	close(c->bell_fd);
 	close(c->sock);
 	munmap((void *)c->bell_page, sizeof(*c->bell_page));
+	xp_xlock_free(c->xlock);
 	free(c->qps.v);
 	free(c->cqs.v);
 	free(c->srqs.v);
@@ -352,6 +364,7 @@ int xp_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex
 	fill_device_attr(to_xctx(ctx), &a.orig_attr);
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
 	a.phys_port_cnt_ex = 1;
+	a.max_dm_size = to_xctx(ctx)->info.max_dm_size;
 	memcpy(attr, &a, size < sizeof(a) ? size : sizeof(a));
 	return 0;
 }

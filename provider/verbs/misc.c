@@ -1,5 +1,5 @@
 /* What xdproce's device does not do: importing another process's objects (they belong to the
- * daemon's connection that made them), ECE negotiation, device memory. */
+ * daemon's connection that made them; a block of device memory too), ECE negotiation. */
 #include <errno.h>
 
 #include "xdproce.h"

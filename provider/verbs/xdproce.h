@@ -102,6 +102,7 @@ struct xp_info {
 	uint16_t ngids;
 	union ibv_gid gids[64];
 	uint32_t engines;
+	uint64_t max_dm_size; /* 0: the daemon's kernel gives no device memory */
 };
 
 /* Handles the daemon gave, to the objects they name (for async events). */
@@ -119,6 +120,10 @@ struct xctx {
 	int sock;
 	uint32_t seq;
 	pthread_mutex_t ctl; /* one request at a time on the socket; guards the tables too */
+	/* xlock: one request at a time on the socket across fork too. Forked children share the
+	 * connection (as they share a uverbs fd), and a reply must reach the process that asked: the
+	 * mutex is process-shared and robust, in an anonymous shared page the children inherit. */
+	pthread_mutex_t *xlock;
 	const struct xp_doorbell_page *bell_page;
 	int bell_fd;   /* this context's own doorbell (xp_ring) */
 	int events_fd; /* a pipe the daemon signals when it queued an async event (xp_drain) */
@@ -204,6 +209,10 @@ static inline struct xqp *to_xqp(struct ibv_qp *qp)
 
 /* ctl.c */
 int xp_connect(const char *ifname);
+/* xp_xlock_new maps and initialises a context's xlock (NULL and errno on failure); xp_xlock_free
+ * unmaps it. */
+pthread_mutex_t *xp_xlock_new(void);
+void xp_xlock_free(pthread_mutex_t *m);
 /* xp_probe reports whether a trusted daemon listens on @xdproce/IFNAME, without waiting. */
 bool xp_probe(const char *ifname);
 int xp_trust(int sock);
@@ -242,6 +251,11 @@ struct ibv_cq_ex *xp_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_at
 struct ibv_mw *xp_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int xp_dealloc_mw(struct ibv_mw *mw);
 int xp_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
+
+/* dm.c: device memory (ibv_alloc_dm), the daemon's BPF map mapped here. */
+struct ibv_dm *xp_alloc_dm(struct ibv_context *ctx, struct ibv_alloc_dm_attr *attr);
+int xp_free_dm(struct ibv_dm *dm);
+struct ibv_mr *xp_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t offset, size_t length, unsigned int access);
 
 /* device.c */
 int xp_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,

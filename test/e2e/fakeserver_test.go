@@ -35,6 +35,7 @@ import (
 //	page    HELLO's doorbell page is an empty memfd
 //	slot    CREATE_QP's send slots are 8 bytes, less than a slot's header
 //	silent  HELLO is never answered
+//	dm      ALLOC_DM's fd is an empty memfd, not an mmapable array map
 type fakeServer struct {
 	l    *net.UnixListener
 	mode string
@@ -101,7 +102,7 @@ func (f *fakeServer) serve(ctx context.Context, conn *ipc.Conn) error {
 				return ctx.Err()
 			}
 			info := uverbs.DeviceInfo{Name: "xdp_fake", MaxQP: 16, MaxQPWR: 64, MaxSGE: 4, MaxCQE: 256, MaxInlineData: 64,
-				MaxMRSize: 1 << 30, MaxMsgSize: 1 << 30, MaxMTU: 3, ActiveMTU: 3, Engines: 1}
+				MaxMRSize: 1 << 30, MaxMsgSize: 1 << 30, MaxMTU: 3, ActiveMTU: 3, Engines: 1, MaxDMSize: verbs.MaxDMSize}
 			info.Put(e)
 			var page int
 			if f.mode == "page" {
@@ -166,6 +167,13 @@ func (f *fakeServer) serve(ctx context.Context, conn *ipc.Conn) error {
 				}
 				out = append(out, ring)
 			}
+		case uverbs.OpAllocDM:
+			fd, err := rawMemfd(0)
+			if err != nil {
+				return err
+			}
+			e.Put(&uverbs.DMCreated{DM: 5, MapLength: 4096})
+			out = []int{fd}
 		case uverbs.OpGetEvent:
 			e = uverbs.NewMessage(uverbs.Header{Version: uverbs.Version, Op: h.Op, Seq: h.Seq, Errno: int32(unix.EAGAIN)})
 		}
@@ -298,6 +306,7 @@ func listenAs(t *testing.T, h *netns.Host, name string, uid int) {
 // rdma-core's API on xdproce's libibverbs.so.1, against fake daemons in a
 // namespace: replies with a handle of 0x80000000, a ring or doorbell page
 // that is an empty or unsealed memfd, send slots smaller than their header,
+// a block of device memory that is an empty memfd instead of a map,
 // a HELLO never answered. Each must fail cleanly (an errno, no crash, no
 // hang). A server bound by uid 65534 is not listed, and one that became
 // uid 65534's between listing and opening is refused with EACCES: an
@@ -309,7 +318,7 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 	lib := providerLibs(t)
 	topo := netns.New(t, netns.Config{Kind: netns.Direct})
 	h := topo.Hosts[0]
-	for _, mode := range []string{"ok", "bigh", "short", "unseal", "huge", "page", "slot", "silent"} {
+	for _, mode := range []string{"ok", "bigh", "short", "unseal", "huge", "page", "slot", "silent", "dm"} {
 		listenFake(t, h, "xp"+mode, mode)
 	}
 	swap := listenFake(t, h, "xpswap", "ok")
@@ -355,14 +364,16 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("server_check: %v", err)
 	}
-	if n := checksPassed(t, out.Bytes()); n != 12 {
-		t.Fatalf("server_check ran %d checks, want 12", n)
+	if n := checksPassed(t, out.Bytes()); n != 13 {
+		t.Fatalf("server_check ran %d checks, want 13", n)
 	}
 }
 
 // TestGoClientDistrustsServer is TestStockLibraryDistrustsServer for the Go
 // client (verbs.Dial): a server of uid 65534 is refused with EACCES, one
-// that never answers HELLO fails the dial at its context's deadline, and a
+// that never answers HELLO fails the dial at its context's deadline, a
+// block of device memory whose fd is not an mmapable array map is EPROTO
+// (mapping an empty memfd would fault at the first copy), and a
 // CREATE_QP reply whose send slots cannot hold their header is malformed
 // (posting into them would have written past them).
 func TestGoClientDistrustsServer(t *testing.T) {
@@ -371,6 +382,7 @@ func TestGoClientDistrustsServer(t *testing.T) {
 	h := topo.Hosts[0]
 	listenFake(t, h, "goslot", "slot")
 	listenFake(t, h, "gosilent", "silent")
+	listenFake(t, h, "godm", "dm")
 	listenAs(t, h, "gountr", 65534)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -390,6 +402,14 @@ func TestGoClientDistrustsServer(t *testing.T) {
 				d.Close()
 			}
 			return fmt.Errorf("verbs.Dial of a server that never answers HELLO: %v, want the context's deadline", err)
+		}
+		dd, err := verbs.Dial(ctx, "godm")
+		if err != nil {
+			return fmt.Errorf("verbs.Dial: %w", err)
+		}
+		defer dd.Close()
+		if dm, err := dd.AllocDM(4096); !errors.Is(err, unix.EPROTO) {
+			return fmt.Errorf("AllocDM with an empty memfd for the block: %v (%v), want EPROTO", err, dm)
 		}
 		d, err := verbs.Dial(ctx, "goslot")
 		if err != nil {

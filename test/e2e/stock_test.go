@@ -226,7 +226,8 @@ func TestStockToolsOverLibrary(t *testing.T) {
 			t.Fatalf("ibv_devinfo -v: %v\n%s", err, out)
 		}
 		for _, want := range []string{"hca_id:\txdp_" + a.Link, "PORT_ACTIVE (4)", "link_layer:\t\tEthernet",
-			fmt.Sprintf("::ffff:%s, RoCE v2", a.Addr), "active_mtu:\t\t4096 (5)"} {
+			fmt.Sprintf("::ffff:%s, RoCE v2", a.Addr), "active_mtu:\t\t4096 (5)",
+			"maximum available device memory:\t262144Bytes"} {
 			if !strings.Contains(string(out), want) {
 				t.Errorf("ibv_devinfo -v lacks %q:\n%s", want, out)
 			}

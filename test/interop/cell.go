@@ -101,6 +101,18 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 		xdpSrv *bgProc
 		err    error
 	)
+	if c.Tag == fastPathTag {
+		detach, err := passOnBridgePort()
+		if err != nil {
+			r.Status, r.Reason = statusFail, err.Error()
+			return r
+		}
+		defer func() {
+			if err := detach(); err != nil {
+				r.Status, r.Reason = statusFail, strings.TrimPrefix(r.Reason+"; detaching the XDP pass program: "+err.Error(), "; ")
+			}
+		}()
+	}
 	srvArgv := h.argv(c, c.Server, "")
 	srv.Cmd = shellJoin(srvArgv)
 	if c.Server.onHost() {
@@ -228,7 +240,7 @@ func (h *harness) argv(c cell, e endpoint, addr string) []string {
 	var a []string
 	switch {
 	case e == xdp:
-		a = []string{h.xdproce, "perf", c.Tool, "-d", hostIface}
+		a = append([]string{h.xdproce, "perf", c.Tool, "-d", hostIface}, c.XDPOpts...)
 	case e == lib:
 		// What a user types: xdproce run starts a daemon for the
 		// interface (none runs between cells) and stops it when the tool

@@ -82,6 +82,8 @@ type cell struct {
 	// them in the ID.
 	Opts    []string
 	LibOpts []string
+	// XDPOpts are options of xdproce perf on the host only.
+	XDPOpts []string
 	Tag     string
 	// XFail says why the cell fails rxe<->rxe too (a tool's own
 	// limitation): its failure is then a skip that says so.
@@ -370,6 +372,19 @@ func buildMatrix(cfg matrixConfig) []cell {
 	for _, c := range cmToolCells() {
 		add(c)
 	}
+	// The XDP fast path (docs/fastpath.md): xdproce perf's buffer in device
+	// memory, small WRITEs executed and acknowledged by its program, rxe's
+	// ACKs taken by it, both roles.
+	for _, c := range []cell{{Tool: "ib_write_lat", Size: "2"}, {Tool: "ib_write_lat", Size: "64"}, {Tool: "ib_write_bw", Size: "64"}} {
+		for _, d := range dirs {
+			c.Server, c.Client, c.MTU, c.Iters = d[0], d[1], 1024, cfg.LatIters
+			if c.Tool == "ib_write_bw" {
+				c.Iters = 8 * cfg.BWIters
+			}
+			c.XDPOpts, c.Tag = []string{"--dm", "--fast-path", "--counters"}, fastPathTag
+			add(c)
+		}
+	}
 	// Data integrity, every RC operation both ways, byte for byte.
 	for _, mtu := range []int{4096, 1024} {
 		add(cell{Tool: integrityTool, Server: xdp, Client: vm1, MTU: mtu})
@@ -462,6 +477,9 @@ func rdmaCMCells(cfg matrixConfig) []cell {
 	both(cell{Tool: "ib_send_lat", Size: "2048", Iters: cfg.LatIters, Opts: []string{"-R", "-c", "UD"}, Tag: rdmaCMTag + "-ud"})
 	return cells
 }
+
+// fastPathTag names the XDP fast path's cells (--only dm-fastpath).
+const fastPathTag = "dm-fastpath"
 
 // rdmaCMTag names the rdma_cm cells (--only rdma_cm).
 const rdmaCMTag = "rdma_cm"

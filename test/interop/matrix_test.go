@@ -26,8 +26,10 @@ func TestMatrixFull(t *testing.T) {
 	//   x 2 roles = 3 x 3 = 9
 	// + libfabric: fi_pingpong msg and rdm, each rxe-rxe and lib x 2 roles
 	//   = 2 x 3 = 6
-	if len(cells) != 217 {
-		t.Fatalf("%d cells, want 217", len(cells))
+	// + the XDP fast path on device memory: ib_write_lat 2 B and 64 B,
+	//   ib_write_bw 64 B, x 2 roles = 6
+	if len(cells) != 223 {
+		t.Fatalf("%d cells, want 223", len(cells))
 	}
 	count := func(f func(cell) bool) int {
 		n := 0
@@ -46,9 +48,10 @@ func TestMatrixFull(t *testing.T) {
 		{"reference", func(c cell) bool { return !c.hasXDP() }, 13 + 5 + 8 + 9 + 3 + 2},
 		{"guest", func(c cell) bool { return c.guestCell() && c.MTU == 2048 && !c.hostXDP() }, 15},
 		{"guest xdproce-xdproce", func(c cell) bool { return c.Server.guest() && c.Client.guest() }, 5},
-		{"xdproce server", func(c cell) bool { return c.Server == xdp && c.Tool != integrityTool }, 31 + 8},
-		{"xdproce client", func(c cell) bool { return c.Client == xdp }, 31 + 8},
-		{"mtu 1024", func(c cell) bool { return c.MTU == 1024 && c.Tool != integrityTool }, 22},
+		{"xdproce server", func(c cell) bool { return c.Server == xdp && c.Tool != integrityTool }, 31 + 8 + 3},
+		{"xdproce client", func(c cell) bool { return c.Client == xdp }, 31 + 8 + 3},
+		{"mtu 1024", func(c cell) bool { return c.MTU == 1024 && c.Tool != integrityTool }, 22 + 6},
+		{"fast path", func(c cell) bool { return c.Tag == fastPathTag && len(c.XDPOpts) > 0 }, 6},
 		{"integrity", func(c cell) bool { return c.Tool == integrityTool && c.Client == vm1 && c.Loss == "" }, 2},
 		{"loss", func(c cell) bool { return c.Loss == "1%" }, 8},
 		{"-q 8", func(c cell) bool { return c.QPs == 8 }, 3 + 2},

@@ -35,9 +35,12 @@ type session struct {
 	events  eventQueue
 	// bell is the daemon's end of the client's own doorbell, which only
 	// the daemon holds; ringDoorbell reads it until release closes it and
-	// closes bellDone.
+	// closes bellDone. Where the device's engine waits on the doorbell
+	// itself (verbs.Device.WatchDoorbell), bellFD is that end instead, and
+	// bell nil.
 	bell     *ipc.Waiter
 	bellDone chan struct{}
+	bellFD   int // -1 when the engine does not watch it
 	// gone is set once the client's process has exited (its pidfd): its
 	// own memory is never touched after that. memFailures counts copies
 	// to or from its memory that failed.
@@ -98,7 +101,7 @@ type sharedQP struct {
 }
 
 func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
-	ss := &session{srv: s, conn: c, peer: p, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
+	ss := &session{srv: s, conn: c, peer: p, bellFD: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
 		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{},
 		dms: map[uint32]*verbs.DM{}}
 	ss.cm.init()
@@ -322,19 +325,31 @@ func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	if err != nil {
 		return nil, err
 	}
-	bell, bellW, err := ipc.NewDoorbell()
+	bell, bellW, err := ipc.NewRawDoorbell()
 	if err != nil {
 		ipc.CloseAll(page)
 		return nil, err
 	}
 	evfd, evR, err := ipc.NewSignalPipe()
 	if err != nil {
-		ipc.CloseAll(append(page, bellW))
-		bell.Close()
+		ipc.CloseAll(append(page, bellW, bell))
 		return nil, err
 	}
-	ss.bell, ss.bellDone = bell, make(chan struct{})
-	go ringDoorbell(bell, ss.srv.cfg.Device, ss.bellDone)
+	// The engine waits on the doorbell itself where it can: a ring then
+	// wakes it in one hop, not a goroutine that wakes it in a second.
+	watched, err := dev.WatchDoorbell(bell)
+	if err != nil {
+		ipc.CloseAll(append(page, bellW, bell, evR))
+		evfd.Close()
+		return nil, err
+	}
+	if watched {
+		ss.bellFD = bell
+	} else {
+		w := ipc.WaiterOf(bell)
+		ss.bell, ss.bellDone = w, make(chan struct{})
+		go ringDoorbell(w, dev, ss.bellDone)
+	}
 	ss.events.mu.Lock()
 	ss.events.fd = evfd
 	ss.events.mu.Unlock()
@@ -835,6 +850,13 @@ func (ss *session) release() {
 		ss.bell.Close()
 		<-ss.bellDone
 		ss.bell = nil
+	}
+	if ss.bellFD >= 0 {
+		if err := ss.srv.cfg.Device.UnwatchDoorbell(ss.bellFD); err != nil {
+			ss.srv.log.Error("daemon: unwatching a departed client's doorbell", "err", err)
+		}
+		unix.Close(ss.bellFD)
+		ss.bellFD = -1
 	}
 	ss.events.close()
 	ss.releaseCM()

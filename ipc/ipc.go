@@ -453,18 +453,30 @@ func NewSignalPipe() (*Signaler, int, error) {
 // once the daemon is gone. This side's end is shut for writing: the other
 // side reads nothing from its own.
 func NewDoorbell() (*Waiter, int, error) {
+	own, other, err := NewRawDoorbell()
+	if err != nil {
+		return nil, -1, err
+	}
+	return WaiterOf(own), other, nil
+}
+
+// NewRawDoorbell is NewDoorbell with this side's end a bare non-blocking
+// descriptor, outside Go's poller, for a waiter that waits on it by other
+// means (a device's engine, in its own wait set: verbs.Device.WatchDoorbell).
+// Both fds are the caller's to close.
+func NewRawDoorbell() (own, other int, err error) {
 	p, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, -1, fmt.Errorf("ipc: doorbell: %w", err)
+		return -1, -1, fmt.Errorf("ipc: doorbell: %w", err)
 	}
 	if err := unix.Shutdown(p[0], unix.SHUT_WR); err != nil {
 		CloseAll(p[:])
-		return nil, -1, fmt.Errorf("ipc: doorbell: %w", err)
+		return -1, -1, fmt.Errorf("ipc: doorbell: %w", err)
 	}
 	// Best effort: few rings can be pending (each is a buffer in the kernel);
 	// more say nothing more.
 	_ = unix.SetsockoptInt(p[1], unix.SOL_SOCKET, unix.SO_SNDBUF, pipeBytes)
-	return WaiterOf(p[0]), p[1], nil
+	return p[0], p[1], nil
 }
 
 // SignalerOf wraps the write end of a notification pipe, taking it over.

@@ -51,5 +51,19 @@ type SplitReceiver interface {
 	ReceiveSplit(max int, fn func(head, tail []byte)) (int, error)
 }
 
+// Watcher is a Link whose Wait also ends when another descriptor becomes
+// readable: a daemon's client's doorbell, so that a ring wakes the engine
+// itself rather than a goroutine that then wakes it. Wait reads and
+// discards what a watched descriptor holds, and stops watching one at its
+// end of file or error. Any goroutine may call Watch and Unwatch; the
+// caller keeps fd open until Unwatch returns.
+type Watcher interface {
+	Watch(fd int) error
+	Unwatch(fd int) error
+	// WatchWakes counts the Waits a watched descriptor ended. Only the
+	// goroutine that calls Wait may call it.
+	WatchWakes() uint64
+}
+
 // RingDropper is a Link that counts frames its receive ring dropped.
 type RingDropper interface{ RingDrops() uint64 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -34,8 +36,13 @@ type FrameLink struct {
 	tx      []txQueue
 	cur     int
 	scratch []byte
-	wakeFD  int      // eventfd: the doorbell
-	set     *os.File // epoll set of the sockets and wakeFD, in Go's poller
+	wakeFD  int // eventfd: the doorbell
+	// epfd is the wait set: the sockets, wakeFD and what the link
+	// watches. set wraps it in Go's poller, from the first Wait that parks
+	// there (pollSet); one that blocks its thread (SetThreadWait) leaves it
+	// out, or every wakeup would wake the poller's thread too.
+	epfd    int
+	set     *os.File
 	setConn syscall.RawConn
 	events  []unix.EpollEvent
 	max     int
@@ -49,6 +56,15 @@ type FrameLink struct {
 	armed          []bool
 	timerFD        int
 	received, sent atomic.Int64
+	// watched are the descriptors (a daemon's clients' doorbells) whose
+	// readiness ends a Wait too (Watch), under watchMu, which a Wait holds
+	// while it reads one: Unwatch returns only once no read of fd is
+	// under way, so a closed and reused descriptor is never read.
+	watchMu    sync.Mutex
+	watched    map[int]bool
+	watchWakes uint64 // Waits a watched descriptor ended (Wait's goroutine)
+	threadWait bool   // Wait blocks its thread (SetThreadWait)
+	drain      [64]byte
 }
 
 // txQueue is one socket's transmit side: frames[:ready] are committed,
@@ -73,6 +89,13 @@ const (
 	txBatch = 128
 	// minFrameLen is the shortest Ethernet frame without FCS.
 	minFrameLen = 60
+	// minEvents is the fewest events a Wait takes in one look: watched
+	// descriptors beyond them stay ready for the next.
+	minEvents = 16
+	// drainReads bounds the reads a Wait makes of one watched descriptor:
+	// a client that keeps writing keeps it ready, and the next Wait reads
+	// on.
+	drainReads = 4
 )
 
 // NewFrameLink opens a link on all of p's sockets. Close it before the
@@ -119,22 +142,13 @@ func newFrameLink(socks []*ring.Socket, maxFrame int) (*FrameLink, error) {
 			return nil, errors.Join(fmt.Errorf("nic: epoll add: %w", err), unix.Close(epfd), unix.Close(efd))
 		}
 	}
-	if err := unix.SetNonblock(epfd, true); err != nil {
-		return nil, errors.Join(fmt.Errorf("nic: epoll set: %w", err), unix.Close(epfd), unix.Close(efd))
-	}
-	set := os.NewFile(uintptr(epfd), "xdproce-wait")
-	conn, err := set.SyscallConn()
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("nic: epoll set: %w", err), set.Close(), unix.Close(efd))
-	}
 	l := &FrameLink{
 		socks:   socks,
 		pkts:    make([]ring.Packet, rxBatch),
 		scratch: make([]byte, ring.MaxChunkSize*ring.MaxSegments),
 		wakeFD:  efd,
-		set:     set,
-		setConn: conn,
-		events:  make([]unix.EpollEvent, len(fds)),
+		epfd:    epfd,
+		events:  make([]unix.EpollEvent, max(len(fds), minEvents)),
 		max:     maxFrame,
 		armed:   make([]bool, len(socks)),
 		timerFD: -1,
@@ -468,12 +482,25 @@ func (l *FrameLink) RxCoalesce() time.Duration { return l.coalesce.longest }
 
 // ctl changes what fd wakes the wait set for.
 func (l *FrameLink) ctl(op, fd int, events uint32) error {
-	var err error
-	cerr := l.setConn.Control(func(set uintptr) {
-		ev := unix.EpollEvent{Events: events, Fd: int32(fd)}
-		err = unix.EpollCtl(int(set), op, fd, &ev)
-	})
-	return errors.Join(cerr, err)
+	ev := unix.EpollEvent{Events: events, Fd: int32(fd)}
+	return unix.EpollCtl(l.epfd, op, fd, &ev)
+}
+
+// pollSet puts the wait set in Go's poller, once.
+func (l *FrameLink) pollSet() error {
+	if l.set != nil {
+		return nil
+	}
+	if err := unix.SetNonblock(l.epfd, true); err != nil {
+		return fmt.Errorf("nic: epoll set: %w", err)
+	}
+	set := os.NewFile(uintptr(l.epfd), "xdproce-wait")
+	conn, err := set.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("nic: epoll set: %w", err) // only for a nil file
+	}
+	l.set, l.setConn = set, conn
+	return nil
 }
 
 // Wait blocks until a frame may be ready, Wake is called, or d passes. It
@@ -491,13 +518,8 @@ func (l *FrameLink) Wait(d time.Duration) {
 			l.startTimer(sleep) // a stream: let its next batch gather, disarmed
 		}
 	}
-	if !timed && d > 0 && d < preciseWait && l.ensureTimer() == nil {
-		l.startTimer(d) // ends this Wait: slept stays false (no coalescing figure)
-	}
-	_ = l.set.SetReadDeadline(time.Now().Add(d))
-	rang, slept := false, false
-	_ = l.setConn.Read(func(fd uintptr) bool {
-		n, err := unix.EpollWait(int(fd), l.events, 0)
+	rang, slept, watchRang := false, false, false
+	look := func(n int) {
 		for _, ev := range l.events[:max(n, 0)] {
 			switch int(ev.Fd) {
 			case l.wakeFD:
@@ -507,13 +529,34 @@ func (l *FrameLink) Wait(d time.Duration) {
 				_, _ = unix.Read(l.timerFD, b[:]) // level-triggered: reset it
 				slept = timed                     // not a timer an earlier Wait left running
 			default:
+				if l.drainWatched(int(ev.Fd)) {
+					watchRang = true
+					continue
+				}
 				if l.coalesce.longest > 0 {
 					l.disarmed(int(ev.Fd)) // a one-shot wakeup fired
 				}
 			}
 		}
-		return n > 0 || (err != nil && err != unix.EINTR)
-	})
+	}
+	if l.threadWait {
+		look(l.blockingWait(l.epfd, d))
+	} else if err := l.pollSet(); err != nil {
+		time.Sleep(d) // cannot happen (a valid descriptor); sleep rather than spin
+	} else {
+		if !timed && d > 0 && d < preciseWait && l.ensureTimer() == nil {
+			l.startTimer(d) // ends this Wait: slept stays false (no coalescing figure)
+		}
+		_ = l.set.SetReadDeadline(time.Now().Add(d))
+		_ = l.setConn.Read(func(fd uintptr) bool {
+			n, err := unix.EpollWait(int(fd), l.events, 0)
+			look(n)
+			return n > 0 || (err != nil && err != unix.EINTR)
+		})
+	}
+	if watchRang {
+		l.watchWakes++
+	}
 	if slept && !rang {
 		waiting := 0
 		for _, s := range l.socks {
@@ -542,11 +585,116 @@ func (l *FrameLink) ensureTimer() error {
 	return l.ctl(unix.EPOLL_CTL_ADD, fd, unix.EPOLLIN)
 }
 
-// preciseWait is the longest Wait the timer ends rather than the poller's
-// deadline, which sleeps a whole millisecond for any shorter time: a
+// preciseWait is the longest Wait parked on Go's poller that the timer
+// ends rather than the poller's deadline, which sleeps a whole
+// millisecond for any shorter time (a thread's wait, epoll_pwait2, has
+// nanoseconds already): a
 // transport timer of a few round trips (a tail-loss probe, 2·srtt) or a
 // READ response's pace would otherwise wait a millisecond or more.
 const preciseWait = 2 * time.Millisecond
+
+// Watch makes fd's readiness end a Wait, as Wake does: a daemon's client's
+// doorbell then wakes the engine in one hop. Wait reads and discards what
+// fd holds (up to drainReads reads a look) and stops watching it at its
+// end of file or on an error. The caller keeps fd open until Unwatch.
+func (l *FrameLink) Watch(fd int) error {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	if l.watched[fd] {
+		return fmt.Errorf("nic: watch fd %d: %w", fd, unix.EEXIST)
+	}
+	if err := l.ctl(unix.EPOLL_CTL_ADD, fd, unix.EPOLLIN); err != nil {
+		return fmt.Errorf("nic: watch fd %d: %w", fd, err)
+	}
+	if l.watched == nil {
+		l.watched = make(map[int]bool)
+	}
+	l.watched[fd] = true
+	return nil
+}
+
+// Unwatch stops watching fd; once it returns, no Wait reads fd. A
+// descriptor Wait already let go of (its end of file) is no error.
+func (l *FrameLink) Unwatch(fd int) error {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	if !l.watched[fd] {
+		return nil
+	}
+	delete(l.watched, fd)
+	if err := l.ctl(unix.EPOLL_CTL_DEL, fd, 0); err != nil {
+		return fmt.Errorf("nic: unwatch fd %d: %w", fd, err)
+	}
+	return nil
+}
+
+// Watching is how many descriptors the link watches.
+func (l *FrameLink) Watching() int {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	return len(l.watched)
+}
+
+// WatchWakes counts the Waits a watched descriptor ended; only Wait's
+// goroutine may call it.
+func (l *FrameLink) WatchWakes() uint64 { return l.watchWakes }
+
+// drainWatched reads what the watched descriptor fd holds and reports
+// whether fd is one (false for a socket of the link, or a descriptor
+// Unwatch let go of since the look). At fd's end of file (the client
+// closed its end), or an error, it stops watching fd: a descriptor ready
+// for ever would end every Wait at once.
+func (l *FrameLink) drainWatched(fd int) bool {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	if !l.watched[fd] {
+		return false
+	}
+	for range drainReads {
+		n, err := unix.Read(fd, l.drain[:])
+		if n > 0 {
+			continue
+		}
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+			break
+		}
+		delete(l.watched, fd) // end of file, or not a descriptor to read
+		_ = l.ctl(unix.EPOLL_CTL_DEL, fd, 0)
+		break
+	}
+	return true
+}
+
+// SetThreadWait makes Wait block its goroutine's thread in the wait set
+// (epoll_pwait2) rather than park the goroutine in Go's network poller. A
+// wakeup then readies that one thread, where through the poller the
+// thread that polls readies the goroutine and, taking a processor (P) out
+// of idle, wakes the runtime's monitor (sysmon), which then polls every
+// 20 µs for a while: on a host whose processors are all busy (clients
+// spinning on memory) each is a thread the kernel must preempt someone
+// for. The blocked thread keeps its processor (P)
+// until the runtime's monitor takes it back, so it suits a process whose
+// only data path is its engines (the daemon), not one whose application
+// shares the processors with them. The link's owner calls it before the
+// link is used.
+func (l *FrameLink) SetThreadWait(on bool) { l.threadWait = on }
+
+// blockingWait waits in the wait set epfd for up to d, blocking the
+// thread, and returns how many events it put in l.events (0 on timeout or
+// an interruption: a spurious wakeup, which the engine takes as one).
+func (l *FrameLink) blockingWait(epfd int, d time.Duration) int {
+	ts := unix.NsecToTimespec(max(d, 0).Nanoseconds())
+	r, _, errno := unix.Syscall6(unix.SYS_EPOLL_PWAIT2, uintptr(epfd), uintptr(unsafe.Pointer(&l.events[0])),
+		uintptr(len(l.events)), uintptr(unsafe.Pointer(&ts)), 0, 0)
+	if errno == unix.ENOSYS { // before Linux 5.11: milliseconds, rounded up
+		n, _ := unix.EpollWait(epfd, l.events, int((d+time.Millisecond-1)/time.Millisecond))
+		return max(n, 0)
+	}
+	if errno != 0 {
+		return 0
+	}
+	return int(r)
+}
 
 // startTimer has the coalescing timer end the Wait after d: µs precision,
 // where the Go poller's deadlines sleep in whole milliseconds.
@@ -604,7 +752,12 @@ func (l *FrameLink) Close() error {
 	if l.timerFD >= 0 {
 		errs = append(errs, unix.Close(l.timerFD))
 	}
-	return errors.Join(append(errs, l.set.Close(), unix.Close(l.wakeFD))...)
+	if l.set != nil {
+		errs = append(errs, l.set.Close()) // closes epfd
+	} else {
+		errs = append(errs, unix.Close(l.epfd))
+	}
+	return errors.Join(append(errs, unix.Close(l.wakeFD))...)
 }
 
 // SetReleaseHook has f run just before the frames of each receive batch are

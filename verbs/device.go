@@ -260,5 +260,16 @@ func (d *Device) SetDoorbellPage(page []byte) { d.ops.SetDoorbellPage(page) }
 // signals that it posted to a sleeping engine.
 func (d *Device) Wake() { d.ops.Wake() }
 
+// WatchDoorbell has the device's engine wait on fd, a daemon's client's
+// doorbell, itself, so that a ring wakes it in one hop. It is false, with
+// nothing done, where the engines cannot (several engines, a link that
+// watches nothing, a device attached to a daemon): the caller then reads
+// fd and calls Wake. The caller keeps fd open until UnwatchDoorbell.
+func (d *Device) WatchDoorbell(fd int) (bool, error) { return d.ops.WatchDoorbell(fd) }
+
+// UnwatchDoorbell stops WatchDoorbell's watch: once it returns, the
+// engines read fd no more.
+func (d *Device) UnwatchDoorbell(fd int) error { return d.ops.UnwatchDoorbell(fd) }
+
 // Engines is the number of engines (queues) the device runs.
 func (d *Device) Engines() int { return d.ops.Engines() }

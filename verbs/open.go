@@ -42,6 +42,15 @@ type Options struct {
 	// negative, off. A busy-polling device never coalesces: its engines
 	// never sleep.
 	RxCoalesce time.Duration
+	// ThreadWait has a sleeping engine block its own thread in its wait
+	// set rather than park in Go's network poller
+	// (nic.FrameLink.SetThreadWait): a wakeup then readies one thread, not
+	// the poller's and, through it, the engine's and the runtime's
+	// monitor. For a process whose only data path is its engines (the
+	// daemon: xdproce up sets it); an application sharing the processors
+	// with them would wait for the processor a blocked thread holds. Only
+	// where Go has more processors (GOMAXPROCS) than the device engines.
+	ThreadWait bool
 	// Logger receives setup notes. Default slog.Default().
 	Logger *slog.Logger
 	// Embedded runs the device in this process even when a daemon serves
@@ -98,6 +107,14 @@ func Open(ctx context.Context, ifname string, opts Options) (*Device, error) {
 		return errors.Join(errs...)
 	}
 	dataPath := port.Features().String()
+	// A blocked engine keeps its processor (P) until the runtime's monitor
+	// takes it back, up to 10 ms later: with no P left over, the rest of
+	// the process (a daemon's sessions) would wait that long.
+	if opts.ThreadWait && !opts.BusyPoll && runtime.GOMAXPROCS(0) > len(queues) {
+		for _, q := range queues {
+			q.SetThreadWait(true)
+		}
+	}
 	if co := RxCoalesceFor(opts.RxCoalesce); co > 0 && !opts.BusyPoll {
 		for _, q := range queues {
 			if err := q.SetRxCoalesce(co); err != nil {

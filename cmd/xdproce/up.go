@@ -51,7 +51,8 @@ func upFlags(fs *flag.FlagSet) action {
 			}
 			gid, _ = strconv.Atoi(g.Gid)
 		}
-		d, err := verbs.Open(ctx, *dev, verbs.Options{Queues: *queues, BusyPoll: *busyPoll, RxCoalesce: *rxCoalesce, SpinMax: *spinMax, FastPath: *fastPath, Logger: log, Embedded: true})
+		d, err := verbs.Open(ctx, *dev, verbs.Options{Queues: *queues, BusyPoll: *busyPoll, RxCoalesce: *rxCoalesce, SpinMax: *spinMax, FastPath: *fastPath, Logger: log, Embedded: true,
+			ThreadWait: true}) // the engines are the daemon's only data path
 		if err != nil {
 			return err
 		}

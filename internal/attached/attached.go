@@ -292,6 +292,12 @@ func (r *Device) SetDoorbellPage([]byte) {}
 // Wake does nothing: posts ring the daemon's engines themselves.
 func (r *Device) Wake() {}
 
+// WatchDoorbell is false: no engines here to watch it.
+func (r *Device) WatchDoorbell(int) (bool, error) { return false, nil }
+
+// UnwatchDoorbell does nothing: WatchDoorbell watched nothing.
+func (r *Device) UnwatchDoorbell(int) error { return nil }
+
 // Engines is 0: no engines here.
 func (r *Device) Engines() int { return 0 }
 
@@ -514,6 +520,7 @@ type CQ struct {
 	notify *ipc.Waiter // hangs up when the daemon is gone
 	ring   *uverbs.Ring
 	head   atomic.Uint64 // completions polled (advanced under pollMu)
+	empty  atomic.Uint32 // empty polls, for idle's yields
 	// pollMu orders concurrent pollers among themselves, as ibv_poll_cq's
 	// lock does.
 	pollMu sync.Mutex
@@ -553,6 +560,7 @@ func (cq *CQ) Depth() int { return cq.depth }
 func (cq *CQ) Poll(wcs []ibv.WorkCompletion) int {
 	r := cq.ring
 	if r.Producer() == uint32(cq.head.Load()) {
+		cq.idle()
 		return 0 // an empty poll: two loads, no lock, no store to the shared line
 	}
 	cq.pollMu.Lock()

@@ -62,6 +62,11 @@ type Counters struct {
 	// wanted elsewhere), after each of which the engine slept rather than
 	// spun for a while (internal/transport/loop.go, spinner).
 	SpinStalls uint64
+	// EngineWakeups counts the sleeps an engine's goroutine woke from;
+	// DoorbellWakes those a daemon's client's doorbell ended directly, the
+	// engine waiting on it itself (NIC.WatchDoorbell) rather than on a
+	// goroutine that reads it and then wakes the engine.
+	EngineWakeups, DoorbellWakes uint64
 	// DroppedNoGroup counts datagrams to the multicast QPN whose
 	// destination is a group no QP of the device is attached to (rxe drops
 	// them too: "mcast but no mcg"); McastPkts those delivered to one or
@@ -124,7 +129,7 @@ func (c *Counters) fields() []counterField {
 		{"send_err", &c.SendErr}, {"dropped_replies", &c.DroppedReplies}, {"ring_drops", &c.RingDrops}, {"ack_held", &c.AckHeld}, {"ack_hold_missed", &c.AckHoldMissed},
 		{"handed_off", &c.HandedOff}, {"handoff_drops", &c.HandOffDrops}, {"bad_shared_wqe", &c.BadSharedWQE},
 		{"read_retry_paced", &c.ReadRetryPaced}, {"loopback_pkts", &c.LoopbackPkts},
-		{"spin_stalls", &c.SpinStalls},
+		{"spin_stalls", &c.SpinStalls}, {"engine_wakeups", &c.EngineWakeups}, {"doorbell_wakes", &c.DoorbellWakes},
 		{"dropped_no_mcast_group", &c.DroppedNoGroup}, {"mcast_pkts", &c.McastPkts},
 		{"retransmitted_pkts", &c.RetransmittedPkts}, {"ooo_held", &c.OOOHeld}, {"ooo_dropped", &c.OOODropped},
 		{"fast_takeovers", &c.FastTakeOvers}, {"fast_path_err", &c.FastPathErr}, {"fast_acks", &c.FastAcks},

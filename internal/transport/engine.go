@@ -41,6 +41,10 @@ type engine struct {
 	acks     []*QP    // QPs with an ACK deferred to the end of the receive batch
 	counters ibv.Counters
 	spin     spinner // whether the engine's goroutine spins when idle
+	wakeups  uint64  // sleeps the engine's goroutine woke from (its own)
+	// watcher is the link when it can wait on a daemon's clients'
+	// doorbells too (NIC.WatchDoorbell).
+	watcher link.Watcher
 
 	// fastTaken: QPs whose responder a frame took back from the XDP fast
 	// path during this receive batch (fastpath.go).
@@ -129,6 +133,9 @@ func (e *engine) init(d *NIC, l link.Link, index int) {
 	if s, ok := l.(link.SplitReceiver); ok {
 		e.splitter = s
 		e.gather = make([]byte, 0, 2*l.MaxFrame())
+	}
+	if w, ok := l.(link.Watcher); ok {
+		e.watcher = w
 	}
 	if l, ok := l.(link.FrameLender); ok {
 		e.lender = l

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
@@ -74,6 +75,10 @@ func (d *NIC) run(e *engine) {
 		}
 		e.mu.Lock()
 		e.counters.SpinStalls = e.spin.stalls // e.spin is this goroutine's
+		e.counters.EngineWakeups = e.wakeups
+		if e.watcher != nil {
+			e.counters.DoorbellWakes = e.watcher.WatchWakes()
+		}
 		e.work.Store(false)
 		busy := e.step()
 		holding := e.holding
@@ -102,11 +107,53 @@ func (d *NIC) run(e *engine) {
 			if !e.work.Load() && !e.clientsPosted() && e.fastSleep() {
 				e.link.Wait(wait)
 				e.fastWake()
+				e.wakeups++
 			}
 			e.setSleeping(false)
 			e.sleeping.Store(false)
 		}
 	}
+}
+
+// WatchDoorbell has the engine wait on fd, a daemon's client's doorbell,
+// itself: a ring then wakes a sleeping engine in one hop, where a goroutine
+// reading fd and then ringing the engine (Wake) takes two, each a thread
+// the kernel must find a processor for. It reports false, and does
+// nothing, when the engines cannot: a link that watches nothing, or
+// several engines, any of which a ring may be for (the caller then relays
+// rings with Wake). The caller keeps fd open until UnwatchDoorbell.
+func (d *NIC) WatchDoorbell(fd int) (bool, error) {
+	if len(d.shards) != 1 {
+		return false, nil
+	}
+	w := d.shards[0].watcher
+	if w == nil {
+		return false, nil
+	}
+	d.wakeMu.RLock()
+	defer d.wakeMu.RUnlock()
+	if d.linkGone {
+		return false, ibv.ErrClosed
+	}
+	return true, w.Watch(fd)
+}
+
+// UnwatchDoorbell undoes WatchDoorbell: once it returns, the engine reads
+// fd no more.
+func (d *NIC) UnwatchDoorbell(fd int) error {
+	if len(d.shards) != 1 {
+		return nil
+	}
+	w := d.shards[0].watcher
+	if w == nil {
+		return nil
+	}
+	d.wakeMu.RLock()
+	defer d.wakeMu.RUnlock()
+	if d.linkGone {
+		return nil // the link and its watches are gone
+	}
+	return w.Unwatch(fd)
 }
 
 // setSleeping says in the doorbell page, if the device has one, whether the

@@ -29,8 +29,11 @@ static int start_poll(struct ibv_cq_ex *c, struct ibv_poll_cq_attr *attr)
 		return EINVAL;
 	pthread_spin_lock(&cq->lock);
 	int err = take(cq);
-	if (err)
+	if (err) {
 		pthread_spin_unlock(&cq->lock);
+		if (err == ENOENT)
+			xp_poll_idle();
+	}
 	return err;
 }
 

@@ -4,6 +4,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <string.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "xdproce.h"
@@ -269,14 +270,29 @@ void xp_cqe_to_wc(const struct xp_cqe *cqe, struct ibv_wc *wc)
 		wc->imm_data = htobe32(cqe->imm_data);
 }
 
+/* xp_poll_idle is called at each empty poll: every XP_YIELD_POLLS-th in a row on this thread yields the
+ * processor. The completion a poller waits for comes from a daemon's engine, a thread that must run
+ * to make it; where the processors are all taken (pollers spinning beside sleeping engines on a small
+ * host) the woken engine waits for one of them to be preempted. A poller that yields lets a runnable
+ * engine on its processor run at once; with nothing else runnable the yield returns at once. */
+static __thread unsigned empty_polls;
+
+void xp_poll_idle(void)
+{
+	if (++empty_polls % XP_YIELD_POLLS == 0)
+		sched_yield();
+}
+
 int xp_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
 {
 	struct xcq *cq = to_xcq(ibcq);
 	/* An empty CQ costs a load and a compare: no lock, no store. That look is only a hint: another
 	 * poller may consume past it before this one holds the lock. */
 	struct xp_ring_hdr *h = (struct xp_ring_hdr *)__atomic_load_n(&cq->ring.mem, __ATOMIC_ACQUIRE);
-	if (atomic_load_explicit(&h->producer, memory_order_relaxed) == __atomic_load_n(&cq->cons, __ATOMIC_RELAXED))
+	if (atomic_load_explicit(&h->producer, memory_order_relaxed) == __atomic_load_n(&cq->cons, __ATOMIC_RELAXED)) {
+		xp_poll_idle();
 		return 0;
+	}
 	pthread_spin_lock(&cq->lock);
 	uint32_t cons = cq->cons;
 	/* Read under the lock, so no poller ever sees an index older than the consumer's; acquire

@@ -174,6 +174,10 @@ struct xcq {
 	bool polling;
 };
 
+/* XP_YIELD_POLLS: a thread's empty polls between two yields of its processor (xp_poll_idle). */
+enum { XP_YIELD_POLLS = 8 };
+void xp_poll_idle(void);
+
 static inline struct xcq *to_xcq(struct ibv_cq *cq)
 {
 	return container_of((struct ibv_cq_ex *)cq, struct xcq, cqx);

@@ -316,7 +316,7 @@ func fastPathAcrossBridge(t *testing.T, pass bool) {
 			if err != nil {
 				return err
 			}
-			defer nl.Delete()
+			defer nl.Close()
 			port, err := nl.LinkByName(topo.Hosts[1].PeerLink)
 			if err != nil {
 				return err

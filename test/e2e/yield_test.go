@@ -1,0 +1,49 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/netns"
+)
+
+// TestStockLibraryPollYields: an application polling an empty CQ of the
+// library (ibv_poll_cq, ibv_start_poll) gives its processor up every
+// XP_YIELD_POLLS polls (8): where pollers spinning on memory hold every
+// processor (ib_write_lat on a small host), the daemon's engine woken to
+// make the completion they wait for then runs at once instead of waiting
+// to preempt one. yield_check counts the library's sched_yield calls.
+func TestStockLibraryPollYields(t *testing.T) {
+	netns.RequireRoot(t)
+	lib := providerLibs(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
+	a := topo.Hosts[0]
+	daemonUp(t, buildCLI(t), a)
+	check := filepath.Join(t.TempDir(), "yield_check")
+	if out, err := exec.Command("cc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-rdynamic", "-o", check,
+		filepath.Join(repoRoot(t), "provider", "test", "yield_check.c"), "-libverbs").CombinedOutput(); err != nil {
+		t.Fatalf("cc yield_check.c: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, check, a.Path(), "xdp_"+a.Link)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("yield_check: %v\n%s", err, out)
+	}
+	var polls, starts int
+	if _, err := fmt.Sscanf(string(out), "yields poll_cq %d start_poll %d", &polls, &starts); err != nil {
+		t.Fatalf("yield_check printed %q: %v", out, err)
+	}
+	// 800 empty polls each: 100 yields, give or take the thread's count
+	// carried from one loop to the next.
+	if polls < 99 || polls > 101 || starts < 99 || starts > 101 {
+		t.Fatalf("800 empty polls yielded %d times (ibv_poll_cq) and %d (ibv_start_poll), want 100 each", polls, starts)
+	}
+}

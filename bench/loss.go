@@ -237,12 +237,26 @@ func sweepLoss(ctx context.Context, cfg LossConfig, topo *netns.Topology, rates 
 				r.Counters = counterDelta(after.a, before.a)
 				r.Lost = after.lost - before.lost
 				r.Retransmitted = after.a.RetransmittedPkts - before.a.RetransmittedPkts + after.b.RetransmittedPkts - before.b.RetransmittedPkts
-				fmt.Fprintf(progress, "bench: %-9s %6s at %5.1f%% loss: %s; %d lost, %d resent\n", op, FormatSize(size), rate*100, summary, r.Lost, r.Retransmitted)
+				fmt.Fprintf(progress, "bench: %-9s %6s at %5.1f%% loss: %s; %d lost, %d resent; A: %s; B: %s\n", op, FormatSize(size), rate*100, summary, r.Lost, r.Retransmitted, recoveryCounters(r.Counters), recoveryCounters(counterDelta(after.b, before.b)))
 				out = append(out, r)
 			}
 		}
 	}
 	return out, nil
+}
+
+// recoveryCounters names the requester's counters that say where a point
+// under loss spent its time: timer expiries, retry episodes, sequence
+// NAKs, READs asked again (and spuriously), responses held out of order.
+func recoveryCounters(c verbs.Counters) string {
+	var b strings.Builder
+	for _, n := range c.Named() {
+		switch n.Name {
+		case "transport_timeouts", "completer_retry_err", "rcvd_seq_err", "lost_response_retry", "spurious_retry", "ooo_held", "duplicate_response":
+			fmt.Fprintf(&b, " %s=%d", n.Name, n.Value)
+		}
+	}
+	return strings.TrimSpace(b.String())
 }
 
 // counterDelta is a - b, counter by counter.

@@ -464,15 +464,8 @@ func (l *FrameLink) SetRxCoalesce(longest time.Duration) error {
 	events := uint32(unix.EPOLLIN)
 	if longest > 0 {
 		events |= unix.EPOLLONESHOT
-		if l.timerFD < 0 {
-			fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
-			if err != nil {
-				return fmt.Errorf("nic: receive coalescing timer: %w", err)
-			}
-			l.timerFD = fd
-			if err := l.ctl(unix.EPOLL_CTL_ADD, fd, unix.EPOLLIN); err != nil {
-				return fmt.Errorf("nic: receive coalescing timer: %w", err)
-			}
+		if err := l.ensureTimer(); err != nil {
+			return fmt.Errorf("nic: receive coalescing timer: %w", err)
 		}
 	}
 	for i, s := range l.socks {
@@ -551,6 +544,9 @@ func (l *FrameLink) Wait(d time.Duration) {
 	} else if err := l.pollSet(); err != nil {
 		time.Sleep(d) // cannot happen (a valid descriptor); sleep rather than spin
 	} else {
+		if !timed && d > 0 && d < preciseWait && l.ensureTimer() == nil {
+			l.startTimer(d) // ends this Wait: slept stays false (no coalescing figure)
+		}
 		_ = l.set.SetReadDeadline(time.Now().Add(d))
 		_ = l.setConn.Read(func(fd uintptr) bool {
 			n, err := unix.EpollWait(int(fd), l.events, 0)
@@ -575,6 +571,27 @@ func (l *FrameLink) Wait(d time.Duration) {
 		_, _ = unix.Read(l.wakeFD, b[:])
 	}
 }
+
+// ensureTimer creates the timer that ends a Wait with µs precision.
+func (l *FrameLink) ensureTimer() error {
+	if l.timerFD >= 0 {
+		return nil
+	}
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	l.timerFD = fd
+	return l.ctl(unix.EPOLL_CTL_ADD, fd, unix.EPOLLIN)
+}
+
+// preciseWait is the longest Wait parked on Go's poller that the timer
+// ends rather than the poller's deadline, which sleeps a whole
+// millisecond for any shorter time (a thread's wait, epoll_pwait2, has
+// nanoseconds already): a
+// transport timer of a few round trips (a tail-loss probe, 2·srtt) or a
+// READ response's pace would otherwise wait a millisecond or more.
+const preciseWait = 2 * time.Millisecond
 
 // Watch makes fd's readiness end a Wait, as Wake does: a daemon's client's
 // doorbell then wakes the engine in one hop. Wait reads and discards what

@@ -1,8 +1,10 @@
 package verbs
 
 import (
+	"errors"
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 
 	"github.com/xdproce/xdproce/link/memlink"
@@ -23,6 +25,14 @@ func TestQueryDevicePortGID(t *testing.T) {
 	want := DeviceAttr{MaxQP: MaxQP, MaxQPWR: MaxQPWR, MaxSGE: MaxSGE, MaxCQE: MaxCQE, MaxInlineData: MaxInlineData,
 		MaxMRSize: MaxMRSize, MaxMsgSize: MaxMsgSize, MaxQPRdAtom: MaxRdAtomic, MaxQPInitRdAtom: MaxRdAtomic,
 		NodeGUID: 0x001122fffe334455} // 02:11:22:33:44:55 with the U/L bit flipped and ff:fe in the middle
+	// max_dm_size is MaxDMSize exactly where device memory can be had (the
+	// kernel gives mmapable array maps), else 0.
+	if dm, err := d.AllocDM(MaxDMSize); err == nil {
+		want.MaxDMSize = MaxDMSize
+		_ = dm.Free()
+	} else if !errors.Is(err, syscall.EOPNOTSUPP) {
+		t.Fatalf("AllocDM(%d): %v", MaxDMSize, err)
+	}
 	if da != want {
 		t.Fatalf("QueryDevice: %+v\nwant %+v", da, want)
 	}

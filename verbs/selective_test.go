@@ -324,15 +324,9 @@ func TestSelectiveLostACKAfterFill(t *testing.T) {
 // one, no loss. WRITEs: each late packet draws one NAK and the requester
 // resends that packet alone, at most, never the window behind it. READs:
 // a response overtaken by one other is not asked for again at all
-// (dupThresh). Every byte right, no timer.
+// (dupThresh), and one overtaken by more at most until the QP's reorder
+// window has learnt the path (recovery.go). Every byte right, no timer.
 func TestReorderIsNotLoss(t *testing.T) {
-	if raceDetector {
-		// A held-back frame leaves with the next batch; engines the
-		// detector slows batch more, so a late response is overtaken by
-		// more than the three that mark a hole lost, and is rightly asked
-		// for again: the depth of reordering is what this test fixes.
-		t.Skip("reordering deeper than the loss threshold under the race detector")
-	}
 	a, b, _, _, _ := selectivePair(t, nil, nil)
 	la, lb := nicOf(a.dev).Link(0).(*memlink.Link), nicOf(b.dev).Link(0).(*memlink.Link)
 	la.SetImpairment(memlink.Impairment{Reorder: 0.05, Seed: 7})
@@ -380,9 +374,15 @@ func TestReorderIsNotLoss(t *testing.T) {
 	run(WRRDMARead)
 	equalBytes(t, "READ", a.mr.Bytes()[size:2*size], b.mr.Bytes()[size:2*size])
 	ca2, cb2 := counters(a.dev), counters(b.dev)
-	if lb.Stats().Reordered == lateResp || ca2.LostResponseRetry != ca.LostResponseRetry || cb2.RetransmittedPkts != cb.RetransmittedPkts || ca2.TransportTimeouts != 0 {
-		t.Fatalf("READ: %d late responses; asked again %d times, %d responses resent (want none); counters A %+v",
-			lb.Stats().Reordered-lateResp, ca2.LostResponseRetry-ca.LostResponseRetry, cb2.RetransmittedPkts-cb.RetransmittedPkts, ca2)
+	// A held-back frame leaves with the next batch, and engines the race
+	// detector slows batch more: a late response may be overtaken by more
+	// than the reorder window holds at first. Such a re-ask is proved
+	// spurious by its replay's second copy and widens the window (at
+	// least doubling it), so there are few, and each is counted as such.
+	asked, spurious := ca2.LostResponseRetry-ca.LostResponseRetry, ca2.SpuriousRetry-ca.SpuriousRetry
+	if lb.Stats().Reordered == lateResp || asked > 2 || spurious != asked || ca2.TransportTimeouts != 0 {
+		t.Fatalf("READ: %d late responses; asked again %d times (%d found spurious), %d responses resent (want at most two re-asks, each found spurious); counters A %+v",
+			lb.Stats().Reordered-lateResp, asked, spurious, cb2.RetransmittedPkts-cb.RetransmittedPkts, ca2)
 	}
 }
 

@@ -95,6 +95,10 @@ type Counters struct {
 	// once so many were that the engine stopped handing responders to the
 	// program (XDP_TX does not reach the peer: docs/fastpath.md).
 	FastAckLost, FastResponderOff uint64
+	// SpuriousRetry counts READ re-asks a second copy of an asked-for
+	// response proved needless (the original was late, not lost); each
+	// widens the QP's reorder window (docs/recovery.md).
+	SpuriousRetry uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -130,6 +134,7 @@ func (c *Counters) fields() []counterField {
 		{"retransmitted_pkts", &c.RetransmittedPkts}, {"ooo_held", &c.OOOHeld}, {"ooo_dropped", &c.OOODropped},
 		{"fast_takeovers", &c.FastTakeOvers}, {"fast_path_err", &c.FastPathErr}, {"fast_acks", &c.FastAcks},
 		{"fast_ack_lost", &c.FastAckLost}, {"fast_responder_off", &c.FastResponderOff},
+		{"spurious_retry", &c.SpuriousRetry},
 	}
 }
 

@@ -121,6 +121,9 @@ func (c *completion) checkPSN() compState {
 		// ahead, as far as serial arithmetic tells.
 		if psnCmp(psn, t.compPSN) < 0 {
 			c.e.counters.DuplicateResponse++
+			if op := c.p.BTH.Opcode; op >= wire.RCReadResponseFirst && op <= wire.RCReadResponseOnly {
+				c.e.answerSeen(c.qp, nil, psn, true) // perhaps a spurious re-ask's, its READ done
+			}
 		} else {
 			c.e.counters.ResponseOutOfWindow++
 		}
@@ -315,12 +318,19 @@ func (c *completion) checkHead() compState {
 	}
 	if w == nil || !isReadOrAtomic(w.wr.Opcode) || (w.wr.Opcode == ibv.WRRDMARead) == isAtomicAck {
 		c.e.counters.ResponseOutOfWindow++ // no READ or atomic of ours holds this PSN
+		if !isAtomicAck {
+			c.e.answerSeen(c.qp, nil, psn, true) // perhaps a spurious re-ask's, its READ done
+		}
 		return compDrop
 	}
 	c.e.acknowledge(c.qp, (w.firstPSN-1)&0xffffff)
 	c.e.rerequestBefore(c.qp, psn, true)
 	base := w.nextRespPSN(t.mtu)
-	if w.respDone || psnCmp(psn, base) < 0 || (psn != base && w.got.has(psn)) {
+	dup := w.respDone || psnCmp(psn, base) < 0 || (psn != base && w.got.has(psn))
+	if !isAtomicAck {
+		c.e.answerSeen(c.qp, w, psn, dup)
+	}
+	if dup {
 		c.e.counters.DuplicateResponse++
 		return compDrop
 	}

@@ -40,7 +40,7 @@ import "time"
 // the length of its rest, counts as asked again: a forged duplicate with
 // a held READ's rkey and a PSN inside it is answered but never paces.
 //
-// In-memory tests: TestReadResponsesPacedAfterTailLoss,
+// In-memory tests: TestReadResponsesPacedAfterTailLoss, TestReadLossEpisode,
 // TestDuplicatedReadRequestsDoNotPace, TestForgedDuplicateReadDoesNotPace;
 // against rxe in a guest, docs/results/2026-11-26-read-pacing.md.
 type readPacer struct {
@@ -62,6 +62,24 @@ type readPacer struct {
 	safe uint32
 	// nextAt is the next packet's theoretical departure (GCRA).
 	nextAt time.Time
+	// ep is the newest READ's loss episode: the runs of it asked for
+	// again, counted together.
+	ep lossEpisode
+}
+
+// lossEpisode counts what a requester asked for again of one READ's
+// response. A requester that asks for holes only (recovery.go) asks for a
+// burst's scattered losses run by run, lowest first, each perhaps shorter
+// than paceLossMin: a path that overflowed in front of a slow receiver
+// loses many runs of one response, random loss a few packets of it. So
+// the runs of one READ count together: once they reach paceLossMin packets
+// and an eighth of the READ (1% or 5% random loss stays below that), the
+// path overflowed.
+type lossEpisode struct {
+	first, pkts uint32 // the READ's first PSN and length in packets
+	lost        uint32 // packets asked for again, alone, from past its start
+	safe        uint32 // what the path took whole before its first hole
+	counted     bool   // pacing turned on (or cut) for this READ already
 }
 
 const (
@@ -86,10 +104,11 @@ const (
 	// application that thinks between READs makes low samples too: the
 	// floor and the burst bound what they cost).
 	paceSampleMin = 8
-	// paceLossMin is the fewest packets a request must ask for again to
-	// count as a lost tail: a path that overflowed loses runs of a
-	// burst, a lossy one single packets (a requester asks for holes
-	// alone: recovery.go), which pacing would only slow down.
+	// paceLossMin is the fewest packets a request, or one READ's
+	// requests together (lossEpisode), must ask for again to count as an
+	// overflow: a path that overflowed loses runs of a burst, a lossy one
+	// single packets (a requester asks for holes alone: recovery.go),
+	// which pacing would only slow down.
 	paceLossMin = 4
 )
 
@@ -157,6 +176,35 @@ func (p *readPacer) due() time.Time {
 	return p.nextAt.Add(-tolerance)
 }
 
+// askedAgain notes a request, alone, for PSNs from through last of the READ
+// starting at first (whose answer ends at resLast), from past its start;
+// it reports whether that turned pacing on (or, already on, cut it).
+func (p *readPacer) askedAgain(first, resLast, from, last uint32) bool {
+	n := (last-from)&0xffffff + 1
+	if first != p.ep.first {
+		p.ep = lossEpisode{first: first} // an older READ's: its length unknown here
+	}
+	if p.ep.lost == 0 {
+		burstFrom := first
+		if psnCmp(from, p.first) > 0 && psnCmp(p.first, first) > 0 && psnCmp(p.first, resLast) <= 0 {
+			burstFrom = p.first // the newest response, itself a re-read's
+		}
+		p.ep.safe = (from - burstFrom) & 0xffffff
+	}
+	p.ep.lost += n
+	overflow := n >= paceLossMin || p.ep.lost >= paceLossMin && p.ep.lost*8 >= p.ep.pkts
+	if !overflow || p.ep.counted {
+		return false
+	}
+	// If the pace was on, it ran too fast: once per READ.
+	if p.paced {
+		p.rate *= paceBackoff
+	}
+	p.ep.counted = true
+	p.paced, p.safe = true, p.ep.safe
+	return true
+}
+
 // readStarting notes, with one clock read, the READ response about to be
 // sent for qp, of res's PSNs from on: a new READ ends the previous
 // response's sample.
@@ -167,27 +215,22 @@ func (e *engine) readStarting(qp *QP, res *respResource, from uint32, kind readK
 	now := time.Now()
 	if kind == readNew {
 		p.requested(now, alone)
+		p.ep = lossEpisode{first: from, pkts: (last-from)&0xffffff + 1}
 	}
-	if (kind == readResume || kind == readHole) && alone && from != res.firstPSN && (last-from)&0xffffff+1 >= paceLossMin {
+	if (kind == readResume || kind == readHole) && alone && from != res.firstPSN {
 		// Every response had left, and one is asked for again from
-		// past its start: its head arrived, its tail did not (a request
-		// duplicated on the way, or a requester whose timer found nothing
-		// at all, asks from the start). If the pace was on, it ran too
-		// fast. Only a request that resumes the READ exactly (address
-		// and length of the rest, as a requester computes them) counts:
-		// a third party who learnt an rkey and guessed a PSN inside a
-		// held READ would otherwise turn the pace on, and cut it by a
-		// quarter with each further copy, for nothing but a forged
-		// packet; it must know the READ's address as well.
-		if p.paced {
-			p.rate *= paceBackoff
+		// past its start: its head arrived, its tail (or a run inside
+		// it) did not (a request duplicated on the way, or a requester
+		// whose timer found nothing at all, asks from the start). Only
+		// a request that resumes the READ or asks for a hole exactly
+		// (address and length as a requester computes them) counts: a
+		// third party who learnt an rkey and guessed a PSN inside a held
+		// READ would otherwise turn the pace on, and cut it by a quarter
+		// with each further copy, for nothing but a forged packet; it
+		// must know the READ's address as well.
+		if p.askedAgain(res.firstPSN, res.lastPSN, from, last) {
+			e.counters.ReadRetryPaced++
 		}
-		burstFrom := res.firstPSN
-		if last == p.last && psnCmp(from, p.first) > 0 {
-			burstFrom = p.first // the newest response, itself a re-read's
-		}
-		p.paced, p.safe = true, (from-burstFrom)&0xffffff
-		e.counters.ReadRetryPaced++
 	}
 	p.started(now, from, last, alone)
 }

@@ -72,3 +72,38 @@ func TestReadPacer(t *testing.T) {
 		t.Fatalf("interval %v, tolerance %v: want 500µs and a burst of 25", interval, tolerance)
 	}
 }
+
+// TestReadLossEpisode: the runs of one READ asked for again count
+// together. A 128-packet READ that lost a few single packets (random loss)
+// does not pace; one whose runs add up to an eighth of it (an overflow
+// the receiver partly drained) does, once, however many runs follow; a
+// new READ starts a new count; a run of paceLossMin at once paces alone.
+func TestReadLossEpisode(t *testing.T) {
+	var p readPacer
+	t0 := time.Unix(1e9, 0)
+	p.started(t0, 0, 127, true)
+	p.ep = lossEpisode{first: 0, pkts: 128}
+	for _, from := range []uint32{10, 40, 77} {
+		if p.askedAgain(0, from, from, from) || p.paced {
+			t.Fatalf("a single lost packet at %d turned pacing on", from)
+		}
+	}
+	turned := 0
+	for from := uint32(80); from < 120; from += 3 {
+		if p.askedAgain(0, from+1, from, from+1) {
+			turned++
+		}
+	}
+	if turned != 1 || !p.paced || p.safe != 10 {
+		t.Fatalf("runs adding up to %d of 128: pacing turned on %d times (want 1), safe %d (want 10)", p.ep.lost, turned, p.safe)
+	}
+	p = readPacer{}
+	p.ep = lossEpisode{first: 128, pkts: 16}
+	if p.askedAgain(128, 130, 130, 130) || p.askedAgain(128, 140, 140, 140) {
+		t.Fatal("two lost packets of 16 turned pacing on")
+	}
+	p.ep = lossEpisode{first: 144, pkts: 1024}
+	if !p.askedAgain(144, 1167, 1000, 1003) {
+		t.Fatal("a run of paceLossMin did not turn pacing on")
+	}
+}

@@ -94,7 +94,8 @@ type qpTransport struct {
 	replyHead int
 	replyStep uint64
 	replySent int
-	pace      readPacer // READ responses' pace (pacing.go)
+	pace      readPacer     // READ responses' pace (pacing.go)
+	reo       reorderWindow // how deep the path reorders READ responses (recovery.go)
 	// failAfterReplies: a class C error's NAK waits behind replies to
 	// earlier requests; the QP enters the error state once they have all
 	// left (respError), and takes no request meanwhile.

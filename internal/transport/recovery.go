@@ -41,8 +41,110 @@ const readMapBits = 256
 
 // dupThresh is how many responses past a hole must arrive before the hole
 // counts as lost rather than reordered (TCP's duplicate-ACK threshold): a
-// response overtaken by one or two others costs nothing.
+// response overtaken by one or two others costs nothing. It is where the
+// QP's reorder window starts.
 const dupThresh = 3
+
+// A path that reorders deeper than dupThresh makes a requester ask again
+// for responses that were only late. As TCP's RACK (RFC 8985) with DSACK,
+// each QP learns how deep its path reorders: a re-ask proves spurious when
+// a second copy of a packet it asked for arrives (the original came after
+// all, then the replay), and the window grows to twice the depth by which
+// that original was overtaken (at least twice the window before), so that
+// reordering about as deep costs nothing more. It returns to dupThresh
+// after reoPersist re-asks without a spurious one (RACK's reo_wnd_persist):
+// a path that stopped reordering gets its prompt loss detection back.
+// reoMax bounds it: a hole past which reoMax responses arrived is lost on
+// any path, and a forged duplicate response can delay loss detection by no
+// more than that.
+const (
+	reoMax     = 32
+	reoPersist = 16
+)
+
+// reorderWindow is a QP's adaptive dupThresh, and the latest re-asks it
+// watches for a second copy (several may be out before the first copy of
+// one comes back twice: all of them count).
+type reorderWindow struct {
+	thresh  uint32 // zero: dupThresh
+	persist uint8  // re-asks left before thresh returns to dupThresh
+	asks    [reoWatch]reAsk
+	next    uint8 // the slot the next re-ask takes
+}
+
+// reoWatch is how many of the latest re-asks are watched.
+const reoWatch = 4
+
+// reAsk is one re-ask watched: the PSNs it asked for, from up to to; open
+// says no copy of them has arrived twice yet; depth is how many PSNs past
+// from had arrived when from filled.
+type reAsk struct {
+	from, to uint32
+	open     bool
+	depth    uint32
+}
+
+func (r *reorderWindow) threshold() uint32 {
+	if r.thresh == 0 {
+		return dupThresh
+	}
+	return r.thresh
+}
+
+// asked notes a re-ask for PSNs from up to to.
+func (r *reorderWindow) asked(from, to uint32) {
+	if r.persist > 0 {
+		r.persist--
+		if r.persist == 0 {
+			r.thresh = 0
+		}
+	}
+	r.asks[r.next] = reAsk{from: from, to: to, open: true}
+	r.next = (r.next + 1) % reoWatch
+}
+
+// forget stops watching the re-asks out: the transport timer is about to
+// ask again for what they asked for, and a second copy will prove nothing
+// (Karn's ambiguity).
+func (r *reorderWindow) forget() {
+	for i := range r.asks {
+		r.asks[i].open = false
+	}
+}
+
+// find is the open re-ask that asked for psn, or nil.
+func (r *reorderWindow) find(psn uint32) *reAsk {
+	for i := range r.asks {
+		a := &r.asks[i]
+		if a.open && psnCmp(psn, a.from) >= 0 && psnCmp(psn, a.to) < 0 {
+			return a
+		}
+	}
+	return nil
+}
+
+// filled notes that the lowest hole, at psn, filled with depth PSNs past
+// it already placed: if a re-ask asked for it and this was the original,
+// that is how late it was.
+func (r *reorderWindow) filled(psn, depth uint32) {
+	if a := r.find(psn); a != nil && a.depth == 0 {
+		a.depth = depth
+	}
+}
+
+// duplicate notes a READ response for psn that was already placed (or
+// whose READ is complete); it reports whether that proved a re-ask
+// spurious, and if so widens the window.
+func (r *reorderWindow) duplicate(psn uint32) bool {
+	a := r.find(psn)
+	if a == nil {
+		return false
+	}
+	a.open = false
+	r.thresh = min(reoMax, max(2*r.threshold(), 2*a.depth))
+	r.persist = reoPersist
+	return true
+}
 
 // readMap records which responses past the next expected one have been
 // placed, a ring indexed by PSN.
@@ -76,26 +178,15 @@ func (w *sendWQE) heldAfter(from uint32) (uint32, bool) {
 
 // holeEnd is one past the last PSN w's next request asks for, from the PSN
 // it waits for: the lowest hole's end (the next response placed), or the
-// READ's end when nothing past it is placed or when more is missing than
-// placed (a path that overflowed loses most of a burst, not single
-// packets: one request for the rest costs less than a round trip per
-// hole, and a responder paces what follows: pacing.go).
+// READ's end when nothing past it is placed. Holes only, never responses
+// already placed: a run lost to an overflowing path is asked for run by
+// run, and the responder's pace counts the runs of one READ together
+// (pacing.go).
 func (w *sendWQE) holeEnd(from uint32) uint32 {
-	end := (w.lastPSN + 1) & 0xffffff
-	x, ok := w.heldAfter(from)
-	if !ok {
-		return end
+	if x, ok := w.heldAfter(from); ok {
+		return x
 	}
-	held := 0
-	for p := x; psnCmp(p, w.seenEnd) < 0; p = (p + 1) & 0xffffff {
-		if w.got.has(p) {
-			held++
-		}
-	}
-	if missing := int((w.seenEnd-from)&0xffffff) - held; missing > held {
-		return end
-	}
-	return x
+	return (w.lastPSN + 1) & 0xffffff
 }
 
 // placeRead places READ response p (already checked: it belongs to w, at
@@ -118,6 +209,7 @@ func (e *engine) placeRead(qp *QP, w *sendWQE, pkt *wire.Packet, segs []span) bo
 		w.got.set(p)
 		return true
 	}
+	t.reo.filled(p, (w.seenEnd-p-1)&0xffffff)
 	next := (p + 1) & 0xffffff
 	for psnCmp(next, w.seenEnd) < 0 && w.got.has(next) {
 		w.got.clear(next)
@@ -132,27 +224,50 @@ func (e *engine) placeRead(qp *QP, w *sendWQE, pkt *wire.Packet, segs []span) bo
 }
 
 // askHoles asks again for the lowest hole of w's responses once it is
-// known lost: responses past it (dupThresh of them, or the end of a
-// request's answer) arrived, or tailLost says its answer is over. At most
-// one request per hole per round trip: while the request for the hole at
-// the PSN w waits for is out, nothing more is asked.
+// known lost: responses past it (the QP's reorder window of them, or the
+// end of a request's answer) arrived, or tailLost says its answer is over.
+// At most one request per hole per round trip: while the request for the
+// hole at the PSN w waits for is out, nothing more is asked; once its
+// first responses are in, the rest of its answer is on its way in order,
+// and only responses of that answer past a hole show it lost (those placed
+// before the request arrived before it).
 func (e *engine) askHoles(qp *QP, w *sendWQE) {
 	if w.respDone || !w.started || !w.sentAll {
 		return
 	}
-	base := w.nextRespPSN(qp.t.mtu)
+	t := &qp.t
+	base := w.nextRespPSN(t.mtu)
 	if w.retried && w.readFrom == base {
 		return
 	}
-	if x, ok := w.heldAfter(base); ok {
-		if !w.tailLost && (w.seenEnd-x)&0xffffff < dupThresh {
+	if !w.tailLost {
+		x, ok := w.heldAfter(base)
+		if !ok {
+			return
+		}
+		seen := w.seenEnd
+		if psnCmp(base, w.readTo) < 0 {
+			seen = w.askSeen
+		}
+		if psnCmp(seen, x) <= 0 || (seen-x)&0xffffff < t.reo.threshold() {
 			return // perhaps only overtaken
 		}
-	} else if !w.tailLost {
-		return
 	}
 	w.retried = true
 	e.counters.LostResponseRetry++
-	qp.t.rttAt = time.Time{} // Karn: no round-trip sample across a retransmission
+	t.rttAt = time.Time{} // Karn: no round-trip sample across a retransmission
 	e.sendReadAtomic(qp, w)
+	t.reo.asked(w.readFrom, w.readTo)
+}
+
+// answerSeen notes READ response psn of w arriving, placed or not: one of
+// the answer to w's latest request, if inside it. A second copy of a
+// response the latest re-ask asked for shows the re-ask was spurious.
+func (e *engine) answerSeen(qp *QP, w *sendWQE, psn uint32, dup bool) {
+	if w != nil && psnCmp(psn, w.readFrom) >= 0 && psnCmp(psn, w.readTo) < 0 && psnCmp((psn+1)&0xffffff, w.askSeen) > 0 {
+		w.askSeen = (psn + 1) & 0xffffff
+	}
+	if dup && qp.t.reo.duplicate(psn) {
+		e.counters.SpuriousRetry++
+	}
 }

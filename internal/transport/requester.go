@@ -37,7 +37,10 @@ type sendWQE struct {
 	got      readMap
 	seenEnd  uint32
 	tailLost bool
-	inline   []byte // INLINE data, copied when posted
+	// askSeen is one past the highest response of the latest request's
+	// answer seen since it was sent (recovery.go, askHoles).
+	askSeen uint32
+	inline  []byte // INLINE data, copied when posted
 }
 
 // requester sends what the QP's window allows; it reports whether it sent.
@@ -274,7 +277,7 @@ func (e *engine) sendReadAtomic(qp *QP, w *sendWQE) {
 		}
 		p := e.header(qp, wire.RCReadRequest, psn, true)
 		p.RETH = wire.RETH{VA: wr.RemoteAddr + uint64(w.readDone), RKey: wr.RKey, Len: n - w.readDone}
-		w.readFrom, w.readTo, w.tailLost = psn, to, false
+		w.readFrom, w.readTo, w.tailLost, w.askSeen = psn, to, false, psn
 	} else {
 		p := e.header(qp, wire.RCFetchAdd, w.firstPSN, true)
 		p.AtomicETH = wire.AtomicETH{VA: wr.RemoteAddr, RKey: wr.RKey, SwapAdd: wr.CompareAdd}

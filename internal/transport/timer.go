@@ -93,6 +93,7 @@ func (e *engine) retry(qp *QP, timeout, nak bool) {
 		// responder that holds what arrived past the hole (ooo.go) answers
 		// the READs behind it once the hole fills; one that dropped them
 		// NAKs the next request that follows them.
+		t.reo.forget() // a READ hole asked for twice: its second copy proves no reordering
 		e.goBackN(qp, timeout || nak)
 		return
 	}
@@ -143,7 +144,7 @@ func (e *engine) goBackN(qp *QP, headReadsOnly bool) {
 // rerequestBefore asks again at once for the READs and atomics that end
 // before psn and still wait for responses: a response or ACK for psn came
 // after theirs, so theirs were lost. A READ response (slack) shows that
-// only from dupThresh PSNs past a READ's end: one overtaken by a response
+// only from the QP's reorder window (dupThresh, or wider) past a READ's end: one overtaken by a response
 // or two of the next READ is late, not lost (recovery.go).
 func (e *engine) rerequestBefore(qp *QP, psn uint32, slack bool) {
 	t := &qp.t
@@ -152,7 +153,7 @@ func (e *engine) rerequestBefore(qp *QP, psn uint32, slack bool) {
 		if !w.started || psnCmp(w.lastPSN, psn) >= 0 {
 			return
 		}
-		if slack && w.wr.Opcode == ibv.WRRDMARead && (psn-w.lastPSN)&0xffffff < dupThresh {
+		if slack && w.wr.Opcode == ibv.WRRDMARead && (psn-w.lastPSN)&0xffffff < t.reo.threshold() {
 			continue
 		}
 		if isReadOrAtomic(w.wr.Opcode) && !w.respDone {
@@ -212,19 +213,25 @@ func (t *qpTransport) rto() time.Duration {
 	if t.srtt > 0 {
 		d = min(d, max(t.srtt+4*t.rttvar, minRTO))
 		if t.timeouts == 0 && (t.probing || (t.sentEnd-t.compPSN)&0xffffff <= tlpPkts) {
-			d = min(d, max(2*t.srtt, tlpMin))
+			d = min(d, max(2*t.srtt, t.srtt+4*t.rttvar, tlpMin))
 		}
 	}
 	return d << min(t.timeouts, uint32(maxBackoff))
 }
 
-// tlpPkts is the most packets outstanding that make a tail, tlpMin the
-// shortest tail-loss probe period: half of minRTO, above most scheduling
-// delays of a loaded host (at 200 µs, a host running eight test sessions
-// on two cores fired it spuriously in tests that count frames).
+// tlpPkts is the most packets outstanding that make a tail. The tail-loss
+// probe's period is 2·srtt (RFC 8985's PTO), and at least srtt + 4·rttvar,
+// so a host whose scheduling delays the answers (eight test sessions on
+// two cores fired a fixed 200 µs probe spuriously in tests that count
+// frames) shows it in rttvar and waits longer; tlpMin is its floor, above
+// a wakeup's latency. A fixed floor of 500 µs, 3.6 times the loss-free
+// p99 of a 4 KiB round trip on veth, was most of what a loss cost one
+// (issue 33), and on the in-memory link, where a round trip takes tens of
+// µs, each of the probes a 5% loss rate needs (a lost NAK, probe or ACK)
+// cost twenty round trips.
 const (
 	tlpPkts = 2
-	tlpMin  = minRTO / 2
+	tlpMin  = 100 * time.Microsecond
 )
 
 // rttStart times the packet psn, sent now for the first time, unless a

@@ -22,6 +22,11 @@ func TestTailLossProbePeriod(t *testing.T) {
 	if got := tr.rto(); got != tlpMin {
 		t.Fatalf("one packet outstanding, srtt 20µs: period %v, want tlpMin %v", got, tlpMin)
 	}
+	tr.srtt, tr.rttvar = 60*time.Microsecond, 50*time.Microsecond
+	if got := tr.rto(); got != 260*time.Microsecond {
+		t.Fatalf("one packet outstanding, srtt 60µs, rttvar 50µs: period %v, want srtt + 4·rttvar = 260µs", got)
+	}
+	tr.rttvar = 20 * time.Microsecond
 	tr.srtt, tr.sentEnd = 400*time.Microsecond, 100+tlpPkts+1
 	if got := tr.rto(); got != minRTO {
 		t.Fatalf("%d packets outstanding: period %v, want minRTO %v", tlpPkts+1, got, minRTO)

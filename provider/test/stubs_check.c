@@ -492,7 +492,6 @@ static int device(const char *ns, const char *dev)
 	struct ibv_flow_attr fa = {.type = IBV_FLOW_ATTR_NORMAL, .size = sizeof(fa), .port = 1};
 	PTR(ibv_create_flow(qp, &fa));
 	PTR(ibv_create_flow_action_esp(ctx, &(struct ibv_flow_action_esp_attr){0}));
-	PTR(ibv_alloc_dm(ctx, &(struct ibv_alloc_dm_attr){.length = 4096}));
 	PTR(ibv_alloc_td(ctx, &(struct ibv_td_init_attr){0}));
 	PTR(ibv_alloc_parent_domain(ctx, &(struct ibv_parent_domain_init_attr){.pd = pd}));
 	PTR(ibv_create_counters(ctx, &(struct ibv_counters_init_attr){0}));

@@ -119,7 +119,7 @@ func listenRace(client string) bool {
 }
 
 // retryListenRace runs a stock server and client pair (run returns the
-// server's output, the client's and the error) up to three times while the
+// server's output, the client's and the error) up to five times while the
 // client fails only by listenRace, and returns the client's output.
 func retryListenRace(t *testing.T, run func() (server, client string, err error)) string {
 	t.Helper()
@@ -128,7 +128,7 @@ func retryListenRace(t *testing.T, run func() (server, client string, err error)
 		if err == nil {
 			return out
 		}
-		if !listenRace(out) || try == 3 {
+		if !listenRace(out) || try == 5 {
 			t.Fatalf("%v\nclient:\n%s\nserver:\n%s", err, out, srv)
 		}
 		t.Logf("try %d: the client connected before the server listened (the stock tool's own race): %v", try, err)

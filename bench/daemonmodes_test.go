@@ -7,17 +7,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/bench/report"
 )
 
 // daemonModesResults are the figures of issue 34's comparison: stock
 // ib_write_lat through default and busy-polling daemons, an idle default
 // daemon's CPU, and the in-process WRITE ping-pong of the same run.
-func daemonModesResults(def, busy, idlePct float64) []Result {
-	return []Result{
-		{Contender: Xdproce, Measure: RTT, Op: OpWrite, Size: 8, P50us: 11, P99us: 20, P999us: 30},
-		{Contender: XdproceDaemon, Measure: IdleCPU, Op: OpIdle, CPUPct: idlePct},
-		{Contender: PerftestDefaultDaemons, Measure: RTT, Op: OpWrite, Size: 8, P50us: def, P99us: def + 10, P999us: def + 20},
-		{Contender: PerftestBusyDaemons, Measure: RTT, Op: OpWrite, Size: 8, P50us: busy, P99us: busy + 10, P999us: busy + 20},
+func daemonModesResults(def, busy, idlePct float64) []report.Result {
+	return []report.Result{
+		{Contender: report.Xdproce, Measure: report.RTT, Op: report.OpWrite, Size: 8, P50us: 11, P99us: 20, P999us: 30},
+		{Contender: report.XdproceDaemon, Measure: report.IdleCPU, Op: report.OpIdle, CPUPct: idlePct},
+		{Contender: report.PerftestDefaultDaemons, Measure: report.RTT, Op: report.OpWrite, Size: 8, P50us: def, P99us: def + 10, P999us: def + 20},
+		{Contender: report.PerftestBusyDaemons, Measure: report.RTT, Op: report.OpWrite, Size: 8, P50us: busy, P99us: busy + 10, P999us: busy + 20},
 	}
 }
 
@@ -83,7 +85,7 @@ func TestParseSchedstat(t *testing.T) {
 
 func TestWriteTablesDaemonModes(t *testing.T) {
 	var out strings.Builder
-	if err := WriteTables(&out, daemonModesResults(19.5, 18, 0.4)); err != nil {
+	if err := report.WriteTables(&out, daemonModesResults(19.5, 18, 0.4)); err != nil {
 		t.Fatal(err)
 	}
 	want := `
@@ -99,7 +101,7 @@ An idle default daemon: 0.40% of a CPU (user+system over its first seconds with 
 		t.Errorf("tables:\n%s\nwant at the end:\n%s", got, want)
 	}
 	out.Reset()
-	if err := WriteTables(&out, sample()); err != nil || strings.Contains(out.String(), "busy-polling daemons") {
+	if err := report.WriteTables(&out, sample()); err != nil || strings.Contains(out.String(), "busy-polling daemons") {
 		t.Errorf("tables without the comparison:\n%s (%v)", out.String(), err)
 	}
 }
@@ -114,7 +116,7 @@ func TestDaemonModesTargets(t *testing.T) {
 		{236, 5900, 0.2, "yes", "yes"}, // busy-polling daemons losing on a crowded host
 	} {
 		var out strings.Builder
-		if err := WriteTargets(&out, daemonModesResults(c.def, c.busy, c.idle), true); err != nil {
+		if err := report.WriteTargets(&out, daemonModesResults(c.def, c.busy, c.idle), true); err != nil {
 			t.Fatal(err)
 		}
 		var rtt, idle string
@@ -136,7 +138,7 @@ func TestDaemonModesTargets(t *testing.T) {
 func TestIdleCPUJSON(t *testing.T) {
 	var buf bytes.Buffer
 	rs := daemonModesResults(20, 18, 0.4)
-	if err := WriteJSON(&buf, rs); err != nil {
+	if err := report.WriteJSON(&buf, rs); err != nil {
 		t.Fatal(err)
 	}
 	var doc struct {
@@ -145,17 +147,17 @@ func TestIdleCPUJSON(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if got := doc.Results[1]; len(got) != 5 || got["contender"] != XdproceDaemon || got["measure"] != IdleCPU || got["op"] != OpIdle || got["cpu_percent"] != 0.4 || got["size"] != 0.0 {
+	if got := doc.Results[1]; len(got) != 5 || got["contender"] != report.XdproceDaemon || got["measure"] != report.IdleCPU || got["op"] != report.OpIdle || got["cpu_percent"] != 0.4 || got["size"] != 0.0 {
 		t.Errorf("idle figure written as %v", got)
 	}
-	back, err := ReadJSON(bytes.NewReader(buf.Bytes()))
+	back, err := report.ReadJSON(bytes.NewReader(buf.Bytes()))
 	if err != nil || !slices.Equal(back, rs) {
 		t.Errorf("read back %+v, %v", back, err)
 	}
-	if err := (Result{Contender: Xdproce, Measure: IdleCPU, Op: OpIdle, CPUPct: 1}).Validate(); err == nil {
+	if err := (report.Result{Contender: report.Xdproce, Measure: report.IdleCPU, Op: report.OpIdle, CPUPct: 1}).Validate(); err == nil {
 		t.Error("an in-process device has an idle-CPU figure")
 	}
-	if _, err := ReadJSON(strings.NewReader(`{"results":[{"contender":"xdproce_daemon","measure":"idle_cpu","op":"idle","size":0,"cpu_percent":1,"gbit_s":2}]}`)); err == nil {
+	if _, err := report.ReadJSON(strings.NewReader(`{"results":[{"contender":"xdproce_daemon","measure":"idle_cpu","op":"idle","size":0,"cpu_percent":1,"gbit_s":2}]}`)); err == nil {
 		t.Error("an idle figure with a bandwidth read")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/xdproce/xdproce/bench/report"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -21,27 +22,27 @@ func dmGroups(cfg Config) []group {
 	w, d := cfg.Warmup, cfg.Duration
 	var groups []group
 	for _, fast := range []bool{true, false} {
-		contender, where := XdproceDM, "into device memory"
+		contender, where := report.XdproceDM, "into device memory"
 		if fast {
-			contender, where = XdproceDMFast, "into device memory, fast path"
+			contender, where = report.XdproceDMFast, "into device memory, fast path"
 		}
 		if hasSize(cfg.LatSizes, 8) {
-			groups = append(groups, group{dm: true, fast: fast, rtt: true, attached: []step{{fmt.Sprintf("xdproce WRITE ping-pong 8 B %s", where), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
+			groups = append(groups, group{dm: true, fast: fast, rtt: true, attached: []step{{fmt.Sprintf("xdproce WRITE ping-pong 8 B %s", where), func(ctx context.Context, p *rnicPair) ([]report.Result, string, error) {
 				lat, err := p.writeLatency(ctx, w, d, 8)
 				if err != nil {
 					return nil, "", err
 				}
-				return []Result{rttResult(contender, false, OpWrite, 8, lat)}, latSummary(lat), nil
+				return []report.Result{rttResult(contender, false, report.OpWrite, 8, lat)}, latSummary(lat), nil
 			}}}})
 		}
 		if len(cfg.QPs) > 0 {
 			size := cfg.MsgRateSize
-			groups = append(groups, group{dm: true, fast: fast, attached: []step{{fmt.Sprintf("xdproce WRITE %s message rate, 1 QP, %s", FormatSize(size), where), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
-				win, err := p.stream(ctx, w, d, OpWrite, size, 1, cfg.Depth)
+			groups = append(groups, group{dm: true, fast: fast, attached: []step{{fmt.Sprintf("xdproce WRITE %s message rate, 1 QP, %s", report.FormatSize(size), where), func(ctx context.Context, p *rnicPair) ([]report.Result, string, error) {
+				win, err := p.stream(ctx, w, d, report.OpWrite, size, 1, cfg.Depth)
 				if err != nil {
 					return nil, "", err
 				}
-				return []Result{{Contender: contender, Measure: MsgRate, Op: OpWrite, Size: size, QPs: 1, MmsgS: win.mmsgPerSec()}}, rateSummary(win), nil
+				return []report.Result{{Contender: contender, Measure: report.MsgRate, Op: report.OpWrite, Size: size, QPs: 1, MmsgS: win.mmsgPerSec()}}, rateSummary(win), nil
 			}}}})
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/bench/report"
 	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/verbs"
 )
@@ -33,7 +34,7 @@ func TestLoopbackPair(t *testing.T) {
 	if p.a.dev != p.b.dev || p.a.pd == p.b.pd {
 		t.Fatal("want one device with a PD for each end")
 	}
-	win, err := p.stream(ctx, 20*time.Millisecond, 200*time.Millisecond, OpWrite, 64<<10, 1, 8)
+	win, err := p.stream(ctx, 20*time.Millisecond, 200*time.Millisecond, report.OpWrite, 64<<10, 1, 8)
 	if err != nil || win.msgs == 0 {
 		t.Fatalf("stream: %+v %v", win, err)
 	}

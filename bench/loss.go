@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xdproce/xdproce/bench/report"
 	"github.com/xdproce/xdproce/impair"
 	"github.com/xdproce/xdproce/internal/netns"
 	"github.com/xdproce/xdproce/verbs"
@@ -45,34 +46,6 @@ func DefaultLoss() LossConfig {
 		Duration: 2 * time.Second, Warmup: 300 * time.Millisecond, MTU: 4200, Seed: 1}
 }
 
-// LossResult is one point of the sweep: a bandwidth (GbitS, MmsgS) or,
-// for OpSendRTT and OpWriteRTT, round-trip latencies.
-type LossResult struct {
-	Op    string  `json:"op"`
-	Size  int     `json:"size"`
-	Loss  float64 `json:"loss"`
-	GbitS float64 `json:"gbit_s,omitempty"`
-	MmsgS float64 `json:"mmsg_s,omitempty"`
-	// P50 and P99 are the round trips' (OpSendRTT, OpWriteRTT).
-	P50 time.Duration `json:"p50_ns,omitempty"`
-	P99 time.Duration `json:"p99_ns,omitempty"`
-	// Lost is how many RoCEv2 packets the path dropped during the point,
-	// both ways; Retransmitted how many packets both devices sent again
-	// (retransmitted_pkts): their ratio shows how selective recovery is.
-	Lost          uint64 `json:"lost"`
-	Retransmitted uint64 `json:"retransmitted"`
-	// Counters are the requester's transport counters over the point.
-	Counters verbs.Counters `json:"-"`
-}
-
-// RetxPerLost is packets sent again per packet lost; 0 without loss.
-func (r LossResult) RetxPerLost() float64 {
-	if r.Lost == 0 {
-		return 0
-	}
-	return float64(r.Retransmitted) / float64(r.Lost)
-}
-
 // The loss sweep's round trips (ib_send_lat's and ib_write_lat's exchanges).
 const (
 	OpSendRTT  = "send_rtt"
@@ -80,10 +53,10 @@ const (
 )
 
 // LossOps are the operations the sweep measures, in table order.
-var LossOps = []string{OpWrite, OpSend, OpRead, OpFetchAdd, OpSendRTT, OpWriteRTT}
+var LossOps = []string{report.OpWrite, report.OpSend, report.OpRead, report.OpFetchAdd, OpSendRTT, OpWriteRTT}
 
 // RunLoss measures every operation and size at every loss rate.
-func RunLoss(ctx context.Context, cfg LossConfig) ([]LossResult, error) {
+func RunLoss(ctx context.Context, cfg LossConfig) ([]report.LossResult, error) {
 	if len(cfg.Sizes) == 0 || cfg.Depth < 1 || cfg.Duration <= 0 {
 		return nil, errors.New("bench: a loss sweep needs sizes, a depth and a duration")
 	}
@@ -123,7 +96,7 @@ func RunLoss(ctx context.Context, cfg LossConfig) ([]LossResult, error) {
 			return nil, fmt.Errorf("bench: loss sweep: unknown operation %q (one of %v)", op, LossOps)
 		}
 	}
-	var out []LossResult
+	var out []report.LossResult
 	// The bandwidths run on sleeping devices, then the round trips, on
 	// busy-polling ones if asked (a spinning pair left open would take
 	// the CPU from the other).
@@ -184,7 +157,7 @@ func takeLossSnapshot(pair *rnicPair, topo *netns.Topology) (lossSnapshot, error
 }
 
 // sweepLoss measures ops on pair at each rate, appending to out.
-func sweepLoss(ctx context.Context, cfg LossConfig, topo *netns.Topology, rates []float64, ops []string, pair *rnicPair, progress io.Writer, out []LossResult) ([]LossResult, error) {
+func sweepLoss(ctx context.Context, cfg LossConfig, topo *netns.Topology, rates []float64, ops []string, pair *rnicPair, progress io.Writer, out []report.LossResult) ([]report.LossResult, error) {
 	snap := func() (lossSnapshot, error) { return takeLossSnapshot(pair, topo) }
 	for _, rate := range rates {
 		for i, h := range topo.Hosts {
@@ -195,7 +168,7 @@ func sweepLoss(ctx context.Context, cfg LossConfig, topo *netns.Topology, rates 
 		for _, op := range ops {
 			sizes := cfg.Sizes
 			switch op {
-			case OpFetchAdd:
+			case report.OpFetchAdd:
 				sizes = []int{8}
 			case OpSendRTT, OpWriteRTT:
 				if cfg.RTTSize <= 0 {
@@ -208,7 +181,7 @@ func sweepLoss(ctx context.Context, cfg LossConfig, topo *netns.Topology, rates 
 				if err != nil {
 					return out, err
 				}
-				r := LossResult{Op: op, Size: size, Loss: rate}
+				r := report.LossResult{Op: op, Size: size, Loss: rate}
 				var summary string
 				switch op {
 				case OpSendRTT, OpWriteRTT:
@@ -237,7 +210,7 @@ func sweepLoss(ctx context.Context, cfg LossConfig, topo *netns.Topology, rates 
 				r.Counters = counterDelta(after.a, before.a)
 				r.Lost = after.lost - before.lost
 				r.Retransmitted = after.a.RetransmittedPkts - before.a.RetransmittedPkts + after.b.RetransmittedPkts - before.b.RetransmittedPkts
-				fmt.Fprintf(progress, "bench: %-9s %6s at %5.1f%% loss: %s; %d lost, %d resent; A: %s; B: %s\n", op, FormatSize(size), rate*100, summary, r.Lost, r.Retransmitted, recoveryCounters(r.Counters), recoveryCounters(counterDelta(after.b, before.b)))
+				fmt.Fprintf(progress, "bench: %-9s %6s at %5.1f%% loss: %s; %d lost, %d resent; A: %s; B: %s\n", op, report.FormatSize(size), rate*100, summary, r.Lost, r.Retransmitted, recoveryCounters(r.Counters), recoveryCounters(counterDelta(after.b, before.b)))
 				out = append(out, r)
 			}
 		}
@@ -274,7 +247,7 @@ func counterDelta(a, b verbs.Counters) verbs.Counters {
 // 1% and ≥ 0.6× at 5% for 64 KiB WRITE, SEND and READ), the packets
 // resent per packet lost, and the round trips' p99 with its ratio to the
 // loss-free one (target: ≤ 3× at 1%).
-func WriteLossTable(w io.Writer, results []LossResult) error {
+func WriteLossTable(w io.Writer, results []report.LossResult) error {
 	var rates []float64
 	for _, r := range results {
 		if !slices.Contains(rates, r.Loss) {
@@ -282,13 +255,13 @@ func WriteLossTable(w io.Writer, results []LossResult) error {
 		}
 	}
 	slices.Sort(rates)
-	find := func(op string, size int, rate float64) (LossResult, bool) {
+	find := func(op string, size int, rate float64) (report.LossResult, bool) {
 		for _, r := range results {
 			if r.Op == op && r.Size == size && r.Loss == rate {
 				return r, true
 			}
 		}
-		return LossResult{}, false
+		return report.LossResult{}, false
 	}
 	var b strings.Builder
 	header := func(title string) {
@@ -300,7 +273,7 @@ func WriteLossTable(w io.Writer, results []LossResult) error {
 		b.WriteString("\n")
 	}
 	// rows calls cell for each operation and size of ops measured.
-	rows := func(ops []string, cell func(r, base LossResult, haveBase bool) string) {
+	rows := func(ops []string, cell func(r, base report.LossResult, haveBase bool) string) {
 		for _, op := range ops {
 			var sizes []int
 			for _, r := range results {
@@ -310,7 +283,7 @@ func WriteLossTable(w io.Writer, results []LossResult) error {
 			}
 			for _, size := range sizes {
 				base, ok := find(op, size, 0)
-				fmt.Fprintf(&b, "%9s %6s", op, FormatSize(size))
+				fmt.Fprintf(&b, "%9s %6s", op, report.FormatSize(size))
 				for _, rate := range rates {
 					c := "–"
 					if r, have := find(op, size, rate); have {
@@ -322,30 +295,30 @@ func WriteLossTable(w io.Writer, results []LossResult) error {
 			}
 		}
 	}
-	bw := []string{OpWrite, OpSend, OpRead, OpFetchAdd}
+	bw := []string{report.OpWrite, report.OpSend, report.OpRead, report.OpFetchAdd}
 	rtt := []string{OpSendRTT, OpWriteRTT}
 	header("Under loss, xdproce <-> xdproce, one RC QP (Gbit/s; FETCH_ADD: million/s; ratio to the same path at 0%)")
-	rows(bw, func(r, base LossResult, ratio bool) string {
+	rows(bw, func(r, base report.LossResult, ratio bool) string {
 		v, bv := r.GbitS, base.GbitS
-		if r.Op == OpFetchAdd {
+		if r.Op == report.OpFetchAdd {
 			v, bv = r.MmsgS, base.MmsgS
 		}
-		c := formatValue(v, true)
+		c := report.FormatValue(v, true)
 		if ratio {
-			c += " (" + FormatRatio(v, bv, true, true) + ")"
+			c += " (" + report.FormatRatio(v, bv, true, true) + ")"
 		}
 		return c
 	})
 	header("Packets resent per packet lost (both directions; lost / resent)")
-	rows(append(bw, rtt...), func(r, _ LossResult, _ bool) string {
+	rows(append(bw, rtt...), func(r, _ report.LossResult, _ bool) string {
 		if r.Lost == 0 {
 			return fmt.Sprintf("– (0 / %d)", r.Retransmitted)
 		}
 		return fmt.Sprintf("%.2f (%d / %d)", r.RetxPerLost(), r.Lost, r.Retransmitted)
 	})
-	if slices.ContainsFunc(results, func(r LossResult) bool { return slices.Contains(rtt, r.Op) }) {
+	if slices.ContainsFunc(results, func(r report.LossResult) bool { return slices.Contains(rtt, r.Op) }) {
 		header("Round trips under loss, p99 (ratio to the same path at 0%; p50)")
-		rows(rtt, func(r, base LossResult, ratio bool) string {
+		rows(rtt, func(r, base report.LossResult, ratio bool) string {
 			c := fmtDuration(r.P99)
 			if ratio && base.P99 > 0 {
 				c += fmt.Sprintf(" (%.2fx)", float64(r.P99)/float64(base.P99))

@@ -8,18 +8,20 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/xdproce/xdproce/bench/report"
 )
 
-func bandwidthSample() []Result {
-	var rs []Result
+func bandwidthSample() []report.Result {
+	var rs []report.Result
 	for i, s := range PowersOf4(64, 1<<20) {
 		g := float64(i + 1)
 		rs = append(rs,
-			Result{Contender: Xdproce, Measure: Bandwidth, Op: OpWrite, Size: s, GbitS: g},
-			Result{Contender: Xdproce, Measure: Bandwidth, Op: OpSend, Size: s, GbitS: g * 0.9},
-			Result{Contender: Xdproce, Measure: Bandwidth, Op: OpRead, Size: s, GbitS: g * 0.8},
-			Result{Contender: TCP, Measure: Bandwidth, Op: OpStream, Size: s, GbitS: g * 2},
-			Result{Contender: TCP, XDPAttached: true, Measure: Bandwidth, Op: OpStream, Size: s, GbitS: g * 1.5},
+			report.Result{Contender: report.Xdproce, Measure: report.Bandwidth, Op: report.OpWrite, Size: s, GbitS: g},
+			report.Result{Contender: report.Xdproce, Measure: report.Bandwidth, Op: report.OpSend, Size: s, GbitS: g * 0.9},
+			report.Result{Contender: report.Xdproce, Measure: report.Bandwidth, Op: report.OpRead, Size: s, GbitS: g * 0.8},
+			report.Result{Contender: report.TCP, Measure: report.Bandwidth, Op: report.OpStream, Size: s, GbitS: g * 2},
+			report.Result{Contender: report.TCP, XDPAttached: true, Measure: report.Bandwidth, Op: report.OpStream, Size: s, GbitS: g * 1.5},
 		)
 	}
 	return rs
@@ -27,7 +29,7 @@ func bandwidthSample() []Result {
 
 func TestPlotSVG(t *testing.T) {
 	name := filepath.Join(t.TempDir(), "bw.svg")
-	if err := Plot(name, bandwidthSample()); err != nil {
+	if err := report.Plot(name, bandwidthSample()); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(name)
@@ -61,7 +63,7 @@ func TestPlotSVG(t *testing.T) {
 
 func TestPlotPNG(t *testing.T) {
 	name := filepath.Join(t.TempDir(), "bw.png")
-	if err := Plot(name, bandwidthSample()[:5]); err != nil { // one size only
+	if err := report.Plot(name, bandwidthSample()[:5]); err != nil { // one size only
 		t.Fatal(err)
 	}
 	f, err := os.Open(name)
@@ -80,10 +82,10 @@ func TestPlotPNG(t *testing.T) {
 
 func TestPlotRefuses(t *testing.T) {
 	dir := t.TempDir()
-	if err := Plot(filepath.Join(dir, "bw.pdf"), bandwidthSample()); err == nil {
+	if err := report.Plot(filepath.Join(dir, "bw.pdf"), bandwidthSample()); err == nil {
 		t.Error("a .pdf name was accepted")
 	}
-	if err := Plot(filepath.Join(dir, "bw.svg"), sample()[3:5]); err == nil {
+	if err := report.Plot(filepath.Join(dir, "bw.svg"), sample()[3:5]); err == nil {
 		t.Error("a plot without bandwidth figures was drawn")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xdproce/xdproce/bench/report"
 	"github.com/xdproce/xdproce/daemon"
 	"github.com/xdproce/xdproce/verbs"
 )
@@ -285,7 +286,7 @@ func fill(b []byte, seed byte) {
 	}
 }
 
-var opcodes = map[string]verbs.WROpcode{OpWrite: verbs.WRRDMAWrite, OpSend: verbs.WRSend, OpRead: verbs.WRRDMARead, OpFetchAdd: verbs.WRAtomicFetchAdd}
+var opcodes = map[string]verbs.WROpcode{report.OpWrite: verbs.WRRDMAWrite, report.OpSend: verbs.WRSend, report.OpRead: verbs.WRRDMARead, report.OpFetchAdd: verbs.WRAtomicFetchAdd}
 
 // recvDepth is how many receives each SEND target QP keeps posted.
 const recvDepth = 512
@@ -356,10 +357,10 @@ func (p *rnicPair) stream(ctx context.Context, warmup, d time.Duration, op strin
 		err = rerr
 	}
 	if err != nil {
-		return w, fmt.Errorf("xdproce %s %s: %w", op, FormatSize(size), err)
+		return w, fmt.Errorf("xdproce %s %s: %w", op, report.FormatSize(size), err)
 	}
 	if !bytes.Equal(want, got) {
-		return w, fmt.Errorf("xdproce %s %s: the target memory does not hold the source's bytes", op, FormatSize(size))
+		return w, fmt.Errorf("xdproce %s %s: the target memory does not hold the source's bytes", op, report.FormatSize(size))
 	}
 	return w, nil
 }

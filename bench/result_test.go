@@ -6,26 +6,28 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/xdproce/xdproce/bench/report"
 )
 
 // sample is one figure of every kind a run produces.
-func sample() []Result {
-	return []Result{
-		{Contender: Xdproce, Measure: Bandwidth, Op: OpWrite, Size: 65536, GbitS: 5.25},
-		{Contender: TCP, Measure: Bandwidth, Op: OpStream, Size: 65536, GbitS: 21},
-		{Contender: TCP, XDPAttached: true, Measure: Bandwidth, Op: OpStream, Size: 65536, GbitS: 8},
-		{Contender: Xdproce, Measure: RTT, Op: OpSend, Size: 8, P50us: 10.5, P99us: 20, P999us: 40},
-		{Contender: TCP, Measure: RTT, Op: OpPingPong, Size: 8, P50us: 12.5, P99us: 43, P999us: 180},
-		{Contender: Xdproce, Measure: MsgRate, Op: OpWrite, Size: 64, QPs: 2, MmsgS: 0.5},
-		{Contender: TCP, Measure: MsgRate, Op: OpStream, Size: 64, QPs: 4, MmsgS: 0.25},
-		{Contender: Xdproce, Measure: CPUPerGB, Op: OpRead, Size: 1 << 20, CPUSPerGB: 1.5},
-		{Contender: TCP, Measure: CPUPerGB, Op: OpStream, Size: 1 << 20, CPUSPerGB: 0.5},
+func sample() []report.Result {
+	return []report.Result{
+		{Contender: report.Xdproce, Measure: report.Bandwidth, Op: report.OpWrite, Size: 65536, GbitS: 5.25},
+		{Contender: report.TCP, Measure: report.Bandwidth, Op: report.OpStream, Size: 65536, GbitS: 21},
+		{Contender: report.TCP, XDPAttached: true, Measure: report.Bandwidth, Op: report.OpStream, Size: 65536, GbitS: 8},
+		{Contender: report.Xdproce, Measure: report.RTT, Op: report.OpSend, Size: 8, P50us: 10.5, P99us: 20, P999us: 40},
+		{Contender: report.TCP, Measure: report.RTT, Op: report.OpPingPong, Size: 8, P50us: 12.5, P99us: 43, P999us: 180},
+		{Contender: report.Xdproce, Measure: report.MsgRate, Op: report.OpWrite, Size: 64, QPs: 2, MmsgS: 0.5},
+		{Contender: report.TCP, Measure: report.MsgRate, Op: report.OpStream, Size: 64, QPs: 4, MmsgS: 0.25},
+		{Contender: report.Xdproce, Measure: report.CPUPerGB, Op: report.OpRead, Size: 1 << 20, CPUSPerGB: 1.5},
+		{Contender: report.TCP, Measure: report.CPUPerGB, Op: report.OpStream, Size: 1 << 20, CPUSPerGB: 0.5},
 	}
 }
 
 func TestJSONHasExactlyTheSchemaFields(t *testing.T) {
 	var buf bytes.Buffer
-	if err := WriteJSON(&buf, sample()); err != nil {
+	if err := report.WriteJSON(&buf, sample()); err != nil {
 		t.Fatal(err)
 	}
 	var doc struct {
@@ -67,10 +69,10 @@ func TestJSONHasExactlyTheSchemaFields(t *testing.T) {
 
 func TestJSONRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
-	if err := WriteJSON(&buf, sample()); err != nil {
+	if err := report.WriteJSON(&buf, sample()); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadJSON(&buf)
+	got, err := report.ReadJSON(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,14 +93,14 @@ func TestReadJSONRejectsWhatTheSchemaDoesNot(t *testing.T) {
 		"xdp on xdproce":    `{"results":[{"contender":"xdproce","xdp_attached":true,"measure":"bandwidth","op":"read","size":64,"gbit_s":1}]}`,
 		"no size":           `{"results":[{"contender":"tcp","measure":"bandwidth","op":"stream","gbit_s":1}]}`,
 	} {
-		if _, err := ReadJSON(strings.NewReader(doc)); err == nil {
+		if _, err := report.ReadJSON(strings.NewReader(doc)); err == nil {
 			t.Errorf("%s: accepted %s", name, doc)
 		}
 	}
 }
 
 func TestWriteJSONRefusesAnInvalidFigure(t *testing.T) {
-	err := WriteJSON(&bytes.Buffer{}, []Result{{Contender: TCP, Measure: Bandwidth, Op: OpRead, Size: 64, GbitS: 1}})
+	err := report.WriteJSON(&bytes.Buffer{}, []report.Result{{Contender: report.TCP, Measure: report.Bandwidth, Op: report.OpRead, Size: 64, GbitS: 1}})
 	if err == nil {
 		t.Fatal("a TCP READ figure was written")
 	}

@@ -8,10 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/xdproce/xdproce/verbs"
 	"io"
 	"slices"
 	"time"
+
+	"github.com/xdproce/xdproce/bench/report"
+	"github.com/xdproce/xdproce/verbs"
 )
 
 // Config says what a run measures.
@@ -147,7 +149,7 @@ func (c Config) validate() error {
 // are open (XDP program attached), plain ones while they are closed.
 type step struct {
 	what string
-	run  func(ctx context.Context, p *rnicPair) ([]Result, string, error)
+	run  func(ctx context.Context, p *rnicPair) ([]report.Result, string, error)
 }
 
 // group is a set of points measured together: TCP without XDP on one side of
@@ -172,7 +174,7 @@ type group struct {
 }
 
 // Run measures everything cfg asks for and returns the figures in order.
-func Run(ctx context.Context, cfg Config) ([]Result, error) {
+func Run(ctx context.Context, cfg Config) ([]report.Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -202,7 +204,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		total += len(g.plain) + len(g.attached)
 	}
 	maxSize := slices.Max(slices.Concat(cfg.Sizes, cfg.LatSizes, []int{cfg.MsgRateSize}))
-	var results []Result
+	var results []report.Result
 	done := 0
 	runSteps := func(steps []step, p *rnicPair) error {
 		for _, s := range steps {
@@ -244,9 +246,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		if g.ownDaemons {
 			n := len(results)
 			err := runSteps(g.plain, nil)
-			var trips []Result
+			var trips []report.Result
 			for _, r := range results[n:] {
-				if r.Measure == RTT {
+				if r.Measure == report.RTT {
 					trips = append(trips, r)
 				}
 			}
@@ -315,31 +317,31 @@ func plan(cfg Config, hosts [2]*Host) []group {
 		if attached {
 			name = "TCP+XDP"
 		}
-		return step{fmt.Sprintf("%s stream %s", name, FormatSize(size)), func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
+		return step{fmt.Sprintf("%s stream %s", name, report.FormatSize(size)), func(ctx context.Context, _ *rnicPair) ([]report.Result, string, error) {
 			win, err := tcpStream(ctx, hosts, w, d, size, 1)
 			if err != nil {
 				return nil, "", err
 			}
-			return []Result{
-				{Contender: TCP, XDPAttached: attached, Measure: Bandwidth, Op: OpStream, Size: size, GbitS: win.gbitPerSec()},
-				{Contender: TCP, XDPAttached: attached, Measure: CPUPerGB, Op: OpStream, Size: size, CPUSPerGB: win.cpuPerGB()},
+			return []report.Result{
+				{Contender: report.TCP, XDPAttached: attached, Measure: report.Bandwidth, Op: report.OpStream, Size: size, GbitS: win.gbitPerSec()},
+				{Contender: report.TCP, XDPAttached: attached, Measure: report.CPUPerGB, Op: report.OpStream, Size: size, CPUSPerGB: win.cpuPerGB()},
 			}, bwSummary(win), nil
 		}}
 	}
 	for _, size := range cfg.Sizes {
 		g := group{plain: []step{tcpBW(size, false)}}
-		for _, op := range []string{OpWrite, OpSend, OpRead} {
-			g.attached = append(g.attached, step{fmt.Sprintf("xdproce %s %s", opName(op), FormatSize(size)), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
+		for _, op := range []string{report.OpWrite, report.OpSend, report.OpRead} {
+			g.attached = append(g.attached, step{fmt.Sprintf("xdproce %s %s", report.OpName(op), report.FormatSize(size)), func(ctx context.Context, p *rnicPair) ([]report.Result, string, error) {
 				win, err := p.stream(ctx, w, d, op, size, 1, cfg.Depth)
 				if err != nil {
 					return nil, "", err
 				}
-				return []Result{
-					{Contender: Xdproce, Measure: Bandwidth, Op: op, Size: size, GbitS: win.gbitPerSec()},
-					{Contender: Xdproce, Measure: CPUPerGB, Op: op, Size: size, CPUSPerGB: win.cpuPerGB()},
+				return []report.Result{
+					{Contender: report.Xdproce, Measure: report.Bandwidth, Op: op, Size: size, GbitS: win.gbitPerSec()},
+					{Contender: report.Xdproce, Measure: report.CPUPerGB, Op: op, Size: size, CPUSPerGB: win.cpuPerGB()},
 				}, bwSummary(win), nil
 			}})
-			if op == OpWrite {
+			if op == report.OpWrite {
 				g.attached = append(g.attached, tcpBW(size, true))
 			}
 		}
@@ -356,29 +358,29 @@ func plan(cfg Config, hosts [2]*Host) []group {
 		if attached {
 			name = "TCP+XDP"
 		}
-		return step{fmt.Sprintf("%s ping-pong %s", name, FormatSize(size)), func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
+		return step{fmt.Sprintf("%s ping-pong %s", name, report.FormatSize(size)), func(ctx context.Context, _ *rnicPair) ([]report.Result, string, error) {
 			lat, err := tcpPingPong(ctx, hosts, w, d, size)
 			if err != nil {
 				return nil, "", err
 			}
-			return []Result{rttResult(TCP, attached, OpPingPong, size, lat)}, latSummary(lat), nil
+			return []report.Result{rttResult(report.TCP, attached, report.OpPingPong, size, lat)}, latSummary(lat), nil
 		}}
 	}
 	for _, size := range cfg.LatSizes {
 		g := group{plain: []step{tcpRTT(size, false)}, rtt: true}
-		for _, op := range []string{OpWrite, OpSend} {
-			g.attached = append(g.attached, step{fmt.Sprintf("xdproce %s ping-pong %s", opName(op), FormatSize(size)), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
+		for _, op := range []string{report.OpWrite, report.OpSend} {
+			g.attached = append(g.attached, step{fmt.Sprintf("xdproce %s ping-pong %s", report.OpName(op), report.FormatSize(size)), func(ctx context.Context, p *rnicPair) ([]report.Result, string, error) {
 				measure := p.writeLatency
-				if op == OpSend {
+				if op == report.OpSend {
 					measure = p.sendLatency
 				}
 				lat, err := measure(ctx, w, d, size)
 				if err != nil {
 					return nil, "", fmt.Errorf("xdproce %s ping-pong: %w", op, err)
 				}
-				return []Result{rttResult(Xdproce, false, op, size, lat)}, latSummary(lat), nil
+				return []report.Result{rttResult(report.Xdproce, false, op, size, lat)}, latSummary(lat), nil
 			}})
-			if op == OpWrite {
+			if op == report.OpWrite {
 				g.attached = append(g.attached, tcpRTT(size, true))
 			}
 		}
@@ -398,19 +400,19 @@ func plan(cfg Config, hosts [2]*Host) []group {
 		var g group
 		size := cfg.MsgRateSize
 		for _, n := range cfg.QPs {
-			g.plain = append(g.plain, step{fmt.Sprintf("TCP %s message rate, %d connection(s)", FormatSize(size), n), func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
+			g.plain = append(g.plain, step{fmt.Sprintf("TCP %s message rate, %d connection(s)", report.FormatSize(size), n), func(ctx context.Context, _ *rnicPair) ([]report.Result, string, error) {
 				win, err := tcpStream(ctx, hosts, w, d, size, n)
 				if err != nil {
 					return nil, "", err
 				}
-				return []Result{{Contender: TCP, Measure: MsgRate, Op: OpStream, Size: size, QPs: n, MmsgS: win.mmsgPerSec()}}, rateSummary(win), nil
+				return []report.Result{{Contender: report.TCP, Measure: report.MsgRate, Op: report.OpStream, Size: size, QPs: n, MmsgS: win.mmsgPerSec()}}, rateSummary(win), nil
 			}})
-			g.attached = append(g.attached, step{fmt.Sprintf("xdproce WRITE %s message rate, %d QP(s)", FormatSize(size), n), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
-				win, err := p.stream(ctx, w, d, OpWrite, size, n, cfg.Depth)
+			g.attached = append(g.attached, step{fmt.Sprintf("xdproce WRITE %s message rate, %d QP(s)", report.FormatSize(size), n), func(ctx context.Context, p *rnicPair) ([]report.Result, string, error) {
+				win, err := p.stream(ctx, w, d, report.OpWrite, size, n, cfg.Depth)
 				if err != nil {
 					return nil, "", err
 				}
-				return []Result{{Contender: Xdproce, Measure: MsgRate, Op: OpWrite, Size: size, QPs: n, MmsgS: win.mmsgPerSec()}}, rateSummary(win), nil
+				return []report.Result{{Contender: report.Xdproce, Measure: report.MsgRate, Op: report.OpWrite, Size: size, QPs: n, MmsgS: win.mmsgPerSec()}}, rateSummary(win), nil
 			}})
 		}
 		groups = append(groups, g)
@@ -428,26 +430,26 @@ func daemonGroups(cfg Config) (bandwidth, roundTrip []group) {
 	w, d := cfg.Warmup, cfg.Duration
 	const big = 64 << 10
 	bw := func(contender string) step {
-		return step{fmt.Sprintf("%s WRITE %s", contender, FormatSize(big)), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
-			win, err := p.stream(ctx, w, d, OpWrite, big, 1, cfg.Depth)
+		return step{fmt.Sprintf("%s WRITE %s", contender, report.FormatSize(big)), func(ctx context.Context, p *rnicPair) ([]report.Result, string, error) {
+			win, err := p.stream(ctx, w, d, report.OpWrite, big, 1, cfg.Depth)
 			if err != nil {
 				return nil, "", err
 			}
-			return []Result{{Contender: contender, Measure: Bandwidth, Op: OpWrite, Size: big, GbitS: win.gbitPerSec()}}, bwSummary(win), nil
+			return []report.Result{{Contender: contender, Measure: report.Bandwidth, Op: report.OpWrite, Size: big, GbitS: win.gbitPerSec()}}, bwSummary(win), nil
 		}}
 	}
 	rtt := func(contender string) step {
-		return step{fmt.Sprintf("%s WRITE ping-pong 8 B", contender), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
+		return step{fmt.Sprintf("%s WRITE ping-pong 8 B", contender), func(ctx context.Context, p *rnicPair) ([]report.Result, string, error) {
 			lat, err := p.writeLatency(ctx, w, d, 8)
 			if err != nil {
 				return nil, "", err
 			}
-			return []Result{rttResult(contender, false, OpWrite, 8, lat)}, latSummary(lat), nil
+			return []report.Result{rttResult(contender, false, report.OpWrite, 8, lat)}, latSummary(lat), nil
 		}}
 	}
-	return []group{{daemon: true, attached: []step{bw(XdproceDaemon)}},
-			{daemon: true, ownMemory: true, attached: []step{bw(XdproceDaemonOwnMemory)}}},
-		[]group{{daemon: true, rtt: true, attached: []step{rtt(XdproceDaemon)}}}
+	return []group{{daemon: true, attached: []step{bw(report.XdproceDaemon)}},
+			{daemon: true, ownMemory: true, attached: []step{bw(report.XdproceDaemonOwnMemory)}}},
+		[]group{{daemon: true, rtt: true, attached: []step{rtt(report.XdproceDaemon)}}}
 }
 
 // loopbackGroups measure xdproce with both ends on one device: WRITE
@@ -457,19 +459,19 @@ func daemonGroups(cfg Config) (bandwidth, roundTrip []group) {
 func loopbackGroups(cfg Config) (bandwidth, roundTrip group) {
 	w, d := cfg.Warmup, cfg.Duration
 	const big = 64 << 10
-	bw := step{fmt.Sprintf("xdproce loopback WRITE %s", FormatSize(big)), func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
-		win, err := p.stream(ctx, w, d, OpWrite, big, 1, cfg.Depth)
+	bw := step{fmt.Sprintf("xdproce loopback WRITE %s", report.FormatSize(big)), func(ctx context.Context, p *rnicPair) ([]report.Result, string, error) {
+		win, err := p.stream(ctx, w, d, report.OpWrite, big, 1, cfg.Depth)
 		if err != nil {
 			return nil, "", err
 		}
-		return []Result{{Contender: XdproceLoopback, Measure: Bandwidth, Op: OpWrite, Size: big, GbitS: win.gbitPerSec()}}, bwSummary(win), nil
+		return []report.Result{{Contender: report.XdproceLoopback, Measure: report.Bandwidth, Op: report.OpWrite, Size: big, GbitS: win.gbitPerSec()}}, bwSummary(win), nil
 	}}
-	rtt := step{"xdproce loopback WRITE ping-pong 8 B", func(ctx context.Context, p *rnicPair) ([]Result, string, error) {
+	rtt := step{"xdproce loopback WRITE ping-pong 8 B", func(ctx context.Context, p *rnicPair) ([]report.Result, string, error) {
 		lat, err := p.writeLatency(ctx, w, d, 8)
 		if err != nil {
 			return nil, "", err
 		}
-		return []Result{rttResult(XdproceLoopback, false, OpWrite, 8, lat)}, latSummary(lat), nil
+		return []report.Result{rttResult(report.XdproceLoopback, false, report.OpWrite, 8, lat)}, latSummary(lat), nil
 	}}
 	return group{loopback: true, attached: []step{bw}}, group{loopback: true, rtt: true, attached: []step{rtt}}
 }
@@ -485,7 +487,7 @@ func floorGroup(cfg Config, hosts [2]*Host) group {
 	}
 	maxPayload := min(4096, mtu-(20+8+12+4)) // IPv4, UDP, BTH, ICRC
 	var g group
-	withFloor := func(ctx context.Context, fn func(f *floorPair) ([]Result, string, error)) ([]Result, string, error) {
+	withFloor := func(ctx context.Context, fn func(f *floorPair) ([]report.Result, string, error)) ([]report.Result, string, error) {
 		f, err := openFloor(ctx, hosts)
 		if err != nil {
 			return nil, "", err
@@ -497,32 +499,32 @@ func floorGroup(cfg Config, hosts [2]*Host) group {
 		if size > maxPayload {
 			continue
 		}
-		g.plain = append(g.plain, step{fmt.Sprintf("AF_XDP frame ping-pong %s", FormatSize(size)), func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
-			return withFloor(ctx, func(f *floorPair) ([]Result, string, error) {
+		g.plain = append(g.plain, step{fmt.Sprintf("AF_XDP frame ping-pong %s", report.FormatSize(size)), func(ctx context.Context, _ *rnicPair) ([]report.Result, string, error) {
+			return withFloor(ctx, func(f *floorPair) ([]report.Result, string, error) {
 				lat, err := f.floorPingPong(ctx, w, d, size)
 				if err != nil {
 					return nil, "", err
 				}
-				return []Result{rttResult(AFXDP, false, OpFrame, size, lat)}, latSummary(lat), nil
+				return []report.Result{rttResult(report.AFXDP, false, report.OpFrame, size, lat)}, latSummary(lat), nil
 			})
 		}})
 	}
 	stream := func(size int, measures ...string) step {
-		return step{fmt.Sprintf("AF_XDP %s frames one way", FormatSize(size)), func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
-			return withFloor(ctx, func(f *floorPair) ([]Result, string, error) {
+		return step{fmt.Sprintf("AF_XDP %s frames one way", report.FormatSize(size)), func(ctx context.Context, _ *rnicPair) ([]report.Result, string, error) {
+			return withFloor(ctx, func(f *floorPair) ([]report.Result, string, error) {
 				win, err := f.floorStream(ctx, w, d, size)
 				if err != nil {
 					return nil, "", err
 				}
-				var rs []Result
+				var rs []report.Result
 				for _, m := range measures {
-					r := Result{Contender: AFXDP, Measure: m, Op: OpFrame, Size: size}
+					r := report.Result{Contender: report.AFXDP, Measure: m, Op: report.OpFrame, Size: size}
 					switch m {
-					case Bandwidth:
+					case report.Bandwidth:
 						r.GbitS = win.gbitPerSec()
-					case CPUPerGB:
+					case report.CPUPerGB:
 						r.CPUSPerGB = win.cpuPerGB()
-					case MsgRate:
+					case report.MsgRate:
 						r.QPs, r.MmsgS = 1, win.mmsgPerSec()
 					}
 					rs = append(rs, r)
@@ -532,17 +534,17 @@ func floorGroup(cfg Config, hosts [2]*Host) group {
 		}}
 	}
 	if len(cfg.QPs) > 0 && cfg.MsgRateSize <= maxPayload {
-		g.plain = append(g.plain, stream(cfg.MsgRateSize, MsgRate))
+		g.plain = append(g.plain, stream(cfg.MsgRateSize, report.MsgRate))
 	}
 	if len(cfg.Sizes) > 0 {
-		g.plain = append(g.plain, stream(maxPayload, Bandwidth, CPUPerGB))
+		g.plain = append(g.plain, stream(maxPayload, report.Bandwidth, report.CPUPerGB))
 	}
 	return g
 }
 
-func rttResult(contender string, attached bool, op string, size int, lat Latencies) Result {
+func rttResult(contender string, attached bool, op string, size int, lat Latencies) report.Result {
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-	return Result{Contender: contender, XDPAttached: attached, Measure: RTT, Op: op, Size: size,
+	return report.Result{Contender: contender, XDPAttached: attached, Measure: report.RTT, Op: op, Size: size,
 		P50us: us(lat.P50), P99us: us(lat.P99), P999us: us(lat.P999)}
 }
 
@@ -554,17 +556,4 @@ func rateSummary(w window) string { return fmt.Sprintf("%.3f Mmsg/s", w.mmsgPerS
 
 func latSummary(l Latencies) string {
 	return fmt.Sprintf("median %v, p99 %v, p99.9 %v (%d round trips)", l.P50, l.P99, l.P999, l.N)
-}
-
-// opName is an operation as the tables print it.
-func opName(op string) string {
-	switch op {
-	case OpWrite:
-		return "WRITE"
-	case OpSend:
-		return "SEND"
-	case OpRead:
-		return "READ"
-	}
-	return op
 }

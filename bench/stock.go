@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xdproce/xdproce/bench/report"
 	"github.com/xdproce/xdproce/daemon"
 )
 
@@ -57,17 +58,9 @@ type Stock struct {
 	IdleWindow time.Duration
 }
 
-// The stock tools the comparison runs, and the one point of each.
-const (
-	stockLatTool = "ib_write_lat"
-	stockBWTool  = "ib_write_bw"
-	stockLatSize = 8
-	stockBWSize  = 64 << 10
-)
-
 // StockTools are the perftest binaries the comparison needs on the PATH
 // (Debian's perftest package).
-var StockTools = []string{stockLatTool, stockBWTool}
+var StockTools = []string{report.StockLatTool, report.StockBWTool}
 
 // withDefaults fills in what s leaves zero, for a run of cfg.
 func (s Stock) withDefaults(cfg Config) Stock {
@@ -110,8 +103,8 @@ type perftestLat struct {
 }
 
 // roundTrip is the row as a round-trip figure: perftest's halves doubled.
-func (l perftestLat) roundTrip(contender string, size int) Result {
-	return Result{Contender: contender, Measure: RTT, Op: OpWrite, Size: size, P50us: 2 * l.typical, P99us: 2 * l.p99, P999us: 2 * l.p999}
+func (l perftestLat) roundTrip(contender string, size int) report.Result {
+	return report.Result{Contender: contender, Measure: report.RTT, Op: report.OpWrite, Size: size, P50us: 2 * l.typical, P99us: 2 * l.p99, P999us: 2 * l.p999}
 }
 
 // parsePerftestLat reads the latency row of size from a perftest client's
@@ -175,7 +168,7 @@ func perftestRow(out string, pattern *regexp.Regexp, size int) ([]float64, error
 func stockArgv(exe, contender, tool, link string, port int, args []string, server string) []string {
 	var argv []string
 	switch contender {
-	case PerftestLibibverbs:
+	case report.PerftestLibibverbs:
 		argv = []string{exe, "run", "--", tool, "-d", "xdp_" + link}
 	default:
 		// Memory of its own, as stock perftest's: both sides then take the
@@ -544,8 +537,8 @@ func stockGroups(cfg Config, hosts [2]*Host) []group {
 	}
 	s := cfg.Stock.withDefaults(cfg)
 	r := newStockRunner(s, hosts)
-	latArgs := []string{"-s", strconv.Itoa(stockLatSize), "-n", strconv.Itoa(s.LatIters)}
-	bwArgs := []string{"-s", strconv.Itoa(stockBWSize), "-D", strconv.Itoa(s.BWSeconds)}
+	latArgs := []string{"-s", strconv.Itoa(report.StockLatSize), "-n", strconv.Itoa(s.LatIters)}
+	bwArgs := []string{"-s", strconv.Itoa(report.StockBWSize), "-D", strconv.Itoa(s.BWSeconds)}
 	// For the estimate of a run's length: what a run costs besides its
 	// measured part (starting two processes, each attaching to its daemon,
 	// perftest's exchange; stock perftest's -D runs take about a second
@@ -553,39 +546,39 @@ func stockGroups(cfg Config, hosts [2]*Host) []group {
 	// sleep when idle on a 2-core VM.
 	const overhead, meanRTT = 800 * time.Millisecond, 250 * time.Microsecond
 	lat := func(contender string, round int) step {
-		return step{what: fmt.Sprintf("%s %s %s, round %d of %d", stockName(contender), stockLatTool, FormatSize(stockLatSize), round, s.Rounds),
-			run: func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
-				out, err := r.exchange(ctx, contender, stockLatTool, latArgs)
+		return step{what: fmt.Sprintf("%s %s %s, round %d of %d", stockName(contender), report.StockLatTool, report.FormatSize(report.StockLatSize), round, s.Rounds),
+			run: func(ctx context.Context, _ *rnicPair) ([]report.Result, string, error) {
+				out, err := r.exchange(ctx, contender, report.StockLatTool, latArgs)
 				if err != nil {
 					return nil, "", err
 				}
-				l, err := parsePerftestLat(out, stockLatSize)
+				l, err := parsePerftestLat(out, report.StockLatSize)
 				if err != nil {
 					return nil, "", err
 				}
-				res := l.roundTrip(contender, stockLatSize)
-				return []Result{res}, fmt.Sprintf("t_typical %.2f µs, round trip %.2f µs (%d iterations)", l.typical, res.P50us, l.iters), nil
+				res := l.roundTrip(contender, report.StockLatSize)
+				return []report.Result{res}, fmt.Sprintf("t_typical %.2f µs, round trip %.2f µs (%d iterations)", l.typical, res.P50us, l.iters), nil
 			}}
 	}
 	bw := func(contender string, round int) step {
-		return step{what: fmt.Sprintf("%s %s %s, round %d of %d", stockName(contender), stockBWTool, FormatSize(stockBWSize), round, s.Rounds),
-			run: func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
-				out, err := r.exchange(ctx, contender, stockBWTool, bwArgs)
+		return step{what: fmt.Sprintf("%s %s %s, round %d of %d", stockName(contender), report.StockBWTool, report.FormatSize(report.StockBWSize), round, s.Rounds),
+			run: func(ctx context.Context, _ *rnicPair) ([]report.Result, string, error) {
+				out, err := r.exchange(ctx, contender, report.StockBWTool, bwArgs)
 				if err != nil {
 					return nil, "", err
 				}
-				g, iters, err := parsePerftestBW(out, stockBWSize)
+				g, iters, err := parsePerftestBW(out, report.StockBWSize)
 				if err != nil {
 					return nil, "", err
 				}
-				return []Result{{Contender: contender, Measure: Bandwidth, Op: OpWrite, Size: stockBWSize, GbitS: g}},
+				return []report.Result{{Contender: contender, Measure: report.Bandwidth, Op: report.OpWrite, Size: report.StockBWSize, GbitS: g}},
 					fmt.Sprintf("%.2f Gbit/s (%d iterations in %d s)", g, iters, s.BWSeconds), nil
 			}}
 	}
 	alternate := func(mk func(string, int) step) []step {
 		var steps []step
 		for i := range s.Rounds {
-			pair := []string{XdprocePerf, PerftestLibibverbs}
+			pair := []string{report.XdprocePerf, report.PerftestLibibverbs}
 			if i%2 == 1 {
 				pair[0], pair[1] = pair[1], pair[0]
 			}
@@ -596,10 +589,10 @@ func stockGroups(cfg Config, hosts [2]*Host) []group {
 		return steps
 	}
 	var groups []group
-	if slices.Contains(cfg.LatSizes, stockLatSize) {
+	if slices.Contains(cfg.LatSizes, report.StockLatSize) {
 		groups = append(groups, group{stock: r, rtt: true, plain: alternate(lat), est: overhead + time.Duration(s.LatIters)*meanRTT})
 	}
-	if s.DaemonModes && slices.Contains(cfg.LatSizes, stockLatSize) {
+	if s.DaemonModes && slices.Contains(cfg.LatSizes, report.StockLatSize) {
 		// Issue 34: the same tool through daemons with their defaults and
 		// through busy-polling daemons, alternating; each step starts its
 		// own pair, the first default pair measured idle first.
@@ -621,7 +614,7 @@ func stockGroups(cfg Config, hosts [2]*Host) []group {
 		groups = append(groups, group{stock: r, rtt: true, ownDaemons: true, plain: steps,
 			est: overhead + 2*time.Second + time.Duration(s.LatIters)*meanRTT + max(s.IdleWindow, 0)/time.Duration(len(steps))})
 	}
-	if slices.Contains(cfg.Sizes, stockBWSize) {
+	if slices.Contains(cfg.Sizes, report.StockBWSize) {
 		groups = append(groups, group{stock: r, plain: alternate(bw), est: overhead + time.Duration(s.BWSeconds)*time.Second})
 	}
 	return groups
@@ -632,35 +625,35 @@ func stockGroups(cfg Config, hosts [2]*Host) []group {
 // their defaults, and stops. With idle, it first leaves the fresh daemons
 // alone that long and reports the CPU they took (XdproceDaemon's IdleCPU).
 func (r *stockRunner) daemonLatStep(busy bool, round int, latArgs []string, idle time.Duration) step {
-	contender, how := PerftestDefaultDaemons, "default"
+	contender, how := report.PerftestDefaultDaemons, "default"
 	if busy {
-		contender, how = PerftestBusyDaemons, "busy-polling"
+		contender, how = report.PerftestBusyDaemons, "busy-polling"
 	}
-	return step{what: fmt.Sprintf("stock perftest over libibverbs: %s %s through %s daemons, round %d of %d", stockLatTool, FormatSize(stockLatSize), how, round, r.s.Rounds),
-		run: func(ctx context.Context, _ *rnicPair) ([]Result, string, error) {
+	return step{what: fmt.Sprintf("stock perftest over libibverbs: %s %s through %s daemons, round %d of %d", report.StockLatTool, report.FormatSize(report.StockLatSize), how, round, r.s.Rounds),
+		run: func(ctx context.Context, _ *rnicPair) ([]report.Result, string, error) {
 			stop, err := r.daemons(ctx, busy)
 			if err != nil {
 				return nil, "", err
 			}
-			var res []Result
+			var res []report.Result
 			note := ""
 			if idle > 0 {
 				pct, err := r.idleCPU(ctx, idle)
 				if err != nil {
 					return nil, "", errors.Join(err, stop())
 				}
-				res = append(res, Result{Contender: XdproceDaemon, Measure: IdleCPU, Op: OpIdle, CPUPct: pct})
+				res = append(res, report.Result{Contender: report.XdproceDaemon, Measure: report.IdleCPU, Op: report.OpIdle, CPUPct: pct})
 				note = fmt.Sprintf("; before it, each idle daemon took %.2f%% of a CPU over %v", pct, idle)
 			}
-			out, err := r.exchange(ctx, PerftestLibibverbs, stockLatTool, latArgs)
+			out, err := r.exchange(ctx, report.PerftestLibibverbs, report.StockLatTool, latArgs)
 			if err = errors.Join(err, stop()); err != nil {
 				return nil, "", err
 			}
-			l, err := parsePerftestLat(out, stockLatSize)
+			l, err := parsePerftestLat(out, report.StockLatSize)
 			if err != nil {
 				return nil, "", err
 			}
-			rt := l.roundTrip(contender, stockLatSize)
+			rt := l.roundTrip(contender, report.StockLatSize)
 			return append(res, rt), fmt.Sprintf("t_typical %.2f µs, round trip %.2f µs (%d iterations)%s", l.typical, rt.P50us, l.iters, note), nil
 		}}
 }
@@ -747,11 +740,11 @@ func parseSchedstat(b []byte) (time.Duration, error) {
 // stockName is a contender as the progress lines name it.
 func stockName(contender string) string {
 	switch contender {
-	case PerftestLibibverbs:
+	case report.PerftestLibibverbs:
 		return "stock perftest over libibverbs:"
-	case PerftestDefaultDaemons:
+	case report.PerftestDefaultDaemons:
 		return "stock perftest through default daemons:"
-	case PerftestBusyDaemons:
+	case report.PerftestBusyDaemons:
 		return "stock perftest through busy-polling daemons:"
 	}
 	return "xdproce perf:"
@@ -759,34 +752,34 @@ func stockName(contender string) string {
 
 // medianOfRounds replaces the figures of each key in rs by one whose every
 // value is the median of theirs, in the order the keys first appear.
-func medianOfRounds(rs []Result) []Result {
-	var keys []key
-	byKey := map[key][]Result{}
+func medianOfRounds(rs []report.Result) []report.Result {
+	var keys []report.Key
+	byKey := map[report.Key][]report.Result{}
 	for _, r := range rs {
-		k := keyOf(r)
+		k := report.KeyOf(r)
 		if _, ok := byKey[k]; !ok {
 			keys = append(keys, k)
 		}
 		byKey[k] = append(byKey[k], r)
 	}
-	out := make([]Result, 0, len(keys))
+	out := make([]report.Result, 0, len(keys))
 	for _, k := range keys {
 		group := byKey[k]
 		m := group[0]
-		med := func(field func(Result) float64) float64 {
+		med := func(field func(report.Result) float64) float64 {
 			v := make([]float64, len(group))
 			for i, r := range group {
 				v[i] = field(r)
 			}
 			return median(v)
 		}
-		m.GbitS = med(func(r Result) float64 { return r.GbitS })
-		m.P50us = med(func(r Result) float64 { return r.P50us })
-		m.P99us = med(func(r Result) float64 { return r.P99us })
-		m.P999us = med(func(r Result) float64 { return r.P999us })
-		m.MmsgS = med(func(r Result) float64 { return r.MmsgS })
-		m.CPUSPerGB = med(func(r Result) float64 { return r.CPUSPerGB })
-		m.CPUPct = med(func(r Result) float64 { return r.CPUPct })
+		m.GbitS = med(func(r report.Result) float64 { return r.GbitS })
+		m.P50us = med(func(r report.Result) float64 { return r.P50us })
+		m.P99us = med(func(r report.Result) float64 { return r.P99us })
+		m.P999us = med(func(r report.Result) float64 { return r.P999us })
+		m.MmsgS = med(func(r report.Result) float64 { return r.MmsgS })
+		m.CPUSPerGB = med(func(r report.Result) float64 { return r.CPUSPerGB })
+		m.CPUPct = med(func(r report.Result) float64 { return r.CPUPct })
 		out = append(out, m)
 	}
 	return out
@@ -795,13 +788,13 @@ func medianOfRounds(rs []Result) []Result {
 // roundsSummary describes the spread of each figure of a stock group over
 // its rounds, one line per contender and point: what a difference of
 // medians is worth on a noisy machine.
-func roundsSummary(rs []Result) []string {
+func roundsSummary(rs []report.Result) []string {
 	var out []string
 	for _, m := range medianOfRounds(rs) {
 		var v []float64
 		for _, r := range rs {
-			if keyOf(r) == keyOf(m) {
-				if r.Measure == RTT {
+			if report.KeyOf(r) == report.KeyOf(m) {
+				if r.Measure == report.RTT {
 					v = append(v, r.P50us)
 				} else {
 					v = append(v, r.GbitS)
@@ -809,12 +802,12 @@ func roundsSummary(rs []Result) []string {
 			}
 		}
 		lo, hi := slices.Min(v), slices.Max(v)
-		tool, what, unit, mid := stockBWTool, "BW average", "Gbit/s", m.GbitS
-		if m.Measure == RTT {
-			tool, what, unit, mid = stockLatTool, "round trip", "µs", m.P50us
+		tool, what, unit, mid := report.StockBWTool, "BW average", "Gbit/s", m.GbitS
+		if m.Measure == report.RTT {
+			tool, what, unit, mid = report.StockLatTool, "round trip", "µs", m.P50us
 		}
 		out = append(out, fmt.Sprintf("%s %s %s %s from %s to %s %s over %d rounds, median %s",
-			stockName(m.Contender), tool, FormatSize(m.Size), what, formatValue(lo, true), formatValue(hi, true), unit, len(v), formatValue(mid, true)))
+			stockName(m.Contender), tool, report.FormatSize(m.Size), what, report.FormatValue(lo, true), report.FormatValue(hi, true), unit, len(v), report.FormatValue(mid, true)))
 	}
 	return out
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/bench/report"
 )
 
 // What the two contenders print, client side: stock perftest 4.5's
@@ -47,8 +49,8 @@ func TestParsePerftestLat(t *testing.T) {
 		t.Errorf("stock row read as %+v", l)
 	}
 	// perftest prints half round trips; the figure is the round trip.
-	r := l.roundTrip(PerftestLibibverbs, 8)
-	if r.P50us != 2*89.48 || r.P99us != 2*176.57 || r.P999us != 2*578.57 || r.Measure != RTT || r.Op != OpWrite || r.Validate() != nil {
+	r := l.roundTrip(report.PerftestLibibverbs, 8)
+	if r.P50us != 2*89.48 || r.P99us != 2*176.57 || r.P999us != 2*578.57 || r.Measure != report.RTT || r.Op != report.OpWrite || r.Validate() != nil {
 		t.Errorf("round trip %+v (%v)", r, r.Validate())
 	}
 	if l, err := parsePerftestLat(goLatRow, 8); err != nil || l.typical != 5.27 || l.p999 != 2381.91 {
@@ -102,11 +104,11 @@ func TestParsePerftestBW(t *testing.T) {
 }
 
 func TestStockArgv(t *testing.T) {
-	got := strings.Join(stockArgv("/x/xdproce", PerftestLibibverbs, "ib_write_lat", "veth0", 19515, []string{"-s", "8"}, "198.18.0.2"), " ")
+	got := strings.Join(stockArgv("/x/xdproce", report.PerftestLibibverbs, "ib_write_lat", "veth0", 19515, []string{"-s", "8"}, "198.18.0.2"), " ")
 	if want := "/x/xdproce run -- ib_write_lat -d xdp_veth0 -x 1 -F -p 19515 -s 8 198.18.0.2"; got != want {
 		t.Errorf("stock client: %s\nwant %s", got, want)
 	}
-	got = strings.Join(stockArgv("/x/xdproce", XdprocePerf, "ib_write_bw", "veth1", 19516, []string{"-D", "2"}, ""), " ")
+	got = strings.Join(stockArgv("/x/xdproce", report.XdprocePerf, "ib_write_bw", "veth1", 19516, []string{"-D", "2"}, ""), " ")
 	if want := "/x/xdproce perf ib_write_bw -d veth1 --own-memory -x 1 -F -p 19516 -D 2"; got != want {
 		t.Errorf("xdproce perf server: %s\nwant %s", got, want)
 	}
@@ -125,22 +127,22 @@ func TestListenerOn(t *testing.T) {
 }
 
 func TestMedianOfRounds(t *testing.T) {
-	lat := func(c string, p50 float64) Result {
-		return Result{Contender: c, Measure: RTT, Op: OpWrite, Size: 8, P50us: p50, P99us: 2 * p50, P999us: 3 * p50}
+	lat := func(c string, p50 float64) report.Result {
+		return report.Result{Contender: c, Measure: report.RTT, Op: report.OpWrite, Size: 8, P50us: p50, P99us: 2 * p50, P999us: 3 * p50}
 	}
-	bw := func(c string, g float64) Result {
-		return Result{Contender: c, Measure: Bandwidth, Op: OpWrite, Size: 65536, GbitS: g}
+	bw := func(c string, g float64) report.Result {
+		return report.Result{Contender: c, Measure: report.Bandwidth, Op: report.OpWrite, Size: 65536, GbitS: g}
 	}
-	got := medianOfRounds([]Result{
-		lat(XdprocePerf, 20), lat(PerftestLibibverbs, 25), lat(PerftestLibibverbs, 21), lat(XdprocePerf, 19), lat(XdprocePerf, 40), lat(PerftestLibibverbs, 22),
-		bw(XdprocePerf, 9), bw(PerftestLibibverbs, 8), bw(PerftestLibibverbs, 7), bw(XdprocePerf, 10),
+	got := medianOfRounds([]report.Result{
+		lat(report.XdprocePerf, 20), lat(report.PerftestLibibverbs, 25), lat(report.PerftestLibibverbs, 21), lat(report.XdprocePerf, 19), lat(report.XdprocePerf, 40), lat(report.PerftestLibibverbs, 22),
+		bw(report.XdprocePerf, 9), bw(report.PerftestLibibverbs, 8), bw(report.PerftestLibibverbs, 7), bw(report.XdprocePerf, 10),
 	})
-	want := []Result{lat(XdprocePerf, 20), lat(PerftestLibibverbs, 22), bw(XdprocePerf, 9.5), bw(PerftestLibibverbs, 7.5)}
+	want := []report.Result{lat(report.XdprocePerf, 20), lat(report.PerftestLibibverbs, 22), bw(report.XdprocePerf, 9.5), bw(report.PerftestLibibverbs, 7.5)}
 	if !slices.Equal(got, want) {
 		t.Errorf("medians\n%+v\nwant\n%+v", got, want)
 	}
-	lines := roundsSummary([]Result{lat(PerftestLibibverbs, 25), lat(XdprocePerf, 19), lat(PerftestLibibverbs, 210), lat(XdprocePerf, 20.5),
-		bw(XdprocePerf, 9), bw(XdprocePerf, 10)})
+	lines := roundsSummary([]report.Result{lat(report.PerftestLibibverbs, 25), lat(report.XdprocePerf, 19), lat(report.PerftestLibibverbs, 210), lat(report.XdprocePerf, 20.5),
+		bw(report.XdprocePerf, 9), bw(report.XdprocePerf, 10)})
 	if got, want := strings.Join(lines, "\n"), `stock perftest over libibverbs: ib_write_lat 8 B round trip from 25.0 to 210 µs over 2 rounds, median 118
 xdproce perf: ib_write_lat 8 B round trip from 19.0 to 20.5 µs over 2 rounds, median 19.8
 xdproce perf: ib_write_bw 64 KiB BW average from 9.00 to 10.0 Gbit/s over 2 rounds, median 9.50`; got != want {
@@ -153,12 +155,12 @@ xdproce perf: ib_write_bw 64 KiB BW average from 9.00 to 10.0 Gbit/s over 2 roun
 
 // stockResults are the comparison's four figures: xdproce perf's round
 // trip and bandwidth, and stock perftest's.
-func stockResults(goRTT, cRTT, goBW, cBW float64) []Result {
-	return []Result{
-		{Contender: XdprocePerf, Measure: RTT, Op: OpWrite, Size: 8, P50us: goRTT, P99us: goRTT + 10, P999us: goRTT + 20},
-		{Contender: PerftestLibibverbs, Measure: RTT, Op: OpWrite, Size: 8, P50us: cRTT, P99us: cRTT + 10, P999us: cRTT + 20},
-		{Contender: XdprocePerf, Measure: Bandwidth, Op: OpWrite, Size: 65536, GbitS: goBW},
-		{Contender: PerftestLibibverbs, Measure: Bandwidth, Op: OpWrite, Size: 65536, GbitS: cBW},
+func stockResults(goRTT, cRTT, goBW, cBW float64) []report.Result {
+	return []report.Result{
+		{Contender: report.XdprocePerf, Measure: report.RTT, Op: report.OpWrite, Size: 8, P50us: goRTT, P99us: goRTT + 10, P999us: goRTT + 20},
+		{Contender: report.PerftestLibibverbs, Measure: report.RTT, Op: report.OpWrite, Size: 8, P50us: cRTT, P99us: cRTT + 10, P999us: cRTT + 20},
+		{Contender: report.XdprocePerf, Measure: report.Bandwidth, Op: report.OpWrite, Size: 65536, GbitS: goBW},
+		{Contender: report.PerftestLibibverbs, Measure: report.Bandwidth, Op: report.OpWrite, Size: 65536, GbitS: cBW},
 	}
 }
 
@@ -172,19 +174,19 @@ func TestStockTargets(t *testing.T) {
 		{20, 19.5, 10, 11, true, true},  // the library faster
 		{180, 183, 9, 8.5, false, true}, // noise of a loaded machine decides
 	} {
-		extra, latHeld, latOK, ratio, bwHeld, bwOK := stockTargets(index(stockResults(c.goRTT, c.cRTT, c.goBW, c.cBW)))
+		extra, latHeld, latOK, ratio, bwHeld, bwOK := report.StockTargets(report.Index(stockResults(c.goRTT, c.cRTT, c.goBW, c.cBW)))
 		if !latOK || !bwOK || latHeld != c.latHeld || bwHeld != c.bwHeld ||
 			math.Abs(extra-(c.cRTT-c.goRTT)) > 1e-9 || math.Abs(ratio-c.cBW/c.goBW) > 1e-9 {
 			t.Errorf("%+v: extra %v held %v, ratio %v held %v (figures %v %v)", c, extra, latHeld, ratio, bwHeld, latOK, bwOK)
 		}
 	}
 	// One contender's figure alone judges nothing.
-	if _, _, latOK, _, _, bwOK := stockTargets(index(stockResults(20, 21, 10, 9)[1:3])); latOK || bwOK {
+	if _, _, latOK, _, _, bwOK := report.StockTargets(report.Index(stockResults(20, 21, 10, 9)[1:3])); latOK || bwOK {
 		t.Error("a target judged without both figures")
 	}
 
 	var out strings.Builder
-	if err := WriteTargets(&out, stockResults(20, 21.5, 10, 9.5), true); err != nil {
+	if err := report.WriteTargets(&out, stockResults(20, 21.5, 10, 9.5), true); err != nil {
 		t.Fatal(err)
 	}
 	lines := squeezed(out.String())
@@ -201,7 +203,7 @@ func TestStockTargets(t *testing.T) {
 
 func TestWriteTablesStock(t *testing.T) {
 	var out strings.Builder
-	if err := WriteTables(&out, stockResults(20, 20.6, 10, 9.5)); err != nil {
+	if err := report.WriteTables(&out, stockResults(20, 20.6, 10, 9.5)); err != nil {
 		t.Fatal(err)
 	}
 	want := `
@@ -219,15 +221,15 @@ which the daemon reaches with process_vm_readv/writev: what differs is the C lib
 	}
 	// With the daemon column, what regions of the client's own memory cost there.
 	out.Reset()
-	if err := WriteTables(&out, append(stockResults(20, 20.6, 10, 9.5),
-		Result{Contender: XdproceDaemon, Measure: Bandwidth, Op: OpWrite, Size: 65536, GbitS: 10},
-		Result{Contender: XdproceDaemonOwnMemory, Measure: Bandwidth, Op: OpWrite, Size: 65536, GbitS: 8.5})); err != nil ||
+	if err := report.WriteTables(&out, append(stockResults(20, 20.6, 10, 9.5),
+		report.Result{Contender: report.XdproceDaemon, Measure: report.Bandwidth, Op: report.OpWrite, Size: 65536, GbitS: 10},
+		report.Result{Contender: report.XdproceDaemonOwnMemory, Measure: report.Bandwidth, Op: report.OpWrite, Size: 65536, GbitS: 8.5})); err != nil ||
 		!strings.Contains(out.String(), "(that memory path itself: the daemon column's WRITE 64 KiB at 0.85× of shared regions in this run).") {
 		t.Errorf("tables with the daemon column:\n%s (%v)", out.String(), err)
 	}
 	// Nothing of it without the comparison's figures.
 	out.Reset()
-	if err := WriteTables(&out, sample()); err != nil || strings.Contains(out.String(), "Stock perftest") {
+	if err := report.WriteTables(&out, sample()); err != nil || strings.Contains(out.String(), "Stock perftest") {
 		t.Errorf("tables without the comparison:\n%s (%v)", out.String(), err)
 	}
 }
@@ -235,18 +237,18 @@ which the daemon reaches with process_vm_readv/writev: what differs is the C lib
 func TestStockJSON(t *testing.T) {
 	var buf bytes.Buffer
 	rs := stockResults(20, 21, 10, 9)
-	if err := WriteJSON(&buf, rs); err != nil {
+	if err := report.WriteJSON(&buf, rs); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadJSON(&buf)
+	got, err := report.ReadJSON(&buf)
 	if err != nil || !slices.Equal(got, rs) {
 		t.Errorf("read back %+v, %v", got, err)
 	}
-	for _, c := range []string{PerftestLibibverbs, XdprocePerf} {
-		if err := (Result{Contender: c, Measure: MsgRate, Op: OpWrite, Size: 64, QPs: 1, MmsgS: 1}).Validate(); err == nil {
+	for _, c := range []string{report.PerftestLibibverbs, report.XdprocePerf} {
+		if err := (report.Result{Contender: c, Measure: report.MsgRate, Op: report.OpWrite, Size: 64, QPs: 1, MmsgS: 1}).Validate(); err == nil {
 			t.Errorf("%s has a message rate", c)
 		}
-		if err := (Result{Contender: c, Measure: Bandwidth, Op: OpRead, Size: 64, GbitS: 1}).Validate(); err == nil {
+		if err := (report.Result{Contender: c, Measure: report.Bandwidth, Op: report.OpRead, Size: 64, GbitS: 1}).Validate(); err == nil {
 			t.Errorf("%s has READ bandwidth", c)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/xdproce/xdproce/bench/report"
 )
 
 func TestFormatRatio(t *testing.T) {
@@ -19,7 +21,7 @@ func TestFormatRatio(t *testing.T) {
 		{1, 2, false, true, "-"},
 		{1, 2, true, false, "-"},
 	} {
-		if got := FormatRatio(c.a, c.b, c.okA, c.okB); got != c.want {
+		if got := report.FormatRatio(c.a, c.b, c.okA, c.okB); got != c.want {
 			t.Errorf("FormatRatio(%v, %v, %v, %v) = %q, want %q", c.a, c.b, c.okA, c.okB, got, c.want)
 		}
 	}
@@ -27,22 +29,22 @@ func TestFormatRatio(t *testing.T) {
 
 func TestFormatValue(t *testing.T) {
 	for v, want := range map[float64]string{1234.4: "1234", 22.66: "22.7", 5.304: "5.30", 0.0741: "0.074", 0: "0.000"} {
-		if got := formatValue(v, true); got != want {
+		if got := report.FormatValue(v, true); got != want {
 			t.Errorf("formatValue(%v) = %q, want %q", v, got, want)
 		}
 	}
-	if got := formatValue(1, false); got != "-" {
+	if got := report.FormatValue(1, false); got != "-" {
 		t.Errorf("missing value printed as %q", got)
 	}
 }
 
 func TestWriteTables(t *testing.T) {
 	results := append(sample(),
-		Result{Contender: Xdproce, Measure: RTT, Op: OpWrite, Size: 8, P50us: 6.25, P99us: 30, P999us: 95},
-		Result{Contender: TCP, Measure: MsgRate, Op: OpStream, Size: 64, QPs: 2, MmsgS: 0.2},
+		report.Result{Contender: report.Xdproce, Measure: report.RTT, Op: report.OpWrite, Size: 8, P50us: 6.25, P99us: 30, P999us: 95},
+		report.Result{Contender: report.TCP, Measure: report.MsgRate, Op: report.OpStream, Size: 64, QPs: 2, MmsgS: 0.2},
 	)
 	var out strings.Builder
-	if err := WriteTables(&out, results); err != nil {
+	if err := report.WriteTables(&out, results); err != nil {
 		t.Fatal(err)
 	}
 	want := `
@@ -70,22 +72,22 @@ CPU seconds per GB moved (process user+system plus all softirq time; ratio: lowe
 }
 
 func TestWriteTargets(t *testing.T) {
-	results := []Result{
-		{Contender: Xdproce, Measure: Bandwidth, Op: OpWrite, Size: 65536, GbitS: 12},
-		{Contender: TCP, Measure: Bandwidth, Op: OpStream, Size: 65536, GbitS: 10},
-		{Contender: Xdproce, Measure: RTT, Op: OpWrite, Size: 8, P50us: 5, P99us: 6, P999us: 7},
-		{Contender: TCP, Measure: RTT, Op: OpPingPong, Size: 8, P50us: 10, P99us: 20, P999us: 30},
-		{Contender: Xdproce, Measure: MsgRate, Op: OpWrite, Size: 64, QPs: 1, MmsgS: 0.5},
-		{Contender: Xdproce, Measure: MsgRate, Op: OpWrite, Size: 64, QPs: 4, MmsgS: 1.25},
-		{Contender: Xdproce, Measure: CPUPerGB, Op: OpWrite, Size: 65536, CPUSPerGB: 0.9},
-		{Contender: TCP, Measure: CPUPerGB, Op: OpStream, Size: 65536, CPUSPerGB: 0.6},
-		{Contender: AFXDP, Measure: Bandwidth, Op: OpFrame, Size: 1024, GbitS: 3},
-		{Contender: AFXDP, Measure: Bandwidth, Op: OpFrame, Size: 4096, GbitS: 8},
-		{Contender: AFXDP, Measure: RTT, Op: OpFrame, Size: 8, P50us: 4, P99us: 5, P999us: 6},
-		{Contender: AFXDP, Measure: MsgRate, Op: OpFrame, Size: 64, QPs: 1, MmsgS: 0.7},
+	results := []report.Result{
+		{Contender: report.Xdproce, Measure: report.Bandwidth, Op: report.OpWrite, Size: 65536, GbitS: 12},
+		{Contender: report.TCP, Measure: report.Bandwidth, Op: report.OpStream, Size: 65536, GbitS: 10},
+		{Contender: report.Xdproce, Measure: report.RTT, Op: report.OpWrite, Size: 8, P50us: 5, P99us: 6, P999us: 7},
+		{Contender: report.TCP, Measure: report.RTT, Op: report.OpPingPong, Size: 8, P50us: 10, P99us: 20, P999us: 30},
+		{Contender: report.Xdproce, Measure: report.MsgRate, Op: report.OpWrite, Size: 64, QPs: 1, MmsgS: 0.5},
+		{Contender: report.Xdproce, Measure: report.MsgRate, Op: report.OpWrite, Size: 64, QPs: 4, MmsgS: 1.25},
+		{Contender: report.Xdproce, Measure: report.CPUPerGB, Op: report.OpWrite, Size: 65536, CPUSPerGB: 0.9},
+		{Contender: report.TCP, Measure: report.CPUPerGB, Op: report.OpStream, Size: 65536, CPUSPerGB: 0.6},
+		{Contender: report.AFXDP, Measure: report.Bandwidth, Op: report.OpFrame, Size: 1024, GbitS: 3},
+		{Contender: report.AFXDP, Measure: report.Bandwidth, Op: report.OpFrame, Size: 4096, GbitS: 8},
+		{Contender: report.AFXDP, Measure: report.RTT, Op: report.OpFrame, Size: 8, P50us: 4, P99us: 5, P999us: 6},
+		{Contender: report.AFXDP, Measure: report.MsgRate, Op: report.OpFrame, Size: 64, QPs: 1, MmsgS: 0.7},
 	}
 	var out strings.Builder
-	if err := WriteTargets(&out, results, true); err != nil {
+	if err := report.WriteTargets(&out, results, true); err != nil {
 		t.Fatal(err)
 	}
 	lines := squeezed(out.String())
@@ -101,9 +103,9 @@ func TestWriteTargets(t *testing.T) {
 		t.Errorf("targets:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 	out.Reset()
-	loop := append(results[:4:4], Result{Contender: XdproceLoopback, Measure: Bandwidth, Op: OpWrite, Size: 65536, GbitS: 18},
-		Result{Contender: XdproceLoopback, Measure: RTT, Op: OpWrite, Size: 8, P50us: 4, P99us: 5, P999us: 6})
-	if err := WriteTargets(&out, loop, true); err != nil {
+	loop := append(results[:4:4], report.Result{Contender: report.XdproceLoopback, Measure: report.Bandwidth, Op: report.OpWrite, Size: 65536, GbitS: 18},
+		report.Result{Contender: report.XdproceLoopback, Measure: report.RTT, Op: report.OpWrite, Size: 8, P50us: 4, P99us: 5, P999us: 6})
+	if err := report.WriteTargets(&out, loop, true); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []string{"WRITE 64 KiB over loopback (one device) > over the link (issue 32) 1.50× (18.00 Gbit/s) yes -",
@@ -113,11 +115,11 @@ func TestWriteTargets(t *testing.T) {
 		}
 	}
 	out.Reset()
-	if err := WriteTargets(&out, results[2:4], false); err != nil || !strings.Contains(out.String(), "(target busy-polls, this run did not)") {
+	if err := report.WriteTargets(&out, results[2:4], false); err != nil || !strings.Contains(out.String(), "(target busy-polls, this run did not)") {
 		t.Errorf("round trips without busy-poll: %q (%v)", out.String(), err)
 	}
 	out.Reset()
-	if err := WriteTargets(&out, sample()[3:5], true); err != nil || strings.Count(strings.TrimSpace(out.String()), "\n") != 1 {
+	if err := report.WriteTargets(&out, sample()[3:5], true); err != nil || strings.Count(strings.TrimSpace(out.String()), "\n") != 1 {
 		t.Errorf("targets without their figures printed %q (%v)", out.String(), err)
 	}
 }
@@ -125,13 +127,13 @@ func TestWriteTargets(t *testing.T) {
 // The AF_XDP floor shows under each table it bounds, never as a size row.
 func TestWriteTablesFloor(t *testing.T) {
 	results := append(sample(),
-		Result{Contender: AFXDP, Measure: Bandwidth, Op: OpFrame, Size: 4096, GbitS: 8},
-		Result{Contender: AFXDP, Measure: CPUPerGB, Op: OpFrame, Size: 4096, CPUSPerGB: 1.25},
-		Result{Contender: AFXDP, Measure: RTT, Op: OpFrame, Size: 8, P50us: 4, P99us: 5, P999us: 6},
-		Result{Contender: AFXDP, Measure: MsgRate, Op: OpFrame, Size: 64, QPs: 1, MmsgS: 0.7},
+		report.Result{Contender: report.AFXDP, Measure: report.Bandwidth, Op: report.OpFrame, Size: 4096, GbitS: 8},
+		report.Result{Contender: report.AFXDP, Measure: report.CPUPerGB, Op: report.OpFrame, Size: 4096, CPUSPerGB: 1.25},
+		report.Result{Contender: report.AFXDP, Measure: report.RTT, Op: report.OpFrame, Size: 8, P50us: 4, P99us: 5, P999us: 6},
+		report.Result{Contender: report.AFXDP, Measure: report.MsgRate, Op: report.OpFrame, Size: 64, QPs: 1, MmsgS: 0.7},
 	)
 	var out strings.Builder
-	if err := WriteTables(&out, results); err != nil {
+	if err := report.WriteTables(&out, results); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()
@@ -163,14 +165,14 @@ func squeezed(out string) []string {
 // memory, device memory and device memory with the fast path against the
 // AF_XDP floor, and as issue 34's two targets.
 func TestWriteDMTable(t *testing.T) {
-	results := []Result{
-		{Contender: Xdproce, Measure: RTT, Op: OpWrite, Size: 8, P50us: 24, P99us: 30, P999us: 40},
-		{Contender: XdproceDM, Measure: RTT, Op: OpWrite, Size: 8, P50us: 24.5, P99us: 31, P999us: 41},
-		{Contender: XdproceDMFast, Measure: RTT, Op: OpWrite, Size: 8, P50us: 10, P99us: 12, P999us: 20},
-		{Contender: AFXDP, Measure: RTT, Op: OpFrame, Size: 8, P50us: 12.5, P99us: 15, P999us: 22},
-		{Contender: XdproceDM, Measure: MsgRate, Op: OpWrite, Size: 64, QPs: 1, MmsgS: 0.3},
-		{Contender: XdproceDMFast, Measure: MsgRate, Op: OpWrite, Size: 64, QPs: 1, MmsgS: 0.45},
-		{Contender: AFXDP, Measure: MsgRate, Op: OpFrame, Size: 64, QPs: 1, MmsgS: 0.9},
+	results := []report.Result{
+		{Contender: report.Xdproce, Measure: report.RTT, Op: report.OpWrite, Size: 8, P50us: 24, P99us: 30, P999us: 40},
+		{Contender: report.XdproceDM, Measure: report.RTT, Op: report.OpWrite, Size: 8, P50us: 24.5, P99us: 31, P999us: 41},
+		{Contender: report.XdproceDMFast, Measure: report.RTT, Op: report.OpWrite, Size: 8, P50us: 10, P99us: 12, P999us: 20},
+		{Contender: report.AFXDP, Measure: report.RTT, Op: report.OpFrame, Size: 8, P50us: 12.5, P99us: 15, P999us: 22},
+		{Contender: report.XdproceDM, Measure: report.MsgRate, Op: report.OpWrite, Size: 64, QPs: 1, MmsgS: 0.3},
+		{Contender: report.XdproceDMFast, Measure: report.MsgRate, Op: report.OpWrite, Size: 64, QPs: 1, MmsgS: 0.45},
+		{Contender: report.AFXDP, Measure: report.MsgRate, Op: report.OpFrame, Size: 64, QPs: 1, MmsgS: 0.9},
 	}
 	for _, r := range results {
 		if err := r.Validate(); err != nil {
@@ -178,7 +180,7 @@ func TestWriteDMTable(t *testing.T) {
 		}
 	}
 	var out strings.Builder
-	if err := WriteTables(&out, results); err != nil {
+	if err := report.WriteTables(&out, results); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
@@ -192,7 +194,7 @@ func TestWriteDMTable(t *testing.T) {
 		}
 	}
 	out.Reset()
-	if err := WriteTargets(&out, results, true); err != nil {
+	if err := report.WriteTargets(&out, results, true); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"8 B WRITE round trip on device memory (fast path) ≤ 1.0× the AF_XDP floor", "0.80× (10.00 µs)",

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xdproce/xdproce/bench/report"
 	"github.com/xdproce/xdproce/internal/netns"
 )
 
@@ -65,7 +66,7 @@ func tcpStream(ctx context.Context, hosts [2]*Host, warmup, d time.Duration, siz
 		return errors.Join(errs...)
 	})
 	if err != nil {
-		return w, fmt.Errorf("tcp stream %s ×%d: %w", FormatSize(size), n, err)
+		return w, fmt.Errorf("tcp stream %s ×%d: %w", report.FormatSize(size), n, err)
 	}
 	return w, nil
 }
@@ -148,7 +149,7 @@ func tcpPingPong(ctx context.Context, hosts [2]*Host, warmup, d time.Duration, s
 	}
 	s.Close()
 	if err != nil {
-		return lat, fmt.Errorf("tcp ping-pong %s: %w", FormatSize(size), err)
+		return lat, fmt.Errorf("tcp ping-pong %s: %w", report.FormatSize(size), err)
 	}
 	return lat, nil
 }

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/bench/report"
 )
 
 func TestParseSizes(t *testing.T) {
@@ -33,7 +35,7 @@ func TestParseCounts(t *testing.T) {
 
 func TestFormatSize(t *testing.T) {
 	for n, want := range map[int]string{8: "8 B", 1000: "1000 B", 1024: "1 KiB", 1536: "1536 B", 65536: "64 KiB", 1 << 20: "1 MiB", 3 << 20: "3 MiB"} {
-		if got := FormatSize(n); got != want {
+		if got := report.FormatSize(n); got != want {
 			t.Errorf("FormatSize(%d) = %q, want %q", n, got, want)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xdproce/xdproce/internal/faketime"
 	"github.com/xdproce/xdproce/internal/inproc"
+	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link/memlink"
 )
@@ -245,14 +246,14 @@ func (d *Device) do(fn func() error) error { return nicOf(d).Do(fn) }
 
 // sendOutstanding and recvOutstanding count a QP's WQEs posted and not yet
 // retired.
-func sendOutstanding(qp *transport.QP) int32 { n, _ := qp.Outstanding(); return n }
-func recvOutstanding(qp *transport.QP) int32 { _, n := qp.Outstanding(); return n }
+func sendOutstanding(qp *queue.QP) int32 { n, _ := qp.Outstanding(); return n }
+func recvOutstanding(qp *queue.QP) int32 { _, n := qp.Outstanding(); return n }
 
 // The in-process provider's objects, for tests that step or hold the
 // engines, or place objects where a capture expects them.
 func nicOf(d *Device) *transport.NIC { return d.ops.(*inproc.Device).NIC }
-func tqp(qp *QP) *transport.QP       { return qp.ops.(*inproc.QP).QP }
-func tcq(cq *CQ) *transport.CQ       { return cq.ops.(*inproc.CQ).CQ }
+func tqp(qp *QP) *queue.QP           { return qp.ops.(*inproc.QP).QP }
+func tcq(cq *CQ) *queue.CQ           { return cq.ops.(*inproc.CQ).CQ }
 func tmr(mr *MR) *transport.MR       { return mr.ops.(*inproc.MR).MR }
 func tmw(mw *MW) *transport.MW       { return mw.ops.(*inproc.MW).MW }
-func tsrq(s *SRQ) *transport.SRQ     { return s.ops.(*inproc.SRQ).SRQ }
+func tsrq(s *SRQ) *queue.SRQ         { return s.ops.(*inproc.SRQ).SRQ }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/bench"
+	"github.com/xdproce/xdproce/bench/report"
 )
 
 // benchFlags declares `xdproce bench`'s flags; its action measures: tables on stdout, progress on stderr.
@@ -121,7 +122,7 @@ func benchFlags(fs *flag.FlagSet) action {
 			cfg.Ifaces = strings.Split(*ifaces, ",")
 		}
 		if *plotOut != "" {
-			if err := bench.CheckPlotFile(*plotOut); err != nil {
+			if err := report.CheckPlotFile(*plotOut); err != nil {
 				return fmt.Errorf("%w: %v", errUsage, err)
 			}
 		}
@@ -141,10 +142,10 @@ func benchFlags(fs *flag.FlagSet) action {
 		start := time.Now()
 		results, runErr := bench.Run(ctx, cfg)
 		if len(results) > 0 {
-			if err := bench.WriteTables(stdout, results); err != nil {
+			if err := report.WriteTables(stdout, results); err != nil {
 				return err
 			}
-			if err := bench.WriteTargets(stdout, results, cfg.BusyPoll != bench.BusyPollNever); err != nil {
+			if err := report.WriteTargets(stdout, results, cfg.BusyPoll != bench.BusyPollNever); err != nil {
 				return err
 			}
 		}
@@ -153,12 +154,12 @@ func benchFlags(fs *flag.FlagSet) action {
 		}
 		fmt.Fprintf(stderr, "bench: %d figures in %v\n", len(results), time.Since(start).Round(time.Second))
 		if *jsonOut != "" {
-			if err := writeFile(*jsonOut, func(w io.Writer) error { return bench.WriteJSON(w, results) }); err != nil {
+			if err := writeFile(*jsonOut, func(w io.Writer) error { return report.WriteJSON(w, results) }); err != nil {
 				return err
 			}
 		}
 		if *plotOut != "" {
-			if err := bench.Plot(*plotOut, results); err != nil {
+			if err := report.Plot(*plotOut, results); err != nil {
 				return err
 			}
 		}
@@ -242,7 +243,7 @@ func runLossSweep(ctx context.Context, rates string, f lossFlags, stdout, stderr
 		cfg.Ops = strings.Split(f.ops, ",")
 	}
 	if f.plot != "" {
-		if err := bench.CheckPlotFile(f.plot); err != nil {
+		if err := report.CheckPlotFile(f.plot); err != nil {
 			return fmt.Errorf("%w: --plot: %v", errUsage, err)
 		}
 	}
@@ -269,7 +270,7 @@ func runLossSweep(ctx context.Context, rates string, f lossFlags, stdout, stderr
 		return runErr
 	}
 	if f.plot != "" {
-		if err := bench.PlotLoss(f.plot, results); err != nil {
+		if err := report.PlotLoss(f.plot, results); err != nil {
 			return err
 		}
 	}
@@ -278,7 +279,7 @@ func runLossSweep(ctx context.Context, rates string, f lossFlags, stdout, stderr
 			e := json.NewEncoder(w)
 			e.SetIndent("", "  ")
 			return e.Encode(struct {
-				Loss []bench.LossResult `json:"loss"`
+				Loss []report.LossResult `json:"loss"`
 			}{results})
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/xdproce/xdproce/bench"
+	"github.com/xdproce/xdproce/bench/report"
 	"github.com/xdproce/xdproce/internal/netns"
 )
 
@@ -80,7 +81,7 @@ func runTinyBench(t *testing.T, qps []int, extra ...string) (stdout, stderr stri
 		t.Fatal(err)
 	}
 	defer f.Close()
-	results, err := bench.ReadJSON(f)
+	results, err := report.ReadJSON(f)
 	if err != nil {
 		t.Fatalf("JSON does not follow the schema: %v", err)
 	}
@@ -91,7 +92,7 @@ func runTinyBench(t *testing.T, qps []int, extra ...string) (stdout, stderr stri
 		op        string
 		size, qps int
 	}
-	got := map[fig]bench.Result{}
+	got := map[fig]report.Result{}
 	for _, r := range results {
 		k := fig{r.Contender, r.XDPAttached, r.Measure, r.Op, r.Size, r.QPs}
 		if _, dup := got[k]; dup {
@@ -262,17 +263,17 @@ func TestBenchStock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	results, err := bench.ReadJSON(f)
+	results, err := report.ReadJSON(f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, r := range results {
-		if r.Contender != bench.PerftestLibibverbs && r.Contender != bench.XdprocePerf {
+		if r.Contender != report.PerftestLibibverbs && r.Contender != report.XdprocePerf {
 			continue
 		}
 		n++
-		if r.Measure == bench.RTT && !(r.P50us > 0 && r.P50us <= r.P99us && r.P99us <= r.P999us) || r.Measure == bench.Bandwidth && !(r.GbitS > 0) {
+		if r.Measure == report.RTT && !(r.P50us > 0 && r.P50us <= r.P99us && r.P99us <= r.P999us) || r.Measure == report.Bandwidth && !(r.GbitS > 0) {
 			t.Errorf("figure %+v", r)
 		}
 	}

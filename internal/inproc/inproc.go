@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/internal/sharedring"
 	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link"
@@ -89,7 +90,7 @@ func (d *Device) CreateCQ(depth int, owner any) (ibv.CQOps, error) {
 // CQ is a completion queue: transport's (embedded), which the engines
 // fill.
 type CQ struct {
-	*transport.CQ
+	*queue.CQ
 	dev *Device
 }
 
@@ -100,7 +101,7 @@ func (cq *CQ) ResizeShared(depth int, ring *uverbs.Ring) error {
 	if ring == nil || int(ring.Slots()) < depth || ring.SlotSize() < uverbs.CQESize {
 		return fmt.Errorf("verbs: resizing a shared CQ to %d on a ring too small: %w", depth, ibv.ErrInvalid)
 	}
-	return cq.dev.ResizeCQSink(cq.CQ, depth, func(sink transport.CQSink, tail uint32) (transport.CQSink, error) {
+	return cq.dev.ResizeCQSink(cq.CQ, depth, func(sink queue.CQSink, tail uint32) (queue.CQSink, error) {
 		old, ok := sink.(*sharedring.CQ)
 		if !ok {
 			return nil, fmt.Errorf("verbs: CQ is not shared: %w", ibv.ErrInvalid)
@@ -332,7 +333,7 @@ func (pd *PD) createQP(init ibv.QPInit, owner any) (*QP, error) {
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("verbs: a CQ belongs to another device: %w", ibv.ErrInvalid)
 	}
-	t := transport.QPInit{Type: init.Type, SendCQ: scq.CQ, RecvCQ: rcq.CQ, Cap: init.Cap, SigAll: init.SigAll, GSI: init.GSI}
+	t := queue.QPInit{Type: init.Type, SendCQ: scq.CQ, RecvCQ: rcq.CQ, Cap: init.Cap, SigAll: init.SigAll, GSI: init.GSI}
 	if init.SRQ != nil {
 		srq, ok := init.SRQ.(*SRQ)
 		if !ok {
@@ -395,7 +396,7 @@ func (pd *PD) CreateSharedSRQ(attr ibv.SRQInitAttr, ring *uverbs.Ring, owner any
 // QP is a queue pair: transport's (embedded), whose work requests it
 // translates.
 type QP struct {
-	*transport.QP
+	*queue.QP
 	dev *Device
 }
 
@@ -429,10 +430,10 @@ func (qp *QP) Modify(attr ibv.QPAttr, mask ibv.AttrMask, check func(cur ibv.QPSt
 
 // PostSend queues send work requests (transport's PostSend checks them).
 func (qp *QP) PostSend(wrs []ibv.SendWR) (int, error) {
-	var small [8]transport.WR // posts of up to 8 WRs need no heap
+	var small [8]queue.WR // posts of up to 8 WRs need no heap
 	ws := small[:0]
 	if len(wrs) > len(small) {
-		ws = make([]transport.WR, 0, len(wrs))
+		ws = make([]queue.WR, 0, len(wrs))
 	}
 	for i := range wrs {
 		ws = append(ws, wrOf(&wrs[i]))
@@ -444,15 +445,15 @@ func (qp *QP) PostSend(wrs []ibv.SendWR) (int, error) {
 // bind's window and region the engines' own, a private copy of the bind,
 // and whether any of them is destroyed or another device's (which the
 // provider's check refuses, as it would refuse their pointers).
-func wrOf(wr *ibv.SendWR) transport.WR {
-	w := transport.WR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, SGList: wr.SGList, ImmData: wr.ImmData, InvRKey: wr.InvRKey,
+func wrOf(wr *ibv.SendWR) queue.WR {
+	w := queue.WR{ID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, SGList: wr.SGList, ImmData: wr.ImmData, InvRKey: wr.InvRKey,
 		RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
 		AHBad: wr.AHBad}
 	if wr.AH != nil {
 		w.AH = wr.AH.Attr()
 	}
 	if b := wr.Bind; b != nil {
-		c := &transport.Bind{RKey: b.RKey, Addr: b.Addr, Length: b.Length, Access: b.Access, Foreign: b.Foreign}
+		c := &queue.Bind{RKey: b.RKey, Addr: b.Addr, Length: b.Length, Access: b.Access, Foreign: b.Foreign}
 		if b.MW != nil {
 			if mw, ok := b.MW.(*MW); ok {
 				c.MW = mw.MW
@@ -475,7 +476,7 @@ func wrOf(wr *ibv.SendWR) transport.WR {
 // SRQ is a shared receive queue: transport's (embedded); the NIC destroys
 // it.
 type SRQ struct {
-	*transport.SRQ
+	*queue.SRQ
 	dev *Device
 }
 

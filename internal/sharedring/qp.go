@@ -17,7 +17,7 @@ import (
 	"errors"
 
 	"github.com/xdproce/xdproce/internal/ibv"
-	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
@@ -41,7 +41,7 @@ func NewQP(sq, rq *uverbs.Ring, ahs func(h uint32) *ibv.AH) *QP {
 
 // Pump takes the work requests the client posted since the last call into
 // qp, on the engine p, and reports whether there were any.
-func (s *QP) Pump(p transport.Port, qp *transport.QP) bool {
+func (s *QP) Pump(p queue.Port, qp *queue.QP) bool {
 	if s.sq.Aux2().Load() != uint32(p.Index()) {
 		s.sq.Aux2().Store(uint32(p.Index())) // placed on this engine since
 	}
@@ -55,7 +55,7 @@ func (s *QP) Pump(p transport.Port, qp *transport.QP) bool {
 // Publish tells the client, at the end of an engine's step, which slots
 // the step's completions freed and the QP's state. It stores only what
 // changed: the client reads these lines on every post.
-func (s *QP) Publish(qp *transport.QP) {
+func (s *QP) Publish(qp *queue.QP) {
 	s.Free(qp)
 	if st := uint32(qp.State()); s.sq.Aux().Load() != st {
 		s.sq.Aux().Store(st)
@@ -69,7 +69,7 @@ func (s *QP) PublishState(st ibv.QPState) { s.sq.Aux().Store(uint32(st)) }
 // it before a completion becomes visible too: a client that polls a
 // completion and posts at once must find room, as with ibverbs
 // (ibv_rc_pingpong keeps one send in flight on a queue of one).
-func (s *QP) Free(qp *transport.QP) {
+func (s *QP) Free(qp *queue.QP) {
 	send, recv := qp.Outstanding()
 	if c := s.rqTaken - uint32(recv); s.rq.Consumer() != c {
 		s.rq.SetConsumer(c)
@@ -85,7 +85,7 @@ func (s *QP) Pending() bool {
 	return s.sq.Producer() != s.sqTaken || s.rq.Producer() != s.rqTaken
 }
 
-func (s *QP) pumpRecv(p transport.Port, qp *transport.QP) bool {
+func (s *QP) pumpRecv(p queue.Port, qp *queue.QP) bool {
 	prod := s.rq.Producer()
 	if prod-s.rqTaken > s.rq.Slots() {
 		if qp.State() != ibv.StateErr {
@@ -113,7 +113,7 @@ func (s *QP) pumpRecv(p transport.Port, qp *transport.QP) bool {
 	return busy
 }
 
-func (s *QP) pumpSend(p transport.Port, qp *transport.QP) bool {
+func (s *QP) pumpSend(p queue.Port, qp *queue.QP) bool {
 	prod := s.sq.Producer()
 	if prod-s.sqTaken > s.sq.Slots() {
 		if qp.State() != ibv.StateErr {
@@ -127,14 +127,14 @@ func (s *QP) pumpSend(p transport.Port, qp *transport.QP) bool {
 		sges, inline, err := uverbs.SendWQEOf(s.copySlot(s.sq, s.sqTaken), &w, s.wsge[:0])
 		s.wsge = sges
 		if err == nil {
-			wr := transport.WR{ID: w.WRID, Opcode: ibv.WROpcode(w.Opcode), Flags: ibv.SendFlags(w.SendFlags), SGList: s.toSGL(sges),
+			wr := queue.WR{ID: w.WRID, Opcode: ibv.WROpcode(w.Opcode), Flags: ibv.SendFlags(w.SendFlags), SGList: s.toSGL(sges),
 				ImmData: w.Imm, InvRKey: w.InvRKey, RemoteAddr: w.RemoteAddr, RKey: w.RKey, CompareAdd: w.CompareAdd, Swap: w.Swap}
 			if wr.Opcode == ibv.WRBindMW {
 				// The window by its current rkey's index (invalidate_rkey),
 				// the new key byte (rkey), the start (remote_addr), and
 				// the bind's named operands: length, rights, region.
 				length, access, lkey := w.Bind()
-				wr.Bind = p.Bind(qp, w.InvRKey, lkey, &transport.Bind{RKey: w.RKey, Addr: w.RemoteAddr,
+				wr.Bind = p.Bind(qp, w.InvRKey, lkey, &queue.Bind{RKey: w.RKey, Addr: w.RemoteAddr,
 					Length: length, Access: ibv.Access(access)})
 			}
 			if qp.Type() == ibv.QPTypeUD {

@@ -5,7 +5,7 @@ import (
 	"sync"
 
 	"github.com/xdproce/xdproce/internal/ibv"
-	"github.com/xdproce/xdproce/internal/transport"
+	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
@@ -31,7 +31,7 @@ func (sh *SRQ) Slots() uint32 { return sh.ring.Slots() }
 
 // Pump takes what the client posted into s, on the engine p, unless
 // another engine is at it.
-func (sh *SRQ) Pump(p transport.Port, s *transport.SRQ) bool {
+func (sh *SRQ) Pump(p queue.Port, s *queue.SRQ) bool {
 	if !sh.mu.TryLock() {
 		return false // another engine is at it
 	}
@@ -55,7 +55,7 @@ func (sh *SRQ) Pending() bool {
 // it less the receives taken and not yet retired. The caller holds sh.mu,
 // so the stores of several engines go in order and never go back (taken
 // and used move together under it; retirements only raise the index).
-func (sh *SRQ) publishConsumer(s *transport.SRQ) {
+func (sh *SRQ) publishConsumer(s *queue.SRQ) {
 	if c := sh.taken - uint32(s.Outstanding()); sh.ring.Consumer() != c {
 		sh.ring.SetConsumer(c)
 	}
@@ -69,13 +69,13 @@ func (sh *SRQ) publishConsumer(s *transport.SRQ) {
 // this retirement, so skipping the store when TryLock fails could leave
 // the completion ahead of the index. The holder never waits for anything
 // an engine holds while it retires.
-func (sh *SRQ) Free(s *transport.SRQ) {
+func (sh *SRQ) Free(s *queue.SRQ) {
 	sh.mu.Lock()
 	sh.publishConsumer(s)
 	sh.mu.Unlock()
 }
 
-func (sh *SRQ) pump(p transport.Port, s *transport.SRQ) bool {
+func (sh *SRQ) pump(p queue.Port, s *queue.SRQ) bool {
 	prod := sh.ring.Producer()
 	if prod-sh.taken > sh.ring.Slots() {
 		sh.malformed(p, s)
@@ -103,7 +103,7 @@ func (sh *SRQ) pump(p transport.Port, s *transport.SRQ) bool {
 
 // malformed stops taking from an SRQ whose client wrote a malformed WQE,
 // and tells the client (IBV_EVENT_SRQ_ERR).
-func (sh *SRQ) malformed(p transport.Port, s *transport.SRQ) {
+func (sh *SRQ) malformed(p queue.Port, s *queue.SRQ) {
 	sh.broken = true
 	p.MalformedSRQ(s)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -51,13 +52,13 @@ func (s compState) String() string {
 // completion is the completer's work on one response packet.
 type completion struct {
 	e      *engine
-	qp     *QP
-	t      *qpTransport
+	qp     *queue.QP
+	t      *queue.Transport
 	p      *wire.Packet
 	info   wire.OpInfo
-	w      *sendWQE     // the READ or atomic a response belongs to
-	status ibv.WCStatus // of the head WQE, for compError
-	probe  bool         // compErrorRetry after a sequence NAK: resend the NAKed packet first
+	w      *queue.SendWQE // the READ or atomic a response belongs to
+	status ibv.WCStatus   // of the head WQE, for compError
+	probe  bool           // compErrorRetry after a sequence NAK: resend the NAKed packet first
 }
 
 // completer handles a response (ACK, NAK, READ response, atomic ACK) for an
@@ -65,8 +66,8 @@ type completion struct {
 // actually outstanding, then classified, then acted on; in-order
 // completion, implicit ACKs, go-back-N. One method per state; the loop
 // dispatches until compDone.
-func (e *engine) completer(qp *QP, p *wire.Packet, info wire.OpInfo) {
-	c := completion{e: e, qp: qp, t: &qp.t, p: p, info: info}
+func (e *engine) completer(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
+	c := completion{e: e, qp: qp, t: &qp.Transport, p: p, info: info}
 	for s := compCheckPSN; s != compDone; {
 		s = c.step(s)
 	}
@@ -116,10 +117,10 @@ func (c *completion) step(s compState) compState {
 // the QP changes, so a blind attacker has to hit the window.
 func (c *completion) checkPSN() compState {
 	t, psn := c.t, c.p.BTH.PSN
-	if age := t.psnAge(psn); age <= t.psnAge(t.sentEnd) || age > t.psnAge(t.compPSN) {
-		// Outside [compPSN, sentEnd): behind (counted as a duplicate) or
+	if age := t.PSNAge(psn); age <= t.PSNAge(t.SentEnd) || age > t.PSNAge(t.CompPSN) {
+		// Outside [CompPSN, SentEnd): behind (counted as a duplicate) or
 		// ahead, as far as serial arithmetic tells.
-		if psnCmp(psn, t.compPSN) < 0 {
+		if queue.PSNCmp(psn, t.CompPSN) < 0 {
 			c.e.counters.DuplicateResponse++
 			if op := c.p.BTH.Opcode; op >= wire.RCReadResponseFirst && op <= wire.RCReadResponseOnly {
 				c.e.answerSeen(c.qp, nil, psn, true) // perhaps a spurious re-ask's, its READ done
@@ -129,7 +130,7 @@ func (c *completion) checkPSN() compState {
 		}
 		return compDrop
 	}
-	if len(t.sq) == 0 || !t.sq[0].started {
+	if len(t.SQ) == 0 || !t.SQ[0].Started {
 		c.e.counters.ResponseOutOfWindow++
 		return compDrop
 	}
@@ -191,18 +192,18 @@ func (c *completion) checkAck() compState {
 // READ's few request PSNs, not its length.
 func (c *completion) answersRequest(ack bool) bool {
 	t, psn := c.t, c.p.BTH.PSN
-	if t.rdAtomicOut == 0 {
+	if t.RdAtomicOut == 0 {
 		return true
 	}
-	for i := range t.sq {
-		w := &t.sq[i]
-		if !w.started || psnCmp(w.firstPSN, psn) > 0 {
+	for i := range t.SQ {
+		w := &t.SQ[i]
+		if !w.Started || queue.PSNCmp(w.FirstPSN, psn) > 0 {
 			return true
 		}
-		if psnCmp(psn, w.lastPSN) > 0 {
+		if queue.PSNCmp(psn, w.LastPSN) > 0 {
 			continue
 		}
-		return w.wr.Opcode != ibv.WRRDMARead || psn == w.firstPSN || psn == w.readFrom || (ack && psn == w.lastPSN)
+		return w.WR.Opcode != ibv.WRRDMARead || psn == w.FirstPSN || psn == w.ReadFrom || (ack && psn == w.LastPSN)
 	}
 	return true
 }
@@ -215,11 +216,11 @@ func (c *completion) nakTarget() bool {
 	psn := c.p.BTH.PSN
 	c.e.acknowledge(c.qp, (psn-1)&0xffffff)
 	t := c.t
-	if len(t.sq) == 0 || !t.sq[0].started {
+	if len(t.SQ) == 0 || !t.SQ[0].Started {
 		return false
 	}
-	w := &t.sq[0]
-	return !isReadOrAtomic(w.wr.Opcode) || psnCmp(psn, w.lastPSN) <= 0
+	w := &t.SQ[0]
+	return !queue.IsReadOrAtomic(w.WR.Opcode) || queue.PSNCmp(psn, w.LastPSN) <= 0
 }
 
 // rnrNAK: the responder had no receive WQE for the SEND (or WRITE with
@@ -230,7 +231,7 @@ func (c *completion) rnrNAK() compState {
 		return compErrorRetry
 	}
 	c.e.counters.RcvdRNRErr++
-	if c.t.rnrLeft == 0 {
+	if c.t.RNRLeft == 0 {
 		c.e.counters.RetryRNRExceededErr++
 		c.status = ibv.WCRNRRetryExcErr
 		return compError
@@ -240,11 +241,11 @@ func (c *completion) rnrNAK() compState {
 
 func (c *completion) rnrRetry() compState {
 	t := c.t
-	if t.attr.RNRRetry != 7 {
-		t.rnrLeft--
+	if t.Attr.RNRRetry != 7 {
+		t.RNRLeft--
 	}
-	t.rnrAt = c.e.dev.clock.Now().Add(c.p.AETH.RNRTimer())
-	t.timerAt = time.Time{}
+	t.RNRAt = c.e.dev.clock.Now().Add(c.p.AETH.RNRTimer())
+	t.TimerAt = time.Time{}
 	return compDone
 }
 
@@ -254,19 +255,19 @@ func (c *completion) rnrRetry() compState {
 // a retry starts from the oldest unacknowledged PSN.
 func (c *completion) seqNAK() compState {
 	t := c.t
-	before := t.compPSN
+	before := t.CompPSN
 	if !c.nakTarget() {
 		return compErrorRetry
 	}
-	if t.compPSN == before && t.startedRetry && t.nakEpisode && t.attr.RetryCnt == 7 {
+	if t.CompPSN == before && t.StartedRetry && t.NAKEpisode && t.Attr.RetryCnt == 7 {
 		// The responder NAKs the same PSN again: it saw the resent
 		// packets after that PSN, not that one. Lost again; go back again.
 		// Only with retry_cnt 7 (forever): with a finite count each such
 		// episode would count, and rxe's rule, one count per episode
 		// until the timer or progress, is what applications tuned.
-		t.startedRetry = false
+		t.StartedRetry = false
 	}
-	if t.psnAfter(t.compPSN, before) {
+	if t.PSNAfter(t.CompPSN, before) {
 		// The NAK acknowledged PSNs past the oldest unacknowledged one:
 		// progress, which resets the retry counter as an ACK there would
 		// (rxe resets only on an explicit ACK, so there a loss rate above
@@ -277,8 +278,8 @@ func (c *completion) seqNAK() compState {
 		c.e.counters.RcvdSeqErr++
 		c.e.resetRetry(c.qp)
 	}
-	if !t.startedRetry {
-		t.nakEpisode = true
+	if !t.StartedRetry {
+		t.NAKEpisode = true
 	}
 	c.probe = c.e.dev.cfg.Recovery&NoProbe == 0
 	return compErrorRetry
@@ -305,28 +306,28 @@ func (c *completion) nakError() compState {
 func (c *completion) checkHead() compState {
 	t, p, psn := c.t, c.p, c.p.BTH.PSN
 	isAtomicAck := p.BTH.Opcode == wire.RCAtomicAck
-	var w *sendWQE
-	for i := range t.sq {
-		x := &t.sq[i]
-		if !x.started || psnCmp(x.firstPSN, psn) > 0 {
+	var w *queue.SendWQE
+	for i := range t.SQ {
+		x := &t.SQ[i]
+		if !x.Started || queue.PSNCmp(x.FirstPSN, psn) > 0 {
 			break
 		}
-		if psnCmp(psn, x.lastPSN) <= 0 {
+		if queue.PSNCmp(psn, x.LastPSN) <= 0 {
 			w = x
 			break
 		}
 	}
-	if w == nil || !isReadOrAtomic(w.wr.Opcode) || (w.wr.Opcode == ibv.WRRDMARead) == isAtomicAck {
+	if w == nil || !queue.IsReadOrAtomic(w.WR.Opcode) || (w.WR.Opcode == ibv.WRRDMARead) == isAtomicAck {
 		c.e.counters.ResponseOutOfWindow++ // no READ or atomic of ours holds this PSN
 		if !isAtomicAck {
 			c.e.answerSeen(c.qp, nil, psn, true) // perhaps a spurious re-ask's, its READ done
 		}
 		return compDrop
 	}
-	c.e.acknowledge(c.qp, (w.firstPSN-1)&0xffffff)
+	c.e.acknowledge(c.qp, (w.FirstPSN-1)&0xffffff)
 	c.e.rerequestBefore(c.qp, psn, true)
-	base := w.nextRespPSN(t.mtu)
-	dup := w.respDone || psnCmp(psn, base) < 0 || (psn != base && w.got.has(psn))
+	base := w.NextRespPSN(t.MTU)
+	dup := w.RespDone || queue.PSNCmp(psn, base) < 0 || (psn != base && w.Got.Has(psn))
 	if !isAtomicAck {
 		c.e.answerSeen(c.qp, w, psn, dup)
 	}
@@ -334,10 +335,10 @@ func (c *completion) checkHead() compState {
 		c.e.counters.DuplicateResponse++
 		return compDrop
 	}
-	if psn != base && (isAtomicAck || (psn-base)&0xffffff >= readMapBits || c.e.dev.cfg.Recovery&NoReadHoles != 0) {
+	if psn != base && (isAtomicAck || (psn-base)&0xffffff >= queue.ReadMapBits || c.e.dev.cfg.Recovery&NoReadHoles != 0) {
 		// Too far past the hole to keep: asked again with it.
 		c.e.counters.OOODropped++
-		w.tailLost = true
+		w.TailLost = true
 		c.e.askHoles(c.qp, w)
 		return compDrop
 	}
@@ -361,13 +362,13 @@ func (c *completion) checkHead() compState {
 // stays as it was.
 func (c *completion) read() compState {
 	t, p, psn, w := c.t, c.p, c.p.BTH.PSN, c.w
-	mtu := uint32(t.mtu)
+	mtu := uint32(t.MTU)
 	start, end := c.info.Flags&wire.FlagStart != 0, c.info.Flags&wire.FlagEnd != 0
-	n := payloadLen(p)
-	holeEnd := end && psn != w.lastPSN && psn == (w.readTo-1)&0xffffff
-	ok := (end == (psn == w.lastPSN) || holeEnd) && (!start || psn == w.firstPSN || psn == w.readFrom) && (start || psn != w.firstPSN)
+	n := queue.PayloadLen(p)
+	holeEnd := end && psn != w.LastPSN && psn == (w.ReadTo-1)&0xffffff
+	ok := (end == (psn == w.LastPSN) || holeEnd) && (!start || psn == w.FirstPSN || psn == w.ReadFrom) && (start || psn != w.FirstPSN)
 	if end && !holeEnd {
-		ok = ok && n == w.length-((psn-w.firstPSN)&0xffffff)*mtu
+		ok = ok && n == w.Length-((psn-w.FirstPSN)&0xffffff)*mtu
 	} else {
 		ok = ok && n == mtu
 	}
@@ -375,8 +376,8 @@ func (c *completion) read() compState {
 		c.e.counters.ResponseOutOfWindow++
 		return compDrop
 	}
-	var one [1]span
-	if !c.e.placeRead(c.qp, w, p, w.local(&one)) {
+	var one [1]queue.Span
+	if !c.e.placeRead(c.qp, w, p, w.Local(&one)) {
 		c.status = ibv.WCLocProtErr
 		return compError
 	}
@@ -385,7 +386,7 @@ func (c *completion) read() compState {
 		// everything the responder sent before it: what is still missing
 		// is lost. (The READ's own LAST proves nothing: a response just
 		// before it may be late, not lost.)
-		w.tailLost = true
+		w.TailLost = true
 	}
 	c.e.askHoles(c.qp, w)
 	c.e.resetRetry(c.qp) // a response it waited for: progress (rxe's check_ack)
@@ -396,9 +397,9 @@ func (c *completion) read() compState {
 
 // atomic places an atomic's original value.
 func (c *completion) atomic() compState {
-	c.e.pending.flush() // earlier writes to the same memory first
+	c.e.pending.Flush() // earlier writes to the same memory first
 	putAtomicResult(c.w, c.p.AtomicAck)
-	c.w.respDone = true
+	c.w.RespDone = true
 	c.e.resetRetry(c.qp)
 	c.e.completeInOrder(c.qp)
 	c.e.progress(c.qp)
@@ -417,18 +418,18 @@ func (c *completion) atomic() compState {
 // what arrived past the hole (ooo.go): the oldest PSN it still lacks was
 // lost as well, and is probed in turn, instead of going back over the
 // packets it holds. One that acknowledges the probe only goes back N.
-func (e *engine) ackThrough(qp *QP, psn uint32) {
-	t := &qp.t
-	before := t.ackedReq
-	probe := t.probing
-	probed := t.compPSN
+func (e *engine) ackThrough(qp *queue.QP, psn uint32) {
+	t := &qp.Transport
+	before := t.AckedReq
+	probe := t.Probing
+	probed := t.CompPSN
 	e.rerequestBefore(qp, (psn+1)&0xffffff, false)
 	e.acknowledge(qp, psn)
-	if t.psnAfter(t.ackedReq, before) {
+	if t.PSNAfter(t.AckedReq, before) {
 		e.resetRetry(qp)
-		if probe && t.psnAfter(t.ackedReq, probed) && t.compPSN != t.sentEnd && len(t.sq) > 0 && !isReadOrAtomic(t.sq[0].wr.Opcode) {
+		if probe && t.PSNAfter(t.AckedReq, probed) && t.CompPSN != t.SentEnd && len(t.SQ) > 0 && !queue.IsReadOrAtomic(t.SQ[0].WR.Opcode) {
 			e.counters.CompleterRetryErr++
-			t.probing, t.startedRetry = true, true
+			t.Probing, t.StartedRetry = true, true
 			e.goBackN(qp, true)
 		}
 	}
@@ -437,106 +438,106 @@ func (e *engine) ackThrough(qp *QP, psn uint32) {
 
 // acknowledge records that the responder received every request PSN up to
 // psn, and completes what that completes.
-func (e *engine) acknowledge(qp *QP, psn uint32) {
-	t := &qp.t
-	if t.psnAfter(psn, t.ackedReq) {
-		t.ackedReq = psn
+func (e *engine) acknowledge(qp *queue.QP, psn uint32) {
+	t := &qp.Transport
+	if t.PSNAfter(psn, t.AckedReq) {
+		t.AckedReq = psn
 	}
 	e.completeInOrder(qp)
 }
 
 // completeInOrder retires the WQEs at the head that are done, oldest first
 // (a SEND or WRITE once the responder has all of it, a READ or atomic once
-// its responses are all placed), and moves compPSN to the oldest PSN still
+// its responses are all placed), and moves CompPSN to the oldest PSN still
 // unacknowledged. If that is beyond where a go-back-N had got to, the
 // requester resumes from there instead (an ACK for packets sent before
 // it, or of a probe the responder already had).
-func (e *engine) completeInOrder(qp *QP) {
-	t := &qp.t
-	for len(t.sq) > 0 && t.sq[0].started {
-		w := &t.sq[0]
-		if isReadOrAtomic(w.wr.Opcode) {
-			if !w.respDone {
+func (e *engine) completeInOrder(qp *queue.QP) {
+	t := &qp.Transport
+	for len(t.SQ) > 0 && t.SQ[0].Started {
+		w := &t.SQ[0]
+		if queue.IsReadOrAtomic(w.WR.Opcode) {
+			if !w.RespDone {
 				break
 			}
 			// Its responses all in, the responder had its request: a
 			// SEND behind a 2^23-PSN READ must not compare with an
-			// ackedReq from before it (psnAge's bound).
-			if t.psnAfter(w.lastPSN, t.ackedReq) {
-				t.ackedReq = w.lastPSN
+			// AckedReq from before it (PSNAge's bound).
+			if t.PSNAfter(w.LastPSN, t.AckedReq) {
+				t.AckedReq = w.LastPSN
 			}
-		} else if t.psnAfter(w.lastPSN, t.ackedReq) {
+		} else if t.PSNAfter(w.LastPSN, t.AckedReq) {
 			break
 		}
 		e.retire(qp, ibv.WCSuccess)
 	}
-	comp := t.sentEnd // with no WQE started, everything sent is acknowledged
-	if len(t.sq) > 0 && t.sq[0].started {
-		w := &t.sq[0]
-		comp = w.nextRespPSN(t.mtu)
-		if !isReadOrAtomic(w.wr.Opcode) {
-			comp = (t.ackedReq + 1) & 0xffffff
-			if t.psnAfter(w.firstPSN, comp) {
-				comp = w.firstPSN
+	comp := t.SentEnd // with no WQE started, everything sent is acknowledged
+	if len(t.SQ) > 0 && t.SQ[0].Started {
+		w := &t.SQ[0]
+		comp = w.NextRespPSN(t.MTU)
+		if !queue.IsReadOrAtomic(w.WR.Opcode) {
+			comp = (t.AckedReq + 1) & 0xffffff
+			if t.PSNAfter(w.FirstPSN, comp) {
+				comp = w.FirstPSN
 			}
 		}
 	}
-	if t.psnAfter(comp, t.compPSN) {
-		t.growWindow((comp - t.compPSN) & 0xffffff)
-		t.compPSN = comp
+	if t.PSNAfter(comp, t.CompPSN) {
+		t.GrowWindow((comp - t.CompPSN) & 0xffffff)
+		t.CompPSN = comp
 		e.rttSample(t)
 	}
-	if t.psnAfter(t.compPSN, t.reqPSN) {
+	if t.PSNAfter(t.CompPSN, t.ReqPSN) {
 		e.goBackN(qp, true)
 	}
 }
 
 // retireSent completes UC WQEs whose packets all left.
-func (e *engine) retireSent(qp *QP) {
-	for len(qp.t.sq) > 0 && qp.t.sq[0].sentAll && qp.t.reqIdx > 0 {
+func (e *engine) retireSent(qp *queue.QP) {
+	for len(qp.Transport.SQ) > 0 && qp.Transport.SQ[0].SentAll && qp.Transport.ReqIdx > 0 {
 		e.retire(qp, ibv.WCSuccess)
 	}
 }
 
 // failHead completes the oldest WQE with an error status and moves the QP to
 // the error state, which flushes the rest.
-func (e *engine) failHead(qp *QP, status ibv.WCStatus) {
+func (e *engine) failHead(qp *queue.QP, status ibv.WCStatus) {
 	// An application that polls the error completion and then queries the
 	// QP must find it in the error state already.
-	qp.state.Store(uint32(ibv.StateErr))
-	if len(qp.t.sq) > 0 {
+	qp.StateMirror.Store(uint32(ibv.StateErr))
+	if len(qp.Transport.SQ) > 0 {
 		e.retire(qp, status)
 	}
 	e.toError(qp)
 }
 
 // retire completes the oldest send WQE with status.
-func (e *engine) retire(qp *QP, status ibv.WCStatus) {
-	t := &qp.t
-	w := t.sq[0]
-	if w.started && isReadOrAtomic(w.wr.Opcode) && t.rdAtomicOut > 0 {
-		t.rdAtomicOut--
+func (e *engine) retire(qp *queue.QP, status ibv.WCStatus) {
+	t := &qp.Transport
+	w := t.SQ[0]
+	if w.Started && queue.IsReadOrAtomic(w.WR.Opcode) && t.RdAtomicOut > 0 {
+		t.RdAtomicOut--
 	}
 	// The slot is free before the completion is visible: an application
 	// that polls it and posts at once must find room, as with ibverbs.
-	t.sq[0] = sendWQE{}
-	t.sq = t.sq[1:]
-	qp.sqUsed.Add(-1)
-	qp.freeSharedSlots()
-	if t.reqIdx > 0 {
-		t.reqIdx--
+	t.SQ[0] = queue.SendWQE{}
+	t.SQ = t.SQ[1:]
+	qp.SQUsed.Add(-1)
+	qp.FreeSharedSlots()
+	if t.ReqIdx > 0 {
+		t.ReqIdx--
 	}
-	if status != ibv.WCSuccess || qp.sigAll || w.wr.Flags&ibv.SendSignaled != 0 {
-		wc := ibv.WorkCompletion{WRID: w.wr.ID, Status: status, Opcode: completionOf(w.wr.Opcode), QPNum: qp.qpn}
+	if status != ibv.WCSuccess || qp.SigAll || w.WR.Flags&ibv.SendSignaled != 0 {
+		wc := ibv.WorkCompletion{WRID: w.WR.ID, Status: status, Opcode: queue.CompletionOf(w.WR.Opcode), QPNum: qp.Number}
 		if status == ibv.WCSuccess {
-			wc.ByteLen = w.length
+			wc.ByteLen = w.Length
 			// rxe flags a send's completion WITH_IMM too (rc_imm.jsonl, ud_imm.jsonl).
-			if w.wr.Opcode == ibv.WRSendWithImm || w.wr.Opcode == ibv.WRRDMAWriteWithImm {
+			if w.WR.Opcode == ibv.WRSendWithImm || w.WR.Opcode == ibv.WRRDMAWriteWithImm {
 				wc.Flags = ibv.WCWithImm
 			}
 		}
-		e.pending.flush() // a READ's data before its completion
-		if !qp.scq.push(wc, false) && t.state != ibv.StateErr {
+		e.pending.Flush() // a READ's data before its completion
+		if !qp.SendCQ.Push(wc, false) && t.State != ibv.StateErr {
 			e.fatal(qp)
 		}
 	}
@@ -548,21 +549,21 @@ func (e *engine) retire(qp *QP, status ibv.WCStatus) {
 // checkDrained ends an SQD drain once every WQE started before it has
 // completed, raising EventSQDrained if the QP asked for it
 // (en_sqd_async_notify).
-func (e *engine) checkDrained(qp *QP) {
-	t := &qp.t
-	if !t.draining || t.state != ibv.StateSQD || (len(t.sq) > 0 && t.sq[0].started) {
+func (e *engine) checkDrained(qp *queue.QP) {
+	t := &qp.Transport
+	if !t.Draining || t.State != ibv.StateSQD || (len(t.SQ) > 0 && t.SQ[0].Started) {
 		return
 	}
-	t.draining = false
-	if t.attr.EnSQDAsyncNotify {
-		e.events.post(Event{Type: ibv.EventSQDrained, QP: qp})
+	t.Draining = false
+	if t.Attr.EnSQDAsyncNotify {
+		e.events.Post(queue.Event{Type: ibv.EventSQDrained, QP: qp})
 	}
 }
 
 // putAtomicResult stores an atomic's original value into its 8-byte SGE.
-func putAtomicResult(w *sendWQE, orig uint64) {
+func putAtomicResult(w *queue.SendWQE, orig uint64) {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], orig)
-	var one [1]span
-	scatter(w.local(&one), 0, b[:], nil) // b is on the stack: written at once
+	var one [1]queue.Span
+	queue.Scatter(w.Local(&one), 0, b[:], nil) // b is on the stack: written at once
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -32,13 +33,13 @@ type engine struct {
 	sleeping atomic.Bool
 	// QPs with new posts, appended once per engine pass (QP.queued guards).
 	postedMu sync.Mutex
-	posted   []*QP
-	spare    []*QP // the engine's other list, swapped with posted
+	posted   []*queue.QP
+	spare    []*queue.QP // the engine's other list, swapped with posted
 	// inbox holds frames another engine received for this engine's QPs.
 	inbox    inbox
-	inFrames [][]byte // the engine's batch taken from inbox
-	active   []*QP    // QPs with send work or timers: the only ones a step visits
-	acks     []*QP    // QPs with an ACK deferred to the end of the receive batch
+	inFrames [][]byte    // the engine's batch taken from inbox
+	active   []*queue.QP // QPs with send work or timers: the only ones a step visits
+	acks     []*queue.QP // QPs with an ACK deferred to the end of the receive batch
 	counters ibv.Counters
 	spin     spinner // whether the engine's goroutine spins when idle
 	wakeups  uint64  // sleeps the engine's goroutine woke from (its own)
@@ -48,7 +49,7 @@ type engine struct {
 
 	// fastTaken: QPs whose responder a frame took back from the XDP fast
 	// path during this receive batch (fastpath.go).
-	fastTaken []*QP
+	fastTaken []*queue.QP
 	fastAck   wire.Packet // an ACK the program took, as the completer reads it
 	// fastExecuted and fastLost count the WRITEs the program executed for
 	// this engine's QPs and those of them the requester sent again (their
@@ -68,15 +69,15 @@ type engine struct {
 	rxSplitFn func(head, tail []byte)
 	capBuf    []byte // a split frame gathered for the capture
 	// pending are writes into daemon clients' own memory that received
-	// frames carry, made once per receive batch (procCopies): before the
+	// frames carry, made once per receive batch (ProcCopies): before the
 	// link releases the batch's frames, and before anything could let the
 	// data be seen — a completion, a frame sent — or read.
-	pending procCopies
+	pending queue.ProcCopies
 	// reads are the payloads of frames being sent that come from daemon
 	// clients' own memory, read once per transmit batch; unsealed are
 	// those frames, committed with their final length and sealed once the
 	// reads are made, before the batch is submitted (sealDeferred).
-	reads    procCopies
+	reads    queue.ProcCopies
 	unsealed []unsealedFrame
 	gather   []byte
 	// rxHead and rxTail are the frame being handled as it arrived, to hand
@@ -125,9 +126,9 @@ func (e *engine) init(d *NIC, l link.Link, index int) {
 	e.objects, e.dev, e.link, e.index = &d.objs, d, l, index
 	e.rxFn = e.receiveFrame
 	e.rxSplitFn = e.receiveSplit
-	e.reads.read = true
+	e.reads.Read = true
 	if h, ok := l.(link.ReleaseHooker); ok {
-		h.SetReleaseHook(e.pending.flush)
+		h.SetReleaseHook(e.pending.Flush)
 	}
 	e.inbox.max = l.MaxFrame()
 	if s, ok := l.(link.SplitReceiver); ok {
@@ -149,8 +150,8 @@ func (e *engine) init(d *NIC, l link.Link, index int) {
 }
 
 // deactivate takes qp off the engine's active list.
-func (e *engine) deactivate(qp *QP) {
-	if !qp.active {
+func (e *engine) deactivate(qp *queue.QP) {
+	if !qp.Active {
 		return
 	}
 	for i, q := range e.active {
@@ -159,7 +160,7 @@ func (e *engine) deactivate(qp *QP) {
 			break
 		}
 	}
-	qp.active = false
+	qp.Active = false
 }
 
 // step does one round of work and reports whether there was any.
@@ -174,12 +175,12 @@ func (e *engine) step() bool {
 	}
 	posted := e.takePosted()
 	for _, qp := range posted {
-		qp.queued.Store(false)
+		qp.Queued.Store(false)
 		if owner := e.dev.engineOf(qp); owner != e {
 			owner.notePosted(qp) // moved to another engine since it was posted to
 			continue
 		}
-		if int(qp.qpn) < len(e.qps) && e.qps[qp.qpn] == qp {
+		if int(qp.Number) < len(e.qps) && e.qps[qp.Number] == qp {
 			e.takePosts(qp)
 		}
 	}
@@ -211,7 +212,7 @@ func (e *engine) step() bool {
 		}
 	}
 	e.pruneActive()
-	e.pending.flush() // nothing stays queued between steps (control operations run there)
+	e.pending.Flush() // nothing stays queued between steps (control operations run there)
 	if len(e.sharedQPs) > 0 {
 		e.publishShared()
 	}
@@ -269,9 +270,9 @@ const (
 )
 
 // activate makes the steps visit qp.
-func (e *engine) activate(qp *QP) {
-	if !qp.active {
-		qp.active = true
+func (e *engine) activate(qp *queue.QP) {
+	if !qp.Active {
+		qp.Active = true
 		e.active = append(e.active, qp)
 	}
 }
@@ -280,11 +281,11 @@ func (e *engine) activate(qp *QP) {
 func (e *engine) pruneActive() {
 	keep := e.active[:0]
 	for _, qp := range e.active {
-		t := &qp.t
-		if len(t.sq) > 0 || !t.timerAt.IsZero() || !t.rnrAt.IsZero() || t.replying() {
+		t := &qp.Transport
+		if len(t.SQ) > 0 || !t.TimerAt.IsZero() || !t.RNRAt.IsZero() || t.Replying() {
 			keep = append(keep, qp)
 		} else {
-			qp.active = false
+			qp.Active = false
 		}
 	}
 	clear(e.active[len(keep):])
@@ -311,7 +312,7 @@ func (e *engine) nextTimer() time.Duration {
 func (e *engine) nextDeadline() time.Time {
 	var due time.Time
 	for _, qp := range e.active {
-		for _, at := range [2]time.Time{qp.t.timerAt, qp.t.rnrAt} {
+		for _, at := range [2]time.Time{qp.Transport.TimerAt, qp.Transport.RNRAt} {
 			if !at.IsZero() && (due.IsZero() || at.Before(due)) {
 				due = at
 			}
@@ -321,22 +322,22 @@ func (e *engine) nextDeadline() time.Time {
 }
 
 // takePosts moves what the application posted into the engine's queues.
-func (e *engine) takePosts(qp *QP) {
-	qp.postMu.Lock()
-	if len(qp.postSend) == 0 && len(qp.postRecv) == 0 {
-		qp.postMu.Unlock()
+func (e *engine) takePosts(qp *queue.QP) {
+	qp.PostMu.Lock()
+	if len(qp.PostedSend) == 0 && len(qp.PostedRecv) == 0 {
+		qp.PostMu.Unlock()
 		return
 	}
-	qp.t.sq = appendQueue(&qp.t.sqBase, qp.t.sq, qp.postSend)
-	qp.t.rq = appendQueue(&qp.t.rqBase, qp.t.rq, qp.postRecv)
-	clear(qp.postSend)
-	qp.postSend = qp.postSend[:0]
-	qp.postRecv = qp.postRecv[:0]
-	qp.postMu.Unlock()
-	if qp.t.state == ibv.StateErr {
+	qp.Transport.SQ = appendQueue(&qp.Transport.SQBase, qp.Transport.SQ, qp.PostedSend)
+	qp.Transport.RQ = appendQueue(&qp.Transport.RQBase, qp.Transport.RQ, qp.PostedRecv)
+	clear(qp.PostedSend)
+	qp.PostedSend = qp.PostedSend[:0]
+	qp.PostedRecv = qp.PostedRecv[:0]
+	qp.PostMu.Unlock()
+	if qp.Transport.State == ibv.StateErr {
 		e.flushQueues(qp)
 	}
-	if len(qp.t.sq) > 0 {
+	if len(qp.Transport.SQ) > 0 {
 		e.activate(qp)
 	}
 }
@@ -363,7 +364,7 @@ func appendQueue[T any](base *[]T, q, add []T) []T {
 // nil means the link has no buffer free: the frame is lost, as on a
 // congested NIC, and the transport recovers.
 func (e *engine) frame() []byte {
-	e.pending.flush() // what was received is placed before anything leaves
+	e.pending.Flush() // what was received is placed before anything leaves
 	if e.nout == txBatch {
 		e.flush()
 	}
@@ -456,18 +457,18 @@ func (e *engine) loopBack() int {
 }
 
 // header prepares e.tx for a packet of qp with the given BTH fields.
-func (e *engine) header(qp *QP, op wire.Opcode, psn uint32, ackReq bool) *wire.Packet {
+func (e *engine) header(qp *queue.QP, op wire.Opcode, psn uint32, ackReq bool) *wire.Packet {
 	p := &e.tx
-	t := &qp.t
-	p.Eth = wire.Ethernet{Dst: t.dmac, Src: t.smac}
-	p.IP = wire.IP{V6: t.v6, Src: t.sip, Dst: t.dip, TOS: t.attr.AH.TrafficClass, TTL: 64, DF: !t.v6}
-	p.UDP = wire.UDP{SrcPort: t.sport, DstPort: wire.UDPPort}
-	p.BTH = wire.BTH{Opcode: op, PKey: 0xffff, DestQP: t.attr.DestQPN, AckReq: ackReq, PSN: psn & 0xffffff}
+	t := &qp.Transport
+	p.Eth = wire.Ethernet{Dst: t.DMAC, Src: t.SMAC}
+	p.IP = wire.IP{V6: t.V6, Src: t.SIP, Dst: t.DIP, TOS: t.Attr.AH.TrafficClass, TTL: 64, DF: !t.V6}
+	p.UDP = wire.UDP{SrcPort: t.SrcPort, DstPort: wire.UDPPort}
+	p.BTH = wire.BTH{Opcode: op, PKey: 0xffff, DestQP: t.Attr.DestQPN, AckReq: ackReq, PSN: psn & 0xffffff}
 	p.Payload = nil
 	return p
 }
 
-// send encodes e.tx with payloadLen bytes gathered by fill and queues it.
+// send encodes e.tx with PayloadLen bytes gathered by fill and queues it.
 func (e *engine) send(payloadLen int, fill func(dst []byte)) {
 	buf := e.frame()
 	if buf == nil {
@@ -481,7 +482,7 @@ func (e *engine) send(payloadLen int, fill func(dst []byte)) {
 	if payloadLen > 0 {
 		fill(buf[hdr : hdr+payloadLen])
 	}
-	if e.reads.n > 0 || len(e.unsealed) > 0 {
+	if e.reads.N > 0 || len(e.unsealed) > 0 {
 		// Its payload, or an earlier frame's, is still to be read from a
 		// daemon client's memory: committed now, sealed with the batch.
 		n := wire.SealedLen(hdr, payloadLen)
@@ -508,7 +509,7 @@ func (e *engine) sealDeferred() {
 	if len(e.unsealed) == 0 {
 		return
 	}
-	e.reads.flush()
+	e.reads.Flush()
 	c := e.dev.capture.Load()
 	for i := range e.unsealed {
 		u := &e.unsealed[i]
@@ -600,18 +601,18 @@ func (e *engine) dispatch() {
 	}
 	qp := e.qps[qpn]
 	info, _ := p.BTH.Opcode.Info()
-	t := &qp.t
-	if qp.typ == ibv.QPTypeUD {
+	t := &qp.Transport
+	if qp.QPType == ibv.QPTypeUD {
 		e.dispatchUD(qp, p)
 		return
 	}
 	wantTransport := wire.TransportRC
-	if qp.typ == ibv.QPTypeUC {
+	if qp.QPType == ibv.QPTypeUC {
 		wantTransport = wire.TransportUC
 	}
 	// rxe's check_type_state and check_addr: the right transport, from the
 	// connected peer to our address; anything else is dropped silently.
-	if p.BTH.Opcode.Transport() != wantTransport || p.IP.Src != t.dip || p.IP.Dst != t.sip {
+	if p.BTH.Opcode.Transport() != wantTransport || p.IP.Src != t.DIP || p.IP.Dst != t.SIP {
 		e.counters.DroppedNoQP++
 		return
 	}
@@ -627,13 +628,13 @@ func (e *engine) dispatch() {
 	}
 	e.counters.RcvdPkts++
 	if info.Flags&wire.FlagRequest != 0 {
-		if t.state == ibv.StateRTR || t.state == ibv.StateRTS || t.state == ibv.StateSQD {
+		if t.State == ibv.StateRTR || t.State == ibv.StateRTS || t.State == ibv.StateSQD {
 			e.fastTakeOver(qp) // the program passed it on: the responder is Go's again
 			e.responder(qp, p, info)
 		}
 		return
 	}
-	if t.state == ibv.StateRTS || t.state == ibv.StateSQD {
+	if t.State == ibv.StateRTS || t.State == ibv.StateSQD {
 		e.completer(qp, p, info)
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/memory"
+	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/link"
 )
 
@@ -15,7 +16,7 @@ import (
 
 // Constants of the transport the tests compute their expectations from.
 const (
-	MaxBackoff   = maxBackoff          // retransmission timeouts double at most this many times
+	MaxBackoff   = queue.MaxBackoff    // retransmission timeouts double at most this many times
 	FirstUserQPN = firstUserQPN        // the lowest QPN a user QP gets
 	MWFirstIndex = memory.MWFirstIndex // the key index of the first memory window
 	RxBatch      = rxBatch             // frames an engine takes per receive batch
@@ -23,10 +24,10 @@ const (
 )
 
 // AckTimeout is the local ACK timeout of the code a QP's Timeout holds.
-func AckTimeout(code uint8) time.Duration { return ackTimeout(code) }
+func AckTimeout(code uint8) time.Duration { return queue.ACKTimeout(code) }
 
 // CompletionOf is the completion opcode of a send opcode.
-func CompletionOf(o ibv.WROpcode) ibv.WCOpcode { return completionOf(o) }
+func CompletionOf(o ibv.WROpcode) ibv.WCOpcode { return queue.CompletionOf(o) }
 
 // IsMWKey reports whether key's index names a memory window.
 func IsMWKey(key uint32) bool { return isMWKey(key) }
@@ -70,27 +71,9 @@ func (d *NIC) PlaceMR(m *MR, addr uint64, key uint32) error { return d.objs.mem.
 // (the bind sets the capture's); in Do.
 func (d *NIC) PlaceMW(mw *MW, key uint32) { d.objs.mem.PlaceMW(mw, key) }
 
-// Queue is the index of the engine serving the QP.
-func (qp *QP) Queue() int { return int(qp.engine.Load()) }
-
-// SourcePort is the UDP source port of the QP's flow.
-func (qp *QP) SourcePort() uint16 { return qp.t.sport }
-
-// ForceState puts the QP in state s, as no Modify may (SQE); in Do.
-func (qp *QP) ForceState(s ibv.QPState) {
-	qp.t.state = s
-	qp.state.Store(uint32(s))
-}
-
 // ShiftHeadRemoteAddr takes qp's posts into its send queue and moves the
 // remote address of its first WQE by delta, past the post's checks; in Do.
-func (d *NIC) ShiftHeadRemoteAddr(qp *QP, delta uint64) {
+func (d *NIC) ShiftHeadRemoteAddr(qp *queue.QP, delta uint64) {
 	d.engineOf(qp).takePosts(qp)
-	qp.t.sq[0].wr.RemoteAddr += delta
+	qp.Transport.SQ[0].WR.RemoteAddr += delta
 }
-
-// Pending is how many completions the CQ holds.
-func (cq *CQ) Pending() int { return cq.pending() }
-
-// Attached is how many QPs use the SRQ.
-func (s *SRQ) Attached() int32 { return s.attached.Load() }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
 )
 
@@ -11,7 +12,7 @@ import (
 // idle — no message in progress, no reply queued, no NAK outstanding, no
 // packet held — the XDP program owns it and executes small in-order WRITEs
 // into device memory itself. Any frame it does not execute reaches this
-// engine as before, which then takes the responder back (its ePSN and MSN
+// engine as before, which then takes the responder back (its EPSN and MSN
 // from the shared state) before running it, and hands the QP back at the
 // end of the receive batch if it is idle again.
 //
@@ -28,10 +29,10 @@ type FastPath interface {
 	// Configure writes what the program checks of qpn's requests and the
 	// ACK it sends; only while Go owns the QP.
 	Configure(qpn uint32, q FastQP) error
-	// HandBack gives the program qpn's responder, expecting ePSN, with
+	// HandBack gives the program qpn's responder, expecting EPSN, with
 	// MSN msn.
 	HandBack(qpn, ePSN, msn uint32) error
-	// TakeOver makes Go the owner and returns the program's ePSN and MSN;
+	// TakeOver makes Go the owner and returns the program's EPSN and MSN;
 	// wasXDP is false when Go owned the QP already.
 	TakeOver(qpn uint32) (ePSN, msn uint32, wasXDP bool, err error)
 	// Acked is the last ACK the program took for qpn's requester: a count
@@ -53,38 +54,31 @@ type FastQP struct {
 
 // fastEligible: an RC QP over IPv4 that accepts requests, on a device with
 // the fast path.
-func (e *engine) fastEligible(qp *QP) bool {
-	t := &qp.t
-	return e.dev.cfg.FastPath != nil && !e.fastOff && qp.typ == ibv.QPTypeRC && !t.v6 && t.sip.Is4() &&
-		(t.state == ibv.StateRTR || t.state == ibv.StateRTS || t.state == ibv.StateSQD)
-}
-
-// fastIdle: nothing of the responder's depends on state the program does
-// not keep.
-func (t *qpTransport) fastIdle() bool {
-	return t.respOp == respNone && !t.recv.active && !t.nakSent && t.held.n == 0 &&
-		!t.replying() && !t.ackDue && !t.failAfterReplies
+func (e *engine) fastEligible(qp *queue.QP) bool {
+	t := &qp.Transport
+	return e.dev.cfg.FastPath != nil && !e.fastOff && qp.QPType == ibv.QPTypeRC && !t.V6 && t.SIP.Is4() &&
+		(t.State == ibv.StateRTR || t.State == ibv.StateRTS || t.State == ibv.StateSQD)
 }
 
 // fastTakeOver makes the responder of qp Go's again, with the program's
-// ePSN and MSN. A failure to (it cannot happen unless the shared map is
+// EPSN and MSN. A failure to (it cannot happen unless the shared map is
 // gone) leaves the QP in error: the two sides' PSNs would diverge.
-func (e *engine) fastTakeOver(qp *QP) {
-	t := &qp.t
-	if !t.fastXDP {
+func (e *engine) fastTakeOver(qp *queue.QP) {
+	t := &qp.Transport
+	if !t.FastXDP {
 		return
 	}
-	t.fastXDP = false
-	epsn, msn, was, err := e.dev.cfg.FastPath.TakeOver(qp.qpn)
+	t.FastXDP = false
+	epsn, msn, was, err := e.dev.cfg.FastPath.TakeOver(qp.Number)
 	if err != nil {
 		e.counters.FastPathErr++
 		e.fatal(qp)
 		return
 	}
 	if was {
-		t.fastExecEnd = epsn
-		e.fastExecuted += uint64((epsn - t.fastHandPSN) & 0xffffff)
-		t.ePSN, t.msn = epsn, msn
+		t.FastExecEnd = epsn
+		e.fastExecuted += uint64((epsn - t.FastHandPSN) & 0xffffff)
+		t.EPSN, t.MSN = epsn, msn
 		e.counters.FastTakeOvers++
 	}
 	e.fastTaken = append(e.fastTaken, qp)
@@ -93,36 +87,36 @@ func (e *engine) fastTakeOver(qp *QP) {
 // fastHandBack gives the program qp's responder if the QP can have it and
 // its responder is idle; configure writes its addresses and ACK first (a
 // modify may have changed them).
-func (e *engine) fastHandBack(qp *QP, configure bool) {
-	t := &qp.t
-	if t.fastXDP || !e.fastEligible(qp) || !t.fastIdle() {
+func (e *engine) fastHandBack(qp *queue.QP, configure bool) {
+	t := &qp.Transport
+	if t.FastXDP || !e.fastEligible(qp) || !t.FastIdle() {
 		if configure {
-			t.fastConfigured = false // the modify's changes go at the next hand-back
+			t.FastConfigured = false // the modify's changes go at the next hand-back
 		}
 		return
 	}
 	f := e.dev.cfg.FastPath
-	if configure || !t.fastConfigured {
+	if configure || !t.FastConfigured {
 		q, err := e.fastQP(qp)
 		if err == nil {
-			err = f.Configure(qp.qpn, q)
+			err = f.Configure(qp.Number, q)
 		}
 		if err != nil {
 			e.counters.FastPathErr++
 			return
 		}
-		t.fastConfigured = true
-		if t.fastReq = q.Requester; t.fastReq {
+		t.FastConfigured = true
+		if t.FastReq = q.Requester; t.FastReq {
 			// What the program published before is not this QP's.
-			n, _, _, err := f.Acked(qp.qpn)
-			t.fastReq, t.fastAckCount = err == nil, n
+			n, _, _, err := f.Acked(qp.Number)
+			t.FastReq, t.FastAckCount = err == nil, n
 		}
 	}
-	if err := f.HandBack(qp.qpn, t.ePSN, t.msn); err != nil {
+	if err := f.HandBack(qp.Number, t.EPSN, t.MSN); err != nil {
 		e.counters.FastPathErr++
 		return
 	}
-	t.fastXDP, t.fastHandPSN, t.fastExecEnd = true, t.ePSN, t.ePSN
+	t.FastXDP, t.FastHandPSN, t.FastExecEnd = true, t.EPSN, t.EPSN
 }
 
 // fastLostMin and fastLostShare: the engine gives up on the responder fast
@@ -135,10 +129,10 @@ const fastLostMin = 4
 // program (a bridge port) every ACK sent with XDP_TX is lost so; then the
 // engine stops handing responders to the program (counter
 // fast_responder_off), and the requester side, which sends nothing, goes on.
-func (e *engine) fastDuplicate(qp *QP, psn uint32) {
-	t := &qp.t
-	if e.fastOff || t.fastExecEnd == t.fastHandPSN ||
-		psnCmp(psn, t.fastHandPSN) < 0 || psnCmp(psn, t.fastExecEnd) >= 0 {
+func (e *engine) fastDuplicate(qp *queue.QP, psn uint32) {
+	t := &qp.Transport
+	if e.fastOff || t.FastExecEnd == t.FastHandPSN ||
+		queue.PSNCmp(psn, t.FastHandPSN) < 0 || queue.PSNCmp(psn, t.FastExecEnd) >= 0 {
 		return
 	}
 	e.fastLost++
@@ -153,7 +147,7 @@ func (e *engine) fastDuplicate(qp *QP, psn uint32) {
 // to the program if they are idle.
 func (e *engine) fastHandBacks() {
 	for _, qp := range e.fastTaken {
-		if int(qp.qpn) < len(e.qps) && e.qps[qp.qpn] == qp {
+		if int(qp.Number) < len(e.qps) && e.qps[qp.Number] == qp {
 			e.fastHandBack(qp, false)
 		}
 	}
@@ -162,17 +156,17 @@ func (e *engine) fastHandBacks() {
 }
 
 // fastQP describes qp's responder: its ACK is what sendAckNow builds.
-func (e *engine) fastQP(qp *QP) (FastQP, error) {
-	t := &qp.t
+func (e *engine) fastQP(qp *queue.QP) (FastQP, error) {
+	t := &qp.Transport
 	p := e.header(qp, wire.RCAck, 0, false)
 	p.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval)}
 	ack := make([]byte, p.FrameLen())
 	if _, err := wire.Encode(ack, p); err != nil {
-		return FastQP{}, fmt.Errorf("verbs: fast path ACK of QP %#x: %w", qp.qpn, err)
+		return FastQP{}, fmt.Errorf("verbs: fast path ACK of QP %#x: %w", qp.Number, err)
 	}
-	return FastQP{Src: t.sip.As4(), Dst: t.dip.As4(), PD: qp.pd.ID(), MTU: uint32(t.mtu),
-		RemoteWrite: t.attr.AccessFlags&ibv.AccessRemoteWrite != 0,
-		Requester:   t.state == ibv.StateRTS || t.state == ibv.StateSQD, Ack: ack}, nil
+	return FastQP{Src: t.SIP.As4(), Dst: t.DIP.As4(), PD: qp.PD.ID(), MTU: uint32(t.MTU),
+		RemoteWrite: t.Attr.AccessFlags&ibv.AccessRemoteWrite != 0,
+		Requester:   t.State == ibv.StateRTS || t.State == ibv.StateSQD, Ack: ack}, nil
 }
 
 // fastAcks runs the ACKs the program took for the requesters of the QPs
@@ -184,17 +178,17 @@ func (e *engine) fastAcks() bool {
 	}
 	ran := false
 	for _, qp := range e.active {
-		t := &qp.t
-		if !t.fastReq || (t.state != ibv.StateRTS && t.state != ibv.StateSQD) {
+		t := &qp.Transport
+		if !t.FastReq || (t.State != ibv.StateRTS && t.State != ibv.StateSQD) {
 			continue
 		}
-		n, psn, msn, err := f.Acked(qp.qpn)
-		if err != nil || n == t.fastAckCount {
+		n, psn, msn, err := f.Acked(qp.Number)
+		if err != nil || n == t.FastAckCount {
 			continue
 		}
-		t.fastAckCount = n
+		t.FastAckCount = n
 		p := &e.fastAck
-		*p = wire.Packet{BTH: wire.BTH{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.qpn, PSN: psn},
+		*p = wire.Packet{BTH: wire.BTH{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.Number, PSN: psn},
 			AETH: wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: msn}}
 		info, _ := wire.RCAck.Info()
 		e.counters.FastAcks++
@@ -216,8 +210,8 @@ func (e *engine) fastSleep() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, qp := range e.active {
-		if t := &qp.t; t.fastReq {
-			if n, _, _, err := f.Acked(qp.qpn); err == nil && n != t.fastAckCount {
+		if t := &qp.Transport; t.FastReq {
+			if n, _, _, err := f.Acked(qp.Number); err == nil && n != t.FastAckCount {
 				f.Sleeping(false)
 				return false
 			}

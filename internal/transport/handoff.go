@@ -88,7 +88,7 @@ func (e *engine) receiveHandedOff() int {
 		e.handleFrame(f)
 	}
 	e.handingOff = false
-	e.pending.flush() // the frames are recycled next
+	e.pending.Flush() // the frames are recycled next
 	e.inbox.recycle(frames)
 	clear(frames)
 	e.inFrames = frames[:0]

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/uverbs"
 )
 
@@ -33,8 +34,8 @@ func (e *engine) ring() {
 }
 
 // notePosted hands the engine a QP that gained posted work requests.
-func (e *engine) notePosted(qp *QP) {
-	if qp.queued.CompareAndSwap(false, true) {
+func (e *engine) notePosted(qp *queue.QP) {
+	if qp.Queued.CompareAndSwap(false, true) {
 		e.postedMu.Lock()
 		e.posted = append(e.posted, qp)
 		e.postedMu.Unlock()
@@ -42,11 +43,8 @@ func (e *engine) notePosted(qp *QP) {
 	e.ring()
 }
 
-// notePosted hands qp's engine the QP, which gained posted work requests.
-func (qp *QP) notePosted() { qp.dev.Posted(qp) }
-
 // takePosted swaps the list of QPs with new posts for the engine's spare one.
-func (e *engine) takePosted() []*QP {
+func (e *engine) takePosted() []*queue.QP {
 	e.postedMu.Lock()
 	l := e.posted
 	e.posted = e.spare[:0]

@@ -10,11 +10,12 @@ import (
 	"slices"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
 )
 
 // mcGroup is a multicast group with its attached QPs, in attach order.
-type mcGroup struct{ qps []*QP }
+type mcGroup struct{ qps []*queue.QP }
 
 // AttachMcast attaches the UD QP to the group gid (ibv_attach_mcast). As
 // the kernel's ib_attach_mcast: EINVAL unless the QP is UD (QP1 is not) and
@@ -22,45 +23,45 @@ type mcGroup struct{ qps []*QP }
 // MaxMcastGroups groups, MaxMcastQPAttach QPs in a group or
 // MaxTotalMcastAttach attachments. The device's first member of a group
 // joins it on the port (Config.Groups).
-func (d *NIC) AttachMcast(qp *QP, gid netip.Addr) error {
-	if qp.typ != ibv.QPTypeUD || qp.gsi {
-		return fmt.Errorf("verbs: attaching a %v QP to a multicast group (UD only): %w", qp.typ, ibv.ErrInvalid)
+func (d *NIC) AttachMcast(qp *queue.QP, gid netip.Addr) error {
+	if qp.QPType != ibv.QPTypeUD || qp.GSI {
+		return fmt.Errorf("verbs: attaching a %v QP to a multicast group (UD only): %w", qp.QPType, ibv.ErrInvalid)
 	}
 	if !wire.IsMulticastGID(gid) {
 		return fmt.Errorf("verbs: %v is not a multicast GID: %w", gid, ibv.ErrInvalid)
 	}
-	return d.do(func() error { return d.attachMcast(qp, gidAddr(gid)) })
+	return d.do(func() error { return d.attachMcast(qp, queue.GIDAddr(gid)) })
 }
 
 // DetachMcast detaches the QP from the group gid (ibv_detach_mcast): EINVAL
 // if it is not attached. The device's last member of a group leaves it.
-func (d *NIC) DetachMcast(qp *QP, gid netip.Addr) error {
-	if qp.typ != ibv.QPTypeUD || qp.gsi || !wire.IsMulticastGID(gid) {
-		return fmt.Errorf("verbs: detaching a %v QP from %v: %w", qp.typ, gid, ibv.ErrInvalid)
+func (d *NIC) DetachMcast(qp *queue.QP, gid netip.Addr) error {
+	if qp.QPType != ibv.QPTypeUD || qp.GSI || !wire.IsMulticastGID(gid) {
+		return fmt.Errorf("verbs: detaching a %v QP from %v: %w", qp.QPType, gid, ibv.ErrInvalid)
 	}
 	return d.do(func() error {
 		if err := d.liveQP(qp); err != nil {
 			return err
 		}
-		if !d.detachMcast(qp, gidAddr(gid)) {
-			return fmt.Errorf("verbs: QP %#x is not attached to %v: %w", qp.qpn, gid, ibv.ErrInvalid)
+		if !d.detachMcast(qp, queue.GIDAddr(gid)) {
+			return fmt.Errorf("verbs: QP %#x is not attached to %v: %w", qp.Number, gid, ibv.ErrInvalid)
 		}
 		return nil
 	})
 }
 
 // liveQP is EINVAL if qp was destroyed. A control operation.
-func (d *NIC) liveQP(qp *QP) error {
+func (d *NIC) liveQP(qp *queue.QP) error {
 	o := &d.objs
-	if int(qp.qpn) >= len(o.qps) || o.qps[qp.qpn] != qp {
-		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.qpn, ibv.ErrInvalid)
+	if int(qp.Number) >= len(o.qps) || o.qps[qp.Number] != qp {
+		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.Number, ibv.ErrInvalid)
 	}
 	return nil
 }
 
 // attachMcast is AttachMcast's control operation; addr is the group as
 // frames carry it.
-func (d *NIC) attachMcast(qp *QP, addr netip.Addr) error {
+func (d *NIC) attachMcast(qp *queue.QP, addr netip.Addr) error {
 	if err := d.liveQP(qp); err != nil {
 		return err
 	}
@@ -93,7 +94,7 @@ func (d *NIC) attachMcast(qp *QP, addr netip.Addr) error {
 		return fmt.Errorf("verbs: %d QPs attached to %v: %w", ibv.MaxMcastQPAttach, addr, ibv.ErrNoMem)
 	}
 	g.qps = append(g.qps, qp)
-	qp.groups = append(qp.groups, addr)
+	qp.Groups = append(qp.Groups, addr)
 	o.mcAttached++
 	return nil
 }
@@ -101,7 +102,7 @@ func (d *NIC) attachMcast(qp *QP, addr netip.Addr) error {
 // detachMcast takes qp out of the group addr and reports whether it was
 // in it; the group's last member leaves it on the port. A control
 // operation.
-func (d *NIC) detachMcast(qp *QP, addr netip.Addr) bool {
+func (d *NIC) detachMcast(qp *queue.QP, addr netip.Addr) bool {
 	o := &d.objs
 	g := o.groups[addr]
 	if g == nil {
@@ -112,8 +113,8 @@ func (d *NIC) detachMcast(qp *QP, addr netip.Addr) bool {
 		return false
 	}
 	g.qps = slices.Delete(g.qps, i, i+1)
-	if j := slices.Index(qp.groups, addr); j >= 0 {
-		qp.groups = slices.Delete(qp.groups, j, j+1)
+	if j := slices.Index(qp.Groups, addr); j >= 0 {
+		qp.Groups = slices.Delete(qp.Groups, j, j+1)
 	}
 	o.mcAttached--
 	if len(g.qps) == 0 {
@@ -129,9 +130,9 @@ func (d *NIC) detachMcast(qp *QP, addr netip.Addr) bool {
 
 // detachAll takes a QP being destroyed out of its groups (the kernel
 // detaches a destroyed QP's groups too: ib_uverbs_detach_umcast).
-func (d *NIC) detachAll(qp *QP) {
-	for len(qp.groups) > 0 {
-		d.detachMcast(qp, qp.groups[0])
+func (d *NIC) detachAll(qp *queue.QP) {
+	for len(qp.Groups) > 0 {
+		d.detachMcast(qp, qp.Groups[0])
 	}
 }
 
@@ -163,11 +164,11 @@ func (e *engine) dispatchMcast(p *wire.Packet) {
 			}
 			continue
 		}
-		if p.DETH.QKey != qp.t.attr.QKey {
+		if p.DETH.QKey != qp.Transport.Attr.QKey {
 			e.counters.DroppedBadQKey++
 			continue
 		}
-		if s := qp.t.state; s == ibv.StateRTR || s == ibv.StateRTS || s == ibv.StateSQD {
+		if s := qp.Transport.State; s == ibv.StateRTR || s == ibv.StateRTS || s == ibv.StateSQD {
 			e.receiveDatagram(qp, p)
 			took = true
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/memory"
+	"github.com/xdproce/xdproce/internal/queue"
 )
 
 type (
@@ -71,8 +72,8 @@ func (d *NIC) DeregMR(m *MR) error {
 // deregistered: no packet of it touches the memory again.
 func (e *objects) revokeWrites(mr *MR) {
 	for _, qp := range e.live {
-		if w := &qp.t.write; qp.t.respOp == respWrite && w.mr == mr {
-			w.mr, w.revoked = nil, true
+		if w := &qp.Transport.Write; qp.Transport.RespOp == queue.RespWrite && w.MR == mr {
+			w.MR, w.Revoked = nil, true
 		}
 	}
 }
@@ -83,55 +84,38 @@ func (e *objects) revokeWrites(mr *MR) {
 func (e *objects) mrInUse(mr *MR) string {
 	lkey := mr.LKey()
 	for _, qp := range e.live {
-		t := &qp.t
-		recvPD := qp.pd
-		if qp.srq != nil {
-			recvPD = qp.srq.pd
+		t := &qp.Transport
+		recvPD := qp.PD
+		if qp.SRQ != nil {
+			recvPD = qp.SRQ.PD
 		}
-		if t.recv.active && recvPD == mr.PD() {
+		if t.Recv.Active && recvPD == mr.PD() {
 			var one [1]ibv.SGE
-			for _, s := range t.recv.wr.sges(&one) {
+			for _, s := range t.Recv.WR.Sges(&one) {
 				if s.LKey == lkey {
-					return fmt.Sprintf("a SEND in progress into receive WR %d of QP %#x", t.recv.wr.ID, qp.qpn)
+					return fmt.Sprintf("a SEND in progress into receive WR %d of QP %#x", t.Recv.WR.ID, qp.Number)
 				}
 			}
 		}
-		if qp.pd != mr.PD() {
+		if qp.PD != mr.PD() {
 			continue
 		}
-		for i := range t.sq {
-			if t.sq[i].namesLKey(lkey) {
-				return fmt.Sprintf("send WR %d of QP %#x", t.sq[i].wr.ID, qp.qpn)
+		for i := range t.SQ {
+			if t.SQ[i].NamesLKey(lkey) {
+				return fmt.Sprintf("send WR %d of QP %#x", t.SQ[i].WR.ID, qp.Number)
 			}
 		}
-		qp.postMu.Lock()
-		for i := range qp.postSend {
-			if qp.postSend[i].namesLKey(lkey) {
-				id := qp.postSend[i].wr.ID
-				qp.postMu.Unlock()
-				return fmt.Sprintf("send WR %d of QP %#x", id, qp.qpn)
+		qp.PostMu.Lock()
+		for i := range qp.PostedSend {
+			if qp.PostedSend[i].NamesLKey(lkey) {
+				id := qp.PostedSend[i].WR.ID
+				qp.PostMu.Unlock()
+				return fmt.Sprintf("send WR %d of QP %#x", id, qp.Number)
 			}
 		}
-		qp.postMu.Unlock()
+		qp.PostMu.Unlock()
 	}
 	return ""
-}
-
-// namesLKey reports whether the WQE's SG list names lkey (INLINE data was
-// copied when posted and names nothing).
-func (w *sendWQE) namesLKey(lkey uint32) bool {
-	if w.wr.Flags&ibv.SendInline != 0 {
-		return false
-	}
-	if w.single {
-		return w.sge1.LKey == lkey
-	}
-	for _, s := range w.wr.SGList {
-		if s.LKey == lkey {
-			return true
-		}
-	}
-	return false
 }
 
 // AllocMW creates a memory window of pd, of type 1 or (typ1 false) type 2.
@@ -164,30 +148,30 @@ func (e *objects) lookupMWIndex(key uint32) *MW { return e.mem.LookupMWIndex(key
 func isMWKey(key uint32) bool { return memory.IsMWKey(key) }
 
 // bindMW executes a BIND_MW work request of qp; false is a bind error.
-func (e *engine) bindMW(qp *QP, b *Bind) bool {
-	return e.mem.Bind(qp.owner, qp.pd, b.MW, b.MR, memory.BindArgs{RKey: b.RKey, Addr: b.Addr, Length: b.Length, Access: b.Access})
+func (e *engine) bindMW(qp *queue.QP, b *queue.Bind) bool {
+	return e.mem.Bind(qp.OwnerID, qp.PD, b.MW, b.MR, memory.BindArgs{RKey: b.RKey, Addr: b.Addr, Length: b.Length, Access: b.Access})
 }
 
 // invalidateRKey frees the type-2 window named by key for qp (LOCAL_INV or
 // a peer's SEND_WITH_INV).
-func (e *engine) invalidateRKey(qp *QP, key uint32) bool { return e.mem.Invalidate(qp.pd, key) }
+func (e *engine) invalidateRKey(qp *queue.QP, key uint32) bool { return e.mem.Invalidate(qp.PD, key) }
 
 // checkMWAccess resolves a remote access of qp through a window.
-func (e *engine) checkMWAccess(qp *QP, rkey uint32, va uint64, n uint32, need ibv.Access) (*MR, bool) {
-	return e.mem.CheckMWAccess(qp.owner, qp.pd, rkey, va, n, need)
+func (e *engine) checkMWAccess(qp *queue.QP, rkey uint32, va uint64, n uint32, need ibv.Access) (*MR, bool) {
+	return e.mem.CheckMWAccess(qp.OwnerID, qp.PD, rkey, va, n, need)
 }
 
 // spanOf returns the region's piece [addr, addr+n) if it lies inside it.
-func spanOf(m *MR, addr uint64, n uint32) (span, bool) {
+func spanOf(m *MR, addr uint64, n uint32) (queue.Span, bool) {
 	off, ok := m.Locate(addr, n)
 	if !ok {
-		return span{}, false
+		return queue.Span{}, false
 	}
 	if mem := m.Proc(); mem != nil {
-		return span{mem: mem, off: off, n: n}, true
+		return queue.Span{Mem: mem, Off: off, N: n}, true
 	}
-	return span{b: m.Bytes()[off : off+uint64(n)]}, true
+	return queue.Span{B: m.Bytes()[off : off+uint64(n)]}, true
 }
 
 // localSpan is a span of local bytes (INLINE data).
-func localSpan(b []byte) span { return span{b: b} }
+func localSpan(b []byte) queue.Span { return queue.Span{B: b} }

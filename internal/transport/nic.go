@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/link"
 )
 
@@ -103,9 +104,9 @@ func New(links []link.Link, cfg Config) (*NIC, error) {
 		rng:  rand.New(rand.NewChaCha8(seed)),
 		done: make(chan struct{}),
 	}
-	d.objs.events.ready = make(chan struct{}, 1)
+	d.objs.events.Ready = make(chan struct{}, 1)
 	for _, g := range cfg.GIDs {
-		d.local = append(d.local, gidAddr(g))
+		d.local = append(d.local, queue.GIDAddr(g))
 	}
 	for i, l := range links {
 		e := &engine{}
@@ -240,39 +241,30 @@ func (d *NIC) Wake() { d.ringAll() }
 // Engines is the number of engines (queues) the NIC runs.
 func (d *NIC) Engines() int { return len(d.shards) }
 
-// Event is an asynchronous event; the field matching its type names the
-// object.
-type Event struct {
-	Type ibv.AsyncEventType
-	CQ   *CQ
-	QP   *QP
-	SRQ  *SRQ
-}
-
 // NextEvent returns the oldest asynchronous event, waiting for one until
 // ctx ends.
-func (d *NIC) NextEvent(ctx context.Context) (Event, error) {
+func (d *NIC) NextEvent(ctx context.Context) (queue.Event, error) {
 	eq := &d.objs.events
 	for {
-		eq.mu.Lock()
-		if len(eq.q) > 0 {
-			ev := eq.q[0]
-			eq.q = append(eq.q[:0], eq.q[1:]...)
-			more := len(eq.q) > 0
-			eq.mu.Unlock()
+		eq.Mu.Lock()
+		if len(eq.Q) > 0 {
+			ev := eq.Q[0]
+			eq.Q = append(eq.Q[:0], eq.Q[1:]...)
+			more := len(eq.Q) > 0
+			eq.Mu.Unlock()
 			if more {
 				select {
-				case eq.ready <- struct{}{}:
+				case eq.Ready <- struct{}{}:
 				default:
 				}
 			}
 			return ev, nil
 		}
-		eq.mu.Unlock()
+		eq.Mu.Unlock()
 		select {
-		case <-eq.ready:
+		case <-eq.Ready:
 		case <-ctx.Done():
-			return Event{}, ctx.Err()
+			return queue.Event{}, ctx.Err()
 		}
 	}
 }

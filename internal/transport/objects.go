@@ -10,6 +10,7 @@ import (
 
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/memory"
+	"github.com/xdproce/xdproce/internal/queue"
 )
 
 // objects are the device's tables, shared by its engines: the QPs by QPN,
@@ -19,9 +20,9 @@ import (
 // alone; the few changes an engine makes itself (binding and invalidating
 // windows, atomics) take the narrower locks below.
 type objects struct {
-	qps     []*QP  // by QPN; nil where free
-	live    []*QP  // QPs that exist, in creation order
-	nextQPN uint32 // a QPN to use next if free (the golden tests pin the captures' QPNs); 0: random
+	qps     []*queue.QP // by QPN; nil where free
+	live    []*queue.QP // QPs that exist, in creation order
+	nextQPN uint32      // a QPN to use next if free (the golden tests pin the captures' QPNs); 0: random
 	// qpSeq numbers the QPs ever created: their owner identities, which
 	// the memory windows bound through them keep (QPNs are reused).
 	qpSeq uint64
@@ -35,10 +36,10 @@ type objects struct {
 	pdSeq    uint32
 	// sharedQPs are the QPs whose work requests a daemon's clients post to
 	// shared rings (shared.go).
-	sharedQPs []*QP
+	sharedQPs []*queue.QP
 	// sharedSRQs are the SRQs a daemon's clients post to shared rings.
-	sharedSRQs []*SRQ
-	events     eventQueue // asynchronous events, read by Device.GetAsyncEvent
+	sharedSRQs []*queue.SRQ
+	events     queue.EventQueue // asynchronous events, read by Device.GetAsyncEvent
 	// groups are the multicast groups QPs are attached to, by their
 	// address as frames carry it; mcAttached counts the attachments
 	// (mcast.go).
@@ -71,13 +72,13 @@ func (d *NIC) pickQPN() uint32 {
 
 // addQP numbers qp and gives it to the first engine; placeQP moves it to
 // its queue's engine once it has a flow. A control operation.
-func (d *NIC) addQP(qp *QP) error {
+func (d *NIC) addQP(qp *queue.QP) error {
 	o := &d.objs
 	var qpn uint32
 	switch {
-	case qp.gsi && len(o.qps) > ibv.GSIQPN && o.qps[ibv.GSIQPN] != nil:
+	case qp.GSI && len(o.qps) > ibv.GSIQPN && o.qps[ibv.GSIQPN] != nil:
 		return fmt.Errorf("verbs: the device has its QP1: %w", ibv.ErrBusy)
-	case qp.gsi:
+	case qp.GSI:
 		qpn = ibv.GSIQPN
 	default:
 		if qpn = d.pickQPN(); qpn == 0 {
@@ -87,29 +88,29 @@ func (d *NIC) addQP(qp *QP) error {
 	for int(qpn) >= len(o.qps) {
 		o.qps = append(o.qps, nil)
 	}
-	qp.qpn = qpn
+	qp.Number = qpn
 	o.qpSeq++
-	qp.owner = memory.Owner(o.qpSeq)
-	qp.t.reset(qp)
-	qp.engine.Store(0)
+	qp.OwnerID = memory.Owner(o.qpSeq)
+	qp.Transport.Reset(qp)
+	qp.Engine.Store(0)
 	o.qps[qpn] = qp
 	o.live = append(o.live, qp)
-	qp.pd.AddUsers(1)
+	qp.PD.AddUsers(1)
 	return nil
 }
 
 // removeQP forgets qp; ErrInvalid if it is not one of the device's QPs
 // (destroyed already: uverbs rejects a stale handle the same way). A
 // control operation.
-func (d *NIC) removeQP(qp *QP) error {
+func (d *NIC) removeQP(qp *queue.QP) error {
 	o := &d.objs
-	if int(qp.qpn) >= len(o.qps) || o.qps[qp.qpn] != qp {
-		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.qpn, ibv.ErrInvalid)
+	if int(qp.Number) >= len(o.qps) || o.qps[qp.Number] != qp {
+		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.Number, ibv.ErrInvalid)
 	}
 	d.detachAll(qp)
-	o.qps[qp.qpn] = nil
-	qp.pd.AddUsers(-1)
-	if qp.src != nil {
+	o.qps[qp.Number] = nil
+	qp.PD.AddUsers(-1)
+	if qp.Src != nil {
 		o.forgetShared(qp)
 	}
 	for i, q := range o.live {
@@ -119,8 +120,8 @@ func (d *NIC) removeQP(qp *QP) error {
 		}
 	}
 	d.engineOf(qp).deactivate(qp)
-	qp.t.state = ibv.StateReset
-	qp.state.Store(uint32(ibv.StateReset))
+	qp.Transport.State = ibv.StateReset
+	qp.StateMirror.Store(uint32(ibv.StateReset))
 	return nil
 }
 
@@ -128,14 +129,14 @@ func (d *NIC) removeQP(qp *QP) error {
 // port) uses: the queue it transmits on and, on veth and behind a peer's
 // RSS on the same port, the one its frames arrive on. A control operation,
 // so neither engine is in a step.
-func (d *NIC) placeQP(qp *QP) {
-	from, to := d.engineOf(qp), d.shards[int(qp.t.sport)%len(d.shards)]
+func (d *NIC) placeQP(qp *queue.QP) {
+	from, to := d.engineOf(qp), d.shards[int(qp.Transport.SrcPort)%len(d.shards)]
 	if from == to {
 		return
 	}
-	wasActive := qp.active
+	wasActive := qp.Active
 	from.deactivate(qp)
-	qp.engine.Store(int32(to.index))
+	qp.Engine.Store(int32(to.index))
 	if wasActive {
 		to.activate(qp)
 	}
@@ -143,11 +144,11 @@ func (d *NIC) placeQP(qp *QP) {
 }
 
 // engineOf is the engine serving qp.
-func (d *NIC) engineOf(qp *QP) *engine { return d.shards[qp.engine.Load()] }
+func (d *NIC) engineOf(qp *queue.QP) *engine { return d.shards[qp.Engine.Load()] }
 
 // Posted rings the doorbell of the engine serving qp, which gained posted
 // work requests (Device).
-func (d *NIC) Posted(qp *QP) { d.engineOf(qp).notePosted(qp) }
+func (d *NIC) Posted(qp *queue.QP) { d.engineOf(qp).notePosted(qp) }
 
 // PostedSRQ rings every engine's doorbell: any may take from an SRQ
 // (Device).

@@ -1,5 +1,5 @@
 // The responder's out-of-order hold (docs/recovery.md): RC request packets
-// that arrive past a hole are kept, up to oooMaxHeld of them, instead of
+// that arrive past a hole are kept, up to OOOMaxHeld of them, instead of
 // being dropped; once the hole fills, each is executed in turn as it
 // becomes the expected PSN, through every check a packet arriving then
 // would meet, and one ACK reports the highest PSN now contiguous. What a
@@ -12,94 +12,71 @@
 package transport
 
 import (
-	"bytes"
-
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
 )
 
-// oooMaxHeld bounds the packets a QP's responder holds, and how far past
-// the expected PSN it holds one: a requester keeps at most
-// MaxUnackedPSNs PSNs outstanding, so one hole never costs a packet
-// sent behind it. Past it packets are dropped (ooo_dropped) as before. A
-// QP that held packets keeps the buffers (at most oooMaxHeld path MTUs)
-// for the next loss.
-const oooMaxHeld = ibv.MaxUnackedPSNs
-
-// heldPacket is a request packet kept past a hole: its decoded headers,
-// with the payload copied out of the receive buffer.
-type heldPacket struct {
-	valid bool
-	p     wire.Packet
-	buf   []byte
-}
-
-// oooHold is a QP's held packets, a ring indexed by PSN.
-type oooHold struct {
-	slots []heldPacket // oooMaxHeld of them once anything was held
-	n     int
-}
-
-// hold keeps p, which arrived past ePSN, unless it is too far ahead
+// hold keeps p, which arrived past EPSN, unless it is too far ahead
 // (counted) or already held.
-func (e *engine) hold(qp *QP, p *wire.Packet) {
-	t := &qp.t
+func (e *engine) hold(qp *queue.QP, p *wire.Packet) {
+	t := &qp.Transport
 	if e.dev.cfg.Recovery&NoHold != 0 {
 		return
 	}
-	d := (p.BTH.PSN - t.ePSN) & 0xffffff
-	if d >= oooMaxHeld {
+	d := (p.BTH.PSN - t.EPSN) & 0xffffff
+	if d >= queue.OOOMaxHeld {
 		e.counters.OOODropped++
 		return
 	}
-	h := &t.held
-	if h.slots == nil {
-		h.slots = make([]heldPacket, oooMaxHeld)
+	h := &t.Held
+	if h.Slots == nil {
+		h.Slots = make([]queue.HeldPacket, queue.OOOMaxHeld)
 	}
-	s := &h.slots[p.BTH.PSN%oooMaxHeld]
-	if s.valid && s.p.BTH.PSN == p.BTH.PSN {
-		if !sameRequest(&s.p, p) {
+	s := &h.Slots[p.BTH.PSN%queue.OOOMaxHeld]
+	if s.Valid && s.P.BTH.PSN == p.BTH.PSN {
+		if !queue.SameRequest(&s.P, p) {
 			// Two different packets for one PSN: one is forged. Neither
 			// is kept; the requester resends the genuine one.
-			s.valid = false
-			h.n--
+			s.Valid = false
+			h.N--
 			e.counters.OOODropped++
 		}
 		return
 	}
-	if !s.valid {
-		h.n++
+	if !s.Valid {
+		h.N++
 	}
-	buf := append(append(s.buf[:0], p.Payload...), p.PayloadTail...)
-	s.valid, s.p, s.buf = true, *p, buf
-	s.p.Payload, s.p.PayloadTail = buf, nil
+	buf := append(append(s.Buf[:0], p.Payload...), p.PayloadTail...)
+	s.Valid, s.P, s.Buf = true, *p, buf
+	s.P.Payload, s.P.PayloadTail = buf, nil
 	e.counters.OOOHeld++
 }
 
 // drainHeld executes the held packets that have become in order, after
 // the packet that filled the hole, and acknowledges the highest PSN now
 // contiguous at the end of the receive batch.
-func (e *engine) drainHeld(qp *QP) {
-	t := &qp.t
-	h := &t.held
-	start := t.ePSN
+func (e *engine) drainHeld(qp *queue.QP) {
+	t := &qp.Transport
+	h := &t.Held
+	start := t.EPSN
 	ack := false
-	for h.n > 0 && !t.failAfterReplies && (t.state == ibv.StateRTR || t.state == ibv.StateRTS || t.state == ibv.StateSQD) {
-		s := &h.slots[t.ePSN%oooMaxHeld]
-		if !s.valid || s.p.BTH.PSN != t.ePSN {
+	for h.N > 0 && !t.FailAfterReplies && (t.State == ibv.StateRTR || t.State == ibv.StateRTS || t.State == ibv.StateSQD) {
+		s := &h.Slots[t.EPSN%queue.OOOMaxHeld]
+		if !s.Valid || s.P.BTH.PSN != t.EPSN {
 			break
 		}
-		s.valid = false
-		h.n--
+		s.Valid = false
+		h.N--
 		// Completions read the packet being handled from e.rx (immediate
 		// data, SE): the held one is now that packet.
-		e.rx = s.p
+		e.rx = s.P
 		info, _ := e.rx.BTH.Opcode.Info()
 		e.respond1(qp, &e.rx, info)
-		if t.ePSN == start {
+		if t.EPSN == start {
 			break // not executed (an RNR NAK): the requester resends it
 		}
-		start = t.ePSN
+		start = t.EPSN
 		// READ responses and atomic ACKs acknowledge their requests
 		// themselves; an ACK naming a READ's PSN could complete it at
 		// a requester that lost its responses.
@@ -107,50 +84,30 @@ func (e *engine) drainHeld(qp *QP) {
 	}
 	// Queued copies into a client's memory read the held buffers, which
 	// the next hold may reuse: they are made now.
-	e.pending.flush()
-	if h.n > 0 {
-		// A READ or a forged packet may have moved ePSN past held ones.
-		for i := range h.slots {
-			s := &h.slots[i]
-			if s.valid && psnCmp(s.p.BTH.PSN, t.ePSN) < 0 {
-				s.valid = false
-				h.n--
+	e.pending.Flush()
+	if h.N > 0 {
+		// A READ or a forged packet may have moved EPSN past held ones.
+		for i := range h.Slots {
+			s := &h.Slots[i]
+			if s.Valid && queue.PSNCmp(s.P.BTH.PSN, t.EPSN) < 0 {
+				s.Valid = false
+				h.N--
 			}
 		}
 	}
-	if ack && !t.failAfterReplies && (t.state == ibv.StateRTS || t.state == ibv.StateSQD || t.state == ibv.StateRTR) {
-		e.ackNow(qp, (t.ePSN-1)&0xffffff)
+	if ack && !t.FailAfterReplies && (t.State == ibv.StateRTS || t.State == ibv.StateSQD || t.State == ibv.StateRTR) {
+		e.ackNow(qp, (t.EPSN-1)&0xffffff)
 	}
-}
-
-// dropHeld forgets qp's held packets (the QP left the states that take
-// requests).
-func (t *qpTransport) dropHeld() {
-	for i := range t.held.slots {
-		t.held.slots[i].valid = false
-	}
-	t.held.n = 0
 }
 
 // ackNow acknowledges psn at the end of the receive batch, asked for or
 // not: after a hole filled, the requester learns at once how far the
 // responder has everything.
-func (e *engine) ackNow(qp *QP, psn uint32) {
-	t := &qp.t
-	if !t.ackDue {
-		t.ackDue = true
+func (e *engine) ackNow(qp *queue.QP, psn uint32) {
+	t := &qp.Transport
+	if !t.ACKDue {
+		t.ACKDue = true
 		e.acks = append(e.acks, qp)
 	}
-	t.ackPSN = psn
-}
-
-// sameRequest reports whether q carries the request held as h: a copy
-// resent (go-back-N, a probe) is identical; a forged one differs.
-func sameRequest(h, q *wire.Packet) bool {
-	if h.BTH.Opcode != q.BTH.Opcode || h.RETH != q.RETH || h.AtomicETH != q.AtomicETH || h.ImmDt != q.ImmDt || h.IETH != q.IETH ||
-		len(h.Payload) != len(q.Payload)+len(q.PayloadTail) {
-		return false
-	}
-	n := len(q.Payload)
-	return bytes.Equal(h.Payload[:n], q.Payload) && bytes.Equal(h.Payload[n:], q.PayloadTail)
+	t.ACKPSN = psn
 }

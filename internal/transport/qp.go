@@ -1,142 +1,50 @@
 package transport
 
 import (
-	"fmt"
 	"net"
-	"net/netip"
-	"sync"
-	"sync/atomic"
 
 	"github.com/xdproce/xdproce/internal/ibv"
-	"github.com/xdproce/xdproce/internal/memory"
+	"github.com/xdproce/xdproce/internal/queue"
 )
 
-// QP is a queue pair as the engine keeps it. Its transport state
-// belongs to the engine serving it.
-type QP struct {
-	dev Device
-	// What posting reads of the device, set at creation: closing is set
-	// as the device closes (posts then fail), mem is the memory table
-	// INLINE posts read, portMTU the active MTU that bounds a UD message.
-	closing *atomic.Bool
-	mem     *memory.Table
-	portMTU int
-
-	pd     *PD
-	qpn    uint32
-	typ    ibv.QPType
-	gsi    bool // QP1: its datagrams carry GSIQKey whatever a request says
-	scq    *CQ
-	rcq    *CQ
-	cap    ibv.QPCap
-	sigAll bool
-	srq    *SRQ
-
-	// Posting: the application appends under postMu; the engine takes the
-	// whole batch at once.
-	postMu   sync.Mutex
-	postSend []sendWQE
-	postRecv []recvWQE
-	// inlineBuf holds INLINE data, MaxSendWR slots of MaxInlineData bytes,
-	// taken in post order (inlineNext, under postMu).
-	inlineBuf  []byte
-	inlineNext uint64
-	sqUsed     atomic.Int32 // send WQEs posted and not yet retired
-	rqUsed     atomic.Int32
-	state      atomic.Uint32 // QPState, mirrored for the posting checks
-	queued     atomic.Bool   // in the device's list of QPs with new posts
-
-	// engine is the index of the engine that serves the QP: the one of
-	// its flow's queue (NIC.placeQP). It changes only in control
-	// operations.
-	engine atomic.Int32
-	active bool // in the engine's active list (engine-owned)
-
-	t qpTransport // engine-owned
-
-	src QueueSource // a daemon's client's rings (shared.go)
-
-	// owner is what the memory windows bound through the QP keep.
-	owner memory.Owner
-
-	// groups are the multicast groups the QP is attached to (mcast.go);
-	// changed in control operations only.
-	groups []netip.Addr
-
-	// Owner is the API's object for this QP, which events name.
-	Owner any
-}
-
-// Device is the NIC a queue belongs to, as the queue's own methods need
-// it: the doorbells a post rings. The engines use the queues' fields
-// directly, so nothing here runs per packet; control operations (create,
-// modify, destroy) are the NIC's methods.
-type Device interface {
-	// Posted rings the doorbell of the engine serving qp, which gained
-	// posted work requests.
-	Posted(qp *QP)
-	// PostedSRQ rings every engine's doorbell: any may take from an SRQ.
-	PostedSRQ()
-}
-
-// QPInit creates a QP: verbs.QPInitAttr with the capabilities granted.
-type QPInit struct {
-	Type   ibv.QPType
-	SendCQ *CQ
-	RecvCQ *CQ
-	Cap    ibv.QPCap
-	SigAll bool
-	SRQ    *SRQ
-	GSI    bool // the device's QP1
-}
-
 // CreateQP creates a QP in pd with the checked attributes a.
-func (d *NIC) CreateQP(pd *PD, a QPInit) (*QP, error) {
+func (d *NIC) CreateQP(pd *PD, a queue.QPInit) (*queue.QP, error) {
 	c := a.Cap
-	qp := &QP{dev: d, pd: pd, typ: a.Type, scq: a.SendCQ, rcq: a.RecvCQ, cap: c, sigAll: a.SigAll, srq: a.SRQ, gsi: a.GSI,
-		closing: &d.closing, mem: &d.objs.mem, portMTU: d.cfg.ActiveMTU}
+	qp := &queue.QP{Dev: d, PD: pd, QPType: a.Type, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ, Caps: c, SigAll: a.SigAll, SRQ: a.SRQ, GSI: a.GSI,
+		Closing: &d.closing, Mem: &d.objs.mem, PortMTU: d.cfg.ActiveMTU}
 	if c.MaxInlineData > 0 {
-		qp.inlineBuf = make([]byte, c.MaxSendWR*c.MaxInlineData)
+		qp.InlineBuf = make([]byte, c.MaxSendWR*c.MaxInlineData)
 	}
 	if err := d.do(func() error { return d.addQP(qp) }); err != nil {
 		return nil, err
 	}
-	if qp.srq != nil {
-		qp.srq.attached.Add(1)
+	if qp.SRQ != nil {
+		qp.SRQ.AttachedQPs.Add(1)
 	}
 	return qp, nil
 }
 
-// QPN is the QP's number.
-func (qp *QP) QPN() uint32 { return qp.qpn }
-
-// Cap is the QP's granted capabilities.
-func (qp *QP) Cap() ibv.QPCap { return qp.cap }
-
-// State is the QP's current state.
-func (qp *QP) State() ibv.QPState { return ibv.QPState(qp.state.Load()) }
-
 // DestroyQP removes the QP. Outstanding work is dropped without completions.
-func (d *NIC) DestroyQP(qp *QP) error {
+func (d *NIC) DestroyQP(qp *queue.QP) error {
 	err := d.do(func() error {
 		d.engineOf(qp).fastTakeOver(qp) // the program stops executing its WRITEs
 		return d.removeQP(qp)
 	})
-	if err == nil && qp.srq != nil {
-		qp.srq.attached.Add(-1)
+	if err == nil && qp.SRQ != nil {
+		qp.SRQ.AttachedQPs.Add(-1)
 	}
 	return err
 }
 
 // QueryQP returns the QP's attributes.
-func (d *NIC) QueryQP(qp *QP) (ibv.QPAttr, error) {
+func (d *NIC) QueryQP(qp *queue.QP) (ibv.QPAttr, error) {
 	var a ibv.QPAttr
 	err := d.do(func() error {
-		a = qp.t.attr
-		a.State = qp.t.state
-		a.CurState = qp.t.state
-		a.SQDraining = qp.t.draining
-		a.Cap = qp.cap
+		a = qp.Transport.Attr
+		a.State = qp.Transport.State
+		a.CurState = qp.Transport.State
+		a.SQDraining = qp.Transport.Draining
+		a.Cap = qp.Caps
 		return nil
 	})
 	return a, err
@@ -146,14 +54,14 @@ func (d *NIC) QueryQP(qp *QP) (ibv.QPAttr, error) {
 // operation, vets the transition against the QP's current state (and
 // whether its send queue is draining); dmac is the resolved next hop when
 // mask has AttrAV.
-func (d *NIC) ModifyQP(qp *QP, attr ibv.QPAttr, mask ibv.AttrMask, dmac net.HardwareAddr, check func(cur ibv.QPState, draining bool) error) error {
+func (d *NIC) ModifyQP(qp *queue.QP, attr ibv.QPAttr, mask ibv.AttrMask, dmac net.HardwareAddr, check func(cur ibv.QPState, draining bool) error) error {
 	// A client of the daemon reads a shared QP's state from its ring.
 	defer qp.PublishState()
 	return d.do(func() error {
-		if err := check(qp.t.state, qp.t.draining); err != nil {
+		if err := check(qp.Transport.State, qp.Transport.Draining); err != nil {
 			return err
 		}
-		next := qp.t.state
+		next := qp.Transport.State
 		if mask&ibv.AttrState != 0 {
 			next = attr.State
 		}
@@ -163,108 +71,4 @@ func (d *NIC) ModifyQP(qp *QP, attr ibv.QPAttr, mask ibv.AttrMask, dmac net.Hard
 		}
 		return nil
 	})
-}
-
-// PostSend queues send work requests. On error it returns the index of the
-// first request not queued (ibv_post_send's bad_wr); the ones before it
-// are queued.
-func (qp *QP) PostSend(wrs []WR) (int, error) {
-	if qp.closing.Load() {
-		return 0, ibv.ErrClosed
-	}
-	st := qp.State()
-	if st == ibv.StateReset || st == ibv.StateInit || st == ibv.StateRTR {
-		return 0, fmt.Errorf("verbs: post send in state %v: %w", st, ibv.ErrInvalid)
-	}
-	var small [8]sendWQE // posts of up to 8 WRs need no heap
-	ws := small[:0]
-	var checkErr error
-	for i := range wrs {
-		w, err := qp.checkSendWR(&wrs[i])
-		if err != nil {
-			checkErr = err
-			break
-		}
-		ws = append(ws, w)
-	}
-	qp.postMu.Lock()
-	for i, w := range ws {
-		if err := qp.enqueueSend(w, nil); err != nil {
-			qp.postMu.Unlock()
-			qp.notePosted()
-			return i, err
-		}
-	}
-	qp.postMu.Unlock()
-	qp.notePosted()
-	if checkErr != nil {
-		return len(ws), checkErr
-	}
-	return len(wrs), nil
-}
-
-// PostRecv queues receive work requests; see PostSend for the return values.
-func (qp *QP) PostRecv(wrs []ibv.RecvWR) (int, error) {
-	if qp.closing.Load() {
-		return 0, ibv.ErrClosed
-	}
-	if st := qp.State(); st == ibv.StateReset {
-		return 0, fmt.Errorf("verbs: post receive in state %v: %w", st, ibv.ErrInvalid)
-	}
-	if qp.srq != nil {
-		return 0, fmt.Errorf("verbs: the QP receives from an SRQ; post there: %w", ibv.ErrInvalid)
-	}
-	qp.postMu.Lock()
-	for i := range wrs {
-		if len(wrs[i].SGList) > qp.cap.MaxRecvSGE {
-			qp.postMu.Unlock()
-			qp.notePostedRecv(i)
-			return i, fmt.Errorf("verbs: receive WR %d: %d SGEs, QP allows %d: %w", wrs[i].ID, len(wrs[i].SGList), qp.cap.MaxRecvSGE, ibv.ErrInvalid)
-		}
-		if int(qp.rqUsed.Load()) >= qp.cap.MaxRecvWR {
-			qp.postMu.Unlock()
-			qp.notePostedRecv(i)
-			return i, fmt.Errorf("verbs: receive queue full (%d WRs): %w", qp.cap.MaxRecvWR, ibv.ErrNoMem)
-		}
-		qp.rqUsed.Add(1)
-		qp.postRecv = append(qp.postRecv, newRecvWQE(&wrs[i]))
-	}
-	qp.postMu.Unlock()
-	qp.notePosted()
-	return len(wrs), nil
-}
-
-// WR is a send work request as the engine takes it: verbs.SendWR with the
-// API's objects resolved to the NIC's.
-type WR struct {
-	ID         uint64
-	Opcode     ibv.WROpcode
-	Flags      ibv.SendFlags
-	SGList     []ibv.SGE
-	ImmData    uint32
-	InvRKey    uint32
-	RemoteAddr uint64
-	RKey       uint32
-	CompareAdd uint64
-	Swap       uint64
-	// Bind is what a BIND_MW binds: the engine's own copy once posted.
-	Bind *Bind
-	// AH is a UD request's address vector, which never changes; AHBad says
-	// the handle it came from is destroyed or of another device.
-	AH         *ibv.AH
-	AHBad      bool
-	RemoteQPN  uint32
-	RemoteQKey uint32
-}
-
-// Bind is what a BIND_MW work request binds (verbs.MWBind).
-type Bind struct {
-	MW     *MW
-	RKey   uint32
-	MR     *MR
-	Addr   uint64
-	Length uint64
-	Access ibv.Access
-	// Foreign says the window or region is another device's.
-	Foreign bool
 }

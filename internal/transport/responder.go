@@ -4,62 +4,9 @@ import (
 	"encoding/binary"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
 )
-
-// respOp is the message the responder is in the middle of.
-type respOp uint8
-
-const (
-	respNone respOp = iota
-	respSend
-	respWrite
-)
-
-// recvState is the receive WQE a multi-packet SEND is filling.
-type recvState struct {
-	active  bool
-	wr      recvWQE
-	segs    []span
-	written uint32
-}
-
-// reset ends the receive, keeping the segment slice's capacity so that the
-// next one allocates nothing.
-func (r *recvState) reset() {
-	clear(r.segs)
-	*r = recvState{segs: r.segs[:0]}
-}
-
-// writeState is where a multi-packet RDMA WRITE is going.
-type writeState struct {
-	mr    *MR
-	va    uint64
-	resid uint32
-	total uint32
-	// rkey is the key the WRITE named: a window's is checked again for
-	// every packet, since LOCAL_INV, SEND_WITH_INV, Dealloc or a rebind
-	// may revoke it between two of them (rxe checks the rkey per packet).
-	rkey uint32
-	// revoked: the region was deregistered while the WRITE was arriving;
-	// the rest of it fails with a remote access error (revokeWrites).
-	revoked bool
-}
-
-// respResource remembers a READ or atomic request so that a duplicate is
-// replayed (READ, re-reading memory) or answered from the saved result
-// (atomics, never executed twice), as rxe's responder resources.
-type respResource struct {
-	valid    bool
-	atomic   bool
-	firstPSN uint32
-	lastPSN  uint32
-	va       uint64
-	rkey     uint32
-	length   uint32
-	mr       *MR
-	orig     uint64
-}
 
 // respState is a state of the responder's handling of one request, as
 // rxe_resp.c's enum resp_states.
@@ -81,8 +28,8 @@ const (
 // reception is one request on its way through the responder's states.
 type reception struct {
 	e      *engine
-	qp     *QP
-	t      *qpTransport
+	qp     *queue.QP
+	t      *queue.Transport
 	p      *wire.Packet
 	info   wire.OpInfo
 	status ibv.WCStatus // of the receive in progress, when respstErrInvalid fails it
@@ -90,20 +37,20 @@ type reception struct {
 
 // responder handles a request packet, as rxe_resp.c: one method per state,
 // the loop dispatching until respstDone.
-func (e *engine) responder(qp *QP, p *wire.Packet, info wire.OpInfo) {
-	if qp.t.failAfterReplies {
+func (e *engine) responder(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
+	if qp.Transport.FailAfterReplies {
 		return // as good as in the error state (respError)
 	}
-	before := qp.t.ePSN
+	before := qp.Transport.EPSN
 	e.respond1(qp, p, info)
-	if qp.t.held.n > 0 && qp.t.ePSN != before {
+	if qp.Transport.Held.N > 0 && qp.Transport.EPSN != before {
 		e.drainHeld(qp) // it filled a hole (ooo.go)
 	}
 }
 
 // respond1 runs one request through the responder's states.
-func (e *engine) respond1(qp *QP, p *wire.Packet, info wire.OpInfo) {
-	r := reception{e: e, qp: qp, t: &qp.t, p: p, info: info}
+func (e *engine) respond1(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
+	r := reception{e: e, qp: qp, t: &qp.Transport, p: p, info: info}
 	for s := respstCheckPSN; s != respstDone; {
 		s = r.step(s)
 	}
@@ -142,12 +89,12 @@ func (r *reception) step(s respState) respState {
 // checkPSN: the expected PSN goes on; RC sorts the rest into duplicates
 // and gaps, UC resynchronises.
 func (r *reception) checkPSN() respState {
-	d := psnCmp(r.p.BTH.PSN, r.t.ePSN)
+	d := queue.PSNCmp(r.p.BTH.PSN, r.t.EPSN)
 	switch {
 	case d == 0:
-		r.t.nakSent = false
+		r.t.NAKSent = false
 		return respstCheckOpSeq
-	case r.qp.typ != ibv.QPTypeRC:
+	case r.qp.QPType != ibv.QPTypeRC:
 		return respstResync
 	case d > 0:
 		return respstOutOfSeq
@@ -160,27 +107,27 @@ func (r *reception) checkPSN() respState {
 // it; a packet that starts a message starts over from its PSN.
 func (r *reception) resync() respState {
 	r.e.abortRecv(r.qp)
-	r.t.respOp = respNone
+	r.t.RespOp = queue.RespNone
 	if r.info.Flags&wire.FlagStart == 0 {
 		return respstDone
 	}
-	r.t.ePSN = r.p.BTH.PSN
-	r.t.nakSent = false
+	r.t.EPSN = r.p.BTH.PSN
+	r.t.NAKSent = false
 	return respstCheckOpSeq
 }
 
 // outOfSeq: one NAK per gap, and one more each time the requester is seen
 // to go back to or before the packets already seen: its resent packet at
-// ePSN was lost as well, and without a NAK only its transport timer would
+// EPSN was lost as well, and without a NAK only its transport timer would
 // tell it. The packet is held until the hole fills (ooo.go).
 func (r *reception) outOfSeq() respState {
 	t, psn := r.t, r.p.BTH.PSN
 	r.e.counters.OutOfSeqRequest++
-	if !t.nakSent || psnCmp(psn, t.nakMax) <= 0 {
-		t.nakSent = true
-		r.e.sendAck(r.qp, t.ePSN, wire.NAKSyndrome(wire.NAKPSNSequenceError))
+	if !t.NAKSent || queue.PSNCmp(psn, t.NAKMax) <= 0 {
+		t.NAKSent = true
+		r.e.sendAck(r.qp, t.EPSN, wire.NAKSyndrome(wire.NAKPSNSequenceError))
 	}
-	t.nakMax = psn
+	t.NAKMax = psn
 	r.e.hold(r.qp, r.p) // executed once the hole fills (ooo.go)
 	return respstDone
 }
@@ -190,10 +137,10 @@ func (r *reception) outOfSeq() respState {
 func (r *reception) checkOpSeq() respState {
 	f := r.info.Flags
 	ok := f&wire.FlagStart == 0
-	switch r.t.respOp {
-	case respSend:
+	switch r.t.RespOp {
+	case queue.RespSend:
 		ok = ok && f&wire.FlagSend != 0
-	case respWrite:
+	case queue.RespWrite:
 		ok = ok && f&wire.FlagWrite != 0
 	default:
 		ok = !ok
@@ -218,7 +165,7 @@ func (r *reception) checkOpValid() respState {
 	case f&wire.FlagAtomic != 0:
 		need = ibv.AccessRemoteAtomic
 	}
-	if r.t.attr.AccessFlags&need != need {
+	if r.t.Attr.AccessFlags&need != need {
 		return respstErrInvalid
 	}
 	return respstCheckLength
@@ -227,7 +174,7 @@ func (r *reception) checkOpValid() respState {
 // checkLength (rxe's check_length): FIRST and MIDDLE carry exactly one path
 // MTU, LAST and ONLY at most one.
 func (r *reception) checkLength() respState {
-	n, mtu := payloadLen(r.p), uint32(r.t.mtu)
+	n, mtu := queue.PayloadLen(r.p), uint32(r.t.MTU)
 	if n > mtu || (r.info.Flags&wire.FlagEnd == 0 && n != mtu) {
 		r.status = ibv.WCRemInvReqErr
 		return respstErrInvalid
@@ -252,35 +199,35 @@ func (r *reception) execute() {
 }
 
 // takeRecv starts a receive WQE; false (after an RNR NAK for RC) if none is posted.
-func (e *engine) takeRecv(qp *QP, psn uint32) bool {
-	t := &qp.t
-	var wr recvWQE
+func (e *engine) takeRecv(qp *queue.QP, psn uint32) bool {
+	t := &qp.Transport
+	var wr queue.RecvWQE
 	ok := false
-	if qp.srq != nil {
-		wr, ok = e.takeSRQ(qp.srq)
-	} else if len(t.rq) > 0 {
-		wr, ok = t.rq[0], true
-		t.rq = t.rq[1:]
+	if qp.SRQ != nil {
+		wr, ok = e.takeSRQ(qp.SRQ)
+	} else if len(t.RQ) > 0 {
+		wr, ok = t.RQ[0], true
+		t.RQ = t.RQ[1:]
 	}
 	if !ok {
-		if qp.typ == ibv.QPTypeRC {
+		if qp.QPType == ibv.QPTypeRC {
 			e.counters.SendRNRErr++
-			e.sendAck(qp, psn, wire.RNRNAKSyndrome(t.attr.MinRNRTimer))
+			e.sendAck(qp, psn, wire.RNRNAKSyndrome(t.Attr.MinRNRTimer))
 		}
 		return false
 	}
-	t.recv.reset()
-	t.recv.active, t.recv.wr = true, wr
+	t.Recv.Reset()
+	t.Recv.Active, t.Recv.WR = true, wr
 	// An SRQ's WQEs name memory of the SRQ's protection domain, which
 	// need not be the QP's (ibv_create_srq takes its own PD).
-	pd := qp.pd
-	if qp.srq != nil {
-		pd = qp.srq.pd
+	pd := qp.PD
+	if qp.SRQ != nil {
+		pd = qp.SRQ.PD
 	}
 	var one [1]ibv.SGE
-	for _, s := range wr.sges(&one) {
+	for _, s := range wr.Sges(&one) {
 		mr := e.lookupMR(s.LKey)
-		b, ok := span{}, false
+		b, ok := queue.Span{}, false
 		if mr != nil && mr.PD() == pd && mr.Access()&ibv.AccessLocalWrite != 0 {
 			b, ok = spanOf(mr, s.Addr, s.Length)
 		}
@@ -292,22 +239,22 @@ func (e *engine) takeRecv(qp *QP, psn uint32) bool {
 			e.respError(qp, psn, wire.NAKRemoteOperationalError, 0)
 			return false
 		}
-		t.recv.segs = append(t.recv.segs, b)
+		t.Recv.Segs = append(t.Recv.Segs, b)
 	}
 	return true
 }
 
 // completeRecv retires the active receive WQE.
-func (e *engine) completeRecv(qp *QP, status ibv.WCStatus, op ibv.WCOpcode, flags ibv.WCFlags) bool {
-	t := &qp.t
-	wc := ibv.WorkCompletion{WRID: t.recv.wr.ID, Status: status, Opcode: op, QPNum: qp.qpn, SrcQP: t.attr.DestQPN}
-	if qp.typ == ibv.QPTypeUD {
+func (e *engine) completeRecv(qp *queue.QP, status ibv.WCStatus, op ibv.WCOpcode, flags ibv.WCFlags) bool {
+	t := &qp.Transport
+	wc := ibv.WorkCompletion{WRID: t.Recv.WR.ID, Status: status, Opcode: op, QPNum: qp.Number, SrcQP: t.Attr.DestQPN}
+	if qp.QPType == ibv.QPTypeUD {
 		wc.SrcQP = e.rx.DETH.SrcQP
 	}
 	if status == ibv.WCSuccess {
-		wc.ByteLen = t.recv.written
+		wc.ByteLen = t.Recv.Written
 		wc.Flags = flags | ibv.WCWithGRH
-		if qp.typ == ibv.QPTypeUD {
+		if qp.QPType == ibv.QPTypeUD {
 			wc.IPVersion = 4
 			if e.rx.IP.V6 {
 				wc.IPVersion = 6
@@ -318,40 +265,40 @@ func (e *engine) completeRecv(qp *QP, status ibv.WCStatus, op ibv.WCOpcode, flag
 			wc.InvalidatedKey = e.rx.IETH
 		}
 		if op == ibv.WCRecvRDMAWithImm {
-			wc.ByteLen = t.write.total
+			wc.ByteLen = t.Write.Total
 		}
 	}
-	t.recv.reset()
-	qp.recvRetired()
+	t.Recv.Reset()
+	qp.RecvRetired()
 	e.counters.RDMARecvs++
-	e.pending.flush() // the data before its completion
-	if !qp.rcq.push(wc, e.rx.BTH.SE) {
+	e.pending.Flush() // the data before its completion
+	if !qp.RecvCQ.Push(wc, e.rx.BTH.SE) {
 		e.fatal(qp)
 		return false
 	}
 	return true
 }
 
-func (e *engine) execSend(qp *QP, p *wire.Packet, info wire.OpInfo) {
-	t := &qp.t
+func (e *engine) execSend(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
+	t := &qp.Transport
 	psn := p.BTH.PSN
 	if info.Flags&wire.FlagStart != 0 && !e.takeRecv(qp, psn) {
 		return
 	}
-	if !scatterPayload(t.recv.segs, t.recv.written, p, &e.pending) {
+	if !queue.ScatterPayload(t.Recv.Segs, t.Recv.Written, p, &e.pending) {
 		// The message does not fit the receive buffers.
 		e.completeRecvErr(qp, ibv.WCLocLenErr)
 		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 		return
 	}
-	t.recv.written += payloadLen(p)
-	t.ePSN = (psn + 1) & 0xffffff
+	t.Recv.Written += queue.PayloadLen(p)
+	t.EPSN = (psn + 1) & 0xffffff
 	if info.Flags&wire.FlagEnd == 0 {
-		t.respOp = respSend
+		t.RespOp = queue.RespSend
 		e.ackIfAsked(qp, p)
 		return
 	}
-	t.respOp = respNone
+	t.RespOp = queue.RespNone
 	flags := ibv.WCFlags(0)
 	if info.Headers&wire.HasImmDt != 0 {
 		flags |= ibv.WCWithImm
@@ -368,7 +315,7 @@ func (e *engine) execSend(qp *QP, p *wire.Packet, info wire.OpInfo) {
 		}
 		flags |= ibv.WCWithInvalidate
 	}
-	t.msn = (t.msn + 1) & 0xffffff
+	t.MSN = (t.MSN + 1) & 0xffffff
 	// A receive completion that overflows the CQ moves the QP to the
 	// error state and the SEND is not acknowledged (rxe's
 	// RESPST_ERR_CQ_OVERFLOW).
@@ -377,14 +324,14 @@ func (e *engine) execSend(qp *QP, p *wire.Packet, info wire.OpInfo) {
 	}
 }
 
-func (e *engine) completeRecvErr(qp *QP, status ibv.WCStatus) {
-	if qp.t.recv.active {
+func (e *engine) completeRecvErr(qp *queue.QP, status ibv.WCStatus) {
+	if qp.Transport.Recv.Active {
 		e.completeRecv(qp, status, ibv.WCRecv, 0)
 	}
 }
 
-func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
-	t := &qp.t
+func (e *engine) execWrite(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
+	t := &qp.Transport
 	psn := p.BTH.PSN
 	if info.Flags&wire.FlagStart != 0 {
 		r := p.RETH
@@ -392,57 +339,57 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 			e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 			return
 		}
-		t.write = writeState{va: r.VA, resid: r.Len, total: r.Len, rkey: r.RKey}
+		t.Write = queue.WriteState{VA: r.VA, Resid: r.Len, Total: r.Len, RKey: r.RKey}
 		if r.Len > 0 {
 			mr, ok := e.checkRKey(qp, r.RKey, r.VA, r.Len, ibv.AccessRemoteWrite)
 			if !ok {
 				e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
 				return
 			}
-			t.write.mr = mr
+			t.Write.MR = mr
 		}
 	}
-	n := payloadLen(p)
-	w := &t.write
-	if w.revoked {
+	n := queue.PayloadLen(p)
+	w := &t.Write
+	if w.Revoked {
 		e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
 		return
 	}
 	last := info.Flags&wire.FlagEnd != 0
-	if (last && n != w.resid) || (!last && n >= w.resid) {
+	if (last && n != w.Resid) || (!last && n >= w.Resid) {
 		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 		return
 	}
-	if n > 0 && info.Flags&wire.FlagStart == 0 && isMWKey(w.rkey) {
-		mr, ok := e.checkMWAccess(qp, w.rkey, w.va, n, ibv.AccessRemoteWrite)
+	if n > 0 && info.Flags&wire.FlagStart == 0 && isMWKey(w.RKey) {
+		mr, ok := e.checkMWAccess(qp, w.RKey, w.VA, n, ibv.AccessRemoteWrite)
 		if !ok {
 			// The window went away mid-message: the rest of the WRITE
 			// fails as a WRITE naming an invalid key.
-			w.mr, w.revoked = nil, true
+			w.MR, w.Revoked = nil, true
 			e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
 			return
 		}
-		w.mr = mr
+		w.MR = mr
 	}
 	// A WRITE with immediate needs a receive WQE before anything is written.
 	if last && info.Headers&wire.HasImmDt != 0 && !e.takeRecv(qp, psn) {
 		return
 	}
 	if n > 0 {
-		dst, _ := spanOf(w.mr, w.va, n) // inside the region: checked against RETH length
-		one := [1]span{dst}
-		scatterPayload(one[:], 0, p, &e.pending)
-		w.va += uint64(n)
-		w.resid -= n
+		dst, _ := spanOf(w.MR, w.VA, n) // inside the region: checked against RETH length
+		one := [1]queue.Span{dst}
+		queue.ScatterPayload(one[:], 0, p, &e.pending)
+		w.VA += uint64(n)
+		w.Resid -= n
 	}
-	t.ePSN = (psn + 1) & 0xffffff
+	t.EPSN = (psn + 1) & 0xffffff
 	if !last {
-		t.respOp = respWrite
+		t.RespOp = queue.RespWrite
 		e.ackIfAsked(qp, p)
 		return
 	}
-	t.respOp = respNone
-	t.msn = (t.msn + 1) & 0xffffff
+	t.RespOp = queue.RespNone
+	t.MSN = (t.MSN + 1) & 0xffffff
 	if info.Headers&wire.HasImmDt != 0 && !e.completeRecv(qp, ibv.WCSuccess, ibv.WCRecvRDMAWithImm, ibv.WCWithImm) {
 		return // the CQ overflowed: no ACK, as for a SEND
 	}
@@ -451,12 +398,12 @@ func (e *engine) execWrite(qp *QP, p *wire.Packet, info wire.OpInfo) {
 
 // checkRKey finds the region an rkey names, directly or through a memory
 // window, and checks PD, rights and range.
-func (e *engine) checkRKey(qp *QP, rkey uint32, va uint64, n uint32, need ibv.Access) (*MR, bool) {
+func (e *engine) checkRKey(qp *queue.QP, rkey uint32, va uint64, n uint32, need ibv.Access) (*MR, bool) {
 	if isMWKey(rkey) {
 		return e.checkMWAccess(qp, rkey, va, n, need)
 	}
 	mr := e.lookupMR(rkey)
-	if mr == nil || mr.PD() != qp.pd || mr.Access()&need != need {
+	if mr == nil || mr.PD() != qp.PD || mr.Access()&need != need {
 		return nil, false
 	}
 	if _, ok := spanOf(mr, va, n); !ok {
@@ -465,11 +412,11 @@ func (e *engine) checkRKey(qp *QP, rkey uint32, va uint64, n uint32, need ibv.Ac
 	return mr, true
 }
 
-func (e *engine) execRead(qp *QP, p *wire.Packet) {
-	t := &qp.t
+func (e *engine) execRead(qp *queue.QP, p *wire.Packet) {
+	t := &qp.Transport
 	psn := p.BTH.PSN
 	r := p.RETH
-	if r.Len > ibv.MaxMsgSize || t.attr.MaxDestRdAtomic == 0 {
+	if r.Len > ibv.MaxMsgSize || t.Attr.MaxDestRdAtomic == 0 {
 		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 		return
 	}
@@ -482,10 +429,10 @@ func (e *engine) execRead(qp *QP, p *wire.Packet) {
 		}
 	}
 	res := e.newResource(qp)
-	*res = respResource{valid: true, firstPSN: psn, lastPSN: (psn + t.npkts(r.Len) - 1) & 0xffffff,
-		va: r.VA, rkey: r.RKey, length: r.Len, mr: mr}
-	t.msn = (t.msn + 1) & 0xffffff
-	t.ePSN = (res.lastPSN + 1) & 0xffffff
+	*res = queue.RespResource{Valid: true, FirstPSN: psn, LastPSN: (psn + t.Npkts(r.Len) - 1) & 0xffffff,
+		VA: r.VA, RKey: r.RKey, Length: r.Len, MR: mr}
+	t.MSN = (t.MSN + 1) & 0xffffff
+	t.EPSN = (res.LastPSN + 1) & 0xffffff
 	e.readReply(qp, res, psn, readNew)
 }
 
@@ -505,17 +452,17 @@ const (
 // readReply sends the READ responses of res from PSN from on, after the
 // QP's deferred ACK; what the step's budget or the QP's pace leaves is
 // queued (replies.go).
-func (e *engine) readReply(qp *QP, res *respResource, from uint32, kind readKind) {
+func (e *engine) readReply(qp *queue.QP, res *queue.RespResource, from uint32, kind readKind) {
 	e.readStarting(qp, res, from, kind)
 	e.sendDueAck(qp)
 	e.startRead(qp, res, from, kind != readNew)
 }
 
-func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
-	t := &qp.t
+func (e *engine) execAtomic(qp *queue.QP, p *wire.Packet) {
+	t := &qp.Transport
 	psn := p.BTH.PSN
 	a := p.AtomicETH
-	if t.attr.MaxDestRdAtomic == 0 || a.VA%8 != 0 {
+	if t.Attr.MaxDestRdAtomic == 0 || a.VA%8 != 0 {
 		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 		return
 	}
@@ -525,77 +472,77 @@ func (e *engine) execAtomic(qp *QP, p *wire.Packet) {
 		return
 	}
 	target, _ := spanOf(mr, a.VA, 8)
-	e.pending.flush() // the target may have writes queued
+	e.pending.Flush() // the target may have writes queued
 	// Atomics operate on the 64-bit value in the responder's byte order (rxe: host order).
 	e.atomicMu.Lock()
 	var b [8]byte
-	target.read(b[:], 0, nil)
+	target.Read(b[:], 0, nil)
 	orig := binary.LittleEndian.Uint64(b[:])
 	if p.BTH.Opcode == wire.RCCompareSwap {
 		if orig == a.Compare {
 			binary.LittleEndian.PutUint64(b[:], a.SwapAdd)
-			target.write(b[:], 0, nil)
+			target.Write(b[:], 0, nil)
 		}
 	} else {
 		binary.LittleEndian.PutUint64(b[:], orig+a.SwapAdd)
-		target.write(b[:], 0, nil)
+		target.Write(b[:], 0, nil)
 	}
 	e.atomicMu.Unlock()
 	res := e.newResource(qp)
-	*res = respResource{valid: true, atomic: true, firstPSN: psn, lastPSN: psn, orig: orig}
-	t.msn = (t.msn + 1) & 0xffffff
-	t.ePSN = (psn + 1) & 0xffffff
+	*res = queue.RespResource{Valid: true, Atomic: true, FirstPSN: psn, LastPSN: psn, Orig: orig}
+	t.MSN = (t.MSN + 1) & 0xffffff
+	t.EPSN = (psn + 1) & 0xffffff
 	e.atomicAck(qp, psn, orig)
 }
 
-func (e *engine) atomicAck(qp *QP, psn uint32, orig uint64) {
+func (e *engine) atomicAck(qp *queue.QP, psn uint32, orig uint64) {
 	e.sendDueAck(qp)
-	e.respond(qp, pendingReply{op: wire.RCAtomicAck, psn: psn, syndrome: wire.ACKSyndrome(ackCreditsInval), msn: qp.t.msn, orig: orig})
+	e.respond(qp, queue.PendingReply{Op: wire.RCAtomicAck, PSN: psn, Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: qp.Transport.MSN, Orig: orig})
 }
 
-func (e *engine) newResource(qp *QP) *respResource {
-	t := &qp.t
-	r := &t.res[t.resNext%len(t.res)]
-	t.resNext++
+func (e *engine) newResource(qp *queue.QP) *queue.RespResource {
+	t := &qp.Transport
+	r := &t.Res[t.ResNext%len(t.Res)]
+	t.ResNext++
 	return r
 }
 
 // duplicate answers a request PSN the responder has already executed.
-func (e *engine) duplicate(qp *QP, p *wire.Packet, info wire.OpInfo) {
-	t := &qp.t
+func (e *engine) duplicate(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
+	t := &qp.Transport
 	psn := p.BTH.PSN
 	if info.Flags&(wire.FlagRead|wire.FlagAtomic) == 0 {
 		// SEND/WRITE: acknowledge the last good PSN again, never re-execute (C9-105).
-		e.sendAck(qp, (t.ePSN-1)&0xffffff, wire.ACKSyndrome(ackCreditsInval))
+		e.sendAck(qp, (t.EPSN-1)&0xffffff, wire.ACKSyndrome(ackCreditsInval))
 		return
 	}
-	for i := range t.res {
-		r := &t.res[i]
-		if !r.valid || psnCmp(psn, r.firstPSN) < 0 || psnCmp(psn, r.lastPSN) > 0 {
+	for i := range t.Res {
+		r := &t.Res[i]
+		if !r.Valid || queue.PSNCmp(psn, r.FirstPSN) < 0 || queue.PSNCmp(psn, r.LastPSN) > 0 {
 			continue
 		}
-		if r.atomic {
-			if info.Flags&wire.FlagAtomic != 0 && psn == r.firstPSN {
-				e.atomicAck(qp, psn, r.orig)
+		if r.Atomic {
+			if info.Flags&wire.FlagAtomic != 0 && psn == r.FirstPSN {
+				e.atomicAck(qp, psn, r.Orig)
 			}
 			return
 		}
-		if info.Flags&wire.FlagRead != 0 && p.RETH.RKey == r.rkey {
-			if r.length > 0 {
+		if info.Flags&wire.FlagRead != 0 && p.RETH.RKey == r.RKey {
+			if r.Length > 0 {
 				// The key may have been invalidated or deregistered since:
 				// check it again, as rxe_recheck_mr.
-				mr, ok := e.checkRKey(qp, r.rkey, r.va, r.length, ibv.AccessRemoteRead)
+				mr, ok := e.checkRKey(qp, r.RKey, r.VA, r.Length, ibv.AccessRemoteRead)
 				if !ok {
 					e.respError(qp, psn, wire.NAKRemoteAccessError, 0)
 					return
 				}
-				r.mr = mr
+				r.MR = mr
 			}
 			kind := readDuplicate
-			off := uint64((psn-r.firstPSN)&0xffffff) * uint64(qp.t.mtu)
-			if p.RETH.VA == r.va+off && uint64(p.RETH.Len)+off == uint64(r.length) {
+			off := uint64((psn-r.FirstPSN)&0xffffff) * uint64(qp.Transport.MTU)
+			if p.RETH.VA == r.VA+off && uint64(p.RETH.Len)+off == uint64(r.Length) {
 				kind = readResume
-			} else if p.RETH.VA == r.va+off && p.RETH.Len > 0 && uint64(p.RETH.Len)+off < uint64(r.length) {
+			} else if p.RETH.VA == r.VA+off && p.RETH.Len > 0 && uint64(p.RETH.Len)+off < uint64(r.Length) {
 				kind = readHole
 			}
 			// Answer the range asked for, as rxe's duplicate_request
@@ -604,9 +551,9 @@ func (e *engine) duplicate(qp *QP, p *wire.Packet, info wire.OpInfo) {
 			// The data still comes from the resource, at the offset the
 			// PSN gives; a length past it is cut to it.
 			res := *r
-			if p.RETH.Len > 0 && off+uint64(p.RETH.Len) < uint64(r.length) {
-				res.length = uint32(off) + p.RETH.Len
-				res.lastPSN = (r.firstPSN + qp.t.npkts(res.length) - 1) & 0xffffff
+			if p.RETH.Len > 0 && off+uint64(p.RETH.Len) < uint64(r.Length) {
+				res.Length = uint32(off) + p.RETH.Len
+				res.LastPSN = (r.FirstPSN + qp.Transport.Npkts(res.Length) - 1) & 0xffffff
 			}
 			e.readReply(qp, &res, psn, kind)
 		}
@@ -619,32 +566,32 @@ func (e *engine) duplicate(qp *QP, p *wire.Packet, info wire.OpInfo) {
 // deferred to the end of the receive batch, so a burst of requests gets one
 // cumulative ACK (as hardware RNICs coalesce); rxe, fed one packet at a
 // time, sends one per AckReq, and so do we when packets come one by one.
-func (e *engine) ackIfAsked(qp *QP, p *wire.Packet) {
-	if qp.typ != ibv.QPTypeRC {
+func (e *engine) ackIfAsked(qp *queue.QP, p *wire.Packet) {
+	if qp.QPType != ibv.QPTypeRC {
 		return
 	}
 	if !p.BTH.AckReq {
 		e.counters.AckDeferred++
 		return
 	}
-	t := &qp.t
-	if t.ackDue {
+	t := &qp.Transport
+	if t.ACKDue {
 		e.counters.AckDeferred++
 	} else {
-		t.ackDue = true
+		t.ACKDue = true
 		e.acks = append(e.acks, qp)
 	}
-	t.ackPSN = p.BTH.PSN
+	t.ACKPSN = p.BTH.PSN
 }
 
 // sendDueAck sends qp's deferred ACK, if any. Every other response of the
 // QP goes after it, so responses stay in PSN order.
-func (e *engine) sendDueAck(qp *QP) {
-	t := &qp.t
-	if t.ackDue {
-		t.ackDue = false
+func (e *engine) sendDueAck(qp *queue.QP) {
+	t := &qp.Transport
+	if t.ACKDue {
+		t.ACKDue = false
 		n := e.nout
-		e.sendAckNow(qp, t.ackPSN, wire.ACKSyndrome(ackCreditsInval))
+		e.sendAckNow(qp, t.ACKPSN, wire.ACKSyndrome(ackCreditsInval))
 		if e.nout > n {
 			e.nacks++
 		}
@@ -654,7 +601,7 @@ func (e *engine) sendDueAck(qp *QP) {
 // sendDueAcks ends a receive batch: the deferred ACKs go out.
 func (e *engine) sendDueAcks() {
 	for _, qp := range e.acks {
-		if int(qp.qpn) < len(e.qps) && e.qps[qp.qpn] == qp {
+		if int(qp.Number) < len(e.qps) && e.qps[qp.Number] == qp {
 			e.sendDueAck(qp)
 		}
 	}
@@ -664,37 +611,37 @@ func (e *engine) sendDueAcks() {
 
 // sendAck sends an ACKNOWLEDGE (or NAK) with the syndrome and the current
 // MSN, after any deferred ACK.
-func (e *engine) sendAck(qp *QP, psn uint32, syndrome uint8) {
+func (e *engine) sendAck(qp *queue.QP, psn uint32, syndrome uint8) {
 	e.sendDueAck(qp)
 	e.sendAckNow(qp, psn, syndrome)
 }
 
-func (e *engine) sendAckNow(qp *QP, psn uint32, syndrome uint8) {
-	e.respond(qp, pendingReply{op: wire.RCAck, psn: psn, syndrome: syndrome, msn: qp.t.msn})
+func (e *engine) sendAckNow(qp *queue.QP, psn uint32, syndrome uint8) {
+	e.respond(qp, queue.PendingReply{Op: wire.RCAck, PSN: psn, Syndrome: syndrome, MSN: qp.Transport.MSN})
 }
 
 // respError is a class C/D error: RC sends the NAK and the QP goes to the
 // error state; the receive in progress fails with status (if non-zero).
 // UC drops the message.
-func (e *engine) respError(qp *QP, psn uint32, code wire.NAKCode, status ibv.WCStatus) {
-	t := &qp.t
-	if qp.typ != ibv.QPTypeRC {
-		t.respOp = respNone
+func (e *engine) respError(qp *queue.QP, psn uint32, code wire.NAKCode, status ibv.WCStatus) {
+	t := &qp.Transport
+	if qp.QPType != ibv.QPTypeRC {
+		t.RespOp = queue.RespNone
 		e.abortRecv(qp)
 		return
 	}
-	if status != 0 && t.recv.active {
+	if status != 0 && t.Recv.Active {
 		e.completeRecv(qp, status, ibv.WCRecv, 0)
 	}
 	e.sendAck(qp, psn, wire.NAKSyndrome(code))
-	if t.replying() {
+	if t.Replying() {
 		// The NAK waits behind replies to earlier requests (a READ's
 		// response, paced or beyond this step's budget). The error state
 		// drops what is queued, so it waits for them: rxe sends a READ's
 		// whole response before it takes the next request. Entering it
 		// now would drop the NAK too, and the requester would retry into
 		// a QP that no longer answers: RETRY_EXC_ERR, not the error meant.
-		t.failAfterReplies = true
+		t.FailAfterReplies = true
 		return
 	}
 	e.fatal(qp)
@@ -702,17 +649,17 @@ func (e *engine) respError(qp *QP, psn uint32, code wire.NAKCode, status ibv.WCS
 
 // abortRecv gives the receive WQE a dropped UC message had taken back to
 // the head of its queue (RQ or SRQ), unconsumed.
-func (e *engine) abortRecv(qp *QP) {
-	t := &qp.t
-	if !t.recv.active {
+func (e *engine) abortRecv(qp *queue.QP) {
+	t := &qp.Transport
+	if !t.Recv.Active {
 		return
 	}
-	if qp.srq != nil {
-		qp.srq.mu.Lock()
-		qp.srq.q = append([]recvWQE{t.recv.wr}, qp.srq.q...)
-		qp.srq.mu.Unlock()
+	if qp.SRQ != nil {
+		qp.SRQ.Mu.Lock()
+		qp.SRQ.Q = append([]queue.RecvWQE{t.Recv.WR}, qp.SRQ.Q...)
+		qp.SRQ.Mu.Unlock()
 	} else {
-		t.rq = append([]recvWQE{t.recv.wr}, t.rq...)
+		t.RQ = append([]queue.RecvWQE{t.Recv.WR}, t.RQ...)
 	}
-	t.recv.reset()
+	t.Recv.Reset()
 }

@@ -4,35 +4,36 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/queue"
 )
 
 // status snapshots qp (engine goroutine).
-func (e *engine) status(qp *QP, now time.Time) ibv.QPStatus {
-	t := &qp.t
+func (e *engine) status(qp *queue.QP, now time.Time) ibv.QPStatus {
+	t := &qp.Transport
 	s := ibv.QPStatus{
-		QPN: qp.qpn, DestQPN: t.attr.DestQPN, Type: qp.typ, State: t.state, Peer: t.attr.AH.DGID.Unmap(), Queue: e.index,
-		SendQueued: len(t.sq), ReqPSN: t.reqPSN, NextPSN: t.nextPSN, CompPSN: t.compPSN, Window: t.window(),
-		Timeouts: t.timeouts, Retrying: t.startedRetry, Probing: t.probing,
-		EPSN: t.ePSN, MSN: t.msn, RecvQueued: len(t.rq), NAKSent: t.nakSent,
+		QPN: qp.Number, DestQPN: t.Attr.DestQPN, Type: qp.QPType, State: t.State, Peer: t.Attr.AH.DGID.Unmap(), Queue: e.index,
+		SendQueued: len(t.SQ), ReqPSN: t.ReqPSN, NextPSN: t.NextPSN, CompPSN: t.CompPSN, Window: t.Window(),
+		Timeouts: t.Timeouts, Retrying: t.StartedRetry, Probing: t.Probing,
+		EPSN: t.EPSN, MSN: t.MSN, RecvQueued: len(t.RQ), NAKSent: t.NAKSent,
 	}
-	if len(t.sq) > 0 && t.sq[0].started {
-		w := &t.sq[0]
-		s.HeadStarted, s.HeadOp, s.HeadFirst, s.HeadLast, s.HeadLength = true, w.wr.Opcode, w.firstPSN, w.lastPSN, w.length
-		s.HeadSent = w.sentOff
-		if w.wr.Opcode == ibv.WRRDMARead {
-			s.HeadSent = w.readDone
+	if len(t.SQ) > 0 && t.SQ[0].Started {
+		w := &t.SQ[0]
+		s.HeadStarted, s.HeadOp, s.HeadFirst, s.HeadLast, s.HeadLength = true, w.WR.Opcode, w.FirstPSN, w.LastPSN, w.Length
+		s.HeadSent = w.SentOff
+		if w.WR.Opcode == ibv.WRRDMARead {
+			s.HeadSent = w.ReadDone
 		}
 	}
-	if !t.timerAt.IsZero() {
-		s.TimerIn = max(t.timerAt.Sub(now), time.Nanosecond)
+	if !t.TimerAt.IsZero() {
+		s.TimerIn = max(t.TimerAt.Sub(now), time.Nanosecond)
 	}
-	if !t.rnrAt.IsZero() {
-		s.RNRWaitIn = max(t.rnrAt.Sub(now), time.Nanosecond)
+	if !t.RNRAt.IsZero() {
+		s.RNRWaitIn = max(t.RNRAt.Sub(now), time.Nanosecond)
 	}
-	switch t.respOp {
-	case respSend:
+	switch t.RespOp {
+	case queue.RespSend:
 		s.InMessage = "SEND"
-	case respWrite:
+	case queue.RespWrite:
 		s.InMessage = "WRITE"
 	}
 	return s

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/xdproce/xdproce/test/interop/integrity"
+	"github.com/xdproce/xdproce/test/interop/proc"
 )
 
 // side is what one endpoint of a cell did.
@@ -40,12 +43,12 @@ type result struct {
 	Seconds   float64 `json:"seconds"`
 	Figure    string  `json:"figure,omitempty"` // the tool cells' count: pings, cycles, connections
 
-	BWRows   []bwRow         `json:"bw_rows,omitempty"`
-	LatRows  []latRow        `json:"lat_rows,omitempty"`
-	Pingpong *pingpongResult `json:"pingpong,omitempty"`
-	Checks   []check         `json:"checks,omitempty"` // integrity cells
-	Server   *side           `json:"server,omitempty"`
-	Client   *side           `json:"client,omitempty"`
+	BWRows   []bwRow           `json:"bw_rows,omitempty"`
+	LatRows  []latRow          `json:"lat_rows,omitempty"`
+	Pingpong *pingpongResult   `json:"pingpong,omitempty"`
+	Checks   []integrity.Check `json:"checks,omitempty"` // integrity cells
+	Server   *side             `json:"server,omitempty"`
+	Client   *side             `json:"client,omitempty"`
 }
 
 const (
@@ -59,8 +62,8 @@ func newResult(c cell) result {
 	switch {
 	case sizes == allSizes:
 		sizes = "2..8388608"
-	case c.Tool == integrityTool:
-		sizes = fmt.Sprintf("8..%d", bigLen)
+	case c.Tool == integrity.IntegrityTool:
+		sizes = fmt.Sprintf("8..%d", integrity.BigLen)
 	case c.cmTool() && sizes == "":
 		sizes = "default"
 	}
@@ -71,14 +74,14 @@ func newResult(c cell) result {
 // options are the options that set the cell apart from its tool's plain
 // run, for the table: Opts (a tool cell's tag), then the lib side's LibOpts.
 func (c cell) options() string {
-	o := shellJoin(c.Opts)
+	o := proc.ShellJoin(c.Opts)
 	if o == "" && c.cmTool() {
 		// The tool cells' kinds (rping verify/cycles, rstream
 		// blocking/async, fi_pingpong msg/rdm) differ in their tag.
 		o = c.Tag
 	}
 	if len(c.LibOpts) > 0 {
-		o = strings.TrimSpace(o + " lib:" + shellJoin(c.LibOpts))
+		o = strings.TrimSpace(o + " lib:" + proc.ShellJoin(c.LibOpts))
 	}
 	return o
 }
@@ -98,7 +101,7 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 	// Server.
 	var (
 		vmSrv  *vmServer
-		xdpSrv *bgProc
+		xdpSrv *proc.Background
 		err    error
 	)
 	if c.Tag == fastPathTag {
@@ -114,10 +117,10 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 		}()
 	}
 	srvArgv := h.argv(c, c.Server, "")
-	srv.Cmd = shellJoin(srvArgv)
+	srv.Cmd = proc.ShellJoin(srvArgv)
 	if c.Server.onHost() {
 		h.logf("$ ip netns exec %s %s &", netns, srv.Cmd)
-		xdpSrv, err = startBg(ctx, timeout+30*time.Second, "ip", append([]string{"netns", "exec", netns}, srvArgv...)...)
+		xdpSrv, err = proc.Start(ctx, timeout+30*time.Second, "ip", append([]string{"netns", "exec", netns}, srvArgv...)...)
 		switch {
 		case err == nil && c.Tool == mckeyTool:
 			// The server is ready once its group is joined.
@@ -152,15 +155,15 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 	clientOK := false
 	if serverUp {
 		cliArgv := h.argv(c, c.Client, serverAddr(c.Server))
-		cli.Cmd = shellJoin(cliArgv)
+		cli.Cmd = proc.ShellJoin(cliArgv)
 		var out string
 		if c.Client.onHost() {
 			h.logf("$ ip netns exec %s %s", netns, cli.Cmd)
-			out, err = runCmd(ctx, timeout, "ip", append([]string{"netns", "exec", netns}, cliArgv...)...)
+			out, err = proc.Run(ctx, timeout, "ip", append([]string{"netns", "exec", netns}, cliArgv...)...)
 		} else {
 			out, err = h.peer.exec(ctx, timeout, c.Client.vm(), cli.Cmd)
 		}
-		cli.Output, cli.Exit = out, exitCode(err)
+		cli.Output, cli.Exit = out, proc.ExitCode(err)
 		if err != nil {
 			cli.Error = err.Error()
 		}
@@ -185,9 +188,9 @@ func (h *harness) runCell(ctx context.Context, n int, c cell) (r result) {
 	defer cancel()
 	switch {
 	case xdpSrv != nil:
-		out, err := xdpSrv.finish(grace)
-		srv.Output, srv.Exit = out, exitCode(err)
-		srv.Stopped = c.persistent() && xdpSrv.stopped
+		out, err := xdpSrv.Finish(grace)
+		srv.Output, srv.Exit = out, proc.ExitCode(err)
+		srv.Stopped = c.persistent() && xdpSrv.Stopped
 		if err != nil && srv.Error == "" && !srv.Stopped {
 			srv.Error = err.Error()
 		}
@@ -276,13 +279,13 @@ func serverAddr(e endpoint) string {
 // waitXDPReady polls until a host-side server (xdproce perf, or a stock
 // tool under xdproce run) listens on its OOB port in the netns; it fails
 // early when the server exits.
-func (h *harness) waitXDPReady(ctx context.Context, p *bgProc, port int, timeout time.Duration) error {
+func (h *harness) waitXDPReady(ctx context.Context, p *proc.Background, port int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		if p.exited() {
+		if p.Exited() {
 			return errors.New("server exited before listening")
 		}
-		out, err := runCmd(ctx, 10*time.Second, "ip", "netns", "exec", netns, "ss", "-Hltn", fmt.Sprintf("sport = :%d", port))
+		out, err := proc.Run(ctx, 10*time.Second, "ip", "netns", "exec", netns, "ss", "-Hltn", fmt.Sprintf("sport = :%d", port))
 		if err != nil {
 			return fmt.Errorf("probe port %d: %w", port, err)
 		}
@@ -308,10 +311,10 @@ const waitingBanner = "Waiting for client to connect"
 
 // waitXDPBanner polls until a host-side -R server printed waitingBanner; it
 // fails early when the server exits.
-func (h *harness) waitXDPBanner(ctx context.Context, p *bgProc, timeout time.Duration) error {
+func (h *harness) waitXDPBanner(ctx context.Context, p *proc.Background, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	for !strings.Contains(p.out.String(), waitingBanner) {
-		if p.exited() {
+	for !strings.Contains(p.Out.String(), waitingBanner) {
+		if p.Exited() {
 			return errors.New("server exited before listening")
 		}
 		if time.Now().After(deadline) {

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/xdproce/xdproce/test/interop/proc"
 )
 
 // The rdma_cm tools, as cell.Tool (each is the program's name, which
@@ -217,11 +219,11 @@ echo "rping: $n/%[3]d cycles, $r teardown races"`, addr, port, n, int(cycleTimeo
 
 // toolListArgs shows a tool cell's two command lines in --list.
 func (c cell) toolListArgs() string {
-	cli := shellJoin(c.toolArgs("SERVER"))
+	cli := proc.ShellJoin(c.toolArgs("SERVER"))
 	if c.Tag == "cycles" {
 		cli = fmt.Sprintf("%d x rping -c -a SERVER -p %d -C 1 -v -V", c.Iters, c.Port)
 	}
-	return "server: " + shellJoin(c.toolArgs("")) + "  client: " + cli
+	return "server: " + proc.ShellJoin(c.toolArgs("")) + "  client: " + cli
 }
 
 // toolTimeout bounds each side of a tool cell.
@@ -542,13 +544,13 @@ func cmListening(out string, port int) bool {
 // waitLibCMListen polls until a lib server's rdma_cm ID listens on port, as
 // the daemon xdproce run started lists it (xdproce list); it fails early
 // when the server exits. A daemon not up yet is not an error.
-func (h *harness) waitLibCMListen(ctx context.Context, p *bgProc, port int, timeout time.Duration) error {
+func (h *harness) waitLibCMListen(ctx context.Context, p *proc.Background, port int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		if p.exited() {
+		if p.Exited() {
 			return errors.New("server exited before listening")
 		}
-		out, err := runCmd(ctx, 10*time.Second, "ip", "netns", "exec", netns, h.xdproce, "list", "-d", hostIface)
+		out, err := proc.Run(ctx, 10*time.Second, "ip", "netns", "exec", netns, h.xdproce, "list", "-d", hostIface)
 		if err == nil && cmListening(out, port) {
 			return nil
 		}
@@ -586,13 +588,13 @@ func (c cell) mckeyArgs(own string, server bool) []string {
 // waitLibJoined polls until the host's interface is a member of group (the
 // daemon xdproce run started joined it for the server's attached QP); it
 // fails early when the server exits.
-func (h *harness) waitLibJoined(ctx context.Context, p *bgProc, group string, timeout time.Duration) error {
+func (h *harness) waitLibJoined(ctx context.Context, p *proc.Background, group string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		if p.exited() {
+		if p.Exited() {
 			return errors.New("server exited before joining")
 		}
-		out, err := runCmd(ctx, 10*time.Second, "ip", "netns", "exec", netns, "ip", "maddr", "show", "dev", hostIface)
+		out, err := proc.Run(ctx, 10*time.Second, "ip", "netns", "exec", netns, "ip", "maddr", "show", "dev", hostIface)
 		if err == nil && strings.Contains(out, "inet  "+group+"\n") {
 			return nil
 		}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/xdproce/xdproce/test/interop/proc"
 )
 
 // The rdmacm-utils and qperf cells: rxe<->rxe, then the lib endpoint in
@@ -23,8 +25,8 @@ func TestCMToolCells(t *testing.T) {
 	byID := map[string]cell{}
 	for _, c := range cells {
 		byID[c.ID()] = c
-		srv := shellJoin(h.argv(c, c.Server, ""))
-		cli := shellJoin(h.argv(c, c.Client, serverAddr(c.Server)))
+		srv := proc.ShellJoin(h.argv(c, c.Server, ""))
+		cli := proc.ShellJoin(h.argv(c, c.Client, serverAddr(c.Server)))
 		if strings.Contains(strings.ReplaceAll(srv+" "+cli, "xdproce run -d rxhost0 --", ""), " -d ") {
 			t.Errorf("%s: a device given: %q, %q", c.ID(), srv, cli)
 		}
@@ -67,8 +69,8 @@ func TestCMToolCells(t *testing.T) {
 			t.Errorf("no cell %s", id)
 			continue
 		}
-		srv := shellJoin(h.argv(c, c.Server, ""))
-		cli := shellJoin(h.argv(c, c.Client, serverAddr(c.Server)))
+		srv := proc.ShellJoin(h.argv(c, c.Server, ""))
+		cli := proc.ShellJoin(h.argv(c, c.Client, serverAddr(c.Server)))
 		if ws := strings.ReplaceAll(w[0], "PORT", strconv.Itoa(c.Port)); srv != ws {
 			t.Errorf("%s: server %q, want %q", id, srv, ws)
 		}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/xdproce/xdproce/test/interop/proc"
 )
 
 // The libfabric cells: fi_pingpong over verbs (msg) and verbs;ofi_rxm
@@ -47,10 +49,10 @@ func TestFabricCells(t *testing.T) {
 		}
 		seen++
 		port := func(s string) string { return strings.ReplaceAll(s, "PORT", strconv.Itoa(c.Port)) }
-		if srv := shellJoin(h.argv(c, c.Server, "")); srv != port(w[0]) {
+		if srv := proc.ShellJoin(h.argv(c, c.Server, "")); srv != port(w[0]) {
 			t.Errorf("%s server: %q, want %q", c.ID(), srv, port(w[0]))
 		}
-		if cli := shellJoin(h.argv(c, c.Client, serverAddr(c.Server))); cli != port(w[1]) {
+		if cli := proc.ShellJoin(h.argv(c, c.Client, serverAddr(c.Server))); cli != port(w[1]) {
 			t.Errorf("%s client: %q, want %q", c.ID(), cli, port(w[1]))
 		}
 	}

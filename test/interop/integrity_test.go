@@ -20,6 +20,7 @@ import (
 
 	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/link/memlink"
+	"github.com/xdproce/xdproce/test/interop/integrity"
 	"github.com/xdproce/xdproce/verbs"
 )
 
@@ -35,51 +36,51 @@ const (
 )
 
 func TestParsePeerEvent(t *testing.T) {
-	ev, err := parsePeerEvent([]byte(lineLocal + "\n"))
+	ev, err := integrity.ParsePeerEvent([]byte(lineLocal + "\n"))
 	if err != nil || ev.Event != "local" || ev.QPN != 17 || ev.PSN != 9876543 || ev.GID != "::ffff:198.18.0.11" ||
 		ev.Addr != 94558319505408 || ev.RKey != 4660 || ev.Len != 1<<20 || ev.MTU != 1024 {
 		t.Errorf("local: %+v, %v", ev, err)
 	}
-	ev, err = parsePeerEvent([]byte(lineSendWC))
+	ev, err = integrity.ParsePeerEvent([]byte(lineSendWC))
 	if err != nil || ev.Event != "wc" || ev.CQ != "send" || ev.Status != "success" || ev.Op != "RDMA_READ" ||
 		ev.ByteLen != 102400 || ev.DataCRC32 == nil || *ev.DataCRC32 != 0xffffffff || ev.DataHead != "0001" || ev.Orig != nil || ev.ImmData != nil {
 		t.Errorf("send wc: %+v, %v", ev, err)
 	}
-	ev, err = parsePeerEvent([]byte(lineAtomicWC))
+	ev, err = integrity.ParsePeerEvent([]byte(lineAtomicWC))
 	if err != nil || ev.Orig == nil || *ev.Orig != 1<<64-1 || ev.Op != "ATOMIC_CMP_AND_SWP" {
 		t.Errorf("atomic wc: %+v, %v", ev, err)
 	}
-	ev, err = parsePeerEvent([]byte(lineRecvWC))
+	ev, err = integrity.ParsePeerEvent([]byte(lineRecvWC))
 	if err != nil || ev.CQ != "recv" || ev.Opcode != "RECV" || ev.ImmData == nil || *ev.ImmData != 0x0badf00d ||
 		ev.DataLen == nil || *ev.DataLen != 100 || *ev.DataCRC32 != 0x12345678 || ev.WRID != 1<<32+1 {
 		t.Errorf("recv wc: %+v, %v", ev, err)
 	}
-	ev, err = parsePeerEvent([]byte(lineData))
+	ev, err = integrity.ParsePeerEvent([]byte(lineData))
 	if err != nil || ev.Event != "data" || ev.Off != 65541 || ev.Len != 4 || ev.CRC32 != 0xdeadbeef || ev.Hex != "05060708" {
 		t.Errorf("data: %+v, %v", ev, err)
 	}
-	ev, err = parsePeerEvent([]byte(lineError))
+	ev, err = integrity.ParsePeerEvent([]byte(lineError))
 	if err != nil || ev.Event != "error" || !strings.HasPrefix(ev.Msg, "timeout:") {
 		t.Errorf("error: %+v, %v", ev, err)
 	}
-	ev, err = parsePeerEvent([]byte(lineDone))
+	ev, err = integrity.ParsePeerEvent([]byte(lineDone))
 	if err != nil || ev.Event != "done" || ev.Failures != 2 || ev.OK == nil || *ev.OK {
 		t.Errorf("done: %+v, %v", ev, err)
 	}
 	// Noise is not an event; broken JSON is an error.
-	if ev, err := parsePeerEvent([]byte("Warning: Permanently added '198.19.0.11'\n")); err != nil || ev.Event != "" {
+	if ev, err := integrity.ParsePeerEvent([]byte("Warning: Permanently added '198.19.0.11'\n")); err != nil || ev.Event != "" {
 		t.Errorf("noise: %+v, %v", ev, err)
 	}
-	if _, err := parsePeerEvent([]byte(`{"event": "wc", "orig": -1}`)); err == nil {
+	if _, err := integrity.ParsePeerEvent([]byte(`{"event": "wc", "orig": -1}`)); err == nil {
 		t.Error("negative orig accepted")
 	}
-	if _, err := parsePeerEvent([]byte(`{"event": "wc"`)); err == nil {
+	if _, err := integrity.ParsePeerEvent([]byte(`{"event": "wc"`)); err == nil {
 		t.Error("truncated line accepted")
 	}
 }
 
 func TestRemoteLine(t *testing.T) {
-	l := remoteLine(0x11, 0xabcdef, "198.18.0.2", 0x1234, 0xc000100000, 1<<20)
+	l := integrity.RemoteLine(0x11, 0xabcdef, "198.18.0.2", 0x1234, 0xc000100000, 1<<20)
 	if strings.Contains(l, "\n") {
 		t.Fatalf("remote line spans lines: %q", l)
 	}
@@ -100,18 +101,18 @@ func TestRemoteLine(t *testing.T) {
 }
 
 func TestIntegrityLayout(t *testing.T) {
-	regs := integrityLayout()
+	regs := integrity.Layout()
 	for i, a := range regs {
-		if a.off < 0 || a.len <= 0 || a.off+a.len > bufSize {
-			t.Errorf("%s: [%d, %d) outside the buffer", a.name, a.off, a.off+a.len)
+		if a.Off < 0 || a.Len <= 0 || a.Off+a.Len > integrity.BufSize {
+			t.Errorf("%s: [%d, %d) outside the buffer", a.Name, a.Off, a.Off+a.Len)
 		}
 		for _, b := range regs[i+1:] {
-			if a.peer == b.peer && a.off < b.off+b.len && b.off < a.off+a.len {
-				t.Errorf("%s [%d,%d) overlaps %s [%d,%d)", a.name, a.off, a.off+a.len, b.name, b.off, b.off+b.len)
+			if a.Peer == b.Peer && a.Off < b.Off+b.Len && b.Off < a.Off+a.Len {
+				t.Errorf("%s [%d,%d) overlaps %s [%d,%d)", a.Name, a.Off, a.Off+a.Len, b.Name, b.Off, b.Off+b.Len)
 			}
 		}
 	}
-	for _, off := range []int{pAtomic, pAtomic + 8, pAtomicTo, oAtomicTo, oPeerAtomic, oPeerAtomic + 8} {
+	for _, off := range []int{integrity.PAtomic, integrity.PAtomic + 8, integrity.PAtomicTo, integrity.OAtomicTo, integrity.OPeerAtomic, integrity.OPeerAtomic + 8} {
 		if off%8 != 0 {
 			t.Errorf("atomic offset %d not 8-byte aligned", off)
 		}
@@ -119,21 +120,21 @@ func TestIntegrityLayout(t *testing.T) {
 	// The patterns differ at every offset, so a byte copied from the wrong
 	// side is always caught.
 	for i := range 256 {
-		if ourPattern(i) == peerPattern(i) {
+		if integrity.OurPattern(i) == integrity.PeerPattern(i) {
 			t.Errorf("patterns agree at %d", i)
 		}
 	}
 }
 
 func TestDiffBytes(t *testing.T) {
-	if err := diffBytes([]byte{1, 2, 3}, []byte{1, 2, 3}); err != nil {
+	if err := integrity.DiffBytes([]byte{1, 2, 3}, []byte{1, 2, 3}); err != nil {
 		t.Error(err)
 	}
-	err := diffBytes([]byte{1, 9, 3, 8}, []byte{1, 2, 3, 4})
+	err := integrity.DiffBytes([]byte{1, 9, 3, 8}, []byte{1, 2, 3, 4})
 	if err == nil || err.Error() != "2 of 4 bytes differ, first at +1: got 0x09, want 0x02" {
 		t.Errorf("diff: %v", err)
 	}
-	if err := diffBytes([]byte{1}, []byte{1, 2}); err == nil || !strings.Contains(err.Error(), "1 bytes, want 2") {
+	if err := integrity.DiffBytes([]byte{1}, []byte{1, 2}); err == nil || !strings.Contains(err.Error(), "1 bytes, want 2") {
 		t.Errorf("length diff: %v", err)
 	}
 }
@@ -145,10 +146,10 @@ func TestIntegrityCells(t *testing.T) {
 		t.Fatalf("--only integrity: %v", sel)
 	}
 	for _, c := range sel {
-		if !c.hasXDP() || c.Client.vm() != 1 || c.timeout() <= waitLimit {
+		if !c.hasXDP() || c.Client.vm() != 1 || c.timeout() <= integrity.WaitLimit {
 			t.Errorf("%s: roles %v/%v timeout %v", c.ID(), c.Server, c.Client, c.timeout())
 		}
-		if got := strings.Join(c.args(), " "); got != integrityCmd(c.MTU) || !strings.Contains(got, "--remote - ") || !strings.Contains(got, " -i") {
+		if got := strings.Join(c.args(), " "); got != integrity.PeerCommand(c.MTU) || !strings.Contains(got, "--remote - ") || !strings.Contains(got, " -i") {
 			t.Errorf("%s: args %q", c.ID(), got)
 		}
 		if r := newResult(c); r.Sizes != "8..102400" || r.Reference || r.Direction == "" {
@@ -156,7 +157,7 @@ func TestIntegrityCells(t *testing.T) {
 		}
 	}
 	for _, c := range buildMatrix(matrixConfig{Smoke: true, BWIters: 20, LatIters: 100}) {
-		if c.Tool == integrityTool {
+		if c.Tool == integrity.IntegrityTool {
 			t.Errorf("integrity cell %s in --smoke", c.ID())
 		}
 	}
@@ -165,7 +166,7 @@ func TestIntegrityCells(t *testing.T) {
 		strings.Count(out.String(), "\n") != 2 || !strings.Contains(out.String(), "verbs_peer.py -t rc --remote - --recv 16 -m 1024 -i") {
 		t.Errorf("--list: exit %d:\n%s%s", code, out.String(), errb.String())
 	}
-	r := result{Checks: []check{{Name: "a", OK: true}, {Name: "b"}}}
+	r := result{Checks: []integrity.Check{{Name: "a", OK: true}, {Name: "b"}}}
 	if f := figure(r); f != "1/2 checks" {
 		t.Errorf("figure %q", f)
 	}
@@ -189,7 +190,7 @@ func TestIntegrityAgainstFakePeer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checks, err := runAgainstFake(t, tc.mtu, tc.strayAt, tc.badCRC)
-			var failed []check
+			var failed []integrity.Check
 			for _, c := range checks {
 				if !c.OK {
 					failed = append(failed, c)
@@ -204,7 +205,7 @@ func TestIntegrityAgainstFakePeer(t *testing.T) {
 			switch {
 			case tc.strayAt >= 0:
 				if len(failed) != 1 || !strings.HasPrefix(failed[0].Name, "verbs_peer's whole") ||
-					failed[0].Detail != fmt.Sprintf("1 of 1048576 bytes differ, first at +%d: got %#02x, want %#02x", tc.strayAt, ^peerPattern(tc.strayAt), peerPattern(tc.strayAt)) {
+					failed[0].Detail != fmt.Sprintf("1 of 1048576 bytes differ, first at +%d: got %#02x, want %#02x", tc.strayAt, ^integrity.PeerPattern(tc.strayAt), integrity.PeerPattern(tc.strayAt)) {
 					t.Errorf("stray write reported as %+v", failed)
 				}
 			case tc.badCRC:
@@ -220,7 +221,7 @@ func TestIntegrityAgainstFakePeer(t *testing.T) {
 	}
 }
 
-func runAgainstFake(t *testing.T, mtu, strayAt int, badCRC bool) ([]check, error) {
+func runAgainstFake(t *testing.T, mtu, strayAt int, badCRC bool) ([]integrity.Check, error) {
 	macOurs, macPeer := net.HardwareAddr{2, 0, 0, 0, 0, 2}, net.HardwareAddr{2, 0, 0, 0, 0, 0x11}
 	la, lb := memlink.NewPair(9018)
 	newDev := func(link link.Link, mac, other net.HardwareAddr, ip string) *verbs.Device {
@@ -258,18 +259,18 @@ func runAgainstFake(t *testing.T, mtu, strayAt int, badCRC bool) ([]check, error
 			t.Logf(format, args...)
 		}
 	}
-	stream := newPeerStream(inW, outR, logf)
-	r := &integrityRun{mtu: mtu, dev: ours, myGID: "198.18.0.2", peerAddr: netip.MustParseAddr("198.18.0.11"), peer: stream, logf: logf}
+	stream := integrity.NewPeerStream(inW, outR, logf)
+	r := &integrity.Cell{MTU: mtu, Dev: ours, MyGID: "198.18.0.2", PeerAddr: netip.MustParseAddr("198.18.0.11"), Peer: stream, Logf: logf}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	err := r.run(ctx)
+	err := r.Run(ctx)
 	inW.Close()
 	select {
 	case <-fakeDone:
 	case <-time.After(30 * time.Second):
 		t.Error("fake peer did not end")
 	}
-	return r.checks, err
+	return r.Checks, err
 }
 
 // fakePeer speaks verbs_peer.py's --remote - -i protocol for the ops the
@@ -319,27 +320,27 @@ func (f *fakePeer) run() error {
 		return err
 	}
 	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	if f.mr, err = pd.AllocMR(bufSize, access); err != nil {
+	if f.mr, err = pd.AllocMR(integrity.BufSize, access); err != nil {
 		return err
 	}
-	fillPattern(f.mr.Bytes(), peerPattern)
-	if f.rmr, err = pd.AllocMR(peerRecvs*fakeRecvSize, verbs.AccessLocalWrite); err != nil {
+	integrity.FillPattern(f.mr.Bytes(), integrity.PeerPattern)
+	if f.rmr, err = pd.AllocMR(integrity.PeerRecvs*fakeRecvSize, verbs.AccessLocalWrite); err != nil {
 		return err
 	}
 	if err := f.qp.Modify(verbs.QPAttr{State: verbs.StateInit, Port: 1, AccessFlags: access},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
 		return err
 	}
-	for i := range peerRecvs {
+	for i := range integrity.PeerRecvs {
 		if _, err := f.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i) << 32, SGList: []verbs.SGE{{
 			Addr: f.rmr.Addr() + uint64(i*fakeRecvSize), Length: fakeRecvSize, LKey: f.rmr.LKey()}}}}); err != nil {
 			return err
 		}
 	}
-	f.emit(map[string]any{"event": "post", "op": "RECV", "n": peerRecvs, "len": fakeRecvSize})
+	f.emit(map[string]any{"event": "post", "op": "RECV", "n": integrity.PeerRecvs, "len": fakeRecvSize})
 	psn := uint32(0x123456)
 	f.emit(map[string]any{"event": "local", "type": "rc", "qpn": f.qp.QPN(), "psn": psn, "gid": "::ffff:198.18.0.11",
-		"gid_index": 1, "mtu": f.mtu, "active_mtu": 4096, "addr": f.mr.Addr(), "rkey": f.mr.RKey(), "len": bufSize})
+		"gid_index": 1, "mtu": f.mtu, "active_mtu": 4096, "addr": f.mr.Addr(), "rkey": f.mr.RKey(), "len": integrity.BufSize})
 	line, err := f.in.ReadString('\n')
 	if err != nil {
 		return fmt.Errorf("remote line: %w", err)
@@ -472,7 +473,7 @@ func (f *fakePeer) op(line string) error {
 		}
 	case name == "dump":
 		off, n := p["off"], p["len"]
-		if n == bufSize && f.strayAt >= 0 {
+		if n == integrity.BufSize && f.strayAt >= 0 {
 			buf[f.strayAt] = ^buf[f.strayAt]
 		}
 		data := buf[off : off+n]

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/xdproce/xdproce/test/interop/proc"
 )
 
 const (
@@ -34,7 +36,7 @@ const (
 // the default binary's is missing), and the host has the stock tools
 // (installed with apt when missing, as the other targets install theirs).
 func (h *harness) checkLib(ctx context.Context, tools []string, needCM bool) error {
-	out, _ := runCmd(ctx, 30*time.Second, h.xdproce, "run", "--help")
+	out, _ := proc.Run(ctx, 30*time.Second, h.xdproce, "run", "--help")
 	if !strings.Contains(out, "xdproce run") {
 		return fmt.Errorf("%s has no run command (run --help: %s)", h.xdproce, firstLine(out))
 	}
@@ -51,7 +53,7 @@ func (h *harness) checkLib(ctx context.Context, tools []string, needCM bool) err
 	}
 	if missing := missingTools(tools); len(missing) > 0 {
 		h.progress("installing %s on the host (%s missing)", hostPackages, strings.Join(missing, ", "))
-		out, err := runCmd(ctx, 10*time.Minute, "sh", "-c",
+		out, err := proc.Run(ctx, 10*time.Minute, "sh", "-c",
 			"apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "+hostPackages)
 		if err != nil {
 			return fmt.Errorf("apt-get install %s: %w\n%s", hostPackages, err, lastLines(out, 10))
@@ -103,7 +105,7 @@ func (h *harness) libDir(ctx context.Context) (string, error) {
 	}
 	if env == "" && h.opts.xdproce == "" {
 		h.progress("building %s (make provider)", filepath.Join(dirs[0], verbsLib))
-		out, err := runCmd(ctx, 10*time.Minute, "make", "-C", h.root, "provider")
+		out, err := proc.Run(ctx, 10*time.Minute, "make", "-C", h.root, "provider")
 		if err != nil {
 			return "", fmt.Errorf("make provider: %w\n%s", err, lastLines(out, 10))
 		}
@@ -129,7 +131,7 @@ func (h *harness) checkCMLib(ctx context.Context, dir string) error {
 	}
 	if os.Getenv("XDPROCE_LIBDIR") == "" && h.opts.xdproce == "" {
 		h.progress("building %s (make provider)", path)
-		out, err := runCmd(ctx, 10*time.Minute, "make", "-C", h.root, "provider")
+		out, err := proc.Run(ctx, 10*time.Minute, "make", "-C", h.root, "provider")
 		if err != nil {
 			return fmt.Errorf("make provider: %w\n%s", err, lastLines(out, 10))
 		}
@@ -154,7 +156,7 @@ func libCM(cells []cell) bool {
 // in the netns: its abstract socket @xdproce/IFACE in /proc/net/unix, as
 // xdproce list finds it.
 func daemonListening(ctx context.Context) (bool, error) {
-	out, err := runCmd(ctx, 10*time.Second, "ip", "netns", "exec", netns, "cat", "/proc/net/unix")
+	out, err := proc.Run(ctx, 10*time.Second, "ip", "netns", "exec", netns, "cat", "/proc/net/unix")
 	if err != nil {
 		return false, fmt.Errorf("reading the netns's unix sockets: %w", err)
 	}
@@ -197,7 +199,7 @@ func (h *harness) reapDaemon(ctx context.Context) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	out, err := runCmd(ctx, 30*time.Second, "ip", "netns", "exec", netns, h.xdproce, "down", "-d", hostIface)
+	out, err := proc.Run(ctx, 30*time.Second, "ip", "netns", "exec", netns, h.xdproce, "down", "-d", hostIface)
 	msg := "a daemon for " + hostIface + " was still running 15 s after the cell"
 	if err != nil {
 		return fmt.Errorf("%s; xdproce down: %w (%s)", msg, err, firstLine(out))

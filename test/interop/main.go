@@ -25,6 +25,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/xdproce/xdproce/test/interop/integrity"
+	"github.com/xdproce/xdproce/test/interop/proc"
 )
 
 type options struct {
@@ -60,12 +63,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cells := selectCells(buildMatrix(matrixConfig{Smoke: opts.smoke, LossSweep: opts.sweep, BWIters: opts.bwIters, LatIters: opts.latIters}), opts.only)
 	if opts.list {
 		for _, c := range cells {
-			a := shellJoin(c.args())
+			a := proc.ShellJoin(c.args())
 			if c.cmTool() {
 				a = c.toolListArgs()
 			}
 			if len(c.LibOpts) > 0 {
-				a += "  (lib side: " + shellJoin(c.LibOpts) + ")"
+				a += "  (lib side: " + proc.ShellJoin(c.LibOpts) + ")"
 			}
 			fmt.Fprintf(stdout, "%-50s %s\n", c.ID(), a)
 		}
@@ -285,7 +288,7 @@ func (h *harness) runAll(ctx context.Context, cells []cell) (results []result, e
 		case guestErr != nil:
 			r = newResult(c)
 			r.Status, r.Reason = statusFail, guestErr.Error()
-		case c.Tool == integrityTool: // in-process: needs no xdproce binary
+		case c.Tool == integrity.IntegrityTool: // in-process: needs no xdproce binary
 			h.progress("%s %s ...", prefix, c.Direction())
 			r = h.runIntegrity(ctx, c)
 		case c.hasXDP() && h.xdpErr != nil:
@@ -471,18 +474,18 @@ func (h *harness) checkXDP(ctx context.Context) error {
 		}
 		h.progress("building %s", h.xdproce)
 		cmd := []string{"go", "build", "-o", h.xdproce, "./cmd/xdproce"}
-		out, err := runCmd(ctx, 10*time.Minute, "sh", "-c", "cd "+shellQuote(h.root)+" && CGO_ENABLED=0 "+shellJoin(cmd))
+		out, err := proc.Run(ctx, 10*time.Minute, "sh", "-c", "cd "+proc.ShellQuote(h.root)+" && CGO_ENABLED=0 "+proc.ShellJoin(cmd))
 		if err != nil {
 			return fmt.Errorf("go build ./cmd/xdproce: %w\n%s", err, lastLines(out, 10))
 		}
 	}
-	out, _ := runCmd(ctx, 30*time.Second, h.xdproce, "perf", "--help")
+	out, _ := proc.Run(ctx, 30*time.Second, h.xdproce, "perf", "--help")
 	if strings.Contains(out, "unknown command") || !strings.Contains(out, "ib_write_bw") {
 		return fmt.Errorf("%s has no perf command (perf --help: %s)", h.xdproce, firstLine(out))
 	}
 	h.pingpong = strings.Contains(out, "rc_pingpong")
 	// The flags are listed under a tool's help.
-	toolHelp, _ := runCmd(ctx, 30*time.Second, h.xdproce, "perf", "ib_send_bw", "--help")
+	toolHelp, _ := proc.Run(ctx, 30*time.Second, h.xdproce, "perf", "ib_send_bw", "--help")
 	h.perfCM = perfHasRDMACM(toolHelp)
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/xdproce/xdproce/test/interop/integrity"
 )
 
 // endpoint is where one side of a cell runs.
@@ -147,7 +149,7 @@ func (c cell) ID() string {
 	default:
 		role = "rxe-rxe"
 	}
-	if c.Tool == integrityTool {
+	if c.Tool == integrity.IntegrityTool {
 		return fmt.Sprintf("%s/xdp-vm%d/mtu%d", c.Tool, c.Client.vm(), c.MTU)
 	}
 	if c.cmTool() { // the path MTU is rdma_cm's choice, not an option
@@ -174,7 +176,7 @@ func (c cell) ID() string {
 // Direction is the human-readable role split.
 func (c cell) Direction() string {
 	switch {
-	case c.Tool == integrityTool:
+	case c.Tool == integrity.IntegrityTool:
 		return fmt.Sprintf("xdproce ↔ verbs_peer (%v), both ways", c.Client)
 	case c.guestCell():
 		return fmt.Sprintf("%v server ← %v client", c.Server.peerName(), c.Client.peerName())
@@ -193,8 +195,8 @@ func (c cell) Direction() string {
 
 // args are the tool options shared by both sides, without device and server.
 func (c cell) args() []string {
-	if c.Tool == integrityTool {
-		return strings.Fields(integrityCmd(c.MTU))
+	if c.Tool == integrity.IntegrityTool {
+		return strings.Fields(integrity.PeerCommand(c.MTU))
 	}
 	a := []string{"-p", strconv.Itoa(c.Port), "-m", strconv.Itoa(c.MTU), "-n", strconv.Itoa(c.Iters)}
 	if c.Tool == "ibv_ud_pingpong" {
@@ -252,8 +254,8 @@ func (c cell) totalBytes() int64 {
 // timeout bounds each side of the cell. Under TCG rxe moves about 0.3 Gb/s
 // and a ping-pong takes about 1 ms; allow ~10x that, more under loss.
 func (c cell) timeout() time.Duration {
-	if c.Tool == integrityTool {
-		return 10 * time.Minute // the whole cell; every wait in it is bounded by waitLimit
+	if c.Tool == integrity.IntegrityTool {
+		return 10 * time.Minute // the whole cell; every wait in it is bounded by WaitLimit
 	}
 	if c.cmTool() {
 		return c.toolTimeout()
@@ -387,7 +389,7 @@ func buildMatrix(cfg matrixConfig) []cell {
 	}
 	// Data integrity, every RC operation both ways, byte for byte.
 	for _, mtu := range []int{4096, 1024} {
-		add(cell{Tool: integrityTool, Server: xdp, Client: vm1, MTU: mtu})
+		add(cell{Tool: integrity.IntegrityTool, Server: xdp, Client: vm1, MTU: mtu})
 	}
 	for _, c := range guestCells(cfg) {
 		add(c)

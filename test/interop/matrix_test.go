@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/xdproce/xdproce/test/interop/integrity"
+	"github.com/xdproce/xdproce/test/interop/proc"
 )
 
 func TestMatrixFull(t *testing.T) {
@@ -48,11 +51,11 @@ func TestMatrixFull(t *testing.T) {
 		{"reference", func(c cell) bool { return !c.hasXDP() }, 13 + 5 + 8 + 9 + 3 + 2},
 		{"guest", func(c cell) bool { return c.guestCell() && c.MTU == 2048 && !c.hostXDP() }, 15},
 		{"guest xdproce-xdproce", func(c cell) bool { return c.Server.guest() && c.Client.guest() }, 5},
-		{"xdproce server", func(c cell) bool { return c.Server == xdp && c.Tool != integrityTool }, 31 + 8 + 3},
+		{"xdproce server", func(c cell) bool { return c.Server == xdp && c.Tool != integrity.IntegrityTool }, 31 + 8 + 3},
 		{"xdproce client", func(c cell) bool { return c.Client == xdp }, 31 + 8 + 3},
-		{"mtu 1024", func(c cell) bool { return c.MTU == 1024 && c.Tool != integrityTool }, 22 + 6},
+		{"mtu 1024", func(c cell) bool { return c.MTU == 1024 && c.Tool != integrity.IntegrityTool }, 22 + 6},
 		{"fast path", func(c cell) bool { return c.Tag == fastPathTag && len(c.XDPOpts) > 0 }, 6},
-		{"integrity", func(c cell) bool { return c.Tool == integrityTool && c.Client == vm1 && c.Loss == "" }, 2},
+		{"integrity", func(c cell) bool { return c.Tool == integrity.IntegrityTool && c.Client == vm1 && c.Loss == "" }, 2},
 		{"loss", func(c cell) bool { return c.Loss == "1%" }, 8},
 		{"-q 8", func(c cell) bool { return c.QPs == 8 }, 3 + 2},
 		{"pingpong", func(c cell) bool { return c.Tool == pingpong }, 3 + 2*2},
@@ -151,10 +154,10 @@ func TestArgsAndSelect(t *testing.T) {
 	}
 	h := &harness{xdproce: "/x/xdproce"}
 	c := sel[0]
-	if got := shellJoin(h.argv(c, xdp, "")); !strings.HasPrefix(got, "/x/xdproce perf ib_write_bw -d rxhost0 -F ") {
+	if got := proc.ShellJoin(h.argv(c, xdp, "")); !strings.HasPrefix(got, "/x/xdproce perf ib_write_bw -d rxhost0 -F ") {
 		t.Errorf("xdproce server argv %q", got)
 	}
-	if got := shellJoin(h.argv(c, vm1, serverAddr(xdp))); !strings.HasPrefix(got, "stdbuf -oL ib_write_bw -d rxe0 -F ") || !strings.HasSuffix(got, " 198.18.0.2") {
+	if got := proc.ShellJoin(h.argv(c, vm1, serverAddr(xdp))); !strings.HasPrefix(got, "stdbuf -oL ib_write_bw -d rxe0 -F ") || !strings.HasSuffix(got, " 198.18.0.2") {
 		t.Errorf("stock client argv %q", got)
 	}
 	lc := selectCells(cells, regexp.MustCompile(`^ibv_rc_pingpong/lib-client/.*/new-send$`))
@@ -163,17 +166,17 @@ func TestArgsAndSelect(t *testing.T) {
 	}
 	want = "/x/xdproce run -d rxhost0 -- stdbuf -oL ibv_rc_pingpong -d xdp_rxhost0 -p " + strconv.Itoa(lc[0].Port) +
 		" -m 4096 -n 200 -g 1 -s 4096 -N 198.18.0.11"
-	if got := shellJoin(h.argv(lc[0], lib, serverAddr(lc[0].Server))); got != want {
+	if got := proc.ShellJoin(h.argv(lc[0], lib, serverAddr(lc[0].Server))); got != want {
 		t.Errorf("lib client argv\n%q, want\n%q", got, want)
 	}
 	// The rxe side runs without the lib side's options.
-	if got := shellJoin(h.argv(lc[0], vm1, "")); strings.Contains(got, "-N") || !strings.HasPrefix(got, "stdbuf -oL ibv_rc_pingpong -d rxe0 ") {
+	if got := proc.ShellJoin(h.argv(lc[0], vm1, "")); strings.Contains(got, "-N") || !strings.HasPrefix(got, "stdbuf -oL ibv_rc_pingpong -d rxe0 ") {
 		t.Errorf("rxe server argv %q", got)
 	}
 	if got := serverAddr(lib); got != hostAddr {
 		t.Errorf("lib server address %s", got)
 	}
-	if q := shellQuote("a b'c"); q != `'a b'\''c'` {
+	if q := proc.ShellQuote("a b'c"); q != `'a b'\''c'` {
 		t.Errorf("shellQuote: %s", q)
 	}
 }
@@ -232,7 +235,7 @@ func TestLibCells(t *testing.T) {
 	tools := map[string]int{}
 	for _, c := range cells {
 		tools[c.Tool]++
-		a := " " + shellJoin(c.args()) + " "
+		a := " " + proc.ShellJoin(c.args()) + " "
 		if c.isPingpong() && !strings.Contains(a, " -g 1 ") {
 			t.Errorf("%s: ping-pong without -g 1: %s", c.ID(), a)
 		}
@@ -260,7 +263,7 @@ func TestLibCells(t *testing.T) {
 		if c.Tag != "events" || c.Client != lib {
 			continue
 		}
-		got := shellJoin(h.argv(c, lib, hostAddr))
+		got := proc.ShellJoin(h.argv(c, lib, hostAddr))
 		if !strings.HasPrefix(got, "/x/xdproce run -d rxhost0 -- stdbuf -oL ib_send_bw -d xdp_rxhost0 ") || !strings.Contains(got, " --report_gbits -e 198.18.0.2") {
 			t.Errorf("events client argv %q", got)
 		}
@@ -302,8 +305,8 @@ func TestRDMACMCells(t *testing.T) {
 		if !c.rdmaCM() {
 			t.Errorf("%s: no -R", c.ID())
 		}
-		srv := " " + shellJoin(h.argv(c, c.Server, "")) + " "
-		cli := " " + shellJoin(h.argv(c, c.Client, serverAddr(c.Server))) + " "
+		srv := " " + proc.ShellJoin(h.argv(c, c.Server, "")) + " "
+		cli := " " + proc.ShellJoin(h.argv(c, c.Client, serverAddr(c.Server))) + " "
 		for _, a := range []string{srv, cli} {
 			if !strings.Contains(a, " -R ") || strings.Contains(c.Tag, "ud") != strings.Contains(a, " -c UD ") ||
 				!strings.Contains(a, " -p "+strconv.Itoa(c.Port)+" ") {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/xdproce/xdproce/test/interop/proc"
 )
 
 const (
@@ -27,8 +29,8 @@ type rxePeer struct {
 
 // run runs one rxe-peer subcommand bounded by timeout.
 func (p *rxePeer) run(ctx context.Context, timeout time.Duration, args ...string) (string, error) {
-	p.logf("$ %s %s", p.script, shellJoin(args))
-	out, err := runCmd(ctx, timeout, p.script, args...)
+	p.logf("$ %s %s", p.script, proc.ShellJoin(args))
+	out, err := proc.Run(ctx, timeout, p.script, args...)
 	if err != nil {
 		return out, fmt.Errorf("rxe-peer %s: %w\n%s", strings.Join(args, " "), err, lastLines(out, 15))
 	}
@@ -41,8 +43,8 @@ func (p *rxePeer) run(ctx context.Context, timeout time.Duration, args ...string
 func (p *rxePeer) exec(ctx context.Context, timeout time.Duration, i int, shell string) (string, error) {
 	secs := strconv.Itoa(int(timeout.Seconds()))
 	p.logf("$ rxe-peer exec %d %s", i, shell)
-	out, err := runCmd(ctx, timeout+30*time.Second, p.script, "exec", "-n", "-T", secs, strconv.Itoa(i), shell)
-	if exitCode(err) == 124 { // from timeout(1) in the VM
+	out, err := proc.Run(ctx, timeout+30*time.Second, p.script, "exec", "-n", "-T", secs, strconv.Itoa(i), shell)
+	if proc.ExitCode(err) == 124 { // from timeout(1) in the VM
 		err = fmt.Errorf("timed out after %v: %w", timeout, err)
 	}
 	if err != nil {
@@ -64,7 +66,7 @@ type vmServer struct {
 }
 
 func startVMServer(ctx context.Context, p *rxePeer, vm, n, port int, argv []string, timeout time.Duration) (*vmServer, error) {
-	s := &vmServer{peer: p, vm: vm, base: fmt.Sprintf("%s/c%d", vmDir, n), port: port, cmd: shellJoin(argv)}
+	s := &vmServer{peer: p, vm: vm, base: fmt.Sprintf("%s/c%d", vmDir, n), port: port, cmd: proc.ShellJoin(argv)}
 	// The subshell records the exit status; every fd is redirected so that
 	// ssh returns at once (see "rxe-peer exec" in the README). No "&&" before
 	// it: "a && (b) &" would background the whole list, holding ssh's stdout.

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/xdproce/xdproce/test/interop/proc"
 )
 
 // The rsocket cells: rstream (blocking, rpoll-driven) and riostream, each
@@ -34,10 +36,10 @@ func TestRsocketCells(t *testing.T) {
 		}
 		seen++
 		port := func(s string) string { return strings.ReplaceAll(s, "PORT", strconv.Itoa(c.Port)) }
-		if srv := shellJoin(h.argv(c, c.Server, "")); srv != port(w[0]) {
+		if srv := proc.ShellJoin(h.argv(c, c.Server, "")); srv != port(w[0]) {
 			t.Errorf("%s server: %q, want %q", c.ID(), srv, port(w[0]))
 		}
-		if cli := shellJoin(h.argv(c, c.Client, serverAddr(c.Server))); cli != port(w[1]) {
+		if cli := proc.ShellJoin(h.argv(c, c.Client, serverAddr(c.Server))); cli != port(w[1]) {
 			t.Errorf("%s client: %q, want %q", c.ID(), cli, port(w[1]))
 		}
 	}

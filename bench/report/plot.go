@@ -1,4 +1,4 @@
-package bench
+package report
 
 import (
 	"cmp"
@@ -47,7 +47,7 @@ func Plot(name string, results []Result) error {
 	if len(sizes) == 0 {
 		return fmt.Errorf("bench: no bandwidth figures to plot")
 	}
-	f := index(results)
+	f := Index(results)
 	p := plot.New()
 	p.Title.Text = "xdproce RC vs kernel TCP on the same veth pair"
 	p.X.Label.Text = "message size"
@@ -62,15 +62,15 @@ func Plot(name string, results []Result) error {
 
 	lines := []struct {
 		label string
-		k     key
+		k     Key
 		color color.RGBA
 		dash  []vg.Length
 	}{
-		{"xdproce WRITE", key{contender: Xdproce, measure: Bandwidth, op: OpWrite}, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 255}, nil},
-		{"xdproce SEND", key{contender: Xdproce, measure: Bandwidth, op: OpSend}, color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 255}, nil},
-		{"xdproce READ", key{contender: Xdproce, measure: Bandwidth, op: OpRead}, color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 255}, nil},
-		{"kernel TCP", key{contender: TCP, measure: Bandwidth, op: OpStream}, color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 255}, nil},
-		{"kernel TCP, XDP attached", key{contender: TCP, attached: true, measure: Bandwidth, op: OpStream}, color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 255}, []vg.Length{vg.Points(4), vg.Points(3)}},
+		{"xdproce WRITE", Key{contender: Xdproce, measure: Bandwidth, op: OpWrite}, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 255}, nil},
+		{"xdproce SEND", Key{contender: Xdproce, measure: Bandwidth, op: OpSend}, color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 255}, nil},
+		{"xdproce READ", Key{contender: Xdproce, measure: Bandwidth, op: OpRead}, color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 255}, nil},
+		{"kernel TCP", Key{contender: TCP, measure: Bandwidth, op: OpStream}, color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 255}, nil},
+		{"kernel TCP, XDP attached", Key{contender: TCP, attached: true, measure: Bandwidth, op: OpStream}, color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 255}, []vg.Length{vg.Points(4), vg.Points(3)}},
 	}
 	ymin, ymax := math.Inf(1), 0.0
 	for _, l := range lines {
@@ -163,7 +163,7 @@ func PlotLoss(name string, results []LossResult) error {
 			}
 			points.Color, points.Shape = colors[op], draw.CircleGlyph{}
 			p.Add(line, points)
-			p.Legend.Add(fmt.Sprintf("%s %s", opName(op), FormatSize(size)), line, points)
+			p.Legend.Add(fmt.Sprintf("%s %s", OpName(op), FormatSize(size)), line, points)
 			n++
 		}
 	}

@@ -1,4 +1,4 @@
-package transport
+package queue
 
 import (
 	"testing"
@@ -13,35 +13,35 @@ import (
 // the adaptive RTO, and so does a tail once the timer has expired (the
 // doubling resumes from the RTO).
 func TestTailLossProbePeriod(t *testing.T) {
-	tr := qpTransport{attr: ibv.QPAttr{RetryCnt: 7, Timeout: 14}, srtt: 400 * time.Microsecond, rttvar: 20 * time.Microsecond}
-	tr.compPSN, tr.sentEnd = 100, 101
-	if got := tr.rto(); got != 800*time.Microsecond {
+	tr := Transport{Attr: ibv.QPAttr{RetryCnt: 7, Timeout: 14}, SRTT: 400 * time.Microsecond, RTTVar: 20 * time.Microsecond}
+	tr.CompPSN, tr.SentEnd = 100, 101
+	if got := tr.RTO(); got != 800*time.Microsecond {
 		t.Fatalf("one packet outstanding: period %v, want 2 × srtt = 800µs", got)
 	}
-	tr.srtt = 20 * time.Microsecond
-	if got := tr.rto(); got != tlpMin {
+	tr.SRTT = 20 * time.Microsecond
+	if got := tr.RTO(); got != tlpMin {
 		t.Fatalf("one packet outstanding, srtt 20µs: period %v, want tlpMin %v", got, tlpMin)
 	}
-	tr.srtt, tr.rttvar = 60*time.Microsecond, 50*time.Microsecond
-	if got := tr.rto(); got != 260*time.Microsecond {
+	tr.SRTT, tr.RTTVar = 60*time.Microsecond, 50*time.Microsecond
+	if got := tr.RTO(); got != 260*time.Microsecond {
 		t.Fatalf("one packet outstanding, srtt 60µs, rttvar 50µs: period %v, want srtt + 4·rttvar = 260µs", got)
 	}
-	tr.rttvar = 20 * time.Microsecond
-	tr.srtt, tr.sentEnd = 400*time.Microsecond, 100+tlpPkts+1
-	if got := tr.rto(); got != minRTO {
+	tr.RTTVar = 20 * time.Microsecond
+	tr.SRTT, tr.SentEnd = 400*time.Microsecond, 100+tlpPkts+1
+	if got := tr.RTO(); got != minRTO {
 		t.Fatalf("%d packets outstanding: period %v, want minRTO %v", tlpPkts+1, got, minRTO)
 	}
-	tr.probing = true
-	if got := tr.rto(); got != 800*time.Microsecond {
+	tr.Probing = true
+	if got := tr.RTO(); got != 800*time.Microsecond {
 		t.Fatalf("a probe alone in flight after a NAK: period %v, want 2 × srtt", got)
 	}
-	tr.probing = false
-	tr.sentEnd, tr.timeouts = 101, 1
-	if got := tr.rto(); got != 2*minRTO {
+	tr.Probing = false
+	tr.SentEnd, tr.Timeouts = 101, 1
+	if got := tr.RTO(); got != 2*minRTO {
 		t.Fatalf("a tail after one expiry: period %v, want 2 × minRTO", got)
 	}
-	tr.timeouts, tr.attr.RetryCnt = 0, 6
-	if got := tr.rto(); got != ackTimeout(14) {
-		t.Fatalf("retry_cnt 6: period %v, want the local ACK timeout %v", got, ackTimeout(14))
+	tr.Timeouts, tr.Attr.RetryCnt = 0, 6
+	if got := tr.RTO(); got != ACKTimeout(14) {
+		t.Fatalf("retry_cnt 6: period %v, want the local ACK timeout %v", got, ACKTimeout(14))
 	}
 }

@@ -1,4 +1,4 @@
-package bench
+package report
 
 import (
 	"fmt"
@@ -8,8 +8,8 @@ import (
 	"text/tabwriter"
 )
 
-// key finds one figure.
-type key struct {
+// Key finds one figure.
+type Key struct {
 	contender string
 	attached  bool
 	measure   string
@@ -17,17 +17,17 @@ type key struct {
 	size, qps int
 }
 
-func keyOf(r Result) key {
-	return key{r.Contender, r.XDPAttached, r.Measure, r.Op, r.Size, r.QPs}
+func KeyOf(r Result) Key {
+	return Key{r.Contender, r.XDPAttached, r.Measure, r.Op, r.Size, r.QPs}
 }
 
 // figures indexes results for the tables.
-type figures map[key]Result
+type figures map[Key]Result
 
-func index(results []Result) figures {
+func Index(results []Result) figures {
 	f := make(figures, len(results))
 	for _, r := range results {
-		f[keyOf(r)] = r
+		f[KeyOf(r)] = r
 	}
 	return f
 }
@@ -55,8 +55,8 @@ func FormatRatio(a, b float64, okA, okB bool) string {
 	return fmt.Sprintf("%.2f×", a/b)
 }
 
-// formatValue prints a figure with three significant digits, or "-".
-func formatValue(v float64, ok bool) string {
+// FormatValue prints a figure with three significant digits, or "-".
+func FormatValue(v float64, ok bool) string {
 	if !ok {
 		return "-"
 	}
@@ -74,10 +74,10 @@ func formatValue(v float64, ok bool) string {
 // WriteTables prints one table per measure present in results, each with the
 // ratio xdproce/TCP (TCP without an XDP program attached).
 func WriteTables(w io.Writer, results []Result) error {
-	f := index(results)
+	f := Index(results)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t") }
-	get := func(k key, field func(Result) float64) (float64, bool) {
+	get := func(k Key, field func(Result) float64) (float64, bool) {
 		r, ok := f[k]
 		if !ok {
 			return 0, false
@@ -102,12 +102,12 @@ func WriteTables(w io.Writer, results []Result) error {
 			var x [3]float64
 			var okX [3]bool
 			for i, op := range xdpOps {
-				x[i], okX[i] = get(key{Xdproce, false, measure, op, s, 0}, field)
-				cells = append(cells, formatValue(x[i], okX[i]))
+				x[i], okX[i] = get(Key{Xdproce, false, measure, op, s, 0}, field)
+				cells = append(cells, FormatValue(x[i], okX[i]))
 			}
-			t, okT := get(key{TCP, false, measure, OpStream, s, 0}, field)
-			tx, okTX := get(key{TCP, true, measure, OpStream, s, 0}, field)
-			cells = append(cells, formatValue(t, okT), formatValue(tx, okTX))
+			t, okT := get(Key{TCP, false, measure, OpStream, s, 0}, field)
+			tx, okTX := get(Key{TCP, true, measure, OpStream, s, 0}, field)
+			cells = append(cells, FormatValue(t, okT), FormatValue(tx, okTX))
 			for i := range xdpOps {
 				cells = append(cells, FormatRatio(x[i], t, okX[i], okT))
 			}
@@ -119,9 +119,9 @@ func WriteTables(w io.Writer, results []Result) error {
 	for _, r := range results {
 		if r.Contender == AFXDP && r.Measure == Bandwidth {
 			tw.Flush()
-			c, okC := f[key{AFXDP, false, CPUPerGB, OpFrame, r.Size, 0}]
+			c, okC := f[Key{AFXDP, false, CPUPerGB, OpFrame, r.Size, 0}]
 			fmt.Fprintf(w, "AF_XDP floor (raw %s frames one way, no transport): %s Gbit/s, %s CPU s/GB\n",
-				FormatSize(r.Size), formatValue(r.GbitS, true), formatValue(c.CPUSPerGB, okC))
+				FormatSize(r.Size), FormatValue(r.GbitS, true), FormatValue(c.CPUSPerGB, okC))
 		}
 	}
 
@@ -133,25 +133,25 @@ func WriteTables(w io.Writer, results []Result) error {
 			head = append(head, "AF_XDP floor")
 		}
 		row(head...)
-		lat := func(k key) (string, float64, bool) {
+		lat := func(k Key) (string, float64, bool) {
 			r, ok := f[k]
 			if !ok {
 				return "-", 0, false
 			}
-			return fmt.Sprintf("%s / %s / %s", formatValue(r.P50us, true), formatValue(r.P99us, true), formatValue(r.P999us, true)), r.P50us, true
+			return fmt.Sprintf("%s / %s / %s", FormatValue(r.P50us, true), FormatValue(r.P99us, true), FormatValue(r.P999us, true)), r.P50us, true
 		}
 		for _, op := range []string{OpWrite, OpSend} {
 			for _, s := range sizes {
-				x, xm, okX := lat(key{Xdproce, false, RTT, op, s, 0})
-				t, tm, okT := lat(key{TCP, false, RTT, OpPingPong, s, 0})
-				tx, _, _ := lat(key{TCP, true, RTT, OpPingPong, s, 0})
+				x, xm, okX := lat(Key{Xdproce, false, RTT, op, s, 0})
+				t, tm, okT := lat(Key{TCP, false, RTT, OpPingPong, s, 0})
+				tx, _, _ := lat(Key{TCP, true, RTT, OpPingPong, s, 0})
 				name := "WRITE (poll memory)"
 				if op == OpSend {
 					name = "SEND/RECV"
 				}
 				cells := []string{name, FormatSize(s), x, t, tx, FormatRatio(xm, tm, okX, okT)}
 				if floorRTT {
-					fl, _, _ := lat(key{AFXDP, false, RTT, OpFrame, s, 0})
+					fl, _, _ := lat(Key{AFXDP, false, RTT, OpFrame, s, 0})
 					cells = append(cells, fl)
 				}
 				row(cells...)
@@ -173,13 +173,13 @@ func WriteTables(w io.Writer, results []Result) error {
 
 		row("N", "xdproce", "TCP", "xdproce/TCP")
 		for _, n := range qps {
-			x, okX := get(key{Xdproce, false, MsgRate, OpWrite, msgSize, n}, func(r Result) float64 { return r.MmsgS })
-			t, okT := get(key{TCP, false, MsgRate, OpStream, msgSize, n}, func(r Result) float64 { return r.MmsgS })
-			row(fmt.Sprint(n), formatValue(x, okX), formatValue(t, okT), FormatRatio(x, t, okX, okT))
+			x, okX := get(Key{Xdproce, false, MsgRate, OpWrite, msgSize, n}, func(r Result) float64 { return r.MmsgS })
+			t, okT := get(Key{TCP, false, MsgRate, OpStream, msgSize, n}, func(r Result) float64 { return r.MmsgS })
+			row(fmt.Sprint(n), FormatValue(x, okX), FormatValue(t, okT), FormatRatio(x, t, okX, okT))
 		}
-		if r, ok := f[key{AFXDP, false, MsgRate, OpFrame, msgSize, 1}]; ok {
+		if r, ok := f[Key{AFXDP, false, MsgRate, OpFrame, msgSize, 1}]; ok {
 			tw.Flush()
-			fmt.Fprintf(w, "AF_XDP floor (raw %s frames one way, no transport): %s million/s\n", FormatSize(msgSize), formatValue(r.MmsgS, true))
+			fmt.Fprintf(w, "AF_XDP floor (raw %s frames one way, no transport): %s million/s\n", FormatSize(msgSize), FormatValue(r.MmsgS, true))
 		}
 	}
 
@@ -205,7 +205,7 @@ func writeDMTable(w io.Writer, f figures) error {
 			msgSize = k.size
 		}
 	}
-	_, rtt := f[key{XdproceDMFast, false, RTT, OpWrite, 8, 0}]
+	_, rtt := f[Key{XdproceDMFast, false, RTT, OpWrite, 8, 0}]
 	if !rtt && msgSize == 0 {
 		return nil
 	}
@@ -216,21 +216,21 @@ func writeDMTable(w io.Writer, f figures) error {
 		if !ok {
 			return "-"
 		}
-		return fmt.Sprintf("%s / %s / %s", formatValue(r.P50us, true), formatValue(r.P99us, true), formatValue(r.P999us, true))
+		return fmt.Sprintf("%s / %s / %s", FormatValue(r.P50us, true), FormatValue(r.P99us, true), FormatValue(r.P999us, true))
 	}
 	fmt.Fprintln(tw, "memory\t8 B WRITE round trip\t÷ floor\tWRITE message rate\t÷ floor")
-	fl, okFL := f[key{AFXDP, false, RTT, OpFrame, 8, 0}]
-	fr, okFR := f[key{AFXDP, false, MsgRate, OpFrame, msgSize, 1}]
+	fl, okFL := f[Key{AFXDP, false, RTT, OpFrame, 8, 0}]
+	fr, okFR := f[Key{AFXDP, false, MsgRate, OpFrame, msgSize, 1}]
 	for _, c := range []struct{ name, contender string }{
 		{"host", Xdproce}, {"device", XdproceDM}, {"device, fast path", XdproceDMFast},
 	} {
-		lat, okL := f[key{c.contender, false, RTT, OpWrite, 8, 0}]
-		rate, okR := f[key{c.contender, false, MsgRate, OpWrite, msgSize, 1}]
+		lat, okL := f[Key{c.contender, false, RTT, OpWrite, 8, 0}]
+		rate, okR := f[Key{c.contender, false, MsgRate, OpWrite, msgSize, 1}]
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.name, trip(lat, okL), FormatRatio(lat.P50us, fl.P50us, okL, okFL),
-			formatValue(rate.MmsgS, okR), FormatRatio(rate.MmsgS, fr.MmsgS, okR, okFR))
+			FormatValue(rate.MmsgS, okR), FormatRatio(rate.MmsgS, fr.MmsgS, okR, okFR))
 	}
 	if okFL || okFR {
-		fmt.Fprintf(tw, "AF_XDP floor (frames)\t%s\t-\t%s\t-\n", trip(fl, okFL), formatValue(fr.MmsgS, okFR))
+		fmt.Fprintf(tw, "AF_XDP floor (frames)\t%s\t-\t%s\t-\n", trip(fl, okFL), FormatValue(fr.MmsgS, okFR))
 	}
 	return tw.Flush()
 }
@@ -240,8 +240,8 @@ func writeDMTable(w io.Writer, f figures) error {
 // busy-polling daemons, beside the in-process busy-polled WRITE ping-pong
 // of the same run, and what an idle default daemon costs.
 func writeDaemonLatTable(w io.Writer, f figures) error {
-	def, okD := f[key{PerftestDefaultDaemons, false, RTT, OpWrite, stockLatSize, 0}]
-	busy, okB := f[key{PerftestBusyDaemons, false, RTT, OpWrite, stockLatSize, 0}]
+	def, okD := f[Key{PerftestDefaultDaemons, false, RTT, OpWrite, StockLatSize, 0}]
+	busy, okB := f[Key{PerftestBusyDaemons, false, RTT, OpWrite, StockLatSize, 0}]
 	if !okD || !okB {
 		return nil
 	}
@@ -249,18 +249,18 @@ func writeDaemonLatTable(w io.Writer, f figures) error {
 	fmt.Fprintln(w, "a fresh pair of daemons per round, medians of alternating rounds (round trips in µs: t_typical, 99%, 99.9% doubled)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	trip := func(r Result) string {
-		return fmt.Sprintf("%s / %s / %s", formatValue(r.P50us, true), formatValue(r.P99us, true), formatValue(r.P999us, true))
+		return fmt.Sprintf("%s / %s / %s", FormatValue(r.P50us, true), FormatValue(r.P99us, true), FormatValue(r.P999us, true))
 	}
 	fmt.Fprintln(tw, "path\tround trip, median / p99 / p99.9\tdefault − this")
 	fmt.Fprintf(tw, "default daemons\t%s\t-\n", trip(def))
 	fmt.Fprintf(tw, "busy-polling daemons\t%s\t%+.2f µs\n", trip(busy), def.P50us-busy.P50us)
-	if x, ok := f[key{Xdproce, false, RTT, OpWrite, stockLatSize, 0}]; ok {
+	if x, ok := f[Key{Xdproce, false, RTT, OpWrite, StockLatSize, 0}]; ok {
 		fmt.Fprintf(tw, "in-process WRITE ping-pong (xdproce, above)\t%s\t%+.2f µs\n", trip(x), def.P50us-x.P50us)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if idle, ok := f[key{XdproceDaemon, false, IdleCPU, OpIdle, 0, 0}]; ok {
+	if idle, ok := f[Key{XdproceDaemon, false, IdleCPU, OpIdle, 0, 0}]; ok {
 		if _, err := fmt.Fprintf(w, "An idle default daemon: %.2f%% of a CPU (user+system over its first seconds with no client).\n", idle.CPUPct); err != nil {
 			return err
 		}
@@ -271,8 +271,8 @@ func writeDaemonLatTable(w io.Writer, f figures) error {
 // writeStockTable prints issue 15's comparison, if results have it: stock
 // perftest over xdproce's libibverbs against xdproce perf.
 func writeStockTable(w io.Writer, f figures) error {
-	lat, latOK := stockPair(f, RTT, stockLatSize)
-	bw, bwOK := stockPair(f, Bandwidth, stockBWSize)
+	lat, latOK := stockPair(f, RTT, StockLatSize)
+	bw, bwOK := stockPair(f, Bandwidth, StockBWSize)
 	if !latOK && !bwOK {
 		return nil
 	}
@@ -283,24 +283,24 @@ func writeStockTable(w io.Writer, f figures) error {
 	row("point", "xdproce perf", "stock perftest", "stock − Go / stock ÷ Go")
 	if latOK {
 		trip := func(r Result) string {
-			return fmt.Sprintf("%s / %s / %s", formatValue(r.P50us, true), formatValue(r.P99us, true), formatValue(r.P999us, true))
+			return fmt.Sprintf("%s / %s / %s", FormatValue(r.P50us, true), FormatValue(r.P99us, true), FormatValue(r.P999us, true))
 		}
-		row(fmt.Sprintf("ib_write_lat %s: round trip, median / p99 / p99.9", FormatSize(stockLatSize)),
+		row(fmt.Sprintf("ib_write_lat %s: round trip, median / p99 / p99.9", FormatSize(StockLatSize)),
 			trip(lat[0]), trip(lat[1]), fmt.Sprintf("%+.2f µs", lat[1].P50us-lat[0].P50us))
 	}
 	if bwOK {
-		row(fmt.Sprintf("ib_write_bw %s: BW average, Gbit/s", FormatSize(stockBWSize)),
-			formatValue(bw[0].GbitS, true), formatValue(bw[1].GbitS, true), FormatRatio(bw[1].GbitS, bw[0].GbitS, true, true))
+		row(fmt.Sprintf("ib_write_bw %s: BW average, Gbit/s", FormatSize(StockBWSize)),
+			FormatValue(bw[0].GbitS, true), FormatValue(bw[1].GbitS, true), FormatRatio(bw[1].GbitS, bw[0].GbitS, true, true))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	note := "Both register memory of their own (stock perftest ibv_reg_mr of its buffers, xdproce perf --own-memory),\n" +
 		"which the daemon reaches with process_vm_readv/writev: what differs is the C library's posts and polls"
-	own, okO := f[key{XdproceDaemonOwnMemory, false, Bandwidth, OpWrite, stockBWSize, 0}]
-	shared, okS := f[key{XdproceDaemon, false, Bandwidth, OpWrite, stockBWSize, 0}]
+	own, okO := f[Key{XdproceDaemonOwnMemory, false, Bandwidth, OpWrite, StockBWSize, 0}]
+	shared, okS := f[Key{XdproceDaemon, false, Bandwidth, OpWrite, StockBWSize, 0}]
 	if okO && okS && shared.GbitS > 0 {
-		note += fmt.Sprintf(" (that memory path itself: the daemon column's WRITE %s at %.2f× of shared regions in this run)", FormatSize(stockBWSize), own.GbitS/shared.GbitS)
+		note += fmt.Sprintf(" (that memory path itself: the daemon column's WRITE %s at %.2f× of shared regions in this run)", FormatSize(StockBWSize), own.GbitS/shared.GbitS)
 	}
 	_, err := fmt.Fprintln(w, note+".")
 	return err
@@ -317,8 +317,8 @@ const (
 // xdproce perf's, then stock perftest's over the library; ok if both are
 // there.
 func stockPair(f figures, measure string, size int) ([2]Result, bool) {
-	g, okG := f[key{XdprocePerf, false, measure, OpWrite, size, 0}]
-	c, okC := f[key{PerftestLibibverbs, false, measure, OpWrite, size, 0}]
+	g, okG := f[Key{XdprocePerf, false, measure, OpWrite, size, 0}]
+	c, okC := f[Key{PerftestLibibverbs, false, measure, OpWrite, size, 0}]
 	return [2]Result{g, c}, okG && okC
 }
 
@@ -329,16 +329,16 @@ const (
 	stockMinBWRatio    = 0.9
 )
 
-// stockTargets judges issue 15's comparison: the extra round trip of
+// StockTargets judges issue 15's comparison: the extra round trip of
 // stock ib_write_lat (median) over xdproce perf's, in µs, and the ratio
 // of stock ib_write_bw's BW average to xdproce perf's; ok says the figures
 // are there.
-func stockTargets(f figures) (extraUS float64, latHeld, latOK bool, ratio float64, bwHeld, bwOK bool) {
-	if lat, ok := stockPair(f, RTT, stockLatSize); ok {
+func StockTargets(f figures) (extraUS float64, latHeld, latOK bool, ratio float64, bwHeld, bwOK bool) {
+	if lat, ok := stockPair(f, RTT, StockLatSize); ok {
 		extraUS, latOK = lat[1].P50us-lat[0].P50us, true
 		latHeld = extraUS <= stockMaxExtraRTTus
 	}
-	if bw, ok := stockPair(f, Bandwidth, stockBWSize); ok && bw[0].GbitS > 0 {
+	if bw, ok := stockPair(f, Bandwidth, StockBWSize); ok && bw[0].GbitS > 0 {
 		ratio, bwOK = bw[1].GbitS/bw[0].GbitS, true
 		bwHeld = ratio >= stockMinBWRatio
 	}
@@ -352,7 +352,7 @@ func stockTargets(f figures) (extraUS float64, latHeld, latOK bool, ratio float6
 // are missing from the run is left out. rttBusy says whether the round trips
 // were measured busy-polling, as the target asks.
 func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
-	f := index(results)
+	f := Index(results)
 	if _, err := fmt.Fprintln(w, "\nTargets (issues 6, 14 and 15)"); err != nil {
 		return err
 	}
@@ -383,16 +383,16 @@ func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 		return fmt.Sprintf("%.2f×", num(r)/den)
 	}
 	const big = 64 << 10
-	if x, ok := f[key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok {
-		if t, ok := f[key{TCP, false, Bandwidth, OpStream, big, 0}]; ok && t.GbitS > 0 {
+	if x, ok := f[Key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok {
+		if t, ok := f[Key{TCP, false, Bandwidth, OpStream, big, 0}]; ok && t.GbitS > 0 {
 			r := x.GbitS / t.GbitS
 			fl, okF := floor(Bandwidth, 0)
 			fmt.Fprintf(tw, "RC WRITE 64 KiB bandwidth ≥ 1.0× TCP\t%.2f×\t%s\t%s\n", r, held(r >= 1),
 				ratio(fl, okF, func(r Result) float64 { return r.GbitS }, t.GbitS))
 		}
 	}
-	if x, ok := f[key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok {
-		if t, ok := f[key{TCP, false, RTT, OpPingPong, 8, 0}]; ok && t.P50us > 0 {
+	if x, ok := f[Key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok {
+		if t, ok := f[Key{TCP, false, RTT, OpPingPong, 8, 0}]; ok && t.P50us > 0 {
 			r := x.P50us / t.P50us
 			how := "busy-poll"
 			if !rttBusy {
@@ -416,57 +416,57 @@ func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 		}
 		fmt.Fprintf(tw, "64 B WRITE message rate ≥ 1 million/s\t%.3f M/s (%d QPs)\t%s\t%s\n", best, n, held(best >= 1), fl)
 	}
-	if d, ok := f[key{XdproceDaemon, false, Bandwidth, OpWrite, big, 0}]; ok {
-		if x, ok := f[key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok && x.GbitS > 0 {
+	if d, ok := f[Key{XdproceDaemon, false, Bandwidth, OpWrite, big, 0}]; ok {
+		if x, ok := f[Key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok && x.GbitS > 0 {
 			r := d.GbitS / x.GbitS
 			fmt.Fprintf(tw, "WRITE 64 KiB through the daemon ≥ 0.9× in-process (issue 14)\t%.2f× (%.2f Gbit/s)\t%s\t-\n", r, d.GbitS, held(r >= 0.9))
 		}
 	}
-	if d, ok := f[key{XdproceDaemonOwnMemory, false, Bandwidth, OpWrite, big, 0}]; ok {
-		if x, ok := f[key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok && x.GbitS > 0 {
+	if d, ok := f[Key{XdproceDaemonOwnMemory, false, Bandwidth, OpWrite, big, 0}]; ok {
+		if x, ok := f[Key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok && x.GbitS > 0 {
 			fmt.Fprintf(tw, "  the same from and into the client's own memory (process_vm_readv/writev)\t%.2f× (%.2f Gbit/s)\t-\t-\n", d.GbitS/x.GbitS, d.GbitS)
 		}
 	}
-	if d, ok := f[key{XdproceDaemon, false, RTT, OpWrite, 8, 0}]; ok {
-		if x, ok := f[key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok {
+	if d, ok := f[Key{XdproceDaemon, false, RTT, OpWrite, 8, 0}]; ok {
+		if x, ok := f[Key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok {
 			diff := d.P50us - x.P50us
 			fmt.Fprintf(tw, "8 B WRITE round trip through the daemon ≤ in-process + 2 µs, medians (issue 14)\t%+.2f µs (%.2f µs)\t%s\t-\n", diff, d.P50us, held(diff <= 2))
 		}
 	}
-	if l, ok := f[key{XdproceLoopback, false, Bandwidth, OpWrite, big, 0}]; ok {
-		if x, ok := f[key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok && x.GbitS > 0 {
+	if l, ok := f[Key{XdproceLoopback, false, Bandwidth, OpWrite, big, 0}]; ok {
+		if x, ok := f[Key{Xdproce, false, Bandwidth, OpWrite, big, 0}]; ok && x.GbitS > 0 {
 			r := l.GbitS / x.GbitS
 			fmt.Fprintf(tw, "WRITE 64 KiB over loopback (one device) > over the link (issue 32)\t%.2f× (%.2f Gbit/s)\t%s\t-\n", r, l.GbitS, held(r > 1))
 		}
 	}
-	if l, ok := f[key{XdproceLoopback, false, RTT, OpWrite, 8, 0}]; ok {
-		if x, ok := f[key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok && x.P50us > 0 {
+	if l, ok := f[Key{XdproceLoopback, false, RTT, OpWrite, 8, 0}]; ok {
+		if x, ok := f[Key{Xdproce, false, RTT, OpWrite, 8, 0}]; ok && x.P50us > 0 {
 			r := l.P50us / x.P50us
 			fmt.Fprintf(tw, "8 B WRITE round trip over loopback < over the link, medians (issue 32)\t%.2f× (%.2f µs)\t%s\t-\n", r, l.P50us, held(r < 1))
 		}
 	}
-	extra, latHeld, latOK, bwRatio, bwHeld, bwOK := stockTargets(f)
+	extra, latHeld, latOK, bwRatio, bwHeld, bwOK := StockTargets(f)
 	if latOK {
-		lat, _ := stockPair(f, RTT, stockLatSize)
+		lat, _ := stockPair(f, RTT, StockLatSize)
 		fmt.Fprintf(tw, "stock ib_write_lat 8 B over libibverbs ≤ xdproce perf + 1 µs per round trip, medians (issue 15)\t%+.2f µs (%.2f against %.2f µs)\t%s\t-\n",
 			extra, lat[1].P50us, lat[0].P50us, held(latHeld))
 	}
 	if bwOK {
-		bw, _ := stockPair(f, Bandwidth, stockBWSize)
+		bw, _ := stockPair(f, Bandwidth, StockBWSize)
 		fmt.Fprintf(tw, "stock ib_write_bw 64 KiB over libibverbs ≥ 0.9× xdproce perf (issue 15)\t%.2f× (%.2f against %.2f Gbit/s)\t%s\t-\n",
 			bwRatio, bw[1].GbitS, bw[0].GbitS, held(bwHeld))
 	}
-	def, okD := f[key{PerftestDefaultDaemons, false, RTT, OpWrite, stockLatSize, 0}]
-	busy, okB := f[key{PerftestBusyDaemons, false, RTT, OpWrite, stockLatSize, 0}]
+	def, okD := f[Key{PerftestDefaultDaemons, false, RTT, OpWrite, StockLatSize, 0}]
+	busy, okB := f[Key{PerftestBusyDaemons, false, RTT, OpWrite, StockLatSize, 0}]
 	if okD && okB {
 		diff := def.P50us - busy.P50us
 		fmt.Fprintf(tw, "stock ib_write_lat 8 B through default daemons ≤ busy-polling daemons + 2 µs, medians (issue 34)\t%+.2f µs (%.2f against %.2f µs)\t%s\t-\n",
 			diff, def.P50us, busy.P50us, held(diff <= daemonMaxExtraRTTus))
 	}
-	if idle, ok := f[key{XdproceDaemon, false, IdleCPU, OpIdle, 0, 0}]; ok {
+	if idle, ok := f[Key{XdproceDaemon, false, IdleCPU, OpIdle, 0, 0}]; ok {
 		fmt.Fprintf(tw, "an idle daemon < 1%% of a CPU (issue 34)\t%.2f%%\t%s\t-\n", idle.CPUPct, held(idle.CPUPct < daemonMaxIdlePct))
 	}
-	if x, ok := f[key{XdproceDMFast, false, RTT, OpWrite, 8, 0}]; ok {
+	if x, ok := f[Key{XdproceDMFast, false, RTT, OpWrite, 8, 0}]; ok {
 		if fl, okF := floor(RTT, 8); okF && fl.P50us > 0 {
 			r := x.P50us / fl.P50us
 			fmt.Fprintf(tw, "8 B WRITE round trip on device memory (fast path) ≤ 1.0× the AF_XDP floor, medians (issue 34)\t%.2f× (%.2f µs)\t%s\t-\n", r, x.P50us, held(r <= 1))
@@ -480,8 +480,8 @@ func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 			}
 		}
 	}
-	if x, ok := f[key{Xdproce, false, CPUPerGB, OpWrite, big, 0}]; ok {
-		if t, ok := f[key{TCP, false, CPUPerGB, OpStream, big, 0}]; ok && t.CPUSPerGB > 0 {
+	if x, ok := f[Key{Xdproce, false, CPUPerGB, OpWrite, big, 0}]; ok {
+		if t, ok := f[Key{TCP, false, CPUPerGB, OpStream, big, 0}]; ok && t.CPUSPerGB > 0 {
 			r := x.CPUSPerGB / t.CPUSPerGB
 			fl, okF := floor(CPUPerGB, 0)
 			fmt.Fprintf(tw, "CPU per GB ≤ TCP's (RC WRITE 64 KiB)\t%.2f×\t%s\t%s\n", r, held(r <= 1),
@@ -490,3 +490,11 @@ func WriteTargets(w io.Writer, results []Result, rttBusy bool) error {
 	}
 	return tw.Flush()
 }
+
+// The stock tools the comparison runs, and the one point of each.
+const (
+	StockLatTool = "ib_write_lat"
+	StockBWTool  = "ib_write_bw"
+	StockLatSize = 8
+	StockBWSize  = 64 << 10
+)

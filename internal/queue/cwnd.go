@@ -1,4 +1,4 @@
-package transport
+package queue
 
 import "github.com/xdproce/xdproce/internal/ibv"
 
@@ -25,28 +25,28 @@ const (
 	windowGrowth = 4
 )
 
-// window is how many PSNs past compPSN the requester may send.
-func (t *qpTransport) window() uint32 {
+// Window is how many PSNs past CompPSN the requester may send.
+func (t *Transport) Window() uint32 {
 	if t.cwnd == 0 {
 		return ibv.MaxUnackedPSNs
 	}
 	return t.cwnd
 }
 
-// shrinkWindow halves the window after a loss, once per window of packets:
+// ShrinkWindow halves the window after a loss, once per window of packets:
 // losses among the packets already in flight when the first was found are
 // the same episode.
-func (t *qpTransport) shrinkWindow() {
-	if t.cwnd != 0 && psnCmp(t.compPSN, t.recoverPSN) < 0 {
+func (t *Transport) ShrinkWindow() {
+	if t.cwnd != 0 && PSNCmp(t.CompPSN, t.recoverPSN) < 0 {
 		return
 	}
-	t.cwnd = max(t.window()/2, minWindow)
+	t.cwnd = max(t.Window()/2, minWindow)
 	t.cwndAcked = 0
-	t.recoverPSN = t.sentEnd
+	t.recoverPSN = t.SentEnd
 }
 
-// growWindow opens the window again as PSNs are acknowledged.
-func (t *qpTransport) growWindow(acked uint32) {
+// GrowWindow opens the window again as PSNs are acknowledged.
+func (t *Transport) GrowWindow(acked uint32) {
 	if t.cwnd == 0 || t.cwnd >= ibv.MaxUnackedPSNs {
 		return
 	}

@@ -1,9 +1,9 @@
-package transport
+package queue
 
 import "github.com/xdproce/xdproce/internal/ibv"
 
-// completionOf maps a send opcode to its completion opcode.
-func completionOf(o ibv.WROpcode) ibv.WCOpcode {
+// CompletionOf maps a send opcode to its completion opcode.
+func CompletionOf(o ibv.WROpcode) ibv.WCOpcode {
 	switch o {
 	case ibv.WRRDMAWrite, ibv.WRRDMAWriteWithImm:
 		return ibv.WCRDMAWrite
@@ -21,10 +21,10 @@ func completionOf(o ibv.WROpcode) ibv.WCOpcode {
 	return ibv.WCSend
 }
 
-// isLocalOp reports the operations the requester executes itself, sending nothing.
-func isLocalOp(o ibv.WROpcode) bool { return o == ibv.WRBindMW || o == ibv.WRLocalInv }
+// IsLocalOp reports the operations the requester executes itself, sending nothing.
+func IsLocalOp(o ibv.WROpcode) bool { return o == ibv.WRBindMW || o == ibv.WRLocalInv }
 
-// isReadOrAtomic reports the operations whose responses carry data back.
-func isReadOrAtomic(o ibv.WROpcode) bool {
+// IsReadOrAtomic reports the operations whose responses carry data back.
+func IsReadOrAtomic(o ibv.WROpcode) bool {
 	return o == ibv.WRRDMARead || o == ibv.WRAtomicCmpAndSwp || o == ibv.WRAtomicFetchAdd
 }

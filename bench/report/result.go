@@ -1,4 +1,4 @@
-package bench
+package report
 
 import (
 	"bytes"
@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
+
+	"github.com/xdproce/xdproce/verbs"
 )
 
 // Contenders, measures and operations as the JSON output names them.
@@ -238,4 +241,45 @@ func ReadJSON(r io.Reader) ([]Result, error) {
 		return nil, errors.New(`bench: no "results" array`)
 	}
 	return *rep.Results, nil
+}
+
+// LossResult is one point of the sweep: a bandwidth (GbitS, MmsgS) or,
+// for OpSendRTT and OpWriteRTT, round-trip latencies.
+type LossResult struct {
+	Op    string  `json:"op"`
+	Size  int     `json:"size"`
+	Loss  float64 `json:"loss"`
+	GbitS float64 `json:"gbit_s,omitempty"`
+	MmsgS float64 `json:"mmsg_s,omitempty"`
+	// P50 and P99 are the round trips' (OpSendRTT, OpWriteRTT).
+	P50 time.Duration `json:"p50_ns,omitempty"`
+	P99 time.Duration `json:"p99_ns,omitempty"`
+	// Lost is how many RoCEv2 packets the path dropped during the point,
+	// both ways; Retransmitted how many packets both devices sent again
+	// (retransmitted_pkts): their ratio shows how selective recovery is.
+	Lost          uint64 `json:"lost"`
+	Retransmitted uint64 `json:"retransmitted"`
+	// Counters are the requester's transport counters over the point.
+	Counters verbs.Counters `json:"-"`
+}
+
+// RetxPerLost is packets sent again per packet lost; 0 without loss.
+func (r LossResult) RetxPerLost() float64 {
+	if r.Lost == 0 {
+		return 0
+	}
+	return float64(r.Retransmitted) / float64(r.Lost)
+}
+
+// OpName is an operation as the tables print it.
+func OpName(op string) string {
+	switch op {
+	case OpWrite:
+		return "WRITE"
+	case OpSend:
+		return "SEND"
+	case OpRead:
+		return "READ"
+	}
+	return op
 }

@@ -1,4 +1,4 @@
-package main
+package proc
 
 import (
 	"bytes"
@@ -15,14 +15,14 @@ import (
 // maxOutput caps what is kept of a command's output (the tail is kept).
 const maxOutput = 256 << 10
 
-// tailBuffer is an io.Writer that keeps the last maxOutput bytes; it is safe
+// TailBuffer is an io.Writer that keeps the last maxOutput bytes; it is safe
 // to read while a background process still writes to it.
-type tailBuffer struct {
+type TailBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
+func (t *TailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.buf.Write(p)
@@ -32,16 +32,16 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tailBuffer) String() string {
+func (t *TailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.buf.String()
 }
 
-// command prepares name+args in its own process group, so that cancelling
+// Command prepares name+args in its own process group, so that cancelling
 // (timeout, Ctrl-C) reaches the children of a script too: SIGTERM to the
 // group first, SIGKILL to the leader 10 s later.
-func command(ctx context.Context, out *tailBuffer, name string, args ...string) *exec.Cmd {
+func Command(ctx context.Context, out *TailBuffer, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
@@ -53,18 +53,18 @@ func command(ctx context.Context, out *tailBuffer, name string, args ...string) 
 	return cmd
 }
 
-// runCmd runs a command bounded by timeout and returns its combined output.
+// Run runs a command bounded by timeout and returns its combined output.
 // The error says whether it timed out, and wraps *exec.ExitError otherwise.
-func runCmd(ctx context.Context, timeout time.Duration, name string, args ...string) (string, error) {
+func Run(ctx context.Context, timeout time.Duration, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var out tailBuffer
-	err := command(ctx, &out, name, args...).Run()
-	return out.String(), cmdError(ctx, timeout, err)
+	var out TailBuffer
+	err := Command(ctx, &out, name, args...).Run()
+	return out.String(), Error(ctx, timeout, err)
 }
 
-// cmdError explains a failed command: timeout, interruption or exit status.
-func cmdError(ctx context.Context, timeout time.Duration, err error) error {
+// Error explains a failed command: timeout, interruption or exit status.
+func Error(ctx context.Context, timeout time.Duration, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -77,9 +77,9 @@ func cmdError(ctx context.Context, timeout time.Duration, err error) error {
 	return err
 }
 
-// exitCode is 0 for success, the status for an exit, -1 otherwise (not
+// ExitCode is 0 for success, the status for an exit, -1 otherwise (not
 // started, killed by the timeout).
-func exitCode(err error) int {
+func ExitCode(err error) int {
 	if err == nil {
 		return 0
 	}
@@ -90,34 +90,34 @@ func exitCode(err error) int {
 	return -1
 }
 
-// bgProc is a command running in the background (an xdproce server).
-type bgProc struct {
+// Background is a command running in the background (an xdproce server).
+type Background struct {
 	cmd     *exec.Cmd
-	out     tailBuffer
+	Out     TailBuffer
 	ctx     context.Context
 	cancel  context.CancelFunc
 	timeout time.Duration
 	done    chan struct{}
 	err     error // valid once done is closed
-	stopped bool  // finish found it still running and stopped it
+	Stopped bool  // finish found it still running and stopped it
 }
 
-func startBg(ctx context.Context, timeout time.Duration, name string, args ...string) (*bgProc, error) {
-	b := &bgProc{timeout: timeout, done: make(chan struct{})}
+func Start(ctx context.Context, timeout time.Duration, name string, args ...string) (*Background, error) {
+	b := &Background{timeout: timeout, done: make(chan struct{})}
 	b.ctx, b.cancel = context.WithTimeout(ctx, timeout)
-	b.cmd = command(b.ctx, &b.out, name, args...)
+	b.cmd = Command(b.ctx, &b.Out, name, args...)
 	if err := b.cmd.Start(); err != nil {
 		b.cancel()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	go func() {
-		b.err = cmdError(b.ctx, timeout, b.cmd.Wait())
+		b.err = Error(b.ctx, timeout, b.cmd.Wait())
 		close(b.done)
 	}()
 	return b, nil
 }
 
-func (b *bgProc) exited() bool {
+func (b *Background) Exited() bool {
 	select {
 	case <-b.done:
 		return true
@@ -126,25 +126,25 @@ func (b *bgProc) exited() bool {
 	}
 }
 
-// finish waits up to grace for the process to end by itself, then stops it
+// Finish waits up to grace for the process to end by itself, then stops it
 // (SIGTERM, then SIGKILL) and returns its output and exit error.
-func (b *bgProc) finish(grace time.Duration) (string, error) {
+func (b *Background) Finish(grace time.Duration) (string, error) {
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case <-b.done:
 	case <-t.C:
-		b.stopped = true
+		b.Stopped = true
 		b.cancel()
 		<-b.done // bounded by WaitDelay
 		b.err = fmt.Errorf("still running %v after the client ended, stopped: %w", grace, b.err)
 	}
 	b.cancel()
-	return b.out.String(), b.err
+	return b.Out.String(), b.err
 }
 
-// shellQuote quotes s for a POSIX shell.
-func shellQuote(s string) string {
+// ShellQuote quotes s for a POSIX shell.
+func ShellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=%@+,", r))
 	}) < 0 {
@@ -153,10 +153,10 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-func shellJoin(args []string) string {
+func ShellJoin(args []string) string {
 	q := make([]string, len(args))
 	for i, a := range args {
-		q[i] = shellQuote(a)
+		q[i] = ShellQuote(a)
 	}
 	return strings.Join(q, " ")
 }

@@ -80,6 +80,7 @@ const (
 	SteerMapLocalAddrs    = "local_addrs"
 	SteerMapStats         = "stats"
 	SteerMapXsks          = "xsks"
+	SteerProgXdpRocePlain = "xdp_roce_plain"
 	SteerProgXdpRoceSteer = "xdp_roce_steer"
 )
 
@@ -125,6 +126,7 @@ type SteerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SteerProgramSpecs struct {
+	XdpRocePlain *ebpf.ProgramSpec `ebpf:"xdp_roce_plain"`
 	XdpRoceSteer *ebpf.ProgramSpec `ebpf:"xdp_roce_steer"`
 }
 
@@ -198,11 +200,13 @@ type SteerVariables struct {
 //
 // It can be passed to LoadSteerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SteerPrograms struct {
+	XdpRocePlain *ebpf.Program `ebpf:"xdp_roce_plain"`
 	XdpRoceSteer *ebpf.Program `ebpf:"xdp_roce_steer"`
 }
 
 func (p *SteerPrograms) Close() error {
 	return _SteerClose(
+		p.XdpRocePlain,
 		p.XdpRoceSteer,
 	)
 }

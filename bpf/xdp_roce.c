@@ -173,7 +173,7 @@ static __always_inline int steer(struct xdp_md *ctx, struct udphdr *udp,
 }
 
 static __always_inline int handle_ipv4(struct xdp_md *ctx, void *data,
-				       void *data_end, __u64 off)
+				       void *data_end, __u64 off, const int fast)
 {
 	struct iphdr *ip = data + off;
 	struct local_addr key = {};
@@ -205,7 +205,7 @@ static __always_inline int handle_ipv4(struct xdp_md *ctx, void *data,
 	if (tot_len < hdr_len)
 		return count(STAT_MALFORMED, XDP_DROP);
 	return steer(ctx, udp, off + hdr_len, tot_len - hdr_len,
-		     off == sizeof(struct ethhdr) && hdr_len == sizeof(*ip));
+		     fast && off == sizeof(struct ethhdr) && hdr_len == sizeof(*ip));
 }
 
 static __always_inline int handle_ipv6(struct xdp_md *ctx, void *data,
@@ -243,8 +243,9 @@ static __always_inline int handle_ipv6(struct xdp_md *ctx, void *data,
 	return steer(ctx, udp, off + sizeof(*ip6), bpf_ntohs(ip6->payload_len), 0);
 }
 
-SEC("xdp.frags")
-int xdp_roce_steer(struct xdp_md *ctx)
+// roce_steer is both programs: with fast set, the responder fast path
+// (fastpath.h) runs; without, its code is compiled out.
+static __always_inline int roce_steer(struct xdp_md *ctx, const int fast)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -274,10 +275,27 @@ int xdp_roce_steer(struct xdp_md *ctx)
 	}
 
 	if (proto == bpf_htons(ETH_P_IP))
-		return handle_ipv4(ctx, data, data_end, off);
+		return handle_ipv4(ctx, data, data_end, off, fast);
 	if (proto == bpf_htons(ETH_P_IPV6))
 		return handle_ipv6(ctx, data, data_end, off);
 	return pass();
+}
+
+// xdp_roce_steer steers and runs the fast path. Kernels whose verifier
+// cannot follow the fast path's map-value arithmetic (Debian 12's 6.1 refuses
+// it) get xdp_roce_plain instead, the same steering without it
+// (loader.Attach tries this one first).
+SEC("xdp.frags")
+int xdp_roce_steer(struct xdp_md *ctx)
+{
+	return roce_steer(ctx, 1);
+}
+
+// xdp_roce_plain steers only: every RoCEv2 frame goes to AF_XDP.
+SEC("xdp.frags")
+int xdp_roce_plain(struct xdp_md *ctx)
+{
+	return roce_steer(ctx, 0);
 }
 
 char _license[] SEC("license") = "Dual MIT/GPL";

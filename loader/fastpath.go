@@ -136,6 +136,9 @@ func (x *XDP) FastPath() (*FastPath, error) {
 	if x.closed {
 		return nil, ErrClosed
 	}
+	if x.noFast != nil {
+		return nil, fmt.Errorf("%w: the kernel refuses the program: %s", ErrNoFastPath, firstLine(x.noFast))
+	}
 	if x.fast == nil {
 		f, err := newFastPath(&x.objs)
 		if err != nil {

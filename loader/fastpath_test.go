@@ -207,6 +207,33 @@ func TestFastPathWrite(t *testing.T) {
 	}
 }
 
+// TestPlainProgramHasNoFastPath: xdp_roce_plain, which the loader attaches
+// where the kernel refuses the fast path (6.1), steers the WRITE the fast
+// path would execute to AF_XDP (here: no socket, dropped and counted) and
+// touches neither device memory nor the QP's state.
+func TestPlainProgramHasNoFastPath(t *testing.T) {
+	r := newFPRig(t)
+	payload := fpPayload(16)
+	out := make([]byte, 1024)
+	opts := ebpf.RunOptions{Data: encode(t, fpWrite(fpEPSN, fpRKey, 0, payload)), DataOut: out}
+	ret, err := r.objs.XdpRocePlain.Run(&opts)
+	if err != nil {
+		t.Fatalf("BPF_PROG_RUN: %v", err)
+	}
+	if ret != xdpDrop {
+		t.Fatalf("verdict %d, want XDP_DROP (steered, no socket)", ret)
+	}
+	if c := r.counters(t); c.FastPlaced != 0 || c.FastAcked != 0 || c.NoSocket != 1 {
+		t.Errorf("counters %+v: want none placed, one steered to the missing socket", c)
+	}
+	if got := r.dm.Bytes()[fpBase : fpBase+len(payload)]; bytes.Equal(got, payload) {
+		t.Error("device memory holds the payload: the plain program ran the fast path")
+	}
+	if s, _ := r.fast.State(fpQPN); s.EPSN != fpEPSN || s.MSN != fpMSN {
+		t.Errorf("state %+v moved", s)
+	}
+}
+
 // TestFastPathRefuses: a frame failing any one check goes on to AF_XDP
 // (here: no socket, so steer drops and counts it), counted under the check
 // it failed; neither the QP's state nor device memory changes.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -128,6 +129,7 @@ type XDP struct {
 	mu        sync.Mutex
 	objs      bpf.SteerObjects
 	fast      *FastPath // the fast path's mapping, once asked for
+	noFast    error     // why the program runs without the fast path, if it does
 	link      link.Link
 	nl        *netlink.Handle
 	mode      Mode
@@ -184,7 +186,7 @@ func (x *XDP) attach(opts Options, logger *slog.Logger) error {
 		return fmt.Errorf("loader: %w", err)
 	}
 	spec.Maps[bpf.SteerMapXsks].MaxEntries = uint32(x.queues)
-	if err := spec.LoadAndAssign(&x.objs, nil); err != nil {
+	if err := x.load(spec, logger); err != nil {
 		if errors.Is(err, unix.EPERM) {
 			return fmt.Errorf("loader: loading XDP objects needs root or CAP_BPF and CAP_NET_ADMIN: %w", err)
 		}
@@ -230,6 +232,46 @@ func (x *XDP) attach(opts Options, logger *slog.Logger) error {
 	return nil
 }
 
+// load loads the maps and the program with the responder fast path; where
+// the kernel's verifier refuses that program (6.1 cannot follow its
+// map-value arithmetic), the same steering without it, and the fast path is
+// then unavailable (FastPath returns ErrNoFastPath). Either way the program
+// is x.objs.XdpRoceSteer.
+func (x *XDP) load(spec *ebpf.CollectionSpec, logger *slog.Logger) error {
+	var fast struct {
+		bpf.SteerMaps
+		Prog *ebpf.Program `ebpf:"xdp_roce_steer"`
+	}
+	fastErr := spec.LoadAndAssign(&fast, nil)
+	if fastErr == nil {
+		x.objs.SteerMaps, x.objs.XdpRoceSteer = fast.SteerMaps, fast.Prog
+		return nil
+	}
+	if errors.Is(fastErr, unix.EPERM) {
+		return fastErr
+	}
+	var plain struct {
+		bpf.SteerMaps
+		Prog *ebpf.Program `ebpf:"xdp_roce_plain"`
+	}
+	if err := spec.LoadAndAssign(&plain, nil); err != nil {
+		return errors.Join(fastErr, err)
+	}
+	x.objs.SteerMaps, x.objs.XdpRoceSteer = plain.SteerMaps, plain.Prog
+	x.noFast = fastErr
+	logger.Debug("loader: the kernel refuses the XDP fast path; steering without it", "link", x.ifname, "error", firstLine(fastErr))
+	return nil
+}
+
+// firstLine is an error's first line (a verifier log can run to hundreds).
+func firstLine(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
 // Close detaches the program and frees its maps. It is idempotent.
 func (x *XDP) Close() error {
 	x.mu.Lock()
@@ -257,7 +299,7 @@ func (x *XDP) Close() error {
 // closeObjects closes whatever LoadAndAssign managed to create (Close of a
 // nil *ebpf.Program or *ebpf.Map is a no-op).
 func closeObjects(o *bpf.SteerObjects) error {
-	return errors.Join(o.XdpRoceSteer.Close(), o.LocalAddrs.Close(), o.Stats.Close(), o.Xsks.Close(),
+	return errors.Join(o.XdpRoceSteer.Close(), o.XdpRocePlain.Close(), o.LocalAddrs.Close(), o.Stats.Close(), o.Xsks.Close(),
 		o.FpQps.Close(), o.FpMrs.Close(), o.DmMaps.Close(), o.FpSleepers.Close())
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/xdproce/xdproce/bench/report"
 	"github.com/xdproce/xdproce/verbs"
@@ -59,39 +58,12 @@ func hasSize(sizes []int, s int) bool {
 }
 
 // openDMPair is openPair with regions of device memory: 2·maxSize bytes of
-// each device's (at most verbs.MaxDMSize), zero-based as regions over
-// device memory are.
+// each device's (at most verbs.MaxDMSize).
 func openDMPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options) (*rnicPair, error) {
 	if 2*maxSize > verbs.MaxDMSize {
 		return nil, fmt.Errorf("bench: device memory holds %d bytes, not 2×%d", verbs.MaxDMSize, maxSize)
 	}
-	p := &rnicPair{busy: opts.BusyPoll}
-	opts.Logger = slog.New(slog.DiscardHandler)
-	for i, h := range hosts {
-		r := &rnic{host: h, half: maxSize}
-		if err := h.Do(func() error {
-			var err error
-			r.dev, err = verbs.Open(ctx, h.Link, opts)
-			return err
-		}); err != nil {
-			return nil, errors.Join(fmt.Errorf("bench: opening xdproce on %s: %w", h.Link, err), p.Close())
-		}
-		if i == 0 {
-			p.a = r
-		} else {
-			p.b = r
-		}
-		var err error
-		if r.pd, err = r.dev.AllocPD(); err == nil {
-			if r.dm, err = r.dev.AllocDM((2*maxSize + 3) &^ 3); err == nil {
-				r.mr, err = r.pd.RegDMMR(r.dm, 0, 2*maxSize, regionAccess|verbs.AccessZeroBased)
-			}
-		}
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("bench: device memory on %s: %w", h.Link, err), p.Close())
-		}
-	}
-	return p, nil
+	return openPairWith(ctx, hosts, maxSize, opts, dmRegions)
 }
 
 // freeDM deregisters r's region and frees its device memory, if it has

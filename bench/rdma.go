@@ -54,14 +54,27 @@ const regionAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.Ac
 
 // openPair opens a device on each host with a region of 2·maxSize bytes.
 func openPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options) (*rnicPair, error) {
-	return openPairWith(ctx, hosts, maxSize, opts, false)
+	return openPairWith(ctx, hosts, maxSize, opts, deviceRegions)
 }
 
-// openPairWith is openPair; with ownMemory the regions are the
-// application's own memory (RegMR of a slice) instead of the device's
-// (AllocMR): through a daemon, memory it reaches with process_vm_readv and
-// process_vm_writev instead of memory both map.
-func openPairWith(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options, ownMemory bool) (*rnicPair, error) {
+// regionMemory is which memory a pair's regions lie in.
+type regionMemory int
+
+const (
+	// deviceRegions: memory the device allocates (AllocMR); through a
+	// daemon, memory both map.
+	deviceRegions regionMemory = iota
+	// ownRegions: the application's own memory (RegMR of a slice); through
+	// a daemon, memory it reaches with process_vm_readv and
+	// process_vm_writev.
+	ownRegions
+	// dmRegions: device memory (AllocDM, RegDMMR), zero-based as regions
+	// over device memory are.
+	dmRegions
+)
+
+// openPairWith is openPair with the regions in mem.
+func openPairWith(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.Options, mem regionMemory) (*rnicPair, error) {
 	p := &rnicPair{busy: opts.BusyPoll}
 	opts.Logger = slog.New(slog.DiscardHandler)
 	for i, h := range hosts {
@@ -78,19 +91,31 @@ func openPairWith(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs.O
 		} else {
 			p.b = r
 		}
-		var err error
-		if r.pd, err = r.dev.AllocPD(); err == nil {
-			if ownMemory {
-				r.mr, err = r.pd.RegMR(make([]byte, 2*maxSize), regionAccess)
-			} else {
-				r.mr, err = r.pd.AllocMR(2*maxSize, regionAccess)
-			}
-		}
-		if err != nil {
+		if err := r.region(mem, 2*maxSize); err != nil {
 			return nil, errors.Join(fmt.Errorf("bench: %s: %w", h.Link, err), p.Close())
 		}
 	}
 	return p, nil
+}
+
+// region allocates r's PD and its region of size bytes in mem.
+func (r *rnic) region(mem regionMemory, size int) error {
+	var err error
+	if r.pd, err = r.dev.AllocPD(); err != nil {
+		return err
+	}
+	switch mem {
+	case ownRegions:
+		r.mr, err = r.pd.RegMR(make([]byte, size), regionAccess)
+	case dmRegions:
+		if r.dm, err = r.dev.AllocDM((size + 3) &^ 3); err != nil {
+			return fmt.Errorf("device memory: %w", err)
+		}
+		r.mr, err = r.pd.RegDMMR(r.dm, 0, size, regionAccess|verbs.AccessZeroBased)
+	default:
+		r.mr, err = r.pd.AllocMR(size, regionAccess)
+	}
+	return err
 }
 
 // openLoopbackPair opens one device on hosts[0] and makes both ends of
@@ -184,7 +209,11 @@ func openDaemonPair(ctx context.Context, hosts [2]*Host, maxSize int, opts verbs
 			return nil, errors.Join(fmt.Errorf("bench: a daemon on %s: %w", h.Link, err), stop())
 		}
 	}
-	p, err := openPairWith(ctx, hosts, maxSize, opts, ownMemory) // verbs.Open attaches to the daemons
+	mem := deviceRegions
+	if ownMemory {
+		mem = ownRegions
+	}
+	p, err := openPairWith(ctx, hosts, maxSize, opts, mem) // verbs.Open attaches to the daemons
 	if err != nil {
 		return nil, errors.Join(err, stop())
 	}

@@ -29,19 +29,7 @@ func TestFastPathOverXDP(t *testing.T) {
 	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 1500, Queues: 1})
 	a := openRNICWith(t, topo.Hosts[0], 1<<16, verbs.Options{})
 	b := openRNICWith(t, topo.Hosts[1], 1<<16, verbs.Options{FastPath: true})
-	dm, err := b.dev.AllocDM(8192)
-	if errors.Is(err, loader.ErrNoDeviceMemory) {
-		t.Skipf("no device memory here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dm.Free() })
-	dmr, err := b.pd.RegDMMR(dm, 0, 8192, verbs.AccessZeroBased|verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dmr.Dereg() })
+	dm, dmr := fastPathRegion(t, b, 8192)
 	connectRC(t, a, b, verbs.MTU1024, 14)
 	// A sees every ACK it receives: the program's and the engine's.
 	var (
@@ -178,19 +166,7 @@ func TestFastPathRequesterOverXDP(t *testing.T) {
 			topo := netns.New(t, mode.topo)
 			a := openRNICWith(t, topo.Hosts[0], 1<<16, mode.opts)
 			b := openRNICWith(t, topo.Hosts[1], 1<<16, verbs.Options{FastPath: true})
-			dm, err := b.dev.AllocDM(8192)
-			if errors.Is(err, loader.ErrNoDeviceMemory) {
-				t.Skipf("no device memory here: %v", err)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = dm.Free() })
-			dmr, err := b.pd.RegDMMR(dm, 0, 8192, verbs.AccessZeroBased|verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = dmr.Dereg() })
+			dm, dmr := fastPathRegion(t, b, 8192)
 			connectRC(t, a, b, verbs.MTU1024, 14)
 			src := a.mr.Bytes()
 			for i := range n {
@@ -334,19 +310,7 @@ func fastPathAcrossBridge(t *testing.T, pass bool) {
 	}
 	a := openRNICWith(t, topo.Hosts[0], 1<<16, verbs.Options{})
 	b := openRNICWith(t, topo.Hosts[1], 1<<16, verbs.Options{FastPath: true})
-	dm, err := b.dev.AllocDM(4096)
-	if errors.Is(err, loader.ErrNoDeviceMemory) {
-		t.Skipf("no device memory here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dm.Free() })
-	dmr, err := b.pd.RegDMMR(dm, 0, 4096, verbs.AccessZeroBased|verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dmr.Dereg() })
+	_, dmr := fastPathRegion(t, b, 4096)
 	connectRC(t, a, b, verbs.MTU1024, 10)
 	const n = 30
 	for i := range n {
@@ -411,4 +375,25 @@ func TestFastPathCloseFirst(t *testing.T) {
 	if err := mr.Dereg(); err != nil && !errors.Is(err, verbs.ErrClosed) {
 		t.Errorf("Dereg after Close: %v", err)
 	}
+}
+
+// fastPathRegion gives r size bytes of device memory and a zero-based
+// region over it that peers may write (what the fast path places into),
+// both released when the test ends.
+func fastPathRegion(t *testing.T, r *rnic, size int) (*verbs.DM, *verbs.MR) {
+	t.Helper()
+	dm, err := r.dev.AllocDM(size)
+	if errors.Is(err, loader.ErrNoDeviceMemory) {
+		t.Skipf("no device memory here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dm.Free() })
+	mr, err := r.pd.RegDMMR(dm, 0, size, verbs.AccessZeroBased|verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mr.Dereg() })
+	return dm, mr
 }

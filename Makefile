@@ -115,6 +115,7 @@ lint: deps
 # in make test and about a minute each in make fuzz.
 test: deps deps-stock deps-abi check-abi check-generate lint build
 	$(SUDO) env "PATH=$$PATH" CI=$${CI:-} $(GO) test $(GOTESTFLAGS) ./...
+	cd internal/tools/movedecl && $(GO) test ./...  # its own module: ./... above leaves it out
 	$(MAKE) race
 	$(GO) test -run '^$$' -fuzz '^FuzzTransport$$' -fuzztime 20000x ./verbs
 	$(GO) test -run '^$$' -fuzz '^FuzzSharedRings$$' -fuzztime 10000x ./verbs

@@ -99,6 +99,19 @@ type Counters struct {
 	// response proved needless (the original was late, not lost); each
 	// widens the QP's reorder window (docs/recovery.md).
 	SpuriousRetry uint64
+	// TimeoutProbe, TimeoutWindow and TimeoutTail split TransportTimeouts
+	// by what was outstanding when the timer fired, so each stall kind's
+	// fix can be measured (docs/recovery.md): a probe (a packet resent
+	// first after a NAK or an expiry, lost or its ACK lost); the whole
+	// loss window, the requester blocked on it (a lost NAK, or the lost
+	// ACK of the packet that filled the window); fewer, with nothing left
+	// to send (a lost last packet or its ACK). The rest of
+	// TransportTimeouts had more to send than went out: a stalled engine.
+	TimeoutProbe, TimeoutWindow, TimeoutTail uint64
+	// StallPokes counts the oldest unacknowledged packets a requester that
+	// could send no more resent after a probe timeout without an ACK
+	// (transport's timer.go, poke).
+	StallPokes uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -135,6 +148,8 @@ func (c *Counters) fields() []counterField {
 		{"fast_takeovers", &c.FastTakeOvers}, {"fast_path_err", &c.FastPathErr}, {"fast_acks", &c.FastAcks},
 		{"fast_ack_lost", &c.FastAckLost}, {"fast_responder_off", &c.FastResponderOff},
 		{"spurious_retry", &c.SpuriousRetry},
+		{"timeout_probe", &c.TimeoutProbe}, {"timeout_window", &c.TimeoutWindow}, {"timeout_tail", &c.TimeoutTail},
+		{"stall_pokes", &c.StallPokes},
 	}
 }
 

@@ -28,7 +28,7 @@ const minRTO = time.Millisecond
 // receiver slower than the timer (a deep queue, a loaded CPU) is fed
 // retransmissions faster than it can drop them, and goodput collapses.
 //
-// A tail (at most tlpPkts outstanding: a ping-pong's message, the end of a
+// A tail (at most TLPPkts outstanding: a ping-pong's message, the end of a
 // burst) gets a shorter first period, a tail-loss probe as TCP's (RFC
 // 8985): nothing sent behind it would draw a NAK for its loss, and the
 // round trip is all a lost ACK or request should cost, not minRTO, ten
@@ -42,14 +42,23 @@ func (t *Transport) RTO() time.Duration {
 	}
 	if t.SRTT > 0 {
 		d = min(d, max(t.SRTT+4*t.RTTVar, minRTO))
-		if t.Timeouts == 0 && (t.Probing || (t.SentEnd-t.CompPSN)&0xffffff <= tlpPkts) {
-			d = min(d, max(2*t.SRTT, t.SRTT+4*t.RTTVar, tlpMin))
+		if t.Timeouts == 0 && (t.Probing || t.Outstanding() <= TLPPkts) {
+			d = min(d, t.PTO())
 		}
 	}
 	return d << min(t.Timeouts, uint32(MaxBackoff))
 }
 
-// tlpPkts is the most packets outstanding that make a tail. The tail-loss
+// PTO is the probe timeout: how long a requester that sent its last packet
+// waits for an answer before it probes (RFC 8985's PTO, see TLPPkts).
+func (t *Transport) PTO() time.Duration {
+	return max(2*t.SRTT, t.SRTT+4*t.RTTVar, tlpMin)
+}
+
+// Outstanding is how many PSNs are sent and not acknowledged.
+func (t *Transport) Outstanding() uint32 { return (t.SentEnd - t.CompPSN) & 0xffffff }
+
+// TLPPkts is the most packets outstanding that make a tail. The tail-loss
 // probe's period is 2·srtt (RFC 8985's PTO), and at least srtt + 4·rttvar,
 // so a host whose scheduling delays the answers (eight test sessions on
 // two cores fired a fixed 200 µs probe spuriously in tests that count
@@ -60,6 +69,6 @@ func (t *Transport) RTO() time.Duration {
 // µs, each of the probes a 5% loss rate needs (a lost NAK, probe or ACK)
 // cost twenty round trips.
 const (
-	tlpPkts = 2
+	TLPPkts = 2
 	tlpMin  = 100 * time.Microsecond
 )

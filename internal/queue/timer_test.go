@@ -8,7 +8,7 @@ import (
 )
 
 // TestTailLossProbePeriod: with retry_cnt 7 and a round-trip estimate, a
-// tail (at most tlpPkts outstanding) and a probe resent after a NAK are
+// tail (at most TLPPkts outstanding) and a probe resent after a NAK are
 // timed out after two round trips, not after minRTO; a longer flight keeps
 // the adaptive RTO, and so does a tail once the timer has expired (the
 // doubling resumes from the RTO).
@@ -27,9 +27,9 @@ func TestTailLossProbePeriod(t *testing.T) {
 		t.Fatalf("one packet outstanding, srtt 60µs, rttvar 50µs: period %v, want srtt + 4·rttvar = 260µs", got)
 	}
 	tr.RTTVar = 20 * time.Microsecond
-	tr.SRTT, tr.SentEnd = 400*time.Microsecond, 100+tlpPkts+1
+	tr.SRTT, tr.SentEnd = 400*time.Microsecond, 100+TLPPkts+1
 	if got := tr.RTO(); got != minRTO {
-		t.Fatalf("%d packets outstanding: period %v, want minRTO %v", tlpPkts+1, got, minRTO)
+		t.Fatalf("%d packets outstanding: period %v, want minRTO %v", TLPPkts+1, got, minRTO)
 	}
 	tr.Probing = true
 	if got := tr.RTO(); got != 800*time.Microsecond {

@@ -282,7 +282,7 @@ func (e *engine) pruneActive() {
 	keep := e.active[:0]
 	for _, qp := range e.active {
 		t := &qp.Transport
-		if len(t.SQ) > 0 || !t.TimerAt.IsZero() || !t.RNRAt.IsZero() || t.Replying() {
+		if len(t.SQ) > 0 || !t.TimerAt.IsZero() || !t.RNRAt.IsZero() || !t.PokeAt.IsZero() || t.Replying() {
 			keep = append(keep, qp)
 		} else {
 			qp.Active = false
@@ -312,7 +312,7 @@ func (e *engine) nextTimer() time.Duration {
 func (e *engine) nextDeadline() time.Time {
 	var due time.Time
 	for _, qp := range e.active {
-		for _, at := range [2]time.Time{qp.Transport.TimerAt, qp.Transport.RNRAt} {
+		for _, at := range [3]time.Time{qp.Transport.TimerAt, qp.Transport.RNRAt, qp.Transport.PokeAt} {
 			if !at.IsZero() && (due.IsZero() || at.Before(due)) {
 				due = at
 			}

@@ -1,0 +1,144 @@
+package verbs
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/wire"
+)
+
+// The stalled requester's poke (transport's timer.go): a requester that can
+// send no more and hears nothing for a probe timeout (2·srtt) resends its
+// oldest unacknowledged packet, asking for an ACK, instead of waiting for
+// the transport timer (at least 1 ms with retry_cnt 7).
+
+// seedRTT gives A's QP a round-trip estimate of rtt on the fake clock: one
+// 4 KiB WRITE (PSN 0) whose ACK B sends only after the clock moved by rtt.
+// With one sample srtt is rtt and rttvar rtt/2, so the probe timeout is
+// srtt + 4·rttvar = 3·rtt.
+func seedRTT(t *testing.T, a, b *node, clk interface{ Advance(time.Duration) }, wa *pktLog, rtt time.Duration) {
+	t.Helper()
+	nb := nicOf(b.dev)
+	nb.LockEngine(0)
+	postSend(t, a, SendWR{ID: 100, Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 4096), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	deadline := time.Now().Add(5 * time.Second)
+	for wa.count(func(r pktRec) bool { return isData(r.op) }) == 0 {
+		if time.Now().After(deadline) {
+			nb.UnlockEngine(0)
+			t.Fatal("the seeding WRITE was not sent")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	clk.Advance(rtt)
+	nb.UnlockEngine(0)
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess || wc.WRID != 100 {
+		t.Fatalf("seeding completion %+v", wc)
+	}
+}
+
+// stallWrites posts two 64 KiB WRITEs (PSNs 1-32) after seedRTT, waits
+// until both ends are quiet (the requester has sent everything it has) and
+// returns how many of them completed; done, if not negative, is how many
+// must have.
+func stallWrites(t *testing.T, a, b *node, done int) int {
+	t.Helper()
+	const size = 64 << 10
+	fill(a.mr.Bytes()[:2*size], 33)
+	for i := range 2 {
+		postSend(t, a, SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, i*size, size),
+			RemoteAddr: b.mr.Addr() + uint64(i*size), RKey: b.mr.RKey()})
+	}
+	quiesce(t, a.dev, b.dev)
+	n := pending(a.scq)
+	if done >= 0 && n != done {
+		t.Fatalf("%d completions before any timer, want %d", n, done)
+	}
+	for i, wc := range poll(t, a.scq, n, time.Second) {
+		if wc.Status != WCSuccess || wc.WRID != uint64(i) {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	return n
+}
+
+// finishWrites checks that the WRITEs from the done-th on completed, and
+// that both placed every byte.
+func finishWrites(t *testing.T, a, b *node, done int) {
+	t.Helper()
+	const size = 64 << 10
+	for i, wc := range poll(t, a.scq, 2-done, 5*time.Second) {
+		if wc.Status != WCSuccess || wc.WRID != uint64(done+i) {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	equalBytes(t, "WRITE", b.mr.Bytes()[:2*size], a.mr.Bytes()[:2*size])
+	quiesce(t, a.dev, b.dev)
+}
+
+// TestStallPokeLostNAK: PSN 20 is lost and so is the responder's one NAK
+// for it; the responder acknowledged the first WRITE (16) and holds 21-32.
+// The requester has nothing more to send and its transport timer, re-armed
+// by that ACK with 16 PSNs outstanding, waits 1 ms. A probe timeout (150 µs:
+// srtt 50 µs) later it probes with 17, its oldest unacknowledged PSN; the
+// responder answers the duplicate with an ACK of 19, so 20 is probed in
+// turn; the responder fills the hole, executes what it held and
+// acknowledges 32. Two packets resent, no transport timeout.
+func TestStallPokeLostNAK(t *testing.T) {
+	a, b, clk, wa, wb := selectivePair(t, firstOf(isData, 20), func(p *wire.Packet, seen []pktRec) bool {
+		return p.BTH.Opcode == wire.RCAck && p.AETH.IsNAK() && !slices.ContainsFunc(seen, isSeqNAK)
+	})
+	seedRTT(t, a, b, clk, wa, 50*time.Microsecond)
+	stallWrites(t, a, b, 1)
+	if n := wb.count(isSeqNAK); n != 1 {
+		t.Fatalf("%d sequence NAKs, want the one lost", n)
+	}
+	if ack := wb.last(isPlainACK); ack.psn != 16 {
+		t.Fatalf("last ACK before the poke PSN %d, want 16", ack.psn)
+	}
+	clk.Advance(500 * time.Microsecond)
+	finishWrites(t, a, b, 1)
+	if got := wa.resent(isData); !slices.Equal(got, []uint32{17, 20}) {
+		t.Fatalf("resent PSNs %v, want [17 20]", got)
+	}
+	if ack := wb.last(isPlainACK); ack.psn != 32 || ack.aeth.MSN != 3 {
+		t.Fatalf("last ACK PSN %d MSN %d, want 32 and 3", ack.psn, ack.aeth.MSN)
+	}
+	ca, cb := counters(a.dev), counters(b.dev)
+	if ca.TransportTimeouts != 0 || ca.StallPokes != 1 || ca.RetransmittedPkts != 2 {
+		t.Fatalf("requester counters %+v: want one poke, no timeout", ca)
+	}
+	if cb.OOOHeld != 12 || cb.DuplicateRequest != 1 {
+		t.Fatalf("responder counters %+v: want 21-32 held, 17 a duplicate", cb)
+	}
+}
+
+// TestStallPokeLostACK: every packet arrives, but the ACK of the last one
+// (PSN 32) is lost; the transport timer waits 1 ms. A probe timeout later
+// the requester probes with its oldest unacknowledged packet (1, or 17 if
+// the first WRITE's ACK came on its own); the responder answers the
+// duplicate with an ACK of 32, and both WRITEs complete without a
+// transport timeout.
+func TestStallPokeLostACK(t *testing.T) {
+	a, b, clk, wa, wb := selectivePair(t, nil, func(p *wire.Packet, seen []pktRec) bool {
+		return p.BTH.Opcode == wire.RCAck && p.AETH.IsACK() && p.BTH.PSN == 32 &&
+			!slices.ContainsFunc(seen, func(r pktRec) bool { return isPlainACK(r) && r.psn == 32 })
+	})
+	seedRTT(t, a, b, clk, wa, 50*time.Microsecond)
+	done := stallWrites(t, a, b, -1)
+	clk.Advance(500 * time.Microsecond)
+	finishWrites(t, a, b, done)
+	if got, want := wa.resent(isData), []uint32{uint32(1 + 16*done)}; !slices.Equal(got, want) {
+		t.Fatalf("resent PSNs %v, want %v", got, want)
+	}
+	if ack := wb.last(isPlainACK); ack.psn != 32 {
+		t.Fatalf("last ACK PSN %d, want 32", ack.psn)
+	}
+	ca, cb := counters(a.dev), counters(b.dev)
+	if ca.TransportTimeouts != 0 || ca.StallPokes != 1 {
+		t.Fatalf("requester counters %+v: want one poke, no timeout", ca)
+	}
+	if cb.DuplicateRequest != 1 {
+		t.Fatalf("responder counters %+v: want the poke taken as one duplicate", cb)
+	}
+}

@@ -137,6 +137,10 @@ func RunLoss(ctx context.Context, cfg LossConfig) ([]report.LossResult, error) {
 type lossSnapshot struct {
 	a, b verbs.Counters
 	lost uint64
+	// machine counts the packets the impairment's own machinery lost (its
+	// queues overflowed, a send failed): nonzero, the injector, not the
+	// loss rate, limited the point.
+	machine uint64
 }
 
 func takeLossSnapshot(pair *rnicPair, topo *netns.Topology) (lossSnapshot, error) {
@@ -150,7 +154,9 @@ func takeLossSnapshot(pair *rnicPair, topo *netns.Topology) (lossSnapshot, error
 	}
 	for _, h := range topo.Hosts {
 		if inj := topo.Injector(h); inj != nil {
-			s.lost += inj.Counters().Dropped
+			c := inj.Counters()
+			s.lost += c.Dropped
+			s.machine += c.Lost + c.Truncated + c.SendErrors
 		}
 	}
 	return s, nil
@@ -210,7 +216,7 @@ func sweepLoss(ctx context.Context, cfg LossConfig, topo *netns.Topology, rates 
 				r.Counters = counterDelta(after.a, before.a)
 				r.Lost = after.lost - before.lost
 				r.Retransmitted = after.a.RetransmittedPkts - before.a.RetransmittedPkts + after.b.RetransmittedPkts - before.b.RetransmittedPkts
-				fmt.Fprintf(progress, "bench: %-9s %6s at %5.1f%% loss: %s; %d lost, %d resent; A: %s; B: %s\n", op, report.FormatSize(size), rate*100, summary, r.Lost, r.Retransmitted, recoveryCounters(r.Counters), recoveryCounters(counterDelta(after.b, before.b)))
+				fmt.Fprintf(progress, "bench: %-9s %6s at %5.1f%% loss: %s; %d lost, %d resent, %d lost by the injector; A: %s; B: %s\n", op, report.FormatSize(size), rate*100, summary, r.Lost, r.Retransmitted, after.machine-before.machine, recoveryCounters(r.Counters), recoveryCounters(counterDelta(after.b, before.b)))
 				out = append(out, r)
 			}
 		}
@@ -219,14 +225,15 @@ func sweepLoss(ctx context.Context, cfg LossConfig, topo *netns.Topology, rates 
 }
 
 // recoveryCounters names the requester's counters that say where a point
-// under loss spent its time: timer expiries, retry episodes, sequence
-// NAKs, READs asked again (and spuriously), responses held out of order.
+// under loss spent its time: timer expiries (by what was outstanding),
+// stall pokes, retry episodes, sequence and RNR NAKs, READs asked again
+// (and spuriously), responses held out of order.
 func recoveryCounters(c verbs.Counters) string {
 	var b strings.Builder
 	for _, n := range c.Named() {
 		switch n.Name {
 		case "transport_timeouts", "completer_retry_err", "rcvd_seq_err", "lost_response_retry", "spurious_retry", "ooo_held", "duplicate_response",
-			"timeout_probe", "timeout_window", "timeout_tail", "stall_pokes":
+			"timeout_probe", "timeout_window", "timeout_tail", "stall_pokes", "rcvd_rnr_err", "send_rnr_err":
 			fmt.Fprintf(&b, " %s=%d", n.Name, n.Value)
 		}
 	}

@@ -104,6 +104,7 @@ func (e *engine) poke(qp *queue.QP) {
 		return
 	}
 	e.counters.StallPokes++
+	e.counters.CompleterRetryErr++ // a retry, as a timer expiry's
 	t.Probing, t.StartedRetry = true, true
 	e.goBackN(qp, true)
 }

@@ -132,10 +132,17 @@ func isPlainACK(r pktRec) bool { return r.op == wire.RCAck && r.aeth.IsACK() }
 // packets) with retry_cnt 7, and logs of what each end sends.
 func selectivePair(t *testing.T, dropA, dropB func(*wire.Packet, []pktRec) bool) (a, b *node, clk interface{ Advance(time.Duration) }, wa, wb *pktLog) {
 	t.Helper()
+	return selectivePairRecovery(t, 0, dropA, dropB)
+}
+
+// selectivePairRecovery is selectivePair with both devices' recovery
+// pieces set (NoHold: the responder goes back N, as rxe).
+func selectivePairRecovery(t *testing.T, r Recovery, dropA, dropB func(*wire.Packet, []pktRec) bool) (a, b *node, clk interface{ Advance(time.Duration) }, wa, wb *pktLog) {
+	t.Helper()
 	c := faketime.New(time.Unix(1e9, 0))
 	la, lb := memlink.NewPair(4096 + 200)
 	mk := func(l Link, mac net.HardwareAddr, ip netip.Addr) *node {
-		return newNode(t, newDeviceWith(t, l, mac, ip, DeviceConfig{ActiveMTU: 4096, Clock: c}), 1<<20)
+		return newNode(t, newDeviceWith(t, l, mac, ip, DeviceConfig{ActiveMTU: 4096, Clock: c, Recovery: r}), 1<<20)
 	}
 	a, b = mk(la, macA, ipA), mk(lb, macB, ipB)
 	connect(t, a, b, ipA, ipB, macA, macB, connOpts{mtu: MTU4096, timeout: 14, retry: 7, rnr: 7})

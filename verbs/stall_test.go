@@ -142,3 +142,32 @@ func TestStallPokeLostACK(t *testing.T) {
 		t.Fatalf("responder counters %+v: want the poke taken as one duplicate", cb)
 	}
 }
+
+// TestStallPokeGoBackN: the lost packet and lost NAK of TestStallPokeLostNAK
+// against a responder that goes back N (NoHold, as rxe): it dropped 21-32.
+// The poke probes with 17, the duplicate's ACK (19) has 20 probed in turn,
+// and its ACK names 20 alone: the requester goes back N from 21. What the
+// responder sees is what a timer expiry would have sent it, a probe timeout
+// sooner.
+func TestStallPokeGoBackN(t *testing.T) {
+	a, b, clk, wa, wb := selectivePairRecovery(t, NoHold, firstOf(isData, 20), func(p *wire.Packet, seen []pktRec) bool {
+		return p.BTH.Opcode == wire.RCAck && p.AETH.IsNAK() && !slices.ContainsFunc(seen, isSeqNAK)
+	})
+	seedRTT(t, a, b, clk, wa, 50*time.Microsecond)
+	stallWrites(t, a, b, 1)
+	clk.Advance(500 * time.Microsecond)
+	finishWrites(t, a, b, 1)
+	want := []uint32{17, 20}
+	for psn := uint32(21); psn <= 32; psn++ {
+		want = append(want, psn)
+	}
+	if got := wa.resent(isData); !slices.Equal(got, want) {
+		t.Fatalf("resent PSNs %v, want %v", got, want)
+	}
+	if ack := wb.last(isPlainACK); ack.psn != 32 || ack.aeth.MSN != 3 {
+		t.Fatalf("last ACK PSN %d MSN %d, want 32 and 3", ack.psn, ack.aeth.MSN)
+	}
+	if ca, cb := counters(a.dev), counters(b.dev); ca.TransportTimeouts != 0 || ca.StallPokes != 1 || cb.OOOHeld != 0 {
+		t.Fatalf("counters A %+v B %+v: want one poke, no timeout, nothing held", ca, cb)
+	}
+}

@@ -18,7 +18,7 @@ import (
 // control operation holding every engine's mutex) touches it.
 type engine struct {
 	*objects // the device's shared tables
-	dev      *NIC
+	dev      *device
 	link     link.Link // this engine's queue
 	index    int       // its queue's index among the device's engines
 	mu       sync.Mutex
@@ -122,7 +122,7 @@ const (
 	txBatch = 128
 )
 
-func (e *engine) init(d *NIC, l link.Link, index int) {
+func (e *engine) init(d *device, l link.Link, index int) {
 	e.objects, e.dev, e.link, e.index = &d.objs, d, l, index
 	e.rxFn = e.receiveFrame
 	e.rxSplitFn = e.receiveSplit

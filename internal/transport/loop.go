@@ -14,7 +14,7 @@ import (
 )
 
 // ringAll rings every engine's doorbell.
-func (d *NIC) ringAll() {
+func (d *device) ringAll() {
 	for _, e := range d.shards {
 		e.ring()
 	}
@@ -54,7 +54,7 @@ func (e *engine) takePosted() []*queue.QP {
 
 // run is an engine's goroutine. Each round holds the engine's mutex, which
 // an application's Progress and control operations take too.
-func (d *NIC) run(e *engine) {
+func (d *device) run(e *engine) {
 	defer d.stopped.Done()
 	var drives uint64 // e.drives when this goroutine last looked
 	for {

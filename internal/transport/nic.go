@@ -48,17 +48,25 @@ type CaptureFunc = ibv.CaptureFunc
 // modifying QPs, deregistering memory) run with every engine's mutex held,
 // so that no operation races with a packet in flight.
 type NIC struct {
+	*device
+	rng *rand.Rand // key bytes and QPNs; used by control operations only
+
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// device is what the engines share of the NIC and read of it: the port's
+// configuration, the object tables, the engines themselves and the state
+// of the NIC's life. The control operations are the NIC's.
+type device struct {
 	cfg   Config
 	clock Clock
-	rng   *rand.Rand // key bytes and QPNs; used by control operations only
 
 	objs   objects
 	shards []*engine
 
 	done    chan struct{}
 	stopped sync.WaitGroup // the engines' goroutines
-	closeMu sync.Mutex
-	closed  bool
 	// closing is set as Close begins: posts then fail with ErrClosed.
 	closing atomic.Bool
 	// wakeMu orders a poster's doorbell against Close releasing the link:
@@ -80,7 +88,7 @@ type NIC struct {
 }
 
 // isLocal reports whether ip is one of the device's own addresses.
-func (d *NIC) isLocal(ip netip.Addr) bool {
+func (d *device) isLocal(ip netip.Addr) bool {
 	for _, a := range d.local {
 		if a == ip {
 			return true
@@ -100,9 +108,8 @@ func New(links []link.Link, cfg Config) (*NIC, error) {
 		return nil, fmt.Errorf("verbs: seeding keys: %w", err)
 	}
 	d := &NIC{
-		cfg: cfg, clock: cfg.Clock,
-		rng:  rand.New(rand.NewChaCha8(seed)),
-		done: make(chan struct{}),
+		device: &device{cfg: cfg, clock: cfg.Clock, done: make(chan struct{})},
+		rng:    rand.New(rand.NewChaCha8(seed)),
 	}
 	d.objs.events.Ready = make(chan struct{}, 1)
 	for _, g := range cfg.GIDs {
@@ -110,7 +117,7 @@ func New(links []link.Link, cfg Config) (*NIC, error) {
 	}
 	for i, l := range links {
 		e := &engine{}
-		e.init(d, l, i)
+		e.init(d.device, l, i)
 		d.shards = append(d.shards, e)
 	}
 	for _, e := range d.shards {
@@ -157,13 +164,13 @@ func (d *NIC) Closing() bool { return d.closing.Load() }
 
 // lockAll takes every engine's mutex, in order: no engine is in a step
 // until unlockAll.
-func (d *NIC) lockAll() {
+func (d *device) lockAll() {
 	for _, e := range d.shards {
 		e.mu.Lock()
 	}
 }
 
-func (d *NIC) unlockAll() {
+func (d *device) unlockAll() {
 	for _, e := range d.shards {
 		e.mu.Unlock()
 	}

@@ -144,7 +144,7 @@ func (d *NIC) placeQP(qp *queue.QP) {
 }
 
 // engineOf is the engine serving qp.
-func (d *NIC) engineOf(qp *queue.QP) *engine { return d.shards[qp.Engine.Load()] }
+func (d *device) engineOf(qp *queue.QP) *engine { return d.shards[qp.Engine.Load()] }
 
 // Posted rings the doorbell of the engine serving qp, which gained posted
 // work requests (Device).

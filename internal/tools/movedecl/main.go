@@ -670,6 +670,22 @@ func (m *mover) rewrite(pkgs []*packages.Package, exported map[string]string) er
 				m.imports[d] = append(m.imports[d], t.Pkg().Path())
 				return
 			}
+			if v, ok := obj.(*types.Var); ok && v.Embedded() && !m.movedObj(obj) {
+				// A field embedding a moved type is named after its new
+				// name: rename its selections and composite literal keys
+				// (its declaration is the type's use, qualified below).
+				if tn := embeddedName(v); tn != nil && m.movedObj(tn) && p.TypesInfo.Uses[id] == obj {
+					name := tn.Name()
+					if nn, ok := exported[m.key(tn)]; ok {
+						name = nn
+					}
+					if name != id.Name {
+						pos := m.fset.Position(id.Pos())
+						m.add(pos.Filename, edit{pos.Offset, pos.Offset + len(id.Name), name})
+					}
+				}
+				return
+			}
 			if !m.movedObj(obj) {
 				return
 			}
@@ -718,6 +734,18 @@ func (m *mover) rewrite(pkgs []*packages.Package, exported map[string]string) er
 			}
 		}
 	})
+	return nil
+}
+
+// embeddedName is the named type an embedded field v holds.
+func embeddedName(v *types.Var) *types.TypeName {
+	t := v.Type()
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	if n, ok := types.Unalias(t).(*types.Named); ok {
+		return n.Obj()
+	}
 	return nil
 }
 

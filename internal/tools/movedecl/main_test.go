@@ -99,3 +99,30 @@ keep Words Loud
 		t.Errorf("b was created on a refused move: %v", err)
 	}
 }
+
+// TestEmbeddedFieldFollowsItsType: a struct that stays embeds a type that
+// moves; the field's name is the type's, so its selections and composite
+// literal keys take the exported name, and the module still builds.
+func TestEmbeddedFieldFollowsItsType(t *testing.T) {
+	dir := fixture(t, `from example.com/m/e
+to example.com/m/e/inner
+load ./...
+move tally
+`)
+	s, err := readSpec("spec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(s); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	e := read(t, filepath.Join(dir, "e", "e.go"))
+	for _, want := range []string{"*inner.Tally", "Tally: &inner.Tally{}", "c.Tally.N + c.N", "c.Bump()"} {
+		if !strings.Contains(e, want) {
+			t.Errorf("e/e.go lacks %q:\n%s", want, e)
+		}
+	}
+	if out, err := exec.Command("go", "build", "./...").CombinedOutput(); err != nil {
+		t.Fatalf("the module does not build after the move: %v\n%s", err, out)
+	}
+}

@@ -58,11 +58,11 @@ func (d *NIC) DeregMR(m *MR) error {
 			return fmt.Errorf("verbs: %d memory windows are bound to the MR: %w", n, ibv.ErrBusy)
 		}
 		o := &d.objs
-		if use := o.mrInUse(m); use != "" {
+		if use := mrInUse(o, m); use != "" {
 			return fmt.Errorf("verbs: the MR is in use by %s: %w", use, ibv.ErrBusy)
 		}
 		o.mem.RemoveMR(m)
-		o.revokeWrites(m)
+		revokeWrites(o, m)
 		o.revokeReplies(m)
 		return nil
 	})
@@ -70,7 +70,7 @@ func (d *NIC) DeregMR(m *MR) error {
 
 // revokeWrites ends every multi-packet RDMA WRITE arriving into mr, just
 // deregistered: no packet of it touches the memory again.
-func (e *objects) revokeWrites(mr *MR) {
+func revokeWrites(e *objects, mr *MR) {
 	for _, qp := range e.live {
 		if w := &qp.Transport.Write; qp.Transport.RespOp == queue.RespWrite && w.MR == mr {
 			w.MR, w.Revoked = nil, true
@@ -81,7 +81,7 @@ func (e *objects) revokeWrites(mr *MR) {
 // mrInUse says what in-flight work holds memory of mr, or "" if none. A
 // QP's send WQEs name regions of its own PD; its receive WQEs, those of its
 // SRQ's PD when it has one, which may be another (so every QP is looked at).
-func (e *objects) mrInUse(mr *MR) string {
+func mrInUse(e *objects, mr *MR) string {
 	lkey := mr.LKey()
 	for _, qp := range e.live {
 		t := &qp.Transport

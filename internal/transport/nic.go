@@ -228,7 +228,7 @@ func (d *NIC) QPStatus() ([]ibv.QPStatus, error) {
 	err := d.do(func() error {
 		now := d.clock.Now()
 		for _, qp := range d.objs.live {
-			out = append(out, d.engineOf(qp).status(qp, now))
+			out = append(out, status(d.engineOf(qp), qp, now))
 		}
 		return nil
 	})

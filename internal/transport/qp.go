@@ -65,7 +65,7 @@ func (d *NIC) ModifyQP(qp *queue.QP, attr ibv.QPAttr, mask ibv.AttrMask, dmac ne
 		if mask&ibv.AttrState != 0 {
 			next = attr.State
 		}
-		d.engineOf(qp).modify(qp, attr, mask, next, dmac)
+		d.modify(d.engineOf(qp), qp, attr, mask, next, dmac)
 		if mask&(ibv.AttrAV|ibv.AttrDestQPN) != 0 {
 			d.placeQP(qp)
 		}

@@ -13,8 +13,9 @@ import (
 	"github.com/xdproce/xdproce/wire"
 )
 
-// modify applies a validated Modify on the engine goroutine.
-func (e *engine) modify(qp *queue.QP, a ibv.QPAttr, mask ibv.AttrMask, next ibv.QPState, dmac net.HardwareAddr) {
+// modify applies a validated Modify to qp, served by e: a control
+// operation, so e is between two steps.
+func (d *NIC) modify(e *engine, qp *queue.QP, a ibv.QPAttr, mask ibv.AttrMask, next ibv.QPState, dmac net.HardwareAddr) {
 	t := &qp.Transport
 	e.fastTakeOver(qp)
 	defer e.fastHandBack(qp, true)
@@ -22,8 +23,8 @@ func (e *engine) modify(qp *queue.QP, a ibv.QPAttr, mask ibv.AttrMask, next ibv.
 	if qp.QPType == ibv.QPTypeUD {
 		// Datagrams leave from one port per QP (rxe's) and are one packet
 		// of up to the port's MTU; each names its destination itself.
-		t.SrcPort, t.MTU = wire.UDSourcePort(qp.Number), e.dev.cfg.ActiveMTU
-		copy(t.SMAC[:], e.dev.cfg.MAC)
+		t.SrcPort, t.MTU = wire.UDSourcePort(qp.Number), d.cfg.ActiveMTU
+		copy(t.SMAC[:], d.cfg.MAC)
 	}
 	if mask&ibv.AttrEnSQDAsyncNotify != 0 {
 		t.Attr.EnSQDAsyncNotify = a.EnSQDAsyncNotify
@@ -37,8 +38,8 @@ func (e *engine) modify(qp *queue.QP, a ibv.QPAttr, mask ibv.AttrMask, next ibv.
 	if mask&ibv.AttrAV != 0 {
 		t.Attr.AH = a.AH
 		copy(t.DMAC[:], dmac)
-		copy(t.SMAC[:], e.dev.cfg.MAC)
-		t.SIP = queue.GIDAddr(e.dev.cfg.GIDs[a.AH.SGIDIndex])
+		copy(t.SMAC[:], d.cfg.MAC)
+		t.SIP = queue.GIDAddr(d.cfg.GIDs[a.AH.SGIDIndex])
 		t.DIP = queue.GIDAddr(a.AH.DGID)
 		t.V6 = !t.DIP.Is4()
 	}

@@ -7,8 +7,8 @@ import (
 	"github.com/xdproce/xdproce/internal/queue"
 )
 
-// status snapshots qp (engine goroutine).
-func (e *engine) status(qp *queue.QP, now time.Time) ibv.QPStatus {
+// status snapshots qp, served by e, which is between two steps.
+func status(e *engine, qp *queue.QP, now time.Time) ibv.QPStatus {
 	t := &qp.Transport
 	s := ibv.QPStatus{
 		QPN: qp.Number, DestQPN: t.Attr.DestQPN, Type: qp.QPType, State: t.State, Peer: t.Attr.AH.DGID.Unmap(), Queue: e.index,

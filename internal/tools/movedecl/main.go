@@ -670,10 +670,11 @@ func (m *mover) rewrite(pkgs []*packages.Package, exported map[string]string) er
 				m.imports[d] = append(m.imports[d], t.Pkg().Path())
 				return
 			}
-			if v, ok := obj.(*types.Var); ok && v.Embedded() && !m.movedObj(obj) {
-				// A field embedding a moved type is named after its new
-				// name: rename its selections and composite literal keys
-				// (its declaration is the type's use, qualified below).
+			if v, ok := obj.(*types.Var); ok && v.Embedded() {
+				// A field embedding a moved type, in a struct that moves
+				// or stays, is named after the type's new name: rename its
+				// selections and composite literal keys (its declaration is
+				// the type's use, renamed or qualified below).
 				if tn := embeddedName(v); tn != nil && m.movedObj(tn) && p.TypesInfo.Uses[id] == obj {
 					name := tn.Name()
 					if nn, ok := exported[m.key(tn)]; ok {

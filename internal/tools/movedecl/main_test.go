@@ -107,7 +107,7 @@ func TestEmbeddedFieldFollowsItsType(t *testing.T) {
 	dir := fixture(t, `from example.com/m/e
 to example.com/m/e/inner
 load ./...
-move tally
+move tally pair newPair
 `)
 	s, err := readSpec("spec")
 	if err != nil {
@@ -117,9 +117,15 @@ move tally
 		t.Fatalf("run: %v", err)
 	}
 	e := read(t, filepath.Join(dir, "e", "e.go"))
-	for _, want := range []string{"*inner.Tally", "Tally: &inner.Tally{}", "c.Tally.N + c.N", "c.Bump()"} {
+	for _, want := range []string{"*inner.Tally", "Tally: &inner.Tally{}", "c.Tally.N + c.N + inner.NewPair().Other", "c.Bump()"} {
 		if !strings.Contains(e, want) {
 			t.Errorf("e/e.go lacks %q:\n%s", want, e)
+		}
+	}
+	in := read(t, filepath.Join(dir, "e", "inner", "e.go"))
+	for _, want := range []string{"&pair{Tally: &Tally{}}", "p.Tally.Bump()", "p.Other = p.Tally.N"} {
+		if !strings.Contains(in, want) {
+			t.Errorf("e/inner/e.go lacks %q:\n%s", want, in)
 		}
 	}
 	if out, err := exec.Command("go", "build", "./...").CombinedOutput(); err != nil {

@@ -769,6 +769,7 @@ func apply(src []byte, s span, edits []edit) []byte {
 func (m *mover) write() error {
 	dest := map[string]*bytes.Buffer{}
 	destImports := map[string][]*ast.ImportSpec{}
+	header := map[string]string{}
 	var destOrder []string
 	var names []string
 	for fn := range m.edits {
@@ -811,6 +812,10 @@ func (m *mover) write() error {
 			if dest[dfn] == nil {
 				dest[dfn] = &bytes.Buffer{}
 				destOrder = append(destOrder, dfn)
+				// The new file opens with the file comment of the one
+				// it is made from (a file that keeps some of its
+				// declarations keeps it too).
+				header[dfn] = fileComment(fn, src)
 			}
 			dest[dfn].Write(seg)
 			dest[dfn].WriteString("\n")
@@ -843,7 +848,7 @@ func (m *mover) write() error {
 			// A whole test file: only its package clause changes.
 			body = replacePackage(body, m.toName)
 		} else {
-			body = append([]byte("package "+m.toName+"\n\n"), body...)
+			body = append([]byte(header[dfn]+"package "+m.toName+"\n\n"), body...)
 		}
 		for _, path := range m.imports[dfn] {
 			destImports[dfn] = append(destImports[dfn], &ast.ImportSpec{Path: &ast.BasicLit{Kind: token.STRING, Value: strconv.Quote(path)}})
@@ -853,6 +858,30 @@ func (m *mover) write() error {
 		}
 	}
 	return nil
+}
+
+// fileComment is the comment of the file fn above its package clause and
+// apart from the package's doc comment, with the blank line after it, or
+// "" if it has none.
+func fileComment(fn string, src []byte) string {
+	f, err := parser.ParseFile(token.NewFileSet(), fn, src, parser.PackageClauseOnly|parser.ParseComments)
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, cg := range f.Comments {
+		if cg.Pos() >= f.Package {
+			break
+		}
+		if cg == f.Doc {
+			continue
+		}
+		for _, c := range cg.List {
+			b.WriteString(c.Text + "\n")
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 func replacePackage(src []byte, name string) []byte {

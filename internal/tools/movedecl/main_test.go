@@ -102,7 +102,8 @@ keep Words Loud
 
 // TestEmbeddedFieldFollowsItsType: a struct that stays embeds a type that
 // moves; the field's name is the type's, so its selections and composite
-// literal keys take the exported name, and the module still builds.
+// literal keys take the exported name, in moved structs too; the new file
+// opens with the old one's file comment, and the module still builds.
 func TestEmbeddedFieldFollowsItsType(t *testing.T) {
 	dir := fixture(t, `from example.com/m/e
 to example.com/m/e/inner
@@ -123,7 +124,7 @@ move tally pair newPair
 		}
 	}
 	in := read(t, filepath.Join(dir, "e", "inner", "e.go"))
-	for _, want := range []string{"&pair{Tally: &Tally{}}", "p.Tally.Bump()", "p.Other = p.Tally.N"} {
+	for _, want := range []string{"// A counter and the tally it shares.\n\npackage inner\n", "&pair{Tally: &Tally{}}", "p.Tally.Bump()", "p.Other = p.Tally.N"} {
 		if !strings.Contains(in, want) {
 			t.Errorf("e/inner/e.go lacks %q:\n%s", want, in)
 		}

@@ -1,3 +1,5 @@
+// A counter and the tally it shares.
+
 package e
 
 // tally is what a counter shares.

@@ -73,11 +73,11 @@ for path, comment in new.items():
     except FileNotFoundError:
         print("engine: no", path, "to give a file comment")
         continue
-    head, sep, rest = s.partition("package ")
-    if not sep or (head.strip() and not head.lstrip().startswith("//")):
+    m = re.search(r"^package ", s, re.M)
+    if not m or (s[:m.start()].strip() and not s.lstrip().startswith("//")):
         print("engine: left the file comment of", path, "as it is")
         continue
-    open(path, "w").write(comment + "\n" + sep + rest)
+    open(path, "w").write(comment + "\n" + s[m.start():])
 
 # Package queue's doc names the engines' package.
 path = "internal/queue/doc.go"

@@ -233,8 +233,8 @@ func (e *Engine) DroveSince(seen *uint64) bool {
 // test's fake clock may move on without waking it. quietWait is how long
 // it sleeps with nothing armed at all, when only a frame, a post or a
 // control operation (each of which wakes it) can bring work: a safety net
-// against a lost wakeup, not a poll. An idle daemon woken every idleWait
-// took 1.9% of a CPU on a 2-core VM; at quietWait it takes next to nothing.
+// against a lost wakeup, not a poll: at idleWait an idle daemon would
+// wake 500 times a second (what that costs: docs/performance.md).
 const (
 	idleWait  = 2 * time.Millisecond
 	quietWait = time.Second

@@ -55,9 +55,9 @@ type Device struct {
 	// DoorbellPage, shared with a daemon's clients, says which engines
 	// sleep (SetDoorbellPage).
 	DoorbellPage atomic.Pointer[[]byte]
-	// capture, when set, sees every frame sent and received (SetCapture).
+	// Capture, when set, sees every frame sent and received (SetCapture).
 	Capture atomic.Pointer[ibv.CaptureFunc]
-	// Local are the addresses of cfg.GIDs, as frames carry them: a frame
+	// Local are the addresses of Cfg.GIDs, as frames carry them: a frame
 	// to one of them never leaves the device (engine.loopBack).
 	Local []netip.Addr
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/xdproce/xdproce/wire"
 )
 
-// The stalled requester's poke (transport's timer.go): a requester that can
+// The stalled requester's poke (engine's timer.go): a requester that can
 // send no more and hears nothing for a probe timeout (2·srtt) resends its
 // oldest unacknowledged packet, asking for an ACK, instead of waiting for
 // the transport timer (at least 1 ms with retry_cnt 7).

@@ -110,7 +110,7 @@ type Counters struct {
 	TimeoutProbe, TimeoutWindow, TimeoutTail uint64
 	// StallPokes counts the oldest unacknowledged packets a requester that
 	// could send no more resent after a probe timeout without an ACK
-	// (transport's timer.go, poke).
+	// (engine's timer.go, poke).
 	StallPokes uint64
 }
 

@@ -64,7 +64,7 @@ type Transport struct {
 	cwnd, cwndAcked, recoverPSN uint32
 	Draining                    bool      // in SQD, WQEs already started are not all complete yet
 	TimerAt                     time.Time // retransmission deadline; zero when off
-	PokeAt                      time.Time // a stalled requester's poke (transport's timer.go); zero when off
+	PokeAt                      time.Time // a stalled requester's poke (engine's timer.go); zero when off
 	RNRAt                       time.Time // end of an RNR wait; zero when none
 
 	// Responder.

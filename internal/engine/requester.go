@@ -17,7 +17,7 @@ func (e *Engine) requester(qp *queue.QP) bool {
 	if (t.State != ibv.StateRTS && t.State != ibv.StateSQD) || !t.RNRAt.IsZero() {
 		return false
 	}
-	sent, armed := false, false
+	sent := false
 	for t.ReqIdx < len(t.SQ) && e.nout < txBatch {
 		if qp.QPType == ibv.QPTypeRC && queue.PSNCmp(t.ReqPSN, t.CompPSN+t.Window()) >= 0 {
 			break
@@ -87,13 +87,7 @@ func (e *Engine) requester(qp *queue.QP) bool {
 		}
 		if qp.QPType == ibv.QPTypeRC && t.TimerAt.IsZero() && t.Attr.Timeout > 0 {
 			t.TimerAt = e.dev.Clock.Now().Add(t.RTO())
-			armed = true
 		}
-	}
-	if armed {
-		// Its period is for what is outstanding now: the first packet of
-		// a burst is no tail (a stalled burst has the poke, timer.go).
-		t.TimerAt = e.dev.Clock.Now().Add(t.RTO())
 	}
 	if sent {
 		e.armPoke(qp)

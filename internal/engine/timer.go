@@ -52,73 +52,29 @@ func (e *Engine) checkTimers(qp *queue.QP, now time.Time) {
 		return
 	}
 	e.Counters.TransportTimeouts++
-	e.countStall(t)
+	t.CountTimeout(&e.Counters)
 	e.retry(qp, true, false)
 }
 
-// A stalled requester's poke. A requester that cannot send more (its loss
-// window is full, or nothing is left to send) with more than a tail
-// outstanding waits for ACKs that only the responder's answer to the last
-// packets, or its NAK, would bring. When one of those is lost (a NAK is
-// sent once per hole; the packet that filled the window, or its ACK) the
-// RTO, at least minRTO and ten or more round trips on veth, was what a
-// loss cost: one loss episode in six at 5% loss (issue 33). So, armed at
-// the requester's last send or the responder's last progress, once a probe
-// timeout (2·srtt) has passed without an ACK the requester probes with its
-// oldest unacknowledged packet, asking for an ACK, as a tail-loss probe
-// (RFC 8985) and as after a sequence NAK: the ACK says how far the
-// responder has everything (ackThrough). Unlike a timer expiry it neither
-// halves the loss window nor counts a retry or a timeout (a poke that
-// fires early, the ACKs only late, costs one packet resent), and its probe
-// times out after a probe timeout too; if the probe or its answer is lost
-// as well, that expiry is an ordinary one. A go-back-N responder (rxe)
-// answers the probe as a resent packet: a duplicate's ACK, or the hole's.
-
-// armPoke arms the poke, a probe timeout from now, if the requester can
-// send no more, and disarms it otherwise. The requester calls it when it
-// has sent, resetRetry on progress.
+// armPoke arms the stalled requester's poke (queue's timer.go) a probe
+// timeout from now, or disarms it. The requester calls it when it has
+// sent, resetRetry on progress.
 func (e *Engine) armPoke(qp *queue.QP) {
 	t := &qp.Transport
 	t.PokeAt = time.Time{}
-	if qp.QPType != ibv.QPTypeRC || !e.pokeable(t) || t.Outstanding() <= queue.TLPPkts {
-		return // a tail has the tail-loss probe (RTO)
+	if qp.QPType == ibv.QPTypeRC && e.dev.Cfg.Recovery&NoProbe == 0 && t.Pokeable() && t.Stalled() {
+		t.PokeAt = e.dev.Clock.Now().Add(t.PTO())
 	}
-	if t.ReqIdx < len(t.SQ) && queue.PSNCmp(t.ReqPSN, t.CompPSN+t.Window()) < 0 {
-		return // more to send: its ACK or a NAK comes after it
-	}
-	t.PokeAt = e.dev.Clock.Now().Add(t.PTO())
 }
 
-// pokeable: retry_cnt 7 (a finite count keeps rxe's timer alone), a round
-// trip measured, and no retry under way (its probe has its own timing).
-func (e *Engine) pokeable(t *queue.Transport) bool {
-	return t.Attr.RetryCnt == 7 && t.SRTT > 0 && !t.StartedRetry && !t.Probing && t.Timeouts == 0 &&
-		e.dev.Cfg.Recovery&NoProbe == 0
-}
-
-// poke probes with the oldest unacknowledged packet, a SEND's or WRITE's.
+// poke probes with the oldest unacknowledged packet, as after a NAK.
 func (e *Engine) poke(qp *queue.QP) {
 	t := &qp.Transport
-	if !e.pokeable(t) || len(t.SQ) == 0 || !t.SQ[0].Started || t.Outstanding() == 0 ||
-		queue.IsReadOrAtomic(t.SQ[0].WR.Opcode) {
-		return
-	}
-	e.Counters.StallPokes++
-	e.Counters.CompleterRetryErr++ // a retry, as a timer expiry's
-	t.Probing, t.StartedRetry = true, true
-	e.goBackN(qp, true)
-}
-
-// countStall counts a timer expiry by what was outstanding (the counters'
-// TimeoutProbe, TimeoutWindow, TimeoutTail).
-func (e *Engine) countStall(t *queue.Transport) {
-	switch {
-	case t.Probing:
-		e.Counters.TimeoutProbe++
-	case (t.SentEnd-t.CompPSN)&0xffffff >= t.Window():
-		e.Counters.TimeoutWindow++
-	case t.ReqIdx >= len(t.SQ):
-		e.Counters.TimeoutTail++
+	if e.dev.Cfg.Recovery&NoProbe == 0 && t.Pokeable() && t.Stalled() {
+		e.Counters.StallPokes++
+		e.Counters.CompleterRetryErr++ // a retry, as a timer expiry's
+		t.Probing, t.StartedRetry = true, true
+		e.goBackN(qp, true)
 	}
 }
 

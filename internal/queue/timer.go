@@ -2,6 +2,8 @@ package queue
 
 import (
 	"time"
+
+	"github.com/xdproce/xdproce/internal/ibv"
 )
 
 // ACKTimeout is the local ACK timeout: 4.096 µs × 2^timeout.
@@ -28,8 +30,9 @@ const minRTO = time.Millisecond
 // receiver slower than the timer (a deep queue, a loaded CPU) is fed
 // retransmissions faster than it can drop them, and goodput collapses.
 //
-// A tail (at most TLPPkts outstanding: a ping-pong's message, the end of a
-// burst) gets a shorter first period, a tail-loss probe as TCP's (RFC
+// A tail (at most TLPPkts outstanding and nothing left to send: a
+// ping-pong's message, the end of a burst; not a burst's first packet,
+// whose stall is the poke's) gets a shorter first period, a tail-loss probe as TCP's (RFC
 // 8985): nothing sent behind it would draw a NAK for its loss, and the
 // round trip is all a lost ACK or request should cost, not minRTO, ten
 // round trips on veth. So does a probe resent after a NAK (recovery.go),
@@ -42,7 +45,7 @@ func (t *Transport) RTO() time.Duration {
 	}
 	if t.SRTT > 0 {
 		d = min(d, max(t.SRTT+4*t.RTTVar, minRTO))
-		if t.Timeouts == 0 && (t.Probing || t.Outstanding() <= TLPPkts) {
+		if t.Timeouts == 0 && (t.Probing || t.Outstanding() <= TLPPkts && t.ReqIdx >= len(t.SQ)) {
 			d = min(d, t.PTO())
 		}
 	}
@@ -72,3 +75,48 @@ const (
 	TLPPkts = 2
 	tlpMin  = 100 * time.Microsecond
 )
+
+// A stalled requester's poke (issue 33, docs/recovery.md). A requester
+// that cannot send more (its loss window is full, or nothing is left to
+// send) with more than a tail outstanding waits for ACKs that only the
+// responder's answer to its last packets, or a NAK, would bring. When one
+// of those is lost (a NAK is sent once per hole; the packet that filled
+// the window, or its ACK) the RTO, at least minRTO, ten or more round
+// trips on veth, was what a loss cost: one loss episode in six at 5%. So,
+// armed at the requester's last send or the responder's last progress,
+// once a probe timeout has passed without an ACK the requester probes with
+// its oldest unacknowledged packet, asking for an ACK, as after a sequence
+// NAK: the ACK says how far the responder has everything. Unlike a timer
+// expiry it neither halves the loss window nor counts a timeout, so its
+// probe also times out after a probe timeout; a poke that fires early
+// costs one packet. A go-back-N responder (rxe) sees what the timer would
+// have sent it, sooner.
+
+// Pokeable: retry_cnt 7 (a finite count keeps rxe's timer alone), a round
+// trip measured, and no retry under way (its probe has its own timing).
+func (t *Transport) Pokeable() bool {
+	return t.Attr.RetryCnt == 7 && t.SRTT > 0 && !t.StartedRetry && !t.Probing && t.Timeouts == 0
+}
+
+// Stalled reports whether the requester can send no more with more than a
+// tail outstanding (a tail has the tail-loss probe) of a SEND or WRITE at
+// the head (a READ's or atomic's answers are asked for again by PSN).
+func (t *Transport) Stalled() bool {
+	if t.Outstanding() <= TLPPkts || len(t.SQ) == 0 || !t.SQ[0].Started || IsReadOrAtomic(t.SQ[0].WR.Opcode) {
+		return false
+	}
+	return t.ReqIdx >= len(t.SQ) || PSNCmp(t.ReqPSN, t.CompPSN+t.Window()) >= 0
+}
+
+// CountTimeout counts a timer expiry by what was outstanding: a probe, the
+// whole loss window, or less with nothing left to send.
+func (t *Transport) CountTimeout(c *ibv.Counters) {
+	switch {
+	case t.Probing:
+		c.TimeoutProbe++
+	case t.Outstanding() >= t.Window():
+		c.TimeoutWindow++
+	case t.ReqIdx >= len(t.SQ):
+		c.TimeoutTail++
+	}
+}

@@ -40,7 +40,11 @@ func TestTailLossProbePeriod(t *testing.T) {
 	if got := tr.RTO(); got != 2*minRTO {
 		t.Fatalf("a tail after one expiry: period %v, want 2 × minRTO", got)
 	}
-	tr.Timeouts, tr.Attr.RetryCnt = 0, 6
+	tr.Timeouts, tr.SQ = 0, make([]SendWQE, 1)
+	if got := tr.RTO(); got != minRTO {
+		t.Fatalf("one packet outstanding and more to send (a burst's first): period %v, want minRTO", got)
+	}
+	tr.SQ, tr.Attr.RetryCnt = nil, 6
 	if got := tr.RTO(); got != ACKTimeout(14) {
 		t.Fatalf("retry_cnt 6: period %v, want the local ACK timeout %v", got, ACKTimeout(14))
 	}

@@ -27,7 +27,8 @@ import (
 type Device struct {
 	conn *ipc.Conn
 	info uverbs.DeviceInfo
-	mtu  int // the port's active MTU in bytes
+	ext  uverbs.DeviceInfoExt // HELLO's tail: zeros where the daemon predates a field
+	mtu  int                  // the port's active MTU in bytes
 	mac  net.HardwareAddr
 	gids []netip.Addr
 	page *ipc.Mapping  // the doorbell page
@@ -62,7 +63,7 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 	// HELLO is bounded by ctx too: a server that never answers does not
 	// hold the caller.
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	r.info, fds, err = conn.Hello()
+	r.info, r.ext, fds, err = conn.Hello()
 	if !stop() {
 		if err == nil {
 			ipc.CloseAll(fds)

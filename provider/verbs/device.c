@@ -234,6 +234,10 @@ XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	if (!c)
 		goto fail;
 	err = xp_hello(sock, &c->info, fds);
+	if (err == EPROTONOSUPPORT)
+		/* As libibverbs reports a kernel of another uverbs ABI ("Fatal: kernel ABI version"). */
+		fprintf(stderr, "libibverbs: Fatal: the xdproce daemon of %s does not serve ABI version %d, this library's\n",
+			xd->ifname, XP_ABI_VERSION);
 	if (err)
 		goto fail;
 	c->sock = sock;

@@ -56,8 +56,9 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
-	owners   map[any]owner        // QPs, CQs and SRQs by the session that made them
-	accounts map[acctKey]*account // clients' limits and usage, by process and user
+	owners   map[any]owner         // QPs, CQs and SRQs by the session that made them
+	accounts map[acctKey]*account  // clients' limits and usage, by process and user
+	dmFreed  map[acctKey][]freedDM // freed device memory still charged, by pool (dm.go)
 	wg       sync.WaitGroup
 	stop     chan struct{} // closed by a SHUTDOWN request
 	stopOnce sync.Once

@@ -233,6 +233,7 @@ func (s *Server) leave(u *usage) {
 	u.left = true
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.forgetDMCharges(u)
 	u.pool.mu.Lock()
 	for k, n := range u.held {
 		u.pool.n[k] -= n

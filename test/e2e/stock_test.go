@@ -167,6 +167,23 @@ type stockCell struct {
 
 var pingRow = regexp.MustCompile(`(?m)^(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter$`)
 
+// stockPort is the TCP port perftest and the pingpongs exchange their QPs'
+// details on by default.
+const stockPort = 18515
+
+// awaitListening waits until a TCP socket listens on port in h's namespace,
+// as a stock server does once it is ready for its client, for at most 30 s:
+// a client started before then fails to connect, and on a loaded machine a
+// server takes longer than any fixed pause to get there.
+func awaitListening(t *testing.T, h *netns.Host, port int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !listening(t, h, port); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on TCP port %d after 30 s", port)
+		}
+	}
+}
+
 // stockCells are the stock programs of issues 15 and 16 that run on the
 // host without rdma_cm: ibverbs-utils' pingpongs (-c checks every received
 // byte) and perftest's tools, with the options applications use.
@@ -273,7 +290,7 @@ func TestStockToolsOverLibrary(t *testing.T) {
 			if err := start(b, srv, &sout); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(300 * time.Millisecond) // the server listens
+			awaitListening(t, b, stockPort)
 			cli := runStock(cctx, bin, lib, a, false, append(args(a), b.Addr.String())...)
 			if err := start(a, cli, &cout); err != nil {
 				t.Fatal(err)
@@ -398,7 +415,7 @@ func TestStockLibraryClientKilled(t *testing.T) {
 	}
 	transfer := []string{"-s", "65536", "-n", "5000000"}
 	srv, sout := startOnLibrary(t, ctx, lib, b, args(b, transfer...)...)
-	time.Sleep(300 * time.Millisecond) // the server listens
+	awaitListening(t, b, 18620)
 	victim, vout := startOnLibrary(t, ctx, lib, a, args(a, append(transfer, b.Addr.String())...)...)
 
 	// Mid-transfer: the program's QP is in RTS on A's daemon and frames flow.

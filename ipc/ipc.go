@@ -135,10 +135,25 @@ func (c *Conn) CallNoFDs(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (
 // serve this library's uverbs.ABIVersion refuses it: an error wrapping
 // EPROTONOSUPPORT that says so.
 func (c *Conn) Hello() (uverbs.DeviceInfo, uverbs.DeviceInfoExt, []int, error) {
+	return c.hello(false)
+}
+
+// HelloVersionOnly is Hello as libraries before HELLO's extensible request
+// greeted, with the version alone: for a daemon from before it, which hangs
+// up on more (and sends the whole reply tail it has).
+func (c *Conn) HelloVersionOnly() (uverbs.DeviceInfo, uverbs.DeviceInfoExt, []int, error) {
+	return c.hello(true)
+}
+
+func (c *Conn) hello(versionOnly bool) (uverbs.DeviceInfo, uverbs.DeviceInfoExt, []int, error) {
 	var info uverbs.DeviceInfo
 	var ext uverbs.DeviceInfoExt
 	hello := uverbs.Hello{Version: uverbs.ABIVersion, ReplyExt: uint16(uverbs.ExtLen(ext))}
-	d, fds, err := c.Call(uverbs.OpHello, func(e *uverbs.Encoder) { e.Put(&hello) })
+	n := uverbs.ExtLen(hello)
+	if versionOnly {
+		n = 2 // the first field
+	}
+	d, fds, err := c.Call(uverbs.OpHello, func(e *uverbs.Encoder) { e.PutExt(&hello, n) })
 	if errors.Is(err, syscall.EPROTONOSUPPORT) {
 		return info, ext, nil, fmt.Errorf("ipc: the daemon does not serve ABI version %d, this library's (library and daemon from releases too far apart): %w",
 			uverbs.ABIVersion, err)

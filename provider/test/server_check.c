@@ -147,6 +147,10 @@ static long long dm_size(const char *name)
 /* HELLO's reply stops before its tail: the device opens, the fields the daemon predates zero. */
 static int old_daemon(void) { return !(dm_size("xdp_xpold") == 0 && dm_size("xdp_xpok") > 0); }
 
+/* A daemon from before HELLO's extensible request hangs up on it: greeted again with the version
+ * alone, it opens, with the tail it sends. */
+static int strict_daemon(void) { return !(dm_size("xdp_xpstrict") == 262144); }
+
 /* HELLO refused with EPROTONOSUPPORT: ibv_open_device fails with it and says why on stderr, as
  * libibverbs does for a kernel of another ABI. */
 static int future(void)
@@ -242,6 +246,7 @@ int main(int argc, char **argv)
 	run(bad_dm, "ALLOC_DM's fd an empty memfd, not a map: ibv_alloc_dm fails with EPROTO, nothing mapped");
 	run(silent, "HELLO never answered: ibv_open_device fails with ETIMEDOUT, in bounded time");
 	run(old_daemon, "HELLO's reply without its tail: the device opens, max_dm_size 0");
+	run(strict_daemon, "a daemon that hangs up on the extensible HELLO: greeted with the version alone, it opens");
 	run(future, "HELLO refused for its ABI version: ibv_open_device fails with EPROTONOSUPPORT, and says so");
 	/* xpswap was listed while root served it; the test now serves it as uid 65534. */
 	swapped = find("xdp_xpswap");

@@ -39,6 +39,8 @@ import (
 //	dm      ALLOC_DM's fd is an empty memfd, not an mmapable array map
 //	old     HELLO's reply stops before its tail (a daemon that predates its fields)
 //	future  HELLO is refused with EPROTONOSUPPORT (a daemon of other ABI versions)
+//	strict  a daemon from before HELLO's extensible request: it hangs up on
+//	        a HELLO of more than the version, and sends its whole reply tail
 type fakeServer struct {
 	l    *net.UnixListener
 	mode string
@@ -101,8 +103,10 @@ func (f *fakeServer) serve(ctx context.Context, conn *ipc.Conn) error {
 		switch h.Op {
 		case uverbs.OpHello:
 			var hello uverbs.Hello
-			d.GetExt(&hello)
+			n := d.GetExt(&hello)
 			switch {
+			case f.mode == "strict" && n != 2:
+				return nil
 			case f.mode == "silent":
 				<-ctx.Done()
 				return ctx.Err()
@@ -118,7 +122,11 @@ func (f *fakeServer) serve(ctx context.Context, conn *ipc.Conn) error {
 			info := uverbs.DeviceInfo{Name: "xdp_fake", MaxQP: 16, MaxQPWR: 64, MaxSGE: 4, MaxCQE: 256, MaxInlineData: 64,
 				MaxMRSize: 1 << 30, MaxMsgSize: 1 << 30, MaxMTU: 3, ActiveMTU: 3, Engines: 1}
 			info.Put(e)
-			if f.mode != "old" {
+			switch f.mode {
+			case "old":
+			case "strict":
+				e.PutExt(&uverbs.DeviceInfoExt{MaxDMSize: verbs.MaxDMSize}, uverbs.ExtLen(uverbs.DeviceInfoExt{}))
+			default:
 				e.PutExt(&uverbs.DeviceInfoExt{MaxDMSize: verbs.MaxDMSize}, int(hello.ReplyExt))
 			}
 			var page int
@@ -335,7 +343,7 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 	lib := providerLibs(t)
 	topo := netns.New(t, netns.Config{Kind: netns.Direct})
 	h := topo.Hosts[0]
-	for _, mode := range []string{"ok", "bigh", "short", "unseal", "huge", "page", "slot", "silent", "dm", "old", "future"} {
+	for _, mode := range []string{"ok", "bigh", "short", "unseal", "huge", "page", "slot", "silent", "dm", "old", "future", "strict"} {
 		listenFake(t, h, "xp"+mode, mode)
 	}
 	swap := listenFake(t, h, "xpswap", "ok")
@@ -381,8 +389,8 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("server_check: %v", err)
 	}
-	if n := checksPassed(t, out.Bytes()); n != 15 {
-		t.Fatalf("server_check ran %d checks, want 15", n)
+	if n := checksPassed(t, out.Bytes()); n != 16 {
+		t.Fatalf("server_check ran %d checks, want 16", n)
 	}
 }
 
@@ -395,7 +403,8 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 // (posting into them would have written past them). A HELLO reply that
 // stops before its tail opens the device with the fields it predates zero;
 // a HELLO refused for its ABI version fails the dial with EPROTONOSUPPORT
-// and says so.
+// and says so; a daemon from before HELLO's extensible request, which hangs
+// up on it, is greeted again with the version alone.
 func TestGoClientDistrustsServer(t *testing.T) {
 	netns.RequireRoot(t)
 	topo := netns.New(t, netns.Config{Kind: netns.Direct})
@@ -405,6 +414,7 @@ func TestGoClientDistrustsServer(t *testing.T) {
 	listenFake(t, h, "godm", "dm")
 	listenFake(t, h, "goold", "old")
 	listenFake(t, h, "gofuture", "future")
+	listenFake(t, h, "gostrict", "strict")
 	listenAs(t, h, "gountr", 65534)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -438,6 +448,14 @@ func TestGoClientDistrustsServer(t *testing.T) {
 		defer od.Close()
 		if n := od.QueryDevice().MaxDMSize; n != 0 {
 			return fmt.Errorf("max_dm_size %d from a HELLO reply without it, want 0", n)
+		}
+		sd, err := verbs.Dial(ctx, "gostrict")
+		if err != nil {
+			return fmt.Errorf("verbs.Dial of a daemon from before HELLO's extensible request: %w", err)
+		}
+		defer sd.Close()
+		if n := sd.QueryDevice().MaxDMSize; n != verbs.MaxDMSize {
+			return fmt.Errorf("max_dm_size %d from a daemon from before HELLO's extensible request, want %d", n, verbs.MaxDMSize)
 		}
 		dd, err := verbs.Dial(ctx, "godm")
 		if err != nil {

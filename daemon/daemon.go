@@ -56,11 +56,15 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
-	owners   map[any]owner         // QPs, CQs and SRQs by the session that made them
-	accounts map[acctKey]*account  // clients' limits and usage, by process and user
-	dmFreed  map[acctKey][]freedDM // freed device memory still charged, by pool (dm.go)
+	owners   map[any]owner        // QPs, CQs and SRQs by the session that made them
+	accounts map[acctKey]*account // clients' limits and usage, by process and user
 	wg       sync.WaitGroup
 	stop     chan struct{} // closed by a SHUTDOWN request
+
+	// dmFreed is freed device memory still charged, by pool (dm.go); its
+	// own lock, since pruning it costs a system call per block.
+	dmMu     sync.Mutex
+	dmFreed  map[acctKey][]freedDM
 	stopOnce sync.Once
 }
 

@@ -129,8 +129,8 @@ func (ss *session) mayAllocDM(length uint64) error {
 		return err
 	}
 	u, s := ss.acct, ss.srv
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.dmMu.Lock()
+	defer s.dmMu.Unlock()
 	u.pool.mu.Lock()
 	defer u.pool.mu.Unlock()
 	want := u.pool.dmBytes + dmCharge(length)
@@ -198,8 +198,8 @@ func dmMapGone(id ebpf.MapID) (gone, known bool) {
 // keepDMCharge charges a freed block of bytes to u's pool until its map
 // (id) is gone.
 func (s *Server) keepDMCharge(u *usage, id ebpf.MapID, bytes uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.dmMu.Lock()
+	defer s.dmMu.Unlock()
 	if s.dmFreed == nil {
 		s.dmFreed = map[acctKey][]freedDM{}
 	}
@@ -207,7 +207,7 @@ func (s *Server) keepDMCharge(u *usage, id ebpf.MapID, bytes uint64) {
 }
 
 // freedDMBytes is what key's freed blocks still cost, after forgetting
-// those whose maps are gone if prune. The caller holds s.mu.
+// those whose maps are gone if prune. The caller holds s.dmMu.
 func (s *Server) freedDMBytes(key acctKey, prune bool) uint64 {
 	fs := s.dmFreed[key]
 	var n uint64
@@ -232,9 +232,10 @@ func (s *Server) freedDMBytes(key acctKey, prune bool) uint64 {
 
 // forgetDMCharges, as session u ends, drops the charges of its pool's
 // freed blocks that are gone, and of u's whose maps cannot be looked up
-// (they last as long as the session): what stays is what is alive. The
-// caller holds s.mu.
+// (they last as long as the session): what stays is what is alive.
 func (s *Server) forgetDMCharges(u *usage) {
+	s.dmMu.Lock()
+	defer s.dmMu.Unlock()
 	fs := s.dmFreed[u.poolKey]
 	kept := fs[:0]
 	for _, f := range fs {

@@ -231,9 +231,9 @@ func (s *Server) leave(u *usage) {
 		return
 	}
 	u.left = true
+	s.forgetDMCharges(u)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.forgetDMCharges(u)
 	u.pool.mu.Lock()
 	for k, n := range u.held {
 		u.pool.n[k] -= n

@@ -60,12 +60,12 @@ type Server struct {
 	accounts map[acctKey]*account // clients' limits and usage, by process and user
 	wg       sync.WaitGroup
 	stop     chan struct{} // closed by a SHUTDOWN request
+	stopOnce sync.Once
 
 	// dmFreed is freed device memory still charged, by pool (dm.go); its
 	// own lock, since pruning it costs a system call per block.
-	dmMu     sync.Mutex
-	dmFreed  map[acctKey][]freedDM
-	stopOnce sync.Once
+	dmMu    sync.Mutex
+	dmFreed map[acctKey][]freedDM
 }
 
 // New opens the control socket for cfg.Ifname in the calling thread's

@@ -225,7 +225,8 @@ func recoveryCounters(c verbs.Counters) string {
 	var b strings.Builder
 	for _, n := range c.Named() {
 		switch n.Name {
-		case "transport_timeouts", "completer_retry_err", "rcvd_seq_err", "lost_response_retry", "spurious_retry", "ooo_held", "duplicate_response":
+		case "transport_timeouts", "completer_retry_err", "rcvd_seq_err", "lost_response_retry", "spurious_retry", "ooo_held", "duplicate_response",
+			"read_reask_reorder", "read_reask_end", "read_reask_timer", "read_reask_nak", "duplicate_read_response":
 			fmt.Fprintf(&b, " %s=%d", n.Name, n.Value)
 		}
 	}

@@ -123,6 +123,7 @@ func (c *completion) checkPSN() compState {
 		if queue.PSNCmp(psn, t.CompPSN) < 0 {
 			c.e.counters.DuplicateResponse++
 			if op := c.p.BTH.Opcode; op >= wire.RCReadResponseFirst && op <= wire.RCReadResponseOnly {
+				c.e.counters.DuplicateReadResponse++
 				c.e.answerSeen(c.qp, nil, psn, true) // perhaps a spurious re-ask's, its READ done
 			}
 		} else {
@@ -257,6 +258,14 @@ func (c *completion) seqNAK() compState {
 	t := c.t
 	before := t.CompPSN
 	if !c.nakTarget() {
+		// The NAK names a request past a READ still waiting for
+		// responses: the responder answered that READ before it NAKed,
+		// so what the READ lacks was lost, unless its hole's request is
+		// out (its answer comes after the NAK). Ask for those holes,
+		// then resend the NAKed packet first, as for any sequence NAK:
+		// the READs behind it may be held (ooo.go).
+		c.e.rerequestBefore(c.qp, c.p.BTH.PSN, false)
+		c.probe = c.e.dev.cfg.Recovery&NoProbe == 0
 		return compErrorRetry
 	}
 	if t.CompPSN == before && t.StartedRetry && t.NAKEpisode && t.Attr.RetryCnt == 7 {
@@ -333,6 +342,9 @@ func (c *completion) checkHead() compState {
 	}
 	if dup {
 		c.e.counters.DuplicateResponse++
+		if !isAtomicAck {
+			c.e.counters.DuplicateReadResponse++
+		}
 		return compDrop
 	}
 	if psn != base && (isAtomicAck || (psn-base)&0xffffff >= queue.ReadMapBits || c.e.dev.cfg.Recovery&NoReadHoles != 0) {

@@ -14,6 +14,7 @@ package transport
 import (
 	"time"
 
+	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -100,6 +101,11 @@ func (e *engine) askHoles(qp *queue.QP, w *queue.SendWQE) {
 	}
 	w.Retried = true
 	e.counters.LostResponseRetry++
+	if w.TailLost {
+		e.counters.ReadReaskEnd++
+	} else {
+		e.counters.ReadReaskReorder++
+	}
 	t.RTTAt = time.Time{} // Karn: no round-trip sample across a retransmission
 	e.sendReadAtomic(qp, w)
 	t.Reo.Asked(w.ReadFrom, w.ReadTo)
@@ -115,4 +121,15 @@ func (e *engine) answerSeen(qp *queue.QP, w *queue.SendWQE, psn uint32, dup bool
 	if dup && qp.Transport.Reo.Duplicate(psn) {
 		e.counters.SpuriousRetry++
 	}
+}
+
+// askingHole reports whether go-back-N, outside a timer episode, leaves
+// READ w alone: its lowest hole's request is out and its answer may be on
+// its way (askHoles: at most one request per hole per round trip). A NAK
+// or an ACK past w says nothing of that answer, which the responder sends
+// after whatever it queued before the request came; asking again
+// duplicated it (a NAK for a READ behind a hole sent every READ again,
+// each answered in full). A lost request or answer is the timer's.
+func askingHole(t *queue.Transport, w *queue.SendWQE) bool {
+	return t.Timeouts == 0 && w.WR.Opcode == ibv.WRRDMARead && w.Retried && !w.RespDone && w.ReadFrom == w.NextRespPSN(t.MTU)
 }

@@ -153,6 +153,15 @@ func (e *engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 	wr := &w.WR
 	if queue.IsReadOrAtomic(wr.Opcode) {
 		e.sendReadAtomic(qp, w)
+		if w.Retried && wr.Opcode == ibv.WRRDMARead {
+			// Asked again by go-back-N: after the timer, or after a NAK
+			// (or an ACK) that went back.
+			if t.Timeouts > 0 {
+				e.counters.ReadReaskTimer++
+			} else {
+				e.counters.ReadReaskNAK++
+			}
+		}
 		w.SentAll = true
 		t.ReqPSN = (w.LastPSN + 1) & 0xffffff
 		t.NoAckPkts = 0

@@ -107,26 +107,30 @@ func (e *engine) retry(qp *queue.QP, timeout, nak bool) {
 // READ or atomic asks again for the responses it still lacks (with
 // headReadsOnly, only the oldest WQE does), and one whose responses are
 // all in, or a SEND or WRITE the responder has acknowledged, is not sent
-// again.
+// again. Outside a timer episode a READ whose lowest hole's request is
+// out is passed over (askingHole): the WQE after it counts as the oldest.
 func (e *engine) goBackN(qp *queue.QP, headReadsOnly bool) {
 	t := &qp.Transport
 	t.ReqIdx = 0
 	t.ReqPSN = t.CompPSN
 	t.RTTAt = time.Time{} // Karn: no round-trip sample across a retransmission
 	mtu := uint32(t.MTU)
+	head := true
 	for i := range t.SQ {
 		w := &t.SQ[i]
 		if !w.Started {
 			break
 		}
 		if queue.IsReadOrAtomic(w.WR.Opcode) {
-			if i > 0 && headReadsOnly && w.SentAll {
+			if !head && headReadsOnly && w.SentAll || askingHole(t, w) {
 				continue
 			}
+			head = false
 			w.SentAll = w.RespDone
 			w.Retried = true
 			continue
 		}
+		head = false
 		from := (t.AckedReq + 1) & 0xffffff
 		switch {
 		case t.PSNAfter(from, w.LastPSN):

@@ -64,3 +64,69 @@ func TestReadNAKPastHoleAsksOnce(t *testing.T) {
 		t.Fatalf("responder counters %+v: want one response replayed, C held", cb)
 	}
 }
+
+// TestReadTailProbe: a 64 KiB READ whose response 5 is lost, and so is the
+// answer to the request for that hole. Nothing else is outstanding, so
+// nothing but time shows it: the READ tail probe fires once the hole's
+// answer is overdue, one READ round trip (50 µs on the fake clock, the
+// time the first response took) after the request left and half one
+// (at least 100 µs) past the last response, long before the RTO (at
+// least 1 ms). It asks for PSN 5 alone again, and the READ completes.
+func TestReadTailProbe(t *testing.T) {
+	var clk interface{ Advance(time.Duration) }
+	lost := 0
+	first := true
+	a, b, c, wa, wb := selectivePair(t, nil, func(p *wire.Packet, _ []pktRec) bool {
+		if !isReadResp(p.BTH.Opcode) {
+			return false
+		}
+		if first {
+			// The first response leaves 50 µs after its request: the
+			// requester's READ round trip.
+			first = false
+			clk.Advance(50 * time.Microsecond)
+		}
+		if p.BTH.PSN == 5 && lost < 2 {
+			lost++
+			return true
+		}
+		return false
+	})
+	clk = c
+	const size = 64 << 10
+	fill(b.mr.Bytes()[:size], 34)
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, size), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	waitCounter(t, a.dev, "the hole's request", func(c Counters) bool { return c.ReadReaskReorder == 1 })
+	quiesce(t, a.dev, b.dev)
+	if n := pending(a.scq); n != 0 {
+		t.Fatalf("%d completions with the hole's answer lost", n)
+	}
+	clk.Advance(200 * time.Microsecond)
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("completion %+v", wc)
+	}
+	equalBytes(t, "READ", a.mr.Bytes()[:size], b.mr.Bytes()[:size])
+	quiesce(t, a.dev, b.dev)
+	var reqs []pktRec
+	wa.mu.Lock()
+	for _, r := range wa.pkts {
+		if r.op == wire.RCReadRequest {
+			reqs = append(reqs, r)
+		}
+	}
+	wa.mu.Unlock()
+	if len(reqs) != 3 || reqs[0].psn != 0 || reqs[0].reth.Len != size {
+		t.Fatalf("READ requests %+v, want the READ and PSN 5 twice", reqs)
+	}
+	for _, r := range reqs[1:] {
+		if r.psn != 5 || r.reth.VA != b.mr.Addr()+5*4096 || r.reth.Len != 4096 {
+			t.Fatalf("READ requests %+v, want the READ and PSN 5 twice", reqs)
+		}
+	}
+	if got := wb.resent(isReadResp); !slices.Equal(got, []uint32{5, 5}) {
+		t.Fatalf("resent responses %v, want [5 5]", got)
+	}
+	if ca := counters(a.dev); ca.TransportTimeouts != 1 || ca.ReadTailProbes != 1 || ca.ReadReaskTimer != 1 || ca.DuplicateReadResponse != 0 {
+		t.Fatalf("counters %+v: want one expiry, the tail probe", ca)
+	}
+}

@@ -107,6 +107,10 @@ type Counters struct {
 	// arrived for a PSN already placed (or a READ already complete): what
 	// a re-ask cost for nothing.
 	ReadReaskReorder, ReadReaskEnd, ReadReaskTimer, ReadReaskNAK, DuplicateReadResponse uint64
+	// ReadTailProbes counts the transport timer's expiries that were READ
+	// tail probes (each also counts in TransportTimeouts): every READ
+	// outstanding waited for its hole's answer past its due time.
+	ReadTailProbes uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -145,7 +149,7 @@ func (c *Counters) fields() []counterField {
 		{"spurious_retry", &c.SpuriousRetry},
 		{"read_reask_reorder", &c.ReadReaskReorder}, {"read_reask_end", &c.ReadReaskEnd},
 		{"read_reask_timer", &c.ReadReaskTimer}, {"read_reask_nak", &c.ReadReaskNAK},
-		{"duplicate_read_response", &c.DuplicateReadResponse},
+		{"duplicate_read_response", &c.DuplicateReadResponse}, {"read_tail_probes", &c.ReadTailProbes},
 	}
 }
 

@@ -404,6 +404,7 @@ func (c *completion) read() compState {
 	c.e.resetRetry(c.qp) // a response it waited for: progress (rxe's check_ack)
 	c.e.completeInOrder(c.qp)
 	c.e.progress(c.qp)
+	c.e.readTailProbe(c.qp)
 	return compDone
 }
 

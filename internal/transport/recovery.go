@@ -116,6 +116,9 @@ func (e *engine) askHoles(qp *queue.QP, w *queue.SendWQE) {
 // response the latest re-ask asked for shows the re-ask was spurious.
 func (e *engine) answerSeen(qp *queue.QP, w *queue.SendWQE, psn uint32, dup bool) {
 	if w != nil && queue.PSNCmp(psn, w.ReadFrom) >= 0 && queue.PSNCmp(psn, w.ReadTo) < 0 && queue.PSNCmp((psn+1)&0xffffff, w.AskSeen) > 0 {
+		if w.AskSeen == w.ReadFrom && !w.AskAt.IsZero() {
+			e.readRTTSample(&qp.Transport, e.dev.clock.Now().Sub(w.AskAt))
+		}
 		w.AskSeen = (psn + 1) & 0xffffff
 	}
 	if dup && qp.Transport.Reo.Duplicate(psn) {
@@ -132,4 +135,79 @@ func (e *engine) answerSeen(qp *queue.QP, w *queue.SendWQE, psn uint32, dup bool
 // each answered in full). A lost request or answer is the timer's.
 func askingHole(t *queue.Transport, w *queue.SendWQE) bool {
 	return t.Timeouts == 0 && w.WR.Opcode == ibv.WRRDMARead && w.Retried && !w.RespDone && w.ReadFrom == w.NextRespPSN(t.MTU)
+}
+
+// readRTTSample takes the time from a READ request to its answer's first
+// response into ReadRTT: the lowest recent one, which is the path's round
+// trip and the responder's turnaround without a queue in front of the
+// answer (most answers wait behind others'). A higher sample moves it up
+// by a sixteenth of the difference, so a path that slowed is followed.
+func (e *engine) readRTTSample(t *queue.Transport, d time.Duration) {
+	switch {
+	case d <= 0:
+	case t.ReadRTT == 0 || d < t.ReadRTT:
+		t.ReadRTT = d
+	default:
+		t.ReadRTT += (d - t.ReadRTT) / 16
+	}
+}
+
+// readTailMin is the least a READ tail probe waits past the answer's due
+// time: above an engine's wakeup latency (the tail-loss probe's floor).
+const readTailMin = 100 * time.Microsecond
+
+// readTailProbe shortens the transport timer once every READ outstanding
+// waits only for the answer to its hole's request (askingHole), nothing
+// else being on its way: the responder queues that answer behind what it
+// was sending when the request came, so it is due one READ round trip
+// after the request left, or at once if responses were still arriving
+// then; past that by half a round trip (at least readTailMin) it was lost,
+// or the request was. Without this such a stall waited the RTO (at least
+// 1 ms, srtt counting each READ's wait behind the others'), which at 5%
+// loss was a third of a 64 KiB READ stream's time. The expiry is the
+// timer's (retry: the oldest READ's hole asked again, the timer backed
+// off until a response comes). Only with retry_cnt 7: a finite one counts
+// each expiry against the application's retries. A READ whose original
+// request is unanswered is never a tail: a slow responder (rxe in a guest
+// starts a 1 MiB READ's answer after a second) would be asked again.
+func (e *engine) readTailProbe(qp *queue.QP) {
+	t := &qp.Transport
+	t.ReadTailAt = time.Time{}
+	if t.Attr.RetryCnt != 7 || t.ReadRTT == 0 || t.TimerAt.IsZero() || t.Timeouts > 0 {
+		return
+	}
+	now := e.dev.clock.Now()
+	var at time.Time
+	for i := range t.SQ {
+		w := &t.SQ[i]
+		if !w.Started {
+			break
+		}
+		if w.RespDone {
+			continue
+		}
+		var due time.Time
+		switch {
+		case w.WR.Opcode != ibv.WRRDMARead || !w.SentAll:
+			return
+		case w.AskSeen != w.ReadFrom:
+			// Its latest request's answer began: the rest of it comes
+			// back to back, behind this response.
+			due = now.Add(max(t.ReadRTT, readTailMin))
+		case askingHole(t, w):
+			due = w.AskAt.Add(t.ReadRTT)
+			if due.Before(now) {
+				due = now
+			}
+			due = due.Add(max(t.ReadRTT/2, readTailMin))
+		default:
+			return // an answer not begun yet: perhaps a slow responder's
+		}
+		if due.After(at) {
+			at = due
+		}
+	}
+	if !at.IsZero() && at.Before(t.TimerAt) {
+		t.TimerAt, t.ReadTailAt = at, at
+	}
 }

@@ -234,6 +234,7 @@ func (e *engine) sendReadAtomic(qp *queue.QP, w *queue.SendWQE) {
 	if w.Retried {
 		e.counters.RetransmittedPkts++
 	}
+	w.AskAt = e.dev.clock.Now()
 	if wr.Opcode == ibv.WRRDMARead {
 		psn := w.NextRespPSN(t.MTU)
 		to := w.HoleEnd(psn)

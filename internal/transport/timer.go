@@ -47,6 +47,9 @@ func (e *engine) checkTimers(qp *queue.QP, now time.Time) {
 		return
 	}
 	e.counters.TransportTimeouts++
+	if t.TimerAt.Equal(t.ReadTailAt) {
+		e.counters.ReadTailProbes++
+	}
 	e.retry(qp, true, false)
 }
 

@@ -263,9 +263,14 @@ func (c *completion) seqNAK() compState {
 		// so what the READ lacks was lost, unless its hole's request is
 		// out (its answer comes after the NAK). Ask for those holes,
 		// then resend the NAKed packet first, as for any sequence NAK:
-		// the READs behind it may be held (ooo.go).
+		// the READs behind it may be held (ooo.go), and a held READ's
+		// request sent again is answered again in full. Unless every
+		// request from the NAKed one on is a one-packet READ: a copy of
+		// a held one then costs one response, less than the timer that
+		// a second lost request among them would wait for (the
+		// responder NAKs a hole once, when a request arrives past it).
 		c.e.rerequestBefore(c.qp, c.p.BTH.PSN, false)
-		c.probe = c.e.dev.cfg.Recovery&NoProbe == 0
+		c.probe = c.e.dev.cfg.Recovery&NoProbe == 0 && !shortReadsFrom(t, c.p.BTH.PSN)
 		return compErrorRetry
 	}
 	if t.CompPSN == before && t.StartedRetry && t.NAKEpisode && t.Attr.RetryCnt == 7 {

@@ -211,3 +211,21 @@ func (e *engine) readTailProbe(qp *queue.QP) {
 		t.TimerAt, t.ReadTailAt = at, at
 	}
 }
+
+// shortReadsFrom reports whether every WQE started from PSN psn on is a
+// READ answered by one packet.
+func shortReadsFrom(t *queue.Transport, psn uint32) bool {
+	for i := range t.SQ {
+		w := &t.SQ[i]
+		if !w.Started {
+			break
+		}
+		if queue.PSNCmp(w.LastPSN, psn) < 0 {
+			continue
+		}
+		if w.WR.Opcode != ibv.WRRDMARead || w.FirstPSN != w.LastPSN {
+			return false
+		}
+	}
+	return true
+}

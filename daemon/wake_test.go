@@ -93,13 +93,23 @@ func (wb *wakeBed) counters(t *testing.T) verbs.Counters {
 }
 
 // asleep waits until the engine says in the doorbell page that it sleeps.
-func (wb *wakeBed) asleep(t *testing.T) {
+func (wb *wakeBed) asleep(t *testing.T) { wb.sleepAfter(t, 0) }
+
+// sleepAfter waits until the engine sleeps a sleep other than number n (0:
+// any) and returns its number: the engine has then finished what woke it
+// from sleep n, which a page that only said "asleep" could not tell from
+// a wakeup the engine's thread has yet to run for (on a loaded host, for
+// tens of milliseconds).
+func (wb *wakeBed) sleepAfter(t *testing.T, n uint32) uint32 {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !uverbs.Sleeping(wb.page, 0); {
-		if time.Now().After(deadline) {
-			t.Fatal("the idle engine does not sleep")
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if s := uverbs.SleepNumber(wb.page, 0); s != 0 && s != n {
+			return s
 		}
-		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle engine does not sleep again after sleep %d", n)
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 
@@ -116,29 +126,44 @@ func (wb *wakeBed) ring(t *testing.T) {
 // daemon's sleeping engine in one hop — the engine waits on the client's
 // doorbell itself (doorbell_wakes), no goroutine reads it and then wakes
 // the engine — once per ring (engine_wakeups), and the engine goes back to
-// sleep and stays asleep while nothing happens.
+// sleep and stays asleep while nothing happens. Each step waits for the
+// engine's next sleep (its number in the doorbell page), not for a time,
+// so a loaded host only slows it; a sleep that ended for another reason
+// (the engine's safety net, a sleep cut short by a wakeup that then ends
+// the next one at once) shows as a sleep too many, and only then is the
+// count taken again.
 func TestDoorbellWakesEngineDirectly(t *testing.T) {
 	wb := newWakeBed(t)
-	wb.asleep(t)
-	// A first ring, so that the engine's next sleep starts afresh: its
-	// safety net (a wakeup a second, transport.quietWait) is then far off.
-	wb.ring(t)
-	time.Sleep(20 * time.Millisecond)
-	wb.asleep(t)
-	// Reading the counters is a control operation, which rings the engine
-	// once it is done: that wakeup counts in the difference too.
-	before := wb.counters(t)
-	time.Sleep(20 * time.Millisecond)
-	wb.asleep(t)
-	wb.ring(t)
-	time.Sleep(50 * time.Millisecond) // woken, then idle: nothing should wake it again
-	wb.asleep(t)
-	after := wb.counters(t)
-	if d := after.DoorbellWakes - before.DoorbellWakes; d != 1 {
-		t.Errorf("doorbell_wakes rose by %d for one ring, want 1", d)
-	}
-	if d := after.EngineWakeups - before.EngineWakeups; d != 2 {
-		t.Errorf("engine_wakeups rose by %d for one ring and a counters read, want 2", d)
+	const attempts = 5
+	for attempt := 1; ; attempt++ {
+		s0 := wb.sleepAfter(t, 0)
+		// A first ring, so that the engine's next sleep starts afresh: its
+		// safety net (a wakeup a second, transport.quietWait) is then far off.
+		wb.ring(t)
+		s1 := wb.sleepAfter(t, s0)
+		// Reading the counters is a control operation, which rings the
+		// engine once it is done: that wakeup counts in the difference too.
+		before := wb.counters(t)
+		s2 := wb.sleepAfter(t, s1)
+		wb.ring(t)
+		s3 := wb.sleepAfter(t, s2)
+		time.Sleep(50 * time.Millisecond) // woken, then idle: nothing should wake it again
+		stayed := uverbs.SleepNumber(wb.page, 0) == s3
+		after := wb.counters(t)
+		if s2 != s1+1 || s3 != s2+1 || !stayed {
+			if attempt < attempts {
+				t.Logf("attempt %d: sleeps %d, %d, %d, then %d: a wakeup besides the read's and the ring's; again", attempt, s1, s2, s3, uverbs.SleepNumber(wb.page, 0))
+				continue
+			}
+			t.Fatalf("in %d attempts the engine never slept once per wakeup: sleeps %d, %d, %d (stayed asleep: %v)", attempts, s1, s2, s3, stayed)
+		}
+		if d := after.DoorbellWakes - before.DoorbellWakes; d != 1 {
+			t.Errorf("doorbell_wakes rose by %d for one ring, want 1", d)
+		}
+		if d := after.EngineWakeups - before.EngineWakeups; d != 2 {
+			t.Errorf("engine_wakeups rose by %d for one ring and a counters read, want 2", d)
+		}
+		return
 	}
 }
 

@@ -57,6 +57,7 @@ func (e *engine) takePosted() []*queue.QP {
 func (d *NIC) run(e *engine) {
 	defer d.stopped.Done()
 	var drives uint64 // e.drives when this goroutine last looked
+	var sleeps uint32 // the number of the engine's last sleep, for the doorbell page
 	for {
 		select {
 		case <-d.done:
@@ -101,13 +102,16 @@ func (d *NIC) run(e *engine) {
 			runtime.Gosched()
 		case wait > 0:
 			e.sleeping.Store(true)
-			e.setSleeping(true)
+			if sleeps++; sleeps == 0 { // 0 says awake
+				sleeps = 1
+			}
+			e.setSleeping(sleeps)
 			if !e.work.Load() && !e.clientsPosted() && e.fastSleep() {
 				e.link.Wait(wait)
 				e.fastWake()
 				e.wakeups++
 			}
-			e.setSleeping(false)
+			e.setSleeping(0)
 			e.sleeping.Store(false)
 		}
 	}
@@ -154,11 +158,12 @@ func (d *NIC) UnwatchDoorbell(fd int) error {
 	return w.Unwatch(fd)
 }
 
-// setSleeping says in the doorbell page, if the device has one, whether the
-// engine sleeps.
-func (e *engine) setSleeping(asleep bool) {
+// setSleeping says in the doorbell page, if the device has one, that the
+// engine sleeps its sleep number n, or with 0 that it is awake: a client
+// reads only whether it sleeps, a test also which sleep it is.
+func (e *engine) setSleeping(n uint32) {
 	if p := e.dev.doorbellPage.Load(); p != nil {
-		uverbs.SetSleeping(*p, uint32(e.index), asleep)
+		uverbs.SetSleeping(*p, uint32(e.index), n)
 	}
 }
 

@@ -230,7 +230,7 @@ _Static_assert(offsetof(struct xp_cqe, wc_flags) == 36, "xp_cqe.wc_flags");
 
 /* One engine's line of the doorbell page. */
 struct xp_doorbell {
-	/* non-zero while the engine sleeps: a post must then write the doorbell eventfd */
+	/* non-zero while the engine sleeps (the number of its sleep): a post must then write the doorbell eventfd */
 	_Atomic uint32_t sleeping;
 	uint8_t reserved0[60];
 };

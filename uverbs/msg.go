@@ -65,6 +65,7 @@ const (
 	OpAllocDM
 	OpFreeDM
 	OpRegDMMR
+	OpDoorbell
 	opEnd
 )
 
@@ -81,6 +82,7 @@ var opNames = [...]string{
 	OpCMQuery: "CM_QUERY", OpCMInitQPAttr: "CM_INIT_QP_ATTR", OpCMGetEvent: "CM_GET_EVENT", OpCMSetOption: "CM_SET_OPTION",
 	OpAttachMcast: "ATTACH_MCAST", OpDetachMcast: "DETACH_MCAST", OpCMJoinMcast: "CM_JOIN_MCAST", OpCMLeaveMcast: "CM_LEAVE_MCAST",
 	OpResizeCQ: "RESIZE_CQ", OpAllocDM: "ALLOC_DM", OpFreeDM: "FREE_DM", OpRegDMMR: "REG_DM_MR",
+	OpDoorbell: "DOORBELL",
 }
 
 func (o Op) String() string {

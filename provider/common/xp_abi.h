@@ -85,6 +85,7 @@ enum xp_op {
 	XP_ALLOC_DM = 48,
 	XP_FREE_DM = 49,
 	XP_REG_DM_MR = 50,
+	XP_DOORBELL = 51,
 };
 
 /* A ring's header: each index on its own cache line. Slots follow it. */
@@ -1483,6 +1484,16 @@ static inline void xp_get_reg_dm_mr_rep(struct xp_dec *d, struct xp_reg_dm_mr_re
 	r->mr = xp_get_u32(d);
 	r->lkey = xp_get_u32(d);
 	r->rkey = xp_get_u32(d);
+}
+
+/* XP_DOORBELL's request: Doorbell */
+struct xp_doorbell_req {
+	uint32_t engine;
+};
+
+static inline void xp_put_doorbell_req(struct xp_enc *e, const struct xp_doorbell_req *r)
+{
+	xp_u32(e, r->engine);
 }
 
 #endif

@@ -76,7 +76,7 @@ func newWakeBedQueues(t *testing.T, queues int) *wakeBed {
 	}
 	t.Cleanup(func() { c.Close() })
 	wb.c = c
-	_, fds, err := c.Hello()
+	_, _, fds, err := c.Hello()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,13 +21,17 @@ func (t *Transport) AskingHole(w *SendWQE) bool {
 	return t.Timeouts == 0 && w.WR.Opcode == ibv.WRRDMARead && w.Retried && !w.RespDone && w.ReadFrom == w.NextRespPSN(t.MTU)
 }
 
-// ReadRTTSample takes the time from a READ request to its answer's first
-// response into ReadRTT: the lowest recent one, which is the path's round
+// ReadRTTSample takes, when a response of READ w's latest request's
+// answer arrives at now and is the first of it, the time from that
+// request into ReadRTT: the lowest recent one, which is the path's round
 // trip and the responder's turnaround without a queue in front of the
 // answer (most answers wait behind others'). A higher sample moves it up
 // by a sixteenth of the difference, so a path that slowed is followed.
-func (t *Transport) ReadRTTSample(d time.Duration) {
-	switch {
+func (t *Transport) ReadRTTSample(w *SendWQE, now time.Time) {
+	if w.AskSeen != w.ReadFrom || w.AskAt.IsZero() {
+		return
+	}
+	switch d := now.Sub(w.AskAt); {
 	case d <= 0:
 	case t.ReadRTT == 0 || d < t.ReadRTT:
 		t.ReadRTT = d

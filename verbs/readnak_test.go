@@ -21,10 +21,14 @@ func TestReadNAKPastHoleAsksOnce(t *testing.T) {
 	a, b, _, wa, wb := selectivePair(t, firstOf(isReadReq, 16), firstOf(isReadResp, 5))
 	const size = 64 << 10
 	fill(b.mr.Bytes()[:3*size], 33)
+	// One post: the three requests leave before any response can show
+	// A's hole (posted one by one, a slow host asked for it between them).
+	var wrs []SendWR
 	for i := range 3 {
-		postSend(t, a, SendWR{ID: uint64(i + 1), Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, i*size, size),
+		wrs = append(wrs, SendWR{ID: uint64(i + 1), Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, i*size, size),
 			RemoteAddr: b.mr.Addr() + uint64(i*size), RKey: b.mr.RKey()})
 	}
+	postSend(t, a, wrs...)
 	for i, wc := range poll(t, a.scq, 3, 5*time.Second) {
 		if wc.Status != WCSuccess || wc.WRID != uint64(i+1) {
 			t.Fatalf("completion %d: %+v", i, wc)

@@ -18,7 +18,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 (cd internal/tools/movedecl && go build -o "$tmp/movedecl" .)
 
-for p in ${PARTS:-idle handoff}; do
+for p in ${PARTS:-idle handoff tables}; do
 	if [ -e internal/engine/$p ]; then
 		echo "parts: internal/engine/$p exists: moved already" >&2
 		exit 1
@@ -26,6 +26,33 @@ for p in ${PARTS:-idle handoff}; do
 	"$tmp/movedecl" "$here/$p.spec"
 	cp "$here/${p}_doc.go.txt" internal/engine/$p/doc.go
 done
+
+# A new file starts with the file comment of the file its declarations
+# came from; each says what it has now.
+python3 - <<'PY'
+import os, re
+new = {
+    "internal/engine/idle/spinner.go": "",
+    "internal/engine/handoff/inbox.go": "",
+    "internal/engine/tables/objects.go": "",
+    "internal/engine/tables/memory.go": "",
+    "internal/engine/tables/shared.go":
+        "// The tables of QPs and SRQs whose work requests a daemon's clients post\n"
+        "// to shared rings.\n",
+    "internal/engine/tables/replies.go":
+        "// Queued READ replies dropped with the region they read.\n",
+    "internal/engine/tables/mcast.go": "",
+}
+for path, comment in new.items():
+    if not os.path.exists(path):
+        continue
+    s = open(path).read()
+    m = re.search(r"^package ", s, re.M)
+    if not m or (s[:m.start()].strip() and not s.lstrip().startswith("//")):
+        print("parts: left the file comment of", path, "as it is")
+        continue
+    open(path, "w").write((comment + "\n" if comment else "") + s[m.start():])
+PY
 
 unformatted=$(gofmt -l internal verbs test bench cmd)
 if [ -n "$unformatted" ]; then

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/engine/tables"
 	"github.com/xdproce/xdproce/internal/ibv"
 )
 
@@ -37,7 +38,7 @@ type Device struct {
 	Cfg   Config
 	Clock Clock
 
-	Objs   Objects
+	Objs   tables.Objects
 	Shards []*Engine
 
 	Done    chan struct{}

@@ -18,7 +18,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 (cd internal/tools/movedecl && go build -o "$tmp/movedecl" .)
 
-for p in ${PARTS:-idle handoff tables}; do
+for p in ${PARTS:-idle handoff tables port}; do
 	if [ -e internal/engine/$p ]; then
 		echo "parts: internal/engine/$p exists: moved already" >&2
 		exit 1
@@ -42,6 +42,10 @@ new = {
     "internal/engine/tables/replies.go":
         "// Queued READ replies dropped with the region they read.\n",
     "internal/engine/tables/mcast.go": "",
+    "internal/engine/port/config.go": "",
+    "internal/engine/port/clock.go": "",
+    "internal/engine/port/recovery.go": "",
+    "internal/engine/port/fastpath.go": "",
 }
 for path, comment in new.items():
     if not os.path.exists(path):

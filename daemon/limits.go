@@ -231,6 +231,7 @@ func (s *Server) leave(u *usage) {
 		return
 	}
 	u.left = true
+	s.forgetDMCharges(u)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u.pool.mu.Lock()

@@ -47,6 +47,7 @@ type session struct {
 	gone        atomic.Bool
 	memFailures atomic.Uint64
 	hello       bool
+	refused     bool // a HELLO of another ABI version was refused (and logged)
 	next        uint32
 	pds         map[uint32]*verbs.PD
 	mrs         map[uint32]*sharedMR
@@ -288,15 +289,29 @@ func (ss *session) handle32() uint32 {
 	}
 }
 
+// helloReq greets a client as the kernel's uverbs answers an extended
+// command: the request is an extensible part (a library from before
+// ReplyExt sends the version alone), and the reply's tail is cut to the
+// bytes the client said it understands, so a library older than this
+// daemon parses what it gets. Only an ABI version this daemon does not
+// serve is refused (EPROTONOSUPPORT; the client may greet again), and a
+// request with fields this daemon does not know set (E2BIG).
 func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
 	var r uverbs.Hello
-	d.Get(&r)
-	v := r.Version
+	d.GetExt(&r)
 	if err := d.End(); err != nil {
 		return nil, err
 	}
-	if v != uverbs.Version || ss.hello {
-		return nil, fmt.Errorf("%w: hello for version %d", errProtocol, v)
+	if ss.hello {
+		return nil, fmt.Errorf("%w: a second hello", errProtocol)
+	}
+	if r.Version < uverbs.MinABIVersion || r.Version > uverbs.ABIVersion {
+		if !ss.refused { // once a session: a client cannot fill the log
+			ss.refused = true
+			ss.srv.log.Warn("daemon: refusing a client of an ABI version this daemon does not serve",
+				"version", r.Version, "serves", fmt.Sprintf("%d to %d", uverbs.MinABIVersion, uverbs.ABIVersion))
+		}
+		return nil, syscall.EPROTONOSUPPORT
 	}
 	ss.hello = true
 	dev := ss.srv.cfg.Device
@@ -307,7 +322,6 @@ func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		MaxInlineData: uint32(a.MaxInlineData), MaxMRSize: a.MaxMRSize, MaxMsgSize: a.MaxMsgSize,
 		MaxQPRdAtom: uint32(a.MaxQPRdAtom), MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom),
 		MaxMTU: uint8(p.MaxMTU), ActiveMTU: uint8(p.ActiveMTU), DataPath: p.DataPath, Engines: uint32(dev.Engines()),
-		MaxDMSize: uint64(a.MaxDMSize),
 	}
 	copy(info.MAC[:], dev.MAC())
 	for i := range p.GIDTblLen {
@@ -318,6 +332,7 @@ func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		info.GIDs = append(info.GIDs, g.As16())
 	}
 	info.Put(e)
+	e.PutExt(&uverbs.DeviceInfoExt{MaxDMSize: uint64(a.MaxDMSize)}, int(r.ReplyExt))
 	// The client gets the doorbell page (a dup: the server keeps its own),
 	// one end of its own doorbell and the read end of its events pipe; the
 	// other ends are the daemon's alone.

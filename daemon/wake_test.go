@@ -68,7 +68,7 @@ func newWakeBed(t *testing.T) *wakeBed {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	_, fds, err := c.Hello()
+	_, _, fds, err := c.Hello()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,9 +30,12 @@ type Ref struct {
 	Handle uint32 `abi:"handle"`
 }
 
-// Hello is the HELLO request: the protocol version the client speaks.
+// Hello is the HELLO request, an extensible part (ext.go): the ABI version the client speaks and
+// how many bytes of the reply's extensible tail (DeviceInfoExt) it understands. A library from
+// before the tail sends the version alone, so asks for none of it.
 type Hello struct {
-	Version uint16 `abi:"version"`
+	Version  uint16 `abi:"version"`
+	ReplyExt uint16 `abi:"reply_ext" doc:"the bytes of the reply's tail understood: XP_DEVICE_INFO_EXT_LEN"`
 }
 
 // RegMR is the REG_MR request (after the PD's Ref). With a memfd, Addr is the offset into it;
@@ -215,7 +218,7 @@ func ref(name string) part { return part{name, Ref{}} }
 
 // opBodies is every op's request and reply; TestEveryOpHasBodies fails for an op without.
 var opBodies = map[Op]opBody{
-	OpHello:            {req: parts(Hello{}), rep: parts(DeviceInfo{})},
+	OpHello:            {req: parts(Hello{}), rep: parts(DeviceInfo{}, DeviceInfoExt{})},
 	OpAllocPD:          {rep: []part{ref("pd")}},
 	OpDeallocPD:        {req: []part{ref("pd")}},
 	OpRegMR:            {req: []part{ref("pd"), {"", RegMR{}}}, rep: parts(MRCreated{})},

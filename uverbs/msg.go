@@ -5,9 +5,20 @@ import (
 	"fmt"
 )
 
-// Version is the protocol version this package speaks. A client's Hello
-// names the version it speaks; the daemon refuses any other.
+// Version is the version of the messages' framing (Header); a daemon
+// disconnects a client whose messages carry another. What the bodies mean
+// is versioned apart, by HELLO (ABIVersion).
 const Version = 1
+
+// ABIVersion is the control protocol's version a client states in HELLO:
+// it changes only when a body changes incompatibly. Fields added to an
+// extensible part (ext.go), such as the HELLO reply's tail, need no new
+// version. A daemon serves MinABIVersion through ABIVersion and refuses
+// any other with EPROTONOSUPPORT.
+const (
+	ABIVersion    = 1
+	MinABIVersion = 1
+)
 
 // Op names a control request. Replies carry the request's op and sequence
 // number.
@@ -245,6 +256,12 @@ type DeviceInfo struct {
 	DataPath        string     `abi:"data_path"`
 	GIDs            [][16]byte `abi:"gids"`
 	Engines         uint32     `abi:"engines"`
+}
+
+// DeviceInfoExt is the Hello reply's extensible tail (ext.go), after its
+// DeviceInfo: as many of its bytes as the client's Hello.ReplyExt asks
+// for. New device attributes are appended here.
+type DeviceInfoExt struct {
 	// MaxDMSize is the most device memory one ALLOC_DM gives, 0 where the
 	// kernel gives none (ibv_device_attr_ex's max_dm_size).
 	MaxDMSize uint64 `abi:"max_dm_size"`

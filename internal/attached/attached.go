@@ -27,7 +27,8 @@ import (
 type Device struct {
 	conn *ipc.Conn
 	info uverbs.DeviceInfo
-	mtu  int // the port's active MTU in bytes
+	ext  uverbs.DeviceInfoExt // HELLO's tail: zeros where the daemon predates a field
+	mtu  int                  // the port's active MTU in bytes
 	mac  net.HardwareAddr
 	gids []netip.Addr
 	page *ipc.Mapping  // the doorbell page
@@ -53,22 +54,18 @@ var _ ibv.DeviceOps = (*Device)(nil)
 // calling thread's network namespace (xdproce up). Close detaches; the
 // daemon then destroys everything the device created.
 func Dial(ctx context.Context, ifname string) (*Device, error) {
-	conn, err := ipc.Dial(ctx, ifname)
-	if err != nil {
+	r := &Device{mrs: map[uint32]*MR{}, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, srqs: map[uint32]*SRQ{}}
+	conn, fds, err := greet(ctx, ifname, r, false)
+	if ipc.IsClosed(err) && ctx.Err() == nil {
+		// A daemon from before HELLO's extensible request hangs up on it:
+		// greet it again with the version alone, as clients before did.
+		conn.Close()
+		conn, fds, err = greet(ctx, ifname, r, true)
+	}
+	if conn == nil {
 		return nil, err
 	}
-	r := &Device{conn: conn, mrs: map[uint32]*MR{}, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, srqs: map[uint32]*SRQ{}}
-	var fds []int
-	// HELLO is bounded by ctx too: a server that never answers does not
-	// hold the caller.
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	r.info, fds, err = conn.Hello()
-	if !stop() {
-		if err == nil {
-			ipc.CloseAll(fds)
-		}
-		err = errors.Join(ctx.Err(), err)
-	}
+	r.conn = conn
 	if err == nil {
 		r.bell, r.events = ipc.SignalerOf(fds[1]), ipc.WaiterOf(fds[2])
 		if r.page, err = ipc.MapSharedReadOnly(fds[0], uverbs.DoorbellPageSize); err != nil {
@@ -92,6 +89,32 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 	wctx, r.stop = context.WithCancel(context.Background())
 	go r.watch(wctx, peer.PID)
 	return r, nil
+}
+
+// greet connects to the daemon of ifname and greets it (HELLO, the version
+// alone if versionOnly), into r's device description: the connection (nil
+// if none could be made) and HELLO's fds, or an error.
+func greet(ctx context.Context, ifname string, r *Device, versionOnly bool) (*ipc.Conn, []int, error) {
+	conn, err := ipc.Dial(ctx, ifname)
+	if err != nil {
+		return nil, nil, err
+	}
+	var fds []int
+	// HELLO is bounded by ctx too: a server that never answers does not
+	// hold the caller.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	if versionOnly {
+		r.info, r.ext, fds, err = conn.HelloVersionOnly()
+	} else {
+		r.info, r.ext, fds, err = conn.Hello()
+	}
+	if !stop() {
+		if err == nil {
+			ipc.CloseAll(fds)
+		}
+		err = errors.Join(ctx.Err(), err)
+	}
+	return conn, fds, err
 }
 
 // Port is the daemon's port: its MAC address, GID table (IPv4 GIDs

@@ -16,7 +16,9 @@
 #include "codec.h"
 
 enum {
-	XP_VERSION = 1, /* the control protocol's version (HELLO) */
+	XP_VERSION = 1, /* the messages' framing version (struct xp_msg_hdr) */
+	XP_ABI_VERSION = 1, /* the control protocol's version (HELLO) */
+	XP_DEVICE_INFO_EXT_LEN = 8, /* the bytes of HELLO's reply tail (DeviceInfoExt) this header knows */
 	XP_HEADER = 12, /* sizeof(struct xp_msg_hdr) */
 	XP_MAX_MSG = 16384, /* the largest control message */
 	XP_MAX_FDS = 4, /* the most file descriptors one control message carries */
@@ -272,6 +274,22 @@ static inline void xp_get_into(struct xp_dec *d, uint8_t *to, size_t n)
 		memcpy(to, p, n);
 	else
 		memset(to, 0, n);
+}
+
+/* xp_get_ext reads the rest of a reply as an extensible tail of n bytes (uverbs/ext.go): the
+ * bytes that came, zeros for the fields the daemon predates; a byte past n that is not zero is
+ * a field this library does not know, an error (the daemon sends no more than was asked). */
+static inline void xp_get_ext(struct xp_dec *d, uint8_t *to, size_t n)
+{
+	size_t k = d->n < n ? d->n : n;
+	memset(to, 0, n);
+	if (k > 0)
+		xp_get_into(d, to, k);
+	while (!d->err && d->n > 0) {
+		const uint8_t *p = xp_get_raw(d, 1);
+		if (p && *p)
+			d->err = true;
+	}
 }
 
 static inline void xp_put_msg_hdr(struct xp_enc *e, const struct xp_msg_hdr *r)
@@ -670,14 +688,17 @@ static inline void xp_get_mcast(struct xp_dec *d, struct xp_mcast *r)
 /* XP_HELLO's request: Hello */
 struct xp_hello_req {
 	uint16_t version;
+	/* the bytes of the reply's tail understood: XP_DEVICE_INFO_EXT_LEN */
+	uint16_t reply_ext;
 };
 
 static inline void xp_put_hello_req(struct xp_enc *e, const struct xp_hello_req *r)
 {
 	xp_u16(e, r->version);
+	xp_u16(e, r->reply_ext);
 }
 
-/* XP_HELLO's reply: DeviceInfo */
+/* XP_HELLO's reply: DeviceInfo, DeviceInfoExt */
 struct xp_hello_rep {
 	const uint8_t *name;
 	uint16_t name_len;
@@ -703,6 +724,11 @@ struct xp_hello_rep {
 	uint32_t engines;
 	uint64_t max_dm_size;
 };
+
+static inline void xp_get_hello_rep_ext(struct xp_dec *d, struct xp_hello_rep *r)
+{
+	r->max_dm_size = xp_get_u64(d);
+}
 
 static inline void xp_get_hello_rep(struct xp_dec *d, struct xp_hello_rep *r)
 {
@@ -730,7 +756,13 @@ static inline void xp_get_hello_rep(struct xp_dec *d, struct xp_hello_rep *r)
 	if (!r->gids)
 		r->gids_count = 0;
 	r->engines = xp_get_u32(d);
-	r->max_dm_size = xp_get_u64(d);
+	/* DeviceInfoExt, extensible: what the daemon sent of it, zeros past that */
+	uint8_t ext[8];
+	xp_get_ext(d, ext, sizeof(ext));
+	struct xp_dec ed = {.p = ext, .n = sizeof(ext)};
+	xp_get_hello_rep_ext(&ed, r);
+	if (ed.err)
+		d->err = true;
 }
 
 /* XP_ALLOC_PD's reply: Ref */

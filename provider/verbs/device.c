@@ -233,7 +233,20 @@ XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	int fds[3] = {-1, -1, -1}, err = ENOMEM;
 	if (!c)
 		goto fail;
-	err = xp_hello(sock, &c->info, fds);
+	err = xp_hello(sock, &c->info, fds, false);
+	if (err == EIO) {
+		/* A daemon from before HELLO's extensible request hangs up on it: greet it again with the
+		 * version alone, as the libraries before did. */
+		close(sock);
+		if ((sock = xp_connect(xd->ifname)) < 0)
+			err = errno == ECONNREFUSED || errno == ENOENT ? ENODEV : errno;
+		else
+			err = xp_hello(sock, &c->info, fds, true);
+	}
+	if (err == EPROTONOSUPPORT)
+		/* As libibverbs reports a kernel of another uverbs ABI ("Fatal: kernel ABI version"). */
+		fprintf(stderr, "libibverbs: Fatal: the xdproce daemon of %s does not serve ABI version %d, this library's\n",
+			xd->ifname, XP_ABI_VERSION);
 	if (err)
 		goto fail;
 	c->sock = sock;

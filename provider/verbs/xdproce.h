@@ -225,7 +225,7 @@ int xp_trust(int sock);
  * fit or parse, EIO once the daemon is gone). */
 int xp_call(struct xctx *c, struct xp_enc *e, const int *fds, int nfds, uint8_t *buf, size_t size, struct xp_dec *d,
 	    int *rfds, int *nrfds);
-int xp_hello(int sock, struct xp_info *info, int fds[3]);
+int xp_hello(int sock, struct xp_info *info, int fds[3], bool version_only);
 void xp_table_put(struct xp_table *t, uint32_t h, void *obj);
 void xp_table_del(struct xp_table *t, void *obj);
 void *xp_table_get(struct xp_table *t, uint32_t h);

@@ -262,7 +262,7 @@ func (c *completion) seqNAK() compState {
 		// Past a READ still waiting, whose lost holes are asked for; then
 		// probe, unless only one-packet READs follow (docs/recovery.md).
 		c.e.rerequestBefore(c.qp, c.p.BTH.PSN, false)
-		c.probe = c.e.dev.Cfg.Recovery&NoProbe == 0 && !t.ShortReadsFrom(c.p.BTH.PSN)
+		c.probe = c.e.dev.Cfg.Recovery&port.NoProbe == 0 && !t.ShortReadsFrom(c.p.BTH.PSN)
 		return compErrorRetry
 	}
 	if t.CompPSN == before && t.StartedRetry && t.NAKEpisode && t.Attr.RetryCnt == 7 {

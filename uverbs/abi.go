@@ -107,7 +107,7 @@ type abiCQE struct {
 
 // abiDoorbell is one engine's line of the doorbell page.
 type abiDoorbell struct {
-	Sleeping uint32 `abi:"sleeping,atomic" doc:"non-zero while the engine sleeps: a post must then write the doorbell eventfd"`
+	Sleeping uint32 `abi:"sleeping,atomic" doc:"non-zero while the engine sleeps (the number of its sleep): a post must then write the doorbell eventfd"`
 	_        [60]byte
 }
 

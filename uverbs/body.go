@@ -59,6 +59,12 @@ type AllocDM struct {
 	Length uint64 `abi:"length"`
 }
 
+// Doorbell is the DOORBELL request: the session's doorbell for one engine of a device of
+// several (HELLO's is engine 0's); its fd comes with the empty reply.
+type Doorbell struct {
+	Engine uint32 `abi:"engine"`
+}
+
 // DMCreated is the ALLOC_DM reply; the fd of the memory (a BPF array map's, to map MapLength
 // bytes of, shared and writable) comes with it.
 type DMCreated struct {
@@ -268,6 +274,7 @@ var opBodies = map[Op]opBody{
 	OpAllocDM:          {req: parts(AllocDM{}), rep: parts(DMCreated{})},
 	OpFreeDM:           {req: []part{ref("dm")}},
 	OpRegDMMR:          {req: []part{ref("pd"), ref("dm"), {"", RegDMMR{}}}, rep: parts(MRCreated{})},
+	OpDoorbell:         {req: parts(Doorbell{})},
 }
 
 // Put appends body v, a pointer to one of the body structs (or a struct value), field by

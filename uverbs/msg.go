@@ -76,6 +76,7 @@ const (
 	OpAllocDM
 	OpFreeDM
 	OpRegDMMR
+	OpDoorbell
 	opEnd
 )
 
@@ -92,6 +93,7 @@ var opNames = [...]string{
 	OpCMQuery: "CM_QUERY", OpCMInitQPAttr: "CM_INIT_QP_ATTR", OpCMGetEvent: "CM_GET_EVENT", OpCMSetOption: "CM_SET_OPTION",
 	OpAttachMcast: "ATTACH_MCAST", OpDetachMcast: "DETACH_MCAST", OpCMJoinMcast: "CM_JOIN_MCAST", OpCMLeaveMcast: "CM_LEAVE_MCAST",
 	OpResizeCQ: "RESIZE_CQ", OpAllocDM: "ALLOC_DM", OpFreeDM: "FREE_DM", OpRegDMMR: "REG_DM_MR",
+	OpDoorbell: "DOORBELL",
 }
 
 func (o Op) String() string {
@@ -265,6 +267,10 @@ type DeviceInfoExt struct {
 	// MaxDMSize is the most device memory one ALLOC_DM gives, 0 where the
 	// kernel gives none (ibv_device_attr_ex's max_dm_size).
 	MaxDMSize uint64 `abi:"max_dm_size"`
+	// Doorbells is how many engines have a doorbell of their own for each
+	// client: engine 0's comes with HELLO, each other's with DOORBELL. 0
+	// (a daemon from before it) says HELLO's doorbell wakes them all.
+	Doorbells uint32 `abi:"doorbells"`
 }
 
 // Put encodes i.

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xdproce/xdproce/internal/engine"
+	"github.com/xdproce/xdproce/internal/engine/port"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/inproc"
 	"github.com/xdproce/xdproce/loader"
@@ -66,13 +66,13 @@ type DeviceConfig struct {
 }
 
 // Recovery is DeviceConfig.Recovery: pieces of selective recovery turned off.
-type Recovery = engine.Recovery
+type Recovery = port.Recovery
 
 // The pieces of selective recovery (docs/recovery.md).
 const (
-	NoReadHoles = engine.NoReadHoles // READ responses past a gap dropped, the READ asked again to its end
-	NoHold      = engine.NoHold      // request packets past a hole dropped by the responder
-	NoProbe     = engine.NoProbe     // a sequence NAK goes back over everything after it at once
+	NoReadHoles = port.NoReadHoles // READ responses past a gap dropped, the READ asked again to its end
+	NoHold      = port.NoHold      // request packets past a hole dropped by the responder
+	NoProbe     = port.NoProbe     // a sequence NAK goes back over everything after it at once
 )
 
 // DefaultSpinMax is the SpinMax of a device that does not set one: a
@@ -152,7 +152,7 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 		cfg.SpinMax = 0
 	}
 	ops, err := inproc.New(links, inproc.Config{
-		Config: engine.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
+		Config: port.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
 			BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold, Groups: cfg.Groups, Recovery: cfg.Recovery},
 		Resolve: cfg.Resolve, PortCounters: cfg.PortCounters, FastPath: cfg.fast})
 	if err != nil {
@@ -260,16 +260,17 @@ func (d *Device) SetDoorbellPage(page []byte) { d.ops.SetDoorbellPage(page) }
 // signals that it posted to a sleeping engine.
 func (d *Device) Wake() { d.ops.Wake() }
 
-// WatchDoorbell has the device's engine wait on fd, a daemon's client's
-// doorbell, itself, so that a ring wakes it in one hop. It is false, with
-// nothing done, where the engines cannot (several engines, a link that
-// watches nothing, a device attached to a daemon): the caller then reads
-// fd and calls Wake. The caller keeps fd open until UnwatchDoorbell.
-func (d *Device) WatchDoorbell(fd int) (bool, error) { return d.ops.WatchDoorbell(fd) }
+// WatchDoorbell has the device's engine (0 to Engines()-1) wait on fd, a
+// daemon's client's doorbell for that engine, itself, so that a ring wakes
+// it in one hop and wakes no other engine. It is false, with nothing done,
+// where the engine cannot (a link that watches nothing, a device attached
+// to a daemon): the caller then reads fd and calls Wake. The caller keeps
+// fd open until UnwatchDoorbell.
+func (d *Device) WatchDoorbell(engine, fd int) (bool, error) { return d.ops.WatchDoorbell(engine, fd) }
 
 // UnwatchDoorbell stops WatchDoorbell's watch: once it returns, the
-// engines read fd no more.
-func (d *Device) UnwatchDoorbell(fd int) error { return d.ops.UnwatchDoorbell(fd) }
+// engine reads fd no more.
+func (d *Device) UnwatchDoorbell(engine, fd int) error { return d.ops.UnwatchDoorbell(engine, fd) }
 
 // Engines is the number of engines (queues) the device runs.
 func (d *Device) Engines() int { return d.ops.Engines() }

@@ -18,22 +18,6 @@ import (
 	"github.com/xdproce/xdproce/wire"
 )
 
-// Recovery turns pieces of selective recovery off, to measure what each
-// is worth (verbs' BenchmarkLoss): the zero value runs them all, and all
-// three off is go-back-N as rxe recovers.
-type Recovery uint8
-
-const (
-	// NoReadHoles: a READ response past a gap is dropped and the READ asked
-	// again from the gap to its end.
-	NoReadHoles Recovery = 1 << iota
-	// NoHold: the responder drops request packets past a hole.
-	NoHold
-	// NoProbe: a sequence NAK sends the requester back over every packet
-	// from the NAKed one on.
-	NoProbe
-)
-
 // PlaceRead places READ response p (already checked: it belongs to w, at
 // or past the PSN w waits for, inside ReadMapBits) and moves w's
 // contiguous part on past the responses placed before.
@@ -100,6 +84,11 @@ func (e *Engine) askHoles(qp *queue.QP, w *queue.SendWQE) {
 	}
 	w.Retried = true
 	e.Counters.LostResponseRetry++
+	if w.TailLost {
+		e.Counters.ReadReaskEnd++
+	} else {
+		e.Counters.ReadReaskReorder++
+	}
 	t.RTTAt = time.Time{} // Karn: no round-trip sample across a retransmission
 	e.sendReadAtomic(qp, w)
 	t.Reo.Asked(w.ReadFrom, w.ReadTo)
@@ -110,6 +99,7 @@ func (e *Engine) askHoles(qp *queue.QP, w *queue.SendWQE) {
 // response the latest re-ask asked for shows the re-ask was spurious.
 func (e *Engine) answerSeen(qp *queue.QP, w *queue.SendWQE, psn uint32, dup bool) {
 	if w != nil && queue.PSNCmp(psn, w.ReadFrom) >= 0 && queue.PSNCmp(psn, w.ReadTo) < 0 && queue.PSNCmp((psn+1)&0xffffff, w.AskSeen) > 0 {
+		qp.Transport.ReadRTTSample(w, e.dev.Clock.Now()) // its answer's first response?
 		w.AskSeen = (psn + 1) & 0xffffff
 	}
 	if dup && qp.Transport.Reo.Duplicate(psn) {

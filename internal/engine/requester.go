@@ -131,7 +131,7 @@ func (e *Engine) resolveLocal(qp *queue.QP, w *queue.SendWQE) bool {
 		sgl = []ibv.SGE{w.SGE1}
 	}
 	for _, s := range sgl {
-		mr := e.lookupMR(s.LKey)
+		mr := e.LookupMR(s.LKey)
 		if mr == nil || mr.PD() != qp.PD || (needWrite && mr.Access()&ibv.AccessLocalWrite == 0) {
 			e.failHead(qp, ibv.WCLocProtErr)
 			return false
@@ -156,6 +156,11 @@ func (e *Engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 	wr := &w.WR
 	if queue.IsReadOrAtomic(wr.Opcode) {
 		e.sendReadAtomic(qp, w)
+		if w.Retried && wr.Opcode == ibv.WRRDMARead && t.Timeouts > 0 { // asked again by go-back-N
+			e.Counters.ReadReaskTimer++
+		} else if w.Retried && wr.Opcode == ibv.WRRDMARead {
+			e.Counters.ReadReaskNAK++ // or an ACK
+		}
 		w.SentAll = true
 		t.ReqPSN = (w.LastPSN + 1) & 0xffffff
 		t.NoAckPkts = 0
@@ -228,6 +233,7 @@ func (e *Engine) sendReadAtomic(qp *queue.QP, w *queue.SendWQE) {
 	if w.Retried {
 		e.Counters.RetransmittedPkts++
 	}
+	w.AskAt = e.dev.Clock.Now()
 	if wr.Opcode == ibv.WRRDMARead {
 		psn := w.NextRespPSN(t.MTU)
 		to := w.HoleEnd(psn)

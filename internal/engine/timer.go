@@ -6,6 +6,7 @@ package engine
 import (
 	"time"
 
+	"github.com/xdproce/xdproce/internal/engine/port"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/queue"
 )
@@ -52,6 +53,9 @@ func (e *Engine) checkTimers(qp *queue.QP, now time.Time) {
 		return
 	}
 	e.Counters.TransportTimeouts++
+	if t.TimerAt.Equal(t.ReadTailAt) {
+		e.Counters.ReadTailProbes++
+	}
 	t.CountTimeout(&e.Counters)
 	e.retry(qp, true, false)
 }
@@ -62,7 +66,7 @@ func (e *Engine) checkTimers(qp *queue.QP, now time.Time) {
 func (e *Engine) armPoke(qp *queue.QP) {
 	t := &qp.Transport
 	t.PokeAt = time.Time{}
-	if qp.QPType == ibv.QPTypeRC && e.dev.Cfg.Recovery&NoProbe == 0 && t.Pokeable() && t.Stalled() {
+	if qp.QPType == ibv.QPTypeRC && e.dev.Cfg.Recovery&port.NoProbe == 0 && t.Pokeable() && t.Stalled() {
 		t.PokeAt = e.dev.Clock.Now().Add(t.PTO())
 	}
 }
@@ -70,7 +74,7 @@ func (e *Engine) armPoke(qp *queue.QP) {
 // poke probes with the oldest unacknowledged packet, as after a NAK.
 func (e *Engine) poke(qp *queue.QP) {
 	t := &qp.Transport
-	if e.dev.Cfg.Recovery&NoProbe == 0 && t.Pokeable() && t.Stalled() {
+	if e.dev.Cfg.Recovery&port.NoProbe == 0 && t.Pokeable() && t.Stalled() {
 		e.Counters.StallPokes++
 		e.Counters.CompleterRetryErr++ // a retry, as a timer expiry's
 		t.Probing, t.StartedRetry = true, true
@@ -135,26 +139,29 @@ func (e *Engine) retry(qp *queue.QP, timeout, nak bool) {
 // READ or atomic asks again for the responses it still lacks (with
 // headReadsOnly, only the oldest WQE does), and one whose responses are
 // all in, or a SEND or WRITE the responder has acknowledged, is not sent
-// again.
+// again. Outside a timer episode a READ asking for a hole is passed over (AskingHole).
 func (e *Engine) goBackN(qp *queue.QP, headReadsOnly bool) {
 	t := &qp.Transport
 	t.ReqIdx = 0
 	t.ReqPSN = t.CompPSN
 	t.RTTAt = time.Time{} // Karn: no round-trip sample across a retransmission
 	mtu := uint32(t.MTU)
+	head := true
 	for i := range t.SQ {
 		w := &t.SQ[i]
 		if !w.Started {
 			break
 		}
 		if queue.IsReadOrAtomic(w.WR.Opcode) {
-			if i > 0 && headReadsOnly && w.SentAll {
+			if !head && headReadsOnly && w.SentAll || t.AskingHole(w) {
 				continue
 			}
+			head = false
 			w.SentAll = w.RespDone
 			w.Retried = true
 			continue
 		}
+		head = false
 		from := (t.AckedReq + 1) & 0xffffff
 		switch {
 		case t.PSNAfter(from, w.LastPSN):

@@ -18,7 +18,7 @@
 enum {
 	XP_VERSION = 1, /* the messages' framing version (struct xp_msg_hdr) */
 	XP_ABI_VERSION = 1, /* the control protocol's version (HELLO) */
-	XP_DEVICE_INFO_EXT_LEN = 8, /* the bytes of HELLO's reply tail (DeviceInfoExt) this header knows */
+	XP_DEVICE_INFO_EXT_LEN = 12, /* the bytes of HELLO's reply tail (DeviceInfoExt) this header knows */
 	XP_HEADER = 12, /* sizeof(struct xp_msg_hdr) */
 	XP_MAX_MSG = 16384, /* the largest control message */
 	XP_MAX_FDS = 4, /* the most file descriptors one control message carries */
@@ -87,6 +87,7 @@ enum xp_op {
 	XP_ALLOC_DM = 48,
 	XP_FREE_DM = 49,
 	XP_REG_DM_MR = 50,
+	XP_DOORBELL = 51,
 };
 
 /* A ring's header: each index on its own cache line. Slots follow it. */
@@ -232,7 +233,7 @@ _Static_assert(offsetof(struct xp_cqe, wc_flags) == 36, "xp_cqe.wc_flags");
 
 /* One engine's line of the doorbell page. */
 struct xp_doorbell {
-	/* non-zero while the engine sleeps: a post must then write the doorbell eventfd */
+	/* non-zero while the engine sleeps (the number of its sleep): a post must then write the doorbell eventfd */
 	_Atomic uint32_t sleeping;
 	uint8_t reserved0[60];
 };
@@ -723,11 +724,13 @@ struct xp_hello_rep {
 	uint16_t gids_count;
 	uint32_t engines;
 	uint64_t max_dm_size;
+	uint32_t doorbells;
 };
 
 static inline void xp_get_hello_rep_ext(struct xp_dec *d, struct xp_hello_rep *r)
 {
 	r->max_dm_size = xp_get_u64(d);
+	r->doorbells = xp_get_u32(d);
 }
 
 static inline void xp_get_hello_rep(struct xp_dec *d, struct xp_hello_rep *r)
@@ -757,7 +760,7 @@ static inline void xp_get_hello_rep(struct xp_dec *d, struct xp_hello_rep *r)
 		r->gids_count = 0;
 	r->engines = xp_get_u32(d);
 	/* DeviceInfoExt, extensible: what the daemon sent of it, zeros past that */
-	uint8_t ext[8];
+	uint8_t ext[12];
 	xp_get_ext(d, ext, sizeof(ext));
 	struct xp_dec ed = {.p = ext, .n = sizeof(ext)};
 	xp_get_hello_rep_ext(&ed, r);
@@ -1515,6 +1518,16 @@ static inline void xp_get_reg_dm_mr_rep(struct xp_dec *d, struct xp_reg_dm_mr_re
 	r->mr = xp_get_u32(d);
 	r->lkey = xp_get_u32(d);
 	r->rkey = xp_get_u32(d);
+}
+
+/* XP_DOORBELL's request: Doorbell */
+struct xp_doorbell_req {
+	uint32_t engine;
+};
+
+static inline void xp_put_doorbell_req(struct xp_enc *e, const struct xp_doorbell_req *r)
+{
+	xp_u32(e, r->engine);
 }
 
 #endif

@@ -319,6 +319,7 @@ int xp_hello(int sock, struct xp_info *info, int fds[3], bool version_only)
 		memcpy(info->gids[i].raw, r.gids[i], 16);
 	info->engines = r.engines;
 	info->max_dm_size = r.max_dm_size;
+	info->doorbells = r.doorbells;
 	err = xp_end(&d);
 	if (!err && nfds != 3)
 		err = EPROTO;

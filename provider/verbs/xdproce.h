@@ -103,6 +103,7 @@ struct xp_info {
 	union ibv_gid gids[64];
 	uint32_t engines;
 	uint64_t max_dm_size; /* 0: the daemon's kernel gives no device memory */
+	uint32_t doorbells;   /* engines with a doorbell of their own (DOORBELL); 0: HELLO's wakes all */
 };
 
 /* Handles the daemon gave, to the objects they name (for async events). */
@@ -125,7 +126,8 @@ struct xctx {
 	 * mutex is process-shared and robust, in an anonymous shared page the children inherit. */
 	pthread_mutex_t *xlock;
 	const struct xp_doorbell_page *bell_page;
-	int bell_fd;   /* this context's own doorbell (xp_ring) */
+	int *bell_fds;   /* this context's own doorbells, one per engine (xp_ring) */
+	uint32_t nbells; /* HELLO gives engine 0's, DOORBELL each other's */
 	int events_fd; /* a pipe the daemon signals when it queued an async event (xp_drain) */
 	bool dead;     /* the daemon hung up */
 	bool fatal_told;

@@ -34,6 +34,9 @@ type Config struct {
 	// FastPath, if set, shares idle RC responders with the XDP program
 	// (fastpath.go).
 	FastPath FastPath
+	// AckCoalesce: the requester asks for an ACK only where progress
+	// needs one (ackpolicy.go), not on every message's last packet.
+	AckCoalesce bool
 }
 
 // CaptureFunc sees a frame the NIC sent (outbound) or received, on the

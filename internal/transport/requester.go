@@ -175,9 +175,12 @@ func (e *engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 	}
 	t.NoAckPkts++
 	// The packet that fills the window asks for an ACK: nothing else
-	// would open it before the timer.
+	// would open it before the timer. A message's last packet asks only
+	// if no WQE goes out right behind it (ackPolicy.go): the responder
+	// then ACKs a burst of WRITEs once, not once each.
 	fills := queue.PSNCmp((psn+1)&0xffffff, t.CompPSN+t.Window()) >= 0
-	ackReq := qp.QPType == ibv.QPTypeRC && (last || t.NoAckPkts > ibv.MaxPktsPerAck || t.Probing || fills)
+	ackReq := qp.QPType == ibv.QPTypeRC &&
+		(last && !e.sendsOnNow(qp) || t.NoAckPkts > ibv.MaxPktsPerAck || t.Probing || fills)
 	if ackReq {
 		t.NoAckPkts = 0
 	}
@@ -203,6 +206,7 @@ func (e *engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 	}
 	var one [1]queue.Span
 	segs := w.Local(&one)
+	e.fastSending(qp, (psn+1)&0xffffff)
 	e.send(int(n), func(dst []byte) { queue.Gather(dst, segs, off, &e.reads) })
 	w.SentOff = off + n
 	w.SentAll = last
@@ -244,6 +248,7 @@ func (e *engine) sendReadAtomic(qp *queue.QP, w *queue.SendWQE) {
 		}
 		w.ReadFrom = w.FirstPSN
 	}
+	e.fastSending(qp, (w.LastPSN+1)&0xffffff)
 	e.send(0, nil)
 	t.MarkSent((w.LastPSN + 1) & 0xffffff)
 }

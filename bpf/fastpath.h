@@ -61,6 +61,12 @@ struct fp_qp {
 	// The last ACK the program took for the requester: a count (16 bits,
 	// so the engine sees a new one), MSN (24), PSN (24).
 	__u64 req_ack;
+	// The requester's window as its engine last published it (Go writes
+	// it, atomically, before it sends): the oldest unacknowledged PSN
+	// (24 bits) and one past the last PSN sent (24, shifted by 24). The
+	// program takes only an ACK whose PSN lies in it, as the completer
+	// admits only those.
+	__u64 req_win;
 };
 
 // A device-memory region, keyed by rkey: where it lies in which DM block.
@@ -406,8 +412,8 @@ static __always_inline int fast_ack(struct xdp_md *ctx, __u64 udp_len)
 	__u8 *f = data;
 	struct fp_qp *q;
 	__u32 *sleepers;
-	__u64 old, new;
-	__u32 qpn, c, i, zero = 0;
+	__u64 old, new, win;
+	__u32 qpn, c, i, zero = 0, psn, lo, end;
 	__u8 hdr[40];
 
 	if (data + FP_ACK_LEN > data_end || f[FP_BTH] != RC_ACKNOWLEDGE)
@@ -460,13 +466,33 @@ static __always_inline int fast_ack(struct xdp_md *ctx, __u64 udp_len)
 		return fall(STAT_FP_ICRC);
 
 	// Publish: the count moves on, so the engine sees even an ACK of the
-	// PSN it saw last. Writers are only this program's runs.
+	// PSN it saw last. Writers are only this program's runs. Only an ACK
+	// in the requester's window, and not behind the one published (if
+	// that is in the window too), replaces it: a forged or stale ACK
+	// with a valid ICRC would otherwise hide the real one from the engine
+	// (a retransmission), so it goes to the completer as a frame.
+	psn = (__u32)f[FP_BTH + 9] << 16 | (__u32)f[FP_BTH + 10] << 8 | f[FP_BTH + 11];
+	win = __sync_fetch_and_add(&q->req_win, 0);
+	lo = win & FP_PSN_MASK;
+	end = (win >> 24) & FP_PSN_MASK;
+	// PSN ages behind the window's end (the completer's PSNAge): psn is
+	// in [lo, end) when its age is at most lo's and not zero.
+	if (((end - psn) & FP_PSN_MASK) == 0 ||
+	    ((end - psn) & FP_PSN_MASK) > ((end - lo) & FP_PSN_MASK))
+		return fall(STAT_FP_ACK_WINDOW);
 #pragma unroll
 	for (i = 0; i < 4; i++) {
+		__u32 prev;
+
 		old = __sync_fetch_and_add(&q->req_ack, 0);
+		prev = old & FP_PSN_MASK;
+		if (((end - prev) & FP_PSN_MASK) != 0 &&
+		    ((end - prev) & FP_PSN_MASK) <= ((end - lo) & FP_PSN_MASK) &&
+		    ((end - psn) & FP_PSN_MASK) > ((end - prev) & FP_PSN_MASK))
+			return fall(STAT_FP_ACK_WINDOW); // behind the one published
 		new = ((old >> 48) + 1) << 48 |
 		      (__u64)((__u32)f[FP_BTH + 13] << 16 | (__u32)f[FP_BTH + 14] << 8 | f[FP_BTH + 15]) << 24 |
-		      ((__u32)f[FP_BTH + 9] << 16 | (__u32)f[FP_BTH + 10] << 8 | f[FP_BTH + 11]);
+		      psn;
 		if (__sync_val_compare_and_swap(&q->req_ack, old, new) == old)
 			break;
 	}

@@ -521,6 +521,9 @@ func fpPeerAck(psn, msn uint32, syndrome uint8) *wire.Packet {
 func TestFastPathAck(t *testing.T) {
 	r := newFPRig(t)
 	r.setQPFlags(t, FastQPRemoteWrite|FastQPRequester)
+	if err := r.fast.SetSendWindow(fpQPN, 0x2f0, 0x310, true); err != nil {
+		t.Fatal(err)
+	}
 	ack := fpPeerAck(0x300, 9, wire.ACKSyndrome(0x1f))
 	if ret, _ := r.run(t, encode(t, ack)); ret != xdpDrop {
 		t.Fatalf("verdict %d", ret)
@@ -551,5 +554,65 @@ func TestFastPathAck(t *testing.T) {
 	r.run(t, encode(t, fpPeerAck(0x304, 12, wire.ACKSyndrome(0x1f))))
 	if n, _, _, _ := r.fast.Acked(fpQPN); n != 2 || r.counters(t).NoSocket != 4 {
 		t.Fatal("an ACK of a QP whose requester is the engine's was published or not passed on")
+	}
+}
+
+// TestFastPathAckRefuses: an ACK with a valid ICRC from the peer's address
+// is taken into the requester's record only if the completer would admit
+// it: its PSN in the window the engine published ([oldest, end)), and not
+// behind the ACK taken last. Any other — forged, or an old copy — would
+// hide the real ACK the engine has not read yet (costing a
+// retransmission); it goes on to AF_XDP, counted, the record unchanged.
+func TestFastPathAckRefuses(t *testing.T) {
+	const oldest, end = 0xfffff0, 0x10 // the window wraps
+	cases := []struct {
+		name     string
+		psn, msn uint32
+	}{
+		{"PSN not sent yet", end, 40},
+		{"PSN far ahead", 0x400000, 40},
+		{"behind the window", oldest - 1, 40},
+		{"far behind", 0x800010, 40},
+		{"behind the ACK taken last", 0xfffffa, 40},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newFPRig(t)
+			r.setQPFlags(t, FastQPRemoteWrite|FastQPRequester)
+			if err := r.fast.SetSendWindow(fpQPN, oldest, end, true); err != nil {
+				t.Fatal(err)
+			}
+			// The real ACK, not read by the engine yet.
+			if ret, _ := r.run(t, encode(t, fpPeerAck(0xfffffc, 30, wire.ACKSyndrome(0x1f)))); ret != xdpDrop || r.counters(t).FastAckConsumed != 1 {
+				t.Fatalf("the in-window ACK: verdict %d, counters %+v", ret, r.counters(t))
+			}
+			frame := encode(t, fpPeerAck(tc.psn, tc.msn, wire.ACKSyndrome(0x1f)))
+			ret, out := r.run(t, frame)
+			c := r.counters(t)
+			if n, psn, msn, _ := r.fast.Acked(fpQPN); n != 1 || psn != 0xfffffc || msn != 30 {
+				t.Errorf("record #%d PSN %#x MSN %d: the ACK at %#x replaced the one taken", n, psn, msn, tc.psn)
+			}
+			if ret != xdpDrop || !bytes.Equal(out, frame) || c.NoSocket != 1 || c.FastAckConsumed != 1 {
+				t.Errorf("verdict %d, counters %+v: want it passed on to the (absent) socket unchanged", ret, c)
+			}
+			if c.FastAckWindow != 1 {
+				t.Errorf("counters %+v: the refusal not counted once", c)
+			}
+		})
+	}
+	// Within the window and not behind: taken, the wrap included.
+	r := newFPRig(t)
+	r.setQPFlags(t, FastQPRemoteWrite|FastQPRequester)
+	if err := r.fast.SetSendWindow(fpQPN, oldest, end, true); err != nil {
+		t.Fatal(err)
+	}
+	for i, psn := range []uint32{oldest, 0xfffffc, 0xfffffc, 0x2, end - 1} {
+		r.run(t, encode(t, fpPeerAck(psn, uint32(i), wire.ACKSyndrome(0x1f))))
+		if n, got, _, _ := r.fast.Acked(fpQPN); n != uint16(i+1) || got != psn {
+			t.Fatalf("ACK %d at %#x: record #%d PSN %#x", i, psn, n, got)
+		}
+	}
+	if c := r.counters(t); c.FastAckWindow != 0 || c.NoSocket != 0 {
+		t.Errorf("counters %+v: an in-window ACK refused", c)
 	}
 }

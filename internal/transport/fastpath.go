@@ -40,6 +40,10 @@ type FastPath interface {
 	Acked(qpn uint32) (count uint16, psn, msn uint32, err error)
 	// Sleeping counts an engine going to sleep (asleep) or waking.
 	Sleeping(asleep bool)
+	// SendWindow publishes qpn's requester window, [oldest, end): the
+	// program takes only ACKs in it (and not behind the last it took;
+	// fresh forgets that one, for a QP configured anew).
+	SendWindow(qpn, oldest, end uint32, fresh bool) error
 }
 
 // FastQP is a QP's responder as the program needs it.
@@ -109,6 +113,9 @@ func (e *engine) fastHandBack(qp *queue.QP, configure bool) {
 		if t.FastReq = q.Requester; t.FastReq {
 			// What the program published before is not this QP's.
 			n, _, _, err := f.Acked(qp.Number)
+			if err == nil {
+				err = f.SendWindow(qp.Number, t.CompPSN, t.SentEnd, true)
+			}
 			t.FastReq, t.FastAckCount = err == nil, n
 		}
 	}
@@ -224,5 +231,22 @@ func (e *engine) fastSleep() bool {
 func (e *engine) fastWake() {
 	if f := e.dev.cfg.FastPath; f != nil {
 		f.Sleeping(false)
+	}
+}
+
+// fastSending publishes qp's requester window before a packet that ends at
+// end (one past its last PSN) goes out, so that the program takes its ACK.
+// It cannot fail once Configure took the QPN; if it did, the program would
+// pass the ACKs on as out of window, to the completer.
+func (e *engine) fastSending(qp *queue.QP, end uint32) {
+	t := &qp.Transport
+	if !t.FastReq {
+		return
+	}
+	if queue.PSNCmp(end, t.SentEnd) < 0 {
+		end = t.SentEnd // a retransmission: the window still ends there
+	}
+	if err := e.dev.cfg.FastPath.SendWindow(qp.Number, t.CompPSN, end, false); err != nil {
+		e.counters.FastPathErr++
 	}
 }

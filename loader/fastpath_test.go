@@ -207,6 +207,33 @@ func TestFastPathWrite(t *testing.T) {
 	}
 }
 
+// TestFastPathWriteSizes: WRITEs of every length class the program's
+// word loops split differently (ICRC eight bytes a step, then four; the
+// copy eight bytes a step, then bytes) land exactly where RETH says, at
+// an odd offset, leaving the bytes around them; each is acknowledged.
+func TestFastPathWriteSizes(t *testing.T) {
+	r := newFPRig(t)
+	psn, msn := uint32(fpEPSN), uint32(fpMSN)
+	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 24, 31, 33, 63, 64, 65, 100, 127, 200, 255, FastMaxPayload} {
+		const va = 1001
+		mem := r.dm.Bytes()[fpBase:]
+		clear(mem[:4096-fpBase])
+		payload := fpPayload(n)
+		ret, out := r.run(t, encode(t, fpWrite(psn, fpRKey, va, payload)))
+		msn++
+		if want := fpAck(psn, msn); ret != xdpTX || !bytes.Equal(out, want[:]) {
+			t.Fatalf("%d B: verdict %d, ACK %x, want %x", n, ret, out, want)
+		}
+		psn++
+		if !bytes.Equal(mem[va:va+n], payload) {
+			t.Errorf("%d B: device memory holds %x, want %x", n, mem[va:va+n], payload)
+		}
+		if !bytes.Equal(mem[va-16:va], make([]byte, 16)) || !bytes.Equal(mem[va+n:va+n+16], make([]byte, 16)) {
+			t.Errorf("%d B: bytes around the region written", n)
+		}
+	}
+}
+
 // TestPlainProgramHasNoFastPath: xdp_roce_plain, which the loader attaches
 // where the kernel refuses the fast path (6.1), steers the WRITE the fast
 // path would execute to AF_XDP (here: no socket, dropped and counted) and

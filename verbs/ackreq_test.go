@@ -41,7 +41,7 @@ func (o *ackReqTap) get() (writes, asked int, lastAsked bool) {
 
 // TestAckReqPolicy: with AckCoalesce the requester asks for an ACK on a
 // message's last packet only when nothing goes out right behind it
-// (internal/transport/ackpolicy.go). A
+// (internal/queue/ackpolicy.go). A
 // burst of WRITEs posted together asks once, on its last WRITE, and every
 // WRITE completes without a retransmission timer (4 s here, longer than
 // the test waits). A lone WRITE asks (as rxe's requester: the golden

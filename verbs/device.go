@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/engine"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/inproc"
-	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/loader"
 )
 
@@ -73,13 +73,13 @@ type DeviceConfig struct {
 }
 
 // Recovery is DeviceConfig.Recovery: pieces of selective recovery turned off.
-type Recovery = transport.Recovery
+type Recovery = engine.Recovery
 
 // The pieces of selective recovery (docs/recovery.md).
 const (
-	NoReadHoles = transport.NoReadHoles // READ responses past a gap dropped, the READ asked again to its end
-	NoHold      = transport.NoHold      // request packets past a hole dropped by the responder
-	NoProbe     = transport.NoProbe     // a sequence NAK goes back over everything after it at once
+	NoReadHoles = engine.NoReadHoles // READ responses past a gap dropped, the READ asked again to its end
+	NoHold      = engine.NoHold      // request packets past a hole dropped by the responder
+	NoProbe     = engine.NoProbe     // a sequence NAK goes back over everything after it at once
 )
 
 // DefaultSpinMax is the SpinMax of a device that does not set one: a
@@ -159,7 +159,7 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 		cfg.SpinMax = 0
 	}
 	ops, err := inproc.New(links, inproc.Config{
-		Config: transport.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
+		Config: engine.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
 			BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold, Groups: cfg.Groups, Recovery: cfg.Recovery,
 			AckCoalesce: cfg.AckCoalesce || cfg.fast != nil},
 		Resolve: cfg.Resolve, PortCounters: cfg.PortCounters, FastPath: cfg.fast})

@@ -3,9 +3,9 @@
 // shared receive queues (SRQ), the work queued on them (SendWQE, RecvWQE),
 // and each QP's transport state (Transport: PSNs, timers, the loss window,
 // the responder's resources and replies, packets held past a hole). Their
-// fields are exported because package transport's engines own them: an
+// fields are exported because package engine's engines own them: an
 // engine changes a QP's Transport only on its own goroutine, and reads the
-// rest under its mutex (see internal/transport's doc).
+// rest under its mutex (see internal/engine's doc).
 //
 // The queues' own methods are what an application does to them without
 // the engines stopping: posting (QP.PostSend, PostRecv, SRQ.PostRecv,

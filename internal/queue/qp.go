@@ -122,7 +122,7 @@ func (qp *QP) PostSendWith(n int, wr func(i int, w *WR)) (int, error) {
 	}
 	// Each WR is checked and queued under PostMu, so a post of any length
 	// needs no heap and the engine takes it whole (a burst the requester
-	// sends at once: ackpolicy.go in internal/transport).
+	// sends at once: ackpolicy.go).
 	qp.PostMu.Lock()
 	done := 0
 	var err error

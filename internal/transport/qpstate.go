@@ -1,29 +1,29 @@
-// The state changes the engine makes to a QP, whose transport state is
-// queue.Transport: Modify's effects, the error state and the flush of
-// the queues.
+// Modify's effects on a QP's transport state (queue.Transport), made as
+// a control operation between two of its engine's steps.
 
 package transport
 
 import (
 	"net"
-	"time"
 
+	"github.com/xdproce/xdproce/internal/engine"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
 )
 
-// modify applies a validated Modify on the engine goroutine.
-func (e *engine) modify(qp *queue.QP, a ibv.QPAttr, mask ibv.AttrMask, next ibv.QPState, dmac net.HardwareAddr) {
+// modify applies a validated Modify to qp, served by e: a control
+// operation, so e is between two steps.
+func (d *NIC) modify(e *engine.Engine, qp *queue.QP, a ibv.QPAttr, mask ibv.AttrMask, next ibv.QPState, dmac net.HardwareAddr) {
 	t := &qp.Transport
-	e.fastTakeOver(qp)
-	defer e.fastHandBack(qp, true)
+	e.FastTakeOver(qp)
+	defer e.FastHandBack(qp, true)
 	prev := t.State
 	if qp.QPType == ibv.QPTypeUD {
 		// Datagrams leave from one port per QP (rxe's) and are one packet
 		// of up to the port's MTU; each names its destination itself.
-		t.SrcPort, t.MTU = wire.UDSourcePort(qp.Number), e.dev.cfg.ActiveMTU
-		copy(t.SMAC[:], e.dev.cfg.MAC)
+		t.SrcPort, t.MTU = wire.UDSourcePort(qp.Number), d.Cfg.ActiveMTU
+		copy(t.SMAC[:], d.Cfg.MAC)
 	}
 	if mask&ibv.AttrEnSQDAsyncNotify != 0 {
 		t.Attr.EnSQDAsyncNotify = a.EnSQDAsyncNotify
@@ -37,8 +37,8 @@ func (e *engine) modify(qp *queue.QP, a ibv.QPAttr, mask ibv.AttrMask, next ibv.
 	if mask&ibv.AttrAV != 0 {
 		t.Attr.AH = a.AH
 		copy(t.DMAC[:], dmac)
-		copy(t.SMAC[:], e.dev.cfg.MAC)
-		t.SIP = queue.GIDAddr(e.dev.cfg.GIDs[a.AH.SGIDIndex])
+		copy(t.SMAC[:], d.Cfg.MAC)
+		t.SIP = queue.GIDAddr(d.Cfg.GIDs[a.AH.SGIDIndex])
 		t.DIP = queue.GIDAddr(a.AH.DGID)
 		t.V6 = !t.DIP.Is4()
 	}
@@ -95,8 +95,8 @@ func (e *engine) modify(qp *queue.QP, a ibv.QPAttr, mask ibv.AttrMask, next ibv.
 		t.DropReplies()
 		t.DropHeld()
 		qp.StateMirror.Store(uint32(ibv.StateErr))
-		e.takePosts(qp)
-		e.flushQueues(qp)
+		e.TakePosts(qp)
+		e.FlushQueues(qp)
 		return
 	}
 	t.State = next
@@ -105,9 +105,9 @@ func (e *engine) modify(qp *queue.QP, a ibv.QPAttr, mask ibv.AttrMask, next ibv.
 	case prev == ibv.StateRTS && next == ibv.StateSQD:
 		// Drain: the WQEs already started finish, then EventSQDrained.
 		t.Draining = true
-		e.checkDrained(qp)
+		e.CheckDrained(qp)
 	case prev == ibv.StateSQD && next == ibv.StateRTS && len(t.SQ) > 0:
-		e.activate(qp)
+		e.Activate(qp)
 	}
 }
 
@@ -117,55 +117,4 @@ func roundPow2(n int) int {
 		p <<= 1
 	}
 	return p
-}
-
-// toError moves a QP to the error state and flushes its queues.
-func (e *engine) toError(qp *queue.QP) {
-	if qp.Transport.State == ibv.StateErr {
-		return
-	}
-	e.fastTakeOver(qp)
-	qp.Transport.State = ibv.StateErr
-	qp.Transport.Draining, qp.Transport.FailAfterReplies = false, false
-	qp.Transport.DropReplies()
-	qp.Transport.DropHeld()
-	qp.StateMirror.Store(uint32(ibv.StateErr))
-	e.flushQueues(qp)
-}
-
-// flushQueues completes every outstanding work request with WR_FLUSH_ERR
-// (always, signaled or not), as a QP in the error state does.
-func (e *engine) flushQueues(qp *queue.QP) {
-	t := &qp.Transport
-	for len(t.SQ) > 0 {
-		e.retire(qp, ibv.WCWRFlushErr)
-	}
-	if t.Recv.Active {
-		qp.RecvRetired()
-		qp.RecvCQ.Push(ibv.WorkCompletion{WRID: t.Recv.WR.ID, Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv, QPNum: qp.Number}, false)
-	}
-	for _, r := range t.RQ {
-		qp.RQUsed.Add(-1)
-		qp.FreeSharedSlots()
-		qp.RecvCQ.Push(ibv.WorkCompletion{WRID: r.ID, Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv, QPNum: qp.Number}, false)
-	}
-	t.RQ = t.RQ[:0]
-	t.TimerAt, t.RNRAt = time.Time{}, time.Time{}
-	t.ReqIdx, t.RdAtomicOut = 0, 0
-	t.Recv.Reset()
-	t.RespOp = queue.RespNone
-}
-
-// fatal moves a QP to the error state on a transport error that no
-// completion of its own send queue reports (a request the responder
-// rejected, a CQ overflow) and raises EventQPFatal, once per transition.
-// Errors reported by an error completion (a NAK received, retries
-// exhausted, a local protection error) move the QP to the error state
-// without an event, as ibverbs devices report them through the CQ.
-func (e *engine) fatal(qp *queue.QP) {
-	if qp.Transport.State == ibv.StateErr {
-		return
-	}
-	e.toError(qp)
-	e.events.Post(queue.Event{Type: ibv.EventQPFatal, QP: qp})
 }

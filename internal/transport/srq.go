@@ -10,7 +10,7 @@ import (
 // CreateSRQ creates a shared receive queue in pd with checked attributes.
 func (d *NIC) CreateSRQ(pd *PD, attr ibv.SRQInitAttr) *queue.SRQ {
 	pd.AddUsers(1)
-	return &queue.SRQ{Dev: d, Closing: &d.closing, PD: pd, MaxSGE: max(attr.MaxSGE, 1), MaxWR: attr.MaxWR, Limit: attr.Limit}
+	return &queue.SRQ{Dev: d, Closing: &d.CloseBegun, PD: pd, MaxSGE: max(attr.MaxSGE, 1), MaxWR: attr.MaxWR, Limit: attr.Limit}
 }
 
 // DestroySRQ releases the SRQ; EBUSY while QPs still use it, as
@@ -26,36 +26,9 @@ func (d *NIC) DestroySRQ(s *queue.SRQ) error {
 	if s.Src != nil {
 		// No engine reads the client's ring once this returns.
 		return d.do(func() error {
-			d.objs.forgetSharedSRQ(s)
+			d.Objs.ForgetSharedSRQ(s)
 			return nil
 		})
 	}
 	return nil
-}
-
-// take removes the next receive WQE for a QP of the SRQ (engine goroutine),
-// raising the limit event when the WQEs left drop below the armed limit.
-func (e *engine) takeSRQ(s *queue.SRQ) (queue.RecvWQE, bool) {
-	s.Mu.Lock()
-	if len(s.Post) > 0 {
-		s.Q = append(s.Q, s.Post...)
-		clear(s.Post)
-		s.Post = s.Post[:0]
-	}
-	if len(s.Q) == 0 {
-		s.Mu.Unlock()
-		return queue.RecvWQE{}, false
-	}
-	wr := s.Q[0]
-	s.Q[0] = queue.RecvWQE{}
-	s.Q = s.Q[1:]
-	fire := s.Limit > 0 && len(s.Q) < s.Limit
-	if fire {
-		s.Limit = 0
-	}
-	s.Mu.Unlock()
-	if fire {
-		e.events.Post(queue.Event{Type: ibv.EventSRQLimitReached, SRQ: s})
-	}
-	return wr, true
 }

@@ -3,15 +3,16 @@ package transport
 import (
 	"time"
 
+	"github.com/xdproce/xdproce/internal/engine"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/queue"
 )
 
-// status snapshots qp (engine goroutine).
-func (e *engine) status(qp *queue.QP, now time.Time) ibv.QPStatus {
+// status snapshots qp, served by e, which is between two steps.
+func status(e *engine.Engine, qp *queue.QP, now time.Time) ibv.QPStatus {
 	t := &qp.Transport
 	s := ibv.QPStatus{
-		QPN: qp.Number, DestQPN: t.Attr.DestQPN, Type: qp.QPType, State: t.State, Peer: t.Attr.AH.DGID.Unmap(), Queue: e.index,
+		QPN: qp.Number, DestQPN: t.Attr.DestQPN, Type: qp.QPType, State: t.State, Peer: t.Attr.AH.DGID.Unmap(), Queue: e.Index,
 		SendQueued: len(t.SQ), ReqPSN: t.ReqPSN, NextPSN: t.NextPSN, CompPSN: t.CompPSN, Window: t.Window(),
 		Timeouts: t.Timeouts, Retrying: t.StartedRetry, Probing: t.Probing,
 		EPSN: t.EPSN, MSN: t.MSN, RecvQueued: len(t.RQ), NAKSent: t.NAKSent,

@@ -670,6 +670,23 @@ func (m *mover) rewrite(pkgs []*packages.Package, exported map[string]string) er
 				m.imports[d] = append(m.imports[d], t.Pkg().Path())
 				return
 			}
+			if v, ok := obj.(*types.Var); ok && v.Embedded() {
+				// A field embedding a moved type, in a struct that moves
+				// or stays, is named after the type's new name: rename its
+				// selections and composite literal keys (its declaration is
+				// the type's use, renamed or qualified below).
+				if tn := embeddedName(v); tn != nil && m.movedObj(tn) && p.TypesInfo.Uses[id] == obj {
+					name := tn.Name()
+					if nn, ok := exported[m.key(tn)]; ok {
+						name = nn
+					}
+					if name != id.Name {
+						pos := m.fset.Position(id.Pos())
+						m.add(pos.Filename, edit{pos.Offset, pos.Offset + len(id.Name), name})
+					}
+				}
+				return
+			}
 			if !m.movedObj(obj) {
 				return
 			}
@@ -721,6 +738,18 @@ func (m *mover) rewrite(pkgs []*packages.Package, exported map[string]string) er
 	return nil
 }
 
+// embeddedName is the named type an embedded field v holds.
+func embeddedName(v *types.Var) *types.TypeName {
+	t := v.Type()
+	if p, ok := t.(*types.Pointer); ok {
+		t = p.Elem()
+	}
+	if n, ok := types.Unalias(t).(*types.Named); ok {
+		return n.Obj()
+	}
+	return nil
+}
+
 // apply rewrites src[s.start:s.end] with the file's edits.
 func apply(src []byte, s span, edits []edit) []byte {
 	var b bytes.Buffer
@@ -740,6 +769,7 @@ func apply(src []byte, s span, edits []edit) []byte {
 func (m *mover) write() error {
 	dest := map[string]*bytes.Buffer{}
 	destImports := map[string][]*ast.ImportSpec{}
+	header := map[string]string{}
 	var destOrder []string
 	var names []string
 	for fn := range m.edits {
@@ -782,6 +812,10 @@ func (m *mover) write() error {
 			if dest[dfn] == nil {
 				dest[dfn] = &bytes.Buffer{}
 				destOrder = append(destOrder, dfn)
+				// The new file opens with the file comment of the one
+				// it is made from (a file that keeps some of its
+				// declarations keeps it too).
+				header[dfn] = fileComment(fn, src)
 			}
 			dest[dfn].Write(seg)
 			dest[dfn].WriteString("\n")
@@ -814,7 +848,7 @@ func (m *mover) write() error {
 			// A whole test file: only its package clause changes.
 			body = replacePackage(body, m.toName)
 		} else {
-			body = append([]byte("package "+m.toName+"\n\n"), body...)
+			body = append([]byte(header[dfn]+"package "+m.toName+"\n\n"), body...)
 		}
 		for _, path := range m.imports[dfn] {
 			destImports[dfn] = append(destImports[dfn], &ast.ImportSpec{Path: &ast.BasicLit{Kind: token.STRING, Value: strconv.Quote(path)}})
@@ -824,6 +858,30 @@ func (m *mover) write() error {
 		}
 	}
 	return nil
+}
+
+// fileComment is the comment of the file fn above its package clause and
+// apart from the package's doc comment, with the blank line after it, or
+// "" if it has none.
+func fileComment(fn string, src []byte) string {
+	f, err := parser.ParseFile(token.NewFileSet(), fn, src, parser.PackageClauseOnly|parser.ParseComments)
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, cg := range f.Comments {
+		if cg.Pos() >= f.Package {
+			break
+		}
+		if cg == f.Doc {
+			continue
+		}
+		for _, c := range cg.List {
+			b.WriteString(c.Text + "\n")
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 func replacePackage(src []byte, name string) []byte {

@@ -99,3 +99,37 @@ keep Words Loud
 		t.Errorf("b was created on a refused move: %v", err)
 	}
 }
+
+// TestEmbeddedFieldFollowsItsType: a struct that stays embeds a type that
+// moves; the field's name is the type's, so its selections and composite
+// literal keys take the exported name, in moved structs too; the new file
+// opens with the old one's file comment, and the module still builds.
+func TestEmbeddedFieldFollowsItsType(t *testing.T) {
+	dir := fixture(t, `from example.com/m/e
+to example.com/m/e/inner
+load ./...
+move tally pair newPair
+`)
+	s, err := readSpec("spec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(s); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	e := read(t, filepath.Join(dir, "e", "e.go"))
+	for _, want := range []string{"*inner.Tally", "Tally: &inner.Tally{}", "c.Tally.N + c.N + inner.NewPair().Other", "c.Bump()"} {
+		if !strings.Contains(e, want) {
+			t.Errorf("e/e.go lacks %q:\n%s", want, e)
+		}
+	}
+	in := read(t, filepath.Join(dir, "e", "inner", "e.go"))
+	for _, want := range []string{"// A counter and the tally it shares.\n\npackage inner\n", "&pair{Tally: &Tally{}}", "p.Tally.Bump()", "p.Other = p.Tally.N"} {
+		if !strings.Contains(in, want) {
+			t.Errorf("e/inner/e.go lacks %q:\n%s", want, in)
+		}
+	}
+	if out, err := exec.Command("go", "build", "./...").CombinedOutput(); err != nil {
+		t.Fatalf("the module does not build after the move: %v\n%s", err, out)
+	}
+}

@@ -1,4 +1,4 @@
-package transport
+package engine
 
 import (
 	"sync"
@@ -66,18 +66,18 @@ func (in *inbox) recycle(frames [][]byte) {
 
 // handOff passes the frame being handled to the engine of its QP and rings
 // it. The frame is counted there when handled, and here as handed off.
-func (e *engine) handOff(owner *engine) {
+func (e *Engine) handOff(owner *Engine) {
 	if !owner.inbox.put(e.rxHead, e.rxTail) {
-		e.counters.HandOffDrops++
+		e.Counters.HandOffDrops++
 		return
 	}
-	e.counters.HandedOff++
+	e.Counters.HandedOff++
 	owner.ring()
 }
 
 // receiveHandedOff handles the frames other engines passed to this one and
 // returns how many.
-func (e *engine) receiveHandedOff() int {
+func (e *Engine) receiveHandedOff() int {
 	frames := e.inbox.take(e.inFrames)
 	if len(frames) == 0 {
 		e.inFrames = frames // the inbox may have kept the other array

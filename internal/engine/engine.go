@@ -1,4 +1,4 @@
-package transport
+package engine
 
 import (
 	"errors"
@@ -13,18 +13,18 @@ import (
 	"github.com/xdproce/xdproce/wire"
 )
 
-// engine runs the transport of the QPs of one of the device's queues. Only
+// Engine runs the transport of the QPs of one of the device's queues. Only
 // the holder of its mutex (its goroutine, an application in Progress, or a
 // control operation holding every engine's mutex) touches it.
-type engine struct {
-	*objects // the device's shared tables
-	dev      *NIC
-	link     link.Link // this engine's queue
-	index    int       // its queue's index among the device's engines
-	mu       sync.Mutex
-	// drives counts the rounds applications ran (Progress); while it grows,
-	// the engine's goroutine skips its own (Device.run, droveSince).
-	drives atomic.Uint64
+type Engine struct {
+	*Objects // the device's shared tables
+	dev      *Device
+	Link     link.Link // this engine's queue
+	Index    int       // its queue's index among the device's engines
+	Mu       sync.Mutex
+	// Drives counts the rounds applications ran (Progress); while it grows,
+	// the engine's goroutine skips its own (Device.run, DroveSince).
+	Drives atomic.Uint64
 	// The doorbell. A poster sets work and wakes the link only when the
 	// engine said it is going to sleep; the engine says so, then looks at
 	// work once more before sleeping, so no post is missed and a busy engine
@@ -38,14 +38,14 @@ type engine struct {
 	// inbox holds frames another engine received for this engine's QPs.
 	inbox    inbox
 	inFrames [][]byte    // the engine's batch taken from inbox
-	active   []*queue.QP // QPs with send work or timers: the only ones a step visits
+	Active   []*queue.QP // QPs with send work or timers: the only ones a step visits
 	acks     []*queue.QP // QPs with an ACK deferred to the end of the receive batch
-	counters ibv.Counters
+	Counters ibv.Counters
 	spin     spinner // whether the engine's goroutine spins when idle
 	wakeups  uint64  // sleeps the engine's goroutine woke from (its own)
-	// watcher is the link when it can wait on a daemon's clients'
+	// Watcher is the link when it can wait on a daemon's clients'
 	// doorbells too (NIC.WatchDoorbell).
-	watcher link.Watcher
+	Watcher link.Watcher
 
 	// fastTaken: QPs whose responder a frame took back from the XDP fast
 	// path during this receive batch (fastpath.go).
@@ -109,21 +109,21 @@ type engine struct {
 	// mcLoop are the batch's frames to groups the device is a member of,
 	// which flush also hands to the engines' inboxes (mcast.go). While
 	// handingOff the engine handles frames other engines handed it, and a
-	// multicast frame goes to its own QPs only; mcHanded marks, per
+	// multicast frame goes to its own QPs only; McHanded marks, per
 	// engine, those a multicast frame was handed to.
 	mcLoop     [][]byte
 	handingOff bool
-	mcHanded   []bool
+	McHanded   []bool
 }
 
-// rxBatch and txBatch bound the frames handled per step.
+// RxBatch and txBatch bound the frames handled per step.
 const (
-	rxBatch = 64
+	RxBatch = 64
 	txBatch = 128
 )
 
-func (e *engine) init(d *NIC, l link.Link, index int) {
-	e.objects, e.dev, e.link, e.index = &d.objs, d, l, index
+func (e *Engine) Init(d *Device, l link.Link, index int) {
+	e.Objects, e.dev, e.Link, e.Index = &d.Objs, d, l, index
 	e.rxFn = e.receiveFrame
 	e.rxSplitFn = e.receiveSplit
 	e.reads.Read = true
@@ -136,7 +136,7 @@ func (e *engine) init(d *NIC, l link.Link, index int) {
 		e.gather = make([]byte, 0, 2*l.MaxFrame())
 	}
 	if w, ok := l.(link.Watcher); ok {
-		e.watcher = w
+		e.Watcher = w
 	}
 	if l, ok := l.(link.FrameLender); ok {
 		e.lender = l
@@ -149,39 +149,39 @@ func (e *engine) init(d *NIC, l link.Link, index int) {
 	e.out = make([][]byte, 0, txBatch)
 }
 
-// deactivate takes qp off the engine's active list.
-func (e *engine) deactivate(qp *queue.QP) {
+// Deactivate takes qp off the engine's active list.
+func (e *Engine) Deactivate(qp *queue.QP) {
 	if !qp.Active {
 		return
 	}
-	for i, q := range e.active {
+	for i, q := range e.Active {
 		if q == qp {
-			e.active = append(e.active[:i], e.active[i+1:]...)
+			e.Active = append(e.Active[:i], e.Active[i+1:]...)
 			break
 		}
 	}
 	qp.Active = false
 }
 
-// step does one round of work and reports whether there was any.
-func (e *engine) step() bool {
+// Step does one round of work and reports whether there was any.
+func (e *Engine) Step() bool {
 	// Posted receives are taken before packets are handled, so a SEND that
 	// follows its receive's post never meets an empty queue.
 	e.steps++
 	e.paceDue = time.Time{}
-	fed := len(e.sharedQPs) > 0 && e.pumpShared()
-	if len(e.sharedSRQs) > 0 && e.pumpSharedSRQs() {
+	fed := len(e.SharedQPs) > 0 && e.pumpShared()
+	if len(e.SharedSRQs) > 0 && e.pumpSharedSRQs() {
 		fed = true
 	}
 	posted := e.takePosted()
 	for _, qp := range posted {
 		qp.Queued.Store(false)
-		if owner := e.dev.engineOf(qp); owner != e {
-			owner.notePosted(qp) // moved to another engine since it was posted to
+		if owner := e.dev.EngineOf(qp); owner != e {
+			owner.NotePosted(qp) // moved to another engine since it was posted to
 			continue
 		}
-		if int(qp.Number) < len(e.qps) && e.qps[qp.Number] == qp {
-			e.takePosts(qp)
+		if int(qp.Number) < len(e.Qps) && e.Qps[qp.Number] == qp {
+			e.TakePosts(qp)
 		}
 	}
 	clear(posted)
@@ -189,20 +189,20 @@ func (e *engine) step() bool {
 	acked := e.fastAcks() // ACKs the XDP program took (fastpath.go)
 	n := e.receiveHandedOff()
 	if e.splitter != nil {
-		k, _ := e.splitter.ReceiveSplit(rxBatch, e.rxSplitFn)
+		k, _ := e.splitter.ReceiveSplit(RxBatch, e.rxSplitFn)
 		n += k
 	} else {
-		k, _ := e.link.Receive(rxBatch, e.rxFn)
+		k, _ := e.Link.Receive(RxBatch, e.rxFn)
 		n += k
 	}
 	e.sendDueAcks()
 	e.fastHandBacks()
 	busy := n > 0 || fed || acked
 	var now time.Time
-	if len(e.active) > 0 {
-		now = e.dev.clock.Now() // an idle round reads no clock
+	if len(e.Active) > 0 {
+		now = e.dev.Clock.Now() // an idle round reads no clock
 	}
-	for _, qp := range e.active {
+	for _, qp := range e.Active {
 		e.checkTimers(qp, now)
 		if e.requester(qp) {
 			busy = true
@@ -213,12 +213,12 @@ func (e *engine) step() bool {
 	}
 	e.pruneActive()
 	e.pending.Flush() // nothing stays queued between steps (control operations run there)
-	if len(e.sharedQPs) > 0 {
+	if len(e.SharedQPs) > 0 {
 		e.publishShared()
 	}
 	if e.nout > 0 {
 		if !e.holdAcks() {
-			e.flush()
+			e.Flush()
 		}
 		busy = true
 	}
@@ -233,8 +233,8 @@ func (e *engine) step() bool {
 // again, so a requester waiting for its ACK with nothing to answer is rarely
 // delayed. The hold uses the real clock, not the transport's (a test's fake
 // clock may stand still).
-func (e *engine) holdAcks() bool {
-	if e.nacks != e.nout || e.dev.cfg.AckHold < 0 {
+func (e *Engine) holdAcks() bool {
+	if e.nacks != e.nout || e.dev.Cfg.AckHold < 0 {
 		return false
 	}
 	now := time.Now()
@@ -246,14 +246,14 @@ func (e *engine) holdAcks() bool {
 			}
 			e.holdCredit = 1 // try once more
 		}
-		e.holding, e.holdEnd = true, now.Add(e.dev.cfg.AckHold)
-		e.counters.AckHeld++
+		e.holding, e.holdEnd = true, now.Add(e.dev.Cfg.AckHold)
+		e.Counters.AckHeld++
 		return true
 	}
 	if now.Before(e.holdEnd) {
 		return true
 	}
-	e.counters.AckHoldMissed++
+	e.Counters.AckHoldMissed++
 	e.holdCredit = max(e.holdCredit-holdCreditMax/2, 0)
 	if e.holdCredit == 0 {
 		e.holdSkip = holdBackoff
@@ -269,18 +269,18 @@ const (
 	holdBackoff = 64
 )
 
-// activate makes the steps visit qp.
-func (e *engine) activate(qp *queue.QP) {
+// Activate makes the steps visit qp.
+func (e *Engine) Activate(qp *queue.QP) {
 	if !qp.Active {
 		qp.Active = true
-		e.active = append(e.active, qp)
+		e.Active = append(e.Active, qp)
 	}
 }
 
 // pruneActive drops the QPs with nothing left to send or time.
-func (e *engine) pruneActive() {
-	keep := e.active[:0]
-	for _, qp := range e.active {
+func (e *Engine) pruneActive() {
+	keep := e.Active[:0]
+	for _, qp := range e.Active {
 		t := &qp.Transport
 		if len(t.SQ) > 0 || !t.TimerAt.IsZero() || !t.RNRAt.IsZero() || t.Replying() {
 			keep = append(keep, qp)
@@ -288,19 +288,19 @@ func (e *engine) pruneActive() {
 			qp.Active = false
 		}
 	}
-	clear(e.active[len(keep):])
-	e.active = keep
+	clear(e.Active[len(keep):])
+	e.Active = keep
 }
 
-// nextTimer is how long the engine may sleep.
-func (e *engine) nextTimer() time.Duration {
+// NextTimer is how long the engine may sleep.
+func (e *Engine) NextTimer() time.Duration {
 	due := e.nextDeadline()
 	if due.IsZero() && e.paceDue.IsZero() {
 		return quietWait
 	}
 	wait := idleWait
 	if !due.IsZero() {
-		wait = min(wait, max(due.Sub(e.dev.clock.Now()), 0))
+		wait = min(wait, max(due.Sub(e.dev.Clock.Now()), 0))
 	}
 	if !e.paceDue.IsZero() { // the real clock's (pacing.go)
 		wait = min(wait, max(time.Until(e.paceDue), 0))
@@ -309,9 +309,9 @@ func (e *engine) nextTimer() time.Duration {
 }
 
 // nextDeadline is the earliest armed timer of the active QPs; zero if none.
-func (e *engine) nextDeadline() time.Time {
+func (e *Engine) nextDeadline() time.Time {
 	var due time.Time
-	for _, qp := range e.active {
+	for _, qp := range e.Active {
 		for _, at := range [2]time.Time{qp.Transport.TimerAt, qp.Transport.RNRAt} {
 			if !at.IsZero() && (due.IsZero() || at.Before(due)) {
 				due = at
@@ -321,8 +321,8 @@ func (e *engine) nextDeadline() time.Time {
 	return due
 }
 
-// takePosts moves what the application posted into the engine's queues.
-func (e *engine) takePosts(qp *queue.QP) {
+// TakePosts moves what the application posted into the engine's queues.
+func (e *Engine) TakePosts(qp *queue.QP) {
 	qp.PostMu.Lock()
 	if len(qp.PostedSend) == 0 && len(qp.PostedRecv) == 0 {
 		qp.PostMu.Unlock()
@@ -335,10 +335,10 @@ func (e *engine) takePosts(qp *queue.QP) {
 	qp.PostedRecv = qp.PostedRecv[:0]
 	qp.PostMu.Unlock()
 	if qp.Transport.State == ibv.StateErr {
-		e.flushQueues(qp)
+		e.FlushQueues(qp)
 	}
 	if len(qp.Transport.SQ) > 0 {
-		e.activate(qp)
+		e.Activate(qp)
 	}
 }
 
@@ -363,10 +363,10 @@ func appendQueue[T any](base *[]T, q, add []T) []T {
 // the link's own transmit buffer when it lends them, else one of e.bufs.
 // nil means the link has no buffer free: the frame is lost, as on a
 // congested NIC, and the transport recovers.
-func (e *engine) frame() []byte {
+func (e *Engine) frame() []byte {
 	e.pending.Flush() // what was received is placed before anything leaves
 	if e.nout == txBatch {
-		e.flush()
+		e.Flush()
 	}
 	if e.txLocal = e.dev.isLocal(e.tx.IP.Dst); e.txLocal {
 		if e.loopBufs == nil {
@@ -374,7 +374,7 @@ func (e *engine) frame() []byte {
 			e.loop = make([][]byte, 0, txBatch)
 		}
 		if e.loopBufs[len(e.loop)] == nil {
-			e.loopBufs[len(e.loop)] = make([]byte, e.link.MaxFrame())
+			e.loopBufs[len(e.loop)] = make([]byte, e.Link.MaxFrame())
 		}
 		return e.loopBufs[len(e.loop)]
 	}
@@ -385,15 +385,15 @@ func (e *engine) frame() []byte {
 }
 
 // queue adds the frame of n bytes built in the last frame() buffer.
-func (e *engine) queue(buf []byte, n int) { e.queueFrame(buf, n, true) }
+func (e *Engine) queue(buf []byte, n int) { e.queueFrame(buf, n, true) }
 
 // queueFrame is queue; sealed false leaves the capture to sealDeferred.
-func (e *engine) queueFrame(buf []byte, n int, sealed bool) {
+func (e *Engine) queueFrame(buf []byte, n int, sealed bool) {
 	if n < wire.MinFrameLen {
 		clear(buf[n:wire.MinFrameLen]) // the pad; a lent buffer holds old bytes
 		n = wire.MinFrameLen
 	}
-	if c := e.dev.capture.Load(); c != nil && sealed {
+	if c := e.dev.Capture.Load(); c != nil && sealed {
 		(*c)(buf[:n], true)
 	}
 	switch {
@@ -407,10 +407,10 @@ func (e *engine) queueFrame(buf []byte, n int, sealed bool) {
 		e.out = append(e.out, buf[:n])
 	}
 	e.nout++
-	e.counters.SentPkts++
+	e.Counters.SentPkts++
 }
 
-func (e *engine) flush() {
+func (e *Engine) Flush() {
 	e.sealDeferred() // before the frames are submitted
 	if e.holding && e.nout > e.nacks {
 		e.holdCredit = holdCreditMax // a reply joined the ACKs
@@ -425,7 +425,7 @@ func (e *engine) flush() {
 	if e.lender != nil {
 		_ = e.lender.FlushTX()
 	} else {
-		_ = e.link.Send(e.out)
+		_ = e.Link.Send(e.out)
 		e.out = e.out[:0]
 	}
 	e.nout = 0
@@ -436,7 +436,7 @@ func (e *engine) flush() {
 // next step decodes them (checking the ICRC) and dispatches them to their
 // QP, or to its engine's inbox when another engine serves it. It returns
 // how many frames there were.
-func (e *engine) loopBack() int {
+func (e *Engine) loopBack() int {
 	n := len(e.loop)
 	if n == 0 {
 		return 0
@@ -445,9 +445,9 @@ func (e *engine) loopBack() int {
 		// A full inbox loses the frame, as a full RX ring would: the
 		// transport recovers.
 		if e.inbox.put(f, nil) {
-			e.counters.LoopbackPkts++
+			e.Counters.LoopbackPkts++
 		} else {
-			e.counters.SendErr++
+			e.Counters.SendErr++
 		}
 	}
 	clear(e.loop)
@@ -457,7 +457,7 @@ func (e *engine) loopBack() int {
 }
 
 // header prepares e.tx for a packet of qp with the given BTH fields.
-func (e *engine) header(qp *queue.QP, op wire.Opcode, psn uint32, ackReq bool) *wire.Packet {
+func (e *Engine) header(qp *queue.QP, op wire.Opcode, psn uint32, ackReq bool) *wire.Packet {
 	p := &e.tx
 	t := &qp.Transport
 	p.Eth = wire.Ethernet{Dst: t.DMAC, Src: t.SMAC}
@@ -469,10 +469,10 @@ func (e *engine) header(qp *queue.QP, op wire.Opcode, psn uint32, ackReq bool) *
 }
 
 // send encodes e.tx with PayloadLen bytes gathered by fill and queues it.
-func (e *engine) send(payloadLen int, fill func(dst []byte)) {
+func (e *Engine) send(payloadLen int, fill func(dst []byte)) {
 	buf := e.frame()
 	if buf == nil {
-		e.counters.SendErr++
+		e.Counters.SendErr++
 		return
 	}
 	hdr, err := wire.EncodeHeaders(buf, &e.tx, payloadLen)
@@ -505,12 +505,12 @@ type unsealedFrame struct {
 
 // sealDeferred reads the batch's payloads from daemon clients' memory, one
 // call per client, and seals the frames that waited for them.
-func (e *engine) sealDeferred() {
+func (e *Engine) sealDeferred() {
 	if len(e.unsealed) == 0 {
 		return
 	}
 	e.reads.Flush()
-	c := e.dev.capture.Load()
+	c := e.dev.Capture.Load()
 	for i := range e.unsealed {
 		u := &e.unsealed[i]
 		if n, err := wire.Seal(u.buf, u.hdr, u.payload); err != nil || n != u.n {
@@ -527,16 +527,16 @@ func (e *engine) sealDeferred() {
 // receiveFrame is the link's receive callback: the capture, if one is on,
 // sees the frame first. Frames handed over from another engine skip it
 // (that engine's capture saw them).
-func (e *engine) receiveFrame(frame []byte) {
-	if c := e.dev.capture.Load(); c != nil {
+func (e *Engine) receiveFrame(frame []byte) {
+	if c := e.dev.Capture.Load(); c != nil {
 		(*c)(frame, false)
 	}
 	e.handleFrame(frame)
 }
 
 // receiveSplit is receiveFrame for links that deliver frames in pieces.
-func (e *engine) receiveSplit(head, tail []byte) {
-	if c := e.dev.capture.Load(); c != nil {
+func (e *Engine) receiveSplit(head, tail []byte) {
+	if c := e.dev.Capture.Load(); c != nil {
 		e.capBuf = append(append(e.capBuf[:0], head...), tail...)
 		(*c)(e.capBuf, false)
 	}
@@ -544,10 +544,10 @@ func (e *engine) receiveSplit(head, tail []byte) {
 }
 
 // handleFrame is called for every received frame.
-func (e *engine) handleFrame(frame []byte) {
+func (e *Engine) handleFrame(frame []byte) {
 	e.rxHead, e.rxTail = frame, nil
 	if err := wire.Decode(frame, &e.rx); err != nil {
-		e.counters.DroppedMalformed++
+		e.Counters.DroppedMalformed++
 		return
 	}
 	e.dispatch()
@@ -558,7 +558,7 @@ func (e *engine) handleFrame(frame []byte) {
 // from the pieces into registered memory. A frame whose headers cross the
 // pieces (never one a peer's NIC sends: the first piece holds thousands of
 // bytes) is gathered first.
-func (e *engine) handleSplit(head, tail []byte) {
+func (e *Engine) handleSplit(head, tail []byte) {
 	if len(tail) == 0 {
 		e.handleFrame(head)
 		return
@@ -571,35 +571,35 @@ func (e *engine) handleSplit(head, tail []byte) {
 		return
 	}
 	if err != nil {
-		e.counters.DroppedMalformed++
+		e.Counters.DroppedMalformed++
 		return
 	}
 	e.dispatch()
 }
 
 // dispatch hands the packet just decoded into e.rx to its QP.
-func (e *engine) dispatch() {
+func (e *Engine) dispatch() {
 	p := &e.rx
 	qpn := p.BTH.DestQP
 	if qpn == wire.MulticastQPN {
 		if p.BTH.PKey&0x7fff != 0x7fff {
-			e.counters.DroppedBadPKey++
+			e.Counters.DroppedBadPKey++
 			return
 		}
 		e.dispatchMcast(p)
 		return
 	}
-	if int(qpn) >= len(e.qps) || e.qps[qpn] == nil {
-		e.counters.DroppedNoQP++
+	if int(qpn) >= len(e.Qps) || e.Qps[qpn] == nil {
+		e.Counters.DroppedNoQP++
 		return
 	}
 	// rxe's check_keys: the BTH P_Key must match the port's only P_Key,
 	// the default 0xffff, in its low 15 bits (either membership).
 	if p.BTH.PKey&0x7fff != 0x7fff {
-		e.counters.DroppedBadPKey++
+		e.Counters.DroppedBadPKey++
 		return
 	}
-	qp := e.qps[qpn]
+	qp := e.Qps[qpn]
 	info, _ := p.BTH.Opcode.Info()
 	t := &qp.Transport
 	if qp.QPType == ibv.QPTypeUD {
@@ -613,7 +613,7 @@ func (e *engine) dispatch() {
 	// rxe's check_type_state and check_addr: the right transport, from the
 	// connected peer to our address; anything else is dropped silently.
 	if p.BTH.Opcode.Transport() != wantTransport || p.IP.Src != t.DIP || p.IP.Dst != t.SIP {
-		e.counters.DroppedNoQP++
+		e.Counters.DroppedNoQP++
 		return
 	}
 	// The QP's type and addresses change only in control operations, so
@@ -622,14 +622,14 @@ func (e *engine) dispatch() {
 	// picks the queue, not the QP's flow) goes to that engine, and only
 	// once it passed the checks above: a forged frame costs no copy and no
 	// room in the other engine's inbox.
-	if owner := e.dev.engineOf(qp); owner != e {
+	if owner := e.dev.EngineOf(qp); owner != e {
 		e.handOff(owner)
 		return
 	}
-	e.counters.RcvdPkts++
+	e.Counters.RcvdPkts++
 	if info.Flags&wire.FlagRequest != 0 {
 		if t.State == ibv.StateRTR || t.State == ibv.StateRTS || t.State == ibv.StateSQD {
-			e.fastTakeOver(qp) // the program passed it on: the responder is Go's again
+			e.FastTakeOver(qp) // the program passed it on: the responder is Go's again
 			e.responder(qp, p, info)
 		}
 		return

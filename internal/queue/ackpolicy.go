@@ -1,9 +1,6 @@
-package transport
+package queue
 
-import (
-	"github.com/xdproce/xdproce/internal/ibv"
-	"github.com/xdproce/xdproce/internal/queue"
-)
+import "github.com/xdproce/xdproce/internal/ibv"
 
 // The requester's AckReq policy. IBTA leaves it to the requester which
 // packets ask for an ACK, and lets the responder coalesce; rxe's responder
@@ -11,12 +8,12 @@ import (
 // requester asks where an ACK is needed for progress and nowhere else:
 //
 //   - within ibv.MaxPktsPerAck packets of the last ask, and on the packet
-//     that fills the send window (requester.go): without an ACK the window
-//     would not open before the retransmission timer;
+//     that fills the send window (internal/engine/requester.go): without
+//     an ACK the window would not open before the retransmission timer;
 //   - on a probe (recovery);
 //   - on a message's last packet when the requester sends nothing more
 //     right behind it: the send queue is drained, or the next WQE waits
-//     for something only an ACK brings (sendsOnNow). So no completion ever
+//     for something only an ACK brings (SendsOnNow). So no completion ever
 //     waits for a timer, and a lone operation asks as rxe's requester does
 //     (golden captures stay byte-exact).
 //
@@ -24,18 +21,17 @@ import (
 // the requester one ACK to process, instead of one per WRITE: on the XDP
 // fast path one XDP_TX and one consumed ACK per burst
 // (docs/fastpath.md, "ACK coalescing"). It is on with the fast path
-// (Config.AckCoalesce); without it every last packet asks, as rxe's
+// (engine.Config.AckCoalesce); without it every last packet asks, as rxe's
 // requester, and the golden captures of several WRs posted together
 // stay byte-exact.
 
-// sendsOnNow reports whether the requester, having sent the last packet of
-// qp's WQE at ReqIdx, sends the next WQE without waiting for an ACK: it is
-// posted, the QP is in RTS, and none of the requester's gates that an ACK
-// (or a response) opens holds it. Conservative: a fence or a READ/atomic
-// limit counts as waiting even where a response would open it.
-func (e *engine) sendsOnNow(qp *queue.QP) bool {
-	t := &qp.Transport
-	if !e.dev.cfg.AckCoalesce || t.State != ibv.StateRTS || !t.RNRAt.IsZero() || t.ReqIdx+1 >= len(t.SQ) {
+// SendsOnNow reports whether the requester, having sent the last packet
+// of the WQE at ReqIdx, sends the next WQE without waiting for an ACK: it
+// is posted, the QP is in RTS, and none of the requester's gates that an
+// ACK (or a response) opens holds it. Conservative: a fence or a
+// READ/atomic limit counts as waiting even where a response would open it.
+func (t *Transport) SendsOnNow() bool {
+	if t.State != ibv.StateRTS || !t.RNRAt.IsZero() || t.ReqIdx+1 >= len(t.SQ) {
 		return false
 	}
 	next := &t.SQ[t.ReqIdx+1]
@@ -43,17 +39,15 @@ func (e *engine) sendsOnNow(qp *queue.QP) bool {
 		return !next.SentAll // go-back-N resends it next
 	}
 	op := next.WR.Opcode
-	if queue.IsLocalOp(op) || next.WR.Flags&ibv.SendFence != 0 {
+	if IsLocalOp(op) || next.WR.Flags&ibv.SendFence != 0 {
 		return false // runs once everything before it completed
 	}
-	n := uint32(1)
-	if queue.IsReadOrAtomic(op) {
-		if t.RdAtomicOut >= max(1, int(t.Attr.MaxRdAtomic)) {
-			return false
-		}
+	if IsReadOrAtomic(op) && t.RdAtomicOut >= max(1, int(t.Attr.MaxRdAtomic)) {
+		return false
 	}
+	n := uint32(1)
 	if op != ibv.WRAtomicCmpAndSwp && op != ibv.WRAtomicFetchAdd {
 		n = t.Npkts(next.Length)
 	}
-	return (t.NextPSN+n-t.SQ[0].FirstPSN)&0xffffff <= queue.MaxOutstandingSpan
+	return (t.NextPSN+n-t.SQ[0].FirstPSN)&0xffffff <= MaxOutstandingSpan
 }

@@ -1,7 +1,7 @@
 // Timers and retry, as rxe's retry path: the retransmission timer and its
 // RTO, round-trip samples, the retry and RNR counters, and go-back-N.
 
-package transport
+package engine
 
 import (
 	"time"
@@ -11,18 +11,18 @@ import (
 )
 
 // progress re-arms the retransmission timer while anything is outstanding.
-func (e *engine) progress(qp *queue.QP) {
+func (e *Engine) progress(qp *queue.QP) {
 	t := &qp.Transport
 	if len(t.SQ) > 0 && t.SQ[0].Started && t.Attr.Timeout > 0 {
-		t.TimerAt = e.dev.clock.Now().Add(t.RTO())
+		t.TimerAt = e.dev.Clock.Now().Add(t.RTO())
 	} else {
 		t.TimerAt = time.Time{}
 	}
 }
 
-// resetRetry restores the retry counters and ends a retry episode (rxe's
+// ResetRetry restores the retry counters and ends a retry episode (rxe's
 // reset_retry_counters): the responder has shown progress.
-func (e *engine) resetRetry(qp *queue.QP) {
+func (e *Engine) resetRetry(qp *queue.QP) {
 	t := &qp.Transport
 	t.RetryLeft, t.RNRLeft = t.Attr.RetryCnt, t.Attr.RNRRetry
 	t.StartedRetry = false
@@ -30,7 +30,7 @@ func (e *engine) resetRetry(qp *queue.QP) {
 }
 
 // checkTimers runs the retransmission and RNR timers of an RC QP.
-func (e *engine) checkTimers(qp *queue.QP, now time.Time) {
+func (e *Engine) checkTimers(qp *queue.QP, now time.Time) {
 	t := &qp.Transport
 	if qp.QPType != ibv.QPTypeRC || t.State != ibv.StateRTS && t.State != ibv.StateSQD {
 		return
@@ -46,7 +46,7 @@ func (e *engine) checkTimers(qp *queue.QP, now time.Time) {
 		t.TimerAt = time.Time{}
 		return
 	}
-	e.counters.TransportTimeouts++
+	e.Counters.TransportTimeouts++
 	e.retry(qp, true, false)
 }
 
@@ -54,19 +54,19 @@ func (e *engine) checkTimers(qp *queue.QP, now time.Time) {
 // goes back to the oldest unacknowledged PSN; with none left the oldest WQE
 // fails with RETRY_EXC_ERR. retry_cnt 7 retries forever. As rxe's
 // COMPST_ERROR_RETRY, one retry episode counts once: until the responder
-// shows progress (resetRetry), further NAKs and lost responses neither
+// shows progress (ResetRetry), further NAKs and lost responses neither
 // count nor rewind again; only the timer (timeout) starts another retry.
 // With nak (a sequence NAK) only the NAKed packet is resent at first: the
-// ACK it asks for says how far the responder has everything (ackThrough)
+// ACK it asks for says how far the responder has everything (ACKThrough)
 // before the requester goes back over the rest.
-func (e *engine) retry(qp *queue.QP, timeout, nak bool) {
+func (e *Engine) retry(qp *queue.QP, timeout, nak bool) {
 	t := &qp.Transport
 	if t.StartedRetry && !timeout {
 		return
 	}
-	e.counters.CompleterRetryErr++
+	e.Counters.CompleterRetryErr++
 	if t.RetryLeft == 0 {
-		e.counters.RetryExceededErr++
+		e.Counters.RetryExceededErr++
 		e.failHead(qp, ibv.WCRetryExcErr)
 		return
 	}
@@ -108,7 +108,7 @@ func (e *engine) retry(qp *queue.QP, timeout, nak bool) {
 // headReadsOnly, only the oldest WQE does), and one whose responses are
 // all in, or a SEND or WRITE the responder has acknowledged, is not sent
 // again.
-func (e *engine) goBackN(qp *queue.QP, headReadsOnly bool) {
+func (e *Engine) goBackN(qp *queue.QP, headReadsOnly bool) {
 	t := &qp.Transport
 	t.ReqIdx = 0
 	t.ReqPSN = t.CompPSN
@@ -138,16 +138,16 @@ func (e *engine) goBackN(qp *queue.QP, headReadsOnly bool) {
 		}
 	}
 	if len(t.SQ) > 0 && t.SQ[0].Started && t.Attr.Timeout > 0 {
-		t.TimerAt = e.dev.clock.Now().Add(t.RTO())
+		t.TimerAt = e.dev.Clock.Now().Add(t.RTO())
 	}
 }
 
-// rerequestBefore asks again at once for the READs and atomics that end
+// RerequestBefore asks again at once for the READs and atomics that end
 // before psn and still wait for responses: a response or ACK for psn came
 // after theirs, so theirs were lost. A READ response (slack) shows that
 // only from the QP's reorder window (DupThresh, or wider) past a READ's end: one overtaken by a response
 // or two of the next READ is late, not lost (recovery.go).
-func (e *engine) rerequestBefore(qp *queue.QP, psn uint32, slack bool) {
+func (e *Engine) rerequestBefore(qp *queue.QP, psn uint32, slack bool) {
 	t := &qp.Transport
 	for i := range t.SQ {
 		w := &t.SQ[i]
@@ -170,25 +170,25 @@ func (e *engine) rerequestBefore(qp *queue.QP, psn uint32, slack bool) {
 // stream, arriving behind the request, asks nothing more. The responder
 // answers a READ from its responder resources (rxe replays it) and an
 // atomic from the saved result; nothing is executed twice.
-func (e *engine) rerequest(qp *queue.QP, w *queue.SendWQE) {
+func (e *Engine) rerequest(qp *queue.QP, w *queue.SendWQE) {
 	w.TailLost = true
 	e.askHoles(qp, w)
 }
 
 // rttStart times the packet psn, sent now for the first time, unless a
 // sample is already being taken.
-func (e *engine) rttStart(t *queue.Transport, psn uint32) {
+func (e *Engine) rttStart(t *queue.Transport, psn uint32) {
 	if t.RTTAt.IsZero() && t.Attr.RetryCnt == 7 && queue.PSNCmp(psn, t.SentEnd) >= 0 {
-		t.RTTPSN, t.RTTAt = psn, e.dev.clock.Now()
+		t.RTTPSN, t.RTTAt = psn, e.dev.Clock.Now()
 	}
 }
 
 // rttSample ends the sample once CompPSN has passed the timed packet.
-func (e *engine) rttSample(t *queue.Transport) {
+func (e *Engine) rttSample(t *queue.Transport) {
 	if t.RTTAt.IsZero() || queue.PSNCmp(t.CompPSN, t.RTTPSN) <= 0 {
 		return
 	}
-	r := e.dev.clock.Now().Sub(t.RTTAt)
+	r := e.dev.Clock.Now().Sub(t.RTTAt)
 	t.RTTAt = time.Time{}
 	if t.SRTT == 0 {
 		t.SRTT, t.RTTVar = r, r/2

@@ -1,7 +1,7 @@
 // The requester, as rxe_req.c: it turns the send queue's WQEs into
 // request packets, within the congestion window (cwnd.go) and the fences.
 
-package transport
+package engine
 
 import (
 	"github.com/xdproce/xdproce/internal/ibv"
@@ -12,7 +12,7 @@ import (
 // requester sends what the QP's window allows; it reports whether it sent.
 // In SQD it finishes (and retransmits) the WQEs already started and starts
 // no new one.
-func (e *engine) requester(qp *queue.QP) bool {
+func (e *Engine) requester(qp *queue.QP) bool {
 	t := &qp.Transport
 	if (t.State != ibv.StateRTS && t.State != ibv.StateSQD) || !t.RNRAt.IsZero() {
 		return false
@@ -86,7 +86,7 @@ func (e *engine) requester(qp *queue.QP) bool {
 			}
 		}
 		if qp.QPType == ibv.QPTypeRC && t.TimerAt.IsZero() && t.Attr.Timeout > 0 {
-			t.TimerAt = e.dev.clock.Now().Add(t.RTO())
+			t.TimerAt = e.dev.Clock.Now().Add(t.RTO())
 		}
 	}
 	return sent
@@ -95,7 +95,7 @@ func (e *engine) requester(qp *queue.QP) bool {
 // localOp executes the BIND_MW or LOCAL_INV at the head of the send queue
 // and completes it; a failure completes it with rxe's status (MW_BIND_ERR,
 // LOC_QP_OP_ERR) and moves the QP to the error state.
-func (e *engine) localOp(qp *queue.QP, w *queue.SendWQE) {
+func (e *Engine) localOp(qp *queue.QP, w *queue.SendWQE) {
 	ok := false
 	status := ibv.WCMWBindErr
 	switch w.WR.Opcode {
@@ -115,7 +115,7 @@ func (e *engine) localOp(qp *queue.QP, w *queue.SendWQE) {
 // resolveLocal checks the WQE's SG list against the local keys and fetches
 // its memory. On a bad key the WQE completes with LOC_PROT_ERR and the QP
 // goes to the error state, as rxe.
-func (e *engine) resolveLocal(qp *queue.QP, w *queue.SendWQE) bool {
+func (e *Engine) resolveLocal(qp *queue.QP, w *queue.SendWQE) bool {
 	if w.WR.Flags&ibv.SendInline != 0 {
 		// Inline data was copied at post time.
 		w.Segs, w.Seg1, w.Single = nil, localSpan(w.Inline), true
@@ -148,7 +148,7 @@ func (e *engine) resolveLocal(qp *queue.QP, w *queue.SendWQE) bool {
 }
 
 // sendNext emits the next packet of w (a READ or atomic request is one packet).
-func (e *engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
+func (e *Engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 	t := &qp.Transport
 	wr := &w.WR
 	if queue.IsReadOrAtomic(wr.Opcode) {
@@ -171,7 +171,7 @@ func (e *engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 	}
 	psn := (w.FirstPSN + off/mtu) & 0xffffff
 	if queue.PSNCmp(psn, t.SentEnd) < 0 {
-		e.counters.RetransmittedPkts++
+		e.Counters.RetransmittedPkts++
 	}
 	t.NoAckPkts++
 	// The packet that fills the window asks for an ACK: nothing else
@@ -180,7 +180,7 @@ func (e *engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 	// then ACKs a burst of WRITEs once, not once each.
 	fills := queue.PSNCmp((psn+1)&0xffffff, t.CompPSN+t.Window()) >= 0
 	ackReq := qp.QPType == ibv.QPTypeRC &&
-		(last && !e.sendsOnNow(qp) || t.NoAckPkts > ibv.MaxPktsPerAck || t.Probing || fills)
+		(last && !(e.dev.Cfg.AckCoalesce && t.SendsOnNow()) || t.NoAckPkts > ibv.MaxPktsPerAck || t.Probing || fills)
 	if ackReq {
 		t.NoAckPkts = 0
 	}
@@ -213,7 +213,7 @@ func (e *engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 	t.ReqPSN = (psn + 1) & 0xffffff
 	t.MarkSent(t.ReqPSN)
 	if first && wr.Opcode != ibv.WRRDMAWrite && wr.Opcode != ibv.WRRDMAWriteWithImm {
-		e.counters.RDMASends++
+		e.Counters.RDMASends++
 	}
 }
 
@@ -222,12 +222,12 @@ func (e *engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 // from the first missing byte to the next response placed (or its end),
 // with RETH adjusted (a responder treats it as a duplicate and replays
 // that range: recovery.go).
-func (e *engine) sendReadAtomic(qp *queue.QP, w *queue.SendWQE) {
+func (e *Engine) sendReadAtomic(qp *queue.QP, w *queue.SendWQE) {
 	t := &qp.Transport
 	wr := &w.WR
 	e.rttStart(t, w.FirstPSN)
 	if w.Retried {
-		e.counters.RetransmittedPkts++
+		e.Counters.RetransmittedPkts++
 	}
 	if wr.Opcode == ibv.WRRDMARead {
 		psn := w.NextRespPSN(t.MTU)

@@ -1,4 +1,4 @@
-package transport
+package engine
 
 import (
 	"fmt"
@@ -58,24 +58,24 @@ type FastQP struct {
 
 // fastEligible: an RC QP over IPv4 that accepts requests, on a device with
 // the fast path.
-func (e *engine) fastEligible(qp *queue.QP) bool {
+func (e *Engine) fastEligible(qp *queue.QP) bool {
 	t := &qp.Transport
-	return e.dev.cfg.FastPath != nil && !e.fastOff && qp.QPType == ibv.QPTypeRC && !t.V6 && t.SIP.Is4() &&
+	return e.dev.Cfg.FastPath != nil && !e.fastOff && qp.QPType == ibv.QPTypeRC && !t.V6 && t.SIP.Is4() &&
 		(t.State == ibv.StateRTR || t.State == ibv.StateRTS || t.State == ibv.StateSQD)
 }
 
-// fastTakeOver makes the responder of qp Go's again, with the program's
+// FastTakeOver makes the responder of qp Go's again, with the program's
 // EPSN and MSN. A failure to (it cannot happen unless the shared map is
 // gone) leaves the QP in error: the two sides' PSNs would diverge.
-func (e *engine) fastTakeOver(qp *queue.QP) {
+func (e *Engine) FastTakeOver(qp *queue.QP) {
 	t := &qp.Transport
 	if !t.FastXDP {
 		return
 	}
 	t.FastXDP = false
-	epsn, msn, was, err := e.dev.cfg.FastPath.TakeOver(qp.Number)
+	epsn, msn, was, err := e.dev.Cfg.FastPath.TakeOver(qp.Number)
 	if err != nil {
-		e.counters.FastPathErr++
+		e.Counters.FastPathErr++
 		e.fatal(qp)
 		return
 	}
@@ -83,15 +83,15 @@ func (e *engine) fastTakeOver(qp *queue.QP) {
 		t.FastExecEnd = epsn
 		e.fastExecuted += uint64((epsn - t.FastHandPSN) & 0xffffff)
 		t.EPSN, t.MSN = epsn, msn
-		e.counters.FastTakeOvers++
+		e.Counters.FastTakeOvers++
 	}
 	e.fastTaken = append(e.fastTaken, qp)
 }
 
-// fastHandBack gives the program qp's responder if the QP can have it and
+// FastHandBack gives the program qp's responder if the QP can have it and
 // its responder is idle; configure writes its addresses and ACK first (a
 // modify may have changed them).
-func (e *engine) fastHandBack(qp *queue.QP, configure bool) {
+func (e *Engine) FastHandBack(qp *queue.QP, configure bool) {
 	t := &qp.Transport
 	if t.FastXDP || !e.fastEligible(qp) || !t.FastIdle() {
 		if configure {
@@ -99,14 +99,14 @@ func (e *engine) fastHandBack(qp *queue.QP, configure bool) {
 		}
 		return
 	}
-	f := e.dev.cfg.FastPath
+	f := e.dev.Cfg.FastPath
 	if configure || !t.FastConfigured {
 		q, err := e.fastQP(qp)
 		if err == nil {
 			err = f.Configure(qp.Number, q)
 		}
 		if err != nil {
-			e.counters.FastPathErr++
+			e.Counters.FastPathErr++
 			return
 		}
 		t.FastConfigured = true
@@ -120,7 +120,7 @@ func (e *engine) fastHandBack(qp *queue.QP, configure bool) {
 		}
 	}
 	if err := f.HandBack(qp.Number, t.EPSN, t.MSN); err != nil {
-		e.counters.FastPathErr++
+		e.Counters.FastPathErr++
 		return
 	}
 	t.FastXDP, t.FastHandPSN, t.FastExecEnd = true, t.EPSN, t.EPSN
@@ -131,31 +131,31 @@ func (e *engine) fastHandBack(qp *queue.QP, configure bool) {
 // a quarter of them, were sent again by their requester.
 const fastLostMin = 4
 
-// fastDuplicate notes a duplicate request: one the program executed means
+// FastDuplicate notes a duplicate request: one the program executed means
 // its ACK never reached the requester. On a veth whose peer runs no XDP
 // program (a bridge port) every ACK sent with XDP_TX is lost so; then the
 // engine stops handing responders to the program (counter
 // fast_responder_off), and the requester side, which sends nothing, goes on.
-func (e *engine) fastDuplicate(qp *queue.QP, psn uint32) {
+func (e *Engine) fastDuplicate(qp *queue.QP, psn uint32) {
 	t := &qp.Transport
 	if e.fastOff || t.FastExecEnd == t.FastHandPSN ||
 		queue.PSNCmp(psn, t.FastHandPSN) < 0 || queue.PSNCmp(psn, t.FastExecEnd) >= 0 {
 		return
 	}
 	e.fastLost++
-	e.counters.FastAckLost++
+	e.Counters.FastAckLost++
 	if e.fastLost >= fastLostMin && 4*e.fastLost >= e.fastExecuted {
 		e.fastOff = true
-		e.counters.FastResponderOff = 1
+		e.Counters.FastResponderOff = 1
 	}
 }
 
 // fastHandBacks ends a receive batch: the QPs taken over during it go back
 // to the program if they are idle.
-func (e *engine) fastHandBacks() {
+func (e *Engine) fastHandBacks() {
 	for _, qp := range e.fastTaken {
-		if int(qp.Number) < len(e.qps) && e.qps[qp.Number] == qp {
-			e.fastHandBack(qp, false)
+		if int(qp.Number) < len(e.Qps) && e.Qps[qp.Number] == qp {
+			e.FastHandBack(qp, false)
 		}
 	}
 	clear(e.fastTaken)
@@ -163,7 +163,7 @@ func (e *engine) fastHandBacks() {
 }
 
 // fastQP describes qp's responder: its ACK is what sendAckNow builds.
-func (e *engine) fastQP(qp *queue.QP) (FastQP, error) {
+func (e *Engine) fastQP(qp *queue.QP) (FastQP, error) {
 	t := &qp.Transport
 	p := e.header(qp, wire.RCAck, 0, false)
 	p.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval)}
@@ -178,13 +178,13 @@ func (e *engine) fastQP(qp *queue.QP) (FastQP, error) {
 
 // fastAcks runs the ACKs the program took for the requesters of the QPs
 // this engine has work for, as if they had arrived; true if any did.
-func (e *engine) fastAcks() bool {
-	f := e.dev.cfg.FastPath
+func (e *Engine) fastAcks() bool {
+	f := e.dev.Cfg.FastPath
 	if f == nil {
 		return false
 	}
 	ran := false
-	for _, qp := range e.active {
+	for _, qp := range e.Active {
 		t := &qp.Transport
 		if !t.FastReq || (t.State != ibv.StateRTS && t.State != ibv.StateSQD) {
 			continue
@@ -198,7 +198,7 @@ func (e *engine) fastAcks() bool {
 		*p = wire.Packet{BTH: wire.BTH{Opcode: wire.RCAck, PKey: 0xffff, DestQP: qp.Number, PSN: psn},
 			AETH: wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: msn}}
 		info, _ := wire.RCAck.Info()
-		e.counters.FastAcks++
+		e.Counters.FastAcks++
 		e.completer(qp, p, info)
 		ran = true
 	}
@@ -208,15 +208,15 @@ func (e *engine) fastAcks() bool {
 // fastSleep says the engine goes to sleep; false (and awake again) if an
 // ACK the program took meanwhile is waiting (it passes ACKs on only once
 // it has seen the engine asleep).
-func (e *engine) fastSleep() bool {
-	f := e.dev.cfg.FastPath
+func (e *Engine) fastSleep() bool {
+	f := e.dev.Cfg.FastPath
 	if f == nil {
 		return true
 	}
 	f.Sleeping(true)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, qp := range e.active {
+	e.Mu.Lock()
+	defer e.Mu.Unlock()
+	for _, qp := range e.Active {
 		if t := &qp.Transport; t.FastReq {
 			if n, _, _, err := f.Acked(qp.Number); err == nil && n != t.FastAckCount {
 				f.Sleeping(false)
@@ -228,25 +228,22 @@ func (e *engine) fastSleep() bool {
 }
 
 // fastWake says the engine is awake again (after fastSleep said it sleeps).
-func (e *engine) fastWake() {
-	if f := e.dev.cfg.FastPath; f != nil {
+func (e *Engine) fastWake() {
+	if f := e.dev.Cfg.FastPath; f != nil {
 		f.Sleeping(false)
 	}
 }
 
-// fastSending publishes qp's requester window before a packet that ends at
-// end (one past its last PSN) goes out, so that the program takes its ACK.
-// It cannot fail once Configure took the QPN; if it did, the program would
-// pass the ACKs on as out of window, to the completer.
-func (e *engine) fastSending(qp *queue.QP, end uint32) {
-	t := &qp.Transport
-	if !t.FastReq {
-		return
-	}
-	if queue.PSNCmp(end, t.SentEnd) < 0 {
-		end = t.SentEnd // a retransmission: the window still ends there
-	}
-	if err := e.dev.cfg.FastPath.SendWindow(qp.Number, t.CompPSN, end, false); err != nil {
-		e.counters.FastPathErr++
+// fastSending publishes qp's requester window before a packet ending at end
+// (one past its last PSN) goes out, so that the program takes its ACK (if
+// it could not, the program would pass the ACKs on, to the completer).
+func (e *Engine) fastSending(qp *queue.QP, end uint32) {
+	if t := &qp.Transport; t.FastReq {
+		if queue.PSNCmp(end, t.SentEnd) < 0 {
+			end = t.SentEnd // a retransmission: the window still ends there
+		}
+		if e.dev.Cfg.FastPath.SendWindow(qp.Number, t.CompPSN, end, false) != nil {
+			e.Counters.FastPathErr++
+		}
 	}
 }

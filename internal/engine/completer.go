@@ -2,7 +2,7 @@
 // responses to the send queue and retires WQEs into the send CQ (retire,
 // failHead); all completion of send work happens here.
 
-package transport
+package engine
 
 import (
 	"encoding/binary"
@@ -51,22 +51,22 @@ func (s compState) String() string {
 
 // completion is the completer's work on one response packet.
 type completion struct {
-	e      *engine
+	e      *Engine
 	qp     *queue.QP
 	t      *queue.Transport
 	p      *wire.Packet
 	info   wire.OpInfo
 	w      *queue.SendWQE // the READ or atomic a response belongs to
-	status ibv.WCStatus   // of the head WQE, for compError
-	probe  bool           // compErrorRetry after a sequence NAK: resend the NAKed packet first
+	status ibv.WCStatus   // of the head WQE, for CompError
+	probe  bool           // CompErrorRetry after a sequence NAK: resend the NAKed packet first
 }
 
 // completer handles a response (ACK, NAK, READ response, atomic ACK) for an
 // RC QP, as rxe_comp.c: every response is first checked against the PSNs
 // actually outstanding, then classified, then acted on; in-order
 // completion, implicit ACKs, go-back-N. One method per state; the loop
-// dispatches until compDone.
-func (e *engine) completer(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
+// dispatches until CompDone.
+func (e *Engine) completer(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
 	c := completion{e: e, qp: qp, t: &qp.Transport, p: p, info: info}
 	for s := compCheckPSN; s != compDone; {
 		s = c.step(s)
@@ -121,17 +121,17 @@ func (c *completion) checkPSN() compState {
 		// Outside [CompPSN, SentEnd): behind (counted as a duplicate) or
 		// ahead, as far as serial arithmetic tells.
 		if queue.PSNCmp(psn, t.CompPSN) < 0 {
-			c.e.counters.DuplicateResponse++
+			c.e.Counters.DuplicateResponse++
 			if op := c.p.BTH.Opcode; op >= wire.RCReadResponseFirst && op <= wire.RCReadResponseOnly {
 				c.e.answerSeen(c.qp, nil, psn, true) // perhaps a spurious re-ask's, its READ done
 			}
 		} else {
-			c.e.counters.ResponseOutOfWindow++
+			c.e.Counters.ResponseOutOfWindow++
 		}
 		return compDrop
 	}
 	if len(t.SQ) == 0 || !t.SQ[0].Started {
-		c.e.counters.ResponseOutOfWindow++
+		c.e.Counters.ResponseOutOfWindow++
 		return compDrop
 	}
 	return compCheckAck
@@ -144,7 +144,7 @@ func (c *completion) checkAck() compState {
 	case wire.RCAck:
 		a := p.AETH
 		if !c.answersRequest(a.IsACK()) {
-			c.e.counters.ResponseOutOfWindow++
+			c.e.Counters.ResponseOutOfWindow++
 			return compDrop
 		}
 		switch {
@@ -176,7 +176,7 @@ func (c *completion) checkAck() compState {
 	case wire.RCAtomicAck:
 		return compCheckHead
 	}
-	c.e.counters.ResponseOutOfWindow++
+	c.e.Counters.ResponseOutOfWindow++
 	return compDrop
 }
 
@@ -230,9 +230,9 @@ func (c *completion) rnrNAK() compState {
 	if !c.nakTarget() {
 		return compErrorRetry
 	}
-	c.e.counters.RcvdRNRErr++
+	c.e.Counters.RcvdRNRErr++
 	if c.t.RNRLeft == 0 {
-		c.e.counters.RetryRNRExceededErr++
+		c.e.Counters.RetryRNRExceededErr++
 		c.status = ibv.WCRNRRetryExcErr
 		return compError
 	}
@@ -244,7 +244,7 @@ func (c *completion) rnrRetry() compState {
 	if t.Attr.RNRRetry != 7 {
 		t.RNRLeft--
 	}
-	t.RNRAt = c.e.dev.clock.Now().Add(c.p.AETH.RNRTimer())
+	t.RNRAt = c.e.dev.Clock.Now().Add(c.p.AETH.RNRTimer())
 	t.TimerAt = time.Time{}
 	return compDone
 }
@@ -275,13 +275,13 @@ func (c *completion) seqNAK() compState {
 		// 7 while data still moves). A NAK that repeats the oldest
 		// unacknowledged PSN is no progress: inside a retry episode it is
 		// ignored, as in rxe.
-		c.e.counters.RcvdSeqErr++
+		c.e.Counters.RcvdSeqErr++
 		c.e.resetRetry(c.qp)
 	}
 	if !t.StartedRetry {
 		t.NAKEpisode = true
 	}
-	c.probe = c.e.dev.cfg.Recovery&NoProbe == 0
+	c.probe = c.e.dev.Cfg.Recovery&NoProbe == 0
 	return compErrorRetry
 }
 
@@ -318,7 +318,7 @@ func (c *completion) checkHead() compState {
 		}
 	}
 	if w == nil || !queue.IsReadOrAtomic(w.WR.Opcode) || (w.WR.Opcode == ibv.WRRDMARead) == isAtomicAck {
-		c.e.counters.ResponseOutOfWindow++ // no READ or atomic of ours holds this PSN
+		c.e.Counters.ResponseOutOfWindow++ // no READ or atomic of ours holds this PSN
 		if !isAtomicAck {
 			c.e.answerSeen(c.qp, nil, psn, true) // perhaps a spurious re-ask's, its READ done
 		}
@@ -332,12 +332,12 @@ func (c *completion) checkHead() compState {
 		c.e.answerSeen(c.qp, w, psn, dup)
 	}
 	if dup {
-		c.e.counters.DuplicateResponse++
+		c.e.Counters.DuplicateResponse++
 		return compDrop
 	}
-	if psn != base && (isAtomicAck || (psn-base)&0xffffff >= queue.ReadMapBits || c.e.dev.cfg.Recovery&NoReadHoles != 0) {
+	if psn != base && (isAtomicAck || (psn-base)&0xffffff >= queue.ReadMapBits || c.e.dev.Cfg.Recovery&NoReadHoles != 0) {
 		// Too far past the hole to keep: asked again with it.
-		c.e.counters.OOODropped++
+		c.e.Counters.OOODropped++
 		w.TailLost = true
 		c.e.askHoles(c.qp, w)
 		return compDrop
@@ -373,7 +373,7 @@ func (c *completion) read() compState {
 		ok = ok && n == mtu
 	}
 	if !ok {
-		c.e.counters.ResponseOutOfWindow++
+		c.e.Counters.ResponseOutOfWindow++
 		return compDrop
 	}
 	var one [1]queue.Span
@@ -406,7 +406,7 @@ func (c *completion) atomic() compState {
 	return compDone
 }
 
-// ackThrough handles an ACK of every PSN up to psn. As rxe's check_psn and
+// ACKThrough handles an ACK of every PSN up to psn. As rxe's check_psn and
 // check_ack, an ACK that acknowledges requests not acknowledged before is
 // progress and resets the retry counters; one inside a READ or atomic
 // waiting for responses does not pass it (only its own responses
@@ -418,7 +418,7 @@ func (c *completion) atomic() compState {
 // what arrived past the hole (ooo.go): the oldest PSN it still lacks was
 // lost as well, and is probed in turn, instead of going back over the
 // packets it holds. One that acknowledges the probe only goes back N.
-func (e *engine) ackThrough(qp *queue.QP, psn uint32) {
+func (e *Engine) ackThrough(qp *queue.QP, psn uint32) {
 	t := &qp.Transport
 	before := t.AckedReq
 	probe := t.Probing
@@ -428,7 +428,7 @@ func (e *engine) ackThrough(qp *queue.QP, psn uint32) {
 	if t.PSNAfter(t.AckedReq, before) {
 		e.resetRetry(qp)
 		if probe && t.PSNAfter(t.AckedReq, probed) && t.CompPSN != t.SentEnd && len(t.SQ) > 0 && !queue.IsReadOrAtomic(t.SQ[0].WR.Opcode) {
-			e.counters.CompleterRetryErr++
+			e.Counters.CompleterRetryErr++
 			t.Probing, t.StartedRetry = true, true
 			e.goBackN(qp, true)
 		}
@@ -438,7 +438,7 @@ func (e *engine) ackThrough(qp *queue.QP, psn uint32) {
 
 // acknowledge records that the responder received every request PSN up to
 // psn, and completes what that completes.
-func (e *engine) acknowledge(qp *queue.QP, psn uint32) {
+func (e *Engine) acknowledge(qp *queue.QP, psn uint32) {
 	t := &qp.Transport
 	if t.PSNAfter(psn, t.AckedReq) {
 		t.AckedReq = psn
@@ -446,13 +446,13 @@ func (e *engine) acknowledge(qp *queue.QP, psn uint32) {
 	e.completeInOrder(qp)
 }
 
-// completeInOrder retires the WQEs at the head that are done, oldest first
+// CompleteInOrder retires the WQEs at the head that are done, oldest first
 // (a SEND or WRITE once the responder has all of it, a READ or atomic once
 // its responses are all placed), and moves CompPSN to the oldest PSN still
 // unacknowledged. If that is beyond where a go-back-N had got to, the
 // requester resumes from there instead (an ACK for packets sent before
 // it, or of a probe the responder already had).
-func (e *engine) completeInOrder(qp *queue.QP) {
+func (e *Engine) completeInOrder(qp *queue.QP) {
 	t := &qp.Transport
 	for len(t.SQ) > 0 && t.SQ[0].Started {
 		w := &t.SQ[0]
@@ -493,15 +493,15 @@ func (e *engine) completeInOrder(qp *queue.QP) {
 }
 
 // retireSent completes UC WQEs whose packets all left.
-func (e *engine) retireSent(qp *queue.QP) {
+func (e *Engine) retireSent(qp *queue.QP) {
 	for len(qp.Transport.SQ) > 0 && qp.Transport.SQ[0].SentAll && qp.Transport.ReqIdx > 0 {
 		e.retire(qp, ibv.WCSuccess)
 	}
 }
 
-// failHead completes the oldest WQE with an error status and moves the QP to
+// FailHead completes the oldest WQE with an error status and moves the QP to
 // the error state, which flushes the rest.
-func (e *engine) failHead(qp *queue.QP, status ibv.WCStatus) {
+func (e *Engine) failHead(qp *queue.QP, status ibv.WCStatus) {
 	// An application that polls the error completion and then queries the
 	// QP must find it in the error state already.
 	qp.StateMirror.Store(uint32(ibv.StateErr))
@@ -512,7 +512,7 @@ func (e *engine) failHead(qp *queue.QP, status ibv.WCStatus) {
 }
 
 // retire completes the oldest send WQE with status.
-func (e *engine) retire(qp *queue.QP, status ibv.WCStatus) {
+func (e *Engine) retire(qp *queue.QP, status ibv.WCStatus) {
 	t := &qp.Transport
 	w := t.SQ[0]
 	if w.Started && queue.IsReadOrAtomic(w.WR.Opcode) && t.RdAtomicOut > 0 {
@@ -542,21 +542,21 @@ func (e *engine) retire(qp *queue.QP, status ibv.WCStatus) {
 		}
 	}
 	if status == ibv.WCSuccess {
-		e.checkDrained(qp) // an error completion moves the QP to ERR instead
+		e.CheckDrained(qp) // an error completion moves the QP to ERR instead
 	}
 }
 
-// checkDrained ends an SQD drain once every WQE started before it has
+// CheckDrained ends an SQD drain once every WQE started before it has
 // completed, raising EventSQDrained if the QP asked for it
 // (en_sqd_async_notify).
-func (e *engine) checkDrained(qp *queue.QP) {
+func (e *Engine) CheckDrained(qp *queue.QP) {
 	t := &qp.Transport
 	if !t.Draining || t.State != ibv.StateSQD || (len(t.SQ) > 0 && t.SQ[0].Started) {
 		return
 	}
 	t.Draining = false
 	if t.Attr.EnSQDAsyncNotify {
-		e.events.Post(queue.Event{Type: ibv.EventSQDrained, QP: qp})
+		e.Events.Post(queue.Event{Type: ibv.EventSQDrained, QP: qp})
 	}
 }
 

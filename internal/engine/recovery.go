@@ -9,7 +9,7 @@
 // holes are asked for in ascending order, the next one once the one below
 // it has filled, so no request goes below an earlier one.
 
-package transport
+package engine
 
 import (
 	"time"
@@ -34,10 +34,10 @@ const (
 	NoProbe
 )
 
-// placeRead places READ response p (already checked: it belongs to w, at
+// PlaceRead places READ response p (already checked: it belongs to w, at
 // or past the PSN w waits for, inside ReadMapBits) and moves w's
 // contiguous part on past the responses placed before.
-func (e *engine) placeRead(qp *queue.QP, w *queue.SendWQE, pkt *wire.Packet, segs []queue.Span) bool {
+func (e *Engine) placeRead(qp *queue.QP, w *queue.SendWQE, pkt *wire.Packet, segs []queue.Span) bool {
 	t := &qp.Transport
 	p := pkt.BTH.PSN
 	mtu := uint32(t.MTU)
@@ -50,7 +50,7 @@ func (e *engine) placeRead(qp *queue.QP, w *queue.SendWQE, pkt *wire.Packet, seg
 	}
 	base := w.NextRespPSN(t.MTU)
 	if p != base {
-		e.counters.OOOHeld++
+		e.Counters.OOOHeld++
 		w.Got.Set(p)
 		return true
 	}
@@ -68,7 +68,7 @@ func (e *engine) placeRead(qp *queue.QP, w *queue.SendWQE, pkt *wire.Packet, seg
 	return true
 }
 
-// askHoles asks again for the lowest hole of w's responses once it is
+// AskHoles asks again for the lowest hole of w's responses once it is
 // known lost: responses past it (the QP's reorder window of them, or the
 // end of a request's answer) arrived, or TailLost says its answer is over.
 // At most one request per hole per round trip: while the request for the
@@ -76,7 +76,7 @@ func (e *engine) placeRead(qp *queue.QP, w *queue.SendWQE, pkt *wire.Packet, seg
 // first responses are in, the rest of its answer is on its way in order,
 // and only responses of that answer past a hole show it lost (those placed
 // before the request arrived before it).
-func (e *engine) askHoles(qp *queue.QP, w *queue.SendWQE) {
+func (e *Engine) askHoles(qp *queue.QP, w *queue.SendWQE) {
 	if w.RespDone || !w.Started || !w.SentAll {
 		return
 	}
@@ -99,20 +99,20 @@ func (e *engine) askHoles(qp *queue.QP, w *queue.SendWQE) {
 		}
 	}
 	w.Retried = true
-	e.counters.LostResponseRetry++
+	e.Counters.LostResponseRetry++
 	t.RTTAt = time.Time{} // Karn: no round-trip sample across a retransmission
 	e.sendReadAtomic(qp, w)
 	t.Reo.Asked(w.ReadFrom, w.ReadTo)
 }
 
-// answerSeen notes READ response psn of w arriving, placed or not: one of
+// AnswerSeen notes READ response psn of w arriving, placed or not: one of
 // the answer to w's latest request, if inside it. A second copy of a
 // response the latest re-ask asked for shows the re-ask was spurious.
-func (e *engine) answerSeen(qp *queue.QP, w *queue.SendWQE, psn uint32, dup bool) {
+func (e *Engine) answerSeen(qp *queue.QP, w *queue.SendWQE, psn uint32, dup bool) {
 	if w != nil && queue.PSNCmp(psn, w.ReadFrom) >= 0 && queue.PSNCmp(psn, w.ReadTo) < 0 && queue.PSNCmp((psn+1)&0xffffff, w.AskSeen) > 0 {
 		w.AskSeen = (psn + 1) & 0xffffff
 	}
 	if dup && qp.Transport.Reo.Duplicate(psn) {
-		e.counters.SpuriousRetry++
+		e.Counters.SpuriousRetry++
 	}
 }

@@ -1,6 +1,6 @@
-package transport
+package engine
 
 const (
-	firstUserQPN    = 0x11 // rxe numbers user QPs from 17 as well
+	FirstUserQPN    = 0x11 // rxe numbers user QPs from 17 as well
 	ackCreditsInval = 0x1f // AETH credit code "unlimited", what rxe sends
 )

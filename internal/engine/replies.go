@@ -1,14 +1,15 @@
-package transport
+package engine
 
 import (
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/memory"
 	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
 )
 
 // replyRoom reports whether qp may send one more response in this step,
 // and counts it if so.
-func (e *engine) replyRoom(qp *queue.QP) bool {
+func (e *Engine) replyRoom(qp *queue.QP) bool {
 	t := &qp.Transport
 	if t.ReplyStep != e.steps {
 		t.ReplyStep, t.ReplySent = e.steps, 0
@@ -22,7 +23,7 @@ func (e *engine) replyRoom(qp *queue.QP) bool {
 
 // readRoom is replyRoom for a READ response packet, which also waits for
 // the QP's pace (pacing.go).
-func (e *engine) readRoom(qp *queue.QP) bool {
+func (e *Engine) readRoom(qp *queue.QP) bool {
 	if !e.replyRoom(qp) {
 		return false
 	}
@@ -36,7 +37,7 @@ func (e *engine) readRoom(qp *queue.QP) bool {
 // respond sends an acknowledgement (ACK, NAK or atomic ACK) now, or queues
 // it behind the responses already waiting or when the step's budget is
 // spent.
-func (e *engine) respond(qp *queue.QP, r queue.PendingReply) {
+func (e *Engine) respond(qp *queue.QP, r queue.PendingReply) {
 	if !qp.Transport.Replying() && e.replyRoom(qp) {
 		e.sendAcknowledge(qp, &r)
 		return
@@ -46,7 +47,7 @@ func (e *engine) respond(qp *queue.QP, r queue.PendingReply) {
 
 // startRead sends the READ reply of res from PSN from, as much as the
 // step's budget allows, and queues the rest.
-func (e *engine) startRead(qp *queue.QP, res *queue.RespResource, from uint32, replay bool) {
+func (e *Engine) startRead(qp *queue.QP, res *queue.RespResource, from uint32, replay bool) {
 	r := queue.PendingReply{Read: true, Res: *res, Next: from, MSN: qp.Transport.MSN, Replay: replay}
 	if !qp.Transport.Replying() {
 		for e.readRoom(qp) {
@@ -59,19 +60,19 @@ func (e *engine) startRead(qp *queue.QP, res *queue.RespResource, from uint32, r
 }
 
 // queueReply appends r to qp's replies, which the steps then send.
-func (e *engine) queueReply(qp *queue.QP, r queue.PendingReply) {
+func (e *Engine) queueReply(qp *queue.QP, r queue.PendingReply) {
 	t := &qp.Transport
 	if len(t.Replies)-t.ReplyHead >= queue.MaxQueuedReplies {
-		e.counters.DroppedReplies++
+		e.Counters.DroppedReplies++
 		return
 	}
 	t.Replies = append(t.Replies, r)
-	e.activate(qp)
+	e.Activate(qp)
 }
 
 // pumpReplies sends qp's queued replies, oldest first, until none is left
 // or the QP has used its budget for this step.
-func (e *engine) pumpReplies(qp *queue.QP) bool {
+func (e *Engine) pumpReplies(qp *queue.QP) bool {
 	t := &qp.Transport
 	sent := false
 	for t.Replying() {
@@ -99,7 +100,7 @@ func (e *engine) pumpReplies(qp *queue.QP) bool {
 }
 
 // sendAcknowledge sends an ACK, NAK or atomic ACK.
-func (e *engine) sendAcknowledge(qp *queue.QP, r *queue.PendingReply) {
+func (e *Engine) sendAcknowledge(qp *queue.QP, r *queue.PendingReply) {
 	pkt := e.header(qp, r.Op, r.PSN, false)
 	pkt.AETH = wire.AETH{Syndrome: r.Syndrome, MSN: r.MSN}
 	if r.Op == wire.RCAtomicAck {
@@ -110,7 +111,7 @@ func (e *engine) sendAcknowledge(qp *queue.QP, r *queue.PendingReply) {
 
 // readPacket sends the next packet of a READ reply and reports whether it
 // was the last (or the reply ended because its window was revoked).
-func (e *engine) readPacket(qp *queue.QP, r *queue.PendingReply) bool {
+func (e *Engine) readPacket(qp *queue.QP, r *queue.PendingReply) bool {
 	t := &qp.Transport
 	res := &r.Res
 	mtu := uint32(t.MTU)
@@ -124,7 +125,7 @@ func (e *engine) readPacket(qp *queue.QP, r *queue.PendingReply) bool {
 	var src [1]queue.Span
 	if n > 0 {
 		mr := res.MR
-		if isMWKey(res.RKey) {
+		if IsMWKey(res.RKey) {
 			// A window may be invalidated, deallocated or rebound while
 			// its READ's response is being sent: every packet checks the
 			// key again (rxe's read_reply rechecks it per slice). A
@@ -139,17 +140,17 @@ func (e *engine) readPacket(qp *queue.QP, r *queue.PendingReply) bool {
 	}
 	e.send(int(n), func(dst []byte) { queue.Gather(dst, src[:], 0, &e.reads) })
 	if r.Replay {
-		e.counters.RetransmittedPkts++
+		e.Counters.RetransmittedPkts++
 	}
 	r.Next = (psn + 1) & 0xffffff
 	return last
 }
 
-// revokeReplies drops the queued READ replies that read mr, just
+// RevokeReplies drops the queued READ replies that read mr, just
 // deregistered: no packet reads it again, and a requester that asks again
 // is told the key is invalid.
-func (e *objects) revokeReplies(mr *MR) {
-	for _, qp := range e.live {
+func (e *Objects) RevokeReplies(mr *memory.MR) {
+	for _, qp := range e.Live {
 		t := &qp.Transport
 		keep := t.Replies[:t.ReplyHead]
 		for _, r := range t.Replies[t.ReplyHead:] {

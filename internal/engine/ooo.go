@@ -9,7 +9,7 @@
 // duplicates, acknowledged again and never executed twice (C9-105), READs
 // among them replayed from the responder resources.
 
-package transport
+package engine
 
 import (
 	"github.com/xdproce/xdproce/internal/ibv"
@@ -19,14 +19,14 @@ import (
 
 // hold keeps p, which arrived past EPSN, unless it is too far ahead
 // (counted) or already held.
-func (e *engine) hold(qp *queue.QP, p *wire.Packet) {
+func (e *Engine) hold(qp *queue.QP, p *wire.Packet) {
 	t := &qp.Transport
-	if e.dev.cfg.Recovery&NoHold != 0 {
+	if e.dev.Cfg.Recovery&NoHold != 0 {
 		return
 	}
 	d := (p.BTH.PSN - t.EPSN) & 0xffffff
 	if d >= queue.OOOMaxHeld {
-		e.counters.OOODropped++
+		e.Counters.OOODropped++
 		return
 	}
 	h := &t.Held
@@ -40,7 +40,7 @@ func (e *engine) hold(qp *queue.QP, p *wire.Packet) {
 			// is kept; the requester resends the genuine one.
 			s.Valid = false
 			h.N--
-			e.counters.OOODropped++
+			e.Counters.OOODropped++
 		}
 		return
 	}
@@ -50,13 +50,13 @@ func (e *engine) hold(qp *queue.QP, p *wire.Packet) {
 	buf := append(append(s.Buf[:0], p.Payload...), p.PayloadTail...)
 	s.Valid, s.P, s.Buf = true, *p, buf
 	s.P.Payload, s.P.PayloadTail = buf, nil
-	e.counters.OOOHeld++
+	e.Counters.OOOHeld++
 }
 
 // drainHeld executes the held packets that have become in order, after
 // the packet that filled the hole, and acknowledges the highest PSN now
 // contiguous at the end of the receive batch.
-func (e *engine) drainHeld(qp *queue.QP) {
+func (e *Engine) drainHeld(qp *queue.QP) {
 	t := &qp.Transport
 	h := &t.Held
 	start := t.EPSN
@@ -103,7 +103,7 @@ func (e *engine) drainHeld(qp *queue.QP) {
 // ackNow acknowledges psn at the end of the receive batch, asked for or
 // not: after a hole filled, the requester learns at once how far the
 // responder has everything.
-func (e *engine) ackNow(qp *queue.QP, psn uint32) {
+func (e *Engine) ackNow(qp *queue.QP, psn uint32) {
 	t := &qp.Transport
 	if !t.ACKDue {
 		t.ACKDue = true

@@ -1,9 +1,10 @@
-package transport
+package engine
 
 import (
 	"encoding/binary"
 
 	"github.com/xdproce/xdproce/internal/ibv"
+	"github.com/xdproce/xdproce/internal/memory"
 	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -27,7 +28,7 @@ const (
 
 // reception is one request on its way through the responder's states.
 type reception struct {
-	e      *engine
+	e      *Engine
 	qp     *queue.QP
 	t      *queue.Transport
 	p      *wire.Packet
@@ -37,9 +38,9 @@ type reception struct {
 
 // responder handles a request packet, as rxe_resp.c: one method per state,
 // the loop dispatching until respstDone.
-func (e *engine) responder(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
+func (e *Engine) responder(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
 	if qp.Transport.FailAfterReplies {
-		return // as good as in the error state (respError)
+		return // as good as in the error state (RespError)
 	}
 	before := qp.Transport.EPSN
 	e.respond1(qp, p, info)
@@ -49,7 +50,7 @@ func (e *engine) responder(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
 }
 
 // respond1 runs one request through the responder's states.
-func (e *engine) respond1(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
+func (e *Engine) respond1(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
 	r := reception{e: e, qp: qp, t: &qp.Transport, p: p, info: info}
 	for s := respstCheckPSN; s != respstDone; {
 		s = r.step(s)
@@ -64,7 +65,7 @@ func (r *reception) step(s respState) respState {
 	case respstOutOfSeq:
 		return r.outOfSeq()
 	case respstDuplicate:
-		r.e.counters.DuplicateRequest++
+		r.e.Counters.DuplicateRequest++
 		r.e.fastDuplicate(r.qp, r.p.BTH.PSN) // the program's ACK lost? (fastpath.go)
 		r.e.duplicate(r.qp, r.p, r.info)
 		return respstDone
@@ -122,7 +123,7 @@ func (r *reception) resync() respState {
 // tell it. The packet is held until the hole fills (ooo.go).
 func (r *reception) outOfSeq() respState {
 	t, psn := r.t, r.p.BTH.PSN
-	r.e.counters.OutOfSeqRequest++
+	r.e.Counters.OutOfSeqRequest++
 	if !t.NAKSent || queue.PSNCmp(psn, t.NAKMax) <= 0 {
 		t.NAKSent = true
 		r.e.sendAck(r.qp, t.EPSN, wire.NAKSyndrome(wire.NAKPSNSequenceError))
@@ -199,7 +200,7 @@ func (r *reception) execute() {
 }
 
 // takeRecv starts a receive WQE; false (after an RNR NAK for RC) if none is posted.
-func (e *engine) takeRecv(qp *queue.QP, psn uint32) bool {
+func (e *Engine) takeRecv(qp *queue.QP, psn uint32) bool {
 	t := &qp.Transport
 	var wr queue.RecvWQE
 	ok := false
@@ -211,7 +212,7 @@ func (e *engine) takeRecv(qp *queue.QP, psn uint32) bool {
 	}
 	if !ok {
 		if qp.QPType == ibv.QPTypeRC {
-			e.counters.SendRNRErr++
+			e.Counters.SendRNRErr++
 			e.sendAck(qp, psn, wire.RNRNAKSyndrome(t.Attr.MinRNRTimer))
 		}
 		return false
@@ -245,7 +246,7 @@ func (e *engine) takeRecv(qp *queue.QP, psn uint32) bool {
 }
 
 // completeRecv retires the active receive WQE.
-func (e *engine) completeRecv(qp *queue.QP, status ibv.WCStatus, op ibv.WCOpcode, flags ibv.WCFlags) bool {
+func (e *Engine) completeRecv(qp *queue.QP, status ibv.WCStatus, op ibv.WCOpcode, flags ibv.WCFlags) bool {
 	t := &qp.Transport
 	wc := ibv.WorkCompletion{WRID: t.Recv.WR.ID, Status: status, Opcode: op, QPNum: qp.Number, SrcQP: t.Attr.DestQPN}
 	if qp.QPType == ibv.QPTypeUD {
@@ -270,7 +271,7 @@ func (e *engine) completeRecv(qp *queue.QP, status ibv.WCStatus, op ibv.WCOpcode
 	}
 	t.Recv.Reset()
 	qp.RecvRetired()
-	e.counters.RDMARecvs++
+	e.Counters.RDMARecvs++
 	e.pending.Flush() // the data before its completion
 	if !qp.RecvCQ.Push(wc, e.rx.BTH.SE) {
 		e.fatal(qp)
@@ -279,7 +280,7 @@ func (e *engine) completeRecv(qp *queue.QP, status ibv.WCStatus, op ibv.WCOpcode
 	return true
 }
 
-func (e *engine) execSend(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
+func (e *Engine) execSend(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
 	t := &qp.Transport
 	psn := p.BTH.PSN
 	if info.Flags&wire.FlagStart != 0 && !e.takeRecv(qp, psn) {
@@ -324,13 +325,13 @@ func (e *engine) execSend(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
 	}
 }
 
-func (e *engine) completeRecvErr(qp *queue.QP, status ibv.WCStatus) {
+func (e *Engine) completeRecvErr(qp *queue.QP, status ibv.WCStatus) {
 	if qp.Transport.Recv.Active {
 		e.completeRecv(qp, status, ibv.WCRecv, 0)
 	}
 }
 
-func (e *engine) execWrite(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
+func (e *Engine) execWrite(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
 	t := &qp.Transport
 	psn := p.BTH.PSN
 	if info.Flags&wire.FlagStart != 0 {
@@ -360,7 +361,7 @@ func (e *engine) execWrite(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
 		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 		return
 	}
-	if n > 0 && info.Flags&wire.FlagStart == 0 && isMWKey(w.RKey) {
+	if n > 0 && info.Flags&wire.FlagStart == 0 && IsMWKey(w.RKey) {
 		mr, ok := e.checkMWAccess(qp, w.RKey, w.VA, n, ibv.AccessRemoteWrite)
 		if !ok {
 			// The window went away mid-message: the rest of the WRITE
@@ -398,8 +399,8 @@ func (e *engine) execWrite(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
 
 // checkRKey finds the region an rkey names, directly or through a memory
 // window, and checks PD, rights and range.
-func (e *engine) checkRKey(qp *queue.QP, rkey uint32, va uint64, n uint32, need ibv.Access) (*MR, bool) {
-	if isMWKey(rkey) {
+func (e *Engine) checkRKey(qp *queue.QP, rkey uint32, va uint64, n uint32, need ibv.Access) (*memory.MR, bool) {
+	if IsMWKey(rkey) {
 		return e.checkMWAccess(qp, rkey, va, n, need)
 	}
 	mr := e.lookupMR(rkey)
@@ -412,7 +413,7 @@ func (e *engine) checkRKey(qp *queue.QP, rkey uint32, va uint64, n uint32, need 
 	return mr, true
 }
 
-func (e *engine) execRead(qp *queue.QP, p *wire.Packet) {
+func (e *Engine) execRead(qp *queue.QP, p *wire.Packet) {
 	t := &qp.Transport
 	psn := p.BTH.PSN
 	r := p.RETH
@@ -420,7 +421,7 @@ func (e *engine) execRead(qp *queue.QP, p *wire.Packet) {
 		e.respError(qp, psn, wire.NAKInvalidRequest, 0)
 		return
 	}
-	var mr *MR
+	var mr *memory.MR
 	if r.Len > 0 {
 		var ok bool
 		if mr, ok = e.checkRKey(qp, r.RKey, r.VA, r.Len, ibv.AccessRemoteRead); !ok {
@@ -452,13 +453,13 @@ const (
 // readReply sends the READ responses of res from PSN from on, after the
 // QP's deferred ACK; what the step's budget or the QP's pace leaves is
 // queued (replies.go).
-func (e *engine) readReply(qp *queue.QP, res *queue.RespResource, from uint32, kind readKind) {
+func (e *Engine) readReply(qp *queue.QP, res *queue.RespResource, from uint32, kind readKind) {
 	e.readStarting(qp, res, from, kind)
 	e.sendDueAck(qp)
 	e.startRead(qp, res, from, kind != readNew)
 }
 
-func (e *engine) execAtomic(qp *queue.QP, p *wire.Packet) {
+func (e *Engine) execAtomic(qp *queue.QP, p *wire.Packet) {
 	t := &qp.Transport
 	psn := p.BTH.PSN
 	a := p.AtomicETH
@@ -495,12 +496,12 @@ func (e *engine) execAtomic(qp *queue.QP, p *wire.Packet) {
 	e.atomicAck(qp, psn, orig)
 }
 
-func (e *engine) atomicAck(qp *queue.QP, psn uint32, orig uint64) {
+func (e *Engine) atomicAck(qp *queue.QP, psn uint32, orig uint64) {
 	e.sendDueAck(qp)
 	e.respond(qp, queue.PendingReply{Op: wire.RCAtomicAck, PSN: psn, Syndrome: wire.ACKSyndrome(ackCreditsInval), MSN: qp.Transport.MSN, Orig: orig})
 }
 
-func (e *engine) newResource(qp *queue.QP) *queue.RespResource {
+func (e *Engine) newResource(qp *queue.QP) *queue.RespResource {
 	t := &qp.Transport
 	r := &t.Res[t.ResNext%len(t.Res)]
 	t.ResNext++
@@ -508,7 +509,7 @@ func (e *engine) newResource(qp *queue.QP) *queue.RespResource {
 }
 
 // duplicate answers a request PSN the responder has already executed.
-func (e *engine) duplicate(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
+func (e *Engine) duplicate(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
 	t := &qp.Transport
 	psn := p.BTH.PSN
 	if info.Flags&(wire.FlagRead|wire.FlagAtomic) == 0 {
@@ -566,17 +567,17 @@ func (e *engine) duplicate(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
 // deferred to the end of the receive batch, so a burst of requests gets one
 // cumulative ACK (as hardware RNICs coalesce); rxe, fed one packet at a
 // time, sends one per AckReq, and so do we when packets come one by one.
-func (e *engine) ackIfAsked(qp *queue.QP, p *wire.Packet) {
+func (e *Engine) ackIfAsked(qp *queue.QP, p *wire.Packet) {
 	if qp.QPType != ibv.QPTypeRC {
 		return
 	}
 	if !p.BTH.AckReq {
-		e.counters.AckDeferred++
+		e.Counters.AckDeferred++
 		return
 	}
 	t := &qp.Transport
 	if t.ACKDue {
-		e.counters.AckDeferred++
+		e.Counters.AckDeferred++
 	} else {
 		t.ACKDue = true
 		e.acks = append(e.acks, qp)
@@ -586,7 +587,7 @@ func (e *engine) ackIfAsked(qp *queue.QP, p *wire.Packet) {
 
 // sendDueAck sends qp's deferred ACK, if any. Every other response of the
 // QP goes after it, so responses stay in PSN order.
-func (e *engine) sendDueAck(qp *queue.QP) {
+func (e *Engine) sendDueAck(qp *queue.QP) {
 	t := &qp.Transport
 	if t.ACKDue {
 		t.ACKDue = false
@@ -599,9 +600,9 @@ func (e *engine) sendDueAck(qp *queue.QP) {
 }
 
 // sendDueAcks ends a receive batch: the deferred ACKs go out.
-func (e *engine) sendDueAcks() {
+func (e *Engine) sendDueAcks() {
 	for _, qp := range e.acks {
-		if int(qp.Number) < len(e.qps) && e.qps[qp.Number] == qp {
+		if int(qp.Number) < len(e.Qps) && e.Qps[qp.Number] == qp {
 			e.sendDueAck(qp)
 		}
 	}
@@ -609,21 +610,21 @@ func (e *engine) sendDueAcks() {
 	e.acks = e.acks[:0]
 }
 
-// sendAck sends an ACKNOWLEDGE (or NAK) with the syndrome and the current
+// SendAck sends an ACKNOWLEDGE (or NAK) with the syndrome and the current
 // MSN, after any deferred ACK.
-func (e *engine) sendAck(qp *queue.QP, psn uint32, syndrome uint8) {
+func (e *Engine) sendAck(qp *queue.QP, psn uint32, syndrome uint8) {
 	e.sendDueAck(qp)
 	e.sendAckNow(qp, psn, syndrome)
 }
 
-func (e *engine) sendAckNow(qp *queue.QP, psn uint32, syndrome uint8) {
+func (e *Engine) sendAckNow(qp *queue.QP, psn uint32, syndrome uint8) {
 	e.respond(qp, queue.PendingReply{Op: wire.RCAck, PSN: psn, Syndrome: syndrome, MSN: qp.Transport.MSN})
 }
 
-// respError is a class C/D error: RC sends the NAK and the QP goes to the
+// RespError is a class C/D error: RC sends the NAK and the QP goes to the
 // error state; the receive in progress fails with status (if non-zero).
 // UC drops the message.
-func (e *engine) respError(qp *queue.QP, psn uint32, code wire.NAKCode, status ibv.WCStatus) {
+func (e *Engine) respError(qp *queue.QP, psn uint32, code wire.NAKCode, status ibv.WCStatus) {
 	t := &qp.Transport
 	if qp.QPType != ibv.QPTypeRC {
 		t.RespOp = queue.RespNone
@@ -647,9 +648,9 @@ func (e *engine) respError(qp *queue.QP, psn uint32, code wire.NAKCode, status i
 	e.fatal(qp)
 }
 
-// abortRecv gives the receive WQE a dropped UC message had taken back to
+// AbortRecv gives the receive WQE a dropped UC message had taken back to
 // the head of its queue (RQ or SRQ), unconsumed.
-func (e *engine) abortRecv(qp *queue.QP) {
+func (e *Engine) abortRecv(qp *queue.QP) {
 	t := &qp.Transport
 	if !t.Recv.Active {
 		return

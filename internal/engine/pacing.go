@@ -1,4 +1,4 @@
-package transport
+package engine
 
 import (
 	"time"
@@ -9,7 +9,7 @@ import (
 // readStarting notes, with one clock read, the READ response about to be
 // sent for qp, of res's PSNs from on: a new READ ends the previous
 // response's sample.
-func (e *engine) readStarting(qp *queue.QP, res *queue.RespResource, from uint32, kind readKind) {
+func (e *Engine) readStarting(qp *queue.QP, res *queue.RespResource, from uint32, kind readKind) {
 	p := &qp.Transport.Pace
 	last := res.LastPSN
 	alone := !qp.Transport.Replying()
@@ -30,7 +30,7 @@ func (e *engine) readStarting(qp *queue.QP, res *queue.RespResource, from uint32
 		// with each further copy, for nothing but a forged packet; it
 		// must know the READ's address as well.
 		if p.AskedAgain(res.FirstPSN, res.LastPSN, from, last) {
-			e.counters.ReadRetryPaced++
+			e.Counters.ReadRetryPaced++
 		}
 	}
 	p.Started(now, from, last, alone)
@@ -38,7 +38,7 @@ func (e *engine) readStarting(qp *queue.QP, res *queue.RespResource, from uint32
 
 // paceAllows reports whether qp may send a READ response packet now; if
 // not, the engine's next wait ends when it may.
-func (e *engine) paceAllows(qp *queue.QP) bool {
+func (e *Engine) paceAllows(qp *queue.QP) bool {
 	p := &qp.Transport.Pace
 	if !p.Pacing() {
 		return true

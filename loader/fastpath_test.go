@@ -398,7 +398,7 @@ func TestFastPathRefuses(t *testing.T) {
 	}
 }
 
-func (r *fpRig) setQPFlags(t *testing.T, flags uint32) {
+func (r *fpRig) setQPFlags(t testing.TB, flags uint32) {
 	t.Helper()
 	s, _, err := r.fast.TakeOver(fpQPN)
 	if err != nil {
@@ -642,4 +642,62 @@ func TestFastPathAckRefuses(t *testing.T) {
 	if c := r.counters(t); c.FastAckWindow != 0 || c.NoSocket != 0 {
 		t.Errorf("counters %+v: an in-window ACK refused", c)
 	}
+}
+
+// FuzzFastPathAck runs the program on mutations of an ACK to a requester
+// that takes ACKs from it, after a real one in the window was taken.
+// Whatever the frame, the program either publishes it exactly as the
+// engine's codec reads it — a plain ACK (not a NAK) from the peer to the
+// QP, its PSN in the published window and not behind the ACK taken — or
+// leaves the record as it was. With reseal the ICRC is computed anew, so
+// that mutations reach the checks behind it.
+func FuzzFastPathAck(f *testing.F) {
+	const oldest, end, taken = 0x100, 0x140, 0x110
+	f.Add(encode(f, fpPeerAck(0x120, 7, wire.ACKSyndrome(0x1f))), false)
+	f.Add(encode(f, fpPeerAck(0x150, 7, wire.ACKSyndrome(0x1f))), true)
+	f.Add(encode(f, fpPeerAck(0x108, 7, wire.ACKSyndrome(0x1f))), true)
+	f.Add(encode(f, fpPeerAck(0x120, 7, wire.NAKSyndrome(wire.NAKPSNSequenceError))), true)
+	r := newFPRig(f)
+	r.setQPFlags(f, FastQPRemoteWrite|FastQPRequester)
+	real := encode(f, fpPeerAck(taken, 5, wire.ACKSyndrome(0x1f)))
+	f.Fuzz(func(t *testing.T, frame []byte, reseal bool) {
+		if len(frame) < 14 || len(frame) > 4000 {
+			return
+		}
+		if reseal && len(frame) >= 14+20 {
+			if e := 14 + (int(frame[16])<<8 | int(frame[17])); e >= 14+20+8+4 && e <= len(frame) {
+				if icrc, err := wire.ICRC(frame); err == nil {
+					binary.LittleEndian.PutUint32(frame[e-4:], icrc)
+				}
+			}
+		}
+		if err := r.fast.SetSendWindow(fpQPN, oldest, end, true); err != nil {
+			t.Fatal(err)
+		}
+		if ret, _ := r.run(t, real); ret != xdpDrop {
+			t.Fatalf("the real ACK: verdict %d", ret)
+		}
+		n0, psn0, msn0, _ := r.fast.Acked(fpQPN)
+		r.run(t, frame)
+		n, psn, msn, _ := r.fast.Acked(fpQPN)
+		if n == n0 {
+			if psn != psn0 || msn != msn0 {
+				t.Fatalf("record changed without its count: %#x/%d, was %#x/%d", psn, msn, psn0, msn0)
+			}
+			return
+		}
+		var p wire.Packet
+		if err := wire.Decode(frame, &p); err != nil {
+			t.Fatalf("published a frame the codec refuses: %v", err)
+		}
+		if p.BTH.Opcode != wire.RCAck || !p.AETH.IsACK() || p.BTH.DestQP != fpQPN || p.IP.Src != fpRemote || p.IP.Dst != fpLocal {
+			t.Fatalf("published %+v", p)
+		}
+		if n != n0+1 || psn != p.BTH.PSN || msn != p.AETH.MSN {
+			t.Fatalf("record #%d %#x/%d for ACK %#x/%d (was #%d)", n, psn, msn, p.BTH.PSN, p.AETH.MSN, n0)
+		}
+		if psn < taken || psn >= end {
+			t.Fatalf("published PSN %#x outside [%#x, %#x)", psn, taken, end)
+		}
+	})
 }

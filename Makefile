@@ -130,7 +130,7 @@ test: deps deps-stock deps-abi check-abi check-generate lint build
 # retransmission storm of issue 18 was found. perftest is left out: its tools spin on
 # memory the engine writes and reuse receive buffers in a cycle, as perftest does on
 # hardware, where a NIC's DMA is no Go memory access either.
-RACE_PKGS ?= ./verbs/ ./internal/transport/ ./internal/sharedring/ ./link/... ./wire/ ./daemon/ ./ipc/ ./cmagent/ ./rdmacm/
+RACE_PKGS ?= ./verbs/ ./internal/transport/ ./internal/engine/ ./internal/queue/ ./internal/sharedring/ ./link/... ./nic/ ./wire/ ./daemon/ ./ipc/ ./cmagent/ ./rdmacm/
 race: deps
 	$(SUDO) env "PATH=$$PATH" CI=$${CI:-} $(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
 

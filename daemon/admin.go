@@ -41,7 +41,7 @@ func Query(ctx context.Context, ifname string) (*Status, error) {
 	}
 	st := &Status{Ifname: ifname}
 	var fds []int
-	if st.Device, fds, err = c.Hello(); err != nil {
+	if st.Device, _, fds, err = c.Hello(); err != nil {
 		return nil, err
 	}
 	ipc.CloseAll(fds)

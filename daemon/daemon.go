@@ -61,6 +61,11 @@ type Server struct {
 	wg       sync.WaitGroup
 	stop     chan struct{} // closed by a SHUTDOWN request
 	stopOnce sync.Once
+
+	// dmFreed is freed device memory still charged, by pool (dm.go); its
+	// own lock, since pruning it costs a system call per block.
+	dmMu    sync.Mutex
+	dmFreed map[acctKey][]freedDM
 }
 
 // New opens the control socket for cfg.Ifname in the calling thread's

@@ -302,3 +302,89 @@ func TestDMLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestDMChargedWhileMapped: a block the client freed (FREE_DM, or by
+// ending its session) but still maps keeps costing its share, so what it
+// keeps alive stays within DMBytes: ALLOC_DM past the share is ENOMEM (as
+// mlx5) until the client unmaps it, then the share is free again. A block
+// of a byte costs a page, what the kernel allocates.
+func TestDMChargedWhileMapped(t *testing.T) {
+	needDM(t)
+	tb := newTestbedWith(t, -1, Limits{DMs: 8, DMBytes: 2 * loader.DMPage})
+	type caller = func(uverbs.Op, func(*uverbs.Encoder)) (*uverbs.Decoder, []int, int32)
+	alloc := func(call caller, n uint64) (uint32, int, syscall.Errno) {
+		t.Helper()
+		d, fds, errno := call(uverbs.OpAllocDM, func(e *uverbs.Encoder) { e.Put(&uverbs.AllocDM{Length: n}) })
+		if errno != 0 {
+			return 0, -1, syscall.Errno(errno)
+		}
+		var rep uverbs.DMCreated
+		d.Get(&rep)
+		if d.End() != nil || len(fds) != 1 {
+			t.Fatalf("ALLOC_DM: %d fds", len(fds))
+		}
+		return rep.DM, fds[0], 0
+	}
+	free := func(call caller, h uint32) {
+		t.Helper()
+		if _, _, errno := call(uverbs.OpFreeDM, func(e *uverbs.Encoder) { e.Put(&uverbs.Ref{Handle: h}) }); errno != 0 {
+			t.Fatalf("FREE_DM: errno %d", errno)
+		}
+	}
+	// mapped maps the block as a client would and closes its fd: the
+	// mapping alone keeps the pages.
+	mapped := func(fd int) []byte {
+		t.Helper()
+		b, err := unix.Mmap(fd, 0, 2*loader.DMPage, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Munmap(b) })
+		return b
+	}
+
+	ss, call := dmSession(t, tb, 7)
+	h, fd, errno := alloc(call, 2*loader.DMPage)
+	if errno != 0 {
+		t.Fatalf("ALLOC_DM of the whole share: %v", errno)
+	}
+	m := mapped(fd)
+	free(call, h)
+	if _, _, errno := alloc(call, 1); errno != syscall.ENOMEM {
+		t.Fatalf("ALLOC_DM while a freed block of the whole share is mapped: errno %d, want ENOMEM", errno)
+	}
+	if err := unix.Munmap(m); err != nil {
+		t.Fatal(err)
+	}
+	h, fd, errno = alloc(call, 1)
+	if errno != 0 {
+		t.Fatalf("ALLOC_DM once the freed block is unmapped: %v", errno)
+	}
+	unix.Close(fd)
+	if _, _, errno := alloc(call, loader.DMPage+1); errno != syscall.ENOMEM {
+		t.Errorf("ALLOC_DM of two pages beside a block of a byte: errno %d, want ENOMEM (a byte costs a page)", errno)
+	}
+	free(call, h)
+
+	// The session ends with its block mapped: the next session of the
+	// client (its process's pool) finds the share taken until it unmaps.
+	_, fd, errno = alloc(call, 2*loader.DMPage)
+	if errno != 0 {
+		t.Fatalf("ALLOC_DM after the freed blocks are gone: %v", errno)
+	}
+	m = mapped(fd)
+	ss.release()
+	_, call2 := dmSession(t, tb, 7)
+	if _, _, errno := alloc(call2, 1); errno != syscall.ENOMEM {
+		t.Fatalf("ALLOC_DM while the ended session's block is mapped: errno %d, want ENOMEM", errno)
+	}
+	if err := unix.Munmap(m); err != nil {
+		t.Fatal(err)
+	}
+	_, fd, errno = alloc(call2, 2*loader.DMPage)
+	if errno != 0 {
+		t.Fatalf("ALLOC_DM of the whole share once the ended session's block is unmapped: %v", errno)
+	}
+	unix.Close(fd)
+}

@@ -50,6 +50,12 @@ func FuzzControl(f *testing.F) {
 	f.Add(script(hello, pd, cq, qp, msg(uverbs.OpDestroyQP, func(e *uverbs.Encoder) { e.U32(3) }), msg(uverbs.OpDestroyCQ, func(e *uverbs.Encoder) { e.U32(2) })))
 	f.Add(script(hello, msg(uverbs.OpCounters, nil), msg(uverbs.OpDeallocPD, func(e *uverbs.Encoder) { e.U32(9) })))
 	f.Add(script(pd))
+	// HELLO as an older, a newer and a future library sends it: the version
+	// alone, a field this daemon does not know, a version it does not serve
+	// and then one it does.
+	f.Add(script(msg(uverbs.OpHello, func(e *uverbs.Encoder) { e.Put(&uverbs.Hello{Version: uverbs.ABIVersion, ReplyExt: 3}) }), pd))
+	f.Add(script(msg(uverbs.OpHello, func(e *uverbs.Encoder) { e.Put(&uverbs.Hello{Version: uverbs.ABIVersion, ReplyExt: 8}); e.U16(1) }), pd))
+	f.Add(script(msg(uverbs.OpHello, func(e *uverbs.Encoder) { e.Put(&uverbs.Hello{Version: uverbs.ABIVersion + 1, ReplyExt: 8}) }), hello, pd))
 	// A CQ resized up, below its size, to 0 and past the limit, then one
 	// that is not the client's.
 	resize := func(h, depth uint32) []byte {

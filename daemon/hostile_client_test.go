@@ -135,7 +135,7 @@ func (a *attacker) connect(ctx context.Context) error {
 	c := ipc.NewConn(a.uc)
 	a.conn = c
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	_, fds, err := c.Hello()
+	_, _, fds, err := c.Hello()
 	if err != nil {
 		a.close()
 		return err

@@ -698,7 +698,7 @@ func doorbellNonblocking(name string) error {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(time.Second))
-	_, fds, err := c.Hello()
+	_, _, fds, err := c.Hello()
 	if err != nil {
 		return err
 	}

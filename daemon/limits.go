@@ -231,6 +231,7 @@ func (s *Server) leave(u *usage) {
 		return
 	}
 	u.left = true
+	s.forgetDMCharges(u)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u.pool.mu.Lock()
@@ -469,8 +470,9 @@ const (
 	objAH
 	objCMID
 	objCMChannel
-	objDM      // device memory: a map's fd and a mapping (dm.go)
-	objSession // a connection (checked once it is counted)
+	objDM       // device memory: a map's fd and a mapping (dm.go)
+	objDoorbell // a doorbell for an engine besides engine 0 (DOORBELL): an fd
+	objSession  // a connection (checked once it is counted)
 	objKinds
 )
 
@@ -488,15 +490,16 @@ func (ss *session) room(k objKind) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	n := &a.n
-	fds := sessionFDs*a.sessions + n[objCQ] + n[objCMChannel] + n[objDM]
+	fds := sessionFDs*a.sessions + n[objCQ] + n[objCMChannel] + n[objDM] + n[objDoorbell]
 	maps := n[objCQ] + 2*n[objQP] + n[objSRQ] + n[objSharedMR] + n[objDM]
 	most := [objKinds]int{objPD: l.PDs, objMR: l.MRs, objSharedMR: l.MRs, objMW: l.MWs, objCQ: l.CQs, objQP: l.QPs,
-		objSRQ: l.SRQs, objAH: l.AHs, objCMID: l.CMIDs, objCMChannel: l.CMChannels, objDM: l.DMs}[k]
+		objSRQ: l.SRQs, objAH: l.AHs, objCMID: l.CMIDs, objCMChannel: l.CMChannels, objDM: l.DMs,
+		objDoorbell: math.MaxInt}[k] // doorbells: one per engine per session, and fds
 	have := n[k]
 	if k == objSharedMR {
 		have = n[objMR]
 	}
-	needFDs := [objKinds]int{objCQ: 1, objCMChannel: 1, objDM: 1}[k]
+	needFDs := [objKinds]int{objCQ: 1, objCMChannel: 1, objDM: 1, objDoorbell: 1}[k]
 	needMaps := [objKinds]int{objSharedMR: 1, objCQ: 1, objQP: 2, objSRQ: 1, objDM: 1}[k]
 	switch {
 	case fds+needFDs > l.FDs:

@@ -39,7 +39,7 @@ func dialRaw(t *testing.T, tb *testbed) *rawClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, fds, err := c.Hello()
+	_, _, fds, err := c.Hello()
 	if err != nil {
 		c.Close()
 		t.Fatal(err)

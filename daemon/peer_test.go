@@ -537,7 +537,7 @@ func TestOwnMemoryRegisteredOnlyByItsProcess(t *testing.T) {
 	}
 	conn := ipc.NewConn(uc)
 	defer conn.Close()
-	_, fds, err := conn.Hello()
+	_, _, fds, err := conn.Hello()
 	if err != nil {
 		t.Fatal(err)
 	}

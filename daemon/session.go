@@ -33,20 +33,17 @@ type session struct {
 	// goroutine after each request (the tables are that goroutine's alone).
 	summary atomic.Pointer[summary]
 	events  eventQueue
-	// bell is the daemon's end of the client's own doorbell, which only
-	// the daemon holds; ringDoorbell reads it until release closes it and
-	// closes bellDone. Where the device's engine waits on the doorbell
-	// itself (verbs.Device.WatchDoorbell), bellFD is that end instead, and
-	// bell nil.
-	bell     *ipc.Waiter
-	bellDone chan struct{}
-	bellFD   int // -1 when the engine does not watch it
+	// bells are the daemon's ends of the client's own doorbells, one per
+	// engine it asked for (HELLO: engine 0's; DOORBELL: another's), by
+	// engine; only the session's goroutine touches the map.
+	bells map[int]*bell
 	// gone is set once the client's process has exited (its pidfd): its
 	// own memory is never touched after that. memFailures counts copies
 	// to or from its memory that failed.
 	gone        atomic.Bool
 	memFailures atomic.Uint64
 	hello       bool
+	refused     bool // a HELLO of another ABI version was refused (and logged)
 	next        uint32
 	pds         map[uint32]*verbs.PD
 	mrs         map[uint32]*sharedMR
@@ -62,6 +59,18 @@ type session struct {
 	cm  cmState
 	// acct is the session's part of its process's limits and usage.
 	acct *usage
+}
+
+// bell is the daemon's end of one of a client's doorbells, which only the
+// daemon holds. The engine it is for waits on fd itself
+// (verbs.Device.WatchDoorbell); where it cannot, relay is fd in Go's
+// poller and ringDoorbell reads it until release closes it and closes
+// done.
+type bell struct {
+	engine int
+	fd     int
+	relay  *ipc.Waiter
+	done   chan struct{}
 }
 
 type sharedAH struct {
@@ -101,7 +110,7 @@ type sharedQP struct {
 }
 
 func newSession(s *Server, c *ipc.Conn, p ipc.Peer) *session {
-	ss := &session{srv: s, conn: c, peer: p, bellFD: -1, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
+	ss := &session{srv: s, conn: c, peer: p, bells: map[int]*bell{}, pds: map[uint32]*verbs.PD{}, mrs: map[uint32]*sharedMR{},
 		cqs: map[uint32]*sharedCQ{}, qps: map[uint32]*sharedQP{}, srqs: map[uint32]*sharedSRQ{}, mws: map[uint32]sharedMW{},
 		dms: map[uint32]*verbs.DM{}}
 	ss.cm.init()
@@ -264,6 +273,8 @@ func (ss *session) dispatch(op uverbs.Op, d *uverbs.Decoder, fds []int, e *uverb
 		return ss.cmOp(op, d, e)
 	case uverbs.OpAllocDM, uverbs.OpFreeDM, uverbs.OpRegDMMR:
 		return ss.dmRequest(op, d, e)
+	case uverbs.OpDoorbell:
+		return ss.doorbell(d)
 	case uverbs.OpShutdown:
 		if err := d.End(); err != nil {
 			return nil, err
@@ -288,15 +299,29 @@ func (ss *session) handle32() uint32 {
 	}
 }
 
+// helloReq greets a client as the kernel's uverbs answers an extended
+// command: the request is an extensible part (a library from before
+// ReplyExt sends the version alone), and the reply's tail is cut to the
+// bytes the client said it understands, so a library older than this
+// daemon parses what it gets. Only an ABI version this daemon does not
+// serve is refused (EPROTONOSUPPORT; the client may greet again), and a
+// request with fields this daemon does not know set (E2BIG).
 func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
 	var r uverbs.Hello
-	d.Get(&r)
-	v := r.Version
+	d.GetExt(&r)
 	if err := d.End(); err != nil {
 		return nil, err
 	}
-	if v != uverbs.Version || ss.hello {
-		return nil, fmt.Errorf("%w: hello for version %d", errProtocol, v)
+	if ss.hello {
+		return nil, fmt.Errorf("%w: a second hello", errProtocol)
+	}
+	if r.Version < uverbs.MinABIVersion || r.Version > uverbs.ABIVersion {
+		if !ss.refused { // once a session: a client cannot fill the log
+			ss.refused = true
+			ss.srv.log.Warn("daemon: refusing a client of an ABI version this daemon does not serve",
+				"version", r.Version, "serves", fmt.Sprintf("%d to %d", uverbs.MinABIVersion, uverbs.ABIVersion))
+		}
+		return nil, syscall.EPROTONOSUPPORT
 	}
 	ss.hello = true
 	dev := ss.srv.cfg.Device
@@ -307,7 +332,6 @@ func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		MaxInlineData: uint32(a.MaxInlineData), MaxMRSize: a.MaxMRSize, MaxMsgSize: a.MaxMsgSize,
 		MaxQPRdAtom: uint32(a.MaxQPRdAtom), MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom),
 		MaxMTU: uint8(p.MaxMTU), ActiveMTU: uint8(p.ActiveMTU), DataPath: p.DataPath, Engines: uint32(dev.Engines()),
-		MaxDMSize: uint64(a.MaxDMSize),
 	}
 	copy(info.MAC[:], dev.MAC())
 	for i := range p.GIDTblLen {
@@ -318,6 +342,7 @@ func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 		info.GIDs = append(info.GIDs, g.As16())
 	}
 	info.Put(e)
+	e.PutExt(&uverbs.DeviceInfoExt{MaxDMSize: uint64(a.MaxDMSize), Doorbells: uint32(dev.Engines())}, int(r.ReplyExt))
 	// The client gets the doorbell page (a dup: the server keeps its own),
 	// one end of its own doorbell and the read end of its events pipe; the
 	// other ends are the daemon's alone.
@@ -325,35 +350,72 @@ func (ss *session) helloReq(d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error)
 	if err != nil {
 		return nil, err
 	}
-	bell, bellW, err := ipc.NewRawDoorbell()
+	evfd, evR, err := ipc.NewSignalPipe()
 	if err != nil {
 		ipc.CloseAll(page)
 		return nil, err
 	}
-	evfd, evR, err := ipc.NewSignalPipe()
+	bellW, err := ss.newBell(0)
 	if err != nil {
-		ipc.CloseAll(append(page, bellW, bell))
-		return nil, err
-	}
-	// The engine waits on the doorbell itself where it can: a ring then
-	// wakes it in one hop, not a goroutine that wakes it in a second.
-	watched, err := dev.WatchDoorbell(bell)
-	if err != nil {
-		ipc.CloseAll(append(page, bellW, bell, evR))
+		ipc.CloseAll(append(page, evR))
 		evfd.Close()
 		return nil, err
-	}
-	if watched {
-		ss.bellFD = bell
-	} else {
-		w := ipc.WaiterOf(bell)
-		ss.bell, ss.bellDone = w, make(chan struct{})
-		go ringDoorbell(w, dev, ss.bellDone)
 	}
 	ss.events.mu.Lock()
 	ss.events.fd = evfd
 	ss.events.mu.Unlock()
 	return append(page, bellW, evR), nil
+}
+
+// newBell makes the client's doorbell for engine e and returns the
+// client's end. Engine e waits on the daemon's end itself where it can: a
+// ring then wakes that engine in one hop, not a goroutine that wakes the
+// engines in a second.
+func (ss *session) newBell(e int) (int, error) {
+	dev := ss.srv.cfg.Device
+	own, other, err := ipc.NewRawDoorbell()
+	if err != nil {
+		return -1, err
+	}
+	watched, err := dev.WatchDoorbell(e, own)
+	if err != nil {
+		ipc.CloseAll([]int{own, other})
+		return -1, err
+	}
+	b := &bell{engine: e, fd: own}
+	if !watched {
+		b.relay, b.done = ipc.WaiterOf(own), make(chan struct{})
+		go ringDoorbell(b.relay, dev, b.done)
+	}
+	ss.bells[e] = b
+	return other, nil
+}
+
+// doorbell answers DOORBELL: the client's doorbell for one engine of a
+// device of several, which that engine waits on itself. HELLO gave engine
+// 0's; each other engine's is given once (EEXIST after), and counts as an
+// fd of the client's share.
+func (ss *session) doorbell(d *uverbs.Decoder) ([]int, error) {
+	var r uverbs.Doorbell
+	d.Get(&r)
+	if err := d.End(); err != nil {
+		return nil, err
+	}
+	if int64(r.Engine) >= int64(ss.srv.cfg.Device.Engines()) {
+		return nil, syscall.EINVAL
+	}
+	if ss.bells[int(r.Engine)] != nil {
+		return nil, syscall.EEXIST
+	}
+	if err := ss.room(objDoorbell); err != nil {
+		return nil, err
+	}
+	fd, err := ss.newBell(int(r.Engine))
+	if err != nil {
+		return nil, err
+	}
+	ss.acct.took(objDoorbell)
+	return []int{fd}, nil
 }
 
 // ringDoorbell wakes the engines each time the client rings, until its
@@ -846,17 +908,20 @@ func (ss *session) privileged() bool { return ss.peer.UID == 0 || int(ss.peer.UI
 // RETRY_EXC_ERR, as when a host with an RNIC dies.
 func (ss *session) release() {
 	defer ss.srv.leave(ss.acct)
-	if ss.bell != nil {
-		ss.bell.Close()
-		<-ss.bellDone
-		ss.bell = nil
-	}
-	if ss.bellFD >= 0 {
-		if err := ss.srv.cfg.Device.UnwatchDoorbell(ss.bellFD); err != nil {
-			ss.srv.log.Error("daemon: unwatching a departed client's doorbell", "err", err)
+	for e, b := range ss.bells {
+		if b.relay != nil {
+			b.relay.Close()
+			<-b.done
+		} else {
+			if err := ss.srv.cfg.Device.UnwatchDoorbell(e, b.fd); err != nil {
+				ss.srv.log.Error("daemon: unwatching a departed client's doorbell", "engine", e, "err", err)
+			}
+			unix.Close(b.fd)
 		}
-		unix.Close(ss.bellFD)
-		ss.bellFD = -1
+		if e != 0 {
+			ss.acct.gave(objDoorbell)
+		}
+		delete(ss.bells, e)
 	}
 	ss.events.close()
 	ss.releaseCM()

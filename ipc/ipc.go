@@ -128,21 +128,46 @@ func (c *Conn) CallNoFDs(op uverbs.Op, body func(*uverbs.Encoder), fds ...int) (
 	return d, err
 }
 
-// Hello opens the session: the daemon's device, and the doorbell page, the
-// client's end of the session's doorbell and the read end of its
-// asynchronous events' pipe (the caller's to close).
-func (c *Conn) Hello() (uverbs.DeviceInfo, []int, error) {
+// Hello opens the session: the daemon's device (its extensible tail as
+// much of it as the daemon knows, zeros past that), and the doorbell page,
+// the client's end of the session's doorbell and the read end of its
+// asynchronous events' pipe (the caller's to close). A daemon that does not
+// serve this library's uverbs.ABIVersion refuses it: an error wrapping
+// EPROTONOSUPPORT that says so.
+func (c *Conn) Hello() (uverbs.DeviceInfo, uverbs.DeviceInfoExt, []int, error) {
+	return c.hello(false)
+}
+
+// HelloVersionOnly is Hello as libraries before HELLO's extensible request
+// greeted, with the version alone: for a daemon from before it, which hangs
+// up on more (and sends the whole reply tail it has).
+func (c *Conn) HelloVersionOnly() (uverbs.DeviceInfo, uverbs.DeviceInfoExt, []int, error) {
+	return c.hello(true)
+}
+
+func (c *Conn) hello(versionOnly bool) (uverbs.DeviceInfo, uverbs.DeviceInfoExt, []int, error) {
 	var info uverbs.DeviceInfo
-	d, fds, err := c.Call(uverbs.OpHello, func(e *uverbs.Encoder) { e.U16(uverbs.Version) })
+	var ext uverbs.DeviceInfoExt
+	hello := uverbs.Hello{Version: uverbs.ABIVersion, ReplyExt: uint16(uverbs.ExtLen(ext))}
+	n := uverbs.ExtLen(hello)
+	if versionOnly {
+		n = 2 // the first field
+	}
+	d, fds, err := c.Call(uverbs.OpHello, func(e *uverbs.Encoder) { e.PutExt(&hello, n) })
+	if errors.Is(err, syscall.EPROTONOSUPPORT) {
+		return info, ext, nil, fmt.Errorf("ipc: the daemon does not serve ABI version %d, this library's (library and daemon from releases too far apart): %w",
+			uverbs.ABIVersion, err)
+	}
 	if err != nil {
-		return info, nil, err
+		return info, ext, nil, err
 	}
 	info.Get(d)
+	d.GetExt(&ext)
 	if err := d.End(); err != nil || len(fds) != 3 {
 		CloseAll(fds)
-		return info, nil, fmt.Errorf("ipc: HELLO reply with %d fds: %w", len(fds), errors.Join(err, uverbs.ErrMalformed))
+		return info, ext, nil, fmt.Errorf("ipc: HELLO reply with %d fds: %w", len(fds), errors.Join(err, uverbs.ErrMalformed))
 	}
-	return info, fds, nil
+	return info, ext, fds, nil
 }
 
 // NewConn wraps an accepted connection.

@@ -171,14 +171,24 @@ func TestRxCoalesce(t *testing.T) {
 	if err := rx.SetRxCoalesce(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// A link's TX side has one owner (the engine); the senders take turns:
+	// each waits for the previous one to finish transmitting, since the
+	// frame's arrival at rx is no happens-before edge for the race detector.
+	sent := make(chan struct{})
+	close(sent)
 	send := func(after time.Duration) {
+		prev, done := sent, make(chan struct{})
+		sent = done
 		go func() {
+			defer close(done)
+			<-prev
 			time.Sleep(after)
 			if err := tx.Transmit(t.Context(), [][]byte{roceFrame(t, topo.Hosts[0], topo.Hosts[1], ports, 0xc000, 1)}); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
+	t.Cleanup(func() { <-sent })
 	took := func(d time.Duration) time.Duration {
 		start := time.Now()
 		rx.Wait(d)

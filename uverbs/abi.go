@@ -12,7 +12,7 @@ import "unsafe"
 // abiUnions.
 //
 // Changing a layout changes the protocol: regenerate the header (make generate-abi) and raise
-// Version.
+// ABIVersion.
 
 //go:generate go run ./abigen -o ../provider/common/xp_abi.h
 
@@ -107,7 +107,7 @@ type abiCQE struct {
 
 // abiDoorbell is one engine's line of the doorbell page.
 type abiDoorbell struct {
-	Sleeping uint32 `abi:"sleeping,atomic" doc:"non-zero while the engine sleeps: a post must then write the doorbell eventfd"`
+	Sleeping uint32 `abi:"sleeping,atomic" doc:"non-zero while the engine sleeps (the number of its sleep): a post must then write the doorbell eventfd"`
 	_        [60]byte
 }
 
@@ -153,7 +153,9 @@ var abiConsts = []struct {
 	value int
 	doc   string
 }{
-	{"XP_VERSION", Version, "the control protocol's version (HELLO)"},
+	{"XP_VERSION", Version, "the messages' framing version (struct xp_msg_hdr)"},
+	{"XP_ABI_VERSION", ABIVersion, "the control protocol's version (HELLO)"},
+	{"XP_DEVICE_INFO_EXT_LEN", ExtLen(DeviceInfoExt{}), "the bytes of HELLO's reply tail (DeviceInfoExt) this header knows"},
 	{"XP_HEADER", HeaderLen, "sizeof(struct xp_msg_hdr)"},
 	{"XP_MAX_MSG", MaxMessage, "the largest control message"},
 	{"XP_MAX_FDS", MaxFDs, "the most file descriptors one control message carries"},

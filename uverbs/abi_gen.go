@@ -330,6 +330,28 @@ func (g *msgGen) emit(name, doc string, fs []cMsgField, declare, put, get bool) 
 	}
 }
 
+// emitExtGet writes the decoder of a reply whose last part is extensible: base's fields as
+// emit's, then the tail of size bytes through xp_get_ext, decoded by xp_get_NAME_ext.
+func (g *msgGen) emitExtGet(name string, base, ext []cMsgField, size int, extName string) {
+	fmt.Fprintf(g.b, "\nstatic inline void xp_get_%s_ext(struct xp_dec *d, struct xp_%s *r)\n{\n", name, name)
+	for _, f := range ext {
+		for _, s := range f.get {
+			fmt.Fprintf(g.b, "\t%s\n", s)
+		}
+	}
+	g.b.WriteString("}\n")
+	fmt.Fprintf(g.b, "\nstatic inline void xp_get_%s(struct xp_dec *d, struct xp_%s *r)\n{\n", name, name)
+	for _, f := range base {
+		for _, s := range f.get {
+			fmt.Fprintf(g.b, "\t%s\n", s)
+		}
+	}
+	fmt.Fprintf(g.b, "\t/* %s, extensible: what the daemon sent of it, zeros past that */\n", extName)
+	fmt.Fprintf(g.b, "\tuint8_t ext[%d];\n\txp_get_ext(d, ext, sizeof(ext));\n", size)
+	fmt.Fprintf(g.b, "\tstruct xp_dec ed = {.p = ext, .n = sizeof(ext)};\n\txp_get_%s_ext(&ed, r);\n", name)
+	g.b.WriteString("\tif (ed.err)\n\t\td->err = true;\n}\n")
+}
+
 // opCName is op's C stem: cm_bind for CM_BIND.
 func opCName(o Op) string { return strings.ToLower(o.String()) }
 
@@ -348,6 +370,22 @@ static inline void xp_get_into(struct xp_dec *d, uint8_t *to, size_t n)
 		memcpy(to, p, n);
 	else
 		memset(to, 0, n);
+}
+
+/* xp_get_ext reads the rest of a reply as an extensible tail of n bytes (uverbs/ext.go): the
+ * bytes that came, zeros for the fields the daemon predates; a byte past n that is not zero is
+ * a field this library does not know, an error (the daemon sends no more than was asked). */
+static inline void xp_get_ext(struct xp_dec *d, uint8_t *to, size_t n)
+{
+	size_t k = d->n < n ? d->n : n;
+	memset(to, 0, n);
+	if (k > 0)
+		xp_get_into(d, to, k);
+	while (!d->err && d->n > 0) {
+		const uint8_t *p = xp_get_raw(d, 1);
+		if (p && *p)
+			d->err = true;
+	}
 }
 `)
 	hdr, err := g.fields(reflect.TypeOf(abiMsgHeader{}))
@@ -392,7 +430,23 @@ static inline void xp_get_into(struct xp_dec *d, uint8_t *to, size_t n)
 			if !side.req {
 				what = "reply"
 			}
-			g.emit(opCName(o)+"_"+side.suffix, fmt.Sprintf("XP_%s's %s: %s", o, what, strings.Join(names, ", ")), fs, true, side.req, !side.req)
+			name, doc := opCName(o)+"_"+side.suffix, fmt.Sprintf("XP_%s's %s: %s", o, what, strings.Join(names, ", "))
+			last := side.ps[len(side.ps)-1]
+			ext, isExt := last.typ.(extensible)
+			if side.req || !isExt {
+				// A request's extensible part is sent whole: C encodes every field it knows.
+				g.emit(name, doc, fs, true, side.req, !side.req)
+				continue
+			}
+			if last.name != "" {
+				return fmt.Errorf("uverbs: %v: extensible part %T must be unnamed", o, last.typ)
+			}
+			extFS, err := g.partFields(side.ps[len(side.ps)-1:])
+			if err != nil {
+				return fmt.Errorf("%v: %w", o, err)
+			}
+			g.emit(name, doc, fs, true, false, false)
+			g.emitExtGet(name, fs[:len(fs)-len(extFS)], extFS, ExtLen(ext), reflect.TypeOf(last.typ).Name())
 		}
 	}
 	return nil

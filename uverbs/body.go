@@ -30,9 +30,12 @@ type Ref struct {
 	Handle uint32 `abi:"handle"`
 }
 
-// Hello is the HELLO request: the protocol version the client speaks.
+// Hello is the HELLO request, an extensible part (ext.go): the ABI version the client speaks and
+// how many bytes of the reply's extensible tail (DeviceInfoExt) it understands. A library from
+// before the tail sends the version alone, so asks for none of it.
 type Hello struct {
-	Version uint16 `abi:"version"`
+	Version  uint16 `abi:"version"`
+	ReplyExt uint16 `abi:"reply_ext" doc:"the bytes of the reply's tail understood: XP_DEVICE_INFO_EXT_LEN"`
 }
 
 // RegMR is the REG_MR request (after the PD's Ref). With a memfd, Addr is the offset into it;
@@ -54,6 +57,12 @@ type MRCreated struct {
 // AllocDM is the ALLOC_DM request: device memory of Length bytes (ibv_alloc_dm_attr's length).
 type AllocDM struct {
 	Length uint64 `abi:"length"`
+}
+
+// Doorbell is the DOORBELL request: the session's doorbell for one engine of a device of
+// several (HELLO's is engine 0's); its fd comes with the empty reply.
+type Doorbell struct {
+	Engine uint32 `abi:"engine"`
 }
 
 // DMCreated is the ALLOC_DM reply; the fd of the memory (a BPF array map's, to map MapLength
@@ -215,7 +224,7 @@ func ref(name string) part { return part{name, Ref{}} }
 
 // opBodies is every op's request and reply; TestEveryOpHasBodies fails for an op without.
 var opBodies = map[Op]opBody{
-	OpHello:            {req: parts(Hello{}), rep: parts(DeviceInfo{})},
+	OpHello:            {req: parts(Hello{}), rep: parts(DeviceInfo{}, DeviceInfoExt{})},
 	OpAllocPD:          {rep: []part{ref("pd")}},
 	OpDeallocPD:        {req: []part{ref("pd")}},
 	OpRegMR:            {req: []part{ref("pd"), {"", RegMR{}}}, rep: parts(MRCreated{})},
@@ -265,6 +274,7 @@ var opBodies = map[Op]opBody{
 	OpAllocDM:          {req: parts(AllocDM{}), rep: parts(DMCreated{})},
 	OpFreeDM:           {req: []part{ref("dm")}},
 	OpRegDMMR:          {req: []part{ref("pd"), ref("dm"), {"", RegDMMR{}}}, rep: parts(MRCreated{})},
+	OpDoorbell:         {req: parts(Doorbell{})},
 }
 
 // Put appends body v, a pointer to one of the body structs (or a struct value), field by

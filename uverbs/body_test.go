@@ -2,6 +2,7 @@ package uverbs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -310,13 +311,18 @@ func TestProviderNamedMessageFields(t *testing.T) {
 }
 
 // FuzzMsgBodies: any bytes, decoded as any op's request or reply part by part as the daemon and
-// the Go clients decode them, end in a value or ErrMalformed, never a panic; a body that decodes
-// encodes back to the bytes it came from.
+// the Go clients decode them, end in a value, ErrMalformed or (an extensible part with fields
+// this side does not know) ErrUnknownFields, never a panic; a body that decodes encodes back to
+// the bytes it came from (an extensible part cut at the length it came in, less the zeros past
+// its fields).
 func FuzzMsgBodies(f *testing.F) {
 	f.Add(uint16(OpCreateQP), false, []byte{1, 2, 3})
 	f.Add(uint16(OpHello), true, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff})
 	f.Add(uint16(OpCMGetEvent), true, bytes.Repeat([]byte{0xff}, 300))
 	f.Add(uint16(OpCounters), true, []byte{2, 0, 1, 0, 'a', 1, 2, 3, 4, 5, 6, 7, 8})
+	f.Add(uint16(OpHello), false, []byte{1, 0})             // a library from before HELLO's tail
+	f.Add(uint16(OpHello), false, []byte{1, 0, 8, 0, 0, 1}) // a newer library's field
+	f.Add(uint16(OpHello), true, append(make([]byte, 3+8+6+20+16+8+2+2+4), 1, 2, 3))
 	f.Fuzz(func(t *testing.T, op uint16, reply bool, body []byte) {
 		b, ok := opBodies[Op(op)]
 		if !ok {
@@ -331,16 +337,31 @@ func FuzzMsgBodies(f *testing.F) {
 			return
 		}
 		vals := newParts(ps)
+		extLen, extZeros := -1, 0
 		for _, v := range vals {
+			if x, ok := v.Addr().Interface().(extensible); ok {
+				rest := len(d.b)
+				extLen = d.GetExt(x)
+				extZeros = rest - extLen
+				continue
+			}
 			d.Get(v.Addr().Interface())
 		}
-		if d.End() != nil {
+		if err := d.End(); err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrUnknownFields) {
+				t.Fatalf("%v: %x: %v", Op(op), body, err)
+			}
 			return
 		}
 		e := &Encoder{}
 		for _, v := range vals {
+			if x, ok := v.Addr().Interface().(extensible); ok {
+				e.PutExt(x, extLen)
+				continue
+			}
 			e.Put(v.Addr().Interface())
 		}
+		body = body[:len(body)-extZeros]
 		// Bools decode from 0 and 1 only, so every field that decoded
 		// encodes as it came.
 		if !bytes.Equal(e.Bytes(), body) {

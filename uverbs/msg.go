@@ -5,9 +5,20 @@ import (
 	"fmt"
 )
 
-// Version is the protocol version this package speaks. A client's Hello
-// names the version it speaks; the daemon refuses any other.
+// Version is the version of the messages' framing (Header); a daemon
+// disconnects a client whose messages carry another. What the bodies mean
+// is versioned apart, by HELLO (ABIVersion).
 const Version = 1
+
+// ABIVersion is the control protocol's version a client states in HELLO:
+// it changes only when a body changes incompatibly. Fields added to an
+// extensible part (ext.go), such as the HELLO reply's tail, need no new
+// version. A daemon serves MinABIVersion through ABIVersion and refuses
+// any other with EPROTONOSUPPORT.
+const (
+	ABIVersion    = 1
+	MinABIVersion = 1
+)
 
 // Op names a control request. Replies carry the request's op and sequence
 // number.
@@ -65,6 +76,7 @@ const (
 	OpAllocDM
 	OpFreeDM
 	OpRegDMMR
+	OpDoorbell
 	opEnd
 )
 
@@ -81,6 +93,7 @@ var opNames = [...]string{
 	OpCMQuery: "CM_QUERY", OpCMInitQPAttr: "CM_INIT_QP_ATTR", OpCMGetEvent: "CM_GET_EVENT", OpCMSetOption: "CM_SET_OPTION",
 	OpAttachMcast: "ATTACH_MCAST", OpDetachMcast: "DETACH_MCAST", OpCMJoinMcast: "CM_JOIN_MCAST", OpCMLeaveMcast: "CM_LEAVE_MCAST",
 	OpResizeCQ: "RESIZE_CQ", OpAllocDM: "ALLOC_DM", OpFreeDM: "FREE_DM", OpRegDMMR: "REG_DM_MR",
+	OpDoorbell: "DOORBELL",
 }
 
 func (o Op) String() string {
@@ -245,9 +258,19 @@ type DeviceInfo struct {
 	DataPath        string     `abi:"data_path"`
 	GIDs            [][16]byte `abi:"gids"`
 	Engines         uint32     `abi:"engines"`
+}
+
+// DeviceInfoExt is the Hello reply's extensible tail (ext.go), after its
+// DeviceInfo: as many of its bytes as the client's Hello.ReplyExt asks
+// for. New device attributes are appended here.
+type DeviceInfoExt struct {
 	// MaxDMSize is the most device memory one ALLOC_DM gives, 0 where the
 	// kernel gives none (ibv_device_attr_ex's max_dm_size).
 	MaxDMSize uint64 `abi:"max_dm_size"`
+	// Doorbells is how many engines have a doorbell of their own for each
+	// client: engine 0's comes with HELLO, each other's with DOORBELL. 0
+	// (a daemon from before it) says HELLO's doorbell wakes them all.
+	Doorbells uint32 `abi:"doorbells"`
 }
 
 // Put encodes i.

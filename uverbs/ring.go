@@ -289,21 +289,24 @@ func CQEOf(slot []byte, c *CQE) {
 
 // Doorbell page: one word per engine, non-zero while that engine sleeps. A
 // client that published work for a QP whose engine sleeps writes to the
-// doorbell eventfd; one that finds it awake makes no system call.
+// doorbell eventfd; one that finds it awake makes no system call. The
+// non-zero word is the number of the sleep (SleepNumber), so that an
+// observer can tell the engine's next sleep from the one it saw.
 const DoorbellPageSize = 4096
 
 // Sleeping reports whether engine i sleeps, from the doorbell page.
-func Sleeping(page []byte, i uint32) bool {
+func Sleeping(page []byte, i uint32) bool { return SleepNumber(page, i) != 0 }
+
+// SleepNumber is the number of engine i's current sleep, 0 while it is
+// awake.
+func SleepNumber(page []byte, i uint32) uint32 {
 	off := uintptr(i%doorbellLines)*doorbellStride + offSleeping
-	return (*atomic.Uint32)(unsafe.Pointer(&page[off])).Load() != 0
+	return (*atomic.Uint32)(unsafe.Pointer(&page[off])).Load()
 }
 
-// SetSleeping records in the doorbell page whether engine i sleeps.
-func SetSleeping(page []byte, i uint32, asleep bool) {
+// SetSleeping records in the doorbell page that engine i sleeps its sleep
+// number n, or with 0 that it is awake.
+func SetSleeping(page []byte, i uint32, n uint32) {
 	off := uintptr(i%doorbellLines)*doorbellStride + offSleeping
-	var v uint32
-	if asleep {
-		v = 1
-	}
-	(*atomic.Uint32)(unsafe.Pointer(&page[off])).Store(v)
+	(*atomic.Uint32)(unsafe.Pointer(&page[off])).Store(n)
 }

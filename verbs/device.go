@@ -268,16 +268,17 @@ func (d *Device) SetDoorbellPage(page []byte) { d.ops.SetDoorbellPage(page) }
 // signals that it posted to a sleeping engine.
 func (d *Device) Wake() { d.ops.Wake() }
 
-// WatchDoorbell has the device's engine wait on fd, a daemon's client's
-// doorbell, itself, so that a ring wakes it in one hop. It is false, with
-// nothing done, where the engines cannot (several engines, a link that
-// watches nothing, a device attached to a daemon): the caller then reads
-// fd and calls Wake. The caller keeps fd open until UnwatchDoorbell.
-func (d *Device) WatchDoorbell(fd int) (bool, error) { return d.ops.WatchDoorbell(fd) }
+// WatchDoorbell has the device's engine (0 to Engines()-1) wait on fd, a
+// daemon's client's doorbell for that engine, itself, so that a ring wakes
+// it in one hop and wakes no other engine. It is false, with nothing done,
+// where the engine cannot (a link that watches nothing, a device attached
+// to a daemon): the caller then reads fd and calls Wake. The caller keeps
+// fd open until UnwatchDoorbell.
+func (d *Device) WatchDoorbell(engine, fd int) (bool, error) { return d.ops.WatchDoorbell(engine, fd) }
 
 // UnwatchDoorbell stops WatchDoorbell's watch: once it returns, the
-// engines read fd no more.
-func (d *Device) UnwatchDoorbell(fd int) error { return d.ops.UnwatchDoorbell(fd) }
+// engine reads fd no more.
+func (d *Device) UnwatchDoorbell(engine, fd int) error { return d.ops.UnwatchDoorbell(engine, fd) }
 
 // Engines is the number of engines (queues) the device runs.
 func (d *Device) Engines() int { return d.ops.Engines() }

@@ -23,7 +23,7 @@ func TestRetryCountUnderLoss(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			const size, writes = 256 << 10, 6
-			a, b, la, lb := pair(t, connOpts{mtu: MTU1024, timeout: 10, retry: 3}, 2*size)
+			a, b, la, lb := pair(t, connOpts{mtu: MTU1024, timeout: 14, retry: 3}, 2*size)
 			la.SetImpairment(memlink.Impairment{Drop: 0.05, Seed: seed})
 			lb.SetImpairment(memlink.Impairment{Drop: 0.05, Seed: seed + 100})
 			for i := range writes {

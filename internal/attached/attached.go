@@ -27,11 +27,15 @@ import (
 type Device struct {
 	conn *ipc.Conn
 	info uverbs.DeviceInfo
-	mtu  int // the port's active MTU in bytes
+	ext  uverbs.DeviceInfoExt // HELLO's tail: zeros where the daemon predates a field
+	mtu  int                  // the port's active MTU in bytes
 	mac  net.HardwareAddr
 	gids []netip.Addr
-	page *ipc.Mapping  // the doorbell page
-	bell *ipc.Signaler // this client's own doorbell, rung when a QP's engine sleeps
+	page *ipc.Mapping // the doorbell page
+	// bells are this client's own doorbells, one per engine, each rung
+	// when a QP of that engine sleeps (HELLO gives engine 0's, DOORBELL
+	// each other's).
+	bells []*ipc.Signaler
 	// events is signalled when the daemon queued an asynchronous event; it
 	// hangs up when the daemon dropped the session or died (dead).
 	events *ipc.Waiter
@@ -53,26 +57,25 @@ var _ ibv.DeviceOps = (*Device)(nil)
 // calling thread's network namespace (xdproce up). Close detaches; the
 // daemon then destroys everything the device created.
 func Dial(ctx context.Context, ifname string) (*Device, error) {
-	conn, err := ipc.Dial(ctx, ifname)
-	if err != nil {
+	r := &Device{mrs: map[uint32]*MR{}, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, srqs: map[uint32]*SRQ{}}
+	conn, fds, err := greet(ctx, ifname, r, false)
+	if ipc.IsClosed(err) && ctx.Err() == nil {
+		// A daemon from before HELLO's extensible request hangs up on it:
+		// greet it again with the version alone, as clients before did.
+		conn.Close()
+		conn, fds, err = greet(ctx, ifname, r, true)
+	}
+	if conn == nil {
 		return nil, err
 	}
-	r := &Device{conn: conn, mrs: map[uint32]*MR{}, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, srqs: map[uint32]*SRQ{}}
-	var fds []int
-	// HELLO is bounded by ctx too: a server that never answers does not
-	// hold the caller.
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	r.info, fds, err = conn.Hello()
-	if !stop() {
-		if err == nil {
-			ipc.CloseAll(fds)
-		}
-		err = errors.Join(ctx.Err(), err)
-	}
+	r.conn = conn
 	if err == nil {
-		r.bell, r.events = ipc.SignalerOf(fds[1]), ipc.WaiterOf(fds[2])
-		if r.page, err = ipc.MapSharedReadOnly(fds[0], uverbs.DoorbellPageSize); err != nil {
-			r.bell.Close()
+		r.bells, r.events = []*ipc.Signaler{ipc.SignalerOf(fds[1])}, ipc.WaiterOf(fds[2])
+		if r.page, err = ipc.MapSharedReadOnly(fds[0], uverbs.DoorbellPageSize); err == nil {
+			err = r.fetchBells()
+		}
+		if err != nil {
+			r.closeBells()
 			r.events.Close()
 		}
 	}
@@ -92,6 +95,57 @@ func Dial(ctx context.Context, ifname string) (*Device, error) {
 	wctx, r.stop = context.WithCancel(context.Background())
 	go r.watch(wctx, peer.PID)
 	return r, nil
+}
+
+// fetchBells asks for the doorbells of the engines besides engine 0, so
+// that a ring wakes the one engine that serves the QP, which waits on it
+// itself. A daemon from before them (Doorbells 0) has HELLO's wake all.
+func (r *Device) fetchBells() error {
+	for e := uint32(1); e < min(r.ext.Doorbells, r.info.Engines); e++ {
+		_, fds, err := r.call(uverbs.OpDoorbell, func(enc *uverbs.Encoder) { enc.Put(&uverbs.Doorbell{Engine: e}) })
+		if err == nil && len(fds) != 1 {
+			ipc.CloseAll(fds)
+			err = fmt.Errorf("verbs: DOORBELL reply with %d fds: %w", len(fds), uverbs.ErrMalformed)
+		}
+		if err != nil {
+			return fmt.Errorf("verbs: doorbell of engine %d: %w", e, err)
+		}
+		r.bells = append(r.bells, ipc.SignalerOf(fds[0]))
+	}
+	return nil
+}
+
+// closeBells closes the client's doorbells.
+func (r *Device) closeBells() {
+	for _, b := range r.bells {
+		b.Close()
+	}
+}
+
+// greet connects to the daemon of ifname and greets it (HELLO, the version
+// alone if versionOnly), into r's device description: the connection (nil
+// if none could be made) and HELLO's fds, or an error.
+func greet(ctx context.Context, ifname string, r *Device, versionOnly bool) (*ipc.Conn, []int, error) {
+	conn, err := ipc.Dial(ctx, ifname)
+	if err != nil {
+		return nil, nil, err
+	}
+	var fds []int
+	// HELLO is bounded by ctx too: a server that never answers does not
+	// hold the caller.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	if versionOnly {
+		r.info, r.ext, fds, err = conn.HelloVersionOnly()
+	} else {
+		r.info, r.ext, fds, err = conn.Hello()
+	}
+	if !stop() {
+		if err == nil {
+			ipc.CloseAll(fds)
+		}
+		err = errors.Join(ctx.Err(), err)
+	}
+	return conn, fds, err
 }
 
 // Port is the daemon's port: its MAC address, GID table (IPv4 GIDs
@@ -205,7 +259,7 @@ func errGone() error { return fmt.Errorf("verbs: the daemon is gone: %w", ibv.Er
 func (r *Device) Close() error {
 	r.stop()
 	err := r.conn.Close()
-	r.bell.Close()
+	r.closeBells()
 	r.events.Close()
 	// The CQs' pipes too (a waiter on one returns): the rings stay mapped
 	// for a poll racing it.
@@ -293,10 +347,10 @@ func (r *Device) SetDoorbellPage([]byte) {}
 func (r *Device) Wake() {}
 
 // WatchDoorbell is false: no engines here to watch it.
-func (r *Device) WatchDoorbell(int) (bool, error) { return false, nil }
+func (r *Device) WatchDoorbell(int, int) (bool, error) { return false, nil }
 
 // UnwatchDoorbell does nothing: WatchDoorbell watched nothing.
-func (r *Device) UnwatchDoorbell(int) error { return nil }
+func (r *Device) UnwatchDoorbell(int, int) error { return nil }
 
 // Engines is 0: no engines here.
 func (r *Device) Engines() int { return 0 }
@@ -939,10 +993,13 @@ func postToRecvRing(ring *uverbs.Ring, prod *uint32, maxWR, maxSGE int, what str
 	return len(wrs), nil
 }
 
-// ring wakes the engine serving a QP (named in its send ring) if it sleeps.
+// ring wakes the engine serving a QP (named in its send ring) if it sleeps,
+// with the client's doorbell for that engine. An index the daemon wrote
+// past its engines (it may not) rings a doorbell all the same.
 func (r *Device) ring(sq *uverbs.Ring) {
-	if uverbs.Sleeping(r.page.Mem, sq.Aux2().Load()) {
-		r.bell.Signal()
+	e := sq.Aux2().Load()
+	if uverbs.Sleeping(r.page.Mem, e) {
+		r.bells[e%uint32(len(r.bells))].Signal()
 	}
 }
 

@@ -25,7 +25,7 @@ type DM struct {
 }
 
 // MaxDMSize is what the daemon's HELLO told.
-func (r *Device) MaxDMSize() int { return int(r.info.MaxDMSize) }
+func (r *Device) MaxDMSize() int { return int(r.ext.MaxDMSize) }
 
 // AllocDM asks the daemon for length bytes of device memory and maps them.
 func (r *Device) AllocDM(length int) (ibv.DMOps, error) {

@@ -55,6 +55,7 @@ func (e *Engine) takePosted() []*queue.QP {
 func (d *Device) Run(e *Engine) {
 	defer d.Stopped.Done()
 	var drives uint64 // e.drives when this goroutine last looked
+	var sleeps uint32 // the number of the engine's last sleep, for the doorbell page
 	for {
 		select {
 		case <-d.Done:
@@ -99,23 +100,27 @@ func (d *Device) Run(e *Engine) {
 			runtime.Gosched()
 		case wait > 0:
 			e.sleeping.Store(true)
-			e.setSleeping(true)
+			if sleeps++; sleeps == 0 { // 0 says awake
+				sleeps = 1
+			}
+			e.setSleeping(sleeps)
 			if !e.work.Load() && !e.clientsPosted() && e.fastSleep() {
 				e.Link.Wait(wait)
 				e.fastWake()
 				e.wakeups++
 			}
-			e.setSleeping(false)
+			e.setSleeping(0)
 			e.sleeping.Store(false)
 		}
 	}
 }
 
-// setSleeping says in the doorbell page, if the device has one, whether the
-// engine sleeps.
-func (e *Engine) setSleeping(asleep bool) {
+// setSleeping says in the doorbell page, if the device has one, that the
+// engine sleeps its sleep number n, or with 0 that it is awake: a client
+// reads only whether it sleeps, a test also which sleep it is.
+func (e *Engine) setSleeping(n uint32) {
 	if p := e.dev.DoorbellPage.Load(); p != nil {
-		uverbs.SetSleeping(*p, uint32(e.Index), asleep)
+		uverbs.SetSleeping(*p, uint32(e.Index), n)
 	}
 }
 

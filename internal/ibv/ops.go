@@ -43,11 +43,11 @@ type DeviceOps interface {
 	Progress() bool
 	SetDoorbellPage(page []byte)
 	Wake()
-	// WatchDoorbell has the engines wait on fd, a daemon's client's
-	// doorbell, themselves; false when they cannot (the caller relays
-	// rings with Wake). UnwatchDoorbell undoes it.
-	WatchDoorbell(fd int) (bool, error)
-	UnwatchDoorbell(fd int) error
+	// WatchDoorbell has engine wait on fd, a daemon's client's doorbell
+	// for it, itself; false when it cannot (the caller relays rings with
+	// Wake). UnwatchDoorbell undoes it.
+	WatchDoorbell(engine, fd int) (bool, error)
+	UnwatchDoorbell(engine, fd int) error
 	Engines() int
 	// Control sends a request of a package layered on verbs to the daemon
 	// (an attached device only).

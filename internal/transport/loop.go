@@ -8,18 +8,20 @@ import (
 	"github.com/xdproce/xdproce/internal/ibv"
 )
 
-// WatchDoorbell has the engine wait on fd, a daemon's client's doorbell,
-// itself: a ring then wakes a sleeping engine in one hop, where a goroutine
-// reading fd and then ringing the engine (Wake) takes two, each a thread
-// the kernel must find a processor for. It reports false, and does
-// nothing, when the engines cannot: a link that watches nothing, or
-// several engines, any of which a ring may be for (the caller then relays
-// rings with Wake). The caller keeps fd open until UnwatchDoorbell.
-func (d *NIC) WatchDoorbell(fd int) (bool, error) {
-	if len(d.Shards) != 1 {
-		return false, nil
+// WatchDoorbell has engine wait on fd, a daemon's client's doorbell for
+// that engine, itself: a ring then wakes the sleeping engine in one hop,
+// where a goroutine reading fd and then ringing the engine (Wake) takes
+// two, each a thread the kernel must find a processor for. Each engine
+// watches its own clients' doorbells, so a ring wakes only the engine that
+// serves the QP. It reports false, and does nothing, when the engine
+// cannot (a link that watches nothing: the caller then relays rings with
+// Wake); an engine the device does not have is EINVAL. The caller keeps fd
+// open until UnwatchDoorbell.
+func (d *NIC) WatchDoorbell(engine, fd int) (bool, error) {
+	if engine < 0 || engine >= len(d.Shards) {
+		return false, ibv.ErrInvalid
 	}
-	w := d.Shards[0].Watcher
+	w := d.Shards[engine].Watcher
 	if w == nil {
 		return false, nil
 	}
@@ -33,11 +35,11 @@ func (d *NIC) WatchDoorbell(fd int) (bool, error) {
 
 // UnwatchDoorbell undoes WatchDoorbell: once it returns, the engine reads
 // fd no more.
-func (d *NIC) UnwatchDoorbell(fd int) error {
-	if len(d.Shards) != 1 {
-		return nil
+func (d *NIC) UnwatchDoorbell(engine, fd int) error {
+	if engine < 0 || engine >= len(d.Shards) {
+		return ibv.ErrInvalid
 	}
-	w := d.Shards[0].Watcher
+	w := d.Shards[engine].Watcher
 	if w == nil {
 		return nil
 	}

@@ -16,7 +16,9 @@
 #include "codec.h"
 
 enum {
-	XP_VERSION = 1, /* the control protocol's version (HELLO) */
+	XP_VERSION = 1, /* the messages' framing version (struct xp_msg_hdr) */
+	XP_ABI_VERSION = 1, /* the control protocol's version (HELLO) */
+	XP_DEVICE_INFO_EXT_LEN = 12, /* the bytes of HELLO's reply tail (DeviceInfoExt) this header knows */
 	XP_HEADER = 12, /* sizeof(struct xp_msg_hdr) */
 	XP_MAX_MSG = 16384, /* the largest control message */
 	XP_MAX_FDS = 4, /* the most file descriptors one control message carries */
@@ -85,6 +87,7 @@ enum xp_op {
 	XP_ALLOC_DM = 48,
 	XP_FREE_DM = 49,
 	XP_REG_DM_MR = 50,
+	XP_DOORBELL = 51,
 };
 
 /* A ring's header: each index on its own cache line. Slots follow it. */
@@ -230,7 +233,7 @@ _Static_assert(offsetof(struct xp_cqe, wc_flags) == 36, "xp_cqe.wc_flags");
 
 /* One engine's line of the doorbell page. */
 struct xp_doorbell {
-	/* non-zero while the engine sleeps: a post must then write the doorbell eventfd */
+	/* non-zero while the engine sleeps (the number of its sleep): a post must then write the doorbell eventfd */
 	_Atomic uint32_t sleeping;
 	uint8_t reserved0[60];
 };
@@ -272,6 +275,22 @@ static inline void xp_get_into(struct xp_dec *d, uint8_t *to, size_t n)
 		memcpy(to, p, n);
 	else
 		memset(to, 0, n);
+}
+
+/* xp_get_ext reads the rest of a reply as an extensible tail of n bytes (uverbs/ext.go): the
+ * bytes that came, zeros for the fields the daemon predates; a byte past n that is not zero is
+ * a field this library does not know, an error (the daemon sends no more than was asked). */
+static inline void xp_get_ext(struct xp_dec *d, uint8_t *to, size_t n)
+{
+	size_t k = d->n < n ? d->n : n;
+	memset(to, 0, n);
+	if (k > 0)
+		xp_get_into(d, to, k);
+	while (!d->err && d->n > 0) {
+		const uint8_t *p = xp_get_raw(d, 1);
+		if (p && *p)
+			d->err = true;
+	}
 }
 
 static inline void xp_put_msg_hdr(struct xp_enc *e, const struct xp_msg_hdr *r)
@@ -670,14 +689,17 @@ static inline void xp_get_mcast(struct xp_dec *d, struct xp_mcast *r)
 /* XP_HELLO's request: Hello */
 struct xp_hello_req {
 	uint16_t version;
+	/* the bytes of the reply's tail understood: XP_DEVICE_INFO_EXT_LEN */
+	uint16_t reply_ext;
 };
 
 static inline void xp_put_hello_req(struct xp_enc *e, const struct xp_hello_req *r)
 {
 	xp_u16(e, r->version);
+	xp_u16(e, r->reply_ext);
 }
 
-/* XP_HELLO's reply: DeviceInfo */
+/* XP_HELLO's reply: DeviceInfo, DeviceInfoExt */
 struct xp_hello_rep {
 	const uint8_t *name;
 	uint16_t name_len;
@@ -702,7 +724,14 @@ struct xp_hello_rep {
 	uint16_t gids_count;
 	uint32_t engines;
 	uint64_t max_dm_size;
+	uint32_t doorbells;
 };
+
+static inline void xp_get_hello_rep_ext(struct xp_dec *d, struct xp_hello_rep *r)
+{
+	r->max_dm_size = xp_get_u64(d);
+	r->doorbells = xp_get_u32(d);
+}
 
 static inline void xp_get_hello_rep(struct xp_dec *d, struct xp_hello_rep *r)
 {
@@ -730,7 +759,13 @@ static inline void xp_get_hello_rep(struct xp_dec *d, struct xp_hello_rep *r)
 	if (!r->gids)
 		r->gids_count = 0;
 	r->engines = xp_get_u32(d);
-	r->max_dm_size = xp_get_u64(d);
+	/* DeviceInfoExt, extensible: what the daemon sent of it, zeros past that */
+	uint8_t ext[12];
+	xp_get_ext(d, ext, sizeof(ext));
+	struct xp_dec ed = {.p = ext, .n = sizeof(ext)};
+	xp_get_hello_rep_ext(&ed, r);
+	if (ed.err)
+		d->err = true;
 }
 
 /* XP_ALLOC_PD's reply: Ref */
@@ -1483,6 +1518,16 @@ static inline void xp_get_reg_dm_mr_rep(struct xp_dec *d, struct xp_reg_dm_mr_re
 	r->mr = xp_get_u32(d);
 	r->lkey = xp_get_u32(d);
 	r->rkey = xp_get_u32(d);
+}
+
+/* XP_DOORBELL's request: Doorbell */
+struct xp_doorbell_req {
+	uint32_t engine;
+};
+
+static inline void xp_put_doorbell_req(struct xp_enc *e, const struct xp_doorbell_req *r)
+{
+	xp_u32(e, r->engine);
 }
 
 #endif

@@ -1,4 +1,5 @@
-/* Communication IDs: creation, addresses, listening, connecting, accepting, QPs, options. Each
+/* Communication IDs: creation, addresses, listening, connecting, accepting, QPs, options, migration
+ * and destruction, and rdma_get_cm_event, which moves a synchronous listener's new ID. Each
  * operation is a request to the daemon of the ID's device; the daemon moves an attached QP through
  * INIT, RTR and RTS as librdmacm does inside rdma_get_cm_event and rdma_accept. */
 #define _GNU_SOURCE
@@ -885,6 +886,30 @@ XP_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 	if (was_sync)
 		rdma_destroy_event_channel(old);
 	return 0;
+}
+
+/* rdma_get_cm_event returns the channel's next event (event.c's chan_next prepares it). A
+ * synchronous listener's new ID gets a channel of its own here, as ucma_process_conn_req moves
+ * it, being the ID's life cycle: an ID that cannot move is destroyed, which rejects the request,
+ * and the next event is taken. */
+XP_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+{
+	if (!channel || !event)
+		return set_errno(EINVAL);
+	for (;;) {
+		struct cmevt *e;
+		int err = chan_next(to_chan(channel), &e);
+		if (err)
+			return set_errno(err);
+		if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && e->owner->sync &&
+		    rdma_migrate_id(&e->id->id, NULL)) {
+			rdma_destroy_id(&e->id->id);
+			ack_event(e);
+			continue;
+		}
+		*event = &e->ev;
+		return 0;
+	}
 }
 
 XP_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)

@@ -133,11 +133,6 @@ struct cmmc {
 	bool joined; /* MULTICAST_JOIN reported */
 };
 
-/* mcast.c: mc_joined does librdmacm's part of a MULTICAST_JOIN before the application sees it
- * (ucma_process_join): the event's context, and the ID's QP attached to the group. */
-void mc_joined(struct cmevt *e);
-void mc_free_all(struct cmid *c);
-
 static inline struct cmid *to_cmid(struct rdma_cm_id *id) { return container_of(id, struct cmid, id); }
 static inline struct cmchan *to_chan(struct rdma_event_channel *ch) { return container_of(ch, struct cmchan, ch); }
 
@@ -156,8 +151,11 @@ struct cmevt {
 	bool ah_global;
 };
 
-/* The files call downwards only: cma.c (the rdma_* calls on IDs) uses event.c (channels and
- * events) and dev.c (devices, the daemon's requests); event.c uses dev.c; dev.c neither. */
+/* The files call downwards only (test/layout.TestProviderCallsOneWay): rsockets (rsocket.c and
+ * rsocket_io.c, one module in two files) use cma.c and event.c; mcast.c (multicast groups) uses
+ * cma.c; cma.c (the rdma_* calls on IDs and their life cycle, rdma_get_cm_event included) uses
+ * event.c (channels, and events fetched, decoded and prepared as librdmacm prepares them) and
+ * dev.c (devices, the daemon's requests, the handle table); event.c uses dev.c; dev.c none. */
 
 /* dev.c */
 int has_devices(void); /* a device of the namespace exists (rdma-core's ucma_init) */
@@ -185,6 +183,10 @@ int chan_sub(struct cmchan *ch, struct cmdev *d, uint32_t *handle);
 /* chan_purge takes the channel's events of an ID out of it: into to, or dropped (to NULL). */
 void chan_purge(struct cmchan *ch, struct cmid *id, struct cmchan *to);
 void chan_fetch(struct cmchan *ch); /* takes what the daemon holds for the channel */
+/* chan_next takes the channel's next event, waiting for one unless the channel's fd is O_NONBLOCK
+ * (EAGAIN), prepared as librdmacm prepares it (route, multicast join, rejection) and counted as
+ * returned on its owner; 0 or an errno. */
+int chan_next(struct cmchan *ch, struct cmevt **out);
 void ack_event(struct cmevt *e);
 struct cmid *alloc_id(struct rdma_event_channel *ch, void *context, enum rdma_port_space ps, enum ibv_qp_type qp_type);
 void free_id(struct cmid *id);

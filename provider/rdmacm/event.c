@@ -1,8 +1,13 @@
-/* Event channels and events: rdma_create_event_channel, rdma_get_cm_event, rdma_ack_cm_event. */
+/* Event channels and events: rdma_create_event_channel, rdma_destroy_event_channel,
+ * rdma_ack_cm_event; the daemon's events fetched into a channel and decoded (a CONNECT_REQUEST
+ * makes its new ID here, as the kernel's ucma makes one for the request), and librdmacm's part of
+ * each event done before it is returned (chan_next). It calls dev.c alone: what an event does to
+ * an ID's life cycle is cma.c's, which calls it (rdma_get_cm_event). */
 #define _GNU_SOURCE
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,7 +165,11 @@ void free_id(struct cmid *c)
 		c->subs = s->next;
 		free(s);
 	}
-	mc_free_all(c);
+	while (c->mc) {
+		struct cmmc *mc = c->mc;
+		c->mc = mc->next;
+		free(mc);
+	}
 	free(c->qp_init_attr);
 	free(c->connect);
 	if (c->sync)
@@ -458,22 +467,59 @@ void ack_event(struct cmevt *e)
 	free(e);
 }
 
-/* finish does what librdmacm does to an event before the application sees it; false when the
- * event is to be dropped (acknowledged here). */
-static bool finish(struct cmevt *e)
+/* mgid_of is the GID the daemon reports for the group at addr (an IPv4 one as ::ffff:a.b.c.d). */
+static void mgid_of(const struct sockaddr_storage *addr, uint8_t mgid[16])
+{
+	memset(mgid, 0, 16);
+	if (addr->ss_family == AF_INET6) {
+		memcpy(mgid, &((const struct sockaddr_in6 *)addr)->sin6_addr, 16);
+		return;
+	}
+	mgid[10] = mgid[11] = 0xff;
+	memcpy(mgid + 12, &((const struct sockaddr_in *)addr)->sin_addr, 4);
+}
+
+/* joined does librdmacm's part of a MULTICAST_JOIN (ucma_process_join): the event's context is
+ * the group's, and the ID's QP is attached to it (a failure reported as MULTICAST_ERROR). The
+ * groups themselves are mcast.c's, listed on the ID under its mutex. */
+static void joined(struct cmevt *e)
+{
+	struct cmid *c = e->id;
+	struct cmmc *mc = NULL;
+	pthread_mutex_lock(&c->mut);
+	for (struct cmmc *m = c->mc; m && !mc; m = m->next) {
+		uint8_t g[16];
+		mgid_of(&m->addr, g);
+		if (!m->joined && !memcmp(g, e->ah_dgid, 16))
+			mc = m;
+	}
+	if (mc) {
+		memcpy(mc->mgid.raw, e->ah_dgid, 16);
+		mc->joined = true;
+	}
+	pthread_mutex_unlock(&c->mut);
+	if (!mc)
+		return; /* left meanwhile */
+	e->ev.param.ud.private_data = mc->context;
+	if (!c->id.qp || mc->join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
+		return;
+	int err = ibv_attach_mcast(c->id.qp, &mc->mgid, 0);
+	if (err) {
+		errno = err;
+		e->ev.status = -1;
+		e->ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
+	}
+}
+
+/* prepare does what librdmacm does to an event before the application sees it, but for what
+ * belongs to an ID's life cycle (a synchronous listener's new ID moved to a channel of its own:
+ * cma.c's rdma_get_cm_event). */
+static void prepare(struct cmevt *e)
 {
 	struct cmid *id = e->id;
 	switch (e->ev.event) {
-	case RDMA_CM_EVENT_CONNECT_REQUEST:
-		apply_info(id, &e->info);
-		if (e->owner->sync && rdma_migrate_id(&id->id, NULL)) {
-			rdma_destroy_id(&id->id);
-			ack_event(e);
-			return false;
-		}
-		return true;
 	case RDMA_CM_EVENT_MULTICAST_JOIN:
-		mc_joined(e);
+		joined(e);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
 		/* librdmacm moves the QP to ERR: its receives flush. */
@@ -486,14 +532,10 @@ static bool finish(struct cmevt *e)
 		break;
 	}
 	apply_info(id, &e->info);
-	return true;
 }
 
-XP_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+int chan_next(struct cmchan *c, struct cmevt **out)
 {
-	if (!channel || !event)
-		return set_errno(EINVAL);
-	struct cmchan *c = to_chan(channel);
 	for (;;) {
 		pthread_mutex_lock(&c->lock);
 		if (c->dead) {
@@ -517,25 +559,24 @@ XP_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 			pthread_mutex_unlock(&e->owner->mut);
 			set_ready(c);
 			pthread_mutex_unlock(&c->lock);
-			if (!finish(e))
-				continue;
-			*event = &e->ev;
+			prepare(e);
+			*out = e;
 			return 0;
 		}
 		pthread_mutex_unlock(&c->lock);
 		/* The application's O_NONBLOCK on the channel's fd, as the kernel's ucma honours it. */
-		int fl = fcntl(channel->fd, F_GETFL);
+		int fl = fcntl(c->ch.fd, F_GETFL);
 		if (fl >= 0 && (fl & O_NONBLOCK))
-			return set_errno(EAGAIN);
+			return EAGAIN;
 		struct epoll_event evs[8];
-		if ((fl < 0 || epoll_wait(channel->fd, evs, 8, -1) < 0) && errno != EINTR) {
+		if ((fl < 0 || epoll_wait(c->ch.fd, evs, 8, -1) < 0) && errno != EINTR) {
 			/* EBADF from a channel destroyed meanwhile: the loop finds it dead. */
 			int err = errno;
 			pthread_mutex_lock(&c->lock);
 			bool dead = c->dead;
 			pthread_mutex_unlock(&c->lock);
 			if (!dead)
-				return set_errno(err);
+				return err;
 		}
 	}
 }

@@ -1,7 +1,8 @@
 /* Multicast: rdma_join_multicast(_ex) and rdma_leave_multicast. The daemon's CM does the kernel's
  * part (cma_iboe_join_multicast: the group's GID from its address, MULTICAST_JOIN with how to send
- * to it, QPN 0xFFFFFF and the Q_Key); this file librdmacm's: the groups of each ID, and the ID's QP
- * attached to the group when the join is reported (ucma_process_join), detached on leave. */
+ * to it, QPN 0xFFFFFF and the Q_Key); this file librdmacm's: the groups of each ID (listed on it
+ * under its mutex) and the ID's QP detached on leave. Attaching the QP when the join is reported
+ * (ucma_process_join) is the event's processing: event.c's. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
@@ -115,54 +116,4 @@ XP_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 		err = mc_call(s, XP_CM_LEAVE_MCAST, &a, -1);
 	free(mc);
 	return err ? set_errno(err) : 0;
-}
-
-/* mgid_of is the GID the daemon reports for the group at addr (an IPv4 one as ::ffff:a.b.c.d). */
-static void mgid_of(const struct sockaddr_storage *addr, uint8_t mgid[16])
-{
-	memset(mgid, 0, 16);
-	if (addr->ss_family == AF_INET6) {
-		memcpy(mgid, &((const struct sockaddr_in6 *)addr)->sin6_addr, 16);
-		return;
-	}
-	mgid[10] = mgid[11] = 0xff;
-	memcpy(mgid + 12, &((const struct sockaddr_in *)addr)->sin_addr, 4);
-}
-
-void mc_joined(struct cmevt *e)
-{
-	struct cmid *c = e->id;
-	struct cmmc *mc = NULL;
-	pthread_mutex_lock(&c->mut);
-	for (struct cmmc *m = c->mc; m && !mc; m = m->next) {
-		uint8_t g[16];
-		mgid_of(&m->addr, g);
-		if (!m->joined && !memcmp(g, e->ah_dgid, 16))
-			mc = m;
-	}
-	if (mc) {
-		memcpy(mc->mgid.raw, e->ah_dgid, 16);
-		mc->joined = true;
-	}
-	pthread_mutex_unlock(&c->mut);
-	if (!mc)
-		return; /* left meanwhile */
-	e->ev.param.ud.private_data = mc->context;
-	if (!c->id.qp || mc->join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
-		return;
-	int err = ibv_attach_mcast(c->id.qp, &mc->mgid, 0);
-	if (err) {
-		errno = err;
-		e->ev.status = -1;
-		e->ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
-	}
-}
-
-void mc_free_all(struct cmid *c)
-{
-	while (c->mc) {
-		struct cmmc *mc = c->mc;
-		c->mc = mc->next;
-		free(mc);
-	}
 }

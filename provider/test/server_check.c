@@ -133,6 +133,44 @@ static double now(void)
 	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
+/* max_dm_size of the device name, or -1 where it does not open. */
+static long long dm_size(const char *name)
+{
+	struct ibv_context *c = open_dev(name);
+	struct ibv_device_attr_ex a;
+	long long n = c && ibv_query_device_ex(c, NULL, &a) == 0 ? (long long)a.max_dm_size : -1;
+	if (c)
+		ibv_close_device(c);
+	return n;
+}
+
+/* HELLO's reply stops before its tail: the device opens, the fields the daemon predates zero. */
+static int old_daemon(void) { return !(dm_size("xdp_xpold") == 0 && dm_size("xdp_xpok") > 0); }
+
+/* A daemon from before HELLO's extensible request hangs up on it: greeted again with the version
+ * alone, it opens, with the tail it sends. */
+static int strict_daemon(void) { return !(dm_size("xdp_xpstrict") == 262144); }
+
+/* HELLO refused with EPROTONOSUPPORT: ibv_open_device fails with it and says why on stderr, as
+ * libibverbs does for a kernel of another ABI. */
+static int future(void)
+{
+	struct ibv_device *d = find("xdp_xpfuture");
+	FILE *log = tmpfile();
+	if (!d || !log || dup2(fileno(log), 2) < 0)
+		return 2;
+	errno = 0;
+	struct ibv_context *c = ibv_open_device(d);
+	int err = errno;
+	char line[256] = "";
+	rewind(log);
+	if (!fgets(line, sizeof(line), log))
+		line[0] = 0;
+	printf("# stderr: %s", line);
+	fflush(stdout);
+	return !(!c && err == EPROTONOSUPPORT && strstr(line, "does not serve ABI version"));
+}
+
 static int silent(void)
 {
 	struct ibv_device *d = find("xdp_xpsilent");
@@ -207,6 +245,9 @@ int main(int argc, char **argv)
 	run(bad_slot, "CREATE_QP's send slots smaller than their header: ibv_create_qp fails with EPROTO");
 	run(bad_dm, "ALLOC_DM's fd an empty memfd, not a map: ibv_alloc_dm fails with EPROTO, nothing mapped");
 	run(silent, "HELLO never answered: ibv_open_device fails with ETIMEDOUT, in bounded time");
+	run(old_daemon, "HELLO's reply without its tail: the device opens, max_dm_size 0");
+	run(strict_daemon, "a daemon that hangs up on the extensible HELLO: greeted with the version alone, it opens");
+	run(future, "HELLO refused for its ABI version: ibv_open_device fails with EPROTONOSUPPORT, and says so");
 	/* xpswap was listed while root served it; the test now serves it as uid 65534. */
 	swapped = find("xdp_xpswap");
 	printf("swap\n");

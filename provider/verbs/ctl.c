@@ -269,8 +269,12 @@ void xp_xlock_free(pthread_mutex_t *m)
 }
 
 /* xp_hello greets the daemon on a fresh connection: the device's description, and its doorbell
- * page, this context's doorbell and its async events pipe (notify.h). */
-int xp_hello(int sock, struct xp_info *info, int fds[3])
+ * page, this context's doorbell and its async events pipe (notify.h). It states this library's
+ * ABI version and how much of the reply's extensible tail it knows: a newer daemon sends no more,
+ * an older one less (the fields it predates read zero), and one that does not serve the version
+ * refuses it with EPROTONOSUPPORT. version_only greets as libraries before the extensible request
+ * did, for a daemon from before it (which hangs up on more, and sends the whole tail it has). */
+int xp_hello(int sock, struct xp_info *info, int fds[3], bool version_only)
 {
 	struct xp_enc *e = malloc(sizeof(*e));
 	uint8_t *buf = malloc(XP_MAX_MSG);
@@ -278,7 +282,9 @@ int xp_hello(int sock, struct xp_info *info, int fds[3])
 	if (!e || !buf)
 		goto out;
 	xp_start(e, XP_HELLO);
-	xp_put_hello_req(e, &(struct xp_hello_req){.version = XP_VERSION});
+	xp_put_hello_req(e, &(struct xp_hello_req){.version = XP_ABI_VERSION, .reply_ext = XP_DEVICE_INFO_EXT_LEN});
+	if (version_only)
+		e->n = XP_HEADER + sizeof(uint16_t); /* the request's first field, version */
 	struct xp_dec d;
 	err = exchange(sock, 1, e, NULL, 0, buf, XP_MAX_MSG, &d, fds, &nfds, 0);
 	if (err == EAGAIN || err == EWOULDBLOCK)
@@ -313,6 +319,7 @@ int xp_hello(int sock, struct xp_info *info, int fds[3])
 		memcpy(info->gids[i].raw, r.gids[i], 16);
 	info->engines = r.engines;
 	info->max_dm_size = r.max_dm_size;
+	info->doorbells = r.doorbells;
 	err = xp_end(&d);
 	if (!err && nfds != 3)
 		err = EPROTO;

@@ -220,6 +220,34 @@ static void xp_set_ops(struct xctx *c)
 	c->vctx.sz = sizeof(struct verbs_context);
 }
 
+/* fetch_bells asks for this context's doorbells of the engines besides engine 0 (HELLO's), so that
+ * a post rings the one engine that serves its QP, which waits on that doorbell itself. A daemon from
+ * before them (doorbells 0) has HELLO's wake every engine. */
+static int fetch_bells(struct xctx *c)
+{
+	uint32_t n = c->info.doorbells < c->info.engines ? c->info.doorbells : c->info.engines;
+	for (uint32_t e = 1; e < n; e++) {
+		struct xp_enc enc;
+		struct xp_dec d;
+		uint8_t buf[64];
+		int fds[XP_MAX_FDS], nfds = 0;
+		xp_start(&enc, XP_DOORBELL);
+		xp_put_doorbell_req(&enc, &(struct xp_doorbell_req){.engine = e});
+		int err = xp_call(c, &enc, NULL, 0, buf, sizeof(buf), &d, fds, &nfds);
+		if (!err)
+			err = xp_end(&d);
+		if (!err && nfds != 1)
+			err = EPROTO;
+		if (err) {
+			for (int i = 0; i < nfds; i++)
+				close(fds[i]);
+			return err;
+		}
+		c->bell_fds[c->nbells++] = fds[0];
+	}
+	return 0;
+}
+
 XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	struct xdev *xd = to_xdev(device);
@@ -233,7 +261,20 @@ XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	int fds[3] = {-1, -1, -1}, err = ENOMEM;
 	if (!c)
 		goto fail;
-	err = xp_hello(sock, &c->info, fds);
+	err = xp_hello(sock, &c->info, fds, false);
+	if (err == EIO) {
+		/* A daemon from before HELLO's extensible request hangs up on it: greet it again with the
+		 * version alone, as the libraries before did. */
+		close(sock);
+		if ((sock = xp_connect(xd->ifname)) < 0)
+			err = errno == ECONNREFUSED || errno == ENOENT ? ENODEV : errno;
+		else
+			err = xp_hello(sock, &c->info, fds, true);
+	}
+	if (err == EPROTONOSUPPORT)
+		/* As libibverbs reports a kernel of another uverbs ABI ("Fatal: kernel ABI version"). */
+		fprintf(stderr, "libibverbs: Fatal: the xdproce daemon of %s does not serve ABI version %d, this library's\n",
+			xd->ifname, XP_ABI_VERSION);
 	if (err)
 		goto fail;
 	c->sock = sock;
@@ -254,7 +295,13 @@ XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	close(fds[0]);
 	fds[0] = -1;
 	c->bell_page = page;
-	c->bell_fd = fds[1];
+	if (!(c->bell_fds = calloc(c->info.engines > 1 ? c->info.engines : 1, sizeof(int)))) {
+		err = ENOMEM;
+		munmap(page, sizeof(struct xp_doorbell_page));
+		goto fail;
+	}
+	c->bell_fds[0] = fds[1];
+	c->nbells = 1;
 	xp_notify_fd(fds[2]);
 	/* async_fd is an epoll set of the daemon's events pipe and the control socket (its hang-up
 	 * is DEVICE_FATAL): its O_NONBLOCK is the application's alone. */
@@ -266,6 +313,7 @@ XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		if (ep >= 0)
 			close(ep);
 		munmap(page, sizeof(struct xp_doorbell_page));
+		free(c->bell_fds);
 		goto fail;
 	}
 	c->events_fd = fds[2];
@@ -277,6 +325,12 @@ XP_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
 	pthread_mutex_init(&ctx->mutex, NULL);
 	xp_set_ops(c);
+	err = fetch_bells(c);
+	if (err) {
+		ibv_close_device(ctx);
+		errno = err;
+		return NULL;
+	}
 	return ctx;
 fail:
 	for (int i = 0; i < 3; i++)
@@ -297,7 +351,9 @@ XP_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	struct xctx *c = to_xctx(ctx);
 	close(ctx->async_fd);
 	close(c->events_fd);
-	close(c->bell_fd);
+	for (uint32_t i = 0; i < c->nbells; i++)
+		close(c->bell_fds[i]);
+	free(c->bell_fds);
 	close(c->sock);
 	munmap((void *)c->bell_page, sizeof(*c->bell_page));
 	xp_xlock_free(c->xlock);

@@ -15,12 +15,13 @@ _Static_assert((int)XP_SEND_INLINE == (int)IBV_SEND_INLINE, "send_flags carries 
 
 static bool dead(struct ibv_context *ctx) { return __atomic_load_n(&to_xctx(ctx)->dead, __ATOMIC_RELAXED); }
 
-/* ring_bell wakes engine e if it sleeps: it sets its word in the doorbell page before it looks at
- * the rings a last time, so a post published before this load is never missed. */
+/* ring_bell wakes engine e if it sleeps, with this context's doorbell for that engine: the engine
+ * sets its word in the doorbell page before it looks at the rings a last time, so a post published
+ * before this load is never missed. */
 static void ring_bell(struct xctx *c, uint32_t e)
 {
 	if (atomic_load_explicit(&c->bell_page->engine[e % XP_DOORBELL_LINES].sleeping, memory_order_seq_cst) != 0)
-		xp_ring(c->bell_fd);
+		xp_ring(c->bell_fds[e % c->nbells]);
 }
 
 void xp_doorbell(struct xqp *qp)

@@ -103,6 +103,7 @@ struct xp_info {
 	union ibv_gid gids[64];
 	uint32_t engines;
 	uint64_t max_dm_size; /* 0: the daemon's kernel gives no device memory */
+	uint32_t doorbells;   /* engines with a doorbell of their own (DOORBELL); 0: HELLO's wakes all */
 };
 
 /* Handles the daemon gave, to the objects they name (for async events). */
@@ -125,7 +126,8 @@ struct xctx {
 	 * mutex is process-shared and robust, in an anonymous shared page the children inherit. */
 	pthread_mutex_t *xlock;
 	const struct xp_doorbell_page *bell_page;
-	int bell_fd;   /* this context's own doorbell (xp_ring) */
+	int *bell_fds;   /* this context's own doorbells, one per engine (xp_ring) */
+	uint32_t nbells; /* HELLO gives engine 0's, DOORBELL each other's */
 	int events_fd; /* a pipe the daemon signals when it queued an async event (xp_drain) */
 	bool dead;     /* the daemon hung up */
 	bool fatal_told;
@@ -225,7 +227,7 @@ int xp_trust(int sock);
  * fit or parse, EIO once the daemon is gone). */
 int xp_call(struct xctx *c, struct xp_enc *e, const int *fds, int nfds, uint8_t *buf, size_t size, struct xp_dec *d,
 	    int *rfds, int *nrfds);
-int xp_hello(int sock, struct xp_info *info, int fds[3]);
+int xp_hello(int sock, struct xp_info *info, int fds[3], bool version_only);
 void xp_table_put(struct xp_table *t, uint32_t h, void *obj);
 void xp_table_del(struct xp_table *t, void *obj);
 void *xp_table_get(struct xp_table *t, uint32_t h);

@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -35,5 +38,54 @@ func TestStockLibraryConcurrentPoll(t *testing.T) {
 	}
 	if n := checksPassed(t, out); n < 6 {
 		t.Fatalf("verbs_check mtpoll ran %d checks, want 6", n)
+	}
+}
+
+// TestStockLibraryRingsEachEngine runs verbs_check between daemons of two
+// engines each (veths of two queues): its QPs land on either engine, and
+// the library rings each QP's engine with the doorbell the daemon gave it
+// for that engine (DOORBELL at ibv_open_device), which that engine waits
+// on itself: the daemons' doorbell_wakes count those rings. A daemon that
+// relayed every ring through a goroutine to all its engines counted none.
+func TestStockLibraryRingsEachEngine(t *testing.T) {
+	netns.RequireRoot(t)
+	lib := providerLibs(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 2})
+	a, b := topo.Hosts[0], topo.Hosts[1]
+	bin := buildCLI(t)
+	daemonUp(t, bin, a)
+	daemonUp(t, bin, b)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, buildVerbsCheck(t), a.Path(), "xdp_"+a.Link, a.Addr.String(), b.Path(), "xdp_"+b.Link, b.Addr.String())
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("verbs_check: %v\n%s", err, out)
+	}
+	if n := checksPassed(t, out); n < 100 {
+		t.Fatalf("verbs_check ran %d checks, want at least 100", n)
+	}
+	wakes := 0
+	for _, h := range []*netns.Host{a, b} {
+		var sout bytes.Buffer
+		st := exec.CommandContext(ctx, bin, "stats", "-d", h.Link)
+		st.Stdout, st.Stderr = &sout, &sout
+		if err := h.Start(st); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Wait(); err != nil {
+			t.Fatalf("xdproce stats -d %s: %v\n%s", h.Link, err, &sout)
+		}
+		m := regexp.MustCompile(`\bdoorbell_wakes (\d+)`).FindStringSubmatch(sout.String())
+		if m == nil {
+			t.Fatalf("xdproce stats -d %s shows no doorbell_wakes:\n%s", h.Link, &sout)
+		}
+		n, _ := strconv.Atoi(m[1])
+		t.Logf("%s: doorbell_wakes %d", h.Link, n)
+		wakes += n
+	}
+	if wakes == 0 {
+		t.Fatal("no ring of the library woke an engine on its own doorbell: relayed?")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +37,10 @@ import (
 //	slot    CREATE_QP's send slots are 8 bytes, less than a slot's header
 //	silent  HELLO is never answered
 //	dm      ALLOC_DM's fd is an empty memfd, not an mmapable array map
+//	old     HELLO's reply stops before its tail (a daemon that predates its fields)
+//	future  HELLO is refused with EPROTONOSUPPORT (a daemon of other ABI versions)
+//	strict  a daemon from before HELLO's extensible request: it hangs up on
+//	        a HELLO of more than the version, and sends its whole reply tail
 type fakeServer struct {
 	l    *net.UnixListener
 	mode string
@@ -89,7 +94,7 @@ func (f *fakeServer) serve(ctx context.Context, conn *ipc.Conn) error {
 			return err
 		}
 		ipc.CloseAll(fds)
-		h, _, err := uverbs.Decode(msg)
+		h, d, err := uverbs.Decode(msg)
 		if err != nil {
 			return err
 		}
@@ -97,13 +102,33 @@ func (f *fakeServer) serve(ctx context.Context, conn *ipc.Conn) error {
 		var out []int
 		switch h.Op {
 		case uverbs.OpHello:
-			if f.mode == "silent" {
+			var hello uverbs.Hello
+			n := d.GetExt(&hello)
+			switch {
+			case f.mode == "strict" && n != 2:
+				return nil
+			case f.mode == "silent":
 				<-ctx.Done()
 				return ctx.Err()
+			case d.End() != nil || hello.Version != uverbs.ABIVersion:
+				return fmt.Errorf("fake server: HELLO %+v: %v", hello, d.End())
+			case f.mode == "future":
+				e = uverbs.NewMessage(uverbs.Header{Version: uverbs.Version, Op: h.Op, Seq: h.Seq, Errno: int32(unix.EPROTONOSUPPORT)})
+				if err := conn.Send(e.Bytes()); err != nil {
+					return err
+				}
+				continue
 			}
 			info := uverbs.DeviceInfo{Name: "xdp_fake", MaxQP: 16, MaxQPWR: 64, MaxSGE: 4, MaxCQE: 256, MaxInlineData: 64,
-				MaxMRSize: 1 << 30, MaxMsgSize: 1 << 30, MaxMTU: 3, ActiveMTU: 3, Engines: 1, MaxDMSize: verbs.MaxDMSize}
+				MaxMRSize: 1 << 30, MaxMsgSize: 1 << 30, MaxMTU: 3, ActiveMTU: 3, Engines: 1}
 			info.Put(e)
+			switch f.mode {
+			case "old":
+			case "strict":
+				e.PutExt(&uverbs.DeviceInfoExt{MaxDMSize: verbs.MaxDMSize}, uverbs.ExtLen(uverbs.DeviceInfoExt{}))
+			default:
+				e.PutExt(&uverbs.DeviceInfoExt{MaxDMSize: verbs.MaxDMSize}, int(hello.ReplyExt))
+			}
 			var page int
 			if f.mode == "page" {
 				page, err = rawMemfd(0)
@@ -318,7 +343,7 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 	lib := providerLibs(t)
 	topo := netns.New(t, netns.Config{Kind: netns.Direct})
 	h := topo.Hosts[0]
-	for _, mode := range []string{"ok", "bigh", "short", "unseal", "huge", "page", "slot", "silent", "dm"} {
+	for _, mode := range []string{"ok", "bigh", "short", "unseal", "huge", "page", "slot", "silent", "dm", "old", "future", "strict"} {
 		listenFake(t, h, "xp"+mode, mode)
 	}
 	swap := listenFake(t, h, "xpswap", "ok")
@@ -364,8 +389,8 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("server_check: %v", err)
 	}
-	if n := checksPassed(t, out.Bytes()); n != 13 {
-		t.Fatalf("server_check ran %d checks, want 13", n)
+	if n := checksPassed(t, out.Bytes()); n != 16 {
+		t.Fatalf("server_check ran %d checks, want 16", n)
 	}
 }
 
@@ -375,7 +400,11 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 // block of device memory whose fd is not an mmapable array map is EPROTO
 // (mapping an empty memfd would fault at the first copy), and a
 // CREATE_QP reply whose send slots cannot hold their header is malformed
-// (posting into them would have written past them).
+// (posting into them would have written past them). A HELLO reply that
+// stops before its tail opens the device with the fields it predates zero;
+// a HELLO refused for its ABI version fails the dial with EPROTONOSUPPORT
+// and says so; a daemon from before HELLO's extensible request, which hangs
+// up on it, is greeted again with the version alone.
 func TestGoClientDistrustsServer(t *testing.T) {
 	netns.RequireRoot(t)
 	topo := netns.New(t, netns.Config{Kind: netns.Direct})
@@ -383,6 +412,9 @@ func TestGoClientDistrustsServer(t *testing.T) {
 	listenFake(t, h, "goslot", "slot")
 	listenFake(t, h, "gosilent", "silent")
 	listenFake(t, h, "godm", "dm")
+	listenFake(t, h, "goold", "old")
+	listenFake(t, h, "gofuture", "future")
+	listenFake(t, h, "gostrict", "strict")
 	listenAs(t, h, "gountr", 65534)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -402,6 +434,28 @@ func TestGoClientDistrustsServer(t *testing.T) {
 				d.Close()
 			}
 			return fmt.Errorf("verbs.Dial of a server that never answers HELLO: %v, want the context's deadline", err)
+		}
+		if d, err := verbs.Dial(ctx, "gofuture"); !errors.Is(err, unix.EPROTONOSUPPORT) || !strings.Contains(fmt.Sprint(err), "does not serve ABI version") {
+			if d != nil {
+				d.Close()
+			}
+			return fmt.Errorf("verbs.Dial of a server refusing the ABI version: %v, want EPROTONOSUPPORT saying so", err)
+		}
+		od, err := verbs.Dial(ctx, "goold")
+		if err != nil {
+			return fmt.Errorf("verbs.Dial of a server whose HELLO reply stops before its tail: %w", err)
+		}
+		defer od.Close()
+		if n := od.QueryDevice().MaxDMSize; n != 0 {
+			return fmt.Errorf("max_dm_size %d from a HELLO reply without it, want 0", n)
+		}
+		sd, err := verbs.Dial(ctx, "gostrict")
+		if err != nil {
+			return fmt.Errorf("verbs.Dial of a daemon from before HELLO's extensible request: %w", err)
+		}
+		defer sd.Close()
+		if n := sd.QueryDevice().MaxDMSize; n != verbs.MaxDMSize {
+			return fmt.Errorf("max_dm_size %d from a daemon from before HELLO's extensible request, want %d", n, verbs.MaxDMSize)
 		}
 		dd, err := verbs.Dial(ctx, "godm")
 		if err != nil {

@@ -67,7 +67,7 @@ func TestStockLoopback(t *testing.T) {
 			if err := a.Start(srv); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(300 * time.Millisecond) // the server listens
+			awaitListening(t, a, stockPort)
 			cli := runStock(ctx, bin, lib, a, false, append(args, a.Addr.String())...)
 			cli.Stdout, cli.Stderr = &cout, &cout
 			cli.WaitDelay = 5 * time.Second

@@ -235,15 +235,9 @@ func (e *Engine) fastWake() {
 }
 
 // fastSending publishes qp's requester window before a packet ending at end
-// (one past its last PSN) goes out, so that the program takes its ACK (if
-// it could not, the program would pass the ACKs on, to the completer).
+// (one past its last PSN) goes out, so that the program takes its ACK.
 func (e *Engine) fastSending(qp *queue.QP, end uint32) {
-	if t := &qp.Transport; t.FastReq {
-		if queue.PSNCmp(end, t.SentEnd) < 0 {
-			end = t.SentEnd // a retransmission: the window still ends there
-		}
-		if e.dev.Cfg.FastPath.SendWindow(qp.Number, t.CompPSN, end, false) != nil {
-			e.Counters.FastPathErr++
-		}
+	if t := &qp.Transport; t.FastReq && e.dev.Cfg.FastPath.SendWindow(qp.Number, t.CompPSN, t.WindowEnd(end), false) != nil {
+		e.Counters.FastPathErr++ // the program passes the ACKs on, to the completer
 	}
 }

@@ -174,13 +174,10 @@ func (e *Engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 		e.Counters.RetransmittedPkts++
 	}
 	t.NoAckPkts++
-	// The packet that fills the window asks for an ACK: nothing else
-	// would open it before the timer. A message's last packet asks only
-	// if no WQE goes out right behind it (ackPolicy.go): the responder
-	// then ACKs a burst of WRITEs once, not once each.
+	// The packet that fills the window asks for an ACK: nothing else would open it before the timer.
+	// With AckCoalesce a last packet asks only if nothing goes out behind it (queue/ackpolicy.go).
 	fills := queue.PSNCmp((psn+1)&0xffffff, t.CompPSN+t.Window()) >= 0
-	ackReq := qp.QPType == ibv.QPTypeRC &&
-		(last && !(e.dev.Cfg.AckCoalesce && t.SendsOnNow()) || t.NoAckPkts > ibv.MaxPktsPerAck || t.Probing || fills)
+	ackReq := qp.QPType == ibv.QPTypeRC && (last && !(e.dev.Cfg.AckCoalesce && t.SendsOnNow()) || t.NoAckPkts > ibv.MaxPktsPerAck || t.Probing || fills)
 	if ackReq {
 		t.NoAckPkts = 0
 	}

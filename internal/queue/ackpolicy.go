@@ -51,3 +51,13 @@ func (t *Transport) SendsOnNow() bool {
 	}
 	return (t.NextPSN+n-t.SQ[0].FirstPSN)&0xffffff <= MaxOutstandingSpan
 }
+
+// WindowEnd is one past the last PSN sent once a packet ending at end (one
+// past its last PSN) has gone out: end, or SentEnd if a retransmission
+// leaves it behind that.
+func (t *Transport) WindowEnd(end uint32) uint32 {
+	if PSNCmp(end, t.SentEnd) < 0 {
+		return t.SentEnd
+	}
+	return end
+}

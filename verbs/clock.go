@@ -1,7 +1,7 @@
 package verbs
 
 import (
-	"github.com/xdproce/xdproce/internal/engine"
+	"github.com/xdproce/xdproce/internal/engine/port"
 	"github.com/xdproce/xdproce/internal/transport"
 	"github.com/xdproce/xdproce/link"
 )
@@ -11,7 +11,7 @@ type Link = link.Link
 
 // Clock tells the engine the time; tests inject a fake one
 // (internal/faketime).
-type Clock = engine.Clock
+type Clock = port.Clock
 
 // ProcMemory is memory of another process that the engines reach by
 // copying: a daemon's client's own memory (process_vm_readv/writev). Its

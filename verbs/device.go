@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xdproce/xdproce/internal/engine"
+	"github.com/xdproce/xdproce/internal/engine/port"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/inproc"
 	"github.com/xdproce/xdproce/loader"
@@ -73,13 +73,13 @@ type DeviceConfig struct {
 }
 
 // Recovery is DeviceConfig.Recovery: pieces of selective recovery turned off.
-type Recovery = engine.Recovery
+type Recovery = port.Recovery
 
 // The pieces of selective recovery (docs/recovery.md).
 const (
-	NoReadHoles = engine.NoReadHoles // READ responses past a gap dropped, the READ asked again to its end
-	NoHold      = engine.NoHold      // request packets past a hole dropped by the responder
-	NoProbe     = engine.NoProbe     // a sequence NAK goes back over everything after it at once
+	NoReadHoles = port.NoReadHoles // READ responses past a gap dropped, the READ asked again to its end
+	NoHold      = port.NoHold      // request packets past a hole dropped by the responder
+	NoProbe     = port.NoProbe     // a sequence NAK goes back over everything after it at once
 )
 
 // DefaultSpinMax is the SpinMax of a device that does not set one: a
@@ -159,7 +159,7 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 		cfg.SpinMax = 0
 	}
 	ops, err := inproc.New(links, inproc.Config{
-		Config: engine.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
+		Config: port.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
 			BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold, Groups: cfg.Groups, Recovery: cfg.Recovery,
 			AckCoalesce: cfg.AckCoalesce || cfg.fast != nil},
 		Resolve: cfg.Resolve, PortCounters: cfg.PortCounters, FastPath: cfg.fast})

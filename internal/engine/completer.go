@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/engine/port"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
@@ -281,7 +282,7 @@ func (c *completion) seqNAK() compState {
 	if !t.StartedRetry {
 		t.NAKEpisode = true
 	}
-	c.probe = c.e.dev.Cfg.Recovery&NoProbe == 0
+	c.probe = c.e.dev.Cfg.Recovery&port.NoProbe == 0
 	return compErrorRetry
 }
 
@@ -335,7 +336,7 @@ func (c *completion) checkHead() compState {
 		c.e.Counters.DuplicateResponse++
 		return compDrop
 	}
-	if psn != base && (isAtomicAck || (psn-base)&0xffffff >= queue.ReadMapBits || c.e.dev.Cfg.Recovery&NoReadHoles != 0) {
+	if psn != base && (isAtomicAck || (psn-base)&0xffffff >= queue.ReadMapBits || c.e.dev.Cfg.Recovery&port.NoReadHoles != 0) {
 		// Too far past the hole to keep: asked again with it.
 		c.e.Counters.OOODropped++
 		w.TailLost = true

@@ -32,6 +32,14 @@
 //     daemon's clients; fastpath.go idle RC responders shared with the
 //     XDP program's fast path (docs/fastpath.md).
 //
+// Below it, what the engine holds but is not the engine, one job to a
+// package, each called statically (no interface call, no allocation per
+// packet): port, the configuration the NIC gives it (Config, Clock,
+// Recovery, FastPath); tables, the device's object tables (Objects);
+// idle, whether an idle engine spins or sleeps (Spinner); handoff, the
+// inbox of frames another engine received for this one's QPs (Inbox).
+//
 // internal/transport moved these here from its own files with
-// internal/tools/movedecl (test/layout/split/engine.sh, issue 31).
+// internal/tools/movedecl (test/layout/split/engine.sh, issue 31), and
+// parts.sh moved the packages below out of these files.
 package engine

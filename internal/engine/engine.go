@@ -7,6 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdproce/xdproce/internal/engine/handoff"
+	"github.com/xdproce/xdproce/internal/engine/idle"
+	"github.com/xdproce/xdproce/internal/engine/tables"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/link"
@@ -17,11 +20,11 @@ import (
 // the holder of its mutex (its goroutine, an application in Progress, or a
 // control operation holding every engine's mutex) touches it.
 type Engine struct {
-	*Objects // the device's shared tables
-	dev      *Device
-	Link     link.Link // this engine's queue
-	Index    int       // its queue's index among the device's engines
-	Mu       sync.Mutex
+	*tables.Objects // the device's shared tables
+	dev             *Device
+	Link            link.Link // this engine's queue
+	Index           int       // its queue's index among the device's engines
+	Mu              sync.Mutex
 	// Drives counts the rounds applications ran (Progress); while it grows,
 	// the engine's goroutine skips its own (Device.run, DroveSince).
 	Drives atomic.Uint64
@@ -36,13 +39,13 @@ type Engine struct {
 	posted   []*queue.QP
 	spare    []*queue.QP // the engine's other list, swapped with posted
 	// inbox holds frames another engine received for this engine's QPs.
-	inbox    inbox
+	inbox    handoff.Inbox
 	inFrames [][]byte    // the engine's batch taken from inbox
 	Active   []*queue.QP // QPs with send work or timers: the only ones a step visits
 	acks     []*queue.QP // QPs with an ACK deferred to the end of the receive batch
 	Counters ibv.Counters
-	spin     spinner // whether the engine's goroutine spins when idle
-	wakeups  uint64  // sleeps the engine's goroutine woke from (its own)
+	spin     idle.Spinner // whether the engine's goroutine spins when idle
+	wakeups  uint64       // sleeps the engine's goroutine woke from (its own)
 	// Watcher is the link when it can wait on a daemon's clients'
 	// doorbells too (NIC.WatchDoorbell).
 	Watcher link.Watcher
@@ -130,7 +133,7 @@ func (e *Engine) Init(d *Device, l link.Link, index int) {
 	if h, ok := l.(link.ReleaseHooker); ok {
 		h.SetReleaseHook(e.pending.Flush)
 	}
-	e.inbox.max = l.MaxFrame()
+	e.inbox.Max = l.MaxFrame()
 	if s, ok := l.(link.SplitReceiver); ok {
 		e.splitter = s
 		e.gather = make([]byte, 0, 2*l.MaxFrame())
@@ -444,7 +447,7 @@ func (e *Engine) loopBack() int {
 	for _, f := range e.loop {
 		// A full inbox loses the frame, as a full RX ring would: the
 		// transport recovers.
-		if e.inbox.put(f, nil) {
+		if e.inbox.Put(f, nil) {
 			e.Counters.LoopbackPkts++
 		} else {
 			e.Counters.SendErr++

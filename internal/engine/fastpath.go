@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/xdproce/xdproce/internal/engine/port"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
@@ -21,40 +22,6 @@ import (
 // QP's record, and drops the frame; each step the engine runs the ACKs so
 // published through its completer, for the QPs it has work for. While any
 // engine sleeps the program passes the ACK on as well, to wake it.
-
-// FastPath is the responder state shared with the XDP program
-// (loader.FastPath, adapted by internal/inproc). Its methods are called on
-// the engine goroutine or in control operations.
-type FastPath interface {
-	// Configure writes what the program checks of qpn's requests and the
-	// ACK it sends; only while Go owns the QP.
-	Configure(qpn uint32, q FastQP) error
-	// HandBack gives the program qpn's responder, expecting EPSN, with
-	// MSN msn.
-	HandBack(qpn, ePSN, msn uint32) error
-	// TakeOver makes Go the owner and returns the program's EPSN and MSN;
-	// wasXDP is false when Go owned the QP already.
-	TakeOver(qpn uint32) (ePSN, msn uint32, wasXDP bool, err error)
-	// Acked is the last ACK the program took for qpn's requester: a count
-	// that moves on with each, its PSN and MSN.
-	Acked(qpn uint32) (count uint16, psn, msn uint32, err error)
-	// Sleeping counts an engine going to sleep (asleep) or waking.
-	Sleeping(asleep bool)
-	// SendWindow publishes qpn's requester window, [oldest, end): the
-	// program takes only ACKs in it (and not behind the last it took;
-	// fresh forgets that one, for a QP configured anew).
-	SendWindow(qpn, oldest, end uint32, fresh bool) error
-}
-
-// FastQP is a QP's responder as the program needs it.
-type FastQP struct {
-	Src, Dst    [4]byte // the QP's IPv4 address and its peer's
-	PD          uint32
-	MTU         uint32
-	RemoteWrite bool
-	Requester   bool   // the program takes the requester's ACKs
-	Ack         []byte // the ACK this responder sends, PSN 0, MSN 0
-}
 
 // fastEligible: an RC QP over IPv4 that accepts requests, on a device with
 // the fast path.
@@ -163,15 +130,15 @@ func (e *Engine) fastHandBacks() {
 }
 
 // fastQP describes qp's responder: its ACK is what sendAckNow builds.
-func (e *Engine) fastQP(qp *queue.QP) (FastQP, error) {
+func (e *Engine) fastQP(qp *queue.QP) (port.FastQP, error) {
 	t := &qp.Transport
 	p := e.header(qp, wire.RCAck, 0, false)
 	p.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(ackCreditsInval)}
 	ack := make([]byte, p.FrameLen())
 	if _, err := wire.Encode(ack, p); err != nil {
-		return FastQP{}, fmt.Errorf("verbs: fast path ACK of QP %#x: %w", qp.Number, err)
+		return port.FastQP{}, fmt.Errorf("verbs: fast path ACK of QP %#x: %w", qp.Number, err)
 	}
-	return FastQP{Src: t.SIP.As4(), Dst: t.DIP.As4(), PD: qp.PD.ID(), MTU: uint32(t.MTU),
+	return port.FastQP{Src: t.SIP.As4(), Dst: t.DIP.As4(), PD: qp.PD.ID(), MTU: uint32(t.MTU),
 		RemoteWrite: t.Attr.AccessFlags&ibv.AccessRemoteWrite != 0,
 		Requester:   t.State == ibv.StateRTS || t.State == ibv.StateSQD, Ack: ack}, nil
 }

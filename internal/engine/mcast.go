@@ -6,12 +6,8 @@ package engine
 
 import (
 	"github.com/xdproce/xdproce/internal/ibv"
-	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
 )
-
-// McGroup is a multicast group with its attached QPs, in attach order.
-type McGroup struct{ Qps []*queue.QP }
 
 // dispatchMcast takes a packet to the multicast QPN: each QP attached to
 // the group of its destination address that is in a receiving state and
@@ -77,7 +73,7 @@ func (e *Engine) loopMcast() {
 	for _, f := range e.mcLoop {
 		for _, x := range e.dev.Shards {
 			// A full inbox loses the copy, as a full RX ring would.
-			if x.inbox.put(f, nil) {
+			if x.inbox.Put(f, nil) {
 				x.ring()
 			} else {
 				e.Counters.HandOffDrops++

@@ -9,12 +9,6 @@ import (
 	"github.com/xdproce/xdproce/internal/queue"
 )
 
-// lookupMR returns the live region with this key, or nil.
-func (e *Objects) lookupMR(key uint32) *memory.MR { return e.Mem.LookupMR(key) }
-
-// lookupMWIndex returns the live window whose rkey has key's index.
-func (e *Objects) lookupMWIndex(key uint32) *memory.MW { return e.Mem.LookupMWIndex(key) }
-
 func IsMWKey(key uint32) bool { return memory.IsMWKey(key) }
 
 // bindMW executes a BIND_MW work request of qp; false is a bind error.

@@ -12,6 +12,7 @@
 package engine
 
 import (
+	"github.com/xdproce/xdproce/internal/engine/port"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
@@ -21,7 +22,7 @@ import (
 // (counted) or already held.
 func (e *Engine) hold(qp *queue.QP, p *wire.Packet) {
 	t := &qp.Transport
-	if e.dev.Cfg.Recovery&NoHold != 0 {
+	if e.dev.Cfg.Recovery&port.NoHold != 0 {
 		return
 	}
 	d := (p.BTH.PSN - t.EPSN) & 0xffffff

@@ -128,7 +128,7 @@ func (e *Engine) resolveLocal(qp *queue.QP, w *queue.SendWQE) bool {
 		sgl = []ibv.SGE{w.SGE1}
 	}
 	for _, s := range sgl {
-		mr := e.lookupMR(s.LKey)
+		mr := e.LookupMR(s.LKey)
 		if mr == nil || mr.PD() != qp.PD || (needWrite && mr.Access()&ibv.AccessLocalWrite == 0) {
 			e.failHead(qp, ibv.WCLocProtErr)
 			return false

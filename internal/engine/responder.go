@@ -227,7 +227,7 @@ func (e *Engine) takeRecv(qp *queue.QP, psn uint32) bool {
 	}
 	var one [1]ibv.SGE
 	for _, s := range wr.Sges(&one) {
-		mr := e.lookupMR(s.LKey)
+		mr := e.LookupMR(s.LKey)
 		b, ok := queue.Span{}, false
 		if mr != nil && mr.PD() == pd && mr.Access()&ibv.AccessLocalWrite != 0 {
 			b, ok = spanOf(mr, s.Addr, s.Length)
@@ -403,7 +403,7 @@ func (e *Engine) checkRKey(qp *queue.QP, rkey uint32, va uint64, n uint32, need 
 	if IsMWKey(rkey) {
 		return e.checkMWAccess(qp, rkey, va, n, need)
 	}
-	mr := e.lookupMR(rkey)
+	mr := e.LookupMR(rkey)
 	if mr == nil || mr.PD() != qp.PD || mr.Access()&need != need {
 		return nil, false
 	}
@@ -475,7 +475,7 @@ func (e *Engine) execAtomic(qp *queue.QP, p *wire.Packet) {
 	target, _ := spanOf(mr, a.VA, 8)
 	e.pending.Flush() // the target may have writes queued
 	// Atomics operate on the 64-bit value in the responder's byte order (rxe: host order).
-	e.atomicMu.Lock()
+	e.AtomicMu.Lock()
 	var b [8]byte
 	target.Read(b[:], 0, nil)
 	orig := binary.LittleEndian.Uint64(b[:])
@@ -488,7 +488,7 @@ func (e *Engine) execAtomic(qp *queue.QP, p *wire.Packet) {
 		binary.LittleEndian.PutUint64(b[:], orig+a.SwapAdd)
 		target.Write(b[:], 0, nil)
 	}
-	e.atomicMu.Unlock()
+	e.AtomicMu.Unlock()
 	res := e.newResource(qp)
 	*res = queue.RespResource{Valid: true, Atomic: true, FirstPSN: psn, LastPSN: psn, Orig: orig}
 	t.MSN = (t.MSN + 1) & 0xffffff

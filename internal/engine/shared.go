@@ -53,24 +53,14 @@ func (p enginePort) MalformedSRQ(s *queue.SRQ) {
 // not the QP's fails the bind (MW_BIND_ERR), as a stale pointer would
 // in-process.
 func (p enginePort) Bind(qp *queue.QP, mwKey, lkey uint32, b *queue.Bind) *queue.Bind {
-	b.MW = p.e.lookupMWIndex(mwKey)
+	b.MW = p.e.LookupMWIndex(mwKey)
 	if b.MW == nil || b.MW.PD() != qp.PD {
 		b.MW = memory.NewMW(qp.PD, false) // dead: the bind fails
 	}
-	if mr := p.e.lookupMR(lkey); mr != nil && mr.PD() == qp.PD {
+	if mr := p.e.LookupMR(lkey); mr != nil && mr.PD() == qp.PD {
 		b.MR = mr
 	}
 	return b
-}
-
-// ForgetShared drops qp from the shared QPs (under every engine's mutex).
-func (o *Objects) ForgetShared(qp *queue.QP) {
-	for i, s := range o.SharedQPs {
-		if s == qp {
-			o.SharedQPs = append(o.SharedQPs[:i], o.SharedQPs[i+1:]...)
-			return
-		}
-	}
 }
 
 // pumpShared takes the work requests clients posted to this engine's
@@ -112,16 +102,6 @@ func (e *Engine) sharedPending() bool {
 		}
 	}
 	return false
-}
-
-// ForgetSharedSRQ drops s from the shared SRQs (under every engine's mutex).
-func (o *Objects) ForgetSharedSRQ(s *queue.SRQ) {
-	for i, x := range o.SharedSRQs {
-		if x == s {
-			o.SharedSRQs = append(o.SharedSRQs[:i], o.SharedSRQs[i+1:]...)
-			return
-		}
-	}
 }
 
 // pumpSharedSRQs takes what clients posted to shared SRQs.

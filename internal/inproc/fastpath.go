@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/xdproce/xdproce/internal/engine"
+	"github.com/xdproce/xdproce/internal/engine/port"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/loader"
 )
@@ -16,7 +16,7 @@ import (
 // fastPath adapts loader.FastPath to the engines' transport.FastPath.
 type fastPath struct{ f *loader.FastPath }
 
-func (a fastPath) Configure(qpn uint32, q engine.FastQP) error {
+func (a fastPath) Configure(qpn uint32, q port.FastQP) error {
 	c := loader.FastQP{Src: q.Src, Dst: q.Dst, PD: q.PD, MTU: q.MTU}
 	if q.RemoteWrite {
 		c.Flags |= loader.FastQPRemoteWrite

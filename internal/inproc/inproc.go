@@ -18,7 +18,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/xdproce/xdproce/internal/engine"
+	"github.com/xdproce/xdproce/internal/engine/port"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/internal/sharedring"
@@ -31,7 +31,7 @@ import (
 // Config describes the port: the engines' configuration, and what the
 // API's device asks of the port beyond them.
 type Config struct {
-	engine.Config
+	port.Config
 	// Resolve finds the MAC address of a destination (ARP/ND).
 	Resolve func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
 	// PortCounters reads the counters of what moves the port's frames.

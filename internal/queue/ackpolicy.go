@@ -21,7 +21,7 @@ import "github.com/xdproce/xdproce/internal/ibv"
 // the requester one ACK to process, instead of one per WRITE: on the XDP
 // fast path one XDP_TX and one consumed ACK per burst
 // (docs/fastpath.md, "ACK coalescing"). It is on with the fast path
-// (engine.Config.AckCoalesce); without it every last packet asks, as rxe's
+// (port.Config.AckCoalesce); without it every last packet asks, as rxe's
 // requester, and the golden captures of several WRs posted together
 // stay byte-exact.
 

@@ -9,7 +9,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/xdproce/xdproce/internal/engine"
+	"github.com/xdproce/xdproce/internal/engine/tables"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/wire"
@@ -83,9 +83,9 @@ func (d *NIC) attachMcast(qp *queue.QP, addr netip.Addr) error {
 			}
 		}
 		if o.Groups == nil {
-			o.Groups = make(map[netip.Addr]*engine.McGroup)
+			o.Groups = make(map[netip.Addr]*tables.McGroup)
 		}
-		g = &engine.McGroup{}
+		g = &tables.McGroup{}
 		o.Groups[addr] = g
 	}
 	if len(g.Qps) >= ibv.MaxMcastQPAttach {

@@ -7,7 +7,7 @@ package transport
 import (
 	"fmt"
 
-	"github.com/xdproce/xdproce/internal/engine"
+	"github.com/xdproce/xdproce/internal/engine/tables"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/memory"
 	"github.com/xdproce/xdproce/internal/queue"
@@ -70,7 +70,7 @@ func (d *NIC) DeregMR(m *MR) error {
 
 // revokeWrites ends every multi-packet RDMA WRITE arriving into mr, just
 // deregistered: no packet of it touches the memory again.
-func revokeWrites(e *engine.Objects, mr *MR) {
+func revokeWrites(e *tables.Objects, mr *MR) {
 	for _, qp := range e.Live {
 		if w := &qp.Transport.Write; qp.Transport.RespOp == queue.RespWrite && w.MR == mr {
 			w.MR, w.Revoked = nil, true
@@ -81,7 +81,7 @@ func revokeWrites(e *engine.Objects, mr *MR) {
 // mrInUse says what in-flight work holds memory of mr, or "" if none. A
 // QP's send WQEs name regions of its own PD; its receive WQEs, those of its
 // SRQ's PD when it has one, which may be another (so every QP is looked at).
-func mrInUse(e *engine.Objects, mr *MR) string {
+func mrInUse(e *tables.Objects, mr *MR) string {
 	lkey := mr.LKey()
 	for _, qp := range e.Live {
 		t := &qp.Transport

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/engine"
+	"github.com/xdproce/xdproce/internal/engine/port"
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/link"
@@ -35,7 +36,7 @@ type NIC struct {
 
 // New starts a NIC with one engine per link, each link one queue of the
 // port. Close stops it.
-func New(links []link.Link, cfg engine.Config) (*NIC, error) {
+func New(links []link.Link, cfg port.Config) (*NIC, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}

@@ -1,4 +1,4 @@
-package engine
+package idle
 
 import (
 	"testing"
@@ -9,15 +9,15 @@ import (
 // sees between work are short enough for spinning to pay.
 func TestSpinnerFollowsIdleGaps(t *testing.T) {
 	const max = 50 * time.Microsecond
-	var s spinner
+	var s Spinner
 	now := time.Unix(0, 0)
 	clock := func() time.Time { return now }
 	gap := func(d time.Duration) bool { return idleGap(&s, &now, d, max) }
-	if s.next(false, clock, max) {
+	if s.Next(false, clock, max) {
 		t.Fatal("a new engine spins before it has seen a gap")
 	}
 	now = now.Add(time.Second)
-	s.next(true, clock, max) // a long first gap: nothing learned
+	s.Next(true, clock, max) // a long first gap: nothing learned
 	if s.window != 0 {
 		t.Fatalf("window %v after a long gap", s.window)
 	}
@@ -53,18 +53,18 @@ const spinRound = 500 * time.Nanosecond
 // idleGap runs an idle gap of d ending in work on s, whose clock is *now:
 // a round every spinRound while the engine spins, one jump to the end once
 // it sleeps. It says whether the engine was still spinning at the gap's end.
-func idleGap(s *spinner, now *time.Time, d time.Duration, max time.Duration) bool {
+func idleGap(s *Spinner, now *time.Time, d time.Duration, max time.Duration) bool {
 	clock := func() time.Time { return *now }
 	end := now.Add(d)
-	spinning := s.next(false, clock, max)
+	spinning := s.Next(false, clock, max)
 	for spinning && now.Add(spinRound).Before(end) {
 		*now = now.Add(spinRound)
-		spinning = s.next(false, clock, max)
+		spinning = s.Next(false, clock, max)
 	}
 	*now = end
-	spinning = s.next(false, clock, max)
+	spinning = s.Next(false, clock, max)
 	*now = now.Add(time.Nanosecond)
-	s.next(true, clock, max)
+	s.Next(true, clock, max)
 	return spinning
 }
 
@@ -75,7 +75,7 @@ func idleGap(s *spinner, now *time.Time, d time.Duration, max time.Duration) boo
 // stall that soon follows the last, and spins again after it.
 func TestSpinnerStopsWhenPreempted(t *testing.T) {
 	const max = 50 * time.Microsecond
-	var s spinner
+	var s Spinner
 	now := time.Unix(0, 0)
 	clock := func() time.Time { return now }
 	for range 3 {
@@ -85,18 +85,18 @@ func TestSpinnerStopsWhenPreempted(t *testing.T) {
 		t.Fatal("not spinning through short gaps on an idle host")
 	}
 	// A spinning round preempted for a time slice.
-	if !s.next(false, clock, max) {
+	if !s.Next(false, clock, max) {
 		t.Fatal("not spinning after work")
 	}
 	now = now.Add(700 * time.Microsecond)
-	if s.next(false, clock, max) {
+	if s.Next(false, clock, max) {
 		t.Fatal("still spinning after a round held up for 700 µs")
 	}
-	if s.stalls != 1 {
-		t.Fatalf("%d stalls counted, want 1", s.stalls)
+	if s.Stalls != 1 {
+		t.Fatalf("%d stalls counted, want 1", s.Stalls)
 	}
 	now = now.Add(time.Microsecond)
-	s.next(true, clock, max)
+	s.Next(true, clock, max)
 	// Short gaps within the quiet period: sleep, do not spin.
 	quietEnd := s.quietUntil
 	if got := quietEnd.Sub(now); got <= 0 || got > quietMin {
@@ -119,17 +119,17 @@ func TestSpinnerStopsWhenPreempted(t *testing.T) {
 			idleGap(&s, &now, 10*time.Microsecond, max)
 		}
 		idleGap(&s, &now, 10*time.Microsecond, max) // reopens the window
-		if !s.next(false, clock, max) {
+		if !s.Next(false, clock, max) {
 			t.Fatalf("stall %d: not spinning after the quiet period", i)
 		}
 		now = now.Add(time.Millisecond)
-		s.next(false, clock, max)
+		s.Next(false, clock, max)
 		if s.quiet < last || s.quiet > quietMax {
 			t.Fatalf("stall %d: quiet period %v after %v (at most %v)", i, s.quiet, last, quietMax)
 		}
 		last = s.quiet
 		now = now.Add(time.Microsecond)
-		s.next(true, clock, max)
+		s.Next(true, clock, max)
 	}
 	if last != quietMax {
 		t.Fatalf("quiet period %v after 16 stalls in a row, want %v", last, quietMax)
@@ -140,9 +140,9 @@ func TestSpinnerStopsWhenPreempted(t *testing.T) {
 	for range 3 {
 		idleGap(&s, &now, 10*time.Microsecond, max)
 	}
-	s.next(false, clock, max)
+	s.Next(false, clock, max)
 	now = now.Add(time.Millisecond)
-	s.next(false, clock, max)
+	s.Next(false, clock, max)
 	if s.quiet != quietMin {
 		t.Fatalf("quiet period %v after a stall a minute after the last, want %v", s.quiet, quietMin)
 	}

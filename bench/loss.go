@@ -209,8 +209,14 @@ func sweepLoss(ctx context.Context, cfg LossConfig, topo *netns.Topology, rates 
 				}
 				r.Counters = counterDelta(after.a, before.a)
 				r.Lost = after.lost - before.lost
-				r.Retransmitted = after.a.RetransmittedPkts - before.a.RetransmittedPkts + after.b.RetransmittedPkts - before.b.RetransmittedPkts
-				fmt.Fprintf(progress, "bench: %-9s %6s at %5.1f%% loss: %s; %d lost, %d resent; A: %s; B: %s\n", op, report.FormatSize(size), rate*100, summary, r.Lost, r.Retransmitted, recoveryCounters(r.Counters), recoveryCounters(counterDelta(after.b, before.b)))
+				// Resent counts both devices' retransmitted_pkts: A's
+				// requests sent again (for READ: the holes asked for),
+				// B's READ responses replayed; the line shows each.
+				resentA := after.a.RetransmittedPkts - before.a.RetransmittedPkts
+				resentB := after.b.RetransmittedPkts - before.b.RetransmittedPkts
+				r.Retransmitted = resentA + resentB
+				fmt.Fprintf(progress, "bench: %-9s %6s at %5.1f%% loss: %s; %d lost, %d resent (A %d, B %d); A: %s; B: %s\n", op, report.FormatSize(size), rate*100, summary,
+					r.Lost, r.Retransmitted, resentA, resentB, recoveryCounters(r.Counters), recoveryCounters(counterDelta(after.b, before.b)))
 				out = append(out, r)
 			}
 		}
@@ -225,7 +231,8 @@ func recoveryCounters(c verbs.Counters) string {
 	var b strings.Builder
 	for _, n := range c.Named() {
 		switch n.Name {
-		case "transport_timeouts", "completer_retry_err", "rcvd_seq_err", "lost_response_retry", "spurious_retry", "ooo_held", "duplicate_response":
+		case "transport_timeouts", "completer_retry_err", "rcvd_seq_err", "lost_response_retry", "spurious_retry", "ooo_held", "duplicate_response",
+			"read_reask_reorder", "read_reask_end", "read_reask_timer", "read_reask_nak", "duplicate_read_response", "read_tail_probes":
 			fmt.Fprintf(&b, " %s=%d", n.Name, n.Value)
 		}
 	}

@@ -124,6 +124,7 @@ func (c *completion) checkPSN() compState {
 		if queue.PSNCmp(psn, t.CompPSN) < 0 {
 			c.e.Counters.DuplicateResponse++
 			if op := c.p.BTH.Opcode; op >= wire.RCReadResponseFirst && op <= wire.RCReadResponseOnly {
+				c.e.Counters.DuplicateReadResponse++
 				c.e.answerSeen(c.qp, nil, psn, true) // perhaps a spurious re-ask's, its READ done
 			}
 		} else {
@@ -258,6 +259,10 @@ func (c *completion) seqNAK() compState {
 	t := c.t
 	before := t.CompPSN
 	if !c.nakTarget() {
+		// Past a READ still waiting, whose lost holes are asked for; then
+		// probe, unless only one-packet READs follow (docs/recovery.md).
+		c.e.rerequestBefore(c.qp, c.p.BTH.PSN, false)
+		c.probe = c.e.dev.Cfg.Recovery&port.NoProbe == 0 && !t.ShortReadsFrom(c.p.BTH.PSN)
 		return compErrorRetry
 	}
 	if t.CompPSN == before && t.StartedRetry && t.NAKEpisode && t.Attr.RetryCnt == 7 {
@@ -334,6 +339,9 @@ func (c *completion) checkHead() compState {
 	}
 	if dup {
 		c.e.Counters.DuplicateResponse++
+		if !isAtomicAck {
+			c.e.Counters.DuplicateReadResponse++
+		}
 		return compDrop
 	}
 	if psn != base && (isAtomicAck || (psn-base)&0xffffff >= queue.ReadMapBits || c.e.dev.Cfg.Recovery&port.NoReadHoles != 0) {
@@ -393,6 +401,7 @@ func (c *completion) read() compState {
 	c.e.resetRetry(c.qp) // a response it waited for: progress (rxe's check_ack)
 	c.e.completeInOrder(c.qp)
 	c.e.progress(c.qp)
+	t.ArmReadTail(c.e.dev.Clock.Now()) // a READ tail probe, if due
 	return compDone
 }
 

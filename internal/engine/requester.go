@@ -153,6 +153,11 @@ func (e *Engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 	wr := &w.WR
 	if queue.IsReadOrAtomic(wr.Opcode) {
 		e.sendReadAtomic(qp, w)
+		if w.Retried && wr.Opcode == ibv.WRRDMARead && t.Timeouts > 0 { // asked again by go-back-N
+			e.Counters.ReadReaskTimer++
+		} else if w.Retried && wr.Opcode == ibv.WRRDMARead {
+			e.Counters.ReadReaskNAK++ // or an ACK
+		}
 		w.SentAll = true
 		t.ReqPSN = (w.LastPSN + 1) & 0xffffff
 		t.NoAckPkts = 0
@@ -226,6 +231,7 @@ func (e *Engine) sendReadAtomic(qp *queue.QP, w *queue.SendWQE) {
 	if w.Retried {
 		e.Counters.RetransmittedPkts++
 	}
+	w.AskAt = e.dev.Clock.Now()
 	if wr.Opcode == ibv.WRRDMARead {
 		psn := w.NextRespPSN(t.MTU)
 		to := w.HoleEnd(psn)

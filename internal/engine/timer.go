@@ -47,6 +47,9 @@ func (e *Engine) checkTimers(qp *queue.QP, now time.Time) {
 		return
 	}
 	e.Counters.TransportTimeouts++
+	if t.TimerAt.Equal(t.ReadTailAt) {
+		e.Counters.ReadTailProbes++
+	}
 	e.retry(qp, true, false)
 }
 
@@ -107,26 +110,29 @@ func (e *Engine) retry(qp *queue.QP, timeout, nak bool) {
 // READ or atomic asks again for the responses it still lacks (with
 // headReadsOnly, only the oldest WQE does), and one whose responses are
 // all in, or a SEND or WRITE the responder has acknowledged, is not sent
-// again.
+// again. Outside a timer episode a READ asking for a hole is passed over (AskingHole).
 func (e *Engine) goBackN(qp *queue.QP, headReadsOnly bool) {
 	t := &qp.Transport
 	t.ReqIdx = 0
 	t.ReqPSN = t.CompPSN
 	t.RTTAt = time.Time{} // Karn: no round-trip sample across a retransmission
 	mtu := uint32(t.MTU)
+	head := true
 	for i := range t.SQ {
 		w := &t.SQ[i]
 		if !w.Started {
 			break
 		}
 		if queue.IsReadOrAtomic(w.WR.Opcode) {
-			if i > 0 && headReadsOnly && w.SentAll {
+			if !head && headReadsOnly && w.SentAll || t.AskingHole(w) {
 				continue
 			}
+			head = false
 			w.SentAll = w.RespDone
 			w.Retried = true
 			continue
 		}
+		head = false
 		from := (t.AckedReq + 1) & 0xffffff
 		switch {
 		case t.PSNAfter(from, w.LastPSN):

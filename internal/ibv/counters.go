@@ -99,6 +99,18 @@ type Counters struct {
 	// response proved needless (the original was late, not lost); each
 	// widens the QP's reorder window (docs/recovery.md).
 	SpuriousRetry uint64
+	// ReadReask* count READ requests sent again by what showed their
+	// responses lost (docs/recovery.md): Reorder, the QP's reorder window
+	// of responses past a hole; End, the end of an answer, a later READ's
+	// responses or an ACK past it; Timer, the transport timer; NAK, a
+	// sequence NAK. DuplicateReadResponse counts READ responses that
+	// arrived for a PSN already placed (or a READ already complete): what
+	// a re-ask cost for nothing.
+	ReadReaskReorder, ReadReaskEnd, ReadReaskTimer, ReadReaskNAK, DuplicateReadResponse uint64
+	// ReadTailProbes counts the transport timer's expiries that were READ
+	// tail probes (each also counts in TransportTimeouts): every READ
+	// outstanding waited for its hole's answer past its due time.
+	ReadTailProbes uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -135,6 +147,9 @@ func (c *Counters) fields() []counterField {
 		{"fast_takeovers", &c.FastTakeOvers}, {"fast_path_err", &c.FastPathErr}, {"fast_acks", &c.FastAcks},
 		{"fast_ack_lost", &c.FastAckLost}, {"fast_responder_off", &c.FastResponderOff},
 		{"spurious_retry", &c.SpuriousRetry},
+		{"read_reask_reorder", &c.ReadReaskReorder}, {"read_reask_end", &c.ReadReaskEnd},
+		{"read_reask_timer", &c.ReadReaskTimer}, {"read_reask_nak", &c.ReadReaskNAK},
+		{"duplicate_read_response", &c.DuplicateReadResponse}, {"read_tail_probes", &c.ReadTailProbes},
 	}
 }
 

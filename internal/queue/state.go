@@ -91,6 +91,11 @@ type Transport struct {
 	ReplySent int
 	Pace      ReadPacer     // READ responses' pace (pacing.go)
 	Reo       ReorderWindow // how deep the path reorders READ responses (recovery.go)
+	// ReadRTT is the shortest recent time from a READ request to its
+	// answer's first response; ReadTailAt the deadline readTailProbe set
+	// the timer to, if it did (recovery.go).
+	ReadRTT    time.Duration
+	ReadTailAt time.Time
 	// FailAfterReplies: a class C error's NAK waits behind replies to
 	// earlier requests; the QP enters the error state once they have all
 	// left (respError), and takes no request meanwhile.

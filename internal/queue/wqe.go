@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"time"
+
 	"github.com/xdproce/xdproce/internal/ibv"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -208,8 +210,10 @@ type SendWQE struct {
 	SeenEnd  uint32
 	TailLost bool
 	// AskSeen is one past the highest response of the latest request's
-	// answer seen since it was sent (recovery.go, askHoles).
+	// answer seen since it was sent (recovery.go, askHoles); AskAt is
+	// when that request left, on the transport clock.
 	AskSeen uint32
+	AskAt   time.Time
 	Inline  []byte // INLINE data, copied when posted
 }
 

@@ -1,0 +1,136 @@
+package verbs
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/wire"
+)
+
+// TestReadNAKPastHoleAsksOnce: three 64 KiB READs A (PSNs 0-15), B
+// (16-31) and C (32-47); A's response 5 and B's request are lost. The
+// requester asks for A's hole (PSN 5 alone) once responses 6-8 show it;
+// the responder holds C and NAKs 16 behind A's responses. That NAK says
+// nothing of the hole's request, still out: the requester resends B's
+// request alone (the probe), not A's hole again, nor C, which the
+// responder holds and executes once B has come. Exactly these READ
+// requests, one response resent, every byte right, no timer.
+func TestReadNAKPastHoleAsksOnce(t *testing.T) {
+	isReadReq := func(op wire.Opcode) bool { return op == wire.RCReadRequest }
+	a, b, _, wa, wb := selectivePair(t, firstOf(isReadReq, 16), firstOf(isReadResp, 5))
+	const size = 64 << 10
+	fill(b.mr.Bytes()[:3*size], 33)
+	// One post: the three requests leave before any response can show
+	// A's hole (posted one by one, a slow host asked for it between them).
+	var wrs []SendWR
+	for i := range 3 {
+		wrs = append(wrs, SendWR{ID: uint64(i + 1), Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, i*size, size),
+			RemoteAddr: b.mr.Addr() + uint64(i*size), RKey: b.mr.RKey()})
+	}
+	postSend(t, a, wrs...)
+	for i, wc := range poll(t, a.scq, 3, 5*time.Second) {
+		if wc.Status != WCSuccess || wc.WRID != uint64(i+1) {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	equalBytes(t, "READs", a.mr.Bytes()[:3*size], b.mr.Bytes()[:3*size])
+	quiesce(t, a.dev, b.dev)
+	var reqs []pktRec
+	wa.mu.Lock()
+	for _, r := range wa.pkts {
+		if r.op == wire.RCReadRequest {
+			reqs = append(reqs, r)
+		}
+	}
+	wa.mu.Unlock()
+	want := []struct {
+		psn uint32
+		off uint64
+		n   uint32
+	}{{0, 0, size}, {16, size, size}, {32, 2 * size, size}, {5, 5 * 4096, 4096}, {16, size, size}}
+	if len(reqs) != len(want) {
+		t.Fatalf("%d READ requests %+v, want %d", len(reqs), reqs, len(want))
+	}
+	for i, w := range want {
+		if r := reqs[i]; r.psn != w.psn || r.reth.VA != b.mr.Addr()+w.off || r.reth.Len != w.n {
+			t.Fatalf("request %d: PSN %d VA +%d len %d, want PSN %d VA +%d len %d", i, r.psn, r.reth.VA-b.mr.Addr(), r.reth.Len, w.psn, w.off, w.n)
+		}
+	}
+	if got := wb.resent(isReadResp); !slices.Equal(got, []uint32{5}) {
+		t.Fatalf("resent responses %v, want [5]", got)
+	}
+	ca, cb := counters(a.dev), counters(b.dev)
+	if ca.TransportTimeouts != 0 || ca.DuplicateReadResponse != 0 || ca.ReadReaskReorder != 1 || ca.ReadReaskNAK != 1 || ca.RetransmittedPkts != 2 {
+		t.Fatalf("requester counters %+v: want no timer, no duplicate response, one re-ask by the reorder window and one by the NAK", ca)
+	}
+	if cb.RetransmittedPkts != 1 || cb.OOOHeld != 1 {
+		t.Fatalf("responder counters %+v: want one response replayed, C held", cb)
+	}
+}
+
+// TestReadTailProbe: a 64 KiB READ whose response 5 is lost, and so is the
+// answer to the request for that hole. Nothing else is outstanding, so
+// nothing but time shows it: the READ tail probe fires once the hole's
+// answer is overdue, one READ round trip (50 µs on the fake clock, the
+// time the first response took) after the request left and half one
+// (at least 100 µs) past the last response, long before the RTO (at
+// least 1 ms). It asks for PSN 5 alone again, and the READ completes.
+func TestReadTailProbe(t *testing.T) {
+	var clk interface{ Advance(time.Duration) }
+	lost := 0
+	first := true
+	a, b, c, wa, wb := selectivePair(t, nil, func(p *wire.Packet, _ []pktRec) bool {
+		if !isReadResp(p.BTH.Opcode) {
+			return false
+		}
+		if first {
+			// The first response leaves 50 µs after its request: the
+			// requester's READ round trip.
+			first = false
+			clk.Advance(50 * time.Microsecond)
+		}
+		if p.BTH.PSN == 5 && lost < 2 {
+			lost++
+			return true
+		}
+		return false
+	})
+	clk = c
+	const size = 64 << 10
+	fill(b.mr.Bytes()[:size], 34)
+	postSend(t, a, SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, 0, size), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	waitCounter(t, a.dev, "the hole's request", func(c Counters) bool { return c.ReadReaskReorder == 1 })
+	quiesce(t, a.dev, b.dev)
+	if n := pending(a.scq); n != 0 {
+		t.Fatalf("%d completions with the hole's answer lost", n)
+	}
+	clk.Advance(200 * time.Microsecond)
+	if wc := poll(t, a.scq, 1, 5*time.Second)[0]; wc.Status != WCSuccess {
+		t.Fatalf("completion %+v", wc)
+	}
+	equalBytes(t, "READ", a.mr.Bytes()[:size], b.mr.Bytes()[:size])
+	quiesce(t, a.dev, b.dev)
+	var reqs []pktRec
+	wa.mu.Lock()
+	for _, r := range wa.pkts {
+		if r.op == wire.RCReadRequest {
+			reqs = append(reqs, r)
+		}
+	}
+	wa.mu.Unlock()
+	if len(reqs) != 3 || reqs[0].psn != 0 || reqs[0].reth.Len != size {
+		t.Fatalf("READ requests %+v, want the READ and PSN 5 twice", reqs)
+	}
+	for _, r := range reqs[1:] {
+		if r.psn != 5 || r.reth.VA != b.mr.Addr()+5*4096 || r.reth.Len != 4096 {
+			t.Fatalf("READ requests %+v, want the READ and PSN 5 twice", reqs)
+		}
+	}
+	if got := wb.resent(isReadResp); !slices.Equal(got, []uint32{5, 5}) {
+		t.Fatalf("resent responses %v, want [5 5]", got)
+	}
+	if ca := counters(a.dev); ca.TransportTimeouts != 1 || ca.ReadTailProbes != 1 || ca.ReadReaskTimer != 1 || ca.DuplicateReadResponse != 0 {
+		t.Fatalf("counters %+v: want one expiry, the tail probe", ca)
+	}
+}

@@ -70,14 +70,23 @@ func TestAttachedPollYields(t *testing.T) {
 		}
 		return ru.Nivcsw
 	}
+	// On a loaded machine the scheduler may let a yield return at once
+	// (other CPUs' work, the skip buddy passed over): a few tries. Without
+	// the yields no try comes near, since 800 polls take microseconds.
 	var wc [1]verbs.WorkCompletion
-	before := switches()
-	for range 800 {
-		if n := cq.Poll(wc[:]); n != 0 {
-			t.Fatalf("an empty CQ polled %d completions", n)
+	var got []int64
+	for range 5 {
+		before := switches()
+		for range 800 {
+			if n := cq.Poll(wc[:]); n != 0 {
+				t.Fatalf("an empty CQ polled %d completions", n)
+			}
 		}
+		n := switches() - before
+		if n >= 50 {
+			return
+		}
+		got = append(got, n)
 	}
-	if n := switches() - before; n < 50 {
-		t.Fatalf("800 empty polls switched the poller's thread out %d times, want about 100 (one yield every 8 polls)", n)
-	}
+	t.Fatalf("800 empty polls switched the poller's thread out %v times in 5 tries, want about 100 (one yield every 8 polls)", got)
 }

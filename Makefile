@@ -152,6 +152,7 @@ fuzz: deps
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 4000000x ./cm
 	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime 2000000x ./cmagent
 	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzFastPath$$' -fuzztime 400000x ./loader
+	$(SUDO) env "PATH=$$PATH" $(GO) test -run '^$$' -fuzz '^FuzzFastPathAck$$' -fuzztime 300000x ./loader
 
 # The main job: two network namespaces, xdproce in each, measured against kernel TCP
 # (tables on stdout; figures in bin/bench.json, bandwidth plot in bin/bench.svg).

@@ -34,6 +34,7 @@ type SteerFpQp struct {
 	Flags  uint32
 	Ack    [64]uint8
 	ReqAck uint64
+	ReqWin uint64
 }
 
 type SteerLocalAddr struct {
@@ -66,7 +67,8 @@ const (
 	SteerStatSTAT_FP_ACK_CONSUMED SteerStat = 19
 	SteerStatSTAT_FP_ACK_WAKE     SteerStat = 20
 	SteerStatSTAT_FP_ACK_OTHER    SteerStat = 21
-	SteerStatSTAT_MAX             SteerStat = 22
+	SteerStatSTAT_FP_ACK_WINDOW   SteerStat = 22
+	SteerStatSTAT_MAX             SteerStat = 23
 )
 
 // Names of all BPF objects in the ELF.

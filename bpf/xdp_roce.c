@@ -71,7 +71,11 @@ enum stat {
 	STAT_FP_ACK_CONSUMED = 19,
 	STAT_FP_ACK_WAKE = 20,
 	STAT_FP_ACK_OTHER = 21,
-	STAT_MAX = 22,
+	// An ACK of a fast-path QP outside the window its engine published
+	// (req_win): behind the last one taken, or of a PSN not sent yet.
+	// Passed on: the engine's completer drops it as Go's path does.
+	STAT_FP_ACK_WINDOW = 22,
+	STAT_MAX = 23,
 };
 
 // A local address: IPv6, or IPv4 mapped as ::ffff:a.b.c.d (network order).

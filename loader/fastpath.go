@@ -187,6 +187,33 @@ func (f *FastPath) Acked(qpn uint32) (count uint16, psn, msn uint32, err error) 
 	return uint16(w >> 48), uint32(w) & fastPSNMask, uint32(w>>fastMSNShift) & fastPSNMask, nil
 }
 
+// SetSendWindow publishes QP qpn's requester window: oldest, its oldest
+// unacknowledged PSN, and end, one past the last PSN it has sent (or is
+// about to send). The program takes into Acked only an ACK whose PSN lies
+// in [oldest, end) and not behind the one it took last; it passes the
+// others on (xdp_fast_ack_window), for the completer to drop. Call it
+// before a packet past the published end goes out. fresh (when Go starts
+// reading Acked for the QP) also moves the ACK taken last behind oldest,
+// keeping its count: one left from an earlier use of the QPN must not
+// hold the new window's ACKs back.
+func (f *FastPath) SetSendWindow(qpn, oldest, end uint32, fresh bool) error {
+	r, err := f.rec(qpn)
+	if err != nil {
+		return err
+	}
+	if fresh {
+		a := (*atomic.Uint64)(unsafe.Pointer(&r.ReqAck))
+		for {
+			old := a.Load()
+			if a.CompareAndSwap(old, old&^fastPSNMask|uint64((oldest-1)&fastPSNMask)) {
+				break
+			}
+		}
+	}
+	(*atomic.Uint64)(unsafe.Pointer(&r.ReqWin)).Store(uint64(end&fastPSNMask)<<24 | uint64(oldest&fastPSNMask))
+	return nil
+}
+
 func (f *FastPath) rec(qpn uint32) (*bpf.SteerFpQp, error) {
 	if int(qpn) >= len(f.qps)/fastQPSize {
 		return nil, fmt.Errorf("loader: fast path: QPN %#x out of range: %w", qpn, unix.EINVAL)

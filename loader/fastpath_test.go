@@ -207,6 +207,33 @@ func TestFastPathWrite(t *testing.T) {
 	}
 }
 
+// TestFastPathWriteSizes: WRITEs of every length class the program's
+// word loops split differently (ICRC eight bytes a step, then four; the
+// copy eight bytes a step, then bytes) land exactly where RETH says, at
+// an odd offset, leaving the bytes around them; each is acknowledged.
+func TestFastPathWriteSizes(t *testing.T) {
+	r := newFPRig(t)
+	psn, msn := uint32(fpEPSN), uint32(fpMSN)
+	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 24, 31, 33, 63, 64, 65, 100, 127, 200, 255, FastMaxPayload} {
+		const va = 1001
+		mem := r.dm.Bytes()[fpBase:]
+		clear(mem[:4096-fpBase])
+		payload := fpPayload(n)
+		ret, out := r.run(t, encode(t, fpWrite(psn, fpRKey, va, payload)))
+		msn++
+		if want := fpAck(psn, msn); ret != xdpTX || !bytes.Equal(out, want[:]) {
+			t.Fatalf("%d B: verdict %d, ACK %x, want %x", n, ret, out, want)
+		}
+		psn++
+		if !bytes.Equal(mem[va:va+n], payload) {
+			t.Errorf("%d B: device memory holds %x, want %x", n, mem[va:va+n], payload)
+		}
+		if !bytes.Equal(mem[va-16:va], make([]byte, 16)) || !bytes.Equal(mem[va+n:va+n+16], make([]byte, 16)) {
+			t.Errorf("%d B: bytes around the region written", n)
+		}
+	}
+}
+
 // TestPlainProgramHasNoFastPath: xdp_roce_plain, which the loader attaches
 // where the kernel refuses the fast path (6.1), steers the WRITE the fast
 // path would execute to AF_XDP (here: no socket, dropped and counted) and
@@ -371,7 +398,7 @@ func TestFastPathRefuses(t *testing.T) {
 	}
 }
 
-func (r *fpRig) setQPFlags(t *testing.T, flags uint32) {
+func (r *fpRig) setQPFlags(t testing.TB, flags uint32) {
 	t.Helper()
 	s, _, err := r.fast.TakeOver(fpQPN)
 	if err != nil {
@@ -521,6 +548,9 @@ func fpPeerAck(psn, msn uint32, syndrome uint8) *wire.Packet {
 func TestFastPathAck(t *testing.T) {
 	r := newFPRig(t)
 	r.setQPFlags(t, FastQPRemoteWrite|FastQPRequester)
+	if err := r.fast.SetSendWindow(fpQPN, 0x2f0, 0x310, true); err != nil {
+		t.Fatal(err)
+	}
 	ack := fpPeerAck(0x300, 9, wire.ACKSyndrome(0x1f))
 	if ret, _ := r.run(t, encode(t, ack)); ret != xdpDrop {
 		t.Fatalf("verdict %d", ret)
@@ -552,4 +582,122 @@ func TestFastPathAck(t *testing.T) {
 	if n, _, _, _ := r.fast.Acked(fpQPN); n != 2 || r.counters(t).NoSocket != 4 {
 		t.Fatal("an ACK of a QP whose requester is the engine's was published or not passed on")
 	}
+}
+
+// TestFastPathAckRefuses: an ACK with a valid ICRC from the peer's address
+// is taken into the requester's record only if the completer would admit
+// it: its PSN in the window the engine published ([oldest, end)), and not
+// behind the ACK taken last. Any other — forged, or an old copy — would
+// hide the real ACK the engine has not read yet (costing a
+// retransmission); it goes on to AF_XDP, counted, the record unchanged.
+func TestFastPathAckRefuses(t *testing.T) {
+	const oldest, end = 0xfffff0, 0x10 // the window wraps
+	cases := []struct {
+		name     string
+		psn, msn uint32
+	}{
+		{"PSN not sent yet", end, 40},
+		{"PSN far ahead", 0x400000, 40},
+		{"behind the window", oldest - 1, 40},
+		{"far behind", 0x800010, 40},
+		{"behind the ACK taken last", 0xfffffa, 40},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newFPRig(t)
+			r.setQPFlags(t, FastQPRemoteWrite|FastQPRequester)
+			if err := r.fast.SetSendWindow(fpQPN, oldest, end, true); err != nil {
+				t.Fatal(err)
+			}
+			// The real ACK, not read by the engine yet.
+			if ret, _ := r.run(t, encode(t, fpPeerAck(0xfffffc, 30, wire.ACKSyndrome(0x1f)))); ret != xdpDrop || r.counters(t).FastAckConsumed != 1 {
+				t.Fatalf("the in-window ACK: verdict %d, counters %+v", ret, r.counters(t))
+			}
+			frame := encode(t, fpPeerAck(tc.psn, tc.msn, wire.ACKSyndrome(0x1f)))
+			ret, out := r.run(t, frame)
+			c := r.counters(t)
+			if n, psn, msn, _ := r.fast.Acked(fpQPN); n != 1 || psn != 0xfffffc || msn != 30 {
+				t.Errorf("record #%d PSN %#x MSN %d: the ACK at %#x replaced the one taken", n, psn, msn, tc.psn)
+			}
+			if ret != xdpDrop || !bytes.Equal(out, frame) || c.NoSocket != 1 || c.FastAckConsumed != 1 {
+				t.Errorf("verdict %d, counters %+v: want it passed on to the (absent) socket unchanged", ret, c)
+			}
+			if c.FastAckWindow != 1 {
+				t.Errorf("counters %+v: the refusal not counted once", c)
+			}
+		})
+	}
+	// Within the window and not behind: taken, the wrap included.
+	r := newFPRig(t)
+	r.setQPFlags(t, FastQPRemoteWrite|FastQPRequester)
+	if err := r.fast.SetSendWindow(fpQPN, oldest, end, true); err != nil {
+		t.Fatal(err)
+	}
+	for i, psn := range []uint32{oldest, 0xfffffc, 0xfffffc, 0x2, end - 1} {
+		r.run(t, encode(t, fpPeerAck(psn, uint32(i), wire.ACKSyndrome(0x1f))))
+		if n, got, _, _ := r.fast.Acked(fpQPN); n != uint16(i+1) || got != psn {
+			t.Fatalf("ACK %d at %#x: record #%d PSN %#x", i, psn, n, got)
+		}
+	}
+	if c := r.counters(t); c.FastAckWindow != 0 || c.NoSocket != 0 {
+		t.Errorf("counters %+v: an in-window ACK refused", c)
+	}
+}
+
+// FuzzFastPathAck runs the program on mutations of an ACK to a requester
+// that takes ACKs from it, after a real one in the window was taken.
+// Whatever the frame, the program either publishes it exactly as the
+// engine's codec reads it — a plain ACK (not a NAK) from the peer to the
+// QP, its PSN in the published window and not behind the ACK taken — or
+// leaves the record as it was. With reseal the ICRC is computed anew, so
+// that mutations reach the checks behind it.
+func FuzzFastPathAck(f *testing.F) {
+	const oldest, end, taken = 0x100, 0x140, 0x110
+	f.Add(encode(f, fpPeerAck(0x120, 7, wire.ACKSyndrome(0x1f))), false)
+	f.Add(encode(f, fpPeerAck(0x150, 7, wire.ACKSyndrome(0x1f))), true)
+	f.Add(encode(f, fpPeerAck(0x108, 7, wire.ACKSyndrome(0x1f))), true)
+	f.Add(encode(f, fpPeerAck(0x120, 7, wire.NAKSyndrome(wire.NAKPSNSequenceError))), true)
+	r := newFPRig(f)
+	r.setQPFlags(f, FastQPRemoteWrite|FastQPRequester)
+	real := encode(f, fpPeerAck(taken, 5, wire.ACKSyndrome(0x1f)))
+	f.Fuzz(func(t *testing.T, frame []byte, reseal bool) {
+		if len(frame) < 14 || len(frame) > 4000 {
+			return
+		}
+		if reseal && len(frame) >= 14+20 {
+			if e := 14 + (int(frame[16])<<8 | int(frame[17])); e >= 14+20+8+4 && e <= len(frame) {
+				if icrc, err := wire.ICRC(frame); err == nil {
+					binary.LittleEndian.PutUint32(frame[e-4:], icrc)
+				}
+			}
+		}
+		if err := r.fast.SetSendWindow(fpQPN, oldest, end, true); err != nil {
+			t.Fatal(err)
+		}
+		if ret, _ := r.run(t, real); ret != xdpDrop {
+			t.Fatalf("the real ACK: verdict %d", ret)
+		}
+		n0, psn0, msn0, _ := r.fast.Acked(fpQPN)
+		r.run(t, frame)
+		n, psn, msn, _ := r.fast.Acked(fpQPN)
+		if n == n0 {
+			if psn != psn0 || msn != msn0 {
+				t.Fatalf("record changed without its count: %#x/%d, was %#x/%d", psn, msn, psn0, msn0)
+			}
+			return
+		}
+		var p wire.Packet
+		if err := wire.Decode(frame, &p); err != nil {
+			t.Fatalf("published a frame the codec refuses: %v", err)
+		}
+		if p.BTH.Opcode != wire.RCAck || !p.AETH.IsACK() || p.BTH.DestQP != fpQPN || p.IP.Src != fpRemote || p.IP.Dst != fpLocal {
+			t.Fatalf("published %+v", p)
+		}
+		if n != n0+1 || psn != p.BTH.PSN || msn != p.AETH.MSN {
+			t.Fatalf("record #%d %#x/%d for ACK %#x/%d (was #%d)", n, psn, msn, p.BTH.PSN, p.AETH.MSN, n0)
+		}
+		if psn < taken || psn >= end {
+			t.Fatalf("published PSN %#x outside [%#x, %#x)", psn, taken, end)
+		}
+	})
 }

@@ -90,6 +90,9 @@ type Counters struct {
 	// published and passed on as well (an engine slept), and a fast-path
 	// requester's NAKs and RNR NAKs, passed on.
 	FastAckConsumed, FastAckWake, FastAckOther uint64
+	// ACKs of a fast-path requester outside the window its engine
+	// published (FastPath.SetSendWindow), passed on: stale or forged.
+	FastAckWindow uint64
 }
 
 // Named lists the counters under their names (xdp_ and the field's), in a
@@ -105,6 +108,7 @@ func (c Counters) Named() []NamedCounter {
 		{"xdp_fast_rkey", c.FastRKey}, {"xdp_fast_bounds", c.FastBounds}, {"xdp_fast_icrc", c.FastICRC},
 		{"xdp_fast_race", c.FastRace}, {"xdp_fast_ack_consumed", c.FastAckConsumed},
 		{"xdp_fast_ack_wake", c.FastAckWake}, {"xdp_fast_ack_other", c.FastAckOther},
+		{"xdp_fast_ack_window", c.FastAckWindow},
 	}
 }
 
@@ -400,6 +404,7 @@ func readCounters(stats *ebpf.Map) (Counters, error) {
 		{bpf.SteerStatSTAT_FP_ACK_CONSUMED, &c.FastAckConsumed},
 		{bpf.SteerStatSTAT_FP_ACK_WAKE, &c.FastAckWake},
 		{bpf.SteerStatSTAT_FP_ACK_OTHER, &c.FastAckOther},
+		{bpf.SteerStatSTAT_FP_ACK_WINDOW, &c.FastAckWindow},
 	}
 	var perCPU []uint64
 	for _, f := range fields {

@@ -63,6 +63,13 @@ type DeviceConfig struct {
 	// Recovery turns pieces of selective recovery off, to measure what
 	// each is worth (docs/recovery.md); the zero value runs them all.
 	Recovery Recovery
+	// AckCoalesce makes the requester ask for an ACK only where progress
+	// needs one — every MaxPktsPerAck packets, on the packet that fills
+	// the window, and on the last packet it sends before the send queue
+	// drains or waits — instead of on every message's last packet (as
+	// rxe). A burst of WRITEs then draws one ACK. On with the XDP fast
+	// path (Options.FastPath), where every ACK costs an XDP_TX.
+	AckCoalesce bool
 }
 
 // Recovery is DeviceConfig.Recovery: pieces of selective recovery turned off.
@@ -153,7 +160,8 @@ func NewMultiQueueDevice(links []Link, cfg DeviceConfig) (*Device, error) {
 	}
 	ops, err := inproc.New(links, inproc.Config{
 		Config: port.Config{MAC: cfg.MAC, GIDs: cfg.GIDs, ActiveMTU: cfg.ActiveMTU, Clock: cfg.Clock,
-			BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold, Groups: cfg.Groups, Recovery: cfg.Recovery},
+			BusyPoll: cfg.BusyPoll, SpinMax: cfg.SpinMax, AckHold: cfg.AckHold, Groups: cfg.Groups, Recovery: cfg.Recovery,
+			AckCoalesce: cfg.AckCoalesce || cfg.fast != nil},
 		Resolve: cfg.Resolve, PortCounters: cfg.PortCounters, FastPath: cfg.fast})
 	if err != nil {
 		return nil, err

@@ -39,10 +39,12 @@ type QP struct {
 
 	// postBuf holds one poster's work requests as the provider takes them:
 	// a buffer on the stack would move to the heap on every post, as the
-	// provider is called through an interface. postBusy says it is taken;
-	// a concurrent poster uses its own.
+	// provider is called through an interface. It grows to the longest
+	// post up to the send queue's size (a stream posts a burst per
+	// completion). postBusy says it is taken; a concurrent poster uses
+	// its own.
 	postBusy atomic.Bool
-	postBuf  [8]ibv.SendWR
+	postBuf  []ibv.SendWR
 }
 
 // CreateQP creates a queue pair in pd.
@@ -294,8 +296,11 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 		return 0, ErrClosed
 	}
 	var ws []ibv.SendWR
-	own := len(wrs) <= len(qp.postBuf) && qp.postBusy.CompareAndSwap(false, true)
+	own := len(wrs) <= max(8, qp.cap.MaxSendWR) && qp.postBusy.CompareAndSwap(false, true)
 	if own {
+		if cap(qp.postBuf) < len(wrs) {
+			qp.postBuf = make([]ibv.SendWR, 0, max(8, len(wrs)))
+		}
 		ws = qp.postBuf[:0]
 	} else {
 		ws = make([]ibv.SendWR, 0, len(wrs))

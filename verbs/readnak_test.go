@@ -36,14 +36,7 @@ func TestReadNAKPastHoleAsksOnce(t *testing.T) {
 	}
 	equalBytes(t, "READs", a.mr.Bytes()[:3*size], b.mr.Bytes()[:3*size])
 	quiesce(t, a.dev, b.dev)
-	var reqs []pktRec
-	wa.mu.Lock()
-	for _, r := range wa.pkts {
-		if r.op == wire.RCReadRequest {
-			reqs = append(reqs, r)
-		}
-	}
-	wa.mu.Unlock()
+	reqs := wa.sent(wire.RCReadRequest)
 	want := []struct {
 		psn uint32
 		off uint64
@@ -111,14 +104,7 @@ func TestReadTailProbe(t *testing.T) {
 	}
 	equalBytes(t, "READ", a.mr.Bytes()[:size], b.mr.Bytes()[:size])
 	quiesce(t, a.dev, b.dev)
-	var reqs []pktRec
-	wa.mu.Lock()
-	for _, r := range wa.pkts {
-		if r.op == wire.RCReadRequest {
-			reqs = append(reqs, r)
-		}
-	}
-	wa.mu.Unlock()
+	reqs := wa.sent(wire.RCReadRequest)
 	if len(reqs) != 3 || reqs[0].psn != 0 || reqs[0].reth.Len != size {
 		t.Fatalf("READ requests %+v, want the READ and PSN 5 twice", reqs)
 	}

@@ -119,10 +119,8 @@ func TestReorderDeepIsNotLoss(t *testing.T) {
 	quiesce(t, a.dev, b.dev)
 	type req struct{ psn, off, n uint32 }
 	var got []req
-	for _, r := range wa.pkts {
-		if r.op == wire.RCReadRequest {
-			got = append(got, req{r.psn, uint32(r.reth.VA - b.mr.Addr()), r.reth.Len})
-		}
+	for _, r := range wa.sent(wire.RCReadRequest) {
+		got = append(got, req{r.psn, uint32(r.reth.VA - b.mr.Addr()), r.reth.Len})
 	}
 	var want []req
 	for i := range uint32(reads) {

@@ -99,6 +99,19 @@ func (w *pktLog) resent(ok func(wire.Opcode) bool) []uint32 {
 	return out
 }
 
+// sent lists, in order, the packets of opcode op the end sent.
+func (w *pktLog) sent(op wire.Opcode) []pktRec {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []pktRec
+	for _, r := range w.pkts {
+		if r.op == op {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func (w *pktLog) count(ok func(pktRec) bool) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -260,14 +273,7 @@ func TestSelectiveReadTwoHoles(t *testing.T) {
 	if got := wb.resent(isReadResp); !slices.Equal(got, []uint32{2, 9}) {
 		t.Fatalf("resent responses %v, want [2 9]", got)
 	}
-	var reqs []pktRec
-	wa.mu.Lock()
-	for _, r := range wa.pkts {
-		if r.op == wire.RCReadRequest {
-			reqs = append(reqs, r)
-		}
-	}
-	wa.mu.Unlock()
+	reqs := wa.sent(wire.RCReadRequest)
 	want := []struct {
 		psn uint32
 		off uint64

@@ -80,6 +80,9 @@ func (e *Engine) FastHandBack(qp *queue.QP, configure bool) {
 		if t.FastReq = q.Requester; t.FastReq {
 			// What the program published before is not this QP's.
 			n, _, _, err := f.Acked(qp.Number)
+			if err == nil {
+				err = f.SendWindow(qp.Number, t.CompPSN, t.SentEnd, true)
+			}
 			t.FastReq, t.FastAckCount = err == nil, n
 		}
 	}
@@ -195,5 +198,13 @@ func (e *Engine) fastSleep() bool {
 func (e *Engine) fastWake() {
 	if f := e.dev.Cfg.FastPath; f != nil {
 		f.Sleeping(false)
+	}
+}
+
+// fastSending publishes qp's requester window before a packet ending at end
+// (one past its last PSN) goes out, so that the program takes its ACK.
+func (e *Engine) fastSending(qp *queue.QP, end uint32) {
+	if t := &qp.Transport; t.FastReq && e.dev.Cfg.FastPath.SendWindow(qp.Number, t.CompPSN, t.WindowEnd(end), false) != nil {
+		e.Counters.FastPathErr++ // the program passes the ACKs on, to the completer
 	}
 }

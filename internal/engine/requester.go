@@ -182,10 +182,10 @@ func (e *Engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 		e.Counters.RetransmittedPkts++
 	}
 	t.NoAckPkts++
-	// The packet that fills the window asks for an ACK: nothing else
-	// would open it before the timer.
+	// The packet that fills the window asks for an ACK: nothing else would open it before the timer.
+	// With AckCoalesce a last packet asks only if nothing goes out behind it (queue/ackpolicy.go).
 	fills := queue.PSNCmp((psn+1)&0xffffff, t.CompPSN+t.Window()) >= 0
-	ackReq := qp.QPType == ibv.QPTypeRC && (last || t.NoAckPkts > ibv.MaxPktsPerAck || t.Probing || fills)
+	ackReq := qp.QPType == ibv.QPTypeRC && (last && !(e.dev.Cfg.AckCoalesce && t.SendsOnNow()) || t.NoAckPkts > ibv.MaxPktsPerAck || t.Probing || fills)
 	if ackReq {
 		t.NoAckPkts = 0
 	}
@@ -211,6 +211,7 @@ func (e *Engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 	}
 	var one [1]queue.Span
 	segs := w.Local(&one)
+	e.fastSending(qp, (psn+1)&0xffffff)
 	e.send(int(n), func(dst []byte) { queue.Gather(dst, segs, off, &e.reads) })
 	w.SentOff = off + n
 	w.SentAll = last
@@ -253,6 +254,7 @@ func (e *Engine) sendReadAtomic(qp *queue.QP, w *queue.SendWQE) {
 		}
 		w.ReadFrom = w.FirstPSN
 	}
+	e.fastSending(qp, (w.LastPSN+1)&0xffffff)
 	e.send(0, nil)
 	t.MarkSent((w.LastPSN + 1) & 0xffffff)
 }

@@ -38,6 +38,10 @@ func (a fastPath) Acked(qpn uint32) (uint16, uint32, uint32, error) { return a.f
 
 func (a fastPath) Sleeping(asleep bool) { a.f.Sleeping(asleep) }
 
+func (a fastPath) SendWindow(qpn, oldest, end uint32, fresh bool) error {
+	return a.f.SetSendWindow(qpn, oldest, end, fresh)
+}
+
 func (a fastPath) TakeOver(qpn uint32) (uint32, uint32, bool, error) {
 	s, was, err := a.f.TakeOver(qpn)
 	return s.EPSN, s.MSN, was, err

@@ -431,15 +431,9 @@ func (qp *QP) Modify(attr ibv.QPAttr, mask ibv.AttrMask, check func(cur ibv.QPSt
 
 // PostSend queues send work requests (transport's PostSend checks them).
 func (qp *QP) PostSend(wrs []ibv.SendWR) (int, error) {
-	var small [8]queue.WR // posts of up to 8 WRs need no heap
-	ws := small[:0]
-	if len(wrs) > len(small) {
-		ws = make([]queue.WR, 0, len(wrs))
-	}
-	for i := range wrs {
-		ws = append(ws, wrOf(&wrs[i]))
-	}
-	return qp.QP.PostSend(ws)
+	// Converted one at a time as they are queued: a post of any length
+	// needs no heap.
+	return qp.QP.PostSendWith(len(wrs), func(i int, w *queue.WR) { *w = wrOf(&wrs[i]) })
 }
 
 // wrOf is wr as the engines take it: its address handle's vector and its

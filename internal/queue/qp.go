@@ -36,6 +36,10 @@ type QP struct {
 	PostMu     sync.Mutex
 	PostedSend []SendWQE
 	PostedRecv []RecvWQE
+	// postWR is the WR PostSendWith's caller writes (under PostMu): one
+	// on the stack would move to the heap, as the writer is a function
+	// value.
+	postWR WR
 	// InlineBuf holds INLINE data, MaxSendWR slots of MaxInlineData bytes,
 	// taken in post order (inlineNext, under PostMu).
 	InlineBuf   []byte
@@ -102,6 +106,13 @@ func (qp *QP) State() ibv.QPState { return ibv.QPState(qp.StateMirror.Load()) }
 // first request not queued (ibv_post_send's bad_wr); the ones before it
 // are queued.
 func (qp *QP) PostSend(wrs []WR) (int, error) {
+	return qp.PostSendWith(len(wrs), func(i int, w *WR) { *w = wrs[i] })
+}
+
+// PostSendWith is PostSend of n work requests that wr writes one at a time,
+// so a provider converting its own needs no slice of them. wr runs with
+// the send queue held: it must not post or wait for the engine.
+func (qp *QP) PostSendWith(n int, wr func(i int, w *WR)) (int, error) {
 	if qp.Closing.Load() {
 		return 0, ibv.ErrClosed
 	}
@@ -109,31 +120,28 @@ func (qp *QP) PostSend(wrs []WR) (int, error) {
 	if st == ibv.StateReset || st == ibv.StateInit || st == ibv.StateRTR {
 		return 0, fmt.Errorf("verbs: post send in state %v: %w", st, ibv.ErrInvalid)
 	}
-	var small [8]SendWQE // posts of up to 8 WRs need no heap
-	ws := small[:0]
-	var checkErr error
-	for i := range wrs {
-		w, err := qp.checkSendWR(&wrs[i])
-		if err != nil {
-			checkErr = err
+	// Each WR is checked and queued under PostMu, so a post of any length
+	// needs no heap and the engine takes it whole (a burst the requester
+	// sends at once: ackpolicy.go).
+	qp.PostMu.Lock()
+	done := 0
+	var err error
+	for i := range n {
+		qp.postWR = WR{}
+		wr(i, &qp.postWR)
+		var w SendWQE
+		if w, err = qp.checkSendWR(&qp.postWR); err != nil {
 			break
 		}
-		ws = append(ws, w)
-	}
-	qp.PostMu.Lock()
-	for i, w := range ws {
-		if err := qp.enqueueSend(w, nil); err != nil {
-			qp.PostMu.Unlock()
-			qp.notePosted()
-			return i, err
+		if err = qp.enqueueSend(w, nil); err != nil {
+			break
 		}
+		done++
 	}
+	qp.postWR = WR{} // no reference to the caller's memory stays
 	qp.PostMu.Unlock()
 	qp.notePosted()
-	if checkErr != nil {
-		return len(ws), checkErr
-	}
-	return len(wrs), nil
+	return done, err
 }
 
 // PostRecv queues receive work requests; see PostSend for the return values.

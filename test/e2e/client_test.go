@@ -20,25 +20,35 @@ import (
 // before another consumed past it returned a ring of stale completions, and
 // the daemon then saw the CQ overflow.
 func TestStockLibraryConcurrentPoll(t *testing.T) {
+	out, _, _, _ := verbsCheckDaemons(t, 1, "mtpoll")
+	if n := checksPassed(t, out); n < 6 {
+		t.Fatalf("verbs_check mtpoll ran %d checks, want 6", n)
+	}
+}
+
+// verbsCheckDaemons runs verbs_check (mode, or every check with none)
+// between the daemons of two hosts whose veths have queues queues, and
+// returns its output, the command the daemons run and the hosts.
+func verbsCheckDaemons(t *testing.T, queues int, mode ...string) (out []byte, bin string, a, b *netns.Host) {
+	t.Helper()
 	netns.RequireRoot(t)
 	lib := providerLibs(t)
-	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
-	a, b := topo.Hosts[0], topo.Hosts[1]
-	bin := buildCLI(t)
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: queues})
+	a, b = topo.Hosts[0], topo.Hosts[1]
+	bin = buildCLI(t)
 	daemonUp(t, bin, a)
 	daemonUp(t, bin, b)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, buildVerbsCheck(t), "mtpoll", a.Path(), "xdp_"+a.Link, a.Addr.String(), b.Path(), "xdp_"+b.Link, b.Addr.String())
+	args := append(mode, a.Path(), "xdp_"+a.Link, a.Addr.String(), b.Path(), "xdp_"+b.Link, b.Addr.String())
+	cmd := exec.CommandContext(ctx, buildVerbsCheck(t), args...)
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
 	out, err := cmd.CombinedOutput()
-	t.Logf("verbs_check mtpoll:\n%s", out)
+	t.Logf("verbs_check %v:\n%s", mode, out)
 	if err != nil {
-		t.Fatalf("verbs_check mtpoll: %v", err)
+		t.Fatalf("verbs_check %v: %v", mode, err)
 	}
-	if n := checksPassed(t, out); n < 6 {
-		t.Fatalf("verbs_check mtpoll ran %d checks, want 6", n)
-	}
+	return out, bin, a, b
 }
 
 // TestStockLibraryRingsEachEngine runs verbs_check between daemons of two
@@ -48,21 +58,9 @@ func TestStockLibraryConcurrentPoll(t *testing.T) {
 // on itself: the daemons' doorbell_wakes count those rings. A daemon that
 // relayed every ring through a goroutine to all its engines counted none.
 func TestStockLibraryRingsEachEngine(t *testing.T) {
-	netns.RequireRoot(t)
-	lib := providerLibs(t)
-	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 2})
-	a, b := topo.Hosts[0], topo.Hosts[1]
-	bin := buildCLI(t)
-	daemonUp(t, bin, a)
-	daemonUp(t, bin, b)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	out, bin, a, b := verbsCheckDaemons(t, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, buildVerbsCheck(t), a.Path(), "xdp_"+a.Link, a.Addr.String(), b.Path(), "xdp_"+b.Link, b.Addr.String())
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("verbs_check: %v\n%s", err, out)
-	}
 	if n := checksPassed(t, out); n < 100 {
 		t.Fatalf("verbs_check ran %d checks, want at least 100", n)
 	}

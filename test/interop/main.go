@@ -232,6 +232,11 @@ func (h *harness) progress(format string, args ...any) {
 // runAll sets up the peer, runs the cells and always tears down (unless
 // --keep), also after an error, a panic or Ctrl-C.
 func (h *harness) runAll(ctx context.Context, cells []cell) (results []result, err error) {
+	release, err := acquireRunLock(ctx, runLockPath, h.progress)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if !h.opts.keep {
 		defer func() {
 			if terr := h.teardown(); terr != nil {

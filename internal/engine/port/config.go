@@ -24,4 +24,7 @@ type Config struct {
 	// FastPath, if set, shares idle RC responders with the XDP program
 	// (fastpath.go).
 	FastPath FastPath
+	// AckCoalesce: the requester asks for an ACK only where progress
+	// needs one (queue/ackpolicy.go), not on every message's last packet.
+	AckCoalesce bool
 }

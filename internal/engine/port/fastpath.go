@@ -18,6 +18,10 @@ type FastPath interface {
 	Acked(qpn uint32) (count uint16, psn, msn uint32, err error)
 	// Sleeping counts an engine going to sleep (asleep) or waking.
 	Sleeping(asleep bool)
+	// SendWindow publishes qpn's requester window, [oldest, end): the
+	// program takes only ACKs in it (and not behind the last it took;
+	// fresh forgets that one, for a QP configured anew).
+	SendWindow(qpn, oldest, end uint32, fresh bool) error
 }
 
 // FastQP is a QP's responder as the program needs it.

@@ -120,3 +120,70 @@ func TestReadTailProbe(t *testing.T) {
 		t.Fatalf("counters %+v: want one expiry, the tail probe", ca)
 	}
 }
+
+// TestReadResumeAsksNoAnswerArriving: at PMTU 256, three READs A (8 KiB,
+// PSNs 0-31), B (8 KiB, 32-63) and C (64 KiB, 64-319); A's response 5 and
+// B's request are lost. The responder holds C and NAKs 32; the requester
+// resends B's request alone (the probe), which moves its resume point
+// (ReqPSN) to 64 and no further: the walk passes over C, sent and
+// unanswered. C's answer, 256 responses, arrives over several receive
+// batches; its first ones take the requester's completed PSN past 64.
+// That is no loss: the requester resumes behind C instead of asking again
+// for the rest of C's answer, which the responder replayed in full behind
+// the original. Exactly the READ requests below, one response resent,
+// every byte right.
+func TestReadResumeAsksNoAnswerArriving(t *testing.T) {
+	a, b, qa, _, la, lb, clk := slicedPair(t)
+	isReadReq := func(op wire.Opcode) bool { return op == wire.RCReadRequest }
+	wa, wb := logWire(la, firstOf(isReadReq, 32)), logWire(lb, firstOf(isReadResp, 5))
+	sizes := []int{8 << 10, 8 << 10, 64 << 10}
+	const total = 80 << 10
+	fill(b.mr.Bytes()[:total], 36)
+	holdEngines(t, a.dev, b.dev)
+	var wrs []SendWR
+	off := 0
+	for i, n := range sizes {
+		wrs = append(wrs, SendWR{ID: uint64(i + 1), Opcode: WRRDMARead, Flags: SendSignaled, SGList: sge(a.mr, off, n),
+			RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()})
+		off += n
+	}
+	postSend(t, qa[0], wrs...)
+	var wc []WorkCompletion
+	buf := make([]WorkCompletion, 4)
+	for step := 0; step < 200 && len(wc) < 3; step++ {
+		stepBoth(a.dev, b.dev, clk)
+		wc = append(wc, buf[:qa[0].scq.Poll(buf)]...)
+	}
+	if len(wc) != 3 {
+		t.Fatalf("%d completions %+v, want 3", len(wc), wc)
+	}
+	for i, c := range wc {
+		if c.Status != WCSuccess || c.WRID != uint64(i+1) {
+			t.Fatalf("completion %d: %+v", i, c)
+		}
+	}
+	for range 4 {
+		stepBoth(a.dev, b.dev, clk)
+	}
+	equalBytes(t, "READs", a.mr.Bytes()[:total], b.mr.Bytes()[:total])
+	reqs := wa.sent(wire.RCReadRequest)
+	want := []struct {
+		psn uint32
+		off uint64
+		n   uint32
+	}{{0, 0, 8 << 10}, {32, 8 << 10, 8 << 10}, {64, 16 << 10, 64 << 10}, {5, 5 * 256, 256}, {32, 8 << 10, 8 << 10}}
+	if len(reqs) != len(want) {
+		t.Fatalf("%d READ requests %+v, want %d", len(reqs), reqs, len(want))
+	}
+	for i, w := range want {
+		if r := reqs[i]; r.psn != w.psn || r.reth.VA != b.mr.Addr()+w.off || r.reth.Len != w.n {
+			t.Fatalf("request %d: PSN %d VA +%d len %d, want PSN %d VA +%d len %d", i, r.psn, r.reth.VA-b.mr.Addr(), r.reth.Len, w.psn, w.off, w.n)
+		}
+	}
+	if got := wb.resent(isReadResp); !slices.Equal(got, []uint32{5}) {
+		t.Fatalf("resent responses %v, want [5]", got)
+	}
+	if ca := nicOf(a.dev).EngineCounters(0); ca.DuplicateReadResponse != 0 || ca.ReadReaskNAK != 1 || ca.TransportTimeouts != 0 {
+		t.Fatalf("requester counters %+v: want no duplicate response, one re-ask by the NAK, no timer", ca)
+	}
+}

@@ -498,6 +498,16 @@ func (e *Engine) completeInOrder(qp *queue.QP) {
 		e.rttSample(t)
 	}
 	if t.PSNAfter(t.CompPSN, t.ReqPSN) {
+		if h := t.SQ[:min(len(t.SQ), 1)]; len(h) == 1 && h[0].Started && h[0].WR.Opcode == ibv.WRRDMARead && h[0].SentAll && !h[0].RespDone {
+			// The walk passed over this READ (sent, unanswered) without
+			// moving ReqPSN, and its first responses just took CompPSN
+			// past it: resume behind it, not ask again for the rest of
+			// an answer that is arriving (each such re-ask came back in
+			// full, behind the original: most duplicate READ responses
+			// at 1% loss). Its own losses show as holes (recovery.go).
+			t.ReqIdx, t.ReqPSN = 0, t.CompPSN
+			return
+		}
 		e.goBackN(qp, true)
 	}
 }

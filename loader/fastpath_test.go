@@ -145,7 +145,7 @@ func (r *fpRig) run(t *testing.T, frame []byte) (uint32, []byte) {
 	return ret, opts.DataOut
 }
 
-func (r *fpRig) counters(t *testing.T) Counters {
+func (r *fpRig) counters(t testing.TB) Counters {
 	t.Helper()
 	c, err := readCounters(r.objs.Stats)
 	if err != nil {
@@ -700,4 +700,58 @@ func FuzzFastPathAck(f *testing.F) {
 			t.Fatalf("published PSN %#x outside [%#x, %#x)", psn, taken, end)
 		}
 	})
+}
+
+// BenchmarkFastPathAckProgram: the requester's program on the ACK of a
+// fast-path WRITE, consumed (published to the record and dropped) against
+// the same ACK for a QP whose requester the engine serves (steered to
+// AF_XDP). Beside BenchmarkFastPathProgram it prices each leg of the
+// device-memory round trip in XDP.
+func BenchmarkFastPathAckProgram(b *testing.B) {
+	for _, consumed := range []bool{true, false} {
+		name := "steered"
+		if consumed {
+			name = "consumed"
+		}
+		b.Run(name, func(b *testing.B) {
+			r := newFPRig(b)
+			flags := uint32(FastQPRemoteWrite)
+			if consumed {
+				flags |= FastQPRequester
+			}
+			r.setQPFlags(b, flags)
+			// A window wide enough for every ACK of the loop: each names
+			// the next PSN, as a stream's would.
+			if err := r.fast.SetSendWindow(fpQPN, 0, 0x2000, true); err != nil {
+				b.Fatal(err)
+			}
+			frames := make([][]byte, 4096)
+			for i := range frames {
+				frames[i] = encode(b, fpPeerAck(uint32(i+1), uint32(i+1), wire.ACKSyndrome(0x1f)))
+			}
+			var total time.Duration
+			i := 0
+			for b.Loop() {
+				ret, d, err := r.objs.XdpRoceSteer.Benchmark(frames[i%len(frames)], 1, nil)
+				if err != nil || ret != xdpDrop {
+					b.Fatalf("verdict %d, %v", ret, err)
+				}
+				total += d
+				i++
+				if i%len(frames) == 0 && consumed {
+					b.StopTimer()
+					// The record only moves forward: start the PSNs again.
+					r.setQPFlags(b, flags)
+					if err := r.fast.SetSendWindow(fpQPN, 0, 0x2000, true); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+			}
+			if c := r.counters(b); consumed != (c.FastAckConsumed == uint64(b.N)) {
+				b.Fatalf("%d ACKs consumed of %d", c.FastAckConsumed, b.N)
+			}
+			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "prog-ns/op")
+		})
+	}
 }

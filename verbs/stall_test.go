@@ -62,6 +62,20 @@ func stallWrites(t *testing.T, a, b *node, done int) int {
 	return n
 }
 
+// pokeAnswered has A's poke fire (the clock moved past the probe timeout)
+// while B is busy, and B answer the probe a round trip (rtt) later, as on
+// a wire: an ACK sooner than srtt after the poke left B before the probe
+// arrived (TestStallPokeLateACK).
+func pokeAnswered(t *testing.T, a, b *node, clk interface{ Advance(time.Duration) }, rtt time.Duration) {
+	t.Helper()
+	nb := nicOf(b.dev)
+	nb.LockEngine(0)
+	clk.Advance(500 * time.Microsecond)
+	quiesce(t, a.dev)
+	clk.Advance(rtt)
+	nb.UnlockEngine(0)
+}
+
 // finishWrites checks that the WRITEs from the done-th on completed, and
 // that both placed every byte.
 func finishWrites(t *testing.T, a, b *node, done int) {
@@ -96,7 +110,7 @@ func TestStallPokeLostNAK(t *testing.T) {
 	if ack := wb.last(isPlainACK); ack.psn != 16 {
 		t.Fatalf("last ACK before the poke PSN %d, want 16", ack.psn)
 	}
-	clk.Advance(500 * time.Microsecond)
+	pokeAnswered(t, a, b, clk, 50*time.Microsecond)
 	finishWrites(t, a, b, 1)
 	if got := wa.resent(isData); !slices.Equal(got, []uint32{17, 20}) {
 		t.Fatalf("resent PSNs %v, want [17 20]", got)
@@ -155,7 +169,7 @@ func TestStallPokeGoBackN(t *testing.T) {
 	})
 	seedRTT(t, a, b, clk, wa, 50*time.Microsecond)
 	stallWrites(t, a, b, 1)
-	clk.Advance(500 * time.Microsecond)
+	pokeAnswered(t, a, b, clk, 50*time.Microsecond)
 	finishWrites(t, a, b, 1)
 	want := []uint32{17, 20}
 	for psn := uint32(21); psn <= 32; psn++ {
@@ -170,4 +184,71 @@ func TestStallPokeGoBackN(t *testing.T) {
 	if ca, cb := counters(a.dev), counters(b.dev); ca.TransportTimeouts != 0 || ca.StallPokes != 1 || cb.OOOHeld != 0 {
 		t.Fatalf("counters A %+v B %+v: want one poke, no timeout, nothing held", ca, cb)
 	}
+}
+
+// TestStallPokeLateACK: nothing is lost, but the responder is busy (its
+// engine held) while the requester sends a 256 KiB and a 64 KiB WRITE
+// (PSNs 1-64, 65-80), so the poke fires (probe timeout 150 µs) and probes
+// with PSN 1. The responder then runs, one receive batch (64 frames) at a
+// time, and acknowledges 64 sooner than srtt after the poke: that ACK left
+// it before the probe arrived, so it says nothing about what the probe
+// found, and the requester must not probe 65 in turn (the chain that, at
+// 0% loss, turned each late partial ACK into a probe) but wait where it
+// was. The responder's ACKs of 80 (for the last packet and for the
+// duplicate) are lost, so only a second poke, a probe timeout later,
+// resends 65.
+func TestStallPokeLateACK(t *testing.T) {
+	a, b, clk, wa, wb := selectivePair(t, nil, func(p *wire.Packet, seen []pktRec) bool {
+		return p.BTH.Opcode == wire.RCAck && p.AETH.IsACK() && p.BTH.PSN == 80 &&
+			countOf(seen, func(r pktRec) bool { return r.op == wire.RCAck && r.psn == 80 && r.dropped }) < 2
+	})
+	seedRTT(t, a, b, clk, wa, 50*time.Microsecond)
+	nb := nicOf(b.dev)
+	nb.LockEngine(0)
+	sizes := []int{256 << 10, 64 << 10}
+	fill(a.mr.Bytes()[:320<<10], 33)
+	off := 0
+	for i, n := range sizes {
+		postSend(t, a, SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, off, n),
+			RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()})
+		off += n
+	}
+	quiesce(t, a.dev)
+	clk.Advance(200 * time.Microsecond) // past the probe timeout
+	quiesce(t, a.dev)
+	if got := wa.resent(isData); !slices.Equal(got, []uint32{1}) {
+		nb.UnlockEngine(0)
+		t.Fatalf("resent PSNs %v before the responder ran, want the poke's [1]", got)
+	}
+	nb.UnlockEngine(0)
+	quiesce(t, a.dev, b.dev)
+	if ack := wb.last(func(r pktRec) bool { return isPlainACK(r) && !r.dropped }); ack.psn != 64 {
+		t.Fatalf("last ACK A heard PSN %d, want 64", ack.psn)
+	}
+	if got := wa.resent(isData); !slices.Equal(got, []uint32{1}) {
+		t.Fatalf("resent PSNs %v after the late ACK of 64, want [1]: no probe chained on it", got)
+	}
+	clk.Advance(500 * time.Microsecond)
+	for i, wc := range poll(t, a.scq, 2, 5*time.Second) {
+		if wc.Status != WCSuccess || wc.WRID != uint64(i) {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	equalBytes(t, "WRITE", b.mr.Bytes()[:off], a.mr.Bytes()[:off])
+	if got := wa.resent(isData); !slices.Equal(got, []uint32{1, 65}) {
+		t.Fatalf("resent PSNs %v, want [1 65]", got)
+	}
+	if ca := counters(a.dev); ca.TransportTimeouts != 0 || ca.StallPokes != 2 {
+		t.Fatalf("requester counters %+v: want two pokes, no timeout", ca)
+	}
+}
+
+func countOf(seen []pktRec, ok func(pktRec) bool) int {
+	n := 0
+	for _, r := range seen {
+		if ok(r) {
+			n++
+		}
+	}
+	return n
 }

@@ -433,11 +433,15 @@ func (e *Engine) ackThrough(qp *queue.QP, psn uint32) {
 	before := t.AckedReq
 	probe := t.Probing
 	probed := t.CompPSN
+	late := e.lateForPoke(t)
 	e.rerequestBefore(qp, (psn+1)&0xffffff, false)
 	e.acknowledge(qp, psn)
 	if t.PSNAfter(t.AckedReq, before) {
+		if late {
+			e.resume(qp) // not the probe's answer: the poke was early
+		}
 		e.resetRetry(qp)
-		if probe && t.PSNAfter(t.AckedReq, probed) && t.CompPSN != t.SentEnd && len(t.SQ) > 0 && !queue.IsReadOrAtomic(t.SQ[0].WR.Opcode) {
+		if probe && !late && t.PSNAfter(t.AckedReq, probed) && t.CompPSN != t.SentEnd && len(t.SQ) > 0 && !queue.IsReadOrAtomic(t.SQ[0].WR.Opcode) {
 			e.Counters.CompleterRetryErr++
 			t.Probing, t.StartedRetry = true, true
 			e.goBackN(qp, true)

@@ -28,6 +28,7 @@ func (e *Engine) resetRetry(qp *queue.QP) {
 	t.RetryLeft, t.RNRLeft = t.Attr.RetryCnt, t.Attr.RNRRetry
 	t.StartedRetry = false
 	t.Timeouts, t.Probing, t.NAKEpisode = 0, false, false
+	t.PokedAt = time.Time{}
 	e.armPoke(qp) // a probe timeout from the last progress
 }
 
@@ -78,7 +79,49 @@ func (e *Engine) poke(qp *queue.QP) {
 		e.Counters.StallPokes++
 		e.Counters.CompleterRetryErr++ // a retry, as a timer expiry's
 		t.Probing, t.StartedRetry = true, true
+		t.PokedAt = e.dev.Clock.Now()
 		e.goBackN(qp, true)
+	}
+}
+
+// lateForPoke reports whether an ACK arriving now left the responder
+// before the poke's probe could have reached it (sooner than srtt after
+// the poke): the poke fired early, the ACKs were merely late, and this one
+// says nothing about what the probe found.
+func (e *Engine) lateForPoke(t *queue.Transport) bool {
+	return !t.PokedAt.IsZero() && e.dev.Clock.Now().Sub(t.PokedAt) < t.SRTT
+}
+
+// resume puts the requester back where a poke's go-back-N found it, at
+// SentEnd: what it sent before the poke is still on its way, and an ACK
+// that was merely late must neither resend it nor probe it PSN by PSN.
+func (e *Engine) resume(qp *queue.QP) {
+	t := &qp.Transport
+	t.ReqIdx, t.ReqPSN = 0, t.SentEnd
+	for i := range t.SQ {
+		w := &t.SQ[i]
+		if !w.Started {
+			break
+		}
+		seek(w, t.SentEnd, uint32(t.MTU))
+		if w.SentAll && t.ReqIdx == i {
+			t.ReqIdx++ // as the requester passes it: Stalled reads ReqIdx
+		}
+	}
+}
+
+// seek has w's next packet be the one at PSN from: nothing of it if from
+// is past it, the rest of it from there, or all of it.
+func seek(w *queue.SendWQE, from, mtu uint32) {
+	switch {
+	case queue.PSNCmp(from, w.LastPSN) > 0:
+		w.SentAll = true
+	case queue.IsReadOrAtomic(w.WR.Opcode):
+		w.SentAll = w.RespDone
+	case queue.PSNCmp(from, w.FirstPSN) > 0:
+		w.SentAll, w.SentOff = false, ((from-w.FirstPSN)&0xffffff)*mtu
+	default:
+		w.SentAll, w.SentOff = false, 0
 	}
 }
 
@@ -107,6 +150,7 @@ func (e *Engine) retry(qp *queue.QP, timeout, nak bool) {
 	}
 	if timeout {
 		t.Timeouts++
+		t.PokedAt = time.Time{} // the timer's probe: it chains as any
 	}
 	// SentEnd, not ReqPSN: a go-back-N that skipped a READ or atomic
 	// (below) leaves ReqPSN at it although it was sent and is unanswered.

@@ -65,6 +65,7 @@ type Transport struct {
 	Draining                    bool      // in SQD, WQEs already started are not all complete yet
 	TimerAt                     time.Time // retransmission deadline; zero when off
 	PokeAt                      time.Time // a stalled requester's poke (engine's timer.go); zero when off
+	PokedAt                     time.Time // when the poke under way probed; zero when none
 	RNRAt                       time.Time // end of an RNR wait; zero when none
 
 	// Responder.

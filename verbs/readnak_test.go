@@ -36,20 +36,7 @@ func TestReadNAKPastHoleAsksOnce(t *testing.T) {
 	}
 	equalBytes(t, "READs", a.mr.Bytes()[:3*size], b.mr.Bytes()[:3*size])
 	quiesce(t, a.dev, b.dev)
-	reqs := wa.sent(wire.RCReadRequest)
-	want := []struct {
-		psn uint32
-		off uint64
-		n   uint32
-	}{{0, 0, size}, {16, size, size}, {32, 2 * size, size}, {5, 5 * 4096, 4096}, {16, size, size}}
-	if len(reqs) != len(want) {
-		t.Fatalf("%d READ requests %+v, want %d", len(reqs), reqs, len(want))
-	}
-	for i, w := range want {
-		if r := reqs[i]; r.psn != w.psn || r.reth.VA != b.mr.Addr()+w.off || r.reth.Len != w.n {
-			t.Fatalf("request %d: PSN %d VA +%d len %d, want PSN %d VA +%d len %d", i, r.psn, r.reth.VA-b.mr.Addr(), r.reth.Len, w.psn, w.off, w.n)
-		}
-	}
+	expectReadRequests(t, wa, b.mr.Addr(), readReq{0, 0, size}, readReq{16, size, size}, readReq{32, 2 * size, size}, readReq{5, 5 * 4096, 4096}, readReq{16, size, size})
 	if got := wb.resent(isReadResp); !slices.Equal(got, []uint32{5}) {
 		t.Fatalf("resent responses %v, want [5]", got)
 	}
@@ -166,20 +153,7 @@ func TestReadResumeAsksNoAnswerArriving(t *testing.T) {
 		stepBoth(a.dev, b.dev, clk)
 	}
 	equalBytes(t, "READs", a.mr.Bytes()[:total], b.mr.Bytes()[:total])
-	reqs := wa.sent(wire.RCReadRequest)
-	want := []struct {
-		psn uint32
-		off uint64
-		n   uint32
-	}{{0, 0, 8 << 10}, {32, 8 << 10, 8 << 10}, {64, 16 << 10, 64 << 10}, {5, 5 * 256, 256}, {32, 8 << 10, 8 << 10}}
-	if len(reqs) != len(want) {
-		t.Fatalf("%d READ requests %+v, want %d", len(reqs), reqs, len(want))
-	}
-	for i, w := range want {
-		if r := reqs[i]; r.psn != w.psn || r.reth.VA != b.mr.Addr()+w.off || r.reth.Len != w.n {
-			t.Fatalf("request %d: PSN %d VA +%d len %d, want PSN %d VA +%d len %d", i, r.psn, r.reth.VA-b.mr.Addr(), r.reth.Len, w.psn, w.off, w.n)
-		}
-	}
+	expectReadRequests(t, wa, b.mr.Addr(), readReq{0, 0, 8 << 10}, readReq{32, 8 << 10, 8 << 10}, readReq{64, 16 << 10, 64 << 10}, readReq{5, 5 * 256, 256}, readReq{32, 8 << 10, 8 << 10})
 	if got := wb.resent(isReadResp); !slices.Equal(got, []uint32{5}) {
 		t.Fatalf("resent responses %v, want [5]", got)
 	}

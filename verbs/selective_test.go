@@ -112,6 +112,29 @@ func (w *pktLog) sent(op wire.Opcode) []pktRec {
 	return out
 }
 
+// readReq is a READ request as a test expects it: its PSN, and the offset
+// into the responder's region and the length its RETH asks for.
+type readReq struct {
+	psn uint32
+	off uint64
+	n   uint32
+}
+
+// expectReadRequests fails t unless the READ requests w's end sent are
+// want, in order, with offsets from base (the responder region's address).
+func expectReadRequests(t *testing.T, w *pktLog, base uint64, want ...readReq) {
+	t.Helper()
+	reqs := w.sent(wire.RCReadRequest)
+	if len(reqs) != len(want) {
+		t.Fatalf("%d READ requests %+v, want %d", len(reqs), reqs, len(want))
+	}
+	for i, q := range want {
+		if r := reqs[i]; r.psn != q.psn || r.reth.VA != base+q.off || r.reth.Len != q.n {
+			t.Fatalf("request %d: PSN %d VA +%d len %d, want PSN %d VA +%d len %d", i, r.psn, r.reth.VA-base, r.reth.Len, q.psn, q.off, q.n)
+		}
+	}
+}
+
 func (w *pktLog) count(ok func(pktRec) bool) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -273,20 +296,7 @@ func TestSelectiveReadTwoHoles(t *testing.T) {
 	if got := wb.resent(isReadResp); !slices.Equal(got, []uint32{2, 9}) {
 		t.Fatalf("resent responses %v, want [2 9]", got)
 	}
-	reqs := wa.sent(wire.RCReadRequest)
-	want := []struct {
-		psn uint32
-		off uint64
-		n   uint32
-	}{{0, 0, 64 << 10}, {2, 2 * 4096, 4096}, {9, 9 * 4096, 4096}}
-	if len(reqs) != len(want) {
-		t.Fatalf("%d READ requests %+v, want %d", len(reqs), reqs, len(want))
-	}
-	for i, w := range want {
-		if r := reqs[i]; r.psn != w.psn || r.reth.VA != b.mr.Addr()+w.off || r.reth.Len != w.n {
-			t.Fatalf("request %d: PSN %d VA +%d len %d, want PSN %d VA +%d len %d", i, r.psn, r.reth.VA-b.mr.Addr(), r.reth.Len, w.psn, w.off, w.n)
-		}
-	}
+	expectReadRequests(t, wa, b.mr.Addr(), readReq{0, 0, 64 << 10}, readReq{2, 2 * 4096, 4096}, readReq{9, 9 * 4096, 4096})
 	// Placed while a hole lay below them: 3-8 and 10-15.
 	if ca := counters(a.dev); ca.TransportTimeouts != 0 || ca.OOOHeld != 12 || ca.LostResponseRetry != 2 {
 		t.Fatalf("counters %+v: want 12 responses placed past a hole, 2 requests again, no timer", ca)

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -350,11 +349,7 @@ func TestStockLibraryDistrustsServer(t *testing.T) {
 	listenAs(t, h, "xpuntr", 65534)
 	listenFull(t, h, "xpfull")
 
-	check := filepath.Join(t.TempDir(), "server_check")
-	if out, err := exec.Command("cc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-o", check,
-		filepath.Join(repoRoot(t), "provider", "test", "server_check.c"), "-libverbs").CombinedOutput(); err != nil {
-		t.Fatalf("cc server_check.c: %v\n%s", err, out)
-	}
+	check := buildProviderCheck(t, "server_check", "-libverbs")
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, check, h.Path())

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -22,12 +21,7 @@ import (
 // would be: against Debian's librdmacm-dev, linked with -lrdmacm -libverbs.
 func buildRDMACMCheck(t *testing.T) string {
 	t.Helper()
-	check := filepath.Join(t.TempDir(), "rdmacm_check")
-	if out, err := exec.Command("cc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-o", check,
-		filepath.Join(repoRoot(t), "provider", "test", "rdmacm_check.c"), "-lrdmacm", "-libverbs", "-lpthread").CombinedOutput(); err != nil {
-		t.Fatalf("cc rdmacm_check.c: %v\n%s", err, out)
-	}
-	return check
+	return buildProviderCheck(t, "rdmacm_check", "-lrdmacm", "-libverbs", "-lpthread")
 }
 
 // TestStockRDMACMABI runs rdmacm_check, an application of rdma-core's

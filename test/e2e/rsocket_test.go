@@ -234,11 +234,7 @@ func decoyTCP(t *testing.T, h *netns.Host, addr string) *atomic.Int32 {
 func TestStockRsocketChecks(t *testing.T) {
 	netns.RequireRoot(t)
 	lib := providerLibs(t)
-	check := filepath.Join(t.TempDir(), "rsocket_check")
-	if out, err := exec.Command("cc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-o", check,
-		filepath.Join(repoRoot(t), "provider", "test", "rsocket_check.c"), "-lrdmacm", "-libverbs").CombinedOutput(); err != nil {
-		t.Fatalf("cc rsocket_check.c: %v\n%s", err, out)
-	}
+	check := buildProviderCheck(t, "rsocket_check", "-lrdmacm", "-libverbs")
 	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
 	a, b := topo.Hosts[0], topo.Hosts[1]
 	bin := buildCLI(t)

@@ -93,16 +93,26 @@ func TestStockLibraryABI(t *testing.T) {
 	}
 }
 
-// buildVerbsCheck compiles provider/test/verbs_check.c as an application
-// would be: against Debian's libibverbs-dev, linked with -libverbs.
-func buildVerbsCheck(t *testing.T) string {
+// buildProviderCheck compiles provider/test/NAME.c as any rdma-core
+// application would be, against Debian's headers, with the project's
+// warnings and the libraries in libs (-libverbs ...), and returns the
+// program's path.
+func buildProviderCheck(t *testing.T, name string, libs ...string) string {
 	t.Helper()
-	check := filepath.Join(t.TempDir(), "verbs_check")
-	if out, err := exec.Command("cc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-o", check,
-		filepath.Join(repoRoot(t), "provider", "test", "verbs_check.c"), "-libverbs").CombinedOutput(); err != nil {
-		t.Fatalf("cc verbs_check.c: %v\n%s", err, out)
+	check := filepath.Join(t.TempDir(), name)
+	args := append([]string{"-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-o", check,
+		filepath.Join(repoRoot(t), "provider", "test", name+".c")}, libs...)
+	if out, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("cc %s.c: %v\n%s", name, err, out)
 	}
 	return check
+}
+
+// buildVerbsCheck compiles provider/test/verbs_check.c, linked with
+// -libverbs.
+func buildVerbsCheck(t *testing.T) string {
+	t.Helper()
+	return buildProviderCheck(t, "verbs_check", "-libverbs")
 }
 
 // checksPassed is how many checks verbs_check ran, all passed; it fails

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,11 +25,7 @@ func TestStockLibraryUnsupported(t *testing.T) {
 	a := topo.Hosts[0]
 	bin := buildCLI(t)
 	daemonUp(t, bin, a)
-	check := filepath.Join(t.TempDir(), "stubs_check")
-	if out, err := exec.Command("cc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-o", check,
-		filepath.Join(repoRoot(t), "provider", "test", "stubs_check.c"), "-libverbs", "-lmlx5", "-lefa").CombinedOutput(); err != nil {
-		t.Fatalf("cc stubs_check.c: %v\n%s", err, out)
-	}
+	check := buildProviderCheck(t, "stubs_check", "-libverbs", "-lmlx5", "-lefa")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, check, "device", a.Path(), "xdp_"+a.Link)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -24,11 +23,7 @@ func TestStockLibraryPollYields(t *testing.T) {
 	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
 	a := topo.Hosts[0]
 	daemonUp(t, buildCLI(t), a)
-	check := filepath.Join(t.TempDir(), "yield_check")
-	if out, err := exec.Command("cc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-rdynamic", "-o", check,
-		filepath.Join(repoRoot(t), "provider", "test", "yield_check.c"), "-libverbs").CombinedOutput(); err != nil {
-		t.Fatalf("cc yield_check.c: %v\n%s", err, out)
-	}
+	check := buildProviderCheck(t, "yield_check", "-libverbs", "-rdynamic")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, check, a.Path(), "xdp_"+a.Link)

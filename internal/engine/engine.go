@@ -285,7 +285,7 @@ func (e *Engine) pruneActive() {
 	keep := e.Active[:0]
 	for _, qp := range e.Active {
 		t := &qp.Transport
-		if len(t.SQ) > 0 || !t.TimerAt.IsZero() || !t.RNRAt.IsZero() || !t.PokeAt.IsZero() || t.Replying() {
+		if len(t.SQ) > 0 || !t.TimerAt.IsZero() || !t.RNRAt.IsZero() || !t.PokeAt.IsZero() || !t.AskAt.IsZero() || t.Replying() {
 			keep = append(keep, qp)
 		} else {
 			qp.Active = false
@@ -315,7 +315,7 @@ func (e *Engine) NextTimer() time.Duration {
 func (e *Engine) nextDeadline() time.Time {
 	var due time.Time
 	for _, qp := range e.Active {
-		for _, at := range [3]time.Time{qp.Transport.TimerAt, qp.Transport.RNRAt, qp.Transport.PokeAt} {
+		for _, at := range [4]time.Time{qp.Transport.TimerAt, qp.Transport.RNRAt, qp.Transport.PokeAt, qp.Transport.AskAt} {
 			if !at.IsZero() && (due.IsZero() || at.Before(due)) {
 				due = at
 			}

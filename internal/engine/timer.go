@@ -42,6 +42,12 @@ func (e *Engine) checkTimers(qp *queue.QP, now time.Time) {
 		t.RNRAt = time.Time{}
 		e.goBackN(qp, false)
 	}
+	if !t.AskAt.IsZero() {
+		if !now.Before(t.AskAt) {
+			e.ask(qp)
+		}
+		return // the retransmission timer and the poke run from the ask (queue/ackpolicy.go)
+	}
 	if !t.PokeAt.IsZero() && !now.Before(t.PokeAt) {
 		t.PokeAt = time.Time{}
 		e.poke(qp)
@@ -70,6 +76,25 @@ func (e *Engine) armPoke(qp *queue.QP) {
 	if qp.QPType == ibv.QPTypeRC && e.dev.Cfg.Recovery&port.NoProbe == 0 && t.Pokeable() && t.Stalled() {
 		t.PokeAt = e.dev.Clock.Now().Add(t.PTO())
 	}
+}
+
+// ask has the responder acknowledge the packets that went without AckReq
+// (queue/ackpolicy.go): the requester sends its last packet again, asking,
+// and every responder answers that duplicate with an ACK of all it has.
+func (e *Engine) ask(qp *queue.QP) {
+	t := &qp.Transport
+	t.AskAt = time.Time{}
+	if t.ReqIdx == 0 || t.ReqIdx > len(t.SQ) || t.Outstanding() == 0 {
+		return
+	}
+	w := &t.SQ[t.ReqIdx-1]
+	if !w.SentAll || queue.IsReadOrAtomic(w.WR.Opcode) || queue.IsLocalOp(w.WR.Opcode) {
+		return // not a packet of its own that asks: a READ or atomic always asks
+	}
+	e.Counters.AckAsks++
+	w.SentOff, w.SentAll, t.Asking = ((w.LastPSN-w.FirstPSN)&0xffffff)*uint32(t.MTU), false, true
+	e.sendNext(qp, w)
+	t.Asking = false
 }
 
 // poke probes with the oldest unacknowledged packet, as after a NAK.

@@ -1,6 +1,10 @@
 package queue
 
-import "github.com/xdproce/xdproce/internal/ibv"
+import (
+	"time"
+
+	"github.com/xdproce/xdproce/internal/ibv"
+)
 
 // The requester's AckReq policy. IBTA leaves it to the requester which
 // packets ask for an ACK, and lets the responder coalesce; rxe's responder
@@ -24,6 +28,30 @@ import "github.com/xdproce/xdproce/internal/ibv"
 // (port.Config.AckCoalesce); without it every last packet asks, as rxe's
 // requester, and the golden captures of several WRs posted together
 // stay byte-exact.
+//
+// Lazy asks (AckCoalesce too, so only on a device with the fast path): a
+// message whose completion nobody can wait for — an unsignaled WQE, with
+// no signaled one before it unasked — does not ask even with nothing
+// behind it. A WRITE ping-pong that signals every 16th WRITE then draws
+// one ACK per 16 WRITEs instead of one per WRITE. What the requester
+// still needs from an ACK (the WQEs' send-queue slots, the retransmission
+// timer's knowledge that they arrived) is asked for
+//
+//   - by the next packet that asks for any reason above (ACKs are
+//     cumulative), among them every signaled WQE's last packet with
+//     nothing behind it: a completion never waits for a timer;
+//   - at once when a WQE posted behind it cannot go out (a fence, a local
+//     operation, the READ/atomic limit, the window, SQD): requester.go;
+//   - when half the send queue's slots are taken (Lazy);
+//   - and otherwise, the queue idle, AskDelay after the last packet: the
+//     requester sends its last packet again asking (engine's timer.go,
+//     ask), which every responder answers as a duplicate with an ACK.
+//
+// The cost: an unsignaled WQE with nothing behind it keeps its send-queue
+// slot AskDelay longer plus a round trip (the application cannot see
+// that before half the queue is taken), and each ask is one more frame
+// and a duplicate on the responder, which on the fast path the engine's
+// Go responder answers (a takeover and a hand-back).
 
 // SendsOnNow reports whether the requester, having sent the last packet
 // of the WQE at ReqIdx, sends the next WQE without waiting for an ACK: it
@@ -60,4 +88,43 @@ func (t *Transport) WindowEnd(end uint32) uint32 {
 		return t.SentEnd
 	}
 	return end
+}
+
+// AskDelay is how long a requester with packets that did not ask for an
+// ACK (Lazy) stays idle before it asks (engine's timer.go, ask): longer
+// than a WRITE ping-pong's turn on this machine (6-20 µs), shorter than
+// the tail-loss probe's floor (100 µs, timer.go), so that a loss among
+// them is found as fast as before.
+const AskDelay = 50 * time.Microsecond
+
+// Lazy reports whether the last packet of the WQE at ReqIdx, with nothing
+// posted behind it, may go without AckReq: nobody waits for its
+// completion (it is unsignaled, on a QP without sq_sig_all, and no
+// signaled WQE before it went unasked), the requester is not retrying,
+// and at least half of the send queue's maxSendWR slots stay free.
+func (t *Transport) Lazy(sigAll bool, maxSendWR int) bool {
+	if t.State != ibv.StateRTS || t.SigUnasked || t.StartedRetry || t.Probing || t.Timeouts > 0 ||
+		t.ReqIdx+1 != len(t.SQ) || 2*len(t.SQ) > maxSendWR {
+		return false
+	}
+	w := &t.SQ[t.ReqIdx]
+	return !sigAll && w.WR.Flags&ibv.SendSignaled == 0 && !w.Retried && !IsReadOrAtomic(w.WR.Opcode)
+}
+
+// NoteAsk keeps the lazy policy's state once a packet went out: ask, it
+// asked for an ACK; lazy, Lazy let it go without; signaled, it is the
+// last packet of a WQE that completes. It reports whether the
+// retransmission timer starts over: an ask after lazy packets, which no
+// responder could answer before it.
+func (t *Transport) NoteAsk(ask, lazy, signaled bool, now time.Time) (restart bool) {
+	switch {
+	case ask:
+		restart = !t.AskAt.IsZero()
+		t.AskAt, t.SigUnasked = time.Time{}, false
+	case lazy:
+		t.AskAt = now.Add(AskDelay)
+	case signaled:
+		t.SigUnasked = true
+	}
+	return restart
 }

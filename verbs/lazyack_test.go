@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/faketime"
-	"github.com/xdproce/xdproce/internal/queue"
 	"github.com/xdproce/xdproce/link/memlink"
 	"github.com/xdproce/xdproce/wire"
 )
@@ -108,7 +107,8 @@ func sameBools(a, b []bool) bool {
 // TestAckReqLazy: with AckCoalesce an unsignaled WRITE with nothing
 // behind it does not ask for an ACK (queue/ackpolicy.go, Lazy): nobody
 // waits for its completion. The requester asks once the queue has stayed
-// idle for AskDelay on the fake clock, by sending its last packet again
+// idle for a probe timeout on the fake clock (100 µs: no RTT sample on a
+// clock that stands still), by sending its last packet again
 // with AckReq, which the responder answers as a duplicate; a signaled WRITE
 // behind it asks at once and completes with the clock standing still, so
 // no application waiting for a completion waits for that timer.
@@ -124,13 +124,18 @@ func TestAckReqLazy(t *testing.T) {
 	}
 	equalBytes(t, "lazy WRITE", b.mr.Bytes()[64:128], a.mr.Bytes()[64:128])
 
-	// The backstop: AskDelay of idle time later the last packet goes again, asking.
-	clk.Advance(queue.AskDelay)
+	// The backstop: a probe timeout of idle time later the last packet goes again, asking.
+	clk.Advance(90 * time.Microsecond)
+	quiesce(t, a.dev, b.dev)
+	if pkts, _ := tap.since(0); len(pkts) != 1 {
+		t.Fatalf("90 µs idle: %d packets, want no ask yet", len(pkts))
+	}
+	clk.Advance(10 * time.Microsecond)
 	waitFor(t, func() bool { _, n := tap.since(0); return n == 1 })
 	quiesce(t, a.dev, b.dev)
 	pkts, acks = tap.since(0)
 	if !sameBools(asks(pkts), []bool{false, true}) || pkts[1].psn != pkts[0].psn || acks != 1 || tap.ackTo != pkts[0].psn {
-		t.Fatalf("after AskDelay: packets %+v, %d ACKs (last PSN %d); want the WRITE again with AckReq, one ACK of it", pkts, acks, tap.ackTo)
+		t.Fatalf("after a probe timeout: packets %+v, %d ACKs (last PSN %d); want the WRITE again with AckReq, one ACK of it", pkts, acks, tap.ackTo)
 	}
 	ca, cb := counters(a.dev), counters(b.dev)
 	if ca.AckAsks != 1 || ca.RetransmittedPkts != 0 || ca.TransportTimeouts != 0 || cb.DuplicateRequest != 1 {

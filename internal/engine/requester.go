@@ -273,10 +273,13 @@ func (e *Engine) sendReadAtomic(qp *queue.QP, w *queue.SendWQE) {
 
 // noteAsk keeps the lazy AckReq policy's state (queue/ackpolicy.go) once
 // a packet asked (ask) or not; an ask after packets that did not restarts
-// the retransmission timer, which their silence does not run.
+// the retransmission timer and the poke, which their silence does not run.
 func (e *Engine) noteAsk(qp *queue.QP, ask, lazy, signaled bool) {
 	t := &qp.Transport
-	if t.NoteAsk(ask, lazy, signaled, e.dev.Clock.Now()) && t.Attr.Timeout > 0 {
-		t.TimerAt = e.dev.Clock.Now().Add(t.RTO())
+	if t.NoteAsk(ask, lazy, signaled, e.dev.Clock.Now()) {
+		if t.Attr.Timeout > 0 {
+			t.TimerAt = e.dev.Clock.Now().Add(t.RTO())
+		}
+		e.armPoke(qp)
 	}
 }

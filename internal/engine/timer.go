@@ -83,18 +83,24 @@ func (e *Engine) armPoke(qp *queue.QP) {
 // and every responder answers that duplicate with an ACK of all it has.
 func (e *Engine) ask(qp *queue.QP) {
 	t := &qp.Transport
-	t.AskAt = time.Time{}
-	if t.ReqIdx == 0 || t.ReqIdx > len(t.SQ) || t.Outstanding() == 0 {
+	if t.ReqIdx == 0 || t.ReqIdx > len(t.SQ) || t.Outstanding() == 0 ||
+		!t.SQ[t.ReqIdx-1].SentAll || queue.IsReadOrAtomic(t.SQ[t.ReqIdx-1].WR.Opcode) || queue.IsLocalOp(t.SQ[t.ReqIdx-1].WR.Opcode) {
+		e.noteAsk(qp, true, false, false) // nothing to ask with, or it asked already (a READ or atomic always asks)
 		return
 	}
 	w := &t.SQ[t.ReqIdx-1]
-	if !w.SentAll || queue.IsReadOrAtomic(w.WR.Opcode) || queue.IsLocalOp(w.WR.Opcode) {
-		return // not a packet of its own that asks: a READ or atomic always asks
-	}
 	e.Counters.AckAsks++
 	w.SentOff, w.SentAll, t.Asking = ((w.LastPSN-w.FirstPSN)&0xffffff)*uint32(t.MTU), false, true
 	e.sendNext(qp, w)
 	t.Asking = false
+	// The ask is the packets' tail-loss probe: what follows it is the
+	// retransmission timer (RFC 8985), not another probe or a poke. Its
+	// answer may come from a slower path than the RTT samples' (the fast
+	// path's Go responder answers duplicates).
+	t.PokeAt = time.Time{}
+	if t.Attr.Timeout > 0 {
+		t.TimerAt = e.dev.Clock.Now().Add(t.AskRTO())
+	}
 }
 
 // poke probes with the oldest unacknowledged packet, as after a NAK.

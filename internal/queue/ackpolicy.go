@@ -43,12 +43,16 @@ import (
 //   - at once when a WQE posted behind it cannot go out (a fence, a local
 //     operation, the READ/atomic limit, the window, SQD): requester.go;
 //   - when half the send queue's slots are taken (Lazy);
-//   - and otherwise, the queue idle, AskDelay after the last packet: the
-//     requester sends its last packet again asking (engine's timer.go,
-//     ask), which every responder answers as a duplicate with an ACK.
+//   - and otherwise, the queue idle, a probe timeout (PTO, timer.go) after
+//     the last packet: the requester sends its last packet again asking
+//     (engine's timer.go, ask), which every responder answers as a
+//     duplicate with an ACK. That is the tail-loss probe (RFC 8985) the
+//     packets would have had had they asked: a loss among them is found
+//     as soon as before, and the retransmission timer runs from the ask
+//     (AskRTO).
 //
 // The cost: an unsignaled WQE with nothing behind it keeps its send-queue
-// slot AskDelay longer plus a round trip (the application cannot see
+// slot a probe timeout (at least 100 µs) longer plus a round trip (the application cannot see
 // that before half the queue is taken), and each ask is one more frame
 // and a duplicate on the responder, which on the fast path the engine's
 // Go responder answers (a takeover and a hand-back).
@@ -90,13 +94,6 @@ func (t *Transport) WindowEnd(end uint32) uint32 {
 	return end
 }
 
-// AskDelay is how long a requester with packets that did not ask for an
-// ACK (Lazy) stays idle before it asks (engine's timer.go, ask): longer
-// than a WRITE ping-pong's turn on this machine (6-20 µs), shorter than
-// the tail-loss probe's floor (100 µs, timer.go), so that a loss among
-// them is found as fast as before.
-const AskDelay = 50 * time.Microsecond
-
 // Lazy reports whether the last packet of the WQE at ReqIdx, with nothing
 // posted behind it, may go without AckReq: nobody waits for its
 // completion (it is unsignaled, on a QP without sq_sig_all, and no
@@ -122,9 +119,19 @@ func (t *Transport) NoteAsk(ask, lazy, signaled bool, now time.Time) (restart bo
 		restart = !t.AskAt.IsZero()
 		t.AskAt, t.SigUnasked = time.Time{}, false
 	case lazy:
-		t.AskAt = now.Add(AskDelay)
+		t.AskAt = now.Add(t.PTO())
 	case signaled:
 		t.SigUnasked = true
 	}
 	return restart
+}
+
+// AskRTO is the retransmission timeout after an ask: RTO without the
+// tail-loss probe's shortening, for the ask was that probe.
+func (t *Transport) AskRTO() time.Duration {
+	d := ACKTimeout(t.Attr.Timeout)
+	if t.Attr.RetryCnt == 7 && t.SRTT > 0 {
+		d = min(d, max(t.SRTT+4*t.RTTVar, minRTO))
+	}
+	return d
 }

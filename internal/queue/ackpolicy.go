@@ -52,10 +52,13 @@ import (
 //     (AskRTO).
 //
 // The cost: an unsignaled WQE with nothing behind it keeps its send-queue
-// slot a probe timeout (at least 100 µs) longer plus a round trip (the application cannot see
-// that before half the queue is taken), and each ask is one more frame
-// and a duplicate on the responder, which on the fast path the engine's
-// Go responder answers (a takeover and a hand-back).
+// slot a probe timeout (at least 100 µs) plus a round trip longer (the
+// application cannot see that before half the queue is taken), and each
+// ask is one more frame and a duplicate on the responder, which on the
+// fast path the engine's Go responder answers (a takeover and a
+// hand-back). Signaled WQEs are never lazy: the requester cannot know
+// whether the application is about to wait on one (docs/fastpath.md,
+// "Lazy asks").
 
 // SendsOnNow reports whether the requester, having sent the last packet
 // of the WQE at ReqIdx, sends the next WQE without waiting for an ACK: it

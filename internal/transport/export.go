@@ -66,7 +66,9 @@ func (d *NIC) PinNextQPN(qpn uint32) { d.dev.Objs.NextQPN = qpn }
 
 // PlaceMR moves the region to address addr and key (both keys), so that
 // a capture's requests name it unchanged; in Do.
-func (d *NIC) PlaceMR(m *MR, addr uint64, key uint32) error { return d.dev.Objs.Mem.PlaceMR(m, addr, key) }
+func (d *NIC) PlaceMR(m *MR, addr uint64, key uint32) error {
+	return d.dev.Objs.Mem.PlaceMR(m, addr, key)
+}
 
 // PlaceMW gives the window key's index and a key byte other than key's
 // (the bind sets the capture's); in Do.

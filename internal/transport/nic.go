@@ -28,7 +28,7 @@ type CaptureFunc = ibv.CaptureFunc
 // so that no operation races with a packet in flight.
 type NIC struct {
 	dev *engine.Device // not embedded: the engine's methods are not the NIC's (TestNICSurface)
-	rng *rand.Rand // key bytes and QPNs; used by control operations only
+	rng *rand.Rand     // key bytes and QPNs; used by control operations only
 
 	closeMu sync.Mutex
 	closed  bool
@@ -46,7 +46,7 @@ func New(links []link.Link, cfg port.Config) (*NIC, error) {
 	}
 	d := &NIC{
 		dev: &engine.Device{Cfg: cfg, Clock: cfg.Clock, Done: make(chan struct{})},
-		rng:    rand.New(rand.NewChaCha8(seed)),
+		rng: rand.New(rand.NewChaCha8(seed)),
 	}
 	d.dev.Objs.Events.Ready = make(chan struct{}, 1)
 	for _, g := range cfg.GIDs {

@@ -31,9 +31,10 @@ import (
 // of device memory a client's pool keeps alive, held by the daemon or only
 // mapped, are then at most DMBytes for as long as any of them lives,
 // across sessions. A daemon that may not look map IDs up (BPF_MAP_GET_FD_BY_ID
-// needs CAP_SYS_ADMIN) keeps the charge until the session that freed the
-// block ends, which bounds what one session keeps alive. Charges are whole
-// pages, what the kernel allocates: a byte's block costs a page.
+// needs CAP_SYS_ADMIN) keeps an unprivileged client's charge, across
+// sessions, until no process of its user is left (dmuser.go), and a
+// privileged client's until the session that freed the block ends. Charges
+// are whole pages, what the kernel allocates: a byte's block costs a page.
 
 // dmRequest runs ALLOC_DM, FREE_DM or REG_DM_MR.
 func (ss *session) dmRequest(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
@@ -149,7 +150,7 @@ func dmCharge(n uint64) uint64 { return (n + loader.DMPage - 1) / loader.DMPage 
 type freedDM struct {
 	id    ebpf.MapID // 0 where unknown
 	bytes uint64
-	owner *usage // the session that freed it
+	owner *usage // the session that freed it; nil once it ended (dmuser.go)
 }
 
 // dmMapID is the ID of the map holding dm, 0 if it cannot be had.
@@ -195,6 +196,15 @@ func dmMapGone(id ebpf.MapID) (gone, known bool) {
 	return info.Type != ebpf.Array || info.ValueSize != loader.DMPage || info.Flags&unix.BPF_F_MMAPABLE == 0, true
 }
 
+// mapGoneOf is s.mapGone, or dmMapGone for a server made without New (the
+// fuzzer's).
+func (s *Server) mapGoneOf(id ebpf.MapID) (gone, known bool) {
+	if s.mapGone == nil {
+		return dmMapGone(id)
+	}
+	return s.mapGone(id)
+}
+
 // keepDMCharge charges a freed block of bytes to u's pool until its map
 // (id) is gone.
 func (s *Server) keepDMCharge(u *usage, id ebpf.MapID, bytes uint64) {
@@ -214,7 +224,7 @@ func (s *Server) freedDMBytes(key acctKey, prune bool) uint64 {
 	kept := fs[:0]
 	for _, f := range fs {
 		if prune {
-			if gone, _ := dmMapGone(f.id); gone {
+			if gone, _ := s.mapGoneOf(f.id); gone {
 				continue
 			}
 		}
@@ -239,8 +249,15 @@ func (s *Server) forgetDMCharges(u *usage) {
 	fs := s.dmFreed[u.poolKey]
 	kept := fs[:0]
 	for _, f := range fs {
-		if gone, known := dmMapGone(f.id); gone || !known && f.owner == u {
-			continue
+		gone, known := s.mapGoneOf(f.id)
+		if gone || !known && f.owner == u && !u.poolKey.user {
+			continue // a privileged client's charge lasts as long as its session
+		}
+		if !known && f.owner == u {
+			// An unprivileged client's waits for its user's processes
+			// to end (dmuser.go).
+			f.owner = nil
+			s.watchUserDM(u.poolKey)
 		}
 		kept = append(kept, f)
 	}

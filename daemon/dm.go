@@ -219,53 +219,58 @@ func (s *Server) keepDMCharge(u *usage, id ebpf.MapID, bytes uint64) {
 // freedDMBytes is what key's freed blocks still cost, after forgetting
 // those whose maps are gone if prune. The caller holds s.dmMu.
 func (s *Server) freedDMBytes(key acctKey, prune bool) uint64 {
-	fs := s.dmFreed[key]
 	var n uint64
-	kept := fs[:0]
-	for _, f := range fs {
+	s.keepFreedDM(key, func(f *freedDM) bool {
 		if prune {
 			if gone, _ := s.mapGoneOf(f.id); gone {
-				continue
+				return false
 			}
 		}
 		n += f.bytes
-		kept = append(kept, f)
+		return true
+	})
+	return n
+}
+
+// forgetDMCharges, as session u ends, drops the charges of its pool's
+// freed blocks that are gone, and of u's whose maps cannot be looked up
+// (a privileged client's last as long as its session; an unprivileged
+// client's wait for its user's processes to end, dmuser.go): what stays
+// is what is alive.
+func (s *Server) forgetDMCharges(u *usage) {
+	s.dmMu.Lock()
+	defer s.dmMu.Unlock()
+	s.keepFreedDM(u.poolKey, func(f *freedDM) bool {
+		gone, known := s.mapGoneOf(f.id)
+		switch {
+		case gone:
+			return false
+		case known || f.owner != u:
+			return true
+		case !u.poolKey.user:
+			return false
+		}
+		f.owner = nil
+		s.watchUserDM(u.poolKey)
+		return true
+	})
+}
+
+// keepFreedDM keeps those of key's freed blocks keep says to (keep may
+// change them). The caller holds s.dmMu.
+func (s *Server) keepFreedDM(key acctKey, keep func(*freedDM) bool) {
+	fs := s.dmFreed[key]
+	kept := fs[:0]
+	for _, f := range fs {
+		if keep(&f) {
+			kept = append(kept, f)
+		}
 	}
 	clear(fs[len(kept):])
 	if len(kept) == 0 {
 		delete(s.dmFreed, key)
 	} else {
 		s.dmFreed[key] = kept
-	}
-	return n
-}
-
-// forgetDMCharges, as session u ends, drops the charges of its pool's
-// freed blocks that are gone, and of u's whose maps cannot be looked up
-// (they last as long as the session): what stays is what is alive.
-func (s *Server) forgetDMCharges(u *usage) {
-	s.dmMu.Lock()
-	defer s.dmMu.Unlock()
-	fs := s.dmFreed[u.poolKey]
-	kept := fs[:0]
-	for _, f := range fs {
-		gone, known := s.mapGoneOf(f.id)
-		if gone || !known && f.owner == u && !u.poolKey.user {
-			continue // a privileged client's charge lasts as long as its session
-		}
-		if !known && f.owner == u {
-			// An unprivileged client's waits for its user's processes
-			// to end (dmuser.go).
-			f.owner = nil
-			s.watchUserDM(u.poolKey)
-		}
-		kept = append(kept, f)
-	}
-	clear(fs[len(kept):])
-	if len(kept) == 0 {
-		delete(s.dmFreed, u.poolKey)
-	} else {
-		s.dmFreed[u.poolKey] = kept
 	}
 }
 

@@ -73,19 +73,7 @@ func (s *Server) watchUserDM(key acctKey) {
 // dropUserDM forgets key's charges that waited for its processes (their
 // sessions ended); a live session's stay its own. The caller holds s.dmMu.
 func (s *Server) dropUserDM(key acctKey) {
-	fs := s.dmFreed[key]
-	kept := fs[:0]
-	for _, f := range fs {
-		if f.owner != nil {
-			kept = append(kept, f)
-		}
-	}
-	clear(fs[len(kept):])
-	if len(kept) == 0 {
-		delete(s.dmFreed, key)
-	} else {
-		s.dmFreed[key] = kept
-	}
+	s.keepFreedDM(key, func(f *freedDM) bool { return f.owner != nil })
 }
 
 // stopUserDM stops the watchers and waits for them.

@@ -73,6 +73,7 @@ type Server struct {
 	// The watchers of users' charges that wait for their processes to
 	// end (dmuser.go), under dmMu; dmQuit stops them as Run returns.
 	dmWatched map[acctKey]bool
+	dmOrphans uint64 // the last freedDM.orphan
 	dmStopped bool
 	dmQuit    chan struct{}
 	dmWG      sync.WaitGroup

@@ -151,6 +151,10 @@ type freedDM struct {
 	id    ebpf.MapID // 0 where unknown
 	bytes uint64
 	owner *usage // the session that freed it; nil once it ended (dmuser.go)
+	// orphan numbers the charges left by their sessions, in order
+	// (Server.dmOrphans), for an unprivileged client where the map cannot
+	// be looked up.
+	orphan uint64
 }
 
 // dmMapID is the ID of the map holding dm, 0 if it cannot be had.
@@ -250,7 +254,8 @@ func (s *Server) forgetDMCharges(u *usage) {
 		case !u.poolKey.user:
 			return false
 		}
-		f.owner = nil
+		s.dmOrphans++
+		f.owner, f.orphan = nil, s.dmOrphans
 		s.watchUserDM(u.poolKey)
 		return true
 	})

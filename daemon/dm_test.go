@@ -469,3 +469,30 @@ func TestDMChargedToUserAcrossSessions(t *testing.T) {
 		}
 	}
 }
+
+// TestDMUserDropKeepsNewerCharges: a user watcher's walk of /proc that
+// found none of the user's processes drops only the charges whose sessions
+// had ended before it began; one left by a session that ended during the
+// walk (its process perhaps started after the walk passed its number)
+// stays, and the watcher goes on; a live session's charge is its own.
+func TestDMUserDropKeepsNewerCharges(t *testing.T) {
+	key := acctKey{user: true, id: 61987}
+	live := &usage{}
+	s := &Server{dmFreed: map[acctKey][]freedDM{key: {
+		{bytes: 1 << 12, orphan: 1},
+		{bytes: 2 << 12, orphan: 3},
+		{bytes: 4 << 12, owner: live},
+	}}}
+	if !s.dropUserDM(key, 2) {
+		t.Error("dropUserDM(before 2) with a charge left at 3: says none waits")
+	}
+	if n := s.freedDMBytes(key, false); n != 6<<12 {
+		t.Fatalf("after dropping the charges left before 2: %d bytes charged, want %d", n, 6<<12)
+	}
+	if s.dropUserDM(key, 3) {
+		t.Error("dropUserDM(before 3): says a charge still waits")
+	}
+	if n := s.freedDMBytes(key, false); n != 4<<12 {
+		t.Fatalf("after dropping every waiting charge: %d bytes charged, want the live session's %d", n, 4<<12)
+	}
+}

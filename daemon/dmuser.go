@@ -53,6 +53,11 @@ func (s *Server) watchUserDM(key acctKey) {
 				return
 			case <-t.C:
 			}
+			// A charge left after the walk began may be a process's
+			// the walk missed: only older ones can go.
+			s.dmMu.Lock()
+			before := s.dmOrphans
+			s.dmMu.Unlock()
 			gone, err := userGone(key.id)
 			if err != nil && !logged {
 				logged = true // it would say the same every poll
@@ -62,18 +67,28 @@ func (s *Server) watchUserDM(key acctKey) {
 				continue
 			}
 			s.dmMu.Lock()
-			s.dropUserDM(key)
-			delete(s.dmWatched, key)
+			if !s.dropUserDM(key, before) {
+				delete(s.dmWatched, key)
+				s.dmMu.Unlock()
+				return
+			}
 			s.dmMu.Unlock()
-			return
 		}
 	}()
 }
 
 // dropUserDM forgets key's charges that waited for its processes (their
-// sessions ended); a live session's stay its own. The caller holds s.dmMu.
-func (s *Server) dropUserDM(key acctKey) {
-	s.keepFreedDM(key, func(f *freedDM) bool { return f.owner != nil })
+// sessions ended) since before the orphan numbered before; a live
+// session's stay its own. It reports whether newer ones still wait. The
+// caller holds s.dmMu.
+func (s *Server) dropUserDM(key acctKey, before uint64) (waiting bool) {
+	s.keepFreedDM(key, func(f *freedDM) bool {
+		if f.owner == nil && f.orphan > before {
+			waiting = true
+		}
+		return f.owner != nil || f.orphan > before
+	})
+	return waiting
 }
 
 // stopUserDM stops the watchers and waits for them.

@@ -61,7 +61,12 @@ func (e *Engine) drainHeld(qp *queue.QP) {
 	t := &qp.Transport
 	h := &t.Held
 	start := t.EPSN
-	h.Watch, h.AfterFill = true, start
+	if s := &h.Slots[start%queue.OOOMaxHeld]; s.Valid && s.P.BTH.PSN == start {
+		// A go-back-N requester resends this held packet next; a
+		// selective one does not (had it not been held, a selective
+		// requester's next probe would be this PSN too).
+		h.Watch, h.AfterFill = true, start
+	}
 	ack, rnr := false, false
 	for h.N > 0 && !t.FailAfterReplies && (t.State == ibv.StateRTR || t.State == ibv.StateRTS || t.State == ibv.StateSQD) {
 		s := &h.Slots[t.EPSN%queue.OOOMaxHeld]

@@ -36,7 +36,7 @@ type OOOHold struct {
 	Selective bool
 	// Watch: the next request arriving shows whether the requester goes
 	// back N: a go-back-N one sends AfterFill, the PSN after the filling
-	// packet, which was held.
+	// packet, when that one was held.
 	Watch     bool
 	AfterFill uint32
 }

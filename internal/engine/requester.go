@@ -272,14 +272,10 @@ func (e *Engine) sendReadAtomic(qp *queue.QP, w *queue.SendWQE) {
 }
 
 // noteAsk keeps the lazy AckReq policy's state (queue/ackpolicy.go) once
-// a packet asked (ask) or not; an ask after packets that did not restarts
-// the retransmission timer and the poke, which their silence does not run.
+// a packet asked (ask) or not; an ask after packets that did not re-arms
+// the poke, which their silence does not run.
 func (e *Engine) noteAsk(qp *queue.QP, ask, lazy, signaled bool) {
-	t := &qp.Transport
-	if t.NoteAsk(ask, lazy, signaled, e.dev.Clock.Now()) {
-		if t.Attr.Timeout > 0 {
-			t.TimerAt = e.dev.Clock.Now().Add(t.RTO())
-		}
+	if qp.Transport.NoteAsk(ask, lazy, signaled, e.dev.Clock.Now()) {
 		e.armPoke(qp)
 	}
 }

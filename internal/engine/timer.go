@@ -93,14 +93,7 @@ func (e *Engine) ask(qp *queue.QP) {
 	w.SentOff, w.SentAll, t.Asking = ((w.LastPSN-w.FirstPSN)&0xffffff)*uint32(t.MTU), false, true
 	e.sendNext(qp, w)
 	t.Asking = false
-	// The ask is the packets' tail-loss probe: what follows it is the
-	// retransmission timer (RFC 8985), not another probe or a poke. Its
-	// answer may come from a slower path than the RTT samples' (the fast
-	// path's Go responder answers duplicates).
-	t.PokeAt = time.Time{}
-	if t.Attr.Timeout > 0 {
-		t.TimerAt = e.dev.Clock.Now().Add(t.AskRTO())
-	}
+	t.AskSent(e.dev.Clock.Now())
 }
 
 // poke probes with the oldest unacknowledged packet, as after a NAK.

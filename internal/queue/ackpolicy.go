@@ -49,7 +49,7 @@ import (
 //     duplicate with an ACK. That is the tail-loss probe (RFC 8985) the
 //     packets would have had had they asked: a loss among them is found
 //     as soon as before, and the retransmission timer runs from the ask
-//     (AskRTO).
+//     (AskSent).
 //
 // The cost: an unsignaled WQE with nothing behind it keeps its send-queue
 // slot a probe timeout (at least 100 µs) plus a round trip longer (the
@@ -113,14 +113,17 @@ func (t *Transport) Lazy(sigAll bool, maxSendWR int) bool {
 
 // NoteAsk keeps the lazy policy's state once a packet went out: ask, it
 // asked for an ACK; lazy, Lazy let it go without; signaled, it is the
-// last packet of a WQE that completes. It reports whether the
-// retransmission timer starts over: an ask after lazy packets, which no
-// responder could answer before it.
+// last packet of a WQE that completes. An ask after lazy packets, which no
+// responder could answer before it, starts the retransmission timer over;
+// NoteAsk then reports true, for the caller to re-arm the poke.
 func (t *Transport) NoteAsk(ask, lazy, signaled bool, now time.Time) (restart bool) {
 	switch {
 	case ask:
 		restart = !t.AskAt.IsZero()
 		t.AskAt, t.SigUnasked = time.Time{}, false
+		if restart && t.Attr.Timeout > 0 {
+			t.TimerAt = now.Add(t.RTO())
+		}
 	case lazy:
 		t.AskAt = now.Add(t.PTO())
 	case signaled:
@@ -129,12 +132,19 @@ func (t *Transport) NoteAsk(ask, lazy, signaled bool, now time.Time) (restart bo
 	return restart
 }
 
-// AskRTO is the retransmission timeout after an ask: RTO without the
-// tail-loss probe's shortening, for the ask was that probe.
-func (t *Transport) AskRTO() time.Duration {
+// AskSent arms what follows the ask (engine's timer.go): it was the lazy
+// packets' tail-loss probe, so the retransmission timer runs from it
+// without the probe's shortening (RFC 8985), and no poke; its answer may
+// come from a slower path than the RTT samples' (on the fast path, the Go
+// responder answers duplicates).
+func (t *Transport) AskSent(now time.Time) {
+	t.PokeAt = time.Time{}
+	if t.Attr.Timeout == 0 {
+		return
+	}
 	d := ACKTimeout(t.Attr.Timeout)
 	if t.Attr.RetryCnt == 7 && t.SRTT > 0 {
 		d = min(d, max(t.SRTT+4*t.RTTVar, minRTO))
 	}
-	return d
+	t.TimerAt = now.Add(d)
 }

@@ -714,14 +714,16 @@ func (p *rnicPair) pingPong(ctx context.Context, warmup, d time.Duration, size i
 // maxSamples bounds the memory of one latency point.
 const maxSamples = 1 << 22
 
-// timeRoundTrips runs rtt for warmup, then times it for d.
+// timeRoundTrips runs rtt for warmup, then times it for d, and at least
+// once: on a loaded host one warm-up round trip can outlast the whole
+// window, which is a slow sample, not an empty point. ctx bounds the wait.
 func timeRoundTrips(ctx context.Context, warmup, d time.Duration, rtt func() error) (Latencies, error) {
 	samples := make([]time.Duration, 0, 1<<16)
 	from := time.Now().Add(warmup)
 	end := from.Add(d)
 	for i := 0; len(samples) < maxSamples; i++ {
 		t := time.Now()
-		if t.After(end) {
+		if t.After(end) && len(samples) > 0 {
 			break
 		}
 		if i%256 == 255 && ctx.Err() != nil {

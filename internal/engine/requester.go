@@ -88,6 +88,10 @@ func (e *Engine) requester(qp *queue.QP) bool {
 		if qp.QPType == ibv.QPTypeRC && t.TimerAt.IsZero() && t.Attr.Timeout > 0 {
 			t.TimerAt = e.dev.Clock.Now().Add(t.RTO())
 		}
+		if t.FastReq && t.NoAckPkts == 0 && !queue.IsReadOrAtomic(w.WR.Opcode) {
+			e.fastSlice = true // it asked for an ACK the program takes: kick it first (streamSlices)
+			break
+		}
 	}
 	if sent {
 		e.armPoke(qp)

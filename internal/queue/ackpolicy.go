@@ -148,3 +148,20 @@ func (t *Transport) AskSent(now time.Time) {
 	}
 	t.TimerAt = now.Add(d)
 }
+
+// AskWith readies the ask (engine's timer.go): the last WQE sent, to send
+// its last packet again with AckReq (Asking), which every responder
+// answers as a duplicate with an ACK of all it has. Nil if nothing is
+// unacknowledged, or the last WQE is a READ or atomic (those always ask).
+func (t *Transport) AskWith() *SendWQE {
+	if t.ReqIdx == 0 || t.ReqIdx > len(t.SQ) || t.Outstanding() == 0 {
+		return nil
+	}
+	w := &t.SQ[t.ReqIdx-1]
+	if !w.SentAll || IsReadOrAtomic(w.WR.Opcode) || IsLocalOp(w.WR.Opcode) {
+		return nil
+	}
+	w.Seek(w.LastPSN, uint32(t.MTU))
+	t.Asking = true
+	return w
+}

@@ -117,6 +117,9 @@ func (t *Transport) Lazy(sigAll bool, maxSendWR int) bool {
 // responder could answer before it, starts the retransmission timer over;
 // NoteAsk then reports true, for the caller to re-arm the poke.
 func (t *Transport) NoteAsk(ask, lazy, signaled bool, now time.Time) (restart bool) {
+	if t.Outstanding() == 0 {
+		t.AskOut = false // everything before this packet was answered
+	}
 	switch {
 	case ask:
 		restart = !t.AskAt.IsZero()
@@ -136,9 +139,15 @@ func (t *Transport) NoteAsk(ask, lazy, signaled bool, now time.Time) (restart bo
 // packets' tail-loss probe, so the retransmission timer runs from it
 // without the probe's shortening (RFC 8985), and no poke; its answer may
 // come from a slower path than the RTT samples' (on the fast path, the Go
-// responder answers duplicates).
+// responder answers duplicates, and the frames that follow one until it
+// hands the QP back). So until everything sent is acknowledged (AskOut,
+// cleared by NoteAsk) no timer is the probe's: a WRITE the application
+// posts while the ask is out, a tail, would otherwise have its timer
+// shortened to a probe timeout once the ask's ACK came, and time out
+// waiting for the same slow path (docs/fastpath.md, "Lazy asks").
 func (t *Transport) AskSent(now time.Time) {
 	t.PokeAt = time.Time{}
+	t.AskOut = true
 	if t.Attr.Timeout == 0 {
 		return
 	}

@@ -71,9 +71,10 @@ type Transport struct {
 	// requester asks for the ACK its last packets did not ask for (zero:
 	// nothing unasked); SigUnasked, a signaled WQE's last packet went
 	// without AckReq and no packet has asked since; Asking, the packet
-	// being sent is that ask.
-	AskAt              time.Time
-	SigUnasked, Asking bool
+	// being sent is that ask; AskOut, an ask went and not everything sent
+	// since has been acknowledged (RTO does not shorten).
+	AskAt                      time.Time
+	SigUnasked, Asking, AskOut bool
 
 	// Responder.
 	RQ      []RecvWQE

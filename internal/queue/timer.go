@@ -37,7 +37,9 @@ const minRTO = time.Millisecond
 // round trip is all a lost ACK or request should cost, not minRTO, ten
 // round trips on veth. So does a probe resent after a NAK (recovery.go),
 // alone in flight too. A probe that fires early costs one packet resent
-// (the probe, retry_cnt 7) and no more.
+// (the probe, retry_cnt 7) and no more. Not after a lazy ask (AskOut,
+// ackpolicy.go): its answer, and the answers right behind it, may come
+// from the responder's slower path.
 func (t *Transport) RTO() time.Duration {
 	d := ACKTimeout(t.Attr.Timeout)
 	if t.Attr.RetryCnt != 7 {
@@ -45,7 +47,7 @@ func (t *Transport) RTO() time.Duration {
 	}
 	if t.SRTT > 0 {
 		d = min(d, max(t.SRTT+4*t.RTTVar, minRTO))
-		if t.Timeouts == 0 && (t.Probing || t.Outstanding() <= TLPPkts && t.ReqIdx >= len(t.SQ)) {
+		if t.Timeouts == 0 && !t.AskOut && (t.Probing || t.Outstanding() <= TLPPkts && t.ReqIdx >= len(t.SQ)) {
 			d = min(d, t.PTO())
 		}
 	}

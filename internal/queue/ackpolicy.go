@@ -124,8 +124,8 @@ func (t *Transport) NoteAsk(ask, lazy, signaled bool, now time.Time) (restart bo
 	case ask:
 		restart = !t.AskAt.IsZero()
 		t.AskAt, t.SigUnasked = time.Time{}, false
-		if restart && t.Attr.Timeout > 0 {
-			t.TimerAt = now.Add(t.RTO())
+		if at := now.Add(t.RTO()); t.Attr.Timeout > 0 && (restart || t.AskOut && !t.Asking && at.Before(t.TimerAt)) {
+			t.TimerAt = at // not the ask's: this packet's answer is waited for
 		}
 	case lazy:
 		t.AskAt = now.Add(t.PTO())
@@ -135,27 +135,28 @@ func (t *Transport) NoteAsk(ask, lazy, signaled bool, now time.Time) (restart bo
 	return restart
 }
 
-// AskSent arms what follows the ask (engine's timer.go): it was the lazy
-// packets' tail-loss probe, so the retransmission timer runs from it
-// without the probe's shortening (RFC 8985), and no poke; its answer may
-// come from a slower path than the RTT samples' (on the fast path, the Go
-// responder answers duplicates, and the frames that follow one until it
-// hands the QP back). So until everything sent is acknowledged (AskOut,
-// cleared by NoteAsk) no timer is the probe's: a WRITE the application
-// posts while the ask is out, a tail, would otherwise have its timer
-// shortened to a probe timeout once the ask's ACK came, and time out
-// waiting for the same slow path (docs/fastpath.md, "Lazy asks").
+// AskSent arms what follows the ask (engine's timer.go): no poke, and the
+// retransmission timer at the local ACK timeout, fixed, as rxe's timer
+// always is. The ask's answer comes from a slower path than the RTT
+// samples' (on the fast path the program answers the packets, the Go
+// responder the ask, a duplicate, and the frames right behind it until it
+// hands the QP back), and the ask goes when the peer has been silent for
+// a probe timeout: under load, when its processes are descheduled, for
+// milliseconds (docs/results/2026-11-28-fastpath-acks.md, "Spurious
+// timeouts"). An adaptive RTO (≥ 1 ms) expired then, once per ask or
+// more. Nobody waits for what the ask covers (Lazy); a loss among the
+// packets shows by the ask's answer, a NAK, and a lost ask only costs the
+// timer. A packet that asks while the ask is out re-arms the timer at its
+// own RTO (NoteAsk), and until everything sent is acknowledged (AskOut)
+// no RTO is the probe's: a WRITE posted behind the ask, a tail, would
+// otherwise time out a probe timeout after the ask's ACK, waiting for the
+// same slow path.
 func (t *Transport) AskSent(now time.Time) {
 	t.PokeAt = time.Time{}
 	t.AskOut = true
-	if t.Attr.Timeout == 0 {
-		return
+	if t.Attr.Timeout > 0 {
+		t.TimerAt = now.Add(ACKTimeout(t.Attr.Timeout))
 	}
-	d := ACKTimeout(t.Attr.Timeout)
-	if t.Attr.RetryCnt == 7 && t.SRTT > 0 {
-		d = min(d, max(t.SRTT+4*t.RTTVar, minRTO))
-	}
-	t.TimerAt = now.Add(d)
 }
 
 // AskWith readies the ask (engine's timer.go): the last WQE sent, to send

@@ -124,7 +124,7 @@ func TestLazyAskAnsweredLate(t *testing.T) {
 	clk.Advance(100 * time.Microsecond) // a probe timeout idle: the ask
 	waitFor(t, func() bool { _, n := h.counts(); return n == 1 })
 	quiesce(t, a.dev, b.dev)
-	idle(3) // the answer is late: three more probe timeouts
+	idle(3)                           // the answer is late: three more probe timeouts
 	clk.Advance(5 * time.Millisecond) // and a descheduled responder's milliseconds, past the RTO (1 ms)
 	quiesce(t, a.dev, b.dev)
 	check("ask unanswered for 5.3 ms", 2)

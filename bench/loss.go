@@ -240,7 +240,7 @@ func recoveryCounters(c verbs.Counters) string {
 		switch n.Name {
 		case "transport_timeouts", "completer_retry_err", "rcvd_seq_err", "lost_response_retry", "spurious_retry", "ooo_held", "duplicate_response",
 			"read_reask_reorder", "read_reask_end", "read_reask_timer", "read_reask_nak", "duplicate_read_response", "read_tail_probes",
-			"timeout_probe", "timeout_window", "timeout_tail", "stall_pokes", "rcvd_rnr_err", "send_rnr_err":
+			"timeout_probe", "timeout_window", "timeout_tail", "stall_pokes", "rcvd_rnr_err", "send_rnr_err", "ooo_hole_naks":
 			fmt.Fprintf(&b, " %s=%d", n.Name, n.Value)
 		}
 	}

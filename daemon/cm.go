@@ -96,13 +96,9 @@ func (ss *session) cmOp(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]i
 // cmDestroyChannel closes a channel no ID of the client's uses (EBUSY
 // while one does, as ucma).
 func (ss *session) cmDestroyChannel(d *uverbs.Decoder) error {
-	h := d.Ref()
-	if err := d.End(); err != nil {
+	h, c, err := ss.cmChannelRef(d)
+	if err != nil {
 		return err
-	}
-	c := ss.cm.channels[h]
-	if c == nil {
-		return syscall.EINVAL
 	}
 	for _, id := range ss.cm.ids {
 		if id.Channel() == c.ch {
@@ -152,15 +148,25 @@ func (ss *session) cmDestroyID(h uint32, id *rdmacm.ID, d *uverbs.Decoder) error
 
 // cmMigrateID moves id's events to another of the client's channels.
 func (ss *session) cmMigrateID(id *rdmacm.ID, d *uverbs.Decoder) error {
-	ch := d.Ref()
-	if err := d.End(); err != nil {
+	_, c, err := ss.cmChannelRef(d)
+	if err != nil {
 		return err
 	}
-	c := ss.cm.channels[ch]
-	if c == nil {
-		return syscall.EINVAL
-	}
 	return id.Migrate(c.ch)
+}
+
+// cmChannelRef reads a request body that names one of the client's
+// channels and nothing else: EINVAL if it names none.
+func (ss *session) cmChannelRef(d *uverbs.Decoder) (uint32, *cmChannel, error) {
+	h := d.Ref()
+	if err := d.End(); err != nil {
+		return 0, nil, err
+	}
+	c := ss.cm.channels[h]
+	if c == nil {
+		return 0, nil, syscall.EINVAL
+	}
+	return h, c, nil
 }
 
 // cmBind binds id to an address, its port one the client may take.
@@ -363,13 +369,9 @@ func (ss *session) cmCreateChannel(d *uverbs.Decoder, e *uverbs.Encoder) ([]int,
 // An ID the event brings (CONNECT_REQUEST's) becomes the client's; events
 // of IDs the client destroyed meanwhile are skipped.
 func (ss *session) cmGetEvent(d *uverbs.Decoder, e *uverbs.Encoder) error {
-	h := d.Ref()
-	if err := d.End(); err != nil {
+	_, c, err := ss.cmChannelRef(d)
+	if err != nil {
 		return err
-	}
-	c := ss.cm.channels[h]
-	if c == nil {
-		return syscall.EINVAL
 	}
 	for {
 		ev, ok := c.ch.TryGet()

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cilium/ebpf"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -66,6 +67,16 @@ type Server struct {
 	// own lock, since pruning it costs a system call per block.
 	dmMu    sync.Mutex
 	dmFreed map[acctKey][]freedDM
+	// mapGone asks whether a block's map is gone (dmMapGone; a test
+	// stands in a daemon without CAP_SYS_ADMIN).
+	mapGone func(id ebpf.MapID) (gone, known bool)
+	// The watchers of users' charges that wait for their processes to
+	// end (dmuser.go), under dmMu; dmQuit stops them as Run returns.
+	dmWatched map[acctKey]bool
+	dmOrphans uint64 // the last freedDM.orphan
+	dmStopped bool
+	dmQuit    chan struct{}
+	dmWG      sync.WaitGroup
 }
 
 // New opens the control socket for cfg.Ifname in the calling thread's
@@ -101,7 +112,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.Join(err, cm.Close(), page.Unmap())
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, page: page, cm: cm, privPorts: unprivilegedPortStart(),
-		sessions: map[*session]struct{}{}, owners: map[any]owner{}, stop: make(chan struct{})}
+		sessions: map[*session]struct{}{}, owners: map[any]owner{}, stop: make(chan struct{}),
+		mapGone: dmMapGone, dmQuit: make(chan struct{})}
 	cfg.Device.SetDoorbellPage(page.Mem)
 	return s, nil
 }
@@ -129,6 +141,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.stopUserDM()
 	s.cm.Close()
 	// The doorbell page stays mapped: the device's engines, which outlive
 	// the server, still write it.

@@ -31,9 +31,10 @@ import (
 // of device memory a client's pool keeps alive, held by the daemon or only
 // mapped, are then at most DMBytes for as long as any of them lives,
 // across sessions. A daemon that may not look map IDs up (BPF_MAP_GET_FD_BY_ID
-// needs CAP_SYS_ADMIN) keeps the charge until the session that freed the
-// block ends, which bounds what one session keeps alive. Charges are whole
-// pages, what the kernel allocates: a byte's block costs a page.
+// needs CAP_SYS_ADMIN) keeps an unprivileged client's charge, across
+// sessions, until no process of its user is left (dmuser.go), and a
+// privileged client's until the session that freed the block ends. Charges
+// are whole pages, what the kernel allocates: a byte's block costs a page.
 
 // dmRequest runs ALLOC_DM, FREE_DM or REG_DM_MR.
 func (ss *session) dmRequest(op uverbs.Op, d *uverbs.Decoder, e *uverbs.Encoder) ([]int, error) {
@@ -149,7 +150,11 @@ func dmCharge(n uint64) uint64 { return (n + loader.DMPage - 1) / loader.DMPage 
 type freedDM struct {
 	id    ebpf.MapID // 0 where unknown
 	bytes uint64
-	owner *usage // the session that freed it
+	owner *usage // the session that freed it; nil once it ended (dmuser.go)
+	// orphan numbers the charges left by their sessions, in order
+	// (Server.dmOrphans), for an unprivileged client where the map cannot
+	// be looked up.
+	orphan uint64
 }
 
 // dmMapID is the ID of the map holding dm, 0 if it cannot be had.
@@ -195,6 +200,15 @@ func dmMapGone(id ebpf.MapID) (gone, known bool) {
 	return info.Type != ebpf.Array || info.ValueSize != loader.DMPage || info.Flags&unix.BPF_F_MMAPABLE == 0, true
 }
 
+// mapGoneOf is s.mapGone, or dmMapGone for a server made without New (the
+// fuzzer's).
+func (s *Server) mapGoneOf(id ebpf.MapID) (gone, known bool) {
+	if s.mapGone == nil {
+		return dmMapGone(id)
+	}
+	return s.mapGone(id)
+}
+
 // keepDMCharge charges a freed block of bytes to u's pool until its map
 // (id) is gone.
 func (s *Server) keepDMCharge(u *usage, id ebpf.MapID, bytes uint64) {
@@ -209,46 +223,59 @@ func (s *Server) keepDMCharge(u *usage, id ebpf.MapID, bytes uint64) {
 // freedDMBytes is what key's freed blocks still cost, after forgetting
 // those whose maps are gone if prune. The caller holds s.dmMu.
 func (s *Server) freedDMBytes(key acctKey, prune bool) uint64 {
-	fs := s.dmFreed[key]
 	var n uint64
-	kept := fs[:0]
-	for _, f := range fs {
+	s.keepFreedDM(key, func(f *freedDM) bool {
 		if prune {
-			if gone, _ := dmMapGone(f.id); gone {
-				continue
+			if gone, _ := s.mapGoneOf(f.id); gone {
+				return false
 			}
 		}
 		n += f.bytes
-		kept = append(kept, f)
+		return true
+	})
+	return n
+}
+
+// forgetDMCharges, as session u ends, drops the charges of its pool's
+// freed blocks that are gone, and of u's whose maps cannot be looked up
+// (a privileged client's last as long as its session; an unprivileged
+// client's wait for its user's processes to end, dmuser.go): what stays
+// is what is alive.
+func (s *Server) forgetDMCharges(u *usage) {
+	s.dmMu.Lock()
+	defer s.dmMu.Unlock()
+	s.keepFreedDM(u.poolKey, func(f *freedDM) bool {
+		gone, known := s.mapGoneOf(f.id)
+		switch {
+		case gone:
+			return false
+		case known || f.owner != u:
+			return true
+		case !u.poolKey.user:
+			return false
+		}
+		s.dmOrphans++
+		f.owner, f.orphan = nil, s.dmOrphans
+		s.watchUserDM(u.poolKey)
+		return true
+	})
+}
+
+// keepFreedDM keeps those of key's freed blocks keep says to (keep may
+// change them). The caller holds s.dmMu.
+func (s *Server) keepFreedDM(key acctKey, keep func(*freedDM) bool) {
+	fs := s.dmFreed[key]
+	kept := fs[:0]
+	for _, f := range fs {
+		if keep(&f) {
+			kept = append(kept, f)
+		}
 	}
 	clear(fs[len(kept):])
 	if len(kept) == 0 {
 		delete(s.dmFreed, key)
 	} else {
 		s.dmFreed[key] = kept
-	}
-	return n
-}
-
-// forgetDMCharges, as session u ends, drops the charges of its pool's
-// freed blocks that are gone, and of u's whose maps cannot be looked up
-// (they last as long as the session): what stays is what is alive.
-func (s *Server) forgetDMCharges(u *usage) {
-	s.dmMu.Lock()
-	defer s.dmMu.Unlock()
-	fs := s.dmFreed[u.poolKey]
-	kept := fs[:0]
-	for _, f := range fs {
-		if gone, known := dmMapGone(f.id); gone || !known && f.owner == u {
-			continue
-		}
-		kept = append(kept, f)
-	}
-	clear(fs[len(kept):])
-	if len(kept) == 0 {
-		delete(s.dmFreed, u.poolKey)
-	} else {
-		s.dmFreed[u.poolKey] = kept
 	}
 }
 

@@ -3,8 +3,11 @@ package daemon
 import (
 	"bytes"
 	"errors"
+	"os"
+	"os/exec"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -160,7 +163,13 @@ func TestDMThroughDaemon(t *testing.T) {
 // its request function.
 func dmSession(t *testing.T, tb *testbed, pid int) (*session, func(op uverbs.Op, body func(*uverbs.Encoder)) (*uverbs.Decoder, []int, int32)) {
 	t.Helper()
-	ss := newSession(tb.srv, nil, ipc.Peer{PID: pid})
+	return peerSession(t, tb, ipc.Peer{PID: pid})
+}
+
+// peerSession is a session of the client p, handled in the test's goroutine.
+func peerSession(t *testing.T, tb *testbed, p ipc.Peer) (*session, func(op uverbs.Op, body func(*uverbs.Encoder)) (*uverbs.Decoder, []int, int32)) {
+	t.Helper()
+	ss := newSession(tb.srv, nil, p)
 	t.Cleanup(ss.release)
 	call := func(op uverbs.Op, body func(*uverbs.Encoder)) (*uverbs.Decoder, []int, int32) {
 		t.Helper()
@@ -387,4 +396,103 @@ func TestDMChargedWhileMapped(t *testing.T) {
 		t.Fatalf("ALLOC_DM of the whole share once the ended session's block is unmapped: %v", errno)
 	}
 	unix.Close(fd)
+}
+
+// TestDMChargedToUserAcrossSessions: a daemon that may not look map IDs up
+// (without CAP_SYS_ADMIN) cannot see a freed block's map go, so an
+// unprivileged client's freed block stays charged to its user after the
+// session ends, while any process of the user is left: here a child of
+// the client's that inherited the block's fd. Its next session finds the
+// share taken; once the user's last process is gone, the whole share is
+// back. Before, the charge ended with the session: a client that ended
+// sessions while keeping mappings took any amount of device memory.
+func TestDMChargedToUserAcrossSessions(t *testing.T) {
+	needDM(t)
+	tb := newTestbedWith(t, -1, Limits{DMs: 8, DMBytes: 2 * loader.DMPage})
+	tb.srv.mapGone = func(ebpf.MapID) (bool, bool) { return false, false } // as without CAP_SYS_ADMIN
+	const uid = 61987
+	if n, err := userProcesses("/proc", uid); err != nil || n != 0 {
+		t.Skipf("uid %d has %d processes here (%v)", uid, n, err)
+	}
+	peer := ipc.Peer{PID: os.Getpid(), UID: uid, GID: uid}
+	type caller = func(uverbs.Op, func(*uverbs.Encoder)) (*uverbs.Decoder, []int, int32)
+	alloc := func(call caller, n uint64) (int, syscall.Errno) {
+		t.Helper()
+		_, fds, errno := call(uverbs.OpAllocDM, func(e *uverbs.Encoder) { e.Put(&uverbs.AllocDM{Length: n}) })
+		if errno != 0 {
+			return -1, syscall.Errno(errno)
+		}
+		if len(fds) != 1 {
+			t.Fatalf("ALLOC_DM: %d fds", len(fds))
+		}
+		return fds[0], 0
+	}
+
+	ss1, call1 := peerSession(t, tb, peer)
+	fd, errno := alloc(call1, 2*loader.DMPage)
+	if errno != 0 {
+		t.Fatalf("ALLOC_DM of the whole share: %v", errno)
+	}
+	// The client's child, of its user, keeps the block's fd.
+	f := os.NewFile(uintptr(fd), "dm")
+	child := exec.Command("sleep", "60")
+	child.ExtraFiles = []*os.File{f}
+	child.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	ss1.release() // frees the block: its pages live on in the child
+
+	_, call2 := peerSession(t, tb, peer)
+	if _, errno := alloc(call2, 1); errno != syscall.ENOMEM {
+		t.Fatalf("ALLOC_DM in a new session while the user's child holds the ended session's block: errno %d, want ENOMEM", errno)
+	}
+	time.Sleep(4 * dmUserPoll) // the watcher looks again and again: the child is still there
+	if _, errno := alloc(call2, 1); errno != syscall.ENOMEM {
+		t.Fatalf("ALLOC_DM while the child lives, after the watcher looked: errno %d, want ENOMEM", errno)
+	}
+
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(dmUserPoll / 2) {
+		fd, errno := alloc(call2, 2*loader.DMPage)
+		if errno == 0 {
+			unix.Close(fd)
+			break
+		}
+		if errno != syscall.ENOMEM || time.Now().After(deadline) {
+			t.Fatalf("ALLOC_DM of the whole share once the user has no process: errno %d", errno)
+		}
+	}
+}
+
+// TestDMUserDropKeepsNewerCharges: a user watcher's walk of /proc that
+// found none of the user's processes drops only the charges whose sessions
+// had ended before it began; one left by a session that ended during the
+// walk (its process perhaps started after the walk passed its number)
+// stays, and the watcher goes on; a live session's charge is its own.
+func TestDMUserDropKeepsNewerCharges(t *testing.T) {
+	key := acctKey{user: true, id: 61987}
+	live := &usage{}
+	s := &Server{dmFreed: map[acctKey][]freedDM{key: {
+		{bytes: 1 << 12, orphan: 1},
+		{bytes: 2 << 12, orphan: 3},
+		{bytes: 4 << 12, owner: live},
+	}}}
+	if !s.dropUserDM(key, 2) {
+		t.Error("dropUserDM(before 2) with a charge left at 3: says none waits")
+	}
+	if n := s.freedDMBytes(key, false); n != 6<<12 {
+		t.Fatalf("after dropping the charges left before 2: %d bytes charged, want %d", n, 6<<12)
+	}
+	if s.dropUserDM(key, 3) {
+		t.Error("dropUserDM(before 3): says a charge still waits")
+	}
+	if n := s.freedDMBytes(key, false); n != 4<<12 {
+		t.Fatalf("after dropping every waiting charge: %d bytes charged, want the live session's %d", n, 4<<12)
+	}
 }

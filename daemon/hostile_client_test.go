@@ -303,26 +303,18 @@ func (a *attacker) createQP(pd, cq uint32, mapRings bool) (uint32, uint32, sysca
 // toRTS connects qp to a QPN on device B that does not exist: its packets
 // go out on the wire, and are answered with nothing or a NAK.
 func (a *attacker) toRTS(qp uint32) {
-	mod := func(attr verbs.QPAttr, mask verbs.AttrMask) {
-		a.call(uverbs.OpModifyQP, func(e *uverbs.Encoder) {
-			e.U32(qp)
-			e.U32(uint32(mask))
-			w := attr.Wire()
-			w.Put(e)
-		})
-	}
-	mod(verbs.QPAttr{State: verbs.StateInit, Port: 1, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead},
-		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
-	mod(verbs.QPAttr{State: verbs.StateRTR, AH: verbs.AH{DGID: ipB, DMAC: macB}, PathMTU: verbs.MTU1024, DestQPN: 0xfff000 | a.c.Uint32()&0xfff,
-		MinRNRTimer: 1, MaxDestRdAtomic: 4},
-		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)
-	mod(verbs.QPAttr{State: verbs.StateRTS, Timeout: 1, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)
+	a.modifyToRTS(qp, 0xfff000|a.c.Uint32()&0xfff, 0, 1, 7)
 }
 
 // connectTo takes qp to RTS toward device B's QP peer (PSNs 100, as
 // honestPeer's).
 func (a *attacker) connectTo(qp, peer uint32) {
+	a.modifyToRTS(qp, peer, 100, 12, 6)
+}
+
+// modifyToRTS takes qp through INIT and RTR to RTS toward device B's QPN
+// dest, with both PSNs psn.
+func (a *attacker) modifyToRTS(qp, dest, psn uint32, timeout, retry uint8) {
 	mod := func(attr verbs.QPAttr, mask verbs.AttrMask) {
 		a.call(uverbs.OpModifyQP, func(e *uverbs.Encoder) {
 			e.U32(qp)
@@ -333,10 +325,10 @@ func (a *attacker) connectTo(qp, peer uint32) {
 	}
 	mod(verbs.QPAttr{State: verbs.StateInit, Port: 1, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
-	mod(verbs.QPAttr{State: verbs.StateRTR, AH: verbs.AH{DGID: ipB, DMAC: macB}, PathMTU: verbs.MTU1024, DestQPN: peer, RQPSN: 100,
+	mod(verbs.QPAttr{State: verbs.StateRTR, AH: verbs.AH{DGID: ipB, DMAC: macB}, PathMTU: verbs.MTU1024, DestQPN: dest, RQPSN: psn,
 		MinRNRTimer: 1, MaxDestRdAtomic: 4},
 		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)
-	mod(verbs.QPAttr{State: verbs.StateRTS, SQPSN: 100, Timeout: 12, RetryCnt: 6, RNRRetry: 7, MaxRdAtomic: 4},
+	mod(verbs.QPAttr{State: verbs.StateRTS, SQPSN: psn, Timeout: timeout, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 4},
 		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)
 }
 

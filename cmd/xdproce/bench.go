@@ -51,6 +51,18 @@ func benchFlags(fs *flag.FlagSet) action {
 		if len(args) > 0 {
 			return fmt.Errorf("%w: unexpected arguments %q", errUsage, args)
 		}
+		// A profile covers the loss sweep too.
+		if *cpuProfile != "" {
+			f, err := os.Create(*cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return fmt.Errorf("--cpuprofile: %w", err)
+			}
+			defer pprof.StopCPUProfile()
+		}
 		if *loss != "" {
 			explicit := map[string]bool{}
 			fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
@@ -127,17 +139,6 @@ func benchFlags(fs *flag.FlagSet) action {
 			}
 		}
 		cfg.Progress = stderr
-		if *cpuProfile != "" {
-			f, err := os.Create(*cpuProfile)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return fmt.Errorf("--cpuprofile: %w", err)
-			}
-			defer pprof.StopCPUProfile()
-		}
 
 		start := time.Now()
 		results, runErr := bench.Run(ctx, cfg)

@@ -61,7 +61,13 @@ func (e *Engine) drainHeld(qp *queue.QP) {
 	t := &qp.Transport
 	h := &t.Held
 	start := t.EPSN
-	ack := false
+	if s := &h.Slots[start%queue.OOOMaxHeld]; s.Valid && s.P.BTH.PSN == start {
+		// A go-back-N requester resends this held packet next; a
+		// selective one does not (had it not been held, a selective
+		// requester's next probe would be this PSN too).
+		h.Watch, h.AfterFill = true, start
+	}
+	ack, rnr := false, false
 	for h.N > 0 && !t.FailAfterReplies && (t.State == ibv.StateRTR || t.State == ibv.StateRTS || t.State == ibv.StateSQD) {
 		s := &h.Slots[t.EPSN%queue.OOOMaxHeld]
 		if !s.Valid || s.P.BTH.PSN != t.EPSN {
@@ -75,6 +81,7 @@ func (e *Engine) drainHeld(qp *queue.QP) {
 		info, _ := e.rx.BTH.Opcode.Info()
 		e.respond1(qp, &e.rx, info)
 		if t.EPSN == start {
+			rnr = true
 			break // not executed (an RNR NAK): the requester resends it
 		}
 		start = t.EPSN
@@ -96,8 +103,22 @@ func (e *Engine) drainHeld(qp *queue.QP) {
 			}
 		}
 	}
-	if ack && !t.FailAfterReplies && (t.State == ibv.StateRTS || t.State == ibv.StateSQD || t.State == ibv.StateRTR) {
+	if t.FailAfterReplies || !(t.State == ibv.StateRTS || t.State == ibv.StateSQD || t.State == ibv.StateRTR) {
+		return
+	}
+	if ack {
 		e.ackNow(qp, (t.EPSN-1)&0xffffff)
+	}
+	if h.N > 0 && !rnr && h.Selective {
+		// Held packets lie past a second hole the fill uncovered: NAK it
+		// now, after the ACK, as a go-back-N responder does when a packet
+		// past its expected PSN arrives (one NAK, until the hole fills).
+		// Else the requester learns of it from the ACK alone if that
+		// answers a probe, or from its timer; the NAK also acknowledges
+		// everything before it, so either reaching it is enough.
+		t.NAKSent = true
+		e.Counters.OOOHoleNAKs++
+		e.sendAck(qp, t.EPSN, wire.NAKSyndrome(wire.NAKPSNSequenceError))
 	}
 }
 

@@ -42,6 +42,11 @@ func (e *Engine) responder(qp *queue.QP, p *wire.Packet, info wire.OpInfo) {
 	if qp.Transport.FailAfterReplies {
 		return // as good as in the error state (RespError)
 	}
+	if h := &qp.Transport.Held; h.Watch {
+		// The request after a fill: a go-back-N requester resends the
+		// PSN after the filling packet (ooo.go).
+		h.Watch, h.Selective = false, p.BTH.PSN != h.AfterFill
+	}
 	before := qp.Transport.EPSN
 	e.respond1(qp, p, info)
 	if qp.Transport.Held.N > 0 && qp.Transport.EPSN != before {

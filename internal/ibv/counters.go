@@ -81,7 +81,9 @@ type Counters struct {
 	// request packets a responder holds until the hole fills, READ
 	// responses a requester places at their offset. OOODropped counts
 	// those dropped because the bound was reached (docs/recovery.md).
-	OOOHeld, OOODropped uint64
+	// OOOHoleNAKs counts the sequence NAKs a responder sent for a second
+	// hole that filling the first uncovered.
+	OOOHeld, OOODropped, OOOHoleNAKs uint64
 	// FastTakeOvers counts the responders taken back from the XDP fast
 	// path (docs/fastpath.md) by a frame it passed on or a modify;
 	// FastPathErr the failures to share a responder with it (each leaves
@@ -156,7 +158,7 @@ func (c *Counters) fields() []counterField {
 		{"read_retry_paced", &c.ReadRetryPaced}, {"loopback_pkts", &c.LoopbackPkts},
 		{"spin_stalls", &c.SpinStalls}, {"engine_wakeups", &c.EngineWakeups}, {"doorbell_wakes", &c.DoorbellWakes},
 		{"dropped_no_mcast_group", &c.DroppedNoGroup}, {"mcast_pkts", &c.McastPkts},
-		{"retransmitted_pkts", &c.RetransmittedPkts}, {"ooo_held", &c.OOOHeld}, {"ooo_dropped", &c.OOODropped},
+		{"retransmitted_pkts", &c.RetransmittedPkts}, {"ooo_held", &c.OOOHeld}, {"ooo_dropped", &c.OOODropped}, {"ooo_hole_naks", &c.OOOHoleNAKs},
 		{"fast_takeovers", &c.FastTakeOvers}, {"fast_path_err", &c.FastPathErr}, {"fast_acks", &c.FastAcks},
 		{"fast_ack_lost", &c.FastAckLost}, {"fast_responder_off", &c.FastResponderOff},
 		{"spurious_retry", &c.SpuriousRetry},

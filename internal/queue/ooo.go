@@ -27,6 +27,18 @@ type HeldPacket struct {
 type OOOHold struct {
 	Slots []HeldPacket // OOOMaxHeld of them once anything was held
 	N     int
+	// Selective is what the requester showed after the last fill: the
+	// request that followed it was not the PSN after the filling packet,
+	// so it resends what was NAKed, not everything behind it. Only then
+	// does a fill that uncovers a second hole NAK it: a go-back-N
+	// requester (rxe) is already resending it, and a NAK would make it go
+	// back again over what it resent.
+	Selective bool
+	// Watch: the next request arriving shows whether the requester goes
+	// back N: a go-back-N one sends AfterFill, the PSN after the filling
+	// packet, when that one was held.
+	Watch     bool
+	AfterFill uint32
 }
 
 // DropHeld forgets qp's held packets (the QP left the states that take

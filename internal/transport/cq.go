@@ -15,8 +15,8 @@ func (d *NIC) CreateCQ(depth int) *queue.CQ {
 
 // newCQ is a CQ of the device, without its ring or sink.
 func (d *NIC) newCQ() *queue.CQ {
-	cq := &queue.CQ{Events: &d.Objs.Events, Event: make(chan struct{}, 1)}
-	if d.Cfg.BusyPoll {
+	cq := &queue.CQ{Events: &d.dev.Objs.Events, Event: make(chan struct{}, 1)}
+	if d.dev.Cfg.BusyPoll {
 		cq.Progress = func() { d.Progress() }
 	}
 	return cq

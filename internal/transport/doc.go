@@ -10,8 +10,11 @@
 // devices' work to the provider internal/inproc, whose objects are mostly
 // these packages'.
 //
-// A NIC embeds the engine.Device its engines share and runs one engine
-// goroutine per link (queue of the port). A control operation (NIC.Do)
+// A NIC holds the engine.Device its engines share in a named field, not
+// embedded, so the engine's own methods (Run, LockAll, RingAll, EngineOf)
+// are not the NIC's: it forwards only what its users need, and runs one
+// engine goroutine per link (queue of the port). test/layout.TestNICSurface
+// holds its exported methods to a list. A control operation (NIC.Do)
 // runs with every engine's mutex held, so that it never races with a
 // packet in flight; what it changes of a QP's transport state (Modify's
 // effects, NIC.modify) it changes between two of the engine's steps.

@@ -18,16 +18,16 @@ import (
 // Wake); an engine the device does not have is EINVAL. The caller keeps fd
 // open until UnwatchDoorbell.
 func (d *NIC) WatchDoorbell(engine, fd int) (bool, error) {
-	if engine < 0 || engine >= len(d.Shards) {
+	if engine < 0 || engine >= len(d.dev.Shards) {
 		return false, ibv.ErrInvalid
 	}
-	w := d.Shards[engine].Watcher
+	w := d.dev.Shards[engine].Watcher
 	if w == nil {
 		return false, nil
 	}
-	d.WakeMu.RLock()
-	defer d.WakeMu.RUnlock()
-	if d.LinkGone {
+	d.dev.WakeMu.RLock()
+	defer d.dev.WakeMu.RUnlock()
+	if d.dev.LinkGone {
 		return false, ibv.ErrClosed
 	}
 	return true, w.Watch(fd)
@@ -36,16 +36,16 @@ func (d *NIC) WatchDoorbell(engine, fd int) (bool, error) {
 // UnwatchDoorbell undoes WatchDoorbell: once it returns, the engine reads
 // fd no more.
 func (d *NIC) UnwatchDoorbell(engine, fd int) error {
-	if engine < 0 || engine >= len(d.Shards) {
+	if engine < 0 || engine >= len(d.dev.Shards) {
 		return ibv.ErrInvalid
 	}
-	w := d.Shards[engine].Watcher
+	w := d.dev.Shards[engine].Watcher
 	if w == nil {
 		return nil
 	}
-	d.WakeMu.RLock()
-	defer d.WakeMu.RUnlock()
-	if d.LinkGone {
+	d.dev.WakeMu.RLock()
+	defer d.dev.WakeMu.RUnlock()
+	if d.dev.LinkGone {
 		return nil // the link and its watches are gone
 	}
 	return w.Unwatch(fd)
@@ -61,11 +61,11 @@ func (d *NIC) UnwatchDoorbell(engine, fd int) error {
 // application that stops spinning stalls nothing.
 func (d *NIC) Progress() bool {
 	busy := false
-	for _, e := range d.Shards {
+	for _, e := range d.dev.Shards {
 		if !e.Mu.TryLock() {
 			continue
 		}
-		if !d.Gone && e.Step() {
+		if !d.dev.Gone && e.Step() {
 			busy = true
 		}
 		e.Mu.Unlock()

@@ -50,7 +50,7 @@ func (d *NIC) DetachMcast(qp *queue.QP, gid netip.Addr) error {
 
 // liveQP is EINVAL if qp was destroyed. A control operation.
 func (d *NIC) liveQP(qp *queue.QP) error {
-	o := &d.Objs
+	o := &d.dev.Objs
 	if int(qp.Number) >= len(o.Qps) || o.Qps[qp.Number] != qp {
 		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.Number, ibv.ErrInvalid)
 	}
@@ -63,7 +63,7 @@ func (d *NIC) attachMcast(qp *queue.QP, addr netip.Addr) error {
 	if err := d.liveQP(qp); err != nil {
 		return err
 	}
-	o := &d.Objs
+	o := &d.dev.Objs
 	g := o.Groups[addr]
 	if g != nil && slices.Contains(g.Qps, qp) {
 		return nil
@@ -77,8 +77,8 @@ func (d *NIC) attachMcast(qp *queue.QP, addr netip.Addr) error {
 		}
 		// The port joins first: a group the port could not join would
 		// never receive.
-		if d.Cfg.Groups != nil {
-			if err := d.Cfg.Groups(addr, true); err != nil {
+		if d.dev.Cfg.Groups != nil {
+			if err := d.dev.Cfg.Groups(addr, true); err != nil {
 				return fmt.Errorf("verbs: joining %v on the port: %w", addr, err)
 			}
 		}
@@ -101,7 +101,7 @@ func (d *NIC) attachMcast(qp *queue.QP, addr netip.Addr) error {
 // in it; the group's last member leaves it on the port. A control
 // operation.
 func (d *NIC) detachMcast(qp *queue.QP, addr netip.Addr) bool {
-	o := &d.Objs
+	o := &d.dev.Objs
 	g := o.Groups[addr]
 	if g == nil {
 		return false
@@ -117,10 +117,10 @@ func (d *NIC) detachMcast(qp *queue.QP, addr netip.Addr) bool {
 	o.McAttached--
 	if len(g.Qps) == 0 {
 		delete(o.Groups, addr)
-		if d.Cfg.Groups != nil {
+		if d.dev.Cfg.Groups != nil {
 			// As rxe's dev_mc_del, a failure to leave is not the
 			// caller's: the group is gone from the device either way.
-			_ = d.Cfg.Groups(addr, false)
+			_ = d.dev.Cfg.Groups(addr, false)
 		}
 	}
 	return true

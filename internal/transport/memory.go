@@ -26,8 +26,8 @@ type (
 func (d *NIC) AllocPD() (*PD, error) {
 	var pd *PD
 	err := d.do(func() error {
-		d.Objs.PDSeq++
-		pd = memory.NewPD(d.Objs.PDSeq)
+		d.dev.Objs.PDSeq++
+		pd = memory.NewPD(d.dev.Objs.PDSeq)
 		return nil
 	})
 	return pd, err
@@ -37,14 +37,14 @@ func (d *NIC) AllocPD() (*PD, error) {
 // iova; the caller checked the length and access.
 func (d *NIC) RegMR(pd *PD, buf []byte, iova uint64, access ibv.Access) (*MR, error) {
 	mr := memory.NewMR(pd, buf, iova, access)
-	return mr, d.do(func() error { return d.Objs.Mem.AddMR(mr, uint32(d.rng.IntN(256))) })
+	return mr, d.do(func() error { return d.dev.Objs.Mem.AddMR(mr, uint32(d.rng.IntN(256))) })
 }
 
 // RegProcMR registers length bytes of another process's memory, reached
 // through mem, at address iova; the caller checked the arguments.
 func (d *NIC) RegProcMR(pd *PD, mem ProcMemory, iova, length uint64, access ibv.Access) (*MR, error) {
 	mr := memory.NewProcMR(pd, mem, iova, length, access)
-	return mr, d.do(func() error { return d.Objs.Mem.AddMR(mr, uint32(d.rng.IntN(256))) })
+	return mr, d.do(func() error { return d.dev.Objs.Mem.AddMR(mr, uint32(d.rng.IntN(256))) })
 }
 
 // DeregMR deregisters the region on the engines, between two packets (see
@@ -57,7 +57,7 @@ func (d *NIC) DeregMR(m *MR) error {
 		if n := m.BoundMWs(); n > 0 {
 			return fmt.Errorf("verbs: %d memory windows are bound to the MR: %w", n, ibv.ErrBusy)
 		}
-		o := &d.Objs
+		o := &d.dev.Objs
 		if use := mrInUse(o, m); use != "" {
 			return fmt.Errorf("verbs: the MR is in use by %s: %w", use, ibv.ErrBusy)
 		}
@@ -121,7 +121,7 @@ func mrInUse(e *tables.Objects, mr *MR) string {
 // AllocMW creates a memory window of pd, of type 1 or (typ1 false) type 2.
 func (d *NIC) AllocMW(pd *PD, typ1 bool) (*MW, error) {
 	mw := memory.NewMW(pd, typ1)
-	if err := d.do(func() error { return d.Objs.Mem.AddMW(mw, uint32(d.rng.IntN(256))) }); err != nil {
+	if err := d.do(func() error { return d.dev.Objs.Mem.AddMW(mw, uint32(d.rng.IntN(256))) }); err != nil {
 		return nil, err
 	}
 	return mw, nil
@@ -134,7 +134,7 @@ func (d *NIC) DeallocMW(mw *MW) error {
 		if !mw.Alive() {
 			return fmt.Errorf("verbs: memory window already deallocated: %w", ibv.ErrInvalid)
 		}
-		d.Objs.Mem.RemoveMW(mw)
+		d.dev.Objs.Mem.RemoveMW(mw)
 		return nil
 	})
 }

@@ -27,8 +27,8 @@ type CaptureFunc = ibv.CaptureFunc
 // modifying QPs, deregistering memory) run with every engine's mutex held,
 // so that no operation races with a packet in flight.
 type NIC struct {
-	*engine.Device
-	rng *rand.Rand // key bytes and QPNs; used by control operations only
+	dev *engine.Device // not embedded: the engine's methods are not the NIC's (TestNICSurface)
+	rng *rand.Rand     // key bytes and QPNs; used by control operations only
 
 	closeMu sync.Mutex
 	closed  bool
@@ -45,24 +45,24 @@ func New(links []link.Link, cfg port.Config) (*NIC, error) {
 		return nil, fmt.Errorf("verbs: seeding keys: %w", err)
 	}
 	d := &NIC{
-		Device: &engine.Device{Cfg: cfg, Clock: cfg.Clock, Done: make(chan struct{})},
-		rng:    rand.New(rand.NewChaCha8(seed)),
+		dev: &engine.Device{Cfg: cfg, Clock: cfg.Clock, Done: make(chan struct{})},
+		rng: rand.New(rand.NewChaCha8(seed)),
 	}
-	d.Objs.Events.Ready = make(chan struct{}, 1)
+	d.dev.Objs.Events.Ready = make(chan struct{}, 1)
 	for _, g := range cfg.GIDs {
-		d.Local = append(d.Local, queue.GIDAddr(g))
+		d.dev.Local = append(d.dev.Local, queue.GIDAddr(g))
 	}
 	for i, l := range links {
 		e := &engine.Engine{}
-		e.Init(d.Device, l, i)
-		d.Shards = append(d.Shards, e)
+		e.Init(d.dev, l, i)
+		d.dev.Shards = append(d.dev.Shards, e)
 	}
-	for _, e := range d.Shards {
-		e.McHanded = make([]bool, len(d.Shards))
+	for _, e := range d.dev.Shards {
+		e.McHanded = make([]bool, len(d.dev.Shards))
 	}
-	for _, e := range d.Shards {
-		d.Stopped.Add(1)
-		go d.Run(e)
+	for _, e := range d.dev.Shards {
+		d.dev.Stopped.Add(1)
+		go d.dev.Run(e)
 	}
 	return d, nil
 }
@@ -77,64 +77,64 @@ func (d *NIC) Close() bool {
 		return false
 	}
 	d.closed = true
-	d.CloseBegun.Store(true)
-	close(d.Done)
+	d.dev.CloseBegun.Store(true)
+	close(d.dev.Done)
 	d.closeMu.Unlock()
-	d.RingAll() // sleeping engines see done at once
-	d.Stopped.Wait()
-	d.LockAll() // an application's Progress may be running an engine
-	for _, e := range d.Shards {
+	d.dev.RingAll() // sleeping engines see done at once
+	d.dev.Stopped.Wait()
+	d.dev.LockAll() // an application's Progress may be running an engine
+	for _, e := range d.dev.Shards {
 		// ACKs held for a reply go out now: the peer's requester waits
 		// for them, and with retry_cnt 7 it would retry for ever.
 		e.Flush()
 	}
-	d.Gone = true
-	d.UnlockAll()
-	d.WakeMu.Lock() // a poster ringing now finishes first, later ones see LinkGone
-	d.LinkGone = true
-	d.WakeMu.Unlock()
+	d.dev.Gone = true
+	d.dev.UnlockAll()
+	d.dev.WakeMu.Lock() // a poster ringing now finishes first, later ones see LinkGone
+	d.dev.LinkGone = true
+	d.dev.WakeMu.Unlock()
 	return true
 }
 
 // Closing reports whether Close has begun.
-func (d *NIC) Closing() bool { return d.CloseBegun.Load() }
+func (d *NIC) Closing() bool { return d.dev.CloseBegun.Load() }
 
 // Do runs the control operation fn with every engine stopped between two
 // packets, then rings them all: fn may have given them work.
 func (d *NIC) Do(fn func() error) error { return d.do(fn) }
 
 func (d *NIC) do(fn func() error) error {
-	if d.CloseBegun.Load() {
+	if d.dev.CloseBegun.Load() {
 		return ibv.ErrClosed
 	}
-	d.LockAll()
-	if d.Gone {
-		d.UnlockAll()
+	d.dev.LockAll()
+	if d.dev.Gone {
+		d.dev.UnlockAll()
 		return ibv.ErrClosed
 	}
 	err := fn()
-	d.UnlockAll()
-	d.RingAll()
+	d.dev.UnlockAll()
+	d.dev.RingAll()
 	return err
 }
 
 // SetCapture starts showing every frame to f, or, with nil, stops.
 func (d *NIC) SetCapture(f CaptureFunc) {
 	if f == nil {
-		d.Capture.Store(nil)
+		d.dev.Capture.Store(nil)
 		return
 	}
-	d.Capture.Store(&f)
+	d.dev.Capture.Store(&f)
 }
 
 // Now is the NIC's clock.
-func (d *NIC) Now() time.Time { return d.Clock.Now() }
+func (d *NIC) Now() time.Time { return d.dev.Clock.Now() }
 
 // QueueCounters returns each engine's counters, in queue order.
 func (d *NIC) QueueCounters() ([]ibv.Counters, error) {
-	out := make([]ibv.Counters, len(d.Shards))
+	out := make([]ibv.Counters, len(d.dev.Shards))
 	err := d.do(func() error {
-		for i, e := range d.Shards {
+		for i, e := range d.dev.Shards {
 			out[i] = e.Counters
 			if r, ok := e.Link.(link.RingDropper); ok {
 				out[i].RingDrops = r.RingDrops()
@@ -149,9 +149,9 @@ func (d *NIC) QueueCounters() ([]ibv.Counters, error) {
 func (d *NIC) QPStatus() ([]ibv.QPStatus, error) {
 	var out []ibv.QPStatus
 	err := d.do(func() error {
-		now := d.Clock.Now()
-		for _, qp := range d.Objs.Live {
-			out = append(out, status(d.EngineOf(qp), qp, now))
+		now := d.dev.Clock.Now()
+		for _, qp := range d.dev.Objs.Live {
+			out = append(out, status(d.dev.EngineOf(qp), qp, now))
 		}
 		return nil
 	})
@@ -159,22 +159,22 @@ func (d *NIC) QPStatus() ([]ibv.QPStatus, error) {
 }
 
 // Regions is how many memory regions the NIC holds.
-func (d *NIC) Regions() int { return d.Objs.Mem.Regions() }
+func (d *NIC) Regions() int { return d.dev.Objs.Mem.Regions() }
 
 // SetDoorbellPage gives the engines a page, shared with clients, where
 // each says whether it sleeps.
-func (d *NIC) SetDoorbellPage(page []byte) { d.DoorbellPage.Store(&page) }
+func (d *NIC) SetDoorbellPage(page []byte) { d.dev.DoorbellPage.Store(&page) }
 
 // Wake rings every engine's doorbell.
-func (d *NIC) Wake() { d.RingAll() }
+func (d *NIC) Wake() { d.dev.RingAll() }
 
 // Engines is the number of engines (queues) the NIC runs.
-func (d *NIC) Engines() int { return len(d.Shards) }
+func (d *NIC) Engines() int { return len(d.dev.Shards) }
 
 // NextEvent returns the oldest asynchronous event, waiting for one until
 // ctx ends.
 func (d *NIC) NextEvent(ctx context.Context) (queue.Event, error) {
-	eq := &d.Objs.Events
+	eq := &d.dev.Objs.Events
 	for {
 		eq.Mu.Lock()
 		if len(eq.Q) > 0 {

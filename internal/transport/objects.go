@@ -17,7 +17,7 @@ import (
 // MaxQP-0x11 as well as the PSN window), or 0 when all are in use. A
 // pinned QPN (the golden tests replay captures) is taken first.
 func (d *NIC) pickQPN() uint32 {
-	o := &d.Objs
+	o := &d.dev.Objs
 	free := func(c uint32) bool { return int(c) >= len(o.Qps) || o.Qps[c] == nil }
 	if c := o.NextQPN; c != 0 {
 		o.NextQPN = 0
@@ -38,7 +38,7 @@ func (d *NIC) pickQPN() uint32 {
 // addQP numbers qp and gives it to the first engine; placeQP moves it to
 // its queue's engine once it has a flow. A control operation.
 func (d *NIC) addQP(qp *queue.QP) error {
-	o := &d.Objs
+	o := &d.dev.Objs
 	var qpn uint32
 	switch {
 	case qp.GSI && len(o.Qps) > ibv.GSIQPN && o.Qps[ibv.GSIQPN] != nil:
@@ -68,7 +68,7 @@ func (d *NIC) addQP(qp *queue.QP) error {
 // (destroyed already: uverbs rejects a stale handle the same way). A
 // control operation.
 func (d *NIC) removeQP(qp *queue.QP) error {
-	o := &d.Objs
+	o := &d.dev.Objs
 	if int(qp.Number) >= len(o.Qps) || o.Qps[qp.Number] != qp {
 		return fmt.Errorf("verbs: QP %#x was destroyed: %w", qp.Number, ibv.ErrInvalid)
 	}
@@ -84,7 +84,7 @@ func (d *NIC) removeQP(qp *queue.QP) error {
 			break
 		}
 	}
-	d.EngineOf(qp).Deactivate(qp)
+	d.dev.EngineOf(qp).Deactivate(qp)
 	qp.Transport.State = ibv.StateReset
 	qp.StateMirror.Store(uint32(ibv.StateReset))
 	return nil
@@ -95,7 +95,7 @@ func (d *NIC) removeQP(qp *queue.QP) error {
 // RSS on the same port, the one its frames arrive on. A control operation,
 // so neither engine is in a step.
 func (d *NIC) placeQP(qp *queue.QP) {
-	from, to := d.EngineOf(qp), d.Shards[int(qp.Transport.SrcPort)%len(d.Shards)]
+	from, to := d.dev.EngineOf(qp), d.dev.Shards[int(qp.Transport.SrcPort)%len(d.dev.Shards)]
 	if from == to {
 		return
 	}
@@ -110,8 +110,8 @@ func (d *NIC) placeQP(qp *queue.QP) {
 
 // Posted rings the doorbell of the engine serving qp, which gained posted
 // work requests (Device).
-func (d *NIC) Posted(qp *queue.QP) { d.EngineOf(qp).NotePosted(qp) }
+func (d *NIC) Posted(qp *queue.QP) { d.dev.EngineOf(qp).NotePosted(qp) }
 
 // PostedSRQ rings every engine's doorbell: any may take from an SRQ
 // (Device).
-func (d *NIC) PostedSRQ() { d.RingAll() }
+func (d *NIC) PostedSRQ() { d.dev.RingAll() }

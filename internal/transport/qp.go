@@ -11,7 +11,7 @@ import (
 func (d *NIC) CreateQP(pd *PD, a queue.QPInit) (*queue.QP, error) {
 	c := a.Cap
 	qp := &queue.QP{Dev: d, PD: pd, QPType: a.Type, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ, Caps: c, SigAll: a.SigAll, SRQ: a.SRQ, GSI: a.GSI,
-		Closing: &d.CloseBegun, Mem: &d.Objs.Mem, PortMTU: d.Cfg.ActiveMTU}
+		Closing: &d.dev.CloseBegun, Mem: &d.dev.Objs.Mem, PortMTU: d.dev.Cfg.ActiveMTU}
 	if c.MaxInlineData > 0 {
 		qp.InlineBuf = make([]byte, c.MaxSendWR*c.MaxInlineData)
 	}
@@ -27,7 +27,7 @@ func (d *NIC) CreateQP(pd *PD, a queue.QPInit) (*queue.QP, error) {
 // DestroyQP removes the QP. Outstanding work is dropped without completions.
 func (d *NIC) DestroyQP(qp *queue.QP) error {
 	err := d.do(func() error {
-		d.EngineOf(qp).FastTakeOver(qp) // the program stops executing its WRITEs
+		d.dev.EngineOf(qp).FastTakeOver(qp) // the program stops executing its WRITEs
 		return d.removeQP(qp)
 	})
 	if err == nil && qp.SRQ != nil {
@@ -65,7 +65,7 @@ func (d *NIC) ModifyQP(qp *queue.QP, attr ibv.QPAttr, mask ibv.AttrMask, dmac ne
 		if mask&ibv.AttrState != 0 {
 			next = attr.State
 		}
-		d.modify(d.EngineOf(qp), qp, attr, mask, next, dmac)
+		d.modify(d.dev.EngineOf(qp), qp, attr, mask, next, dmac)
 		if mask&(ibv.AttrAV|ibv.AttrDestQPN) != 0 {
 			d.placeQP(qp)
 		}

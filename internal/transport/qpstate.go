@@ -22,8 +22,8 @@ func (d *NIC) modify(e *engine.Engine, qp *queue.QP, a ibv.QPAttr, mask ibv.Attr
 	if qp.QPType == ibv.QPTypeUD {
 		// Datagrams leave from one port per QP (rxe's) and are one packet
 		// of up to the port's MTU; each names its destination itself.
-		t.SrcPort, t.MTU = wire.UDSourcePort(qp.Number), d.Cfg.ActiveMTU
-		copy(t.SMAC[:], d.Cfg.MAC)
+		t.SrcPort, t.MTU = wire.UDSourcePort(qp.Number), d.dev.Cfg.ActiveMTU
+		copy(t.SMAC[:], d.dev.Cfg.MAC)
 	}
 	if mask&ibv.AttrEnSQDAsyncNotify != 0 {
 		t.Attr.EnSQDAsyncNotify = a.EnSQDAsyncNotify
@@ -37,8 +37,8 @@ func (d *NIC) modify(e *engine.Engine, qp *queue.QP, a ibv.QPAttr, mask ibv.Attr
 	if mask&ibv.AttrAV != 0 {
 		t.Attr.AH = a.AH
 		copy(t.DMAC[:], dmac)
-		copy(t.SMAC[:], d.Cfg.MAC)
-		t.SIP = queue.GIDAddr(d.Cfg.GIDs[a.AH.SGIDIndex])
+		copy(t.SMAC[:], d.dev.Cfg.MAC)
+		t.SIP = queue.GIDAddr(d.dev.Cfg.GIDs[a.AH.SGIDIndex])
 		t.DIP = queue.GIDAddr(a.AH.DGID)
 		t.V6 = !t.DIP.Is4()
 	}

@@ -46,9 +46,9 @@ func (d *NIC) ResizeCQSink(cq *queue.CQ, depth int, move func(old queue.CQSink, 
 // requester inside the system call; ibv_resize_cq counts, as there, the
 // completions of the work posted before it.
 func (d *NIC) settle() {
-	for _, e := range d.Shards {
+	for _, e := range d.dev.Shards {
 		e.Mu.Lock()
-		for i := 0; i < 8 && !d.Gone && e.Step(); i++ {
+		for i := 0; i < 8 && !d.dev.Gone && e.Step(); i++ {
 		}
 		e.Mu.Unlock()
 	}
@@ -68,7 +68,7 @@ func (d *NIC) ShareQP(qp *queue.QP, src queue.QueueSource) error {
 	qp.Src = src
 	src.PublishState(qp.State())
 	return d.do(func() error {
-		d.Objs.SharedQPs = append(d.Objs.SharedQPs, qp)
+		d.dev.Objs.SharedQPs = append(d.dev.Objs.SharedQPs, qp)
 		return nil
 	})
 }
@@ -78,7 +78,7 @@ func (d *NIC) ShareQP(qp *queue.QP, src queue.QueueSource) error {
 func (d *NIC) ShareSRQ(s *queue.SRQ, src queue.SRQSource) error {
 	s.Src = src
 	return d.do(func() error {
-		d.Objs.SharedSRQs = append(d.Objs.SharedSRQs, s)
+		d.dev.Objs.SharedSRQs = append(d.dev.Objs.SharedSRQs, s)
 		return nil
 	})
 }

@@ -10,7 +10,7 @@ import (
 // CreateSRQ creates a shared receive queue in pd with checked attributes.
 func (d *NIC) CreateSRQ(pd *PD, attr ibv.SRQInitAttr) *queue.SRQ {
 	pd.AddUsers(1)
-	return &queue.SRQ{Dev: d, Closing: &d.CloseBegun, PD: pd, MaxSGE: max(attr.MaxSGE, 1), MaxWR: attr.MaxWR, Limit: attr.Limit}
+	return &queue.SRQ{Dev: d, Closing: &d.dev.CloseBegun, PD: pd, MaxSGE: max(attr.MaxSGE, 1), MaxWR: attr.MaxWR, Limit: attr.Limit}
 }
 
 // DestroySRQ releases the SRQ; EBUSY while QPs still use it, as
@@ -26,7 +26,7 @@ func (d *NIC) DestroySRQ(s *queue.SRQ) error {
 	if s.Src != nil {
 		// No engine reads the client's ring once this returns.
 		return d.do(func() error {
-			d.Objs.ForgetSharedSRQ(s)
+			d.dev.Objs.ForgetSharedSRQ(s)
 			return nil
 		})
 	}

@@ -553,22 +553,42 @@ type endpoint struct {
 // side builds an endpoint on me, talking to peer over qp.
 type side func(me, peer *rnic, qp *verbs.QP, sendCQ, recvCQ *verbs.CQ) endpoint
 
+// pingPongSignal: a WRITE ping-pong side signals every pingPongSignal-th
+// WRITE (as ib_write_bw's cq_mod), so that its send queue's slots come
+// back while nobody waits for the other WRITEs' completions.
+const pingPongSignal = pingPongDepth / 4
+
 // writeLatency is ib_write_lat's exchange: A WRITEs size bytes into B's
 // region, B sees the last byte change and WRITEs back, A sees its own last
-// byte change: one round trip. Both applications spin on memory.
+// byte change: one round trip. Both applications spin on memory. Unlike
+// ib_write_lat, which signals every WRITE and polls for its completion
+// before it looks for the peer's, only every pingPongSignal-th WRITE is
+// signaled and none is waited for: the round trip is the WRITEs'. On the
+// XDP fast path the others then ask for no ACK (docs/fastpath.md, "Lazy
+// asks"), as the floor's frame ping-pong sends none.
 func (p *rnicPair) writeLatency(ctx context.Context, warmup, d time.Duration, size int) (Latencies, error) {
 	return p.pingPong(ctx, warmup, d, size, func(me, peer *rnic, qp *verbs.QP, sendCQ, _ *verbs.CQ) endpoint {
 		src, dst := me.src(size), me.dst(size)
-		wr := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: me.srcSGE(size), RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}}
+		unsig := []verbs.SendWR{{Opcode: verbs.WRRDMAWrite, SGList: me.srcSGE(size), RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}}
+		sig := []verbs.SendWR{unsig[0]}
+		sig[0].Flags = verbs.SendSignaled
 		r := &reaper{cq: sendCQ}
+		var n int
 		return endpoint{
 			send: func(ctx context.Context, v byte) error {
 				src[size-1] = v
+				wr := unsig
+				if n++; n%pingPongSignal == 0 {
+					wr = sig
+				}
 				if _, err := qp.PostSend(wr); err != nil {
 					return err
 				}
-				r.outstanding++
-				return r.reap(ctx, pingPongDepth/2)
+				if n%pingPongSignal == 0 {
+					r.outstanding++
+				}
+				// At most two signaled WRITEs unreaped: 2·pingPongSignal WQEs, half the queue.
+				return r.reap(ctx, 1)
 			},
 			await: func(ctx context.Context, v byte) error {
 				for i := 0; verbs.LoadLastByte(dst) != v; i++ {
@@ -694,14 +714,16 @@ func (p *rnicPair) pingPong(ctx context.Context, warmup, d time.Duration, size i
 // maxSamples bounds the memory of one latency point.
 const maxSamples = 1 << 22
 
-// timeRoundTrips runs rtt for warmup, then times it for d.
+// timeRoundTrips runs rtt for warmup, then times it for d, and at least
+// once: on a loaded host one warm-up round trip can outlast the whole
+// window, which is a slow sample, not an empty point. ctx bounds the wait.
 func timeRoundTrips(ctx context.Context, warmup, d time.Duration, rtt func() error) (Latencies, error) {
 	samples := make([]time.Duration, 0, 1<<16)
 	from := time.Now().Add(warmup)
 	end := from.Add(d)
 	for i := 0; len(samples) < maxSamples; i++ {
 		t := time.Now()
-		if t.After(end) {
+		if t.After(end) && len(samples) > 0 {
 			break
 		}
 		if i%256 == 255 && ctx.Err() != nil {

@@ -94,6 +94,12 @@ func (b BusyPoll) busy(rtt bool) bool {
 	return b == BusyPollAlways || b == BusyPollRTT && rtt
 }
 
+// DefaultDepth is the operations a stream keeps in flight per QP: perftest's
+// ib_write_bw default (its tx_depth, DEF_TX_BW), so that a message rate is
+// the one a stock tool would see. The AF_XDP floor keeps up to 2 048 frames
+// in flight (floorStream).
+const DefaultDepth = 128
+
 // Default is `xdproce bench` without flags: every size from 64 B to 1 MiB,
 // about two minutes on a 2-core machine.
 func Default() Config {
@@ -102,7 +108,7 @@ func Default() Config {
 		LatSizes:    []int{8, 4096},
 		QPs:         []int{1, 2, 4},
 		MsgRateSize: 64,
-		Depth:       32,
+		Depth:       DefaultDepth,
 		Duration:    2 * time.Second,
 		Warmup:      300 * time.Millisecond,
 		MTU:         4200,

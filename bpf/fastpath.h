@@ -34,6 +34,7 @@
 
 #define FP_QP_REMOTE_WRITE 1 // the QP grants IBV_ACCESS_REMOTE_WRITE
 #define FP_QP_REQUESTER 2    // its requester takes ACKs from fp_qp.req_ack
+#define FP_ACKED (1U << 24)  // fp_qp.acked holds a PSN
 #define FP_MR_REMOTE_WRITE 1 // the region does
 
 #define RC_RDMA_WRITE_ONLY 0x0a
@@ -67,6 +68,12 @@ struct fp_qp {
 	// program takes only an ACK whose PSN lies in it, as the completer
 	// admits only those.
 	__u64 req_win;
+	// FP_ACKED | the PSN of the last ACK the program sent with XDP_TX (0:
+	// none since Go configured the QP). A duplicate of a PSN after it is
+	// not a sign that the program's ACKs are lost: nothing asked for one
+	// (a lazy requester's ask, internal/queue/ackpolicy.go).
+	__u32 acked;
+	__u32 _pad;
 };
 
 // A device-memory region, keyed by rkey: where it lies in which DM block.
@@ -437,6 +444,7 @@ static __always_inline int fast_write(struct xdp_md *ctx, __u64 l4_off,
 	f[FP_ACK_LEN - 3] = c >> 8;
 	f[FP_ACK_LEN - 2] = c >> 16;
 	f[FP_ACK_LEN - 1] = c >> 24;
+	q->acked = FP_ACKED | epsn; // before the state word: Go reads it after taking over
 	__sync_lock_test_and_set(&q->state, new);
 	count(STAT_FP_ACKED, 0);
 	return XDP_TX;

@@ -35,6 +35,8 @@ type SteerFpQp struct {
 	Ack    [64]uint8
 	ReqAck uint64
 	ReqWin uint64
+	Acked  uint32
+	Pad    uint32
 }
 
 type SteerLocalAddr struct {

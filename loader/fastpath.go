@@ -237,7 +237,23 @@ func (f *FastPath) SetQP(qpn uint32, q *FastQP) error {
 	r.Dip = *(*uint32)(unsafe.Pointer(&q.Dst))
 	r.Pd, r.Mtu, r.Flags, r.AckCrc = q.PD, q.MTU, q.Flags, q.AckCRC
 	copy(r.Ack[:], q.Ack[:])
+	(*atomic.Uint32)(unsafe.Pointer(&r.Acked)).Store(0) // no ACK sent for this configuration yet
 	return nil
+}
+
+// fastAcked marks fp_qp.acked as holding a PSN (FP_ACKED).
+const fastAcked = 1 << 24
+
+// SentAck is the PSN of the last ACK the program sent (XDP_TX) for QP
+// qpn's responder since SetQP; ok is false if it sent none. Read it after
+// TakeOver: the program writes it before it gives the QP back.
+func (f *FastPath) SentAck(qpn uint32) (psn uint32, ok bool, err error) {
+	r, err := f.rec(qpn)
+	if err != nil {
+		return 0, false, err
+	}
+	v := (*atomic.Uint32)(unsafe.Pointer(&r.Acked)).Load()
+	return v & fastPSNMask, v&fastAcked != 0, nil
 }
 
 // State reads QP qpn's state word.

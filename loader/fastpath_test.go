@@ -207,6 +207,43 @@ func TestFastPathWrite(t *testing.T) {
 	}
 }
 
+// TestFastPathSentAck: the program records the PSN of each ACK it sends
+// (SentAck), and only of those: a WRITE without AckReq leaves the record,
+// so the engine can tell a lazy requester's ask (a duplicate of that
+// WRITE) from a sign that the program's ACKs are lost
+// (engine's fastDuplicate). SetQP forgets it.
+func TestFastPathSentAck(t *testing.T) {
+	r := newFPRig(t)
+	if _, ok, err := r.fast.SentAck(fpQPN); err != nil || ok {
+		t.Fatalf("before any WRITE: ok %v, err %v; want none sent", ok, err)
+	}
+	if ret, _ := r.run(t, encode(t, fpWrite(fpEPSN, fpRKey, 0, fpPayload(8)))); ret != xdpTX {
+		t.Fatalf("verdict %d, want XDP_TX", ret)
+	}
+	if psn, ok, err := r.fast.SentAck(fpQPN); err != nil || !ok || psn != fpEPSN {
+		t.Fatalf("after an ACK of %#x: SentAck %#x %v %v", fpEPSN, psn, ok, err)
+	}
+	p := fpWrite(fpEPSN+1, fpRKey, 0, fpPayload(8))
+	p.BTH.AckReq = false
+	if ret, _ := r.run(t, encode(t, p)); ret != xdpDrop {
+		t.Fatalf("WRITE without AckReq: verdict %d, want XDP_DROP", ret)
+	}
+	if psn, ok, _ := r.fast.SentAck(fpQPN); !ok || psn != fpEPSN {
+		t.Errorf("after a WRITE without AckReq: SentAck %#x %v, want %#x still", psn, ok, fpEPSN)
+	}
+	if _, _, err := r.fast.TakeOver(fpQPN); err != nil {
+		t.Fatal(err)
+	}
+	q := FastQP{Src: fpLocal.As4(), Dst: fpRemote.As4(), PD: fpPD, MTU: 1024, Flags: FastQPRemoteWrite, Ack: fpAck(0, 0)}
+	q.AckCRC = FastAckCRC(&q.Ack)
+	if err := r.fast.SetQP(fpQPN, &q); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := r.fast.SentAck(fpQPN); ok {
+		t.Error("SetQP kept the last configuration's ACK")
+	}
+}
+
 // TestFastPathWriteSizes: WRITEs of every length class the program's
 // word loops split differently (ICRC eight bytes a step, then four; the
 // copy eight bytes a step, then bytes) land exactly where RETH says, at

@@ -221,7 +221,7 @@ func TestAtomicsAcrossEngines(t *testing.T) {
 // dropped there as out of window. The QP stays in RTS.
 func TestForgedFramesNotHandedOff(t *testing.T) {
 	a, b := twoQueueDevices(t, false)
-	as, _, _ := sharedNodes(t, a, b, 8, 1<<16)
+	as, _, _ := sharedNodes(t, a, b, -8, 1<<16) // at least one on each queue
 	var target *node
 	for _, nd := range as {
 		if tqp(nd.qp).Queue() == 1 {

@@ -26,7 +26,7 @@ func benchFlags(fs *flag.FlagSet) action {
 	msgSize := fs.String("msg-size", "64", "message rate: message size")
 	dur := fs.Duration("time", 0, "measured time per point (default 2s, 400ms with --quick)")
 	warmup := fs.Duration("warmup", 0, "unmeasured time before each point (default 300ms, 100ms with --quick)")
-	depth := fs.Int("depth", 0, "operations in flight per QP (default 32)")
+	depth := fs.Int("depth", 0, fmt.Sprintf("operations in flight per QP (default %d, perftest ib_write_bw's tx_depth)", bench.DefaultDepth))
 	busy := busyFlag(bench.BusyPollRTT)
 	fs.Var(&busy, "busy-poll", "where engines and applications spin instead of sleeping (verbs.Options.BusyPoll): rtt (round trips only), off, or on (bare --busy-poll)")
 	spinMax := fs.Duration("spin-max", 0, "how long an idle engine spins before sleeping while idle gaps are that short (verbs.Options.SpinMax; 0: the default, negative: never)")

@@ -438,7 +438,7 @@ func (e *Engine) ackThrough(qp *queue.QP, psn uint32) {
 	e.acknowledge(qp, psn)
 	if t.PSNAfter(t.AckedReq, before) {
 		if late {
-			e.resume(qp) // not the probe's answer: the poke was early
+			t.Resume() // not the probe's answer: the poke was early
 		}
 		e.resetRetry(qp)
 		if probe && !late && t.PSNAfter(t.AckedReq, probed) && t.CompPSN != t.SentEnd && len(t.SQ) > 0 && !queue.IsReadOrAtomic(t.SQ[0].WR.Opcode) {

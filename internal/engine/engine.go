@@ -117,6 +117,10 @@ type Engine struct {
 	mcLoop     [][]byte
 	handingOff bool
 	McHanded   []bool
+	// fastSlice: a requester queued a packet asking for an ACK that the XDP
+	// program takes, and sends no more of its QP until it is kicked
+	// (streamSlices).
+	fastSlice bool
 }
 
 // RxBatch and txBatch bound the frames handled per step.
@@ -176,19 +180,7 @@ func (e *Engine) Step() bool {
 	if len(e.SharedSRQs) > 0 && e.pumpSharedSRQs() {
 		fed = true
 	}
-	posted := e.takePosted()
-	for _, qp := range posted {
-		qp.Queued.Store(false)
-		if owner := e.dev.EngineOf(qp); owner != e {
-			owner.NotePosted(qp) // moved to another engine since it was posted to
-			continue
-		}
-		if int(qp.Number) < len(e.Qps) && e.Qps[qp.Number] == qp {
-			e.TakePosts(qp)
-		}
-	}
-	clear(posted)
-	e.spare = posted
+	e.takeNewPosts()
 	acked := e.fastAcks() // ACKs the XDP program took (fastpath.go)
 	n := e.receiveHandedOff()
 	if e.splitter != nil {
@@ -214,6 +206,7 @@ func (e *Engine) Step() bool {
 			busy = true
 		}
 	}
+	e.streamSlices()
 	e.pruneActive()
 	e.pending.Flush() // nothing stays queued between steps (control operations run there)
 	if len(e.SharedQPs) > 0 {
@@ -227,6 +220,56 @@ func (e *Engine) Step() bool {
 	}
 	return busy
 }
+
+// takeNewPosts moves the work requests posted since the last look into the
+// send queues of the engine's QPs.
+func (e *Engine) takeNewPosts() {
+	posted := e.takePosted()
+	for _, qp := range posted {
+		qp.Queued.Store(false)
+		if owner := e.dev.EngineOf(qp); owner != e {
+			owner.NotePosted(qp) // moved to another engine since it was posted to
+			continue
+		}
+		if int(qp.Number) < len(e.Qps) && e.Qps[qp.Number] == qp {
+			e.TakePosts(qp)
+		}
+	}
+	clear(posted)
+	e.spare = posted
+}
+
+// streamSlices keeps a fast-path requester streaming. The requester stops
+// a QP's pass after a packet asking for an ACK the XDP program takes
+// (fastSlice); the frames up to it are kicked at once. In copy mode the peer's program
+// answers, and this host's program takes the ACK, inside that kick, so the
+// completions reach the application while the rest of its window is still
+// to be sent, and what it posts meanwhile joins the stream in this step
+// instead of after a round trip through sleep and wake-up.
+func (e *Engine) streamSlices() {
+	for range streamRounds {
+		if !e.fastSlice {
+			return
+		}
+		e.fastSlice = false
+		e.Flush()
+		if !e.fastAcks() {
+			return // not answered within the kick (a NIC that sends later): the next step looks
+		}
+		if len(e.SharedQPs) > 0 {
+			e.publishShared()
+			e.pumpShared()
+		}
+		e.takeNewPosts()
+		for _, qp := range e.Active {
+			e.requester(qp)
+		}
+	}
+}
+
+// streamRounds bounds the slices of one step, so that received frames and
+// timers are looked at between them.
+const streamRounds = 8
 
 // holdAcks reports whether the frames queued, all ACKs, should wait for
 // a reply: a ping-pong's answer then leaves in the same kick as the ACK of
@@ -285,7 +328,7 @@ func (e *Engine) pruneActive() {
 	keep := e.Active[:0]
 	for _, qp := range e.Active {
 		t := &qp.Transport
-		if len(t.SQ) > 0 || !t.TimerAt.IsZero() || !t.RNRAt.IsZero() || !t.PokeAt.IsZero() || t.Replying() {
+		if len(t.SQ) > 0 || !t.TimerAt.IsZero() || !t.RNRAt.IsZero() || !t.PokeAt.IsZero() || !t.AskAt.IsZero() || t.Replying() {
 			keep = append(keep, qp)
 		} else {
 			qp.Active = false
@@ -315,7 +358,7 @@ func (e *Engine) NextTimer() time.Duration {
 func (e *Engine) nextDeadline() time.Time {
 	var due time.Time
 	for _, qp := range e.Active {
-		for _, at := range [3]time.Time{qp.Transport.TimerAt, qp.Transport.RNRAt, qp.Transport.PokeAt} {
+		for _, at := range [4]time.Time{qp.Transport.TimerAt, qp.Transport.RNRAt, qp.Transport.PokeAt, qp.Transport.AskAt} {
 			if !at.IsZero() && (due.IsZero() || at.Before(due)) {
 				due = at
 			}

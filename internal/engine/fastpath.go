@@ -103,10 +103,17 @@ const fastLostMin = 4
 // program (a bridge port) every ACK sent with XDP_TX is lost so; then the
 // engine stops handing responders to the program (counter
 // fast_responder_off), and the requester side, which sends nothing, goes on.
+//
+// A duplicate of a PSN after the last ACK the program sent is no such sign:
+// nothing asked for its ACK, and a lazy requester asks with that duplicate
+// (queue/ackpolicy.go).
 func (e *Engine) fastDuplicate(qp *queue.QP, psn uint32) {
 	t := &qp.Transport
 	if e.fastOff || t.FastExecEnd == t.FastHandPSN ||
 		queue.PSNCmp(psn, t.FastHandPSN) < 0 || queue.PSNCmp(psn, t.FastExecEnd) >= 0 {
+		return
+	}
+	if acked, ok, err := e.dev.Cfg.FastPath.SentAck(qp.Number); err != nil || !ok || queue.PSNCmp(psn, acked) > 0 {
 		return
 	}
 	e.fastLost++

@@ -41,7 +41,7 @@ func (e *Engine) FlushQueues(qp *queue.QP) {
 		qp.RecvCQ.Push(ibv.WorkCompletion{WRID: r.ID, Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv, QPNum: qp.Number}, false)
 	}
 	t.RQ = t.RQ[:0]
-	t.TimerAt, t.RNRAt = time.Time{}, time.Time{}
+	t.TimerAt, t.RNRAt, t.AskAt = time.Time{}, time.Time{}, time.Time{}
 	t.ReqIdx, t.RdAtomicOut = 0, 0
 	t.Recv.Reset()
 	t.RespOp = queue.RespNone

@@ -88,9 +88,17 @@ func (e *Engine) requester(qp *queue.QP) bool {
 		if qp.QPType == ibv.QPTypeRC && t.TimerAt.IsZero() && t.Attr.Timeout > 0 {
 			t.TimerAt = e.dev.Clock.Now().Add(t.RTO())
 		}
+		if t.FastReq && t.NoAckPkts == 0 && !queue.IsReadOrAtomic(w.WR.Opcode) {
+			e.fastSlice = true // it asked for an ACK the program takes: kick it first (streamSlices)
+			break
+		}
 	}
 	if sent {
 		e.armPoke(qp)
+	}
+	if !t.AskAt.IsZero() && t.ReqIdx < len(t.SQ) && e.nout < txBatch {
+		e.ask(qp) // what waits behind the packets that did not ask needs their ACK now
+		sent = true
 	}
 	return sent
 }
@@ -178,18 +186,25 @@ func (e *Engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 		}
 	}
 	psn := (w.FirstPSN + off/mtu) & 0xffffff
-	if queue.PSNCmp(psn, t.SentEnd) < 0 {
+	if queue.PSNCmp(psn, t.SentEnd) < 0 && !t.Asking {
 		e.Counters.RetransmittedPkts++
 	}
 	t.NoAckPkts++
 	// The packet that fills the window asks for an ACK: nothing else would open it before the timer.
-	// With AckCoalesce a last packet asks only if nothing goes out behind it (queue/ackpolicy.go).
+	// With AckCoalesce a last packet asks only if something goes out behind it or nobody waits for it (queue/ackpolicy.go).
 	fills := queue.PSNCmp((psn+1)&0xffffff, t.CompPSN+t.Window()) >= 0
-	ackReq := qp.QPType == ibv.QPTypeRC && (last && !(e.dev.Cfg.AckCoalesce && t.SendsOnNow()) || t.NoAckPkts > ibv.MaxPktsPerAck || t.Probing || fills)
+	coalesce := e.dev.Cfg.AckCoalesce && qp.QPType == ibv.QPTypeRC
+	lazy := coalesce && last && t.Lazy(qp.SigAll, qp.Caps.MaxSendWR)
+	ackReq := qp.QPType == ibv.QPTypeRC && (last && !(coalesce && (lazy || t.SendsOnNow())) || t.NoAckPkts > ibv.MaxPktsPerAck || t.Probing || fills || t.Asking)
 	if ackReq {
 		t.NoAckPkts = 0
 	}
-	e.rttStart(t, psn)
+	if ackReq || !lazy && t.AskAt.IsZero() {
+		e.rttStart(t, psn) // a sample from a packet no ACK answers would hold the idle time
+	}
+	if coalesce {
+		e.noteAsk(qp, ackReq, lazy, last && (qp.SigAll || wr.Flags&ibv.SendSignaled != 0))
+	}
 	var p *wire.Packet
 	if qp.QPType == ibv.QPTypeUD {
 		p = e.udHeader(qp, wr, op, psn)
@@ -217,7 +232,7 @@ func (e *Engine) sendNext(qp *queue.QP, w *queue.SendWQE) {
 	w.SentAll = last
 	t.ReqPSN = (psn + 1) & 0xffffff
 	t.MarkSent(t.ReqPSN)
-	if first && wr.Opcode != ibv.WRRDMAWrite && wr.Opcode != ibv.WRRDMAWriteWithImm {
+	if first && !t.Asking && wr.Opcode != ibv.WRRDMAWrite && wr.Opcode != ibv.WRRDMAWriteWithImm {
 		e.Counters.RDMASends++
 	}
 }
@@ -254,7 +269,17 @@ func (e *Engine) sendReadAtomic(qp *queue.QP, w *queue.SendWQE) {
 		}
 		w.ReadFrom = w.FirstPSN
 	}
+	e.noteAsk(qp, true, false, false)
 	e.fastSending(qp, (w.LastPSN+1)&0xffffff)
 	e.send(0, nil)
 	t.MarkSent((w.LastPSN + 1) & 0xffffff)
+}
+
+// noteAsk keeps the lazy AckReq policy's state (queue/ackpolicy.go) once
+// a packet asked (ask) or not; an ask after packets that did not re-arms
+// the poke, which their silence does not run.
+func (e *Engine) noteAsk(qp *queue.QP, ask, lazy, signaled bool) {
+	if qp.Transport.NoteAsk(ask, lazy, signaled, e.dev.Clock.Now()) {
+		e.armPoke(qp)
+	}
 }

@@ -42,6 +42,12 @@ func (e *Engine) checkTimers(qp *queue.QP, now time.Time) {
 		t.RNRAt = time.Time{}
 		e.goBackN(qp, false)
 	}
+	if !t.AskAt.IsZero() {
+		if !now.Before(t.AskAt) {
+			e.ask(qp)
+		}
+		return // the retransmission timer and the poke run from the ask (queue/ackpolicy.go)
+	}
 	if !t.PokeAt.IsZero() && !now.Before(t.PokeAt) {
 		t.PokeAt = time.Time{}
 		e.poke(qp)
@@ -72,6 +78,21 @@ func (e *Engine) armPoke(qp *queue.QP) {
 	}
 }
 
+// ask has the responder acknowledge the packets that went without AckReq
+// (queue/ackpolicy.go): the requester sends its last packet again, asking.
+func (e *Engine) ask(qp *queue.QP) {
+	t := &qp.Transport
+	w := t.AskWith()
+	if w == nil {
+		e.noteAsk(qp, true, false, false) // nothing to ask with, or it asked already
+		return
+	}
+	e.Counters.AckAsks++
+	e.sendNext(qp, w)
+	t.Asking = false
+	t.AskSent(e.dev.Clock.Now())
+}
+
 // poke probes with the oldest unacknowledged packet, as after a NAK.
 func (e *Engine) poke(qp *queue.QP) {
 	t := &qp.Transport
@@ -90,39 +111,6 @@ func (e *Engine) poke(qp *queue.QP) {
 // says nothing about what the probe found.
 func (e *Engine) lateForPoke(t *queue.Transport) bool {
 	return !t.PokedAt.IsZero() && e.dev.Clock.Now().Sub(t.PokedAt) < t.SRTT
-}
-
-// resume puts the requester back where a poke's go-back-N found it, at
-// SentEnd: what it sent before the poke is still on its way, and an ACK
-// that was merely late must neither resend it nor probe it PSN by PSN.
-func (e *Engine) resume(qp *queue.QP) {
-	t := &qp.Transport
-	t.ReqIdx, t.ReqPSN = 0, t.SentEnd
-	for i := range t.SQ {
-		w := &t.SQ[i]
-		if !w.Started {
-			break
-		}
-		seek(w, t.SentEnd, uint32(t.MTU))
-		if w.SentAll && t.ReqIdx == i {
-			t.ReqIdx++ // as the requester passes it: Stalled reads ReqIdx
-		}
-	}
-}
-
-// seek has w's next packet be the one at PSN from: nothing of it if from
-// is past it, the rest of it from there, or all of it.
-func seek(w *queue.SendWQE, from, mtu uint32) {
-	switch {
-	case queue.PSNCmp(from, w.LastPSN) > 0:
-		w.SentAll = true
-	case queue.IsReadOrAtomic(w.WR.Opcode):
-		w.SentAll = w.RespDone
-	case queue.PSNCmp(from, w.FirstPSN) > 0:
-		w.SentAll, w.SentOff = false, ((from-w.FirstPSN)&0xffffff)*mtu
-	default:
-		w.SentAll, w.SentOff = false, 0
-	}
 }
 
 // retry counts a transport retry (timeout, sequence NAK, lost response) and

@@ -126,6 +126,10 @@ type Counters struct {
 	// could send no more resent after a probe timeout without an ACK
 	// (engine's timer.go, poke).
 	StallPokes uint64
+	// AckAsks counts the last packets a requester sent again, asking for
+	// the ACK that packets without AckReq did not ask for (engine's
+	// timer.go, ask; queue/ackpolicy.go).
+	AckAsks uint64
 }
 
 // NamedCounter is one counter under its rxe hw_counters name (or, for
@@ -166,7 +170,7 @@ func (c *Counters) fields() []counterField {
 		{"read_reask_timer", &c.ReadReaskTimer}, {"read_reask_nak", &c.ReadReaskNAK},
 		{"duplicate_read_response", &c.DuplicateReadResponse}, {"read_tail_probes", &c.ReadTailProbes},
 		{"timeout_probe", &c.TimeoutProbe}, {"timeout_window", &c.TimeoutWindow}, {"timeout_tail", &c.TimeoutTail},
-		{"stall_pokes", &c.StallPokes},
+		{"stall_pokes", &c.StallPokes}, {"ack_asks", &c.AckAsks},
 	}
 }
 

@@ -38,6 +38,8 @@ func (a fastPath) Acked(qpn uint32) (uint16, uint32, uint32, error) { return a.f
 
 func (a fastPath) Sleeping(asleep bool) { a.f.Sleeping(asleep) }
 
+func (a fastPath) SentAck(qpn uint32) (uint32, bool, error) { return a.f.SentAck(qpn) }
+
 func (a fastPath) SendWindow(qpn, oldest, end uint32, fresh bool) error {
 	return a.f.SetSendWindow(qpn, oldest, end, fresh)
 }

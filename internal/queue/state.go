@@ -67,6 +67,13 @@ type Transport struct {
 	PokeAt                      time.Time // a stalled requester's poke (engine's timer.go); zero when off
 	PokedAt                     time.Time // when the poke under way probed; zero when none
 	RNRAt                       time.Time // end of an RNR wait; zero when none
+	// The lazy AckReq policy (ackpolicy.go): AskAt is when an idle
+	// requester asks for the ACK its last packets did not ask for (zero:
+	// nothing unasked); SigUnasked, a signaled WQE's last packet went
+	// without AckReq and no packet has asked since; Asking, the packet
+	// being sent is that ask.
+	AskAt              time.Time
+	SigUnasked, Asking bool
 
 	// Responder.
 	RQ      []RecvWQE

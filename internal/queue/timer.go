@@ -120,3 +120,20 @@ func (t *Transport) CountTimeout(c *ibv.Counters) {
 		c.TimeoutTail++
 	}
 }
+
+// Resume puts the requester back where a poke's go-back-N found it, at
+// SentEnd: what it sent before the poke is still on its way, and an ACK
+// that was merely late must neither resend it nor probe it PSN by PSN.
+func (t *Transport) Resume() {
+	t.ReqIdx, t.ReqPSN = 0, t.SentEnd
+	for i := range t.SQ {
+		w := &t.SQ[i]
+		if !w.Started {
+			break
+		}
+		w.Seek(t.SentEnd, uint32(t.MTU))
+		if w.SentAll && t.ReqIdx == i {
+			t.ReqIdx++ // as the requester passes it: Stalled reads ReqIdx
+		}
+	}
+}

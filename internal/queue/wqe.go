@@ -270,3 +270,18 @@ func SegmentOpcode(first, last bool, only, firstOp, middle, lastOp wire.Opcode) 
 	}
 	return middle
 }
+
+// Seek has w's next packet be the one at PSN from: nothing of it if from
+// is past it, the rest of it from there, or all of it.
+func (w *SendWQE) Seek(from, mtu uint32) {
+	switch {
+	case PSNCmp(from, w.LastPSN) > 0:
+		w.SentAll = true
+	case IsReadOrAtomic(w.WR.Opcode):
+		w.SentAll = w.RespDone
+	case PSNCmp(from, w.FirstPSN) > 0:
+		w.SentAll, w.SentOff = false, ((from-w.FirstPSN)&0xffffff)*mtu
+	default:
+		w.SentAll, w.SentOff = false, 0
+	}
+}

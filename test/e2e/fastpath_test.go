@@ -456,3 +456,71 @@ func TestFastPathBurstOneAck(t *testing.T) {
 		t.Errorf("A's transport timer fired %d times, %d packets sent again", c.TransportTimeouts, c.RetransmittedPkts)
 	}
 }
+
+// TestFastPathStreamsAcrossAcks: a fast-path requester kicks the frames up
+// to each packet asking for an ACK before it builds more, so in copy mode
+// the ACK the programs exchange inside that kick completes the WRITEs it
+// covers while the rest of a window is still to be sent: 128 WRITEs posted
+// at once, every 32nd signaled, ask at the 65th packet, and by the time the
+// 100th leaves A the first two signaled WRITEs have completed. Sent in one
+// pass, as before, nothing completes until all 128 are out.
+func TestFastPathStreamsAcrossAcks(t *testing.T) {
+	const burst, every, probe = 128, 32, 100
+	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 1500, Queues: 1})
+	a := openRNICWith(t, topo.Hosts[0], 1<<16, verbs.Options{FastPath: true}) // not busy-polling: the capture may poll
+	b := openRNICWith(t, topo.Hosts[1], 1<<16, verbs.Options{FastPath: true})
+	_, dmr := fastPathRegion(t, b, 8192)
+	connectRC(t, a, b, verbs.MTU1024, 14)
+	var (
+		mu     sync.Mutex // the capture runs on A's engine
+		writes int
+		early  []verbs.WorkCompletion // polled when the probe-th WRITE left
+	)
+	a.dev.SetCapture(func(frame []byte, outbound bool) {
+		const bth = 14 + 20 + 8 // Ethernet, IPv4, UDP
+		if !outbound || len(frame) <= bth || wire.Opcode(frame[bth]) != wire.RCWriteOnly {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if writes++; writes == probe {
+			wcs := make([]verbs.WorkCompletion, burst)
+			early = wcs[:a.scq.Poll(wcs)]
+		}
+	})
+	defer a.dev.SetCapture(nil)
+	wrs := make([]verbs.SendWR, burst)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, SGList: sgl(a.mr, i*64, 64), RemoteAddr: uint64(i * 64), RKey: dmr.RKey()}
+		if (i+1)%every == 0 {
+			wrs[i].Flags = verbs.SendSignaled
+		}
+	}
+	if _, err := a.qp.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	var rest []verbs.WorkCompletion
+	buf := make([]verbs.WorkCompletion, burst)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		done := writes == burst && len(early)+len(rest) == burst/every
+		mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %d WRITEs sent, %d+%d completions", writes, len(early), len(rest))
+		}
+		rest = append(rest, buf[:a.scq.Poll(buf)]...)
+	}
+	a.dev.SetCapture(nil)
+	for i, wc := range append(early, rest...) {
+		if want := uint64((i+1)*every - 1); wc.Status != verbs.WCSuccess || wc.WRID != want {
+			t.Fatalf("completion %d: %+v, want WR %d, success", i, wc, want)
+		}
+	}
+	if len(early) != 2 {
+		t.Errorf("%d of the signaled WRITEs had completed when the %dth WRITE left, want 2 (WRs %d and %d, acknowledged at the 65th)",
+			len(early), probe, every-1, 2*every-1)
+	}
+}

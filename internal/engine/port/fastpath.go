@@ -16,6 +16,9 @@ type FastPath interface {
 	// Acked is the last ACK the program took for qpn's requester: a count
 	// that moves on with each, its PSN and MSN.
 	Acked(qpn uint32) (count uint16, psn, msn uint32, err error)
+	// SentAck is the PSN of the last ACK the program sent for qpn's
+	// responder since Configure (ok false: none); read after TakeOver.
+	SentAck(qpn uint32) (psn uint32, ok bool, err error)
 	// Sleeping counts an engine going to sleep (asleep) or waking.
 	Sleeping(asleep bool)
 	// SendWindow publishes qpn's requester window, [oldest, end): the

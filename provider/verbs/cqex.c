@@ -29,11 +29,16 @@ static int start_poll(struct ibv_cq_ex *c, struct ibv_poll_cq_attr *attr)
 		return EINVAL;
 	pthread_spin_lock(&cq->lock);
 	int err = take(cq);
-	if (err) {
+	if (err == ENOENT) {
 		pthread_spin_unlock(&cq->lock);
-		if (err == ENOENT)
-			xp_poll_idle();
+		/* One that yielded looks again, so that ENOENT is not older than the call (ibv_poll_cq). */
+		if (!xp_poll_idle())
+			return err;
+		pthread_spin_lock(&cq->lock);
+		err = take(cq);
 	}
+	if (err)
+		pthread_spin_unlock(&cq->lock);
 	return err;
 }
 

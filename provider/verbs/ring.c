@@ -272,28 +272,39 @@ void xp_cqe_to_wc(const struct xp_cqe *cqe, struct ibv_wc *wc)
 }
 
 /* xp_poll_idle is called at each empty poll: every XP_YIELD_POLLS-th in a row on this thread yields the
- * processor. The completion a poller waits for comes from a daemon's engine, a thread that must run
- * to make it; where the processors are all taken (pollers spinning beside sleeping engines on a small
- * host) the woken engine waits for one of them to be preempted. A poller that yields lets a runnable
- * engine on its processor run at once; with nothing else runnable the yield returns at once. */
+ * processor, and it then returns true. The completion a poller waits for comes from a daemon's engine, a
+ * thread that must run to make it; where the processors are all taken (pollers spinning beside sleeping
+ * engines on a small host) the woken engine waits for one of them to be preempted. A poller that yields
+ * lets a runnable engine on its processor run at once; with nothing else runnable the yield returns at
+ * once. */
 static __thread unsigned empty_polls;
 
-void xp_poll_idle(void)
+bool xp_poll_idle(void)
 {
-	if (++empty_polls % XP_YIELD_POLLS == 0)
-		sched_yield();
+	if (++empty_polls % XP_YIELD_POLLS != 0)
+		return false;
+	sched_yield();
+	return true;
+}
+
+/* cq_empty: the CQ holds no completion, at one load and a compare (no lock, no store). It is only a
+ * hint: another poller may consume past it before this one holds the lock. */
+static bool cq_empty(struct xcq *cq)
+{
+	struct xp_ring_hdr *h = (struct xp_ring_hdr *)__atomic_load_n(&cq->ring.mem, __ATOMIC_ACQUIRE);
+	return atomic_load_explicit(&h->producer, memory_order_relaxed) == __atomic_load_n(&cq->cons, __ATOMIC_RELAXED);
 }
 
 int xp_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
 {
 	struct xcq *cq = to_xcq(ibcq);
-	/* An empty CQ costs a load and a compare: no lock, no store. That look is only a hint: another
-	 * poller may consume past it before this one holds the lock. */
-	struct xp_ring_hdr *h = (struct xp_ring_hdr *)__atomic_load_n(&cq->ring.mem, __ATOMIC_ACQUIRE);
-	if (atomic_load_explicit(&h->producer, memory_order_relaxed) == __atomic_load_n(&cq->cons, __ATOMIC_RELAXED)) {
-		xp_poll_idle();
+	/* A poll that yielded looks again: an empty CQ must mean empty when the call returns, as a
+	 * kernel provider's look does. A yield on a loaded host lasts milliseconds, in which the peer
+	 * may be acknowledged, disconnect, and have its DISCONNECTED event read next: libfabric's RXM
+	 * (1.17) reads its CQ, then its EQ, and closing the connection on that event with the last
+	 * message's completion left behind, reposted its buffer on the closed endpoint (SIGSEGV). */
+	if (cq_empty(cq) && (!xp_poll_idle() || cq_empty(cq)))
 		return 0;
-	}
 	pthread_spin_lock(&cq->lock);
 	uint32_t cons = cq->cons;
 	/* Read under the lock, so no poller ever sees an index older than the consumer's; acquire

@@ -176,9 +176,10 @@ struct xcq {
 	bool polling;
 };
 
-/* XP_YIELD_POLLS: a thread's empty polls between two yields of its processor (xp_poll_idle). */
+/* XP_YIELD_POLLS: a thread's empty polls between two yields of its processor (xp_poll_idle, true when
+ * it yielded: the poll then looks again). */
 enum { XP_YIELD_POLLS = 8 };
-void xp_poll_idle(void);
+bool xp_poll_idle(void);
 
 static inline struct xcq *to_xcq(struct ibv_cq *cq)
 {

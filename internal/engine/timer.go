@@ -138,7 +138,7 @@ func (e *Engine) retry(qp *queue.QP, timeout, nak bool) {
 	}
 	if timeout {
 		t.Timeouts++
-		t.PokedAt = time.Time{} // the timer's probe: it chains as any
+		t.PokedAt = time.Time{}
 	}
 	// SentEnd, not ReqPSN: a go-back-N that skipped a READ or atomic
 	// (below) leaves ReqPSN at it although it was sent and is unanswered.
@@ -151,6 +151,11 @@ func (e *Engine) retry(qp *queue.QP, timeout, nak bool) {
 		// a probe costs a round trip, and on a peer slower than a short
 		// timer those round trips would each count against the retries.
 		t.Probing = timeout && t.Attr.RetryCnt == 7 || nak
+		if timeout && t.Probing {
+			// An expiry can be as early as a poke (ACKs merely late):
+			// the same late-ACK rule (lateForPoke) keeps it from chaining.
+			t.PokedAt = e.dev.Clock.Now()
+		}
 		// After a timeout only the oldest READ or atomic is asked again:
 		// the responses of the others may well be on their way (a slow
 		// peer), and a lost one shows itself by a later response or ACK

@@ -65,7 +65,7 @@ type Transport struct {
 	Draining                    bool      // in SQD, WQEs already started are not all complete yet
 	TimerAt                     time.Time // retransmission deadline; zero when off
 	PokeAt                      time.Time // a stalled requester's poke (engine's timer.go); zero when off
-	PokedAt                     time.Time // when the poke under way probed; zero when none
+	PokedAt                     time.Time // when the poke or timer expiry under way probed; zero when none
 	RNRAt                       time.Time // end of an RNR wait; zero when none
 	// The lazy AckReq policy (ackpolicy.go): AskAt is when an idle
 	// requester asks for the ACK its last packets did not ask for (zero:

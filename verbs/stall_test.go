@@ -198,7 +198,26 @@ func TestStallPokeGoBackN(t *testing.T) {
 // duplicate) are lost, so only a second poke, a probe timeout later,
 // resends 65.
 func TestStallPokeLateACK(t *testing.T) {
-	a, b, clk, wa, wb := selectivePair(t, nil, func(p *wire.Packet, seen []pktRec) bool {
+	lateACKAfterProbe(t, 0, 200*time.Microsecond, 500*time.Microsecond, "the poke's", 0, 2)
+}
+
+// TestTimerLateACK: TestStallPokeLateACK's late ACK after a transport
+// timer expiry instead of a poke (pokes off: NoProbe). The timer (1 ms)
+// fires and probes 1; the ACK of 64 that then comes sooner than srtt
+// after the expiry left the responder before the probe arrived, so the
+// requester must not probe 65 in turn but resume where it was (an expiry
+// can be as early as a poke when the responder is merely descheduled).
+// The ACKs of 80 are lost, so the next expiry resends 65.
+func TestTimerLateACK(t *testing.T) {
+	lateACKAfterProbe(t, NoProbe, 1100*time.Microsecond, 1100*time.Microsecond, "the timer's", 2, 0)
+}
+
+// lateACKAfterProbe is the exchange of the two tests above under recovery
+// r: the first probe goes out once the clock passes expire, the second
+// again later; the requester ends with timeouts expiries and pokes pokes.
+func lateACKAfterProbe(t *testing.T, r Recovery, expire, again time.Duration, probe string, timeouts, pokes uint64) {
+	t.Helper()
+	a, b, clk, wa, wb := selectivePairRecovery(t, r, nil, func(p *wire.Packet, seen []pktRec) bool {
 		return p.BTH.Opcode == wire.RCAck && p.AETH.IsACK() && p.BTH.PSN == 80 &&
 			countOf(seen, func(r pktRec) bool { return r.op == wire.RCAck && r.psn == 80 && r.dropped }) < 2
 	})
@@ -214,11 +233,11 @@ func TestStallPokeLateACK(t *testing.T) {
 		off += n
 	}
 	quiesce(t, a.dev)
-	clk.Advance(200 * time.Microsecond) // past the probe timeout
+	clk.Advance(expire)
 	quiesce(t, a.dev)
 	if got := wa.resent(isData); !slices.Equal(got, []uint32{1}) {
 		nb.UnlockEngine(0)
-		t.Fatalf("resent PSNs %v before the responder ran, want the poke's [1]", got)
+		t.Fatalf("resent PSNs %v before the responder ran, want %s [1]", got, probe)
 	}
 	nb.UnlockEngine(0)
 	quiesce(t, a.dev, b.dev)
@@ -228,7 +247,7 @@ func TestStallPokeLateACK(t *testing.T) {
 	if got := wa.resent(isData); !slices.Equal(got, []uint32{1}) {
 		t.Fatalf("resent PSNs %v after the late ACK of 64, want [1]: no probe chained on it", got)
 	}
-	clk.Advance(500 * time.Microsecond)
+	clk.Advance(again)
 	for i, wc := range poll(t, a.scq, 2, 5*time.Second) {
 		if wc.Status != WCSuccess || wc.WRID != uint64(i) {
 			t.Fatalf("completion %d: %+v", i, wc)
@@ -238,8 +257,8 @@ func TestStallPokeLateACK(t *testing.T) {
 	if got := wa.resent(isData); !slices.Equal(got, []uint32{1, 65}) {
 		t.Fatalf("resent PSNs %v, want [1 65]", got)
 	}
-	if ca := counters(a.dev); ca.TransportTimeouts != 0 || ca.StallPokes != 2 {
-		t.Fatalf("requester counters %+v: want two pokes, no timeout", ca)
+	if ca := counters(a.dev); ca.TransportTimeouts != timeouts || ca.StallPokes != pokes {
+		t.Fatalf("requester counters %+v: want %d timeouts, %d pokes", ca, timeouts, pokes)
 	}
 }
 

@@ -18,20 +18,7 @@ import (
 // make the completion they wait for then runs at once instead of waiting
 // to preempt one. yield_check counts the library's sched_yield calls.
 func TestStockLibraryPollYields(t *testing.T) {
-	netns.RequireRoot(t)
-	lib := providerLibs(t)
-	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
-	a := topo.Hosts[0]
-	daemonUp(t, buildCLI(t), a)
-	check := buildProviderCheck(t, "yield_check", "-libverbs", "-rdynamic")
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, check, a.Path(), "xdp_"+a.Link)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("yield_check: %v\n%s", err, out)
-	}
+	out := runYieldCheck(t)
 	var polls, starts int
 	if _, err := fmt.Sscanf(string(out), "yields poll_cq %d start_poll %d", &polls, &starts); err != nil {
 		t.Fatalf("yield_check printed %q: %v", out, err)
@@ -53,6 +40,20 @@ func TestStockLibraryPollYields(t *testing.T) {
 // event, closed the connection with the peer's last message's completion
 // left behind, and reposted that buffer on the closed endpoint.
 func TestStockLibraryPollAfterYield(t *testing.T) {
+	out := runYieldCheck(t, "fresh")
+	var polled, started int
+	if _, err := fmt.Sscanf(string(out), "fresh poll_cq %d start_poll %d", &polled, &started); err != nil {
+		t.Fatalf("yield_check printed %q: %v", out, err)
+	}
+	if polled != 1 || started != 1 {
+		t.Fatalf("the polls that yielded while a completion arrived returned %d (ibv_poll_cq) and %d (ibv_start_poll), want 1 each", polled, started)
+	}
+}
+
+// runYieldCheck runs provider/test/yield_check in mode (none: the yield
+// count) on a fresh daemon's device and returns what it printed.
+func runYieldCheck(t *testing.T, mode ...string) []byte {
+	t.Helper()
 	netns.RequireRoot(t)
 	lib := providerLibs(t)
 	topo := netns.New(t, netns.Config{Kind: netns.Direct, MTU: 4200, Queues: 1})
@@ -61,17 +62,11 @@ func TestStockLibraryPollAfterYield(t *testing.T) {
 	check := buildProviderCheck(t, "yield_check", "-libverbs", "-rdynamic")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, check, a.Path(), "xdp_"+a.Link, "fresh")
+	cmd := exec.CommandContext(ctx, check, append([]string{a.Path(), "xdp_" + a.Link}, mode...)...)
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("yield_check fresh: %v\n%s", err, out)
+		t.Fatalf("yield_check %v: %v\n%s", mode, err, out)
 	}
-	var polled, started int
-	if _, err := fmt.Sscanf(string(out), "fresh poll_cq %d start_poll %d", &polled, &started); err != nil {
-		t.Fatalf("yield_check printed %q: %v", out, err)
-	}
-	if polled != 1 || started != 1 {
-		t.Fatalf("the polls that yielded while a completion arrived returned %d (ibv_poll_cq) and %d (ibv_start_poll), want 1 each", polled, started)
-	}
+	return out
 }

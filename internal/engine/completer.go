@@ -246,7 +246,7 @@ func (c *completion) rnrRetry() compState {
 	if t.Attr.RNRRetry != 7 {
 		t.RNRLeft--
 	}
-	t.RNRAt = c.e.dev.Clock.Now().Add(c.p.AETH.RNRTimer())
+	t.RNRAt = c.e.now().Add(c.p.AETH.RNRTimer())
 	t.TimerAt = time.Time{}
 	return compDone
 }
@@ -401,7 +401,7 @@ func (c *completion) read() compState {
 	c.e.resetRetry(c.qp) // a response it waited for: progress (rxe's check_ack)
 	c.e.completeInOrder(c.qp)
 	c.e.progress(c.qp)
-	t.ArmReadTail(c.e.dev.Clock.Now()) // a READ tail probe, if due
+	t.ArmReadTail(c.e.now()) // a READ tail probe, if due
 	return compDone
 }
 

@@ -28,6 +28,9 @@ type Engine struct {
 	// Drives counts the rounds applications ran (Progress); while it grows,
 	// the engine's goroutine skips its own (Device.run, DroveSince).
 	Drives atomic.Uint64
+	// stepNow is the time read once per step (now); nowSet says it is valid.
+	stepNow time.Time
+	nowSet  bool
 	// The doorbell. A poster sets work and wakes the link only when the
 	// engine said it is going to sleep; the engine says so, then looks at
 	// work once more before sleeping, so no post is missed and a busy engine
@@ -176,6 +179,8 @@ func (e *Engine) Step() bool {
 	// follows its receive's post never meets an empty queue.
 	e.steps++
 	e.paceDue = time.Time{}
+	e.nowSet = false
+	defer func() { e.nowSet = false }() // a control path outside Step reads the clock afresh
 	fed := len(e.SharedQPs) > 0 && e.pumpShared()
 	if len(e.SharedSRQs) > 0 && e.pumpSharedSRQs() {
 		fed = true
@@ -193,12 +198,8 @@ func (e *Engine) Step() bool {
 	e.sendDueAcks()
 	e.fastHandBacks()
 	busy := n > 0 || fed || acked
-	var now time.Time
-	if len(e.Active) > 0 {
-		now = e.dev.Clock.Now() // an idle round reads no clock
-	}
 	for _, qp := range e.Active {
-		e.checkTimers(qp, now)
+		e.checkTimers(qp)
 		if e.requester(qp) {
 			busy = true
 		}
@@ -338,6 +339,18 @@ func (e *Engine) pruneActive() {
 	e.Active = keep
 }
 
+// now is the transport's time for this step: the clock is read once per
+// step, and again after a kick (Flush), rather than for every packet,
+// timer and RTT sample (issue 34: 50 ns each, several per WRITE). A time
+// up to a step old only arms timers and starts RTT samples that much
+// earlier.
+func (e *Engine) now() time.Time {
+	if !e.nowSet {
+		e.stepNow, e.nowSet = e.dev.Clock.Now(), true
+	}
+	return e.stepNow
+}
+
 // NextTimer is how long the engine may sleep.
 func (e *Engine) NextTimer() time.Duration {
 	due := e.nextDeadline()
@@ -457,6 +470,7 @@ func (e *Engine) queueFrame(buf []byte, n int, sealed bool) {
 }
 
 func (e *Engine) Flush() {
+	e.nowSet = false // the kick takes microseconds: an RTT sample ending after it reads the clock again
 	e.sealDeferred() // before the frames are submitted
 	if e.holding && e.nout > e.nacks {
 		e.holdCredit = holdCreditMax // a reply joined the ACKs

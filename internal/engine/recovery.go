@@ -99,7 +99,7 @@ func (e *Engine) askHoles(qp *queue.QP, w *queue.SendWQE) {
 // response the latest re-ask asked for shows the re-ask was spurious.
 func (e *Engine) answerSeen(qp *queue.QP, w *queue.SendWQE, psn uint32, dup bool) {
 	if w != nil && queue.PSNCmp(psn, w.ReadFrom) >= 0 && queue.PSNCmp(psn, w.ReadTo) < 0 && queue.PSNCmp((psn+1)&0xffffff, w.AskSeen) > 0 {
-		qp.Transport.ReadRTTSample(w, e.dev.Clock.Now()) // its answer's first response?
+		qp.Transport.ReadRTTSample(w, e.now()) // its answer's first response?
 		w.AskSeen = (psn + 1) & 0xffffff
 	}
 	if dup && qp.Transport.Reo.Duplicate(psn) {

@@ -86,7 +86,7 @@ func (e *Engine) requester(qp *queue.QP) bool {
 			}
 		}
 		if qp.QPType == ibv.QPTypeRC && t.TimerAt.IsZero() && t.Attr.Timeout > 0 {
-			t.TimerAt = e.dev.Clock.Now().Add(t.RTO())
+			t.TimerAt = e.now().Add(t.RTO())
 		}
 		if t.FastReq && t.NoAckPkts == 0 && !queue.IsReadOrAtomic(w.WR.Opcode) {
 			e.fastSlice = true // it asked for an ACK the program takes: kick it first (streamSlices)
@@ -249,7 +249,7 @@ func (e *Engine) sendReadAtomic(qp *queue.QP, w *queue.SendWQE) {
 	if w.Retried {
 		e.Counters.RetransmittedPkts++
 	}
-	w.AskAt = e.dev.Clock.Now()
+	w.AskAt = e.now()
 	if wr.Opcode == ibv.WRRDMARead {
 		psn := w.NextRespPSN(t.MTU)
 		to := w.HoleEnd(psn)
@@ -279,7 +279,7 @@ func (e *Engine) sendReadAtomic(qp *queue.QP, w *queue.SendWQE) {
 // a packet asked (ask) or not; an ask after packets that did not re-arms
 // the poke, which their silence does not run.
 func (e *Engine) noteAsk(qp *queue.QP, ask, lazy, signaled bool) {
-	if qp.Transport.NoteAsk(ask, lazy, signaled, e.dev.Clock.Now()) {
+	if qp.Transport.NoteAsk(ask, lazy, signaled, e.now()) {
 		e.armPoke(qp)
 	}
 }

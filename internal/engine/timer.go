@@ -15,7 +15,7 @@ import (
 func (e *Engine) progress(qp *queue.QP) {
 	t := &qp.Transport
 	if len(t.SQ) > 0 && t.SQ[0].Started && t.Attr.Timeout > 0 {
-		t.TimerAt = e.dev.Clock.Now().Add(t.RTO())
+		t.TimerAt = e.now().Add(t.RTO())
 	} else {
 		t.TimerAt = time.Time{}
 	}
@@ -33,11 +33,16 @@ func (e *Engine) resetRetry(qp *queue.QP) {
 }
 
 // checkTimers runs the retransmission and RNR timers of an RC QP.
-func (e *Engine) checkTimers(qp *queue.QP, now time.Time) {
+// A round with none of them armed reads no clock.
+func (e *Engine) checkTimers(qp *queue.QP) {
 	t := &qp.Transport
 	if qp.QPType != ibv.QPTypeRC || t.State != ibv.StateRTS && t.State != ibv.StateSQD {
 		return
 	}
+	if t.RNRAt.IsZero() && t.AskAt.IsZero() && t.PokeAt.IsZero() && t.TimerAt.IsZero() {
+		return
+	}
+	now := e.now()
 	if !t.RNRAt.IsZero() && !now.Before(t.RNRAt) {
 		t.RNRAt = time.Time{}
 		e.goBackN(qp, false)
@@ -74,7 +79,7 @@ func (e *Engine) armPoke(qp *queue.QP) {
 	t := &qp.Transport
 	t.PokeAt = time.Time{}
 	if qp.QPType == ibv.QPTypeRC && e.dev.Cfg.Recovery&port.NoProbe == 0 && t.Pokeable() && t.Stalled() {
-		t.PokeAt = e.dev.Clock.Now().Add(t.PTO())
+		t.PokeAt = e.now().Add(t.PTO())
 	}
 }
 
@@ -90,7 +95,7 @@ func (e *Engine) ask(qp *queue.QP) {
 	e.Counters.AckAsks++
 	e.sendNext(qp, w)
 	t.Asking = false
-	t.AskSent(e.dev.Clock.Now())
+	t.AskSent(e.now())
 }
 
 // poke probes with the oldest unacknowledged packet, as after a NAK.
@@ -100,7 +105,7 @@ func (e *Engine) poke(qp *queue.QP) {
 		e.Counters.StallPokes++
 		e.Counters.CompleterRetryErr++ // a retry, as a timer expiry's
 		t.Probing, t.StartedRetry = true, true
-		t.PokedAt = e.dev.Clock.Now()
+		t.PokedAt = e.now()
 		e.goBackN(qp, true)
 	}
 }
@@ -110,7 +115,7 @@ func (e *Engine) poke(qp *queue.QP) {
 // the poke): the poke fired early, the ACKs were merely late, and this one
 // says nothing about what the probe found.
 func (e *Engine) lateForPoke(t *queue.Transport) bool {
-	return !t.PokedAt.IsZero() && e.dev.Clock.Now().Sub(t.PokedAt) < t.SRTT
+	return !t.PokedAt.IsZero() && e.now().Sub(t.PokedAt) < t.SRTT
 }
 
 // retry counts a transport retry (timeout, sequence NAK, lost response) and
@@ -154,7 +159,7 @@ func (e *Engine) retry(qp *queue.QP, timeout, nak bool) {
 		if timeout && t.Probing {
 			// An expiry can be as early as a poke (ACKs merely late):
 			// the same late-ACK rule (lateForPoke) keeps it from chaining.
-			t.PokedAt = e.dev.Clock.Now()
+			t.PokedAt = e.now()
 		}
 		// After a timeout only the oldest READ or atomic is asked again:
 		// the responses of the others may well be on their way (a slow
@@ -210,7 +215,7 @@ func (e *Engine) goBackN(qp *queue.QP, headReadsOnly bool) {
 		}
 	}
 	if len(t.SQ) > 0 && t.SQ[0].Started && t.Attr.Timeout > 0 {
-		t.TimerAt = e.dev.Clock.Now().Add(t.RTO())
+		t.TimerAt = e.now().Add(t.RTO())
 	}
 }
 
@@ -251,7 +256,7 @@ func (e *Engine) rerequest(qp *queue.QP, w *queue.SendWQE) {
 // sample is already being taken.
 func (e *Engine) rttStart(t *queue.Transport, psn uint32) {
 	if t.RTTAt.IsZero() && t.Attr.RetryCnt == 7 && queue.PSNCmp(psn, t.SentEnd) >= 0 {
-		t.RTTPSN, t.RTTAt = psn, e.dev.Clock.Now()
+		t.RTTPSN, t.RTTAt = psn, e.now()
 	}
 }
 
@@ -260,7 +265,7 @@ func (e *Engine) rttSample(t *queue.Transport) {
 	if t.RTTAt.IsZero() || queue.PSNCmp(t.CompPSN, t.RTTPSN) <= 0 {
 		return
 	}
-	r := e.dev.Clock.Now().Sub(t.RTTAt)
+	r := e.now().Sub(t.RTTAt)
 	t.RTTAt = time.Time{}
 	if t.SRTT == 0 {
 		t.SRTT, t.RTTVar = r, r/2

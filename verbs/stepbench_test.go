@@ -9,7 +9,18 @@ import "testing"
 // machine's scheduler that the streaming benchmarks measure too, so that
 // two builds can be compared on a shared machine (issue 31's split).
 func BenchmarkWriteStepped(b *testing.B) {
-	a, peer := benchPairWith(b, 64, DeviceConfig{ActiveMTU: 4096, AckHold: -1})
+	writeStepped(b, 64, DeviceConfig{ActiveMTU: 4096, AckHold: -1})
+}
+
+// BenchmarkWriteSteppedOne is BenchmarkWriteStepped one WRITE a round,
+// with lazy asks as on the fast path: what each WRITE's step costs on its
+// own, as in a ping-pong (issue 34's per-WRITE build cost).
+func BenchmarkWriteSteppedOne(b *testing.B) {
+	writeStepped(b, 1, DeviceConfig{ActiveMTU: 4096, AckHold: -1, AckCoalesce: true})
+}
+
+func writeStepped(b *testing.B, depth int, cfg DeviceConfig) {
+	a, peer := benchPairWith(b, 64, cfg)
 	na, np := nicOf(a.dev), nicOf(peer.dev)
 	na.LockEngine(0)
 	np.LockEngine(0)
@@ -19,7 +30,6 @@ func BenchmarkWriteStepped(b *testing.B) {
 	})
 	wr := []SendWR{{Opcode: WRRDMAWrite, Flags: SendSignaled, SGList: sge(a.mr, 0, 64), RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}}
 	buf := make([]WorkCompletion, 64)
-	const depth = 64
 	b.ReportAllocs()
 	b.ResetTimer()
 	for done := 0; done < b.N; {

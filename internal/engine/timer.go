@@ -33,13 +33,9 @@ func (e *Engine) resetRetry(qp *queue.QP) {
 }
 
 // checkTimers runs the retransmission and RNR timers of an RC QP.
-// A round with none of them armed reads no clock.
 func (e *Engine) checkTimers(qp *queue.QP) {
 	t := &qp.Transport
 	if qp.QPType != ibv.QPTypeRC || t.State != ibv.StateRTS && t.State != ibv.StateSQD {
-		return
-	}
-	if t.RNRAt.IsZero() && t.AskAt.IsZero() && t.PokeAt.IsZero() && t.TimerAt.IsZero() {
 		return
 	}
 	now := e.now()

@@ -280,9 +280,20 @@ func TestStockRDMACMTools(t *testing.T) {
 			args := func(h *netns.Host) []string {
 				return append([]string{c.argv[0], "-d", "xdp_" + h.Link, "-n", "500"}, c.argv[1:]...)
 			}
-			cl := retryListenRace(t, func() (string, string, error) {
-				return runPair(t, ctx, lib, b, args(b), a, append(args(a), bs), false)
-			})
+			var cl string
+			// perftest times with the CPU's clock; when it cannot calibrate
+			// it (a loaded host) it prints the warning and "inf" figures:
+			// that run measured nothing, and the next is asked, as in
+			// TestStockToolsOverLibrary.
+			for try := 1; try <= 3; try++ {
+				cl = retryListenRace(t, func() (string, string, error) {
+					return runPair(t, ctx, lib, b, args(b), a, append(args(a), bs), false)
+				})
+				if !strings.Contains(cl, calibrationWarning) {
+					break
+				}
+				t.Logf("run %d: perftest could not calibrate its clock:\n%s", try, cl)
+			}
 			rows := c.rows.FindAllStringSubmatch(cl, -1)
 			if len(rows) == 0 || rows[len(rows)-1][2] != "500" {
 				t.Fatalf("no row of 500 iterations:\n%s", cl)
